@@ -1,0 +1,70 @@
+"""The DynamoDB tables' key schemas: the one description both the CDK app and the local stack build from.
+
+No boto3 here: this module is plain data so ``infra/`` can import it without the AWS SDK.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, slots=True)
+class Index:
+    """A secondary index. ``local`` indexes share the table's partition key.
+
+    ``projection`` is ``ALL`` or ``KEYS_ONLY``.
+    """
+
+    name: str
+    partition_key: str
+    sort_key: str | None = None
+    local: bool = False
+    projection: str = "ALL"
+
+
+@dataclass(frozen=True, slots=True)
+class TableSpec:
+    """A table: logical name, keys (all string attributes), indexes and TTL attribute."""
+
+    logical_name: str
+    partition_key: str
+    sort_key: str | None = None
+    indexes: tuple[Index, ...] = field(default_factory=tuple)
+    ttl_attribute: str | None = None
+
+    def attribute_names(self) -> list[str]:
+        """Every key attribute of the table and its indexes, each once."""
+        names = [self.partition_key, *([self.sort_key] if self.sort_key else [])]
+        for index in self.indexes:
+            names += [index.partition_key, *([index.sort_key] if index.sort_key else [])]
+        return list(dict.fromkeys(names))
+
+
+# Jobs. byAccount is sparse: only top-level jobs carry listKey (submittedAt#jobId), so
+# GET /jobs never reads array children. metered is sparse: only Starting/Running jobs carry
+# meterPartition, so the meter's cost grows with running jobs, not with history.
+JOBS = TableSpec(
+    logical_name="Jobs",
+    partition_key="jobId",
+    indexes=(
+        Index("byAccount", partition_key="accountId", sort_key="listKey"),
+        Index("metered", partition_key="meterPartition", sort_key="jobId"),
+    ),
+    ttl_attribute="ttl",
+)
+
+ACCOUNTS = TableSpec(logical_name="Accounts", partition_key="accountId")
+
+# Ledger: sort key is the deterministic entry id (charge#<jobId>), the idempotency guard of money;
+# the byTime local index orders an account's entries by time for /account/usage.
+LEDGER = TableSpec(
+    logical_name="Ledger",
+    partition_key="accountId",
+    sort_key="entryId",
+    indexes=(Index("byTime", partition_key="accountId", sort_key="at", local=True),),
+)
+
+# Powertools idempotency persistence layer's default schema.
+IDEMPOTENCY = TableSpec(logical_name="Idempotency", partition_key="id", ttl_attribute="expiration")
+
+ALL_TABLES = (JOBS, ACCOUNTS, LEDGER, IDEMPOTENCY)

@@ -1,0 +1,125 @@
+"""The credit charge rule (DESIGN.md "Credits").
+
+A job is charged for its Running time: ``ceil(seconds) × creditsPerHour / 3600``, with a minimum of
+60 seconds, rounded half-up to 4 decimal places, then capped by the job's ``creditConstraint`` and
+by what the account has left. Queued and Starting time are free. All amounts are ``Decimal``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from decimal import ROUND_HALF_UP, Decimal
+
+from functions.domain.errors import ValidationFailed
+
+CREDIT_QUANTUM = Decimal("0.0001")
+MINIMUM_CHARGED_SECONDS = 60
+SECONDS_PER_HOUR = Decimal(3600)
+ZERO = Decimal("0.0000")
+
+
+def quantize_credits(amount: Decimal) -> Decimal:
+    """Round an amount of credits half-up to 4 decimal places."""
+    return amount.quantize(CREDIT_QUANTUM, rounding=ROUND_HALF_UP)
+
+
+def parse_credits(value: Decimal | int | str, field: str) -> Decimal:
+    """Validate a credits amount from a request: positive, at most 4 decimal places.
+
+    Raises
+    ------
+    ValidationFailed
+        When the amount is not a finite positive number with at most 4 decimal places.
+    """
+    amount = Decimal(str(value))
+    if not amount.is_finite() or amount <= 0:
+        raise ValidationFailed(f"{field} must be a positive number of credits, got {value}.", field=field)
+    if amount != amount.quantize(CREDIT_QUANTUM):
+        raise ValidationFailed(f"{field} has more than 4 decimal places: {value}.", field=field)
+    return quantize_credits(amount)
+
+
+def billable_seconds(running_ms: int) -> int:
+    """Seconds billed for ``running_ms`` milliseconds of Running time: rounded up, at least 60."""
+    return max(MINIMUM_CHARGED_SECONDS, math.ceil(max(running_ms, 0) / 1000))
+
+
+def running_cost(running_ms: int, credits_per_hour: Decimal) -> Decimal:
+    """What ``running_ms`` milliseconds of Running time cost before any cap, in credits.
+
+    Parameters
+    ----------
+    running_ms : int
+        Running time in milliseconds (``stoppedAt - startedAt`` of the final attempt).
+    credits_per_hour : Decimal
+        The machine class's price.
+
+    Returns
+    -------
+    Decimal
+        ``ceil(seconds) × credits_per_hour / 3600`` with the 60-second minimum, half-up to 4 places.
+    """
+    return quantize_credits(Decimal(billable_seconds(running_ms)) * credits_per_hour / SECONDS_PER_HOUR)
+
+
+@dataclass(frozen=True, slots=True)
+class Charge:
+    """The settled charge of one job.
+
+    Attributes
+    ----------
+    credits : Decimal
+        What is taken from the balance: ``min(cost, creditConstraint, balance)``, never negative.
+    cost : Decimal
+        The uncapped running cost.
+    unbilled : Decimal
+        ``cost - credits`` that the balance could not cover (the creditConstraint's cut is not
+        unbilled: the user asked for that cap).
+    """
+
+    credits: Decimal
+    cost: Decimal
+    unbilled: Decimal
+
+
+def settle_charge(
+    running_ms: int | None,
+    credits_per_hour: Decimal,
+    credit_constraint: Decimal | None,
+    balance: Decimal,
+) -> Charge:
+    """Compute a job's final charge.
+
+    Parameters
+    ----------
+    running_ms : int | None
+        Running time of the final attempt in milliseconds; None when the job never reached Running
+        (it costs nothing).
+    credits_per_hour : Decimal
+        The machine class's price.
+    credit_constraint : Decimal | None
+        The job's cap in credits, or None for no cap.
+    balance : Decimal
+        The account's balance before this charge.
+
+    Returns
+    -------
+    Charge
+        Credits to take, never more than the cap nor more than a non-negative balance.
+    """
+    if running_ms is None:
+        return Charge(ZERO, ZERO, ZERO)
+    cost = running_cost(running_ms, credits_per_hour)
+    capped = min(cost, credit_constraint) if credit_constraint is not None else cost
+    credits = quantize_credits(max(min(capped, balance), ZERO))
+    return Charge(credits=credits, cost=cost, unbilled=quantize_credits(capped - credits))
+
+
+def spent_so_far(running_ms: int, credits_per_hour: Decimal, credit_constraint: Decimal | None) -> Decimal:
+    """Credits a Running job has spent by now: its cost if it ended now, capped by its constraint.
+
+    Used by the meter to refresh ``creditsSpent``; the account balance cap applies only at settlement.
+    """
+    cost = running_cost(running_ms, credits_per_hour)
+    return min(cost, credit_constraint) if credit_constraint is not None else cost

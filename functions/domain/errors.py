@@ -1,0 +1,120 @@
+"""Domain errors. Each carries the HTTP status and API.md error code it maps to.
+
+The api handler maps every ``ServiceError`` to API.md's error body in one place; adapters turn
+``ClientError`` codes into these (``raise ... from exc``).
+"""
+
+from __future__ import annotations
+
+
+class ServiceError(Exception):
+    """Base of every error a client can be told about.
+
+    Attributes
+    ----------
+    status : int
+        HTTP status code.
+    code : str
+        API.md error code.
+    field : str | None
+        JSON path of the offending field, when one is to blame.
+    """
+
+    status = 500
+    code = "InternalError"
+
+    def __init__(self, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.field = field
+
+
+class ValidationFailed(ServiceError):
+    """The request's body or query is invalid (400)."""
+
+    status = 400
+    code = "ValidationError"
+
+
+class Unauthorized(ServiceError):
+    """Missing, malformed, expired or unknown token (401)."""
+
+    status = 401
+    code = "Unauthorized"
+
+
+class InsufficientCredits(ServiceError):
+    """Submit while the account's balance is not positive (402)."""
+
+    status = 402
+    code = "InsufficientCredits"
+
+
+class Forbidden(ServiceError):
+    """Authenticated, but the role lacks the permission (403)."""
+
+    status = 403
+    code = "Forbidden"
+
+
+class NotFound(ServiceError):
+    """No such resource for this account (404); another account's job is also this."""
+
+    status = 404
+    code = "NotFound"
+
+
+class JobNotFinished(ServiceError):
+    """Result asked before the job reached a final status (409)."""
+
+    status = 409
+    code = "JobNotFinished"
+
+
+class NoOutput(ServiceError):
+    """The job ended without output (409)."""
+
+    status = 409
+    code = "NoOutput"
+
+
+class Conflict(ServiceError):
+    """Idempotency key reused with another body, or an operation the job's state forbids (409)."""
+
+    status = 409
+    code = "Conflict"
+
+
+class Expired(ServiceError):
+    """The job's inputs/outputs passed their 14-day retention (410)."""
+
+    status = 410
+    code = "Expired"
+
+
+class PayloadTooLarge(ServiceError):
+    """Inline body over 5 MiB (413)."""
+
+    status = 413
+    code = "PayloadTooLarge"
+
+
+class Throttled(ServiceError):
+    """Request rate limit (429)."""
+
+    status = 429
+    code = "Throttled"
+
+
+class DependencyFailed(ServiceError):
+    """An AWS dependency failed; nothing the client did (500, no details leak)."""
+
+    status = 500
+    code = "InternalError"
+
+
+class ConditionFailed(Exception):
+    """A conditional write lost: the item was not in the state the write required.
+
+    Not a client error: logic catches it (a replayed event, a concurrent writer).
+    """

@@ -1,0 +1,215 @@
+"""The interfaces the service logic needs. Adapters implement them with boto3; the local stack
+implements the ones that differ from AWS (the Batch gateway) and tests implement fakes.
+
+Every method documents the errors it raises; none returns a DynamoDB item or a boto3 response.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from decimal import Decimal
+from typing import Protocol
+
+from functions.domain.credits import Charge
+from functions.domain.jobs import Account, Job, LedgerEntry, Transition
+from functions.domain.machine_classes import GeoZone
+from functions.domain.status import JobStatus
+
+Clock = Callable[[], datetime]
+"""Returns the current time as an aware UTC datetime."""
+
+
+class JobRepository(Protocol):
+    """Jobs, accounts and the ledger (one DynamoDB store, so money moves in one transaction)."""
+
+    def create_job(self, job: Job) -> None:
+        """Write a new job. Raises ``ConditionFailed`` when ``job_id`` exists."""
+
+    def delete_job(self, job_id: str) -> None:
+        """Remove a job that never reached AWS Batch (compensation of a failed submit)."""
+
+    def get_job(self, job_id: str) -> Job | None:
+        """The job, or None."""
+
+    def list_jobs(
+        self, account_id: str, status: JobStatus | None, limit: int, next_token: str | None
+    ) -> tuple[list[Job], str | None]:
+        """An account's top-level jobs, newest first, and the token of the next page (or None).
+
+        Raises ``ValidationFailed`` (``field="nextToken"``) for a token this store did not issue.
+        """
+
+    def set_batch_job_id(self, job_id: str, batch_job_id: str) -> None:
+        """Record the AWS Batch job id returned by SubmitJob (no-op if an event recorded it first)."""
+
+    def save_transition(self, transition: Transition, now: datetime) -> None:
+        """Store a non-final transition. Raises ``ConditionFailed`` when the stored job moved since
+        ``transition.before`` was read (a concurrent or replayed event)."""
+
+    def settle(self, transition: Transition, charge: Charge, entry: LedgerEntry | None, now: datetime) -> None:
+        """Store a final transition with its charge in one transaction: the job update, the ledger
+        entry (deterministic id, written only if absent) and the balance change.
+
+        Raises ``ConditionFailed`` when the job moved since read, the entry exists, or the balance
+        changed below the charge (the caller re-reads and retries).
+        """
+
+    def set_termination_reason(self, job_id: str, reason: str) -> Job | None:
+        """Record why the service is terminating a job, unless it is final or already has one.
+
+        Returns the job after the write, or None when nothing was written.
+        """
+
+    def claim_notification(self, job_id: str, key: str) -> bool:
+        """Add ``key`` to the job's sent set; True only for the writer that added it."""
+
+    def release_notification(self, job_id: str, key: str) -> None:
+        """Remove ``key`` after a failed publish, so a retry can claim it again."""
+
+    def list_metered_jobs(self) -> Iterable[Job]:
+        """Jobs that are Starting or Running (a sparse index: cost grows with running jobs only)."""
+
+    def raise_credits_spent(self, job_id: str, credits: Decimal) -> bool:
+        """Set ``creditsSpent`` to ``credits`` if the job is Running and it would not lower it."""
+
+    def get_account(self, account_id: str) -> Account | None:
+        """The account, or None."""
+
+    def create_account(self, account: Account, now: datetime) -> Account:
+        """Create the account if absent (with a ``grant`` entry for a positive starting balance);
+        returns what is stored."""
+
+    def list_ledger(self, account_id: str, start: datetime | None, end: datetime | None) -> list[LedgerEntry]:
+        """An account's ledger entries in ``[start, end)``, newest first."""
+
+
+@dataclass(frozen=True, slots=True)
+class StoredObject:
+    """An object in a zone's bucket: key relative to the bucket, size in bytes."""
+
+    key: str
+    size: int
+
+
+class BlobStore(Protocol):
+    """A geo zone's S3 bucket (``inputs/``, ``outputs/``, each expiring after 14 days)."""
+
+    def put(self, key: str, data: bytes, content_type: str) -> None:
+        """Store ``data`` at ``key``. Raises ``DependencyFailed`` on an S3 error."""
+
+    def get(self, key: str, max_bytes: int | None = None) -> bytes | None:
+        """The object's bytes, or None when absent. Raises ``PayloadTooLarge`` over ``max_bytes``."""
+
+    def size(self, key: str) -> int | None:
+        """The object's size in bytes, or None when absent."""
+
+    def list(self, prefix: str) -> list[StoredObject]:
+        """Objects under ``prefix``."""
+
+    def delete_prefix(self, prefix: str) -> int:
+        """Delete every object under ``prefix``; returns how many."""
+
+    def presigned_get(self, key: str, expires_seconds: int) -> str:
+        """A presigned GET URL for ``key``, valid ``expires_seconds``."""
+
+
+@dataclass(frozen=True, slots=True)
+class BatchSubmission:
+    """What the service asks AWS Batch to run (SubmitJob's parameters, in the service's terms).
+
+    ``memory_mib`` and ``vcpus``/``gpus`` become ``containerOverrides.resourceRequirements``;
+    ``timeout_seconds`` becomes ``timeout.attemptDurationSeconds`` (AWS minimum 60 s).
+    """
+
+    job_name: str
+    job_queue: str
+    job_definition: str
+    vcpus: int
+    memory_mib: int
+    gpus: int
+    environment: Mapping[str, str]
+    timeout_seconds: int | None = None
+    tags: Mapping[str, str] = field(default_factory=dict)
+
+
+class BatchGateway(Protocol):
+    """AWS Batch in one geo zone's region, or the local executor that stands in for it."""
+
+    def submit_job(self, submission: BatchSubmission) -> str:
+        """Submit; returns the Batch job id. Raises ``DependencyFailed`` when Batch refuses."""
+
+    def terminate_job(self, batch_job_id: str, reason: str) -> None:
+        """Terminate a job in any non-final Batch status; ``reason`` becomes its statusReason."""
+
+
+@dataclass(frozen=True, slots=True)
+class LogEvent:
+    """One line of a job's console log."""
+
+    timestamp: datetime
+    message: str
+
+
+class LogReader(Protocol):
+    """A geo zone's CloudWatch Logs group of job console output."""
+
+    def read(self, log_stream_name: str, since: datetime | None, limit: int) -> list[LogEvent]:
+        """Up to ``limit`` events of the stream from ``since`` on, oldest first ([] if no stream)."""
+
+
+@dataclass(frozen=True, slots=True)
+class OutgoingNotification:
+    """A message to one person by one method.
+
+    ``to`` is the address (email or E.164 phone) and is masked wherever it is logged.
+    """
+
+    job_id: str
+    account_id: str
+    event: str
+    method: str
+    to: str
+    subject: str
+    message: str
+    at: datetime
+
+
+class Notifier(Protocol):
+    """SNS: Email through the topic filtered by ``accountId``, SMS straight to the phone."""
+
+    def send(self, notification: OutgoingNotification) -> None:
+        """Publish. Raises ``DependencyFailed`` when SNS refuses."""
+
+
+@dataclass(frozen=True, slots=True)
+class BatchRoute:
+    """The job queue and job definition a (zone, machine class) runs on."""
+
+    job_queue: str
+    job_definition: str
+
+
+@dataclass(frozen=True, slots=True)
+class ZoneServices:
+    """What the service uses in one geo zone's region."""
+
+    blobs: BlobStore
+    batch: BatchGateway
+    logs: LogReader
+    routes: Mapping[str, BatchRoute]
+    bucket: str
+    region: str
+
+
+@dataclass(frozen=True, slots=True)
+class Services:
+    """Everything a handler needs, built once per Lambda cold start (or by the local stack / tests)."""
+
+    store: JobRepository
+    notifier: Notifier
+    zones: Mapping[GeoZone, ZoneServices]
+    clock: Clock
+    idempotency_table: str | None = None
+    allowed_zones: Sequence[GeoZone] = ()
