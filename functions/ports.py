@@ -48,7 +48,9 @@ class JobRepository(Protocol):
         """Store a non-final transition. Raises ``ConditionFailed`` when the stored job moved since
         ``transition.before`` was read (a concurrent or replayed event)."""
 
-    def settle(self, transition: Transition, charge: Charge, entry: LedgerEntry | None, now: datetime) -> None:
+    def settle(
+        self, transition: Transition, charge: Charge, entry: LedgerEntry | None, now: datetime
+    ) -> None:
         """Store a final transition with its charge in one transaction: the job update, the ledger
         entry (deterministic id, written only if absent) and the balance change.
 

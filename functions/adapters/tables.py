@@ -68,3 +68,43 @@ LEDGER = TableSpec(
 IDEMPOTENCY = TableSpec(logical_name="Idempotency", partition_key="id", ttl_attribute="expiration")
 
 ALL_TABLES = (JOBS, ACCOUNTS, LEDGER, IDEMPOTENCY)
+
+
+def create_table_request(spec: TableSpec, table_name: str) -> dict[str, object]:
+    """DynamoDB ``CreateTable`` parameters (on-demand) for ``spec`` under ``table_name``.
+
+    The local stack and the integration tests create their moto tables with this; the CDK app
+    builds the same keys and indexes from the same spec.
+    """
+
+    def key_schema(partition: str, sort: str | None) -> list[dict[str, str]]:
+        keys = [{"AttributeName": partition, "KeyType": "HASH"}]
+        return keys + ([{"AttributeName": sort, "KeyType": "RANGE"}] if sort else [])
+
+    request: dict[str, object] = {
+        "TableName": table_name,
+        "BillingMode": "PAY_PER_REQUEST",
+        "AttributeDefinitions": [{"AttributeName": n, "AttributeType": "S"} for n in spec.attribute_names()],
+        "KeySchema": key_schema(spec.partition_key, spec.sort_key),
+    }
+    gsis = [i for i in spec.indexes if not i.local]
+    lsis = [i for i in spec.indexes if i.local]
+    if gsis:
+        request["GlobalSecondaryIndexes"] = [
+            {
+                "IndexName": i.name,
+                "KeySchema": key_schema(i.partition_key, i.sort_key),
+                "Projection": {"ProjectionType": i.projection},
+            }
+            for i in gsis
+        ]
+    if lsis:
+        request["LocalSecondaryIndexes"] = [
+            {
+                "IndexName": i.name,
+                "KeySchema": key_schema(i.partition_key, i.sort_key),
+                "Projection": {"ProjectionType": i.projection},
+            }
+            for i in lsis
+        ]
+    return request

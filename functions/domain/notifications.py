@@ -23,7 +23,14 @@ from typing import Any
 from functions.domain.errors import ValidationFailed
 from functions.domain.status import JobStatus
 
-STATUS_EVENTS = ("JobStarting", "JobStarted", "JobCompleted", "JobSucceeded", "JobTerminated", "JobStatusChanged")
+STATUS_EVENTS = (
+    "JobStarting",
+    "JobStarted",
+    "JobCompleted",
+    "JobSucceeded",
+    "JobTerminated",
+    "JobStatusChanged",
+)
 PERIODIC_EVENTS = ("Hourly", "Daily")
 PARAMETERIZED_EVENTS = ("HoursElapsed", "JobCreditsUsed")
 METHODS = ("Email", "SMS")
@@ -71,7 +78,11 @@ class NotificationRule:
 
 AUTOMATIC_RULES: tuple[NotificationRule, ...] = (
     NotificationRule(
-        events=(EventSpec("JobStarting"), EventSpec("JobCompleted"), EventSpec("JobCreditsUsed", Decimal(20000))),
+        events=(
+            EventSpec("JobStarting"),
+            EventSpec("JobCompleted"),
+            EventSpec("JobCreditsUsed", Decimal(20000)),
+        ),
         methods=("Email",),
     ),
 )
@@ -92,14 +103,18 @@ def _parse_event(raw: Any, path: str) -> EventSpec:
     if isinstance(raw, dict) and len(raw) == 1:
         ((name, value),) = raw.items()
         if name not in PARAMETERIZED_EVENTS:
-            raise ValidationFailed(f"Unknown notification event {name!r}; valid events are: {valid}.", field=path)
+            raise ValidationFailed(
+                f"Unknown notification event {name!r}; valid events are: {valid}.", field=path
+            )
         field = f"{path}.{name}"
         if isinstance(value, bool) or not isinstance(value, int | float | str | Decimal):
             raise ValidationFailed(f"{name} must be a number greater than 0, got {value!r}.", field=field)
         try:
             number = Decimal(str(value))
         except InvalidOperation:
-            raise ValidationFailed(f"{name} must be a number greater than 0, got {value!r}.", field=field) from None
+            raise ValidationFailed(
+                f"{name} must be a number greater than 0, got {value!r}.", field=field
+            ) from None
         if not number.is_finite() or number <= 0:
             raise ValidationFailed(f"{name} must be a number greater than 0, got {value!r}.", field=field)
         return EventSpec(name, number)

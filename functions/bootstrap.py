@@ -1,0 +1,119 @@
+"""The composition root: builds the adapters once per Lambda cold start.
+
+Handlers get their ``Services`` from ``get_services()``. The local stack and tests build their own
+(with ``build_services`` and a local Batch gateway / notifier, or fakes) and ``install`` them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from functools import lru_cache
+
+import boto3
+from botocore.config import Config
+
+from functions.adapters.batch import AwsBatchGateway
+from functions.adapters.dynamodb import DynamoJobStore
+from functions.adapters.logs import CloudWatchLogReader
+from functions.adapters.s3 import S3BlobStore
+from functions.adapters.sns import SnsNotifier
+from functions.domain.machine_classes import GeoZone
+from functions.ports import BatchGateway, BatchRoute, Clock, Notifier, Services, ZoneServices
+from functions.settings import Settings, load_settings
+
+# Standard retry mode: exponential backoff with jitter on throttling and 5xx (botocore's own).
+_BOTO_CONFIG = Config(retries={"mode": "standard", "max_attempts": 5}, connect_timeout=5, read_timeout=30)
+
+
+def utc_now() -> datetime:
+    """The wall clock as an aware UTC datetime (the only clock read of the Lambdas)."""
+    return datetime.now(UTC)
+
+
+def build_services(
+    settings: Settings,
+    *,
+    session: boto3.Session | None = None,
+    batch_gateways: Mapping[GeoZone, BatchGateway] | None = None,
+    notifier: Notifier | None = None,
+    clock: Clock = utc_now,
+) -> Services:
+    """Build every adapter from ``settings``.
+
+    Parameters
+    ----------
+    settings : Settings
+        Table names, topic, zones.
+    session : boto3.Session | None
+        The session to make clients from (default: a new one from the environment).
+    batch_gateways : Mapping[GeoZone, BatchGateway] | None
+        Replaces AWS Batch per zone (the local stack's executor); default: AWS Batch clients.
+    notifier : Notifier | None
+        Replaces the SNS notifier (the local stack wraps it to also write its outbox).
+    clock : Clock
+        Source of "now".
+    """
+    session = session or boto3.Session()
+    dynamodb = session.client("dynamodb", region_name=settings.home_region, config=_BOTO_CONFIG)
+    store = DynamoJobStore(dynamodb, settings.jobs_table, settings.accounts_table, settings.ledger_table)
+    if notifier is None:
+        sns = session.client("sns", region_name=settings.home_region, config=_BOTO_CONFIG)
+        notifier = SnsNotifier(sns, settings.email_topic_arn)
+    zones: dict[GeoZone, ZoneServices] = {}
+    for zone, zone_settings in settings.zones.items():
+        region = zone_settings.region
+        s3 = session.client("s3", region_name=region, config=_BOTO_CONFIG)
+        logs = session.client("logs", region_name=region, config=_BOTO_CONFIG)
+        if batch_gateways is not None and zone in batch_gateways:
+            gateway = batch_gateways[zone]
+        else:
+            gateway = AwsBatchGateway(session.client("batch", region_name=region, config=_BOTO_CONFIG))
+        zones[zone] = ZoneServices(
+            blobs=S3BlobStore(s3, zone_settings.bucket),
+            batch=gateway,
+            logs=CloudWatchLogReader(logs, zone_settings.log_group),
+            routes={
+                name: BatchRoute(job_queue=r.job_queue, job_definition=r.job_definition)
+                for name, r in zone_settings.routes.items()
+            },
+            bucket=zone_settings.bucket,
+            region=region,
+        )
+    return Services(
+        store=store,
+        notifier=notifier,
+        zones=zones,
+        clock=clock,
+        idempotency_table=settings.idempotency_table,
+        allowed_zones=tuple(zones),
+    )
+
+
+@lru_cache(maxsize=1)
+def _from_environment() -> Services:
+    return build_services(load_settings())
+
+
+_installed: list[Services] = []
+
+
+def install(services: Services | None) -> None:
+    """Make ``services`` what every handler in this process uses (None: back to the environment's).
+
+    For the local stack and tests; a deployed Lambda never calls it.
+    """
+    _installed.clear()
+    if services is not None:
+        _installed.append(services)
+
+
+def get_services() -> Services:
+    """The installed services, else those built from the environment (once per cold start).
+
+    Raises
+    ------
+    functions.settings.SettingsError
+        When the environment is incomplete.
+    """
+    return _installed[0] if _installed else _from_environment()

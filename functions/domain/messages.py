@@ -1,0 +1,67 @@
+"""What a notification says: job name and id, event, status and reason, credits spent, elapsed time.
+
+Never user code, never a secret. SMS bodies stay within 140 characters.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from functions.domain.jobs import Job
+from functions.domain.notifications import DueNotification
+
+SMS_LIMIT = 140
+
+_HEADLINES = {
+    "JobStarting": "is starting",
+    "JobStarted": "is running",
+    "JobCompleted": "has completed",
+    "JobSucceeded": "succeeded",
+    "JobTerminated": "was terminated",
+    "JobStatusChanged": "changed status",
+}
+
+
+def format_elapsed(seconds: float) -> str:
+    """``3723`` → ``1h 2m 3s``; ``42`` → ``42s``."""
+    total = max(0, int(seconds))
+    hours, rest = divmod(total, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h {minutes}m {secs}s"
+    if minutes:
+        return f"{minutes}m {secs}s"
+    return f"{secs}s"
+
+
+def compose_status_message(job: Job, due: DueNotification, now: datetime) -> tuple[str, str]:
+    """The (subject, body) of a status notification.
+
+    Elapsed time runs from ``submittedAt`` to ``completedAt`` for a final job, else to ``now``.
+    For SMS the body is the subject line plus the credits, cut to 140 characters.
+    """
+    label = job.name or job.job_id
+    end = job.completed_at if job.is_final and job.completed_at else now
+    elapsed = format_elapsed((end - job.submitted_at).total_seconds())
+    subject = f"remote-batch: job {label} {_HEADLINES.get(due.event, due.event)} ({due.status.value})"
+    lines = [
+        f"Job: {label}",
+        f"Job id: {job.job_id}",
+        f"Event: {due.event}",
+        f"Status: {due.status.value}",
+    ]
+    if job.status_reason and due.status == job.status:
+        lines.append(f"Reason: {job.status_reason}")
+    lines += [
+        f"Machine class: {job.machine_class} in {job.geo_zone.value}",
+        f"Credits spent: {job.credits_spent}",
+        f"Elapsed since submission: {elapsed}",
+    ]
+    if due.method == "SMS":
+        reason = f" {job.status_reason}." if job.status_reason and due.status == job.status else ""
+        body = (
+            f"remote-batch {label}: {due.event} ({due.status.value}).{reason}"
+            f" {job.credits_spent} credits, {elapsed}."
+        )
+        return subject, body[:SMS_LIMIT]
+    return subject, "\n".join(lines) + "\n"

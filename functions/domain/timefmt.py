@@ -1,0 +1,42 @@
+"""Time formats: API.md's ISO 8601 UTC with ``Z``, and the sortable form the store keeps."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from functions.domain.errors import ValidationFailed
+
+
+def to_api_time(value: datetime | None) -> str | None:
+    """``2026-11-29T17:20:00Z`` (seconds precision), or None."""
+    if value is None:
+        return None
+    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def to_sortable(value: datetime) -> str:
+    """``2026-11-29T17:20:00.123Z``: fixed width, so strings sort as times (DynamoDB sort keys)."""
+    value = value.astimezone(UTC)
+    return value.strftime("%Y-%m-%dT%H:%M:%S.") + f"{value.microsecond // 1000:03d}Z"
+
+
+def from_sortable(text: str) -> datetime:
+    """Inverse of ``to_sortable`` (also accepts ``to_api_time``'s form)."""
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).astimezone(UTC)
+
+
+def parse_query_time(text: str, field: str) -> datetime:
+    """Parse an ISO 8601 time from a query string; naive times are taken as UTC.
+
+    Raises
+    ------
+    ValidationFailed
+        Naming ``field`` when ``text`` is not an ISO 8601 time.
+    """
+    try:
+        value = datetime.fromisoformat(text.strip().replace("Z", "+00:00").replace(" ", "+"))
+    except ValueError:
+        raise ValidationFailed(
+            f"{field} must be an ISO 8601 time like 2026-11-29T17:20:00Z, got {text!r}.", field=field
+        ) from None
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)

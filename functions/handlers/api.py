@@ -1,0 +1,366 @@
+"""api Lambda: the HTTP API of API.md behind API Gateway (REST, proxy integration).
+
+Routes parse and validate (powertools ``APIGatewayRestResolver`` with pydantic models), call one
+logic function, and answer with the API's models. Every failure, whatever its source, answers
+API.md's one error body; the mapping lives here, in the exception handlers.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal
+
+from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Depends, Response, content_types
+from aws_lambda_powertools.event_handler.exceptions import NotFoundError
+from aws_lambda_powertools.event_handler.openapi.exceptions import RequestValidationError
+from aws_lambda_powertools.event_handler.openapi.params import Body, Header, Query
+from aws_lambda_powertools.utilities.idempotency import (
+    DynamoDBPersistenceLayer,
+    IdempotencyConfig,
+    idempotent_function,
+)
+from aws_lambda_powertools.utilities.idempotency.exceptions import (
+    IdempotencyAlreadyInProgressError,
+    IdempotencyValidationError,
+)
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from functions.bootstrap import get_services
+from functions.domain.errors import (
+    Conflict,
+    PayloadTooLarge,
+    ServiceError,
+    Unauthorized,
+    ValidationFailed,
+)
+from functions.domain.jobs import PayloadKind
+from functions.domain.machine_classes import MACHINE_CLASSES
+from functions.domain.status import JobStatus
+from functions.domain.timefmt import parse_query_time
+from functions.handlers.api_models import (
+    AccountView,
+    ErrorBody,
+    ErrorDetail,
+    HealthView,
+    JobListView,
+    JobLogView,
+    JobResultView,
+    JobView,
+    MachineClassesView,
+    SubmitJobBody,
+    account_view,
+    job_view,
+    log_event_view,
+    machine_class_view,
+)
+from functions.logic import queries, submission
+from functions.ports import Services
+
+logger = Logger(service="remote-batch")
+tracer = Tracer(service="remote-batch")
+metrics = Metrics(namespace="RemoteBatch", service="remote-batch")
+app = APIGatewayRestResolver(enable_validation=True)
+
+MAX_INLINE_BODY_BYTES = 5 * 1024 * 1024
+IDEMPOTENCY_SECONDS = 24 * 3600
+API_TITLE = "remote-batch"
+API_VERSION = "1"
+
+
+# -- errors: one body for every failure ---------------------------------------------------------------
+def error_response(status: int, code: str, message: str, field: str | None = None) -> Response[str]:
+    """API.md's error body ``{"error": {"code", "message", "field"}}`` with ``status``."""
+    body = ErrorBody(error=ErrorDetail(code=code, message=message, field=field))
+    return Response(status, content_types.APPLICATION_JSON, body.model_dump_json())
+
+
+def _field_path(location: tuple[Any, ...] | list[Any]) -> str | None:
+    parts = list(location)
+    if parts and parts[0] in ("body", "query", "path", "header"):
+        parts = parts[1:]
+    path = ""
+    for part in parts:
+        path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
+    return path or None
+
+
+def _validation_message(error: dict[str, Any], field: str | None) -> str:
+    kind = error.get("type", "")
+    if kind == "json_invalid":
+        return "The request body is not valid JSON."
+    if kind == "extra_forbidden":
+        return f"Unknown field {field!r}; see API.md for the fields this route takes."
+    if kind == "missing":
+        return f"{field} is required."
+    message = str(error.get("msg", "invalid value"))
+    message = message.removeprefix("Value error, ")
+    message = message[0].upper() + message[1:] if message else message
+    return f"{field}: {message}." if field else f"{message}."
+
+
+@app.exception_handler(RequestValidationError)
+def _on_request_validation(exc: RequestValidationError) -> Response[str]:
+    first = exc.errors()[0] if exc.errors() else {}
+    field = None if first.get("type") == "json_invalid" else _field_path(first.get("loc", ()))
+    return error_response(400, "ValidationError", _validation_message(first, field), field)
+
+
+@app.exception_handler(ServiceError)
+def _on_service_error(exc: ServiceError) -> Response[str]:
+    if exc.status >= 500:
+        logger.exception("request failed", code=exc.code)
+        return error_response(exc.status, exc.code, "The service failed to answer; try again shortly.")
+    return error_response(exc.status, exc.code, exc.message, exc.field)
+
+
+@app.not_found
+def _on_not_found(exc: NotFoundError) -> Response[str]:
+    event = app.current_event
+    return error_response(404, "NotFound", f"No route {event.http_method} {event.path}.")
+
+
+@app.exception_handler(Exception)
+def _on_bug(exc: Exception) -> Response[str]:
+    logger.exception("unhandled error")
+    return error_response(500, "InternalError", "The service failed to answer; try again shortly.")
+
+
+# -- identity ----------------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Caller:
+    """Who is calling: the account (Cognito ``sub``), its roles and email claim."""
+
+    account_id: str
+    roles: tuple[str, ...]
+    email: str | None
+
+
+def current_caller() -> Caller:
+    """The caller from the authorizer's claims (Cognito; the local gateway mints the same shape).
+
+    Raises
+    ------
+    Unauthorized
+        No authorizer claims: the request did not pass an authorizer.
+    """
+    claims = app.current_event.request_context.authorizer.claims or {}
+    account_id = claims.get("sub")
+    if not account_id:
+        raise Unauthorized("A valid Authorization: Bearer <token> header is required.")
+    raw_groups = str(claims.get("cognito:groups") or "")
+    groups = [g for g in raw_groups.strip("[]").replace(",", " ").split() if g]
+    return Caller(account_id=str(account_id), roles=("user", *groups), email=claims.get("email"))
+
+
+ServicesDep = Annotated[Services, Depends(get_services)]
+CallerDep = Annotated[Caller, Depends(current_caller)]
+
+
+# -- routes ------------------------------------------------------------------------------------------
+@app.get("/health", summary="Liveness: 200 once the stack takes jobs (no auth)")
+def health() -> HealthView:
+    return HealthView(status="ok")
+
+
+@app.get("/openapi.json", summary="This API's OpenAPI 3.1 document")
+def openapi_document() -> Response[str]:
+    document = app.get_openapi_json_schema(title=API_TITLE, version=API_VERSION)
+    return Response(200, content_types.APPLICATION_JSON, document)
+
+
+@app.get("/machine-classes", summary="Machine classes with their credits per hour")
+def list_machine_classes(caller: CallerDep) -> MachineClassesView:
+    return MachineClassesView(machineClasses=[machine_class_view(m) for m in MACHINE_CLASSES.values()])
+
+
+def _job_request(body: SubmitJobBody) -> submission.JobRequest:
+    if body.arrayItems is not None:
+        raise ValidationFailed(
+            "Array jobs are not supported yet; submit one job per item.", field="arrayItems"
+        )
+    payload: str | list[str]
+    if body.code is not None:
+        kind, payload = PayloadKind.CODE, body.code
+    elif body.command is not None:
+        kind, payload = PayloadKind.COMMAND, body.command
+    else:
+        kind, payload = PayloadKind.PICKLE, body.pickle or ""
+    return submission.JobRequest(
+        payload_kind=kind,
+        payload=payload,
+        name=body.name,
+        machine_class=body.machineClass,
+        geo_zone=body.geoZone,
+        credit_constraint=body.creditConstraint,
+        time_constraint=body.timeConstraint,
+        notifications=body.notifications,
+    )
+
+
+_idempotent_submitters: dict[str, Any] = {}
+
+
+def _idempotent_submit(services: Services) -> Any:
+    """``submit`` wrapped by powertools idempotency (one persistence layer per table)."""
+    table = services.idempotency_table or ""
+    if table not in _idempotent_submitters:
+        persistence = DynamoDBPersistenceLayer(table_name=table)
+        config = IdempotencyConfig(
+            event_key_jmespath="key",
+            payload_validation_jmespath="body",
+            expires_after_seconds=IDEMPOTENCY_SECONDS,
+            raise_on_no_idempotency_key=True,
+        )
+
+        @idempotent_function(data_keyword_argument="request", persistence_store=persistence, config=config)
+        def submit_once(request: dict[str, Any]) -> dict[str, str]:
+            body = SubmitJobBody.model_validate(request["body"])
+            job = submission.submit_job(
+                get_services(), request["accountId"], _job_request(body), get_services().clock()
+            )
+            return {"jobId": job.job_id}
+
+        _idempotent_submitters[table] = (submit_once, config)
+    return _idempotent_submitters[table]
+
+
+_ACCEPTED_JOB: dict[int, Any] = {202: {"description": "Accepted", "content": {"application/json": {"model": JobView}}}}
+
+
+@app.post("/jobs", summary="Submit a job", responses=_ACCEPTED_JOB)
+def submit_job(
+    body: Annotated[SubmitJobBody, Body()],
+    services: ServicesDep,
+    caller: CallerDep,
+    idempotency_key: Annotated[
+        str | None, Header(alias="Idempotency-Key", min_length=1, max_length=128)
+    ] = None,
+) -> Response[JobView]:
+    now = services.clock()
+    if idempotency_key is None:
+        job = submission.submit_job(services, caller.account_id, _job_request(body), now)
+        return Response(202, content_types.APPLICATION_JSON, job_view(job))
+    _job_request(body)  # refuse what can never run before recording the key
+    submit_once, config = _idempotent_submit(services)
+    config.register_lambda_context(app.lambda_context)
+    request = {
+        "key": f"{caller.account_id}#{idempotency_key}",
+        "accountId": caller.account_id,
+        "body": json.loads(body.model_dump_json(exclude_unset=True)),
+    }
+    try:
+        outcome = submit_once(request=request)
+    except IdempotencyValidationError:
+        raise Conflict(
+            "This Idempotency-Key was used with a different body in the last 24 h; use a new key.",
+            field="Idempotency-Key",
+        ) from None
+    except IdempotencyAlreadyInProgressError:
+        raise Conflict(
+            "A request with this Idempotency-Key is still being processed; retry shortly."
+        ) from None
+    job = submission.get_owned_job(services, caller.account_id, outcome["jobId"])
+    return Response(202, content_types.APPLICATION_JSON, job_view(job))
+
+
+@app.get("/jobs", summary="This account's jobs, newest first")
+def list_jobs(
+    services: ServicesDep,
+    caller: CallerDep,
+    status: Annotated[JobStatus | None, Query()] = None,
+    limit: Annotated[int, Query(ge=1, le=100)] = 50,
+    nextToken: Annotated[str | None, Query()] = None,
+) -> JobListView:
+    jobs, token = services.store.list_jobs(caller.account_id, status, limit, nextToken)
+    return JobListView(jobs=[job_view(j) for j in jobs], nextToken=token)
+
+
+@app.get("/jobs/<jobId>", summary="One job")
+def get_job(jobId: str, services: ServicesDep, caller: CallerDep) -> JobView:
+    return job_view(submission.get_owned_job(services, caller.account_id, jobId))
+
+
+@app.post("/jobs/<jobId>/abort", summary="Abort a job that is not final", responses=_ACCEPTED_JOB)
+def abort_job(jobId: str, services: ServicesDep, caller: CallerDep) -> Response[JobView]:
+    job = submission.abort_job(services, caller.account_id, jobId)
+    return Response(202, content_types.APPLICATION_JSON, job_view(job))
+
+
+@app.get("/jobs/<jobId>/result", summary="A final job's result (EvaluationResult)")
+def get_result(
+    jobId: str,
+    services: ServicesDep,
+    caller: CallerDep,
+    format: Annotated[Literal["json", "pickle"], Query()] = "json",
+) -> JobResultView:
+    result = queries.get_result(services, caller.account_id, jobId, services.clock(), format == "pickle")
+    if format == "pickle":
+        extra = {"pickle": result.pickle} if result.pickle is not None else {"resultUrl": result.result_url}
+        return JobResultView.model_validate({"jobId": jobId, "messages": list(result.messages), **extra})
+    view: dict[str, Any] = {
+        "jobId": jobId,
+        "resultRepr": result.result_repr,
+        "messages": list(result.messages),
+    }
+    if result.inline:
+        view["result"] = result.result
+    else:
+        view["resultUrl"] = result.result_url
+    return JobResultView.model_validate(view)
+
+
+@app.get("/jobs/<jobId>/log", summary="The job container's console log (json, text or csv)")
+def get_log(
+    jobId: str,
+    services: ServicesDep,
+    caller: CallerDep,
+    format: Annotated[Literal["json", "text", "csv"], Query()] = "json",
+    since: Annotated[str | None, Query(description="ISO 8601 time")] = None,
+) -> Response[Any]:
+    start = parse_query_time(since, "since") if since else None
+    events = [
+        log_event_view(e)
+        for e in queries.get_log(services, caller.account_id, jobId, start, services.clock())
+    ]
+    if format == "text":
+        text = "\n".join(e.message for e in events) + ("\n" if events else "")
+        return Response(200, "text/plain; charset=utf-8", text)
+    if format == "csv":
+        out = io.StringIO()
+        writer = csv.writer(out, lineterminator="\n")
+        writer.writerow(["timestamp", "message"])
+        writer.writerows([e.timestamp, e.message] for e in events)
+        return Response(200, "text/csv; charset=utf-8", out.getvalue())
+    return Response(200, content_types.APPLICATION_JSON, JobLogView(jobId=jobId, events=events))
+
+
+@app.get("/account", summary="The caller's account and credit balance")
+def get_account(services: ServicesDep, caller: CallerDep) -> AccountView:
+    account = queries.get_or_create_account(
+        services, caller.account_id, caller.email, caller.roles, services.clock()
+    )
+    return account_view(account)
+
+
+# -- entry point -------------------------------------------------------------------------------------
+@metrics.log_metrics
+@tracer.capture_lambda_handler
+@logger.inject_lambda_context(clear_state=True)
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    """API Gateway REST proxy event → proxy response."""
+    body = event.get("body") or ""
+    size = len(body) * 3 // 4 if event.get("isBase64Encoded") else len(body.encode())
+    if size > MAX_INLINE_BODY_BYTES:
+        exc = PayloadTooLarge("The request body is over 5 MiB; upload large inputs through an upload URL.")
+        detail = ErrorDetail(code=exc.code, message=exc.message, field=None)
+        return {
+            "statusCode": exc.status,
+            "headers": {"Content-Type": content_types.APPLICATION_JSON},
+            "body": ErrorBody(error=detail).model_dump_json(),
+            "isBase64Encoded": False,
+        }
+    return app.resolve(event, context)

@@ -1,0 +1,241 @@
+"""The HTTP API's models (API.md), and their mapping from domain objects.
+
+One model per layer: these are what clients see; domain objects never leave the handler unmapped.
+The OpenAPI document at ``GET /openapi.json`` is generated from these same models.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, model_validator
+
+from functions.domain.jobs import Account, Job, LedgerEntry
+from functions.domain.machine_classes import MachineClass
+from functions.domain.notifications import rules_to_json
+from functions.domain.timefmt import to_api_time
+from functions.ports import LogEvent
+
+
+def _credits_json(value: Decimal) -> float:
+    # A quantized Decimal (≤ 4 places, < 1e11) round-trips exactly through a float's shortest repr,
+    # so clients get a JSON number that reads back as the same decimal.
+    return float(value)
+
+
+Credits = Annotated[Decimal, PlainSerializer(_credits_json, return_type=float, when_used="json")]
+
+JobStatusName = Literal["Queued", "Starting", "Running", "Succeeded", "Terminated"]
+
+
+class SubmitJobBody(BaseModel):
+    """``POST /jobs`` body: exactly one of ``code``, ``command``, ``pickle``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    code: str | None = Field(default=None, description="Python source; its last expression is the result.")
+    command: list[str] | None = Field(
+        default=None, min_length=1, description="argv run in the job container."
+    )
+    pickle: str | None = Field(
+        default=None, min_length=1, description="base64 cloudpickle of (fn, args, kwargs)."
+    )
+    name: str | None = Field(default=None, min_length=1, max_length=128)
+    machineClass: str = Field(default="Basic1x8", description="A name from GET /machine-classes.")
+    geoZone: str = Field(default="Automatic", description="Automatic | UnitedStates | EuropeanUnion.")
+    creditConstraint: Decimal | None = Field(
+        default=None, gt=0, decimal_places=4, description="Most credits the job may spend (null: no cap)."
+    )
+    timeConstraint: int | None = Field(default=None, gt=0, description="Most seconds of Running time.")
+    notifications: Any = Field(default="Automatic", description="See API.md Notifications.")
+    arrayItems: list[Any] | None = Field(default=None, description="Array jobs: not supported yet.")
+
+    @model_validator(mode="after")
+    def _exactly_one_payload(self) -> SubmitJobBody:
+        given = [name for name in ("code", "command", "pickle") if getattr(self, name) is not None]
+        if len(given) != 1:
+            found = ", ".join(given) if given else "none of them"
+            raise ValueError(f"give exactly one of code, command or pickle (found: {found})")
+        return self
+
+
+class JobView(BaseModel):
+    """``Job`` of API.md, what every job route returns."""
+
+    jobId: str
+    name: str | None
+    type: Literal["Single", "Array", "ArrayChild"]
+    parentJobId: str | None
+    arrayIndex: int | None
+    arraySize: int | None
+    status: JobStatusName
+    statusReason: str | None
+    machineClass: str
+    geoZone: str
+    creditConstraint: Credits | None
+    timeConstraint: int | None
+    notifications: list[dict[str, Any]]
+    creditsSpent: Credits
+    exitCode: int | None
+    submittedAt: str
+    startedAt: str | None
+    completedAt: str | None
+    expiresAt: str
+    childStatusCounts: dict[str, int] | None
+
+
+class JobListView(BaseModel):
+    """``GET /jobs``: a page of jobs, newest first."""
+
+    jobs: list[JobView]
+    nextToken: str | None
+
+
+class JobResultView(BaseModel):
+    """``GET /jobs/{jobId}/result`` (``EvaluationResult``)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    jobId: str
+    result: Any = None
+    resultRepr: str | None = None
+    messages: list[str] = Field(default_factory=list)
+
+
+class LogEventView(BaseModel):
+    """One line of a job's log."""
+
+    timestamp: str
+    message: str
+
+
+class JobLogView(BaseModel):
+    """``GET /jobs/{jobId}/log?format=json`` (``JobLogData``)."""
+
+    jobId: str
+    events: list[LogEventView]
+
+
+class MachineClassView(BaseModel):
+    """A machine class with its price."""
+
+    name: str
+    vcpus: int
+    memoryGiB: int
+    gpus: int
+    gpuType: str | None
+    creditsPerHour: Credits
+
+
+class MachineClassesView(BaseModel):
+    """``GET /machine-classes``."""
+
+    machineClasses: list[MachineClassView]
+
+
+class AccountView(BaseModel):
+    """``GET /account``."""
+
+    accountId: str
+    creditBalance: Credits
+    email: str | None
+    phone: str | None
+    roles: list[str]
+
+
+class LedgerEntryView(BaseModel):
+    """One ledger entry of ``GET /account/usage``."""
+
+    at: str
+    kind: Literal["charge", "grant", "refund"]
+    credits: Credits
+    jobId: str | None
+    balanceAfter: Credits
+
+
+class HealthView(BaseModel):
+    """``GET /health``."""
+
+    status: Literal["ok"]
+
+
+class ErrorDetail(BaseModel):
+    """The one error body of every failure."""
+
+    code: str
+    message: str
+    field: str | None
+
+
+class ErrorBody(BaseModel):
+    """``{"error": {"code", "message", "field"}}``."""
+
+    error: ErrorDetail
+
+
+def job_view(job: Job) -> JobView:
+    """Map a domain job to the API's ``Job``."""
+    return JobView(
+        jobId=job.job_id,
+        name=job.name,
+        type=job.type.value,
+        parentJobId=job.parent_job_id,
+        arrayIndex=job.array_index,
+        arraySize=job.array_size,
+        status=job.status.value,
+        statusReason=job.status_reason,
+        machineClass=job.machine_class,
+        geoZone=job.geo_zone.value,
+        creditConstraint=job.credit_constraint,
+        timeConstraint=job.time_constraint,
+        notifications=rules_to_json(job.notifications),
+        creditsSpent=job.credits_spent,
+        exitCode=job.exit_code,
+        submittedAt=to_api_time(job.submitted_at) or "",
+        startedAt=to_api_time(job.started_at),
+        completedAt=to_api_time(job.completed_at),
+        expiresAt=to_api_time(job.expires_at) or "",
+        childStatusCounts=job.child_status_counts,
+    )
+
+
+def machine_class_view(machine: MachineClass) -> MachineClassView:
+    """Map a machine class to the API's ``MachineClass``."""
+    return MachineClassView(
+        name=machine.name,
+        vcpus=machine.vcpus,
+        memoryGiB=machine.memory_gib,
+        gpus=machine.gpus,
+        gpuType=machine.gpu_type,
+        creditsPerHour=machine.credits_per_hour,
+    )
+
+
+def account_view(account: Account) -> AccountView:
+    """Map an account to the API's account body."""
+    return AccountView(
+        accountId=account.account_id,
+        creditBalance=account.credit_balance,
+        email=account.email,
+        phone=account.phone,
+        roles=list(account.roles),
+    )
+
+
+def log_event_view(event: LogEvent) -> LogEventView:
+    """Map a log line; timestamps keep milliseconds (``...T17:20:00.123Z``) to order lines."""
+    stamp = event.timestamp
+    text = stamp.strftime("%Y-%m-%dT%H:%M:%S.") + f"{stamp.microsecond // 1000:03d}Z"
+    return LogEventView(timestamp=text, message=event.message)
+
+
+def ledger_entry_view(entry: LedgerEntry) -> LedgerEntryView:
+    """Map a ledger entry."""
+    return LedgerEntryView(
+        at=to_api_time(entry.at) or "",
+        kind=entry.kind.value,
+        credits=entry.credits,
+        jobId=entry.job_id,
+        balanceAfter=entry.balance_after,
+    )

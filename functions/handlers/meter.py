@@ -1,0 +1,27 @@
+"""meter Lambda: the 1-minute EventBridge schedule → ``creditsSpent`` of running jobs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from functions.bootstrap import get_services
+from functions.logic.metering import meter_tick
+
+logger = Logger(service="remote-batch")
+tracer = Tracer(service="remote-batch")
+metrics = Metrics(namespace="RemoteBatch", service="remote-batch")
+
+
+@metrics.log_metrics
+@tracer.capture_lambda_handler
+@logger.inject_lambda_context(clear_state=True)
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    """One meter tick (the event's content is not used: the tick reads its own clock)."""
+    services = get_services()
+    report = meter_tick(services, services.clock())
+    metrics.add_metric(name="MeteredJobs", unit=MetricUnit.Count, value=report.metered)
+    return {"metered": report.metered, "updated": report.updated}

@@ -1,0 +1,1 @@
+"""Use cases: each takes the ``Services`` ports, a time and domain values, and returns domain values."""

@@ -1,0 +1,165 @@
+"""Applying ``Batch Job State Change`` events: forward-only status, timestamps, and the final charge.
+
+EventBridge delivers at least once, in no guaranteed order; AWS Batch may also retry an attempt.
+Every write is conditional on the event position it was computed from, so duplicates and late
+events change nothing, and the final transition, its ledger entry and the balance change are one
+transaction: a job is charged once, whatever the delivery does.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from datetime import datetime
+
+from aws_lambda_powertools import Logger
+
+from functions.domain.credits import settle_charge
+from functions.domain.errors import ConditionFailed, DependencyFailed, PayloadTooLarge
+from functions.domain.jobs import (
+    BatchJobState,
+    Job,
+    LedgerEntry,
+    LedgerKind,
+    Transition,
+    apply_batch_event,
+    charge_entry_id,
+    describe_failure,
+    ms_to_datetime,
+)
+from functions.domain.machine_classes import machine_class
+from functions.domain.status import is_known_batch_status
+from functions.logic.notifying import deliver_status_notifications
+from functions.ports import Services
+
+logger = Logger(child=True)
+
+MAX_WRITE_ATTEMPTS = 25
+MESSAGES_MAX_BYTES = 1024 * 1024
+
+
+def output_key(job_id: str, name: str) -> str:
+    """Key of one of the worker's outputs (``result.json``, ``messages.json``, ...)."""
+    return f"outputs/{job_id}/{name}"
+
+
+def read_error_summary(services: Services, job: Job) -> str | None:
+    """The worker's error line (``ZeroDivisionError: division by zero``) from ``messages.json``.
+
+    Only JSON is read: the Lambdas never unpickle or run user data. None when there is none.
+    """
+    try:
+        raw = services.zones[job.geo_zone].blobs.get(
+            output_key(job.job_id, "messages.json"), MESSAGES_MAX_BYTES
+        )
+    except (DependencyFailed, PayloadTooLarge):
+        logger.warning("messages unreadable", job_id=job.job_id)
+        return None
+    if raw is None:
+        return None
+    try:
+        error = json.loads(raw).get("error")
+    except (ValueError, AttributeError):
+        return None
+    if not isinstance(error, dict) or not error.get("type"):
+        return None
+    message = str(error.get("message") or "").strip()
+    return f"{error['type']}: {message}" if message else str(error["type"])
+
+
+def _settle(services: Services, transition: Transition, state: BatchJobState, now: datetime) -> None:
+    job = transition.after
+    account = services.store.get_account(job.account_id)
+    if account is None:
+        raise DependencyFailed(f"account {job.account_id} of job {job.job_id} is missing")
+    running_ms = state.running_ms if state.started_at_ms is not None else None
+    rate = machine_class(job.machine_class).credits_per_hour
+    charge = settle_charge(running_ms, rate, job.credit_constraint, account.credit_balance)
+    entry = None
+    if charge.credits > 0:
+        at = ms_to_datetime(state.stopped_at_ms) if state.stopped_at_ms is not None else now
+        entry = LedgerEntry(
+            entry_id=charge_entry_id(job.job_id),
+            account_id=job.account_id,
+            at=at,
+            kind=LedgerKind.CHARGE,
+            credits=charge.credits,
+            balance_after=account.credit_balance - charge.credits,
+            job_id=job.job_id,
+            unbilled=charge.unbilled,
+        )
+    services.store.settle(transition, charge, entry, now)
+    logger.info(
+        "job settled",
+        job_id=job.job_id,
+        status=job.status.value,
+        credits=str(charge.credits),
+        unbilled=str(charge.unbilled),
+    )
+
+
+def apply_job_state_change(services: Services, state: BatchJobState, now: datetime) -> Job | None:
+    """Apply one event to its job, settle it if final, then send what the job owes.
+
+    Parameters
+    ----------
+    services : Services
+        Ports.
+    state : BatchJobState
+        The event's detail; ``job_name`` is the service's job id.
+    now : datetime
+        The handler's clock (recorded as ``lastEventAt`` only; status times come from the event).
+
+    Returns
+    -------
+    Job | None
+        The job after the event, or None when the event is not for one of this service's jobs.
+
+    Raises
+    ------
+    DependencyFailed
+        When DynamoDB/SNS fail, or the write kept losing races (the event is retried by EventBridge).
+    """
+    if not is_known_batch_status(state.status):
+        logger.warning("unknown batch status ignored", status=state.status, batch_job_id=state.batch_job_id)
+        return None
+    for _ in range(MAX_WRITE_ATTEMPTS):
+        job = services.store.get_job(state.job_name)
+        if job is None:
+            logger.warning(
+                "event for unknown job ignored", job_name=state.job_name, batch_job_id=state.batch_job_id
+            )
+            return None
+        if job.batch_job_id and job.batch_job_id != state.batch_job_id:
+            logger.warning(
+                "event for another batch job ignored", job_id=job.job_id, batch_job_id=state.batch_job_id
+            )
+            return job
+        final_reason = None
+        if state.status == "FAILED" and not job.is_final:
+            summary = None if job.termination_reason else read_error_summary(services, job)
+            final_reason = describe_failure(
+                job, machine_class(job.machine_class), state.status_reason, state.exit_code, summary
+            )
+        transition = apply_batch_event(job, state, final_reason)
+        if transition is None:
+            break
+        try:
+            if transition.settles:
+                _settle(services, transition, state, now)
+            else:
+                services.store.save_transition(transition, now)
+        except ConditionFailed:
+            # Another event or a settlement of the same account won; back off with jitter, re-read.
+            logger.debug("transition lost a race; re-reading", job_id=job.job_id)
+            time.sleep(random.uniform(0, 0.02))  # noqa: S311 - jitter, not cryptography
+            continue
+        job = transition.after
+        logger.info("job status", job_id=job.job_id, status=job.status.value, batch_status=state.status)
+        break
+    else:
+        raise DependencyFailed(f"job {state.job_name} kept changing; the event will be retried")
+    fresh = services.store.get_job(job.job_id) or job
+    deliver_status_notifications(services, fresh, now)
+    return fresh

@@ -1,0 +1,132 @@
+"""Reading jobs, results, logs and accounts for their owner."""
+
+from __future__ import annotations
+
+import base64
+import json
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal
+from typing import Any
+
+from functions.domain.errors import Expired, JobNotFinished, NoOutput
+from functions.domain.jobs import Account, Job
+from functions.domain.status import JobStatus
+from functions.logic.job_events import output_key
+from functions.logic.submission import get_owned_job
+from functions.ports import LogEvent, Services
+
+INLINE_LIMIT_BYTES = 5 * 1024 * 1024
+PRESIGNED_SECONDS = 15 * 60
+MAX_LOG_EVENTS = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class JobResult:
+    """A final job's ``EvaluationResult``.
+
+    Exactly one of ``result`` (when ``inline``), ``result_url`` or ``pickle`` is meaningful:
+    ``result_url`` is a presigned GET (15 min) for a result over 5 MiB; ``pickle`` is base64.
+    """
+
+    job_id: str
+    result: Any = None
+    result_repr: str | None = None
+    messages: tuple[str, ...] = ()
+    inline: bool = True
+    result_url: str | None = None
+    pickle: str | None = None
+
+
+def _final_job_with_data(services: Services, account_id: str, job_id: str, now: datetime) -> Job:
+    job = get_owned_job(services, account_id, job_id)
+    if not job.is_final:
+        raise JobNotFinished(f"Job {job_id} is {job.status.value}; its result exists once it is final.")
+    if job.is_expired(now):
+        raise Expired(f"Job {job_id}'s outputs expired on its 14-day retention.")
+    return job
+
+
+def _messages(services: Services, job: Job) -> tuple[str, ...]:
+    raw = services.zones[job.geo_zone].blobs.get(output_key(job.job_id, "messages.json"), INLINE_LIMIT_BYTES)
+    if raw is None:
+        return ()
+    try:
+        messages = json.loads(raw).get("messages", [])
+    except (ValueError, AttributeError):
+        return ()
+    return tuple(str(m) for m in messages) if isinstance(messages, list) else ()
+
+
+def get_result(services: Services, account_id: str, job_id: str, now: datetime, as_pickle: bool) -> JobResult:
+    """``GET /jobs/{jobId}/result``.
+
+    Raises
+    ------
+    NotFound, JobNotFinished, Expired
+        As API.md says.
+    NoOutput
+        The job ended Terminated without output (e.g. never ran, or its CreditConstraint discarded it).
+    """
+    job = _final_job_with_data(services, account_id, job_id, now)
+    blobs = services.zones[job.geo_zone].blobs
+    no_output = NoOutput(
+        f"Job {job_id} ended {job.status.value} without output"
+        + (f": {job.status_reason}." if job.status_reason else ".")
+    )
+    if as_pickle:
+        key = output_key(job_id, "result.pickle")
+        size = blobs.size(key)
+        if size is None:
+            raise no_output
+        if size > INLINE_LIMIT_BYTES:
+            return JobResult(
+                job_id=job_id, inline=False, result_url=blobs.presigned_get(key, PRESIGNED_SECONDS)
+            )
+        data = blobs.get(key) or b""
+        return JobResult(job_id=job_id, pickle=base64.b64encode(data).decode())
+    key = output_key(job_id, "result.json")
+    size = blobs.size(key)
+    if size is None:
+        if job.status == JobStatus.TERMINATED:
+            raise no_output
+        return JobResult(job_id=job_id, result=None, result_repr="None", messages=_messages(services, job))
+    messages = _messages(services, job)
+    if size > INLINE_LIMIT_BYTES:
+        url = blobs.presigned_get(key, PRESIGNED_SECONDS)
+        return JobResult(job_id=job_id, inline=False, result_url=url, messages=messages)
+    document = json.loads(blobs.get(key) or b"{}")
+    return JobResult(
+        job_id=job_id,
+        result=document.get("result"),
+        result_repr=document.get("resultRepr"),
+        messages=messages,
+    )
+
+
+def get_log(
+    services: Services, account_id: str, job_id: str, since: datetime | None, now: datetime
+) -> list[LogEvent]:
+    """``GET /jobs/{jobId}/log``: the job container's console output, oldest first.
+
+    Raises ``NotFound`` or ``Expired`` (after ``expiresAt``). A job with no log stream yet has [].
+    """
+    job = get_owned_job(services, account_id, job_id)
+    if job.is_expired(now):
+        raise Expired(f"Job {job_id}'s log expired on its 14-day retention.")
+    if not job.log_stream_name:
+        return []
+    return services.zones[job.geo_zone].logs.read(job.log_stream_name, since, MAX_LOG_EVENTS)
+
+
+def get_or_create_account(
+    services: Services, account_id: str, email: str | None, roles: tuple[str, ...], now: datetime
+) -> Account:
+    """The caller's account; a first-time caller (a new Cognito user) gets an empty one."""
+    account = services.store.get_account(account_id)
+    if account is None:
+        account = services.store.create_account(
+            Account(account_id=account_id, credit_balance=Decimal(0), email=email, roles=roles),
+            now,
+        )
+    return account

@@ -1,0 +1,215 @@
+"""Submitting and aborting jobs.
+
+Submit writes the input to S3, the job to DynamoDB (conditional create), then calls Batch
+``SubmitJob`` and records its id. When Batch refuses, the job record and its input are removed again
+(compensation), so no job looks submitted but never runs.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from dataclasses import dataclass, replace
+from datetime import datetime
+from decimal import Decimal
+from typing import Any
+
+from aws_lambda_powertools import Logger
+from ulid import ULID
+
+from functions.domain.errors import DependencyFailed, InsufficientCredits, NotFound, ValidationFailed
+from functions.domain.jobs import ABORTED_BY_USER, Job, JobType, PayloadKind
+from functions.domain.machine_classes import GeoZone, MachineClass, machine_class, resolve_geo_zone
+from functions.domain.notifications import normalize_notifications
+from functions.ports import BatchSubmission, Services
+
+logger = Logger(child=True)
+
+# A creditConstraint also sets a Batch timeout (cap ÷ rate plus a margin) so a job stops even if
+# the meter is down (DESIGN.md "Credits"); the meter normally stops it first.
+CREDIT_TIMEOUT_MARGIN_SECONDS = 120
+
+
+@dataclass(frozen=True, slots=True)
+class JobRequest:
+    """A validated submit request, in the domain's terms.
+
+    ``payload`` is the Python source (code), the argv (command) or the base64 cloudpickle (pickle).
+    ``time_constraint`` is seconds of Running time; ``credit_constraint`` credits.
+    """
+
+    payload_kind: PayloadKind
+    payload: str | list[str]
+    name: str | None = None
+    machine_class: str = "Basic1x8"
+    geo_zone: str = "Automatic"
+    credit_constraint: Decimal | None = None
+    time_constraint: int | None = None
+    notifications: Any = "Automatic"
+
+
+def new_job_id() -> str:
+    """``job-<ULID>``: sortable by creation time, a valid AWS Batch job name (≤ 128 chars)."""
+    return f"job-{ULID()}"
+
+
+def input_key(job_id: str) -> str:
+    """Where a job's input document lives in its zone's bucket."""
+    return f"inputs/{job_id}/input.json"
+
+
+def output_prefix(job_id: str) -> str:
+    """Where a job's worker writes its outputs."""
+    return f"outputs/{job_id}/"
+
+
+def _input_document(request: JobRequest) -> dict[str, Any]:
+    if request.payload_kind == PayloadKind.PICKLE:
+        try:
+            base64.b64decode(str(request.payload), validate=True)
+        except (binascii.Error, ValueError):
+            raise ValidationFailed(
+                "pickle must be base64 (standard alphabet, padded).", field="pickle"
+            ) from None
+    return {"kind": request.payload_kind.value, request.payload_kind.value: request.payload}
+
+
+def batch_timeout(
+    machine: MachineClass, credit_constraint: Decimal | None, time_constraint: int | None
+) -> int | None:
+    """The Batch ``attemptDurationSeconds`` backing the job's caps (seconds), or None."""
+    limits: list[int] = []
+    if time_constraint is not None:
+        limits.append(time_constraint)
+    if credit_constraint is not None:
+        seconds = int(credit_constraint * 3600 / machine.credits_per_hour) + 1
+        limits.append(seconds + CREDIT_TIMEOUT_MARGIN_SECONDS)
+    return min(limits) if limits else None
+
+
+def submit_job(services: Services, account_id: str, request: JobRequest, now: datetime) -> Job:
+    """Create a job and hand it to AWS Batch.
+
+    Returns
+    -------
+    Job
+        The job, Queued, with its Batch job id.
+
+    Raises
+    ------
+    ValidationFailed
+        Unknown machine class or geo zone, a zone this deployment lacks, a bad notifications spec.
+    InsufficientCredits
+        The account's balance is not positive.
+    DependencyFailed
+        S3, DynamoDB or Batch failed; nothing is left behind.
+    """
+    machine = machine_class(request.machine_class)
+    zone = resolve_geo_zone(request.geo_zone)
+    if zone not in services.zones:
+        available = ", ".join(z.value for z in services.zones)
+        raise ValidationFailed(
+            f"Geo zone {zone.value} is not available in this deployment; available: {available}.",
+            field="geoZone",
+        )
+    rules = normalize_notifications(request.notifications)
+    document = _input_document(request)
+    account = services.store.get_account(account_id)
+    if account is None or account.credit_balance <= 0:
+        balance = account.credit_balance if account else Decimal(0)
+        raise InsufficientCredits(f"The account's credit balance is {balance}; add credits to submit jobs.")
+
+    job = Job(
+        job_id=new_job_id(),
+        account_id=account_id,
+        name=request.name,
+        type=JobType.SINGLE,
+        payload_kind=request.payload_kind,
+        machine_class=machine.name,
+        geo_zone=zone,
+        credit_constraint=request.credit_constraint,
+        time_constraint=request.time_constraint,
+        notifications=rules,
+        submitted_at=now,
+    )
+    zone_services = services.zones[zone]
+    key = input_key(job.job_id)
+    zone_services.blobs.put(key, json.dumps(document).encode(), "application/json")
+    try:
+        services.store.create_job(job)
+    except Exception:
+        zone_services.blobs.delete_prefix(f"inputs/{job.job_id}/")
+        raise
+    route = zone_services.routes[machine.name]
+    submission = BatchSubmission(
+        job_name=job.job_id,
+        job_queue=route.job_queue,
+        job_definition=route.job_definition,
+        vcpus=machine.vcpus,
+        memory_mib=machine.memory_mib,
+        gpus=machine.gpus,
+        environment={
+            "REMOTE_BATCH_JOB_ID": job.job_id,
+            "REMOTE_BATCH_BUCKET": zone_services.bucket,
+            "REMOTE_BATCH_INPUT_KEY": key,
+            "REMOTE_BATCH_OUTPUT_PREFIX": output_prefix(job.job_id),
+            "REMOTE_BATCH_MEMORY_GIB": str(machine.memory_gib),
+        },
+        timeout_seconds=batch_timeout(machine, request.credit_constraint, request.time_constraint),
+        tags={"remote-batch:jobId": job.job_id, "remote-batch:accountId": account_id},
+    )
+    try:
+        batch_job_id = zone_services.batch.submit_job(submission)
+    except Exception:
+        logger.exception("batch submit failed; removing the job", job_id=job.job_id)
+        services.store.delete_job(job.job_id)
+        zone_services.blobs.delete_prefix(f"inputs/{job.job_id}/")
+        raise
+    services.store.set_batch_job_id(job.job_id, batch_job_id)
+    logger.info("job submitted", job_id=job.job_id, batch_job_id=batch_job_id, machine_class=machine.name)
+    return replace(job, batch_job_id=batch_job_id)
+
+
+def get_owned_job(services: Services, account_id: str, job_id: str) -> Job:
+    """The job if it belongs to ``account_id``.
+
+    Raises
+    ------
+    NotFound
+        No such job, or another account's (tenant isolation: never 403).
+    """
+    job = services.store.get_job(job_id) if job_id.startswith("job-") else None
+    if job is None or job.account_id != account_id:
+        raise NotFound(f"No job {job_id} in this account.")
+    return job
+
+
+def terminate(services: Services, job: Job, reason: str) -> Job:
+    """Record ``reason`` as why the service ends ``job`` and ask Batch to terminate it.
+
+    The reason is kept whatever reason the later FAILED event carries. Final jobs are returned as they are.
+    """
+    if job.is_final:
+        return job
+    updated = (
+        services.store.set_termination_reason(job.job_id, reason) or services.store.get_job(job.job_id) or job
+    )
+    if updated.is_final:
+        return updated
+    batch_job_id = updated.batch_job_id
+    if batch_job_id is None:
+        raise DependencyFailed(f"job {job.job_id} has no AWS Batch id yet; try again in a moment")
+    services.zones[GeoZone(updated.geo_zone)].batch.terminate_job(
+        batch_job_id, updated.termination_reason or reason
+    )
+    logger.info("job terminating", job_id=job.job_id, reason=updated.termination_reason or reason)
+    return updated
+
+
+def abort_job(services: Services, account_id: str, job_id: str) -> Job:
+    """``POST /jobs/{jobId}/abort``: terminate a job that is not final with ``Aborted by user``.
+
+    Aborting a final job is a no-op that returns it. Raises ``NotFound`` for another account's job.
+    """
+    return terminate(services, get_owned_job(services, account_id, job_id), ABORTED_BY_USER)

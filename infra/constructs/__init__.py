@@ -1,0 +1,1 @@
+"""One construct per concern: data, notifications, auth, batch compute, functions, events, api."""

@@ -1,0 +1,174 @@
+"""The REST API: API Gateway in front of the api Lambda, with a Cognito authorizer.
+
+Routing lives in the Lambda (Powertools resolver); API Gateway has one ``{proxy+}`` resource that
+requires a Cognito ID token, plus ``GET /health`` without auth. Errors that API Gateway answers
+itself (bad token, throttling, its own 5XX) use API.md's error body through gateway responses.
+"""
+
+from __future__ import annotations
+
+from aws_cdk import RemovalPolicy
+from aws_cdk import aws_apigateway as apigw
+from aws_cdk import aws_cognito as cognito
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_logs as logs
+from constructs import Construct
+
+from infra import constants
+
+_JSON = "application/json"
+
+
+def error_body(code: str, message: str) -> str:
+    """API.md's error body as a mapping template; ``message`` may be a VTL expression (already quoted)."""
+    return f'{{"error": {{"code": "{code}", "message": {message}, "field": null}}}}'
+
+
+# (response type, status code or None to keep API Gateway's, API.md code, message as a JSON string).
+_GATEWAY_RESPONSES: tuple[tuple[apigw.ResponseType, str | None, str, str], ...] = (
+    (
+        apigw.ResponseType.UNAUTHORIZED,
+        "401",
+        "Unauthorized",
+        '"Missing, malformed, expired or unknown token: sign in again and send it as Authorization: Bearer."',
+    ),
+    (
+        apigw.ResponseType.ACCESS_DENIED,
+        "403",
+        "Forbidden",
+        '"Your role does not allow this request."',
+    ),
+    # The only path {proxy+} does not cover is "/": answer it like any unknown route.
+    (
+        apigw.ResponseType.MISSING_AUTHENTICATION_TOKEN,
+        "404",
+        "NotFound",
+        '"No such route: see the API reference."',
+    ),
+    (
+        apigw.ResponseType.REQUEST_TOO_LARGE,
+        "413",
+        "PayloadTooLarge",
+        '"The request body is too large: upload inputs with an upload URL instead."',
+    ),
+    (
+        apigw.ResponseType.THROTTLED,
+        "429",
+        "Throttled",
+        '"Too many requests: retry after a short wait."',
+    ),
+    (apigw.ResponseType.DEFAULT_4_XX, None, "ValidationError", "$context.error.messageString"),
+    (
+        apigw.ResponseType.DEFAULT_5_XX,
+        None,
+        "InternalError",
+        '"The service failed to answer: retry later."',
+    ),
+)
+
+
+class Api(Construct):
+    """The public HTTP API.
+
+    Parameters
+    ----------
+    handler : lambda_.IFunction
+        The api Lambda: every route.
+    user_pool : cognito.IUserPool
+        Whose ID tokens authorize requests.
+
+    Attributes
+    ----------
+    rest_api : apigw.RestApi
+    authorizer : apigw.CognitoUserPoolsAuthorizer
+    access_log_group : logs.LogGroup
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        handler: lambda_.IFunction,
+        user_pool: cognito.IUserPool,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        self.access_log_group = self._build_access_log_group()
+        self.rest_api = self._build_rest_api(self.access_log_group)
+        self.authorizer = self._build_authorizer(user_pool)
+        self._build_routes(handler)
+        self._build_gateway_responses()
+
+    @property
+    def url(self) -> str:
+        """The stage's invoke URL (``https://…/v1/``)."""
+        return self.rest_api.url
+
+    def _build_access_log_group(self) -> logs.LogGroup:
+        return logs.LogGroup(
+            self,
+            "AccessLogGroup",
+            retention=logs.RetentionDays.ONE_MONTH,
+            removal_policy=RemovalPolicy.DESTROY,
+        )
+
+    def _build_rest_api(self, access_log_group: logs.ILogGroup) -> apigw.RestApi:
+        return apigw.RestApi(
+            self,
+            "RestApi",
+            rest_api_name=constants.SERVICE_NAME,
+            description=f"{constants.SERVICE_NAME} HTTP API, version 1 (API.md)",
+            endpoint_types=[apigw.EndpointType.REGIONAL],
+            cloud_watch_role=True,
+            cloud_watch_role_removal_policy=RemovalPolicy.RETAIN,
+            deploy_options=apigw.StageOptions(
+                stage_name=constants.API_STAGE_NAME,
+                access_log_destination=apigw.LogGroupLogDestination(access_log_group),
+                access_log_format=apigw.AccessLogFormat.json_with_standard_fields(
+                    caller=True,
+                    http_method=True,
+                    ip=True,
+                    protocol=True,
+                    request_time=True,
+                    resource_path=True,
+                    response_length=True,
+                    status=True,
+                    user=True,
+                ),
+                logging_level=apigw.MethodLoggingLevel.ERROR,
+                metrics_enabled=True,
+                tracing_enabled=True,
+                throttling_rate_limit=constants.API_THROTTLE_RATE_PER_SECOND,
+                throttling_burst_limit=constants.API_THROTTLE_BURST,
+            ),
+        )
+
+    def _build_authorizer(self, user_pool: cognito.IUserPool) -> apigw.CognitoUserPoolsAuthorizer:
+        return apigw.CognitoUserPoolsAuthorizer(
+            self,
+            "CognitoAuthorizer",
+            cognito_user_pools=[user_pool],
+            identity_source=apigw.IdentitySource.header("Authorization"),
+        )
+
+    def _build_routes(self, handler: lambda_.IFunction) -> None:
+        integration = apigw.LambdaIntegration(handler, proxy=True)
+        self.health_method = self.rest_api.root.add_resource(constants.HEALTH_PATH).add_method(
+            "GET", integration, authorization_type=apigw.AuthorizationType.NONE
+        )
+        self.proxy = self.rest_api.root.add_proxy(
+            default_integration=integration,
+            any_method=True,
+            default_method_options=apigw.MethodOptions(
+                authorizer=self.authorizer, authorization_type=apigw.AuthorizationType.COGNITO
+            ),
+        )
+
+    def _build_gateway_responses(self) -> None:
+        for response_type, status_code, code, message in _GATEWAY_RESPONSES:
+            self.rest_api.add_gateway_response(
+                f"{code}{status_code or 'Default'}Response",
+                type=response_type,
+                status_code=status_code,
+                templates={_JSON: error_body(code, message)},
+            )

@@ -1,0 +1,207 @@
+"""The three Lambdas (api, batch_events, meter), each with its own least-privilege role.
+
+The code asset is the repository with everything but ``functions/`` excluded: handlers import
+``functions.…``, so the package keeps its name at the asset's root. Third-party code (Powertools,
+pydantic) comes from the public Powertools layer; boto3 from the runtime.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from aws_cdk import Duration, RemovalPolicy, Stack
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_logs as logs
+from constructs import Construct
+
+from infra import constants
+from infra.constructs.batch_compute import BatchCompute
+from infra.constructs.data import Data
+from infra.constructs.notifications import Notifications
+
+# Everything at the repo root is excluded except functions/ (and its bytecode caches stay out too):
+# the asset hash then never walks .venv, node_modules or cdk.out.
+_CODE_EXCLUDE = ["*", ".*", f"!{constants.LAMBDA_CODE_DIR}", f"!{constants.LAMBDA_CODE_DIR}/**"]
+_CODE_EXCLUDE += ["**/__pycache__", "**/*.pyc", "**/.*"]
+
+
+class Functions(Construct):
+    """The api, batch_events and meter functions.
+
+    Parameters
+    ----------
+    data : Data
+        Tables and bucket the functions read and write.
+    notifications : Notifications
+        The email topic they publish to (and the api subscribes accounts' emails to).
+    zones : Sequence[BatchCompute]
+        Each geo zone's Batch resources; they become ``REMOTE_BATCH_ZONES``.
+
+    Attributes
+    ----------
+    api, batch_events, meter : lambda_.Function
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        data: Data,
+        notifications: Notifications,
+        zones: Sequence[BatchCompute],
+    ) -> None:
+        super().__init__(scope, construct_id)
+        self._data = data
+        self._notifications = notifications
+        self._zones = list(zones)
+        self._code = lambda_.Code.from_asset(str(constants.REPO_ROOT), exclude=_CODE_EXCLUDE)
+        self._powertools = self._build_powertools_layer()
+        self._environment = self._build_environment()
+
+        self.api = self._build_function("api", "Api")
+        self.batch_events = self._build_function("batch_events", "BatchEvents")
+        self.meter = self._build_function("meter", "Meter")
+
+        self._grant_api(self._role(self.api))
+        self._grant_batch_events(self._role(self.batch_events))
+        self._grant_meter(self._role(self.meter))
+
+    # Building blocks
+
+    def _build_powertools_layer(self) -> lambda_.ILayerVersion:
+        region = Stack.of(self).region
+        arn = (
+            f"arn:aws:lambda:{region}:{constants.POWERTOOLS_LAYER_ACCOUNT}:layer:"
+            f"{constants.POWERTOOLS_LAYER_NAME}:{constants.POWERTOOLS_LAYER_VERSION}"
+        )
+        return lambda_.LayerVersion.from_layer_version_arn(self, "PowertoolsLayer", arn)
+
+    def _build_environment(self) -> dict[str, str]:
+        """The variables ``functions/settings.py`` reads; names come from the constructs."""
+        data = self._data
+        return {
+            "POWERTOOLS_SERVICE_NAME": constants.SERVICE_NAME,
+            "REMOTE_BATCH_JOBS_TABLE": data.jobs_table.table_name,
+            "REMOTE_BATCH_ACCOUNTS_TABLE": data.accounts_table.table_name,
+            "REMOTE_BATCH_LEDGER_TABLE": data.ledger_table.table_name,
+            "REMOTE_BATCH_IDEMPOTENCY_TABLE": data.idempotency_table.table_name,
+            "REMOTE_BATCH_EMAIL_TOPIC_ARN": self._notifications.email_topic.topic_arn,
+            "REMOTE_BATCH_ZONES": self._zones_json(),
+        }
+
+    def _zones_json(self) -> str:
+        zones = {
+            zone.zone: {
+                "region": Stack.of(zone).region,
+                "bucket": zone.bucket.bucket_name,
+                "logGroup": zone.job_log_group.log_group_name,
+                "routes": {
+                    machine_class: {
+                        "jobQueue": route.job_queue.job_queue_arn,
+                        "jobDefinition": route.job_definition.job_definition_arn,
+                    }
+                    for machine_class, route in zone.routes.items()
+                },
+            }
+            for zone in self._zones
+        }
+        # to_json_string keeps the tokens (ARNs, names) resolvable: CloudFormation joins the string.
+        return Stack.of(self).to_json_string(zones)
+
+    def _build_function(self, name: str, construct_id: str) -> lambda_.Function:
+        role = iam.Role(
+            self,
+            f"{construct_id}Role",
+            assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
+            description=f"{constants.SERVICE_NAME} {name} function",
+        )
+        log_group = logs.LogGroup(
+            self,
+            f"{construct_id}LogGroup",
+            retention=logs.RetentionDays.TWO_WEEKS,
+            removal_policy=RemovalPolicy.DESTROY,
+        )
+        log_group.grant_write(role)
+        return lambda_.Function(
+            self,
+            f"{construct_id}Function",
+            description=f"{constants.SERVICE_NAME} {name}",
+            runtime=lambda_.Runtime.PYTHON_3_12,
+            architecture=lambda_.Architecture.ARM_64,
+            handler=constants.LAMBDA_HANDLERS[name],
+            code=self._code,
+            layers=[self._powertools],
+            memory_size=constants.LAMBDA_MEMORY_MIB[name],
+            timeout=Duration.seconds(constants.LAMBDA_TIMEOUT_SECONDS[name]),
+            environment=self._environment,
+            role=role,
+            log_group=log_group,
+            tracing=lambda_.Tracing.ACTIVE,
+        )
+
+    @staticmethod
+    def _role(function: lambda_.Function) -> iam.IRole:
+        role = function.role
+        if role is None:  # pragma: no cover - every function is built with a role
+            raise ValueError(f"{function.node.path} has no role")
+        return role
+
+    # Grants: what each function's code does, and nothing more
+
+    def _grant_api(self, role: iam.IRole) -> None:
+        """Submit, query, abort jobs; presign inputs/outputs; read and delete job logs; subscribe emails."""
+        for table in self._data.tables.values():
+            table.grant_read_write_data(role)
+        self._data.bucket.grant_read_write(role)
+        self._data.bucket.grant_delete(role)
+        self._notifications.email_topic.grant_subscribe(role)
+        self._grant_batch(role, submit=True)
+        for zone in self._zones:
+            zone.job_log_group.grant(
+                role, "logs:GetLogEvents", "logs:FilterLogEvents", "logs:DeleteLogStream"
+            )
+
+    def _grant_batch_events(self, role: iam.IRole) -> None:
+        """Apply status changes, settle charges, roll arrays up, notify, discard a capped job's output."""
+        for table in (self._data.jobs_table, self._data.accounts_table, self._data.ledger_table):
+            table.grant_read_write_data(role)
+        self._data.bucket.grant_read_write(role)
+        self._data.bucket.grant_delete(role)
+        self._grant_notify(role)
+
+    def _grant_meter(self, role: iam.IRole) -> None:
+        """Meter running jobs, terminate those over their caps, reconcile lost events, notify."""
+        for table in (self._data.jobs_table, self._data.accounts_table, self._data.ledger_table):
+            table.grant_read_write_data(role)
+        self._data.bucket.grant_delete(role)
+        self._grant_notify(role)
+        self._grant_batch(role, submit=False)
+
+    def _grant_notify(self, role: iam.IRole) -> None:
+        self._notifications.email_topic.grant_publish(role)
+        # SMS goes to a phone number, which has no ARN: SNS authorizes it on Resource "*".
+        role.add_to_principal_policy(iam.PolicyStatement(actions=["sns:Publish"], resources=["*"]))
+
+    def _grant_batch(self, role: iam.IRole, *, submit: bool) -> None:
+        stack = Stack.of(self)
+        if submit:
+            queues = [queue.job_queue_arn for zone in self._zones for queue in zone.job_queues]
+            definitions = {
+                route.job_definition.job_definition_arn: None
+                for zone in self._zones
+                for route in zone.routes.values()
+            }
+            role.add_to_principal_policy(
+                iam.PolicyStatement(actions=["batch:SubmitJob"], resources=[*queues, *definitions])
+            )
+        # TerminateJob is authorized on the job's ARN, which exists only once submitted.
+        role.add_to_principal_policy(
+            iam.PolicyStatement(
+                actions=["batch:TerminateJob"],
+                resources=[stack.format_arn(service="batch", resource="job", resource_name="*")],
+            )
+        )
+        # DescribeJobs supports no resource-level permissions.
+        role.add_to_principal_policy(iam.PolicyStatement(actions=["batch:DescribeJobs"], resources=["*"]))

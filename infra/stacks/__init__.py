@@ -1,0 +1,1 @@
+"""The app's stacks: thin compositions of the constructs in ``infra/constructs``."""

@@ -1,0 +1,231 @@
+"""An in-process stand-in for EventBridge delivering ``Batch Job State Change`` events to a Lambda.
+
+Like an EventBridge rule with a Lambda target and a dead-letter queue: one consumer delivers events
+in the order they were published, retries a failing delivery with backoff, then drops the event to
+``dead_letters``. Every published event is also appended to a JSON-lines journal, so the record of
+what was emitted (``emitted_for``) survives a restart of the local stack.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+logger = logging.getLogger("remote_batch.local.bus")
+
+Envelope = dict[str, Any]
+
+
+@dataclass(slots=True)
+class _Delivery:
+    envelope: Envelope
+    copies: int
+
+
+def _job_key(envelope: Envelope) -> str | None:
+    """The top-level job an envelope belongs to: ``detail.jobName`` up to an array child's ``:``."""
+    detail = envelope.get("detail")
+    name = detail.get("jobName") if isinstance(detail, dict) else None
+    return name.split(":", 1)[0] if isinstance(name, str) else None
+
+
+class EventBus:
+    """EventBridge → Lambda, in one process: ordered, at-least-once, with retries and a DLQ.
+
+    Parameters
+    ----------
+    deliver : Callable[[dict], None]
+        The target (the batch_events Lambda handler). Called from the bus's one consumer thread,
+        one event at a time, with a JSON round-tripped copy of the envelope.
+    journal_path : Path
+        A JSON-lines file of every published envelope. Read back at construction, so
+        ``emitted_for`` answers for events published before a restart (they are not redelivered).
+    duplicate : bool
+        Deliver every event twice in a row, to exercise exactly-once handling.
+    max_attempts : int
+        Deliveries tried per event copy before it goes to ``dead_letters`` (EventBridge's async
+        Lambda invocation tries 3 times).
+    retry_delay : float
+        Seconds before the first retry; doubles for each further retry.
+    """
+
+    def __init__(
+        self,
+        deliver: Callable[[Envelope], None],
+        journal_path: Path,
+        duplicate: bool = False,
+        max_attempts: int = 3,
+        retry_delay: float = 0.1,
+    ) -> None:
+        self._deliver = deliver
+        self._journal_path = Path(journal_path)
+        self._duplicate = duplicate
+        self._max_attempts = max(1, max_attempts)
+        self._retry_delay = retry_delay
+        self._cond = threading.Condition()
+        self._queue: deque[_Delivery] = deque()
+        self._in_flight = False
+        self._stopping = False
+        self._thread: threading.Thread | None = None
+        self._emitted: dict[str, list[Envelope]] = {}
+        self._dead_letters: list[Envelope] = []
+        self._load_journal()
+
+    # -- recording -------------------------------------------------------------------------------
+
+    def _load_journal(self) -> None:
+        if not self._journal_path.exists():
+            return
+        with self._journal_path.open(encoding="utf-8") as journal:
+            for number, line in enumerate(journal, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    envelope = json.loads(line)
+                except json.JSONDecodeError:
+                    logger.warning("skipped unreadable journal line path=%s line=%d", self._journal_path, number)
+                    continue
+                self._remember(envelope)
+
+    def _remember(self, envelope: Envelope) -> None:
+        key = _job_key(envelope)
+        if key is not None:
+            self._emitted.setdefault(key, []).append(envelope)
+
+    def emitted_for(self, job_id: str) -> list[Envelope]:
+        """Every envelope published for ``job_id`` and its array children (``jobName`` equal to
+        ``job_id`` or starting with ``job_id + ":"``), in emission order, including those
+        published before a restart.
+        """
+        with self._cond:
+            return [json.loads(json.dumps(envelope)) for envelope in self._emitted.get(job_id, [])]
+
+    @property
+    def dead_letters(self) -> list[Envelope]:
+        """Envelopes whose delivery failed every attempt (or that came after ``stop``), oldest first."""
+        with self._cond:
+            return list(self._dead_letters)
+
+    # -- publishing ------------------------------------------------------------------------------
+
+    def publish(self, envelope: Envelope) -> None:
+        """Record ``envelope`` as emitted (memory and journal) and queue it for delivery.
+
+        Returns at once; delivery happens on the consumer thread, after every event published
+        before it. An event published after ``stop`` is recorded and goes straight to
+        ``dead_letters``.
+        """
+        line = json.dumps(envelope, separators=(",", ":"))
+        with self._cond:
+            self._journal_path.parent.mkdir(parents=True, exist_ok=True)
+            with self._journal_path.open("a", encoding="utf-8") as journal:
+                journal.write(line + "\n")
+            stored = json.loads(line)
+            self._remember(stored)
+            self._enqueue_locked(stored)
+
+    def replay(self, envelopes: Iterable[Envelope]) -> None:
+        """Queue ``envelopes`` for delivery, in the given order, without recording them as emitted
+        (``POST /local/batch-events``: duplicates and reorderings are the caller's to choose)."""
+        with self._cond:
+            for envelope in envelopes:
+                self._enqueue_locked(json.loads(json.dumps(envelope)))
+
+    def _enqueue_locked(self, envelope: Envelope) -> None:
+        if self._stopping:
+            logger.warning("bus stopped; event not delivered event_id=%s", envelope.get("id"))
+            self._dead_letters.append(envelope)
+            return
+        self._queue.append(_Delivery(envelope, 2 if self._duplicate else 1))
+        self._cond.notify_all()
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the consumer thread (events published before are delivered then)."""
+        with self._cond:
+            if self._thread is not None:
+                return
+            self._stopping = False
+            self._thread = threading.Thread(target=self._consume, name="event-bus", daemon=True)
+            self._thread.start()
+
+    def wait_idle(self, timeout: float | None = None) -> bool:
+        """Block until nothing is queued or being delivered; False if ``timeout`` (s) passed first."""
+        with self._cond:
+            return self._cond.wait_for(lambda: not self._queue and not self._in_flight, timeout)
+
+    def stop(self, drain: bool = True, timeout: float = 10.0) -> None:
+        """Stop the consumer.
+
+        Parameters
+        ----------
+        drain : bool
+            Deliver what is queued first (up to ``timeout``); otherwise queued events are dropped
+            to ``dead_letters``. A delivery in progress always completes.
+        timeout : float
+            Seconds to wait for the drain and for the consumer thread to end.
+        """
+        if drain and not self.wait_idle(timeout):
+            logger.warning("bus stopped before draining queued=%d", len(self._queue))
+        with self._cond:
+            self._stopping = True
+            while self._queue:
+                self._dead_letters.append(self._queue.popleft().envelope)
+            self._cond.notify_all()
+            thread, self._thread = self._thread, None
+        if thread is not None:
+            thread.join(timeout)
+
+    # -- consumer --------------------------------------------------------------------------------
+
+    def _consume(self) -> None:
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda: self._queue or self._stopping)
+                if self._stopping:
+                    return
+                item = self._queue.popleft()
+                self._in_flight = True
+            delivered = False
+            try:
+                delivered = self._deliver_with_retries(item.envelope)
+            finally:
+                with self._cond:
+                    item.copies -= 1
+                    # The duplicate goes next, ahead of later events; a copy that went to the
+                    # dead-letter list takes its duplicate with it.
+                    if delivered and item.copies > 0:
+                        if self._stopping:
+                            self._dead_letters.append(item.envelope)
+                        else:
+                            self._queue.appendleft(item)
+                    self._in_flight = False
+                    self._cond.notify_all()
+
+    def _deliver_with_retries(self, envelope: Envelope) -> bool:
+        delay = self._retry_delay
+        event_id = envelope.get("id")
+        for attempt in range(1, self._max_attempts + 1):
+            try:
+                self._deliver(json.loads(json.dumps(envelope)))
+            except Exception:
+                # The target's failure must not stop the bus: log it and retry, as EventBridge does.
+                logger.exception("event delivery failed event_id=%s attempt=%d", event_id, attempt)
+            else:
+                return True
+            if attempt < self._max_attempts:
+                with self._cond:
+                    if self._cond.wait_for(lambda: self._stopping, delay):
+                        break
+                delay *= 2
+        logger.error("event sent to dead-letter list event_id=%s", event_id)
+        with self._cond:
+            self._dead_letters.append(envelope)
+        return False

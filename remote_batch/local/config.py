@@ -1,0 +1,106 @@
+"""The local stack's configuration: the ``REMOTE_BATCH_*`` variables of ``make dev``, read once at start."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+DEFAULT_PORT = 8787
+DEFAULT_METER_INTERVAL_SECONDS = 60.0
+DEFAULT_SNAPSHOT_INTERVAL_SECONDS = 5.0
+DEFAULT_HOME = ".remote-batch"
+HOST = "127.0.0.1"
+
+
+class LocalConfigError(ValueError):
+    """A ``REMOTE_BATCH_*`` variable of the local stack is malformed; the message names it."""
+
+
+@dataclass(frozen=True, slots=True)
+class LocalConfig:
+    """What ``python -m remote_batch.local`` is configured with.
+
+    Attributes
+    ----------
+    home : Path
+        State directory (``REMOTE_BATCH_HOME``, default ``.remote-batch/`` in the working directory).
+    port : int
+        HTTP port on 127.0.0.1 (``REMOTE_BATCH_PORT``, default 8787; 0 picks a free one).
+    meter_interval : float
+        Seconds between meter ticks (``REMOTE_BATCH_METER_INTERVAL``, default 60).
+    duplicate_events : bool
+        Deliver every Batch event twice (``REMOTE_BATCH_DUPLICATE_EVENTS=1``), as EventBridge may.
+    vcpus : int | None
+        Cap on the vCPUs the executor uses at once (``REMOTE_BATCH_LOCAL_VCPUS``; default: the host's).
+    snapshot_interval : float
+        Seconds between state snapshots (``REMOTE_BATCH_SNAPSHOT_INTERVAL``, default 5).
+    """
+
+    home: Path
+    port: int
+    meter_interval: float
+    duplicate_events: bool
+    vcpus: int | None
+    snapshot_interval: float = DEFAULT_SNAPSHOT_INTERVAL_SECONDS
+    host: str = HOST
+
+    @property
+    def state_dir(self) -> Path:
+        """Where snapshots of the moto services are kept."""
+        return self.home / "state"
+
+    @classmethod
+    def from_environment(cls, environ: Mapping[str, str], cwd: Path) -> LocalConfig:
+        """Read the variables; unset or empty ones take their defaults.
+
+        Raises
+        ------
+        LocalConfigError
+            Naming the variable that is malformed.
+        """
+        home = environ.get("REMOTE_BATCH_HOME") or DEFAULT_HOME
+        return cls(
+            home=(cwd / home).resolve(),
+            port=int(_number(environ, "REMOTE_BATCH_PORT", DEFAULT_PORT, minimum=0, maximum=65535)),
+            meter_interval=_number(environ, "REMOTE_BATCH_METER_INTERVAL", DEFAULT_METER_INTERVAL_SECONDS),
+            duplicate_events=_flag(environ, "REMOTE_BATCH_DUPLICATE_EVENTS"),
+            vcpus=_optional_int(environ, "REMOTE_BATCH_LOCAL_VCPUS"),
+            snapshot_interval=_number(
+                environ, "REMOTE_BATCH_SNAPSHOT_INTERVAL", DEFAULT_SNAPSHOT_INTERVAL_SECONDS
+            ),
+        )
+
+
+def _number(
+    environ: Mapping[str, str], name: str, default: float, minimum: float = 0.1, maximum: float | None = None
+) -> float:
+    text = environ.get(name)
+    if not text:
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        raise LocalConfigError(f"{name} must be a number, got {text!r}") from None
+    if value < minimum or (maximum is not None and value > maximum):
+        bounds = f"at least {minimum}" if maximum is None else f"between {minimum} and {maximum}"
+        raise LocalConfigError(f"{name} must be {bounds}, got {text!r}")
+    return value
+
+
+def _optional_int(environ: Mapping[str, str], name: str) -> int | None:
+    text = environ.get(name)
+    if not text:
+        return None
+    if not text.isdigit() or int(text) < 1:
+        raise LocalConfigError(f"{name} must be a positive integer, got {text!r}")
+    return int(text)
+
+
+def _flag(environ: Mapping[str, str], name: str) -> bool:
+    text = environ.get(name, "").strip().lower()
+    if text in ("", "0", "false", "no"):
+        return False
+    if text in ("1", "true", "yes"):
+        return True
+    raise LocalConfigError(f"{name} must be 1 or 0, got {text!r}")

@@ -1,0 +1,126 @@
+"""The job's objects in S3: reading its input, writing its outputs. The only module that calls AWS."""
+
+from __future__ import annotations
+
+import mimetypes
+import os
+import stat
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from boto3.exceptions import Boto3Error
+from botocore.exceptions import BotoCoreError, ClientError
+
+from worker.errors import InputNotFound, StorageError
+
+if TYPE_CHECKING:
+    from mypy_boto3_s3 import S3Client
+
+_MISSING_OBJECT_CODES = frozenset({"NoSuchKey", "404", "NotFound"})
+
+
+class JobStorage:
+    """Reads and writes one bucket's objects for the worker.
+
+    Parameters
+    ----------
+    client : S3Client
+        A boto3 S3 client (built once per process; region and endpoint come from the environment).
+    bucket : str
+        The bucket holding ``inputs/`` and ``outputs/``.
+    """
+
+    def __init__(self, client: S3Client, bucket: str) -> None:
+        self._client = client
+        self._bucket = bucket
+
+    def read(self, key: str) -> bytes:
+        """Return an object's body.
+
+        Parameters
+        ----------
+        key : str
+            The object key.
+
+        Returns
+        -------
+        bytes
+
+        Raises
+        ------
+        InputNotFound
+            No such object.
+        StorageError
+            Any other S3 or network failure (no such bucket, access denied, ...).
+        """
+        try:
+            response = self._client.get_object(Bucket=self._bucket, Key=key)
+            return response["Body"].read()
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") in _MISSING_OBJECT_CODES:
+                raise InputNotFound(f"input not found: s3://{self._bucket}/{key}") from exc
+            raise StorageError(f"cannot read s3://{self._bucket}/{key}: {exc}") from exc
+        except BotoCoreError as exc:
+            raise StorageError(f"cannot read s3://{self._bucket}/{key}: {exc}") from exc
+
+    def write(self, key: str, body: bytes, content_type: str) -> None:
+        """Write an object, replacing any object at that key.
+
+        Parameters
+        ----------
+        key : str
+            The object key.
+        body : bytes
+            The content.
+        content_type : str
+            Its MIME type, e.g. ``application/json``.
+
+        Raises
+        ------
+        StorageError
+            S3 refused the write or could not be reached.
+        """
+        try:
+            self._client.put_object(Bucket=self._bucket, Key=key, Body=body, ContentType=content_type)
+        except (ClientError, BotoCoreError) as exc:
+            raise StorageError(f"cannot write s3://{self._bucket}/{key}: {exc}") from exc
+
+    def upload_directory(self, directory: Path, prefix: str) -> list[str]:
+        """Upload every regular file under a directory to ``<prefix><path relative to directory>``.
+
+        Symbolic links and other special files are skipped. Large files go up in parts.
+
+        Parameters
+        ----------
+        directory : Path
+            The directory to walk.
+        prefix : str
+            Key prefix, ending with ``/``.
+
+        Returns
+        -------
+        list of str
+            The keys written, in the order written.
+
+        Raises
+        ------
+        StorageError
+            An upload failed.
+        """
+        keys = []
+        for root, dirnames, filenames in os.walk(directory, followlinks=False):
+            dirnames.sort()
+            for filename in sorted(filenames):
+                path = Path(root, filename)
+                if not stat.S_ISREG(path.lstat().st_mode):
+                    continue
+                key = prefix + path.relative_to(directory).as_posix()
+                content_type = mimetypes.guess_type(filename)[0] or "application/octet-stream"
+                try:
+                    self._client.upload_file(
+                        str(path), self._bucket, key, ExtraArgs={"ContentType": content_type}
+                    )
+                except (ClientError, BotoCoreError, Boto3Error, OSError) as exc:
+                    raise StorageError(f"cannot upload {path} to s3://{self._bucket}/{key}: {exc}") from exc
+                keys.append(key)
+        return keys
