@@ -40,7 +40,9 @@ def build_app(outdir: str | None = None, context: dict[str, Any] | None = None) 
     app = App(outdir=outdir, context={**cdk_json_context(), **(context or {})})
     stage = str(app.node.try_get_context(constants.CONTEXT_STAGE) or constants.DEFAULT_STAGE)
     worker_dir = Path(
-        str(app.node.try_get_context(constants.CONTEXT_WORKER_IMAGE_DIR) or constants.DEFAULT_WORKER_IMAGE_DIR)
+        str(
+            app.node.try_get_context(constants.CONTEXT_WORKER_IMAGE_DIR) or constants.DEFAULT_WORKER_IMAGE_DIR
+        )
     )
     if not worker_dir.is_absolute():
         worker_dir = constants.REPO_ROOT / worker_dir

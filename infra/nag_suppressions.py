@@ -1,12 +1,213 @@
-"""Every cdk-nag finding this app accepts, with the reason, in one reviewable place."""
+"""Every cdk-nag (AwsSolutions) finding this app accepts, with its reason, in one reviewable place.
+
+Each acknowledgment is attached to the narrowest construct it concerns (a role, a method, a queue),
+never to the whole app. IAM5 ids are granular (``AwsSolutions-IAM5[Resource::…]``): a new wildcard
+that nobody reviewed still fails the synth.
+"""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from aws_cdk import Acknowledgment, CfnResource, Stack, Validations
+from constructs import IConstruct
+
 if TYPE_CHECKING:
     from infra.stacks.control_plane import ControlPlaneStack
 
+Finding = tuple[str, str]
+"""(cdk-nag rule id, reason)."""
+
+# Reasons shared by several scopes.
+_XRAY_DESCRIBE_SMS = (
+    "Resource '*' only for actions that have no resource-level permissions: xray:PutTraceSegments and "
+    "xray:PutTelemetryRecords (active tracing), batch:DescribeJobs, and sns:Publish to a phone number "
+    "(SMS has no ARN). Data actions are all scoped to the service's tables, bucket and topic."
+)
+_S3_GRANT = (
+    "Action wildcards from bucket.grant_read_write/grant_delete (s3:GetObject*, s3:List*, "
+    "s3:DeleteObject*, s3:Abort*, ...) on the one data bucket and its objects: the function presigns "
+    "and reads/deletes any job's inputs/outputs, whose keys are job ids known only at run time."
+)
+_TABLE_INDEXES = (
+    "grant_read_write_data adds '<table>/index/*' so Query can use the table's own indexes (byAccount, "
+    "metered, byTime); it grants nothing beyond the service's tables."
+)
+_JOB_ARNS = (
+    "batch:TerminateJob (and batch:TagResource, only with batch:CreateAction=SubmitJob) are authorized "
+    "on the job's ARN, which exists only after SubmitJob; scoped to jobs in this account and region."
+)
+_TOPIC_KEY = (
+    "grant_publish on the KMS-encrypted topic adds kms:GenerateDataKey* and kms:Decrypt on that one key."
+)
+_LAMBDA_RUNTIME = (
+    "Python 3.12 is pinned on purpose: the public Powertools v3 layer (with pydantic) is built per "
+    "Python version and the layer ARN in infra/constants.py names python312; move both together."
+)
+
 
 def acknowledge_control_plane(stack: ControlPlaneStack) -> None:
-    """Acknowledge the control plane stack's accepted findings (none yet)."""
+    """Attach the accepted findings to the control plane stack's constructs."""
+    _acknowledge_auth(stack)
+    _acknowledge_compute(stack)
+    _acknowledge_functions(stack)
+    _acknowledge_events(stack)
+    _acknowledge_api(stack)
+
+
+def _acknowledge_auth(stack: ControlPlaneStack) -> None:
+    _acknowledge(
+        stack.auth.user_pool,
+        (
+            "AwsSolutions-COG8",
+            "Essentials tier for now: the Plus tier (threat protection) is priced per monthly active "
+            "user; the Cognito issue decides it together with MFA.",
+        ),
+        (
+            "AwsSolutions-COG2",
+            "MFA is optional (TOTP) rather than required: accounts are created by an administrator and "
+            "the SDK/CLI sign in non-interactively; the Cognito issue revisits requiring it.",
+        ),
+    )
+
+
+def _acknowledge_compute(stack: ControlPlaneStack) -> None:
+    compute = stack.compute
+    bucket = _arn_token(stack, compute.bucket)
+    _acknowledge(
+        compute.compute_environment.instance_role,
+        (
+            "AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/"
+            "AmazonEC2ContainerServiceforEC2Role]",
+            "The AWS-maintained policy an ECS container instance needs to join the cluster Batch manages; "
+            "job containers cannot use it (IMDSv2 with hop limit 1), they get the job role.",
+        ),
+    )
+    _acknowledge(
+        compute.job_role,
+        (
+            f"AwsSolutions-IAM5[Resource::{bucket}/inputs/*]",
+            "A job reads its input under inputs/<jobId>/; the job id is known only at submit time.",
+        ),
+        (
+            f"AwsSolutions-IAM5[Resource::{bucket}/outputs/*]",
+            "A job writes its result and files under outputs/<jobId>/; the job id is known only at "
+            "submit time.",
+        ),
+        (
+            "AwsSolutions-IAM5[Action::s3:Abort*]",
+            "From bucket.grant_put on outputs/*: lets the worker abort its own failed multipart uploads.",
+        ),
+    )
+    _acknowledge(
+        compute.job_definition.container.execution_role,
+        (
+            "AwsSolutions-IAM5[Resource::*]",
+            "ecr:GetAuthorizationToken (pull the worker image) has no resource-level permissions; the "
+            "image pull and log writes are scoped to the asset repository and the job log group.",
+        ),
+    )
+
+
+def _acknowledge_functions(stack: ControlPlaneStack) -> None:
+    functions = stack.functions
+    data = stack.data
+    bucket = _arn_token(stack, data.bucket)
+    table_indexes = [
+        (f"AwsSolutions-IAM5[Resource::{_arn_token(stack, table)}/index/*]", _TABLE_INDEXES)
+        for table in (data.jobs_table, data.ledger_table)
+    ]
+    s3_actions = [
+        (f"AwsSolutions-IAM5[Action::{action}]", _S3_GRANT)
+        for action in ("s3:GetObject*", "s3:GetBucket*", "s3:List*", "s3:DeleteObject*", "s3:Abort*")
+    ]
+    bucket_objects = (f"AwsSolutions-IAM5[Resource::{bucket}/*]", _S3_GRANT)
+    wildcard = ("AwsSolutions-IAM5[Resource::*]", _XRAY_DESCRIBE_SMS)
+    jobs = (
+        "AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:batch:<AWS::Region>:<AWS::AccountId>:job/*]",
+        _JOB_ARNS,
+    )
+    topic_key = ("AwsSolutions-IAM5[Action::kms:GenerateDataKey*]", _TOPIC_KEY)
+
+    _acknowledge(functions.api.role, wildcard, jobs, bucket_objects, *s3_actions, *table_indexes)
+    _acknowledge(
+        functions.batch_events.role, wildcard, topic_key, bucket_objects, *s3_actions, *table_indexes
+    )
+    _acknowledge(
+        functions.meter.role,
+        wildcard,
+        jobs,
+        topic_key,
+        bucket_objects,
+        ("AwsSolutions-IAM5[Action::s3:DeleteObject*]", _S3_GRANT),
+        *table_indexes,
+    )
+    for function in (functions.api, functions.batch_events, functions.meter):
+        _acknowledge(function, ("AwsSolutions-L1", _LAMBDA_RUNTIME))
+
+
+def _acknowledge_events(stack: ControlPlaneStack) -> None:
+    _acknowledge(
+        stack.events.dead_letter_queue,
+        (
+            "AwsSolutions-SQS3",
+            "This queue is itself the dead-letter queue: of the EventBridge rule targets and of the "
+            "functions' failed asynchronous invocations (neither is an SQS redrive, which is all "
+            "cdk-nag recognizes); a DLQ has no DLQ of its own.",
+        ),
+    )
+
+
+def _acknowledge_api(stack: ControlPlaneStack) -> None:
+    api = stack.api
+    _acknowledge(
+        api.rest_api,
+        (
+            "AwsSolutions-APIG2",
+            "Requests are validated in the api Lambda (Powertools enable_validation), which answers "
+            "API.md's 400 ValidationError body with the offending field; API Gateway's validator "
+            "cannot produce that body.",
+        ),
+        (
+            "AwsSolutions-APIG3",
+            "No WAF web ACL yet: API Gateway stage throttling and Cognito auth guard the API; a WAF "
+            "(rate-based rules) is part of the production-hardening issue.",
+        ),
+    )
+    cloud_watch_role = api.rest_api.node.try_find_child("CloudWatchRole")
+    if cloud_watch_role is not None:
+        _acknowledge(
+            cloud_watch_role,
+            (
+                "AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/"
+                "AmazonAPIGatewayPushToCloudWatchLogs]",
+                "API Gateway's account-level logging role: the AWS-maintained policy is the documented "
+                "one and it only writes CloudWatch Logs.",
+            ),
+        )
+    _acknowledge(
+        api.health_method,
+        (
+            "AwsSolutions-APIG4",
+            "GET /health is public by contract (API.md): a load balancer or a person checks readiness "
+            "without a token; it returns no data.",
+        ),
+        (
+            "AwsSolutions-COG4",
+            "GET /health is public by contract (API.md); every other method uses the Cognito authorizer.",
+        ),
+    )
+
+
+def _acknowledge(scope: IConstruct | None, *findings: Finding) -> None:
+    if scope is None:
+        raise ValueError("cannot acknowledge findings on a missing construct")
+    Validations.of(scope).acknowledge(*(Acknowledgment(id=rule, reason=reason) for rule, reason in findings))
+
+
+def _arn_token(stack: Stack, construct: IConstruct) -> str:
+    """How cdk-nag spells a resource's ``Fn::GetAtt Arn`` in a granular IAM5 id: ``<LogicalId.Arn>``."""
+    resource = construct.node.default_child
+    if not isinstance(resource, CfnResource):
+        raise TypeError(f"{construct.node.path} has no CloudFormation resource")
+    return f"<{stack.resolve(resource.logical_id)}.Arn>"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from decimal import ROUND_HALF_UP, Decimal
+from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 
 from functions.domain.errors import ValidationFailed
 
@@ -17,6 +17,8 @@ CREDIT_QUANTUM = Decimal("0.0001")
 MINIMUM_CHARGED_SECONDS = 60
 SECONDS_PER_HOUR = Decimal(3600)
 ZERO = Decimal("0.0000")
+# Amounts stay below 10^11 credits so they are exact as JSON numbers (15 significant digits).
+MAX_CREDITS = Decimal(10) ** 11
 
 
 def quantize_credits(amount: Decimal) -> Decimal:
@@ -32,10 +34,15 @@ def parse_credits(value: Decimal | int | str, field: str) -> Decimal:
     ValidationFailed
         When the amount is not a finite positive number with at most 4 decimal places.
     """
-    amount = Decimal(str(value))
-    if not amount.is_finite() or amount <= 0:
-        raise ValidationFailed(f"{field} must be a positive number of credits, got {value}.", field=field)
-    if amount != amount.quantize(CREDIT_QUANTUM):
+    problem = ValidationFailed(f"{field} must be a positive number of credits, got {value!r}.", field=field)
+    try:
+        amount = Decimal(str(value))
+        if not amount.is_finite() or amount <= 0 or amount >= MAX_CREDITS:
+            raise problem
+        exact = amount == amount.quantize(CREDIT_QUANTUM)
+    except InvalidOperation:
+        raise problem from None
+    if not exact:
         raise ValidationFailed(f"{field} has more than 4 decimal places: {value}.", field=field)
     return quantize_credits(amount)
 

@@ -219,6 +219,27 @@ _OOM = re.compile(r"OutOfMemory|out of memory|memory usage", re.IGNORECASE)
 _TIMEOUT = re.compile(r"attempt duration exceeded timeout", re.IGNORECASE)
 
 
+def credit_cap_seconds(credit_constraint: Decimal, machine: MachineClass) -> int:
+    """Seconds of Running time ``credit_constraint`` credits buy on ``machine`` (rounded up)."""
+    return int(credit_constraint * 3600 / machine.credits_per_hour) + 1
+
+
+def timeout_cause(job: Job, machine: MachineClass) -> str | None:
+    """Which of the job's caps a Batch attempt timeout stands for, as its ``statusReason``.
+
+    The submit sets ``attemptDurationSeconds`` from the smaller of ``timeConstraint`` and the
+    ``creditConstraint``'s running time (plus a margin); whichever is smaller is what was reached.
+    """
+    credit_seconds = (
+        credit_cap_seconds(job.credit_constraint, machine) if job.credit_constraint is not None else None
+    )
+    if job.time_constraint is not None and (credit_seconds is None or job.time_constraint <= credit_seconds):
+        return f"TimeConstraint of {job.time_constraint} s reached"
+    if job.credit_constraint is not None:
+        return f"CreditConstraint of {job.credit_constraint.normalize():f} credits reached"
+    return None
+
+
 def describe_failure(
     job: Job,
     machine: MachineClass,
@@ -238,8 +259,10 @@ def describe_failure(
         return error_summary[:MAX_STATUS_REASON]
     if batch_reason and _OOM.search(batch_reason):
         return f"Memory limit of {machine.memory_gib} GiB exceeded"
-    if batch_reason and _TIMEOUT.search(batch_reason) and job.time_constraint is not None:
-        return f"TimeConstraint of {job.time_constraint} s reached"
+    if batch_reason and _TIMEOUT.search(batch_reason):
+        cap = timeout_cause(job, machine)
+        if cap is not None:
+            return cap
     if exit_code not in (None, 0) and (not batch_reason or "Essential container" in batch_reason):
         return f"Exited with code {exit_code}"
     return (batch_reason or "Terminated by AWS Batch")[:MAX_STATUS_REASON]

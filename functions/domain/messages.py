@@ -58,10 +58,15 @@ def compose_status_message(job: Job, due: DueNotification, now: datetime) -> tup
         f"Elapsed since submission: {elapsed}",
     ]
     if due.method == "SMS":
-        reason = f" {job.status_reason}." if job.status_reason and due.status == job.status else ""
-        body = (
-            f"remote-batch {label}: {due.event} ({due.status.value}).{reason}"
-            f" {job.credits_spent} credits, {elapsed}."
-        )
-        return subject, body[:SMS_LIMIT]
+        head = f"remote-batch {label[:40]}: {due.event} ({due.status.value})."
+        tail = f" {job.credits_spent} credits, {elapsed}."
+        reason = ""
+        if job.status_reason and due.status == job.status:
+            # The reason is what gets shortened: credits and elapsed time always fit.
+            room = SMS_LIMIT - len(head) - len(tail) - 1
+            reason = " " + (
+                job.status_reason if len(job.status_reason) <= room else job.status_reason[: room - 1] + "…"
+            )
+            reason = reason if room > 1 else ""
+        return subject, (head + reason + tail)[:SMS_LIMIT]
     return subject, "\n".join(lines) + "\n"

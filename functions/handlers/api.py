@@ -228,7 +228,9 @@ def _idempotent_submit(services: Services) -> Any:
     return _idempotent_submitters[table]
 
 
-_ACCEPTED_JOB: dict[int, Any] = {202: {"description": "Accepted", "content": {"application/json": {"model": JobView}}}}
+_ACCEPTED_JOB: dict[int, Any] = {
+    202: {"description": "Accepted", "content": {"application/json": {"model": JobView}}}
+}
 
 
 @app.post("/jobs", summary="Submit a job", responses=_ACCEPTED_JOB)

@@ -156,12 +156,14 @@ class Api(Construct):
         self.health_method = self.rest_api.root.add_resource(constants.HEALTH_PATH).add_method(
             "GET", integration, authorization_type=apigw.AuthorizationType.NONE
         )
-        self.proxy = self.rest_api.root.add_proxy(
-            default_integration=integration,
-            any_method=True,
-            default_method_options=apigw.MethodOptions(
-                authorizer=self.authorizer, authorization_type=apigw.AuthorizationType.COGNITO
-            ),
+        # A plain {proxy+} resource, not add_proxy(): add_proxy also puts an ANY method on "/" that
+        # does not inherit the authorizer. "/" has no method, so API Gateway answers it 404 (below).
+        self.proxy = self.rest_api.root.add_resource("{proxy+}")
+        self.proxy_method = self.proxy.add_method(
+            "ANY",
+            integration,
+            authorizer=self.authorizer,
+            authorization_type=apigw.AuthorizationType.COGNITO,
         )
 
     def _build_gateway_responses(self) -> None:

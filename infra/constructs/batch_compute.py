@@ -118,12 +118,13 @@ class BatchCompute(Construct):
                 getattr(ec2.InstanceClass, family.upper()) for family in constants.COMPUTE_INSTANCE_FAMILIES
             ],
             use_optimal_instance_classes=False,
+            images=[batch.EcsMachineImage(image_type=batch.EcsMachineImageType.ECS_AL2023)],
             minv_cpus=0,
             maxv_cpus=constants.COMPUTE_MAX_VCPUS,
             launch_template=launch_template,
         )
 
-    def _build_job_queue(self, compute_environment: batch.IManagedEc2EcsComputeEnvironment) -> batch.JobQueue:
+    def _build_job_queue(self, compute_environment: batch.IComputeEnvironment) -> batch.JobQueue:
         return batch.JobQueue(
             self,
             "JobQueue",
@@ -184,7 +185,8 @@ class BatchCompute(Construct):
             # failure is final.
             retry_strategies=[
                 batch.RetryStrategy.of(
-                    batch.Action.RETRY, batch.Reason.custom(on_status_reason=constants.JOB_RETRY_STATUS_REASON)
+                    batch.Action.RETRY,
+                    batch.Reason.custom(on_status_reason=constants.JOB_RETRY_STATUS_REASON),
                 ),
                 batch.RetryStrategy.of(batch.Action.EXIT, batch.Reason.custom(on_reason="*")),
             ],

@@ -9,6 +9,7 @@ from aws_cdk import aws_batch as batch
 from aws_cdk import aws_events as events
 from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_lambda_destinations as destinations
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
@@ -19,7 +20,11 @@ BATCH_DETAIL_TYPE = "Batch Job State Change"
 
 
 class Events(Construct):
-    """The two rules and the dead-letter queue of what EventBridge could not deliver.
+    """The two rules and the dead-letter queue of what could not be delivered or handled.
+
+    EventBridge invokes Lambda asynchronously: the rule target's DLQ catches events EventBridge
+    could not hand to Lambda, and the function's on-failure destination catches events whose
+    handler kept failing. Both land in the same queue, so one alarm on it covers both.
 
     Parameters
     ----------
@@ -34,7 +39,7 @@ class Events(Construct):
     ----------
     batch_state_rule, meter_schedule : events.Rule
     dead_letter_queue : sqs.Queue
-        Events EventBridge gave up on after its retries (both rules).
+        Events given up on, by EventBridge or by Lambda's asynchronous retries (both rules).
     """
 
     def __init__(
@@ -50,6 +55,9 @@ class Events(Construct):
         self.dead_letter_queue = self._build_dead_letter_queue()
         self.batch_state_rule = self._build_batch_state_rule(batch_events, job_queues)
         self.meter_schedule = self._build_meter_schedule(meter)
+        self._configure_failed_invocations(batch_events, constants.BATCH_EVENTS_HANDLER_RETRY_ATTEMPTS)
+        # A failed meter tick is not retried: the next tick, a minute later, does the same work.
+        self._configure_failed_invocations(meter, 0)
 
     def _build_dead_letter_queue(self) -> sqs.Queue:
         return sqs.Queue(
@@ -96,4 +104,10 @@ class Events(Construct):
                     max_event_age=Duration.seconds(constants.METER_MAX_EVENT_AGE_SECONDS),
                 )
             ],
+        )
+
+    def _configure_failed_invocations(self, handler: lambda_.IFunction, retry_attempts: int) -> None:
+        handler.configure_async_invoke(
+            retry_attempts=retry_attempts,
+            on_failure=destinations.SqsDestination(self.dead_letter_queue),
         )

@@ -154,8 +154,7 @@ class Functions(Construct):
         """Submit, query, abort jobs; presign inputs/outputs; read and delete job logs; subscribe emails."""
         for table in self._data.tables.values():
             table.grant_read_write_data(role)
-        self._data.bucket.grant_read_write(role)
-        self._data.bucket.grant_delete(role)
+        self._data.bucket.grant_read_write(role)  # includes s3:DeleteObject* (DELETE /jobs/{jobId})
         self._notifications.email_topic.grant_subscribe(role)
         self._grant_batch(role, submit=True)
         for zone in self._zones:
@@ -167,15 +166,18 @@ class Functions(Construct):
         """Apply status changes, settle charges, roll arrays up, notify, discard a capped job's output."""
         for table in (self._data.jobs_table, self._data.accounts_table, self._data.ledger_table):
             table.grant_read_write_data(role)
-        self._data.bucket.grant_read_write(role)
-        self._data.bucket.grant_delete(role)
+        self._data.bucket.grant_read_write(role)  # includes s3:DeleteObject*
         self._grant_notify(role)
 
     def _grant_meter(self, role: iam.IRole) -> None:
         """Meter running jobs, terminate those over their caps, reconcile lost events, notify."""
         for table in (self._data.jobs_table, self._data.accounts_table, self._data.ledger_table):
             table.grant_read_write_data(role)
+        # Discarding a capped job's output deletes outputs/<jobId>/: list the prefix, delete its objects.
         self._data.bucket.grant_delete(role)
+        role.add_to_principal_policy(
+            iam.PolicyStatement(actions=["s3:ListBucket"], resources=[self._data.bucket.bucket_arn])
+        )
         self._grant_notify(role)
         self._grant_batch(role, submit=False)
 
@@ -184,8 +186,11 @@ class Functions(Construct):
         # SMS goes to a phone number, which has no ARN: SNS authorizes it on Resource "*".
         role.add_to_principal_policy(iam.PolicyStatement(actions=["sns:Publish"], resources=["*"]))
 
+    def _job_arns(self) -> str:
+        """Every Batch job of this account and region (job ARNs exist only once submitted)."""
+        return Stack.of(self).format_arn(service="batch", resource="job", resource_name="*")
+
     def _grant_batch(self, role: iam.IRole, *, submit: bool) -> None:
-        stack = Stack.of(self)
         if submit:
             queues = [queue.job_queue_arn for zone in self._zones for queue in zone.job_queues]
             definitions = {
@@ -196,12 +201,17 @@ class Functions(Construct):
             role.add_to_principal_policy(
                 iam.PolicyStatement(actions=["batch:SubmitJob"], resources=[*queues, *definitions])
             )
+            # SubmitJob with tags (the batch adapter sends them, propagated to the ECS task).
+            role.add_to_principal_policy(
+                iam.PolicyStatement(
+                    actions=["batch:TagResource"],
+                    resources=[self._job_arns()],
+                    conditions={"StringEquals": {"batch:CreateAction": "SubmitJob"}},
+                )
+            )
         # TerminateJob is authorized on the job's ARN, which exists only once submitted.
         role.add_to_principal_policy(
-            iam.PolicyStatement(
-                actions=["batch:TerminateJob"],
-                resources=[stack.format_arn(service="batch", resource="job", resource_name="*")],
-            )
+            iam.PolicyStatement(actions=["batch:TerminateJob"], resources=[self._job_arns()])
         )
         # DescribeJobs supports no resource-level permissions.
         role.add_to_principal_policy(iam.PolicyStatement(actions=["batch:DescribeJobs"], resources=["*"]))

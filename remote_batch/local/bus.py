@@ -89,7 +89,9 @@ class EventBus:
                 try:
                     envelope = json.loads(line)
                 except json.JSONDecodeError:
-                    logger.warning("skipped unreadable journal line path=%s line=%d", self._journal_path, number)
+                    logger.warning(
+                        "skipped unreadable journal line path=%s line=%d", self._journal_path, number
+                    )
                     continue
                 self._remember(envelope)
 

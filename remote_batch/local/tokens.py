@@ -16,7 +16,7 @@ from pathlib import Path
 
 from remote_batch.local.files import read_json, write_json_atomic
 
-TOKEN_PREFIX = "rb_"
+TOKEN_PREFIX = "rb_"  # noqa: S105 - a prefix, not a secret
 PRIVATE = 0o600
 
 

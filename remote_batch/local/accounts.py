@@ -1,0 +1,141 @@
+"""Accounts of the local stack: the built-in ``dev`` and ``admin``, and those ``POST /admin/accounts`` adds.
+
+Deployed, accounts come from Cognito sign-ups; locally an account is a row in the accounts table
+plus a token minted by ``TokenStore``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+from pathlib import Path
+from typing import Any
+
+from functions.domain.credits import CREDIT_QUANTUM, quantize_credits
+from functions.domain.errors import Conflict, ValidationFailed
+from functions.domain.jobs import Account
+from functions.ports import Clock, JobRepository
+from remote_batch.local.files import read_json, write_json_atomic
+from remote_batch.local.tokens import PRIVATE, TokenStore
+
+ACCOUNT_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,127}$")
+EMAIL_PATTERN = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
+
+
+@dataclass(frozen=True, slots=True)
+class NewAccount:
+    """An account to create: id, starting credits, email (or None) and roles."""
+
+    account_id: str
+    credits: Decimal
+    email: str | None
+    roles: tuple[str, ...] = ("user",)
+
+
+BUILT_IN_ACCOUNTS = (
+    NewAccount("dev", Decimal(10000), "dev@example.com", ("user",)),
+    NewAccount("admin", Decimal(0), None, ("admin",)),
+)
+
+
+def parse_new_account(body: Any) -> NewAccount:
+    """Validate a ``POST /admin/accounts`` body.
+
+    ``{"accountId": str, "email": str | null (optional), "credits": number >= 0 (optional, 0)}``.
+
+    Raises
+    ------
+    ValidationFailed
+        Naming the offending field.
+    """
+    if not isinstance(body, dict):
+        raise ValidationFailed("The request body must be a JSON object.", field=None)
+    unknown = sorted(set(body) - {"accountId", "email", "credits"})
+    if unknown:
+        raise ValidationFailed(
+            f"Unknown field {unknown[0]!r}; this route takes accountId, email, credits.", unknown[0]
+        )
+    account_id = body.get("accountId")
+    if not isinstance(account_id, str) or not ACCOUNT_ID_PATTERN.match(account_id):
+        raise ValidationFailed(
+            "accountId must be 1 to 128 letters, digits or . _ @ - (starting with a letter or digit).",
+            field="accountId",
+        )
+    email = body.get("email")
+    if email is not None and (not isinstance(email, str) or not EMAIL_PATTERN.match(email)):
+        raise ValidationFailed("email must be an email address like a@example.com, or null.", field="email")
+    return NewAccount(account_id, _parse_credits(body.get("credits", 0)), email)
+
+
+def _parse_credits(value: Any) -> Decimal:
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise ValidationFailed("credits must be a number of credits, 0 or more.", field="credits")
+    try:
+        amount = Decimal(str(value))
+    except InvalidOperation:
+        raise ValidationFailed("credits must be a number of credits, 0 or more.", field="credits") from None
+    if not amount.is_finite() or amount < 0:
+        raise ValidationFailed("credits must be a number of credits, 0 or more.", field="credits")
+    if amount != amount.quantize(CREDIT_QUANTUM):
+        raise ValidationFailed("credits has more than 4 decimal places.", field="credits")
+    return quantize_credits(amount)
+
+
+class LocalAccounts:
+    """Creates accounts and their tokens.
+
+    Parameters
+    ----------
+    store : JobRepository
+        Where accounts live (the accounts table).
+    tokens : TokenStore
+        Where tokens are minted.
+    clock : Clock
+        Time of the accounts' creation.
+    credentials_path : Path
+        ``<home>/credentials.json``: the endpoint and the built-in accounts' tokens.
+    """
+
+    def __init__(
+        self, store: JobRepository, tokens: TokenStore, clock: Clock, credentials_path: Path
+    ) -> None:
+        self._store = store
+        self._tokens = tokens
+        self._clock = clock
+        self._credentials_path = credentials_path
+
+    def ensure_built_in(self) -> dict[str, str]:
+        """Create ``dev`` and ``admin`` unless they exist; returns their tokens by account id, the
+        ones of earlier runs (from ``credentials.json``) when they are still known."""
+        previous = (read_json(self._credentials_path) or {}).get("tokens", {})
+        tokens: dict[str, str] = {}
+        for new in BUILT_IN_ACCOUNTS:
+            self._store.create_account(
+                Account(new.account_id, new.credits, email=new.email, roles=new.roles), self._clock()
+            )
+            token = previous.get(new.account_id)
+            principal = self._tokens.lookup(token) if isinstance(token, str) else None
+            if principal is None or principal.account_id != new.account_id:
+                token = self._tokens.mint(new.account_id, new.roles)
+            tokens[new.account_id] = token
+        return tokens
+
+    def write_credentials(self, endpoint: str, tokens: dict[str, str]) -> None:
+        """Write ``credentials.json`` (0600): ``{"endpoint": ..., "tokens": {"dev": ..., "admin": ...}}``."""
+        write_json_atomic(self._credentials_path, {"endpoint": endpoint, "tokens": tokens}, mode=PRIVATE)
+
+    def register(self, new: NewAccount) -> str:
+        """Create ``new`` and mint its token (shown once).
+
+        Raises
+        ------
+        Conflict
+            When the account exists.
+        """
+        if self._store.get_account(new.account_id) is not None:
+            raise Conflict(f"Account {new.account_id!r} exists; choose another accountId.", field="accountId")
+        self._store.create_account(
+            Account(new.account_id, new.credits, email=new.email, roles=new.roles), self._clock()
+        )
+        return self._tokens.mint(new.account_id, new.roles)

@@ -1,0 +1,714 @@
+"""A stand-in for AWS Batch compute: runs each job's worker in a subprocess on this host.
+
+``LocalBatchExecutor.gateway(region, log_group)`` gives one ``BatchGateway`` per geo zone; all share
+the host's vCPUs. A job goes PENDING → RUNNABLE → (FIFO, when enough vCPUs are free) STARTING →
+RUNNING → SUCCEEDED | FAILED, and each transition is published once, in order, as a real-shaped
+``Batch Job State Change`` event (AWS sends none for SUBMITTED). The worker runs with the machine
+class's limits, cut to the host's: CPU affinity, an address-space limit, the Batch timeout
+(``attemptDurationSeconds``, counted from RUNNING). Its stdout and stderr go line by line to the
+zone's CloudWatch Logs group, in the awslogs driver's stream ``{job definition name}/default/{job id}``,
+flushed before the final event is published.
+
+Threads: one scheduler (announces, starts queued jobs, enforces timeouts and kill deadlines), and per
+running job a runner that forks the worker and waits for it (it must outlive the worker:
+``PR_SET_PDEATHSIG`` fires when the forking *thread* ends), two pipe readers and a log shipper.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import logging
+import os
+import resource
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import IO, Any, Protocol
+
+import psutil
+from botocore.exceptions import BotoCoreError, ClientError
+
+from functions.domain.errors import DependencyFailed
+from functions.ports import BatchSubmission
+from remote_batch.local.events import (
+    BatchAttempt,
+    batch_job_state_change,
+    log_stream_name,
+    task_arn,
+)
+
+logger = logging.getLogger("remote_batch.local.executor")
+
+MIB = 1024 * 1024
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+# AWS Batch's statusReason texts for these endings.
+REASON_CONTAINER_EXITED = "Essential container in task exited"
+REASON_TIMEOUT = "Job attempt duration exceeded timeout"
+SHUTDOWN_REASON = "Local stack stopped while the job ran"
+
+# AWS Batch's smallest attemptDurationSeconds (SubmitJob API reference, JobTimeout).
+AWS_MIN_TIMEOUT_SECONDS = 60
+# Seconds between SIGTERM and SIGKILL when a running job is terminated or times out.
+KILL_GRACE_SECONDS = 2.0
+
+# Log shipping: flush at least this often (s) or at this many lines. PutLogEvents takes at most
+# 1,048,576 bytes per call counting 26 bytes per event, and 256 KiB per event.
+LOG_FLUSH_SECONDS = 0.2
+LOG_FLUSH_LINES = 100
+LOG_BATCH_BYTES = 1_048_576
+LOG_EVENT_OVERHEAD_BYTES = 26
+LOG_LINE_MAX_BYTES = 256 * 1024 - LOG_EVENT_OVERHEAD_BYTES
+LOG_PUT_ATTEMPTS = 3
+# How long to wait for the pipes to close after the worker exits (a daemonized grandchild may hold them).
+READER_JOIN_SECONDS = 2.0
+
+QUEUED_STATUSES = frozenset({"SUBMITTED", "PENDING", "RUNNABLE"})
+FINAL_STATUSES = frozenset({"SUCCEEDED", "FAILED"})
+
+_PR_SET_PDEATHSIG = 1
+# Resolved once here: the forked child must not build ctypes objects before exec.
+_PRCTL = ctypes.CDLL(None, use_errno=True).prctl
+
+
+class EventPublisher(Protocol):
+    """Where the executor sends its events (``EventBus``)."""
+
+    def publish(self, envelope: dict[str, Any]) -> None:
+        """Record and queue one envelope for delivery."""
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def _gib(mib: int) -> str:
+    gib = mib / 1024
+    return str(int(gib)) if gib >= 1 else f"{gib:.1f}"
+
+
+def _plural(count: int, word: str) -> str:
+    return f"{count} {word}" if count == 1 else f"{count} {word}s"
+
+
+def host_note(submission: BatchSubmission, host_vcpus: int, host_memory_mib: int) -> str | None:
+    """The sentence saying a machine class is bigger than this host, or None when it fits.
+
+    Example: ``Machine class needs 8 vCPUs and 64 GiB; this host runs it with 2 vCPUs and 23 GiB``.
+    """
+    if submission.vcpus <= host_vcpus and submission.memory_mib <= host_memory_mib and not submission.gpus:
+        return None
+    vcpus = min(submission.vcpus, host_vcpus)
+    memory = min(submission.memory_mib, host_memory_mib)
+    needs = [_plural(submission.vcpus, "vCPU"), f"{_gib(submission.memory_mib)} GiB"]
+    gets = [_plural(vcpus, "vCPU"), f"{_gib(memory)} GiB"]
+    if submission.gpus:
+        needs.append(_plural(submission.gpus, "GPU"))
+        gets.append("no GPU")
+    return f"Machine class needs {_join(needs)}; this host runs it with {_join(gets)}"
+
+
+def _join(parts: Sequence[str]) -> str:
+    return " and ".join(parts) if len(parts) <= 2 else f"{', '.join(parts[:-1])} and {parts[-1]}"
+
+
+def _exit_code(returncode: int) -> int:
+    """A container's exit code: a signal N shows as 128 + N, as Docker reports it."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def _signal_group(pgid: int, signum: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signum)
+
+
+def _limit_worker(cpus: frozenset[int], memory_bytes: int, parent_pid: int) -> Callable[[], None]:
+    """The ``preexec_fn`` of a worker: die with the executor, pin CPUs, cap the address space."""
+
+    def apply() -> None:
+        # Runs in the forked child before exec: only async-signal-safe work, no locks, no logging.
+        _PRCTL(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent_pid:  # the executor died before prctl took effect
+            os._exit(137)
+        os.sched_setaffinity(0, cpus)
+        resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
+
+    return apply
+
+
+class _LogShipper:
+    """Batches a job's console lines into PutLogEvents calls on its own thread.
+
+    Lines are timestamped (ms, never decreasing) when appended; a batch is sent when it has
+    ``LOG_FLUSH_LINES`` lines, ``LOG_FLUSH_SECONDS`` after its first line, or on ``close``.
+    """
+
+    def __init__(self, client: Any, group: str, stream: str, job_id: str) -> None:
+        self._client = client
+        self._group = group
+        self._stream = stream
+        self._job_id = job_id
+        self._cond = threading.Condition()
+        self._buffer: deque[tuple[int, str, float]] = deque()
+        self._last_ms = 0
+        self._closed = False
+        self._thread = threading.Thread(target=self._run, name=f"logs-{job_id[:8]}", daemon=True)
+        self._thread.start()
+
+    def append(self, message: str) -> None:
+        """Queue one line (without its newline), timestamped now."""
+        with self._cond:
+            self._last_ms = max(self._last_ms, _now_ms())
+            self._buffer.append((self._last_ms, message, time.monotonic()))
+            if len(self._buffer) == 1 or len(self._buffer) >= LOG_FLUSH_LINES:
+                self._cond.notify_all()
+
+    def close(self) -> None:
+        """Send what is buffered and stop; returns after the last PutLogEvents call."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda: self._buffer or self._closed)
+                if not self._buffer:
+                    return
+                due = self._buffer[0][2] + LOG_FLUSH_SECONDS
+                while len(self._buffer) < LOG_FLUSH_LINES and not self._closed:
+                    remaining = due - time.monotonic()
+                    if remaining <= 0:
+                        break
+                    self._cond.wait(remaining)
+                batch = self._take_batch_locked()
+            self._put(batch)
+
+    def _take_batch_locked(self) -> list[dict[str, Any]]:
+        batch: list[dict[str, Any]] = []
+        size = 0
+        while self._buffer and len(batch) < LOG_FLUSH_LINES:
+            timestamp, message, _ = self._buffer[0]
+            encoded = message.encode("utf-8")
+            if len(encoded) > LOG_LINE_MAX_BYTES:
+                message = encoded[:LOG_LINE_MAX_BYTES].decode("utf-8", "ignore")
+                encoded = message.encode("utf-8")
+            cost = len(encoded) + LOG_EVENT_OVERHEAD_BYTES
+            if batch and size + cost > LOG_BATCH_BYTES:
+                break
+            self._buffer.popleft()
+            batch.append({"timestamp": timestamp, "message": message})
+            size += cost
+        return batch
+
+    def _put(self, batch: list[dict[str, Any]]) -> None:
+        for attempt in range(1, LOG_PUT_ATTEMPTS + 1):
+            try:
+                response = self._client.put_log_events(
+                    logGroupName=self._group, logStreamName=self._stream, logEvents=batch
+                )
+            except (ClientError, BotoCoreError) as exc:
+                logger.warning(
+                    "log put failed job_id=%s attempt=%d lines=%d error=%s",
+                    self._job_id,
+                    attempt,
+                    len(batch),
+                    exc,
+                )
+                continue
+            if response.get("rejectedLogEventsInfo"):
+                logger.warning(
+                    "log events rejected job_id=%s info=%s", self._job_id, response["rejectedLogEventsInfo"]
+                )
+            return
+        logger.error("log lines dropped job_id=%s lines=%d", self._job_id, len(batch))
+
+
+def _read_lines(stream: IO[bytes], shipper: _LogShipper) -> None:
+    """Forward a pipe to ``shipper`` line by line until EOF (empty lines are skipped, as awslogs does)."""
+    with stream:
+        while raw := stream.readline(LOG_LINE_MAX_BYTES):
+            line = raw.decode("utf-8", "replace").removesuffix("\n").removesuffix("\r")
+            if line:
+                shipper.append(line)
+
+
+@dataclass(eq=False)
+class _Job:
+    """A job's state inside the executor (guarded by the executor's lock)."""
+
+    job_id: str
+    gateway: LocalBatchGateway
+    submission: BatchSubmission
+    created_at_ms: int
+    vcpus: int
+    memory_mib: int
+    note: str | None
+    timeout_seconds: int | None
+    status: str = "SUBMITTED"
+    slots: tuple[int, ...] = ()
+    process: subprocess.Popen[bytes] | None = None
+    exited: bool = False
+    started_at_ms: int | None = None
+    timeout_at: float | None = None
+    termination_reason: str | None = None
+    kill_at: float | None = None
+    runner: threading.Thread | None = None
+    attempts: list[BatchAttempt] = field(default_factory=list)
+
+    @property
+    def log_stream(self) -> str:
+        return log_stream_name(self.submission.job_definition, self.job_id)
+
+    @property
+    def task(self) -> str:
+        return task_arn(self.gateway.region, self.gateway.account, self.job_id)
+
+
+class LocalBatchGateway:
+    """``BatchGateway`` of one geo zone, backed by the shared ``LocalBatchExecutor``.
+
+    Attributes
+    ----------
+    region : str
+        The zone's region (events' ARNs, the worker's ``AWS_REGION``).
+    log_group : str
+        The zone's CloudWatch Logs group of job console output.
+    account : str
+        The AWS account id in ARNs.
+    """
+
+    def __init__(self, executor: LocalBatchExecutor, region: str, log_group: str, logs: Any) -> None:
+        self._executor = executor
+        self.region = region
+        self.log_group = log_group
+        self.account = executor.account
+        self.logs = logs
+        self._group_lock = threading.Lock()
+        self._group_ready = False
+
+    def submit_job(self, submission: BatchSubmission) -> str:
+        """Queue a job; returns its Batch job id (a UUID) at once. Its events follow asynchronously.
+
+        Raises
+        ------
+        DependencyFailed
+            When the executor has been shut down.
+        """
+        return self._executor.submit(self, submission)
+
+    def terminate_job(self, batch_job_id: str, reason: str) -> None:
+        """Terminate a job: a queued one fails at once, a running one is signalled (SIGTERM, then
+        SIGKILL after 2 s); ``reason`` becomes its ``statusReason``. No-op for final or unknown ids."""
+        self._executor.terminate_job(batch_job_id, reason)
+
+    def open_log_stream(self, stream: str) -> bool:
+        """Create the zone's log group (once) and ``stream``; False when CloudWatch Logs refused."""
+        try:
+            with self._group_lock:
+                if not self._group_ready:
+                    self._create(self.logs.create_log_group, logGroupName=self.log_group)
+                    self._group_ready = True
+            self._create(self.logs.create_log_stream, logGroupName=self.log_group, logStreamName=stream)
+        except (ClientError, BotoCoreError) as exc:
+            logger.warning("log stream not created group=%s stream=%s error=%s", self.log_group, stream, exc)
+            return False
+        return True
+
+    @staticmethod
+    def _create(call: Callable[..., Any], **kwargs: str) -> None:
+        try:
+            call(**kwargs)
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") != "ResourceAlreadyExistsException":
+                raise
+
+
+class LocalBatchExecutor:
+    """AWS Batch compute on this host: a FIFO queue over the host's vCPUs, one subprocess per job.
+
+    Parameters
+    ----------
+    bus : EventPublisher
+        Receives every ``Batch Job State Change`` envelope, once, in order per job.
+    logs_client : Callable[[str], Any]
+        Builds a boto3 CloudWatch Logs client for a region (called once per ``gateway``).
+    worker_environment : Mapping[str, str]
+        The worker's base environment (AWS endpoint and credentials). The executor adds the
+        submission's environment, ``AWS_REGION``/``AWS_DEFAULT_REGION`` of the zone,
+        ``AWS_BATCH_JOB_ID``, ``AWS_BATCH_JOB_ATTEMPT``, ``AWS_BATCH_JQ_NAME``, the BLAS/OpenMP
+        thread counts (the allotted vCPUs) and, when absent, this process's ``PATH``.
+    vcpus : int | None
+        Host capacity in vCPUs shared by all jobs; default: the CPUs this process may run on.
+    memory_mib : int | None
+        Host memory in MiB (the ceiling of a job's address-space limit); default: physical memory.
+    account : str
+        The 12-digit AWS account id in ARNs.
+    python : str | None
+        The interpreter for the default worker command; default ``sys.executable``.
+    worker_command : Sequence[str] | None
+        The job container's command; default ``[python, "-u", "-m", "worker"]``.
+    cwd : Path | None
+        The worker's working directory; default the repository root (so ``worker`` imports).
+    min_timeout_seconds : int
+        Timeouts below this are raised to it, as AWS Batch's minimum ``attemptDurationSeconds`` (60 s).
+    kill_grace_seconds : float
+        Seconds between SIGTERM and SIGKILL when a running job is terminated or times out.
+    """
+
+    def __init__(
+        self,
+        bus: EventPublisher,
+        logs_client: Callable[[str], Any],
+        worker_environment: Mapping[str, str],
+        *,
+        vcpus: int | None = None,
+        memory_mib: int | None = None,
+        account: str = "000000000000",
+        python: str | None = None,
+        worker_command: Sequence[str] | None = None,
+        cwd: Path | None = None,
+        min_timeout_seconds: int = AWS_MIN_TIMEOUT_SECONDS,
+        kill_grace_seconds: float = KILL_GRACE_SECONDS,
+    ) -> None:
+        cpu_ids = sorted(os.sched_getaffinity(0))
+        self.vcpus = max(1, vcpus if vcpus is not None else len(cpu_ids))
+        self.memory_mib = memory_mib if memory_mib is not None else psutil.virtual_memory().total // MIB
+        self.account = account
+        python = python or sys.executable
+        self._command = list(worker_command) if worker_command is not None else [python, "-u", "-m", "worker"]
+        self._cwd = cwd or REPO_ROOT
+        self._worker_environment = dict(worker_environment)
+        self._min_timeout_seconds = min_timeout_seconds
+        self._kill_grace_seconds = kill_grace_seconds
+        self._bus = bus
+        self._logs_client = logs_client
+        # vCPU slot i runs on CPU id _cpu_of_slot[i]; more slots than CPUs share them round-robin.
+        self._cpu_of_slot = [cpu_ids[i % len(cpu_ids)] for i in range(self.vcpus)]
+        self._free_slots = set(range(self.vcpus))
+        self._cond = threading.Condition()
+        self._jobs: dict[str, _Job] = {}
+        self._submitted: deque[_Job] = deque()
+        self._runnable: deque[_Job] = deque()
+        self._gateways: dict[tuple[str, str], LocalBatchGateway] = {}
+        self._closed = False
+        self._stopped = False
+        self._scheduler = threading.Thread(target=self._schedule, name="batch-scheduler", daemon=True)
+        self._scheduler.start()
+        logger.info("executor started vcpus=%d memory_mib=%d", self.vcpus, self.memory_mib)
+
+    # -- public API ------------------------------------------------------------------------------
+
+    def gateway(self, region: str, log_group: str) -> LocalBatchGateway:
+        """The ``BatchGateway`` of one geo zone (the same object for the same arguments)."""
+        with self._cond:
+            existing = self._gateways.get((region, log_group))
+        if existing is not None:
+            return existing
+        created = LocalBatchGateway(self, region, log_group, self._logs_client(region))
+        with self._cond:
+            return self._gateways.setdefault((region, log_group), created)
+
+    def submit(self, gateway: LocalBatchGateway, submission: BatchSubmission) -> str:
+        """Queue ``submission`` in ``gateway``'s zone; returns the Batch job id (use the gateway).
+
+        Raises
+        ------
+        DependencyFailed
+            When the executor has been shut down.
+        """
+        job_id = str(uuid.uuid4())
+        timeout = submission.timeout_seconds
+        job = _Job(
+            job_id=job_id,
+            gateway=gateway,
+            submission=submission,
+            created_at_ms=_now_ms(),
+            vcpus=max(1, min(submission.vcpus, self.vcpus)),
+            memory_mib=min(submission.memory_mib, self.memory_mib),
+            note=host_note(submission, self.vcpus, self.memory_mib),
+            timeout_seconds=None if timeout is None else max(self._min_timeout_seconds, timeout),
+        )
+        with self._cond:
+            if self._closed:
+                raise DependencyFailed("The local Batch executor is stopped; restart the local stack.")
+            self._jobs[job_id] = job
+            self._submitted.append(job)
+            self._cond.notify_all()
+        logger.info(
+            "job submitted batch_job_id=%s job_name=%s vcpus=%d", job_id, submission.job_name, job.vcpus
+        )
+        return job_id
+
+    def terminate_job(self, batch_job_id: str, reason: str) -> None:
+        """Terminate a job in any non-final status; no-op for a final or unknown id.
+
+        A queued job fails at once with ``reason`` and no ``startedAt``. A running job's process
+        group gets SIGTERM, then SIGKILL after ``kill_grace_seconds``; it fails with ``reason`` once
+        it is gone (``stoppedAt`` = when it died). Returns without waiting for that.
+        """
+        with self._cond:
+            job = self._jobs.get(batch_job_id)
+            if job is None or job.status in FINAL_STATUSES:
+                logger.info("terminate ignored batch_job_id=%s", batch_job_id)
+                return
+            self._terminate_locked(job, reason)
+
+    def status_of(self, batch_job_id: str) -> str | None:
+        """The job's current Batch status (``SUBMITTED`` … ``FAILED``), or None for an unknown id."""
+        with self._cond:
+            job = self._jobs.get(batch_job_id)
+            return None if job is None else job.status
+
+    def shutdown(self, reason: str = SHUTDOWN_REASON, timeout: float = 10.0) -> None:
+        """Terminate every job that is not final (as ``terminate_job`` does, so their FAILED events
+        reach the bus), wait for the workers to die and join the executor's threads.
+
+        Parameters
+        ----------
+        reason : str
+            The ``statusReason`` of the jobs it ends.
+        timeout : float
+            Seconds to wait for the workers; any still alive after it are killed outright.
+        """
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            self._closed = True
+            for job in list(self._jobs.values()):
+                if job.status not in FINAL_STATUSES:
+                    self._terminate_locked(job, reason)
+            runners = [job.runner for job in self._jobs.values() if job.runner is not None]
+        for runner in runners:
+            runner.join(max(0.0, deadline - time.monotonic()))
+        with self._cond:
+            for job in self._jobs.values():
+                if job.process is not None and not job.exited:
+                    logger.warning(
+                        "worker killed at shutdown batch_job_id=%s pid=%d", job.job_id, job.process.pid
+                    )
+                    _signal_group(job.process.pid, signal.SIGKILL)
+            self._stopped = True
+            self._cond.notify_all()
+        self._scheduler.join(max(0.1, deadline - time.monotonic()))
+        logger.info("executor stopped")
+
+    # -- events ----------------------------------------------------------------------------------
+
+    def _publish_locked(self, job: _Job, status: str, reason: str | None = None, **extra: Any) -> None:
+        job.status = status
+        sub = job.submission
+        envelope = batch_job_state_change(
+            region=job.gateway.region,
+            account=self.account,
+            job_id=job.job_id,
+            job_name=sub.job_name,
+            job_queue=sub.job_queue,
+            job_definition=sub.job_definition,
+            status=status,
+            status_reason=reason,
+            created_at_ms=job.created_at_ms,
+            started_at_ms=job.started_at_ms,
+            vcpus=sub.vcpus,
+            memory_mib=sub.memory_mib,
+            gpus=sub.gpus,
+            environment=sub.environment,
+            command=self._command,
+            attempts=job.attempts,
+            timeout_seconds=job.timeout_seconds,
+            tags=sub.tags,
+            time=datetime.now(UTC),
+            **extra,
+        )
+        self._bus.publish(envelope)
+        logger.info("job %s batch_job_id=%s job_name=%s", status.lower(), job.job_id, sub.job_name)
+
+    def _fail_unstarted_locked(self, job: _Job, reason: str) -> None:
+        self._release_locked(job)
+        self._publish_locked(job, "FAILED", reason, stopped_at_ms=_now_ms())
+
+    # -- scheduling ------------------------------------------------------------------------------
+
+    def _schedule(self) -> None:
+        with self._cond:
+            while not self._stopped:
+                while self._submitted:
+                    job = self._submitted.popleft()
+                    self._publish_locked(job, "PENDING", job.note)
+                    self._publish_locked(job, "RUNNABLE", job.note)
+                    self._runnable.append(job)
+                while self._runnable and self._runnable[0].vcpus <= len(self._free_slots):
+                    self._start_locked(self._runnable.popleft())
+                self._cond.wait(self._enforce_deadlines_locked())
+
+    def _start_locked(self, job: _Job) -> None:
+        job.slots = tuple(sorted(self._free_slots)[: job.vcpus])
+        self._free_slots.difference_update(job.slots)
+        self._publish_locked(job, "STARTING", job.note, task=job.task)
+        job.runner = threading.Thread(
+            target=self._run, args=(job,), name=f"batch-job-{job.job_id[:8]}", daemon=True
+        )
+        job.runner.start()
+
+    def _release_locked(self, job: _Job) -> None:
+        self._free_slots.update(job.slots)
+        job.slots = ()
+        self._cond.notify_all()
+
+    def _enforce_deadlines_locked(self) -> float | None:
+        """Time out and kill what is due; returns seconds until the next deadline (None: none)."""
+        now = time.monotonic()
+        next_due: float | None = None
+        for job in self._jobs.values():
+            if job.process is None or job.exited:
+                continue
+            if job.timeout_at is not None and job.termination_reason is None:
+                if job.timeout_at <= now:
+                    logger.info("job timed out batch_job_id=%s seconds=%s", job.job_id, job.timeout_seconds)
+                    self._terminate_locked(job, REASON_TIMEOUT)
+                else:
+                    next_due = job.timeout_at if next_due is None else min(next_due, job.timeout_at)
+            if job.kill_at is not None:
+                if job.kill_at <= now:
+                    logger.info("worker killed batch_job_id=%s pid=%d", job.job_id, job.process.pid)
+                    _signal_group(job.process.pid, signal.SIGKILL)
+                    job.kill_at = None
+                else:
+                    next_due = job.kill_at if next_due is None else min(next_due, job.kill_at)
+        return None if next_due is None else max(0.0, next_due - now)
+
+    def _terminate_locked(self, job: _Job, reason: str) -> None:
+        if job.status in QUEUED_STATUSES:
+            for queue in (self._submitted, self._runnable):
+                if job in queue:
+                    queue.remove(job)
+            self._fail_unstarted_locked(job, reason)
+        elif job.termination_reason is None and not job.exited:
+            # STARTING without a process: the runner sees the reason before it spawns.
+            job.termination_reason = reason
+            if job.process is not None:
+                _signal_group(job.process.pid, signal.SIGTERM)
+                job.kill_at = time.monotonic() + self._kill_grace_seconds
+            logger.info("job terminating batch_job_id=%s reason=%s", job.job_id, reason)
+            self._cond.notify_all()
+
+    # -- running ---------------------------------------------------------------------------------
+
+    def _environment(self, job: _Job) -> dict[str, str]:
+        env = dict(self._worker_environment)
+        env.update(job.submission.environment)
+        threads = str(job.vcpus)
+        env.update(
+            {
+                "AWS_REGION": job.gateway.region,
+                "AWS_DEFAULT_REGION": job.gateway.region,
+                "AWS_BATCH_JOB_ID": job.job_id,
+                "AWS_BATCH_JOB_ATTEMPT": "1",
+                "AWS_BATCH_JQ_NAME": job.submission.job_queue.rsplit("/", 1)[-1],
+                "OPENBLAS_NUM_THREADS": threads,
+                "OMP_NUM_THREADS": threads,
+                "MKL_NUM_THREADS": threads,
+            }
+        )
+        env.setdefault("PATH", os.environ.get("PATH", os.defpath))
+        return env
+
+    def _spawn_locked(self, job: _Job) -> subprocess.Popen[bytes]:
+        cpus = frozenset(self._cpu_of_slot[slot] for slot in job.slots)
+        memory_bytes = job.memory_mib * MIB
+        hard = resource.getrlimit(resource.RLIMIT_AS)[1]
+        if hard != resource.RLIM_INFINITY:
+            memory_bytes = min(memory_bytes, hard)
+        return subprocess.Popen(  # noqa: S603 - the command is the executor's own worker command
+            self._command,
+            cwd=self._cwd,
+            env=self._environment(job),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+            close_fds=True,
+            preexec_fn=_limit_worker(cpus, memory_bytes, os.getpid()),  # noqa: PLW1509
+        )
+
+    def _run(self, job: _Job) -> None:
+        """A running job's thread: spawn, ship the console, wait, publish the final event."""
+        stream = job.log_stream
+        logs_ready = job.gateway.open_log_stream(stream)
+        with self._cond:
+            if job.termination_reason is not None:
+                self._fail_unstarted_locked(job, job.termination_reason)
+                return
+            try:
+                process = self._spawn_locked(job)
+            except (OSError, subprocess.SubprocessError) as exc:
+                logger.error("worker not started batch_job_id=%s error=%s", job.job_id, exc)
+                self._fail_unstarted_locked(job, f"CannotStartContainerError: {exc}")
+                return
+            job.process = process
+            job.started_at_ms = _now_ms()
+            if job.timeout_seconds is not None:
+                job.timeout_at = time.monotonic() + job.timeout_seconds
+            self._publish_locked(job, "RUNNING", job.note, log_stream=stream, task=job.task)
+            self._cond.notify_all()
+
+        shipper = _LogShipper(job.gateway.logs, job.gateway.log_group, stream, job.job_id)
+        readers = [
+            threading.Thread(
+                target=_read_lines, args=(pipe, shipper), name=f"{name}-{job.job_id[:8]}", daemon=True
+            )
+            for name, pipe in (("stdout", process.stdout), ("stderr", process.stderr))
+            if pipe is not None
+        ]
+        for reader in readers:
+            reader.start()
+        returncode = process.wait()
+        stopped_at_ms = _now_ms()
+        with self._cond:
+            job.exited = True
+            job.kill_at = None
+        # The container stops with its essential process: nothing it started survives it.
+        _signal_group(process.pid, signal.SIGKILL)
+        for reader in readers:
+            reader.join(READER_JOIN_SECONDS)
+        shipper.close()  # the whole log is readable before the final status is
+        if not logs_ready:
+            logger.warning("job log incomplete batch_job_id=%s", job.job_id)
+
+        exit_code = _exit_code(returncode)
+        with self._cond:
+            if job.termination_reason is not None:
+                status, reason = "FAILED", job.termination_reason
+            else:
+                status = "SUCCEEDED" if returncode == 0 else "FAILED"
+                reason = REASON_CONTAINER_EXITED
+            job.attempts.append(
+                BatchAttempt(
+                    exit_code=exit_code,
+                    log_stream_name=stream,
+                    task_arn=job.task,
+                    started_at_ms=job.started_at_ms or stopped_at_ms,
+                    stopped_at_ms=stopped_at_ms,
+                    status_reason=reason,
+                )
+            )
+            self._release_locked(job)
+            self._publish_locked(
+                job,
+                status,
+                reason,
+                stopped_at_ms=stopped_at_ms,
+                exit_code=exit_code,
+                log_stream=stream,
+                task=job.task,
+            )
+        logger.info("worker exited batch_job_id=%s exit_code=%d", job.job_id, exit_code)

@@ -1,0 +1,277 @@
+"""The local API Gateway: HTTP in, REST proxy (v1) events to the api Lambda, HTTP out.
+
+It does what the deployed API Gateway does around the api function: the authorizer (here a
+lookup of the local bearer tokens instead of Cognito's JWT check: ``/health`` is open, every other
+route needs a known token), the 10 MiB payload limit, the proxy event with the caller's claims in
+``requestContext.authorizer.claims``, and the proxy response back to HTTP. It also serves the
+local-only routes of API.md (admin token): ``GET``/``POST /local/batch-events`` and
+``POST /admin/accounts``.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import logging
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+from werkzeug.datastructures import Headers
+from werkzeug.wrappers import Request, Response
+
+from functions.domain.errors import Forbidden, PayloadTooLarge, ServiceError, Unauthorized, ValidationFailed
+from remote_batch.local.accounts import LocalAccounts, parse_new_account
+from remote_batch.local.lambda_context import LOCAL_ACCOUNT_ID
+from remote_batch.local.tokens import Principal, TokenStore
+
+logger = logging.getLogger(__name__)
+
+MAX_BODY_BYTES = 10 * 1024 * 1024
+STAGE = "local"
+HEALTH_PATH = "/health"
+BEARER = "bearer "
+
+
+class BatchEventLog(Protocol):
+    """What the local batch-events routes need of the event bus."""
+
+    def emitted_for(self, job_id: str) -> list[dict[str, Any]]:
+        """Envelopes emitted for a job and its children, in order."""
+
+    def replay(self, envelopes: Iterable[dict[str, Any]]) -> None:
+        """Deliver envelopes again, in the given order."""
+
+
+def error_response(status: int, code: str, message: str, field: str | None = None) -> Response:
+    """API.md's error body with ``status``."""
+    body = {"error": {"code": code, "message": message, "field": field}}
+    return Response(json.dumps(body), status=status, content_type="application/json")
+
+
+def _json_response(status: int, value: Any) -> Response:
+    return Response(json.dumps(value), status=status, content_type="application/json")
+
+
+def proxy_event(request: Request, body: bytes, principal: Principal | None, now: datetime) -> dict[str, Any]:
+    """The API Gateway REST proxy (v1) event of ``request`` on the ``/{proxy+}`` resource.
+
+    ``principal`` None (``/health``) means the route has no authorizer: no ``authorizer`` key.
+    """
+    headers: dict[str, str] = {}
+    multi_headers: dict[str, list[str]] = {}
+    for name, value in request.headers.items():
+        headers[name] = value
+        multi_headers.setdefault(name, []).append(value)
+    query = {key: values[-1] for key, values in request.args.lists()}
+    multi_query = dict(request.args.lists())
+    try:
+        text: str | None = body.decode("utf-8") if body else None
+        encoded = False
+    except UnicodeDecodeError:
+        text, encoded = base64.b64encode(body).decode("ascii"), True
+    request_id = str(uuid.uuid4())
+    context: dict[str, Any] = {
+        "accountId": LOCAL_ACCOUNT_ID,
+        "apiId": "local",
+        "resourceId": "local",
+        "stage": STAGE,
+        "requestId": request_id,
+        "extendedRequestId": request_id,
+        "httpMethod": request.method,
+        "path": request.path,
+        "resourcePath": "/{proxy+}",
+        "protocol": request.environ.get("SERVER_PROTOCOL", "HTTP/1.1"),
+        "domainName": request.host,
+        "identity": {"sourceIp": request.remote_addr or "127.0.0.1", "userAgent": request.user_agent.string},
+        "requestTime": now.strftime("%d/%b/%Y:%H:%M:%S +0000"),
+        "requestTimeEpoch": int(now.timestamp() * 1000),
+    }
+    if principal is not None:
+        groups = ",".join(role for role in principal.roles if role != "user")
+        context["authorizer"] = {
+            "claims": {
+                "sub": principal.account_id,
+                "cognito:username": principal.account_id,
+                "cognito:groups": groups,
+                "token_use": "id",
+            }
+        }
+    proxy = request.path.lstrip("/")
+    return {
+        "resource": "/{proxy+}",
+        "path": request.path,
+        "httpMethod": request.method,
+        "headers": headers or None,
+        "multiValueHeaders": multi_headers or None,
+        "queryStringParameters": query or None,
+        "multiValueQueryStringParameters": multi_query or None,
+        "pathParameters": {"proxy": proxy} if proxy else None,
+        "stageVariables": None,
+        "requestContext": context,
+        "body": text,
+        "isBase64Encoded": encoded,
+    }
+
+
+def http_response(result: Any) -> Response:
+    """The HTTP response of a Lambda proxy response (``multiValueHeaders`` win over ``headers``)."""
+    if not isinstance(result, dict) or not isinstance(result.get("statusCode"), int):
+        logger.error("api returned a malformed proxy response type=%s", type(result).__name__)
+        return error_response(500, "InternalError", "The service failed to answer; try again shortly.")
+    headers = Headers()
+    multi = result.get("multiValueHeaders") or {}
+    for name, values in multi.items():
+        for value in values:
+            headers.add(name, str(value))
+    taken = {name.lower() for name in multi}
+    for name, value in (result.get("headers") or {}).items():
+        if name.lower() not in taken:
+            headers.add(name, str(value))
+    raw = result.get("body") or ""
+    body = base64.b64decode(raw) if result.get("isBase64Encoded") else str(raw).encode("utf-8")
+    if body and "content-type" not in {name.lower() for name in headers.keys()}:  # noqa: SIM118
+        headers.add("Content-Type", "application/json")
+    return Response(body, status=result["statusCode"], headers=headers)
+
+
+class ApiGateway:
+    """The WSGI application the local stack serves.
+
+    Parameters
+    ----------
+    tokens : TokenStore
+        The authorizer's token lookup.
+    invoke_api : Callable[[dict], dict]
+        The api Lambda (serialized: one request at a time).
+    events : BatchEventLog
+        The event bus (``/local/batch-events``).
+    accounts : LocalAccounts
+        Account creation (``POST /admin/accounts``).
+    admin_environment : Callable[[], contextlib.AbstractContextManager]
+        Held while an admin route writes, as the api function would be.
+    clock : Callable[[], datetime]
+        ``requestTimeEpoch``'s source.
+    """
+
+    def __init__(
+        self,
+        *,
+        tokens: TokenStore,
+        invoke_api: Callable[[dict[str, Any]], dict[str, Any]],
+        events: BatchEventLog,
+        accounts: LocalAccounts,
+        admin_environment: Callable[[], Any],
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
+        self._tokens = tokens
+        self._invoke_api = invoke_api
+        self._events = events
+        self._accounts = accounts
+        self._admin_environment = admin_environment
+        self._clock = clock
+        self._local_routes: dict[tuple[str, str], Callable[[Request, bytes], Response]] = {
+            ("GET", "/local/batch-events"): self._emitted_events,
+            ("POST", "/local/batch-events"): self._replay_events,
+            ("POST", "/admin/accounts"): self._create_account,
+        }
+
+    def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        request = Request(environ)
+        started = time.monotonic()
+        try:
+            response = self._handle(request)
+        except ServiceError as exc:
+            if exc.status >= 500:
+                logger.error("request failed method=%s path=%s error=%s", request.method, request.path, exc)
+                response = error_response(
+                    exc.status, exc.code, "The service failed to answer; try again shortly."
+                )
+            else:
+                response = error_response(exc.status, exc.code, exc.message, exc.field)
+        except Exception:
+            logger.exception("request failed method=%s path=%s", request.method, request.path)
+            response = error_response(
+                500, "InternalError", "The service failed to answer; try again shortly."
+            )
+        logger.debug(
+            "request method=%s path=%s status=%d ms=%d",
+            request.method,
+            request.path,
+            response.status_code,
+            (time.monotonic() - started) * 1000,
+        )
+        return response(environ, start_response)
+
+    # -- API Gateway's part --------------------------------------------------------------------------
+    def _handle(self, request: Request) -> Response:
+        principal = None if request.path == HEALTH_PATH else self._authorize(request)
+        body = self._read_body(request)
+        local_route = self._local_routes.get((request.method, request.path))
+        if local_route is not None:
+            if principal is None or not principal.is_admin:
+                raise Forbidden("This route needs an admin token.")
+            return local_route(request, body)
+        return http_response(self._invoke_api(proxy_event(request, body, principal, self._clock())))
+
+    def _authorize(self, request: Request) -> Principal:
+        header = request.headers.get("Authorization")
+        if not header:
+            raise Unauthorized("Missing Authorization header; send 'Authorization: Bearer <token>'.")
+        if not header.lower().startswith(BEARER) or not header[len(BEARER) :].strip():
+            raise Unauthorized("Malformed Authorization header; send 'Authorization: Bearer <token>'.")
+        principal = self._tokens.lookup(header[len(BEARER) :].strip())
+        if principal is None:
+            raise Unauthorized(
+                "Unknown token; use a token from .remote-batch/credentials.json or POST /admin/accounts."
+            )
+        return principal
+
+    @staticmethod
+    def _read_body(request: Request) -> bytes:
+        too_large = PayloadTooLarge(
+            "The request body is over 10 MiB; upload large inputs through an upload URL."
+        )
+        if request.content_length is not None and request.content_length > MAX_BODY_BYTES:
+            raise too_large
+        body = request.stream.read(MAX_BODY_BYTES + 1)
+        if len(body) > MAX_BODY_BYTES:
+            raise too_large
+        return body
+
+    # -- local-only routes ---------------------------------------------------------------------------
+    def _emitted_events(self, request: Request, body: bytes) -> Response:
+        job_id = request.args.get("jobId")
+        if not job_id:
+            raise ValidationFailed("jobId is required: GET /local/batch-events?jobId=<id>.", field="jobId")
+        return _json_response(200, {"events": self._events.emitted_for(job_id)})
+
+    def _replay_events(self, request: Request, body: bytes) -> Response:
+        parsed = _parse_json(body)
+        events = parsed.get("events") if isinstance(parsed, dict) else None
+        if not isinstance(events, list):
+            raise ValidationFailed(
+                'The body must be {"events": [<EventBridge envelope>, ...]}.', field="events"
+            )
+        for index, envelope in enumerate(events):
+            if not isinstance(envelope, dict):
+                raise ValidationFailed("Each event must be a JSON object.", field=f"events[{index}]")
+        self._events.replay(events)
+        return _json_response(202, {"accepted": len(events)})
+
+    def _create_account(self, request: Request, body: bytes) -> Response:
+        new = parse_new_account(_parse_json(body))
+        with self._admin_environment():
+            token = self._accounts.register(new)
+        logger.info("account created account_id=%s", new.account_id)
+        return _json_response(201, {"accountId": new.account_id, "token": token})
+
+
+def _parse_json(body: bytes) -> Any:
+    try:
+        return json.loads(body)
+    except (ValueError, binascii.Error):
+        raise ValidationFailed("The request body is not valid JSON.", field=None) from None

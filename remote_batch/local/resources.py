@@ -1,0 +1,325 @@
+"""The AWS side of the local stack: moto's server, the resources the service needs, its settings.
+
+The names mirror the deployed stack with a ``remote-batch-local`` prefix; the account is
+``000000000000`` (moto serves it when ``MOTO_ACCOUNT_ID`` says so), the same account the local
+executor puts in its Batch ARNs.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any
+from urllib.parse import unquote
+
+import boto3
+from botocore.config import Config
+from moto.server import ThreadedMotoServer
+from werkzeug.serving import make_server
+
+from functions.adapters.tables import ALL_TABLES, TableSpec
+from functions.domain.machine_classes import MACHINE_CLASSES, GeoZone
+from functions.settings import RouteSettings, Settings, ZoneSettings
+from remote_batch.local.lambda_context import LOCAL_ACCOUNT_ID
+
+logger = logging.getLogger(__name__)
+
+NAME_PREFIX = "remote-batch-local"
+HOME_REGION = "us-east-1"
+ZONE_REGIONS: Mapping[GeoZone, str] = {
+    GeoZone.UNITED_STATES: "us-east-1",
+    GeoZone.EUROPEAN_UNION: "eu-central-1",
+}
+JOB_LOG_GROUP = "/aws/batch/job"
+JOB_QUEUE_NAME = NAME_PREFIX
+JOB_DEFINITION = "remote-batch-worker:1"
+EMAIL_TOPIC_NAME = f"{NAME_PREFIX}-email"
+RETENTION_DAYS = 14
+DATA_PREFIXES = ("inputs/", "outputs/")
+CREDENTIAL = "testing"
+
+_CLIENT_CONFIG = Config(retries={"mode": "standard", "max_attempts": 3}, connect_timeout=5, read_timeout=60)
+
+
+def table_name(spec: TableSpec) -> str:
+    """The local name of a table: ``remote-batch-local-<logical name, lower case>``."""
+    return f"{NAME_PREFIX}-{spec.logical_name.lower()}"
+
+
+def bucket_name(region: str) -> str:
+    """The local bucket of a zone's region."""
+    return f"{NAME_PREFIX}-{region}"
+
+
+def create_table_request(spec: TableSpec, name: str) -> dict[str, Any]:
+    """The ``CreateTable`` parameters of a table spec: on-demand, string keys, its GSIs and LSIs."""
+
+    def key_schema(partition_key: str, sort_key: str | None) -> list[dict[str, str]]:
+        schema = [{"AttributeName": partition_key, "KeyType": "HASH"}]
+        if sort_key:
+            schema.append({"AttributeName": sort_key, "KeyType": "RANGE"})
+        return schema
+
+    request: dict[str, Any] = {
+        "TableName": name,
+        "BillingMode": "PAY_PER_REQUEST",
+        "AttributeDefinitions": [{"AttributeName": a, "AttributeType": "S"} for a in spec.attribute_names()],
+        "KeySchema": key_schema(spec.partition_key, spec.sort_key),
+    }
+    for kind, local in (("GlobalSecondaryIndexes", False), ("LocalSecondaryIndexes", True)):
+        indexes = [
+            {
+                "IndexName": index.name,
+                "KeySchema": key_schema(index.partition_key, index.sort_key),
+                "Projection": {"ProjectionType": index.projection},
+            }
+            for index in spec.indexes
+            if index.local is local
+        ]
+        if indexes:
+            request[kind] = indexes
+    return request
+
+
+def local_settings() -> Settings:
+    """The settings of the in-process Lambdas: local tables, topic, and both geo zones."""
+    zones = {}
+    for zone, region in ZONE_REGIONS.items():
+        route = RouteSettings.model_validate(
+            {
+                "jobQueue": f"arn:aws:batch:{region}:{LOCAL_ACCOUNT_ID}:job-queue/{JOB_QUEUE_NAME}",
+                "jobDefinition": f"arn:aws:batch:{region}:{LOCAL_ACCOUNT_ID}:job-definition/{JOB_DEFINITION}",
+            }
+        )
+        zones[zone] = ZoneSettings.model_validate(
+            {
+                "region": region,
+                "bucket": bucket_name(region),
+                "logGroup": JOB_LOG_GROUP,
+                "routes": dict.fromkeys(MACHINE_CLASSES, route),
+            }
+        )
+    tables = {spec.logical_name: table_name(spec) for spec in ALL_TABLES}
+    return Settings(
+        jobs_table=tables["Jobs"],
+        accounts_table=tables["Accounts"],
+        ledger_table=tables["Ledger"],
+        idempotency_table=tables["Idempotency"],
+        email_topic_arn=f"arn:aws:sns:{HOME_REGION}:{LOCAL_ACCOUNT_ID}:{EMAIL_TOPIC_NAME}",
+        home_region=HOME_REGION,
+        zones=zones,
+    )
+
+
+# Operations that change what a snapshot keeps, by the X-Amz-Target prefix of the JSON protocols.
+_JSON_WRITES = {
+    "DynamoDB_20120810": (
+        "dynamodb",
+        frozenset(
+            {
+                "PutItem",
+                "UpdateItem",
+                "DeleteItem",
+                "BatchWriteItem",
+                "TransactWriteItems",
+                "ExecuteStatement",
+            }
+            | {"BatchExecuteStatement", "ExecuteTransaction", "CreateTable", "DeleteTable", "UpdateTable"}
+        ),
+    ),
+    "Logs_20140328": (
+        "logs",
+        frozenset({"PutLogEvents", "CreateLogStream", "DeleteLogStream", "DeleteLogGroup"}),
+    ),
+}
+_CREDENTIAL_SCOPE = re.compile(r"Credential=[^/]+/\d{8}/[^/]+/([a-z0-9-]+)/aws4_request")
+
+
+def _written_service(environ: Mapping[str, Any]) -> str | None:
+    """The service a moto request may have changed the state of (None for reads)."""
+    target = environ.get("HTTP_X_AMZ_TARGET", "")
+    if target:
+        prefix, _, operation = target.partition(".")
+        service, writes = _JSON_WRITES.get(prefix, ("", frozenset()))
+        return service if operation in writes else None
+    if environ.get("REQUEST_METHOD") not in ("PUT", "POST", "DELETE"):
+        return None
+    found = _CREDENTIAL_SCOPE.search(environ.get("HTTP_AUTHORIZATION", "")) or _CREDENTIAL_SCOPE.search(
+        unquote(environ.get("QUERY_STRING", "")).replace("X-Amz-Credential=", "Credential=")
+    )
+    scope = str(found.group(1)) if found else ""
+    return scope if scope in ("s3", "sns") else None
+
+
+class WriteCounter:
+    """WSGI middleware in front of moto: counts the completed requests that may write, per service.
+
+    The count goes up after moto has answered, so a snapshot that reads the counts before it
+    exports sees every write that finished before, and the next snapshot catches the rest.
+    """
+
+    def __init__(self, app: Callable[..., Any]) -> None:
+        self._app = app
+        self._lock = threading.Lock()
+        self._counts: dict[str, int] = {}
+
+    def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
+        service = _written_service(environ)
+        try:
+            return self._app(environ, start_response)
+        finally:
+            if service is not None:
+                with self._lock:
+                    self._counts[service] = self._counts.get(service, 0) + 1
+
+    def counts(self) -> dict[str, int]:
+        """Writes seen so far, by service (``dynamodb``, ``s3``, ``logs``, ``sns``)."""
+        with self._lock:
+            return dict(self._counts)
+
+
+class _CountingMotoServer(ThreadedMotoServer):  # type: ignore[misc]
+    """``ThreadedMotoServer`` with ``WriteCounter`` in front of moto's application.
+
+    Overrides the thread entry of moto 5's ThreadedMotoServer (same server, same handler), the only
+    place the application can be wrapped.
+    """
+
+    def __init__(self, counter_factory: Callable[[Callable[..., Any]], WriteCounter]) -> None:
+        super().__init__(ip_address="127.0.0.1", port=0, verbose=False)
+        self._counter_factory = counter_factory
+
+    def _server_entry(self) -> None:
+        from moto.moto_server.werkzeug_app import (
+            DomainDispatcherApplication,
+            MotoRequestHandler,
+            create_backend_app,
+        )
+
+        app = self._counter_factory(DomainDispatcherApplication(create_backend_app))
+        self._server = make_server(
+            self._ip_address, self._port, app, threaded=True, request_handler=MotoRequestHandler
+        )
+        self._server_ready_event.set()
+        self._server.serve_forever()
+
+
+class MotoServer:
+    """moto's server in this process, on a free port of 127.0.0.1, counting writes.
+
+    ``start`` points every boto3 client of this process (and of the job subprocesses, which inherit
+    the environment) at it: ``AWS_ENDPOINT_URL``, test credentials, the home region, and
+    ``MOTO_ACCOUNT_ID`` so resources live in the local account.
+    """
+
+    def __init__(self) -> None:
+        self._server: Any = None
+        self.endpoint = ""
+        self.writes: WriteCounter | None = None
+
+    def _counter(self, app: Callable[..., Any]) -> WriteCounter:
+        self.writes = WriteCounter(app)
+        return self.writes
+
+    def write_counts(self) -> dict[str, int]:
+        """Writes seen by the server so far, by service."""
+        return self.writes.counts() if self.writes is not None else {}
+
+    def start(self) -> str:
+        """Start the server; returns its endpoint URL."""
+        logging.getLogger("werkzeug").setLevel(logging.ERROR)
+        os.environ["MOTO_ACCOUNT_ID"] = LOCAL_ACCOUNT_ID
+        self._server = _CountingMotoServer(self._counter)
+        self._server.start()
+        host, port = self._server.get_host_and_port()
+        self.endpoint = f"http://{host}:{port}"
+        os.environ.pop("AWS_PROFILE", None)
+        os.environ.pop("AWS_SESSION_TOKEN", None)
+        os.environ.update(
+            {
+                "AWS_ENDPOINT_URL": self.endpoint,
+                "AWS_ACCESS_KEY_ID": CREDENTIAL,
+                "AWS_SECRET_ACCESS_KEY": CREDENTIAL,
+                "AWS_DEFAULT_REGION": HOME_REGION,
+                "AWS_REGION": HOME_REGION,
+            }
+        )
+        return self.endpoint
+
+    def stop(self) -> None:
+        """Stop the server (everything it held is gone; the snapshot keeps what matters)."""
+        if self._server is not None:
+            self._server.stop()
+            self._server = None
+
+
+class AwsClients:
+    """boto3 clients on the moto server, one per (service, region), made on first use.
+
+    boto3 clients are thread-safe once made; making them is not, hence the lock.
+    """
+
+    def __init__(self) -> None:
+        self._session = boto3.Session()
+        self._clients: dict[tuple[str, str], Any] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def session(self) -> boto3.Session:
+        """The session the clients come from (for ``build_services``)."""
+        return self._session
+
+    def client(self, service: str, region: str = HOME_REGION) -> Any:
+        """The client of ``service`` in ``region``."""
+        with self._lock:
+            key = (service, region)
+            if key not in self._clients:
+                make: Any = self._session.client  # typed per service literal; the name is dynamic here
+                self._clients[key] = make(service, region_name=region, config=_CLIENT_CONFIG)
+            return self._clients[key]
+
+
+def provision(clients: AwsClients, settings: Settings) -> None:
+    """Create the tables, buckets (with the 14-day lifecycle), job log groups and email topic.
+
+    Run once per start, on a fresh moto server.
+    """
+    dynamodb = clients.client("dynamodb", settings.home_region)
+    for spec in ALL_TABLES:
+        name = table_name(spec)
+        dynamodb.create_table(**create_table_request(spec, name))
+        if spec.ttl_attribute:
+            dynamodb.update_time_to_live(
+                TableName=name, TimeToLiveSpecification={"Enabled": True, "AttributeName": spec.ttl_attribute}
+            )
+    for zone in settings.zones.values():
+        s3 = clients.client("s3", zone.region)
+        if zone.region == "us-east-1":
+            s3.create_bucket(Bucket=zone.bucket)
+        else:
+            s3.create_bucket(
+                Bucket=zone.bucket, CreateBucketConfiguration={"LocationConstraint": zone.region}
+            )
+        s3.put_bucket_lifecycle_configuration(
+            Bucket=zone.bucket,
+            LifecycleConfiguration={
+                "Rules": [
+                    {
+                        "ID": f"expire-{prefix.rstrip('/')}",
+                        "Filter": {"Prefix": prefix},
+                        "Status": "Enabled",
+                        "Expiration": {"Days": RETENTION_DAYS},
+                    }
+                    for prefix in DATA_PREFIXES
+                ]
+            },
+        )
+        logs = clients.client("logs", zone.region)
+        logs.create_log_group(logGroupName=zone.log_group)
+        logs.put_retention_policy(logGroupName=zone.log_group, retentionInDays=RETENTION_DAYS)
+    topic_arn = clients.client("sns", settings.home_region).create_topic(Name=EMAIL_TOPIC_NAME)["TopicArn"]
+    if topic_arn != settings.email_topic_arn:
+        raise RuntimeError(f"moto made topic {topic_arn}, the settings expect {settings.email_topic_arn}")

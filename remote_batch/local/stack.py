@@ -1,0 +1,298 @@
+"""The local stack, put together: moto, the Lambdas, the executor, the bus, the tickers, the gateway.
+
+``start`` brings it up in dependency order and answers HTTP only once everything is ready
+(restored state, built-in accounts, settled leftovers of the last run); ``stop`` takes it down in
+the reverse order so that every running job is ended and settled, and the last snapshot is taken
+after the last write.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from werkzeug.serving import BaseWSGIServer, make_server
+
+from functions.adapters.sns import SnsNotifier
+from functions.adapters.tables import ALL_TABLES
+from functions.bootstrap import build_services, install, utc_now
+from functions.ports import Services
+from functions.settings import Settings
+from remote_batch.local.accounts import LocalAccounts
+from remote_batch.local.bus import EventBus
+from remote_batch.local.config import LocalConfig
+from remote_batch.local.executor import LocalBatchExecutor
+from remote_batch.local.files import write_bytes_atomic
+from remote_batch.local.gateway import ApiGateway
+from remote_batch.local.lambda_context import LOCAL_ACCOUNT_ID
+from remote_batch.local.lambdas import LocalLambdas
+from remote_batch.local.outbox import OutboxNotifier
+from remote_batch.local.recovery import recover_unfinished_jobs
+from remote_batch.local.resources import (
+    CREDENTIAL,
+    NAME_PREFIX,
+    AwsClients,
+    MotoServer,
+    local_settings,
+    provision,
+    table_name,
+)
+from remote_batch.local.state import SnapshotScope, StateSnapshots
+from remote_batch.local.ticker import Ticker, scheduled_event
+from remote_batch.local.tokens import TokenStore
+
+logger = logging.getLogger(__name__)
+
+METER_RULE = f"{NAME_PREFIX}-meter"
+RECOVERY_DRAIN_SECONDS = 30.0
+BUS_DRAIN_SECONDS = 30.0
+EXECUTOR_STOP_SECONDS = 10.0
+# Powertools in the in-process Lambdas: no X-Ray daemon, no CloudWatch metrics; warnings only in the
+# console unless the person asks for more (POWERTOOLS_LOG_LEVEL=INFO).
+POWERTOOLS_DEFAULTS = {
+    "POWERTOOLS_SERVICE_NAME": "remote-batch",
+    "POWERTOOLS_TRACE_DISABLED": "true",
+    "POWERTOOLS_METRICS_DISABLED": "true",
+    "POWERTOOLS_METRICS_NAMESPACE": "RemoteBatch",
+    "POWERTOOLS_LOG_LEVEL": "WARNING",
+}
+# What a job's worker inherits from this process besides the AWS variables (the executor adds PATH).
+_WORKER_INHERITS = ("HOME", "LANG", "LC_ALL", "TMPDIR", "USER", "VIRTUAL_ENV")
+
+
+@dataclass(frozen=True, slots=True)
+class Started:
+    """What a person needs once the stack is up."""
+
+    endpoint: str
+    tokens: dict[str, str]
+    credentials_path: Path
+    outbox_path: Path
+    recovered_jobs: tuple[str, ...]
+
+
+class LocalStack:
+    """The whole service on this machine.
+
+    Parameters
+    ----------
+    config : LocalConfig
+        Home, port, intervals, executor size.
+    """
+
+    def __init__(self, config: LocalConfig) -> None:
+        self._config = config
+        self._moto = MotoServer()
+        self._stopped = threading.Event()
+        self._stop_lock = threading.Lock()
+        self._server: BaseWSGIServer | None = None
+        self._server_thread: threading.Thread | None = None
+        self._tickers: list[Ticker] = []
+        self._executor: LocalBatchExecutor | None = None
+        self._bus: EventBus | None = None
+        self._lambdas: LocalLambdas | None = None
+        self._snapshots: StateSnapshots | None = None
+        # Set once the last run's leftovers are settled: from then on, a stop is this run's to record.
+        self._recovered = False
+
+    @property
+    def _stopped_at_path(self) -> Path:
+        return self._config.state_dir / "stopped_at"
+
+    def start(self) -> Started:
+        """Bring the stack up; returns once ``GET /health`` can be answered."""
+        config = self._config
+        _ensure_port_free(config.host, config.port)
+        config.home.mkdir(mode=0o700, parents=True, exist_ok=True)
+        config.state_dir.mkdir(exist_ok=True)
+
+        endpoint = self._moto.start()
+        logger.info("moto started endpoint=%s", endpoint)
+        settings = local_settings()
+        os.environ.update(settings.to_environment())
+        for name, value in POWERTOOLS_DEFAULTS.items():
+            os.environ.setdefault(name, value)
+        clients = AwsClients()
+        provision(clients, settings)
+
+        snapshots = StateSnapshots(
+            config.state_dir, config.home / "s3", _snapshot_scope(settings), clients, self._moto.write_counts
+        )
+        report = snapshots.restore()
+        self._snapshots = snapshots
+        if report.taken_at is not None:
+            logger.info(
+                "state restored items=%d objects=%d log_streams=%d subscriptions=%d taken_at=%s",
+                report.items,
+                report.objects,
+                report.log_streams,
+                report.subscriptions,
+                report.taken_at.isoformat(),
+            )
+        last_alive = self._read_stopped_at() or report.taken_at
+
+        outbox = OutboxNotifier(
+            SnsNotifier(clients.client("sns", settings.home_region), settings.email_topic_arn),
+            config.home / "outbox.jsonl",
+        )
+        bus = EventBus(self._deliver_batch_event, config.home / "batch-events.jsonl", config.duplicate_events)
+        self._bus = bus
+        executor = LocalBatchExecutor(
+            bus,
+            lambda region: clients.client("logs", region),
+            _worker_environment(endpoint),
+            vcpus=config.vcpus,
+        )
+        self._executor = executor
+        services = build_services(
+            settings,
+            session=clients.session,
+            batch_gateways={
+                zone: executor.gateway(z.region, z.log_group) for zone, z in settings.zones.items()
+            },
+            notifier=outbox,
+        )
+        install(services)
+        lambdas = LocalLambdas(settings.home_region)
+        self._lambdas = lambdas
+        bus.start()
+
+        tokens = TokenStore(config.home / "tokens.json")
+        accounts = LocalAccounts(services.store, tokens, utc_now, config.home / "credentials.json")
+        built_in = accounts.ensure_built_in()
+
+        recovered: list[str] = []
+        if last_alive is not None:
+            recovered = recover_unfinished_jobs(
+                clients.client("dynamodb", settings.home_region), settings, bus.publish, last_alive
+            )
+            if recovered and not bus.wait_idle(RECOVERY_DRAIN_SECONDS):
+                logger.warning("recovered jobs not settled yet count=%d", len(recovered))
+        self._stopped_at_path.unlink(missing_ok=True)
+        self._recovered = True
+
+        self._tickers = [
+            Ticker("meter", config.meter_interval, lambda: self._tick_meter(services, settings)),
+            Ticker("snapshot", config.snapshot_interval, lambda: snapshots.take(lambdas.quiesced())),
+        ]
+        for ticker in self._tickers:
+            ticker.start()
+
+        gateway = ApiGateway(
+            tokens=tokens,
+            invoke_api=lambdas.invoke_api,
+            events=bus,
+            accounts=accounts,
+            admin_environment=lambdas.api_environment,
+        )
+        # Binding listens at once, but nothing is answered before serve_forever: a request that
+        # arrives meanwhile waits, and credentials.json names the bound port before the first answer.
+        server = make_server(config.host, config.port, gateway, threaded=True)
+        self._server = server
+        public = f"http://{config.host}:{server.server_port}"
+        accounts.write_credentials(public, built_in)
+        self._server_thread = threading.Thread(target=server.serve_forever, name="http", daemon=True)
+        self._server_thread.start()
+        logger.info("local stack ready endpoint=%s", public)
+        return Started(
+            endpoint=public,
+            tokens=built_in,
+            credentials_path=config.home / "credentials.json",
+            outbox_path=outbox.path,
+            recovered_jobs=tuple(recovered),
+        )
+
+    def stop(self) -> None:
+        """Stop serving, end every job (settled through its FAILED event), drain the bus, take the
+        last snapshot, stop moto. Safe to call twice and after a partial start."""
+        with self._stop_lock:
+            if self._stopped.is_set():
+                return
+            self._stopped.set()
+            logger.info("local stack stopping")
+            if self._server is not None:
+                self._server.shutdown()
+                self._server.server_close()
+            for ticker in self._tickers:
+                ticker.stop()
+            if self._executor is not None:
+                self._executor.shutdown(timeout=EXECUTOR_STOP_SECONDS)
+            if self._bus is not None:
+                self._bus.stop(drain=True, timeout=BUS_DRAIN_SECONDS)
+            if self._snapshots is not None and self._lambdas is not None:
+                if self._recovered:
+                    write_bytes_atomic(self._stopped_at_path, datetime.now(UTC).isoformat().encode())
+                self._snapshots.take(self._lambdas.quiesced())
+            install(None)
+            self._moto.stop()
+            logger.info("local stack stopped")
+
+    # -- wiring ------------------------------------------------------------------------------------
+    def _deliver_batch_event(self, envelope: dict[str, Any]) -> None:
+        if self._lambdas is None:
+            raise RuntimeError("the batch_events function is not loaded yet")
+        self._lambdas.deliver_batch_event(envelope)
+
+    def _tick_meter(self, services: Services, settings: Settings) -> None:
+        if self._lambdas is not None:
+            self._lambdas.tick_meter(scheduled_event(services.clock(), settings.home_region, METER_RULE))
+
+    def _read_stopped_at(self) -> datetime | None:
+        try:
+            text = self._stopped_at_path.read_text(encoding="utf-8").strip()
+        except FileNotFoundError:
+            return None
+        try:
+            return datetime.fromisoformat(text).astimezone(UTC)
+        except ValueError:
+            logger.warning("unreadable stopped_at ignored path=%s", self._stopped_at_path)
+            return None
+
+
+class PortInUse(RuntimeError):
+    """The HTTP port is taken (another local stack?)."""
+
+
+def _ensure_port_free(host: str, port: int) -> None:
+    """Fail before any work when ``port`` cannot be bound (0 always can)."""
+    if port == 0:
+        return
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            raise PortInUse(
+                f"{host}:{port} is in use (another local stack?); set REMOTE_BATCH_PORT to another port"
+            ) from exc
+
+
+def _snapshot_scope(settings: Settings) -> SnapshotScope:
+    return SnapshotScope(
+        tables=tuple(table_name(spec) for spec in ALL_TABLES),
+        buckets={zone.bucket: zone.region for zone in settings.zones.values()},
+        log_groups=tuple(sorted({(zone.region, zone.log_group) for zone in settings.zones.values()})),
+        topic_arn=settings.email_topic_arn,
+        home_region=settings.home_region,
+    )
+
+
+def _worker_environment(endpoint: str) -> dict[str, str]:
+    environment = {name: os.environ[name] for name in _WORKER_INHERITS if os.environ.get(name)}
+    environment.update(
+        {
+            "AWS_ENDPOINT_URL": endpoint,
+            "AWS_ACCESS_KEY_ID": CREDENTIAL,
+            "AWS_SECRET_ACCESS_KEY": CREDENTIAL,
+            "MOTO_ACCOUNT_ID": LOCAL_ACCOUNT_ID,
+            "PYTHONUNBUFFERED": "1",
+            "MPLBACKEND": "Agg",
+        }
+    )
+    return environment

@@ -1,0 +1,69 @@
+"""Issue 2 acceptance: the local stack keeps its state across restarts, and settles what a crash left."""
+
+from __future__ import annotations
+
+import json
+import signal
+from decimal import Decimal
+
+import pytest
+
+from tests.e2e.conftest import Client, LocalStackProcess, wait_for
+
+pytestmark = pytest.mark.e2e
+
+
+def _snapshot_status(stack: LocalStackProcess, job_id: str) -> str | None:
+    tables = json.loads((stack.home / "state" / "dynamodb.json").read_text())["tables"]
+    for item in tables["remote-batch-local-jobs"]:
+        if item["jobId"]["S"] == job_id:
+            return str(item["status"]["S"])
+    return None
+
+
+def test_restart_keeps_jobs_balance_results_and_tokens(stack: LocalStackProcess, dev: Client) -> None:
+    # Given a finished job with a result and a log, and a job still running
+    job = dev.submit({"code": "print('kept')\n6 * 7"})
+    assert dev.wait_status(job["jobId"])["status"] == "Succeeded"
+    before_job = dev.job(job["jobId"])
+    running = dev.submit({"code": "import time\ntime.sleep(300)"})
+    dev.wait_status(running["jobId"], ("Running",), timeout=30)
+    balance = dev.balance()
+    tokens = dict(stack.tokens)
+
+    # When the stack is stopped (SIGINT, exit 0) and started again on the same home and port
+    stack.restart()
+
+    # Then the same tokens work and everything is still there
+    assert stack.tokens == tokens
+    assert dev.job(job["jobId"]) == before_job
+    # the running job was ended by the stop and charged its running time (the 60 s minimum)
+    stopped = dev.job(running["jobId"])
+    assert stopped["status"] == "Terminated"
+    assert stopped["statusReason"] == "Local stack stopped while the job ran"
+    assert Decimal(str(stopped["creditsSpent"])) == Decimal("1")
+    assert dev.balance() == balance - Decimal("1")
+    assert dev.get(f"/jobs/{job['jobId']}/result").json()["result"] == 42
+    log = dev.get(f"/jobs/{job['jobId']}/log").json()
+    assert [event["message"] for event in log["events"]] == ["kept"]
+    listed = dev.get("/jobs").json()["jobs"]
+    assert job["jobId"] in [j["jobId"] for j in listed]
+
+
+def test_crash_settles_the_running_job_at_next_start(stack: LocalStackProcess, dev: Client) -> None:
+    # Given a job running when the stack dies without a chance to clean up
+    balance = dev.balance()
+    job = dev.submit({"code": "import time\ntime.sleep(300)"})
+    dev.wait_status(job["jobId"], ("Running",), timeout=30)
+    wait_for(lambda: _snapshot_status(stack, job["jobId"]) == "Running", 10, "a snapshot of the running job")
+    stack.stop(signal.SIGKILL)
+
+    # When it starts again
+    stack.start()
+
+    # Then the job is settled as stopped by the local stack, charged the 60 s minimum
+    done = dev.wait_status(job["jobId"], timeout=30)
+    assert done["status"] == "Terminated"
+    assert done["statusReason"] == "Local stack stopped while the job ran"
+    assert Decimal(str(done["creditsSpent"])) == Decimal("1")
+    assert dev.balance() == balance - Decimal("1")

@@ -1,0 +1,186 @@
+"""Builders of real-shaped events for tests: ``Batch Job State Change`` envelopes (AWS Batch's
+schema, https://docs.aws.amazon.com/batch/latest/userguide/batch_job_events.html), API Gateway
+REST proxy events and scheduled events. Tests build events here instead of pasting JSON."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from datetime import UTC, datetime
+from typing import Any
+
+ACCOUNT = "123456789012"
+REGION = "us-east-1"
+QUEUE_ARN = f"arn:aws:batch:{REGION}:{ACCOUNT}:job-queue/remote-batch-Basic1x8"
+JOB_DEFINITION_ARN = f"arn:aws:batch:{REGION}:{ACCOUNT}:job-definition/remote-batch-worker:1"
+
+
+def batch_event(
+    job_name: str,
+    batch_job_id: str,
+    status: str,
+    *,
+    created_at: int = 1_764_000_000_000,
+    started_at: int | None = None,
+    stopped_at: int | None = None,
+    exit_code: int | None = None,
+    status_reason: str | None = None,
+    attempts: list[dict[str, Any]] | None = None,
+    log_stream_name: str | None = None,
+) -> dict[str, Any]:
+    """A ``Batch Job State Change`` EventBridge envelope for one job status (times in ms)."""
+    job_arn = f"arn:aws:batch:{REGION}:{ACCOUNT}:job/{batch_job_id}"
+    container: dict[str, Any] = {
+        "image": "123456789012.dkr.ecr.us-east-1.amazonaws.com/remote-batch-worker:latest",
+        "command": ["python", "-m", "worker"],
+        "volumes": [],
+        "environment": [],
+        "mountPoints": [],
+        "ulimits": [],
+        "networkInterfaces": [],
+        "resourceRequirements": [{"value": "1", "type": "VCPU"}, {"value": "8192", "type": "MEMORY"}],
+        "secrets": [],
+    }
+    if exit_code is not None:
+        container["exitCode"] = exit_code
+    if log_stream_name is not None:
+        container["logStreamName"] = log_stream_name
+    detail: dict[str, Any] = {
+        "jobArn": job_arn,
+        "jobName": job_name,
+        "jobId": batch_job_id,
+        "jobQueue": QUEUE_ARN,
+        "status": status,
+        "attempts": attempts or [],
+        "createdAt": created_at,
+        "retryStrategy": {"attempts": 3, "evaluateOnExit": []},
+        "dependsOn": [],
+        "jobDefinition": JOB_DEFINITION_ARN,
+        "parameters": {},
+        "container": container,
+        "tags": {"remote-batch:jobId": job_name},
+        "propagateTags": True,
+        "platformCapabilities": ["EC2"],
+    }
+    if status_reason is not None:
+        detail["statusReason"] = status_reason
+    if started_at is not None:
+        detail["startedAt"] = started_at
+    if stopped_at is not None:
+        detail["stoppedAt"] = stopped_at
+    stamp = stopped_at or started_at or created_at
+    return {
+        "version": "0",
+        "id": str(uuid.uuid4()),
+        "detail-type": "Batch Job State Change",
+        "source": "aws.batch",
+        "account": ACCOUNT,
+        "time": datetime.fromtimestamp(stamp / 1000, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "region": REGION,
+        "resources": [job_arn],
+        "detail": detail,
+    }
+
+
+def job_lifecycle(
+    job_name: str,
+    batch_job_id: str,
+    *,
+    created_at: int,
+    started_at: int,
+    stopped_at: int,
+    succeeded: bool = True,
+    exit_code: int | None = None,
+    status_reason: str | None = None,
+) -> list[dict[str, Any]]:
+    """The events of one attempt, in the order AWS Batch emits them (no event for SUBMITTED)."""
+    stream = f"remote-batch-worker/default/{batch_job_id}"
+    final = "SUCCEEDED" if succeeded else "FAILED"
+    code = exit_code if exit_code is not None else (0 if succeeded else 1)
+    attempt = {
+        "container": {"exitCode": code, "logStreamName": stream},
+        "startedAt": started_at,
+        "stoppedAt": stopped_at,
+        "statusReason": "Essential container in task exited",
+    }
+    return [
+        batch_event(job_name, batch_job_id, "PENDING", created_at=created_at),
+        batch_event(job_name, batch_job_id, "RUNNABLE", created_at=created_at),
+        batch_event(job_name, batch_job_id, "STARTING", created_at=created_at),
+        batch_event(
+            job_name,
+            batch_job_id,
+            "RUNNING",
+            created_at=created_at,
+            started_at=started_at,
+            log_stream_name=stream,
+        ),
+        batch_event(
+            job_name,
+            batch_job_id,
+            final,
+            created_at=created_at,
+            started_at=started_at,
+            stopped_at=stopped_at,
+            exit_code=code,
+            status_reason=status_reason or "Essential container in task exited",
+            attempts=[attempt],
+            log_stream_name=stream,
+        ),
+    ]
+
+
+def api_event(
+    method: str,
+    path: str,
+    *,
+    account_id: str | None = "dev",
+    body: Any = None,
+    raw_body: str | None = None,
+    query: dict[str, str] | None = None,
+    headers: dict[str, str] | None = None,
+    groups: str = "",
+) -> dict[str, Any]:
+    """An API Gateway REST proxy event as a Cognito-authorized request would produce."""
+    text = raw_body if raw_body is not None else (json.dumps(body) if body is not None else None)
+    all_headers = {"Content-Type": "application/json", **(headers or {})}
+    claims = {"sub": account_id, "cognito:groups": groups} if account_id else None
+    return {
+        "resource": "/{proxy+}",
+        "path": path,
+        "httpMethod": method,
+        "headers": all_headers,
+        "multiValueHeaders": {k: [v] for k, v in all_headers.items()},
+        "queryStringParameters": query,
+        "multiValueQueryStringParameters": {k: [v] for k, v in query.items()} if query else None,
+        "pathParameters": {"proxy": path.lstrip("/")},
+        "stageVariables": None,
+        "body": text,
+        "isBase64Encoded": False,
+        "requestContext": {
+            "resourcePath": "/{proxy+}",
+            "httpMethod": method,
+            "path": f"/v1{path}",
+            "stage": "v1",
+            "requestId": str(uuid.uuid4()),
+            "requestTimeEpoch": 1_764_000_000_000,
+            "accountId": ACCOUNT,
+            "identity": {"sourceIp": "127.0.0.1", "userAgent": "pytest"},
+            "authorizer": {"claims": claims} if claims else None,
+        },
+    }
+
+
+def scheduled_event() -> dict[str, Any]:
+    """The EventBridge schedule's event to the meter."""
+    return {
+        "version": "0",
+        "id": str(uuid.uuid4()),
+        "detail-type": "Scheduled Event",
+        "source": "aws.events",
+        "account": ACCOUNT,
+        "time": "2026-11-29T17:20:00Z",
+        "region": REGION,
+        "resources": [f"arn:aws:events:{REGION}:{ACCOUNT}:rule/remote-batch-meter"],
+        "detail": {},
+    }

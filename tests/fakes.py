@@ -1,0 +1,60 @@
+"""Fakes of ports for tests (no network)."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from dataclasses import dataclass, field
+
+from functions.domain.errors import DependencyFailed
+from functions.ports import BatchSubmission, OutgoingNotification
+
+
+@dataclass
+class FakeLambdaContext:
+    """What powertools reads of a Lambda context."""
+
+    function_name: str = "remote-batch-test"
+    function_version: str = "$LATEST"
+    invoked_function_arn: str = "arn:aws:lambda:us-east-1:123456789012:function:remote-batch-test"
+    memory_limit_in_mb: int = 256
+    aws_request_id: str = field(default_factory=lambda: str(uuid.uuid4()))
+    log_group_name: str = "/aws/lambda/remote-batch-test"
+    log_stream_name: str = "test"
+
+    def get_remaining_time_in_millis(self) -> int:
+        return 30_000
+
+
+@dataclass
+class RecordingBatchGateway:
+    """A ``BatchGateway`` that records submissions and terminations; ``fail`` makes submit refuse."""
+
+    submissions: list[BatchSubmission] = field(default_factory=list)
+    terminations: list[tuple[str, str]] = field(default_factory=list)
+    fail: bool = False
+
+    def submit_job(self, submission: BatchSubmission) -> str:
+        if self.fail:
+            raise DependencyFailed("AWS Batch did not accept the job")
+        self.submissions.append(submission)
+        return str(uuid.uuid4())
+
+    def terminate_job(self, batch_job_id: str, reason: str) -> None:
+        self.terminations.append((batch_job_id, reason))
+
+
+@dataclass
+class RecordingNotifier:
+    """A ``Notifier`` that keeps what it was asked to send; ``fail_next`` refuses that many sends."""
+
+    sent: list[OutgoingNotification] = field(default_factory=list)
+    fail_next: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def send(self, notification: OutgoingNotification) -> None:
+        with self.lock:
+            if self.fail_next:
+                self.fail_next -= 1
+                raise DependencyFailed("SNS refused")
+            self.sent.append(notification)

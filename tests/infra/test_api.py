@@ -1,0 +1,105 @@
+"""API Gateway: Cognito on every method but GET /health, API.md's error body on gateway errors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.infra.conftest import Synth
+
+pytestmark = pytest.mark.infra
+
+
+def _path_of(synth: Synth, resource_id: dict) -> str:
+    """The full path of an AWS::ApiGateway::Resource (or "/" for the root)."""
+    resources = synth.template_json["Resources"]
+    parts: list[str] = []
+    while "Ref" in resource_id:
+        resource = resources[resource_id["Ref"]]["Properties"]
+        parts.insert(0, resource["PathPart"])
+        resource_id = resource["ParentId"]
+    return "/" + "/".join(parts)
+
+
+def _methods(synth: Synth) -> dict[tuple[str, str], dict]:
+    return {
+        (method["Properties"]["HttpMethod"], _path_of(synth, method["Properties"]["ResourceId"])): method[
+            "Properties"
+        ]
+        for method in synth.resources("AWS::ApiGateway::Method").values()
+    }
+
+
+def test_routes_are_health_and_proxy(synth: Synth) -> None:
+    assert set(_methods(synth)) == {("GET", "/health"), ("ANY", "/{proxy+}")}
+
+
+def test_every_method_but_health_uses_the_cognito_authorizer(synth: Synth) -> None:
+    authorizer = synth.logical_id(synth.stack.api.authorizer)
+
+    for (verb, path), method in _methods(synth).items():
+        if (verb, path) == ("GET", "/health"):
+            assert method["AuthorizationType"] == "NONE"
+        else:
+            assert method["AuthorizationType"] == "COGNITO_USER_POOLS", path
+            assert method["AuthorizerId"] == {"Ref": authorizer}, path
+
+
+def test_authorizer_trusts_the_user_pool(synth: Synth) -> None:
+    synth.template.has_resource_properties(
+        "AWS::ApiGateway::Authorizer",
+        {
+            "Type": "COGNITO_USER_POOLS",
+            "IdentitySource": "method.request.header.Authorization",
+            "ProviderARNs": [{"Fn::GetAtt": [synth.logical_id(synth.stack.auth.user_pool), "Arn"]}],
+        },
+    )
+
+
+def test_admin_group_exists(synth: Synth) -> None:
+    synth.template.has_resource_properties("AWS::Cognito::UserPoolGroup", {"GroupName": "admin"})
+
+
+@pytest.mark.parametrize(
+    ("response_type", "status", "code"),
+    [
+        ("UNAUTHORIZED", "401", "Unauthorized"),
+        ("ACCESS_DENIED", "403", "Forbidden"),
+        ("THROTTLED", "429", "Throttled"),
+        ("DEFAULT_4XX", None, "ValidationError"),
+        ("DEFAULT_5XX", None, "InternalError"),
+    ],
+)
+def test_gateway_errors_use_the_api_error_body(
+    synth: Synth, response_type: str, status: str | None, code: str
+) -> None:
+    (response,) = [
+        r["Properties"]
+        for r in synth.resources("AWS::ApiGateway::GatewayResponse").values()
+        if r["Properties"]["ResponseType"] == response_type
+    ]
+    # API Gateway substitutes $context.error.messageString with a quoted JSON string.
+    body = json.loads(
+        response["ResponseTemplates"]["application/json"].replace(
+            "$context.error.messageString", '"Invalid request body"'
+        )
+    )
+
+    assert response.get("StatusCode") == status
+    assert body == {"error": {"code": code, "message": body["error"]["message"], "field": None}}
+    assert body["error"]["message"]
+
+
+def test_stage_logs_access_and_throttles(synth: Synth) -> None:
+    (stage,) = synth.resources("AWS::ApiGateway::Stage").values()
+    props = stage["Properties"]
+
+    destination = json.dumps(props["AccessLogSetting"]["DestinationArn"])
+    assert json.dumps({"Ref": synth.logical_id(synth.stack.api.access_log_group)}) in destination
+    assert props["AccessLogSetting"]["Format"]
+    assert props["TracingEnabled"] is True
+    (settings,) = props["MethodSettings"]
+    assert settings["ThrottlingRateLimit"] > 0
+    assert settings["ThrottlingBurstLimit"] > 0
+    assert settings["LoggingLevel"] == "ERROR"

@@ -1,0 +1,130 @@
+"""Tables built from functions/adapters/tables.py, and the data bucket's retention and protection."""
+
+from __future__ import annotations
+
+import pytest
+from aws_cdk.assertions import Match
+
+from functions.adapters.tables import ALL_TABLES, TableSpec
+from infra import constants
+from tests.infra.conftest import Synth
+
+pytestmark = pytest.mark.infra
+
+
+def _table(synth: Synth, spec: TableSpec) -> dict:
+    logical_id = synth.logical_id(synth.stack.data.tables[spec.logical_name])
+    return synth.template_json["Resources"][logical_id]
+
+
+def _key_schema(partition_key: str, sort_key: str | None) -> list[dict[str, str]]:
+    keys = [{"AttributeName": partition_key, "KeyType": "HASH"}]
+    if sort_key:
+        keys.append({"AttributeName": sort_key, "KeyType": "RANGE"})
+    return keys
+
+
+def test_one_table_per_spec(synth: Synth) -> None:
+    synth.template.resource_count_is("AWS::DynamoDB::Table", len(ALL_TABLES))
+
+
+@pytest.mark.parametrize("spec", ALL_TABLES, ids=lambda spec: spec.logical_name)
+def test_table_matches_its_spec(synth: Synth, spec: TableSpec) -> None:
+    table = _table(synth, spec)
+    props = table["Properties"]
+
+    assert table["DeletionPolicy"] == "Retain"
+    assert props["BillingMode"] == "PAY_PER_REQUEST"
+    assert props["PointInTimeRecoverySpecification"] == {"PointInTimeRecoveryEnabled": True}
+    assert props["SSESpecification"] == {"SSEEnabled": True}  # AWS-managed key
+    assert props["KeySchema"] == _key_schema(spec.partition_key, spec.sort_key)
+    assert sorted(a["AttributeName"] for a in props["AttributeDefinitions"]) == sorted(spec.attribute_names())
+    if spec.ttl_attribute:
+        assert props["TimeToLiveSpecification"] == {"AttributeName": spec.ttl_attribute, "Enabled": True}
+    else:
+        assert "TimeToLiveSpecification" not in props
+
+
+@pytest.mark.parametrize("spec", [s for s in ALL_TABLES if s.indexes], ids=lambda spec: spec.logical_name)
+def test_table_indexes_match_spec(synth: Synth, spec: TableSpec) -> None:
+    props = _table(synth, spec)["Properties"]
+    built = {
+        index["IndexName"]: index
+        for kind in ("GlobalSecondaryIndexes", "LocalSecondaryIndexes")
+        for index in props.get(kind, [])
+    }
+
+    assert set(built) == {index.name for index in spec.indexes}
+    for index in spec.indexes:
+        kind = "LocalSecondaryIndexes" if index.local else "GlobalSecondaryIndexes"
+        assert built[index.name] in props[kind]
+        assert built[index.name]["KeySchema"] == _key_schema(index.partition_key, index.sort_key)
+        assert built[index.name]["Projection"]["ProjectionType"] == index.projection
+
+
+def _data_bucket(synth: Synth) -> dict:
+    return synth.template_json["Resources"][synth.logical_id(synth.stack.data.bucket)]
+
+
+@pytest.mark.parametrize("prefix", ["inputs/", "outputs/"])
+def test_data_prefixes_expire_after_14_days(synth: Synth, prefix: str) -> None:
+    rules = _data_bucket(synth)["Properties"]["LifecycleConfiguration"]["Rules"]
+
+    (rule,) = [r for r in rules if r.get("Prefix") == prefix]
+    assert rule["ExpirationInDays"] == 14
+    assert rule["Status"] == "Enabled"
+
+
+def test_incomplete_uploads_are_aborted(synth: Synth) -> None:
+    rules = _data_bucket(synth)["Properties"]["LifecycleConfiguration"]["Rules"]
+
+    assert any(
+        "Prefix" not in r
+        and r["AbortIncompleteMultipartUpload"]["DaysAfterInitiation"]
+        == constants.ABORT_INCOMPLETE_UPLOAD_DAYS
+        for r in rules
+        if "AbortIncompleteMultipartUpload" in r
+    )
+
+
+def test_data_bucket_is_encrypted_private_unversioned_and_logged(synth: Synth) -> None:
+    props = _data_bucket(synth)["Properties"]
+
+    assert props["BucketEncryption"] == {
+        "ServerSideEncryptionConfiguration": [{"ServerSideEncryptionByDefault": {"SSEAlgorithm": "AES256"}}]
+    }
+    assert props["PublicAccessBlockConfiguration"] == {
+        "BlockPublicAcls": True,
+        "BlockPublicPolicy": True,
+        "IgnorePublicAcls": True,
+        "RestrictPublicBuckets": True,
+    }
+    assert props.get("VersioningConfiguration", {}).get("Status") != "Enabled"
+    assert props["LoggingConfiguration"]["DestinationBucketName"] == {
+        "Ref": synth.logical_id(synth.stack.data.access_log_bucket)
+    }
+
+
+@pytest.mark.parametrize("bucket", ["bucket", "access_log_bucket"])
+def test_buckets_deny_requests_without_tls(synth: Synth, bucket: str) -> None:
+    logical_id = synth.logical_id(getattr(synth.stack.data, bucket))
+
+    synth.template.has_resource_properties(
+        "AWS::S3::BucketPolicy",
+        {
+            "Bucket": {"Ref": logical_id},
+            "PolicyDocument": {
+                "Statement": Match.array_with(
+                    [
+                        Match.object_like(
+                            {
+                                "Effect": "Deny",
+                                "Action": "s3:*",
+                                "Condition": {"Bool": {"aws:SecureTransport": "false"}},
+                            }
+                        )
+                    ]
+                )
+            },
+        },
+    )

@@ -1,0 +1,166 @@
+"""Integration fixtures: the handlers in-process on moto (``mock_aws``), with a recording Batch
+gateway (moto cannot emit Batch events) and a settable clock."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+import boto3
+import pytest
+from moto import mock_aws
+
+from functions import bootstrap
+from functions.adapters.tables import ALL_TABLES, create_table_request
+from functions.domain.jobs import Account
+from functions.domain.machine_classes import MACHINE_CLASSES, GeoZone
+from functions.ports import Services
+from functions.settings import RouteSettings, Settings, ZoneSettings
+from tests.events import JOB_DEFINITION_ARN, QUEUE_ARN, api_event
+from tests.fakes import FakeLambdaContext, RecordingBatchGateway, RecordingNotifier
+
+ZONE_REGIONS = {GeoZone.UNITED_STATES: "us-east-1", GeoZone.EUROPEAN_UNION: "eu-central-1"}
+
+
+@dataclass
+class Clock:
+    """A clock tests move by hand."""
+
+    now: datetime = field(default_factory=lambda: datetime(2026, 11, 29, 17, 20, tzinfo=UTC))
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += timedelta(seconds=seconds)
+
+
+@dataclass
+class Stack:
+    """The service on moto: settings, services, fakes and shortcuts to call the handlers."""
+
+    settings: Settings
+    services: Services
+    batch: dict[GeoZone, RecordingBatchGateway]
+    notifier: RecordingNotifier
+    clock: Clock
+
+    def api(self, method: str, path: str, **kwargs: Any) -> tuple[int, Any]:
+        from functions.handlers import api
+
+        response = api.handler(api_event(method, path, **kwargs), FakeLambdaContext())
+        body = response.get("body") or ""
+        content_type = (response.get("headers") or {}).get("Content-Type", "")
+        if not content_type:
+            content_type = ((response.get("multiValueHeaders") or {}).get("Content-Type") or [""])[0]
+        parsed = json.loads(body, parse_float=Decimal) if body and "json" in content_type else body
+        return response["statusCode"], parsed
+
+    def deliver(self, event: dict[str, Any]) -> dict[str, Any]:
+        from functions.handlers import batch_events
+
+        return batch_events.handler(event, FakeLambdaContext())
+
+    def tick(self) -> dict[str, Any]:
+        from functions.handlers import meter
+        from tests.events import scheduled_event
+
+        return meter.handler(scheduled_event(), FakeLambdaContext())
+
+    def add_account(
+        self, account_id: str, credits: str, email: str | None = None, phone: str | None = None
+    ) -> None:
+        self.services.store.create_account(
+            Account(account_id=account_id, credit_balance=Decimal(credits), email=email, phone=phone),
+            self.clock(),
+        )
+
+    def balance(self, account_id: str) -> Decimal:
+        account = self.services.store.get_account(account_id)
+        assert account is not None
+        return account.credit_balance
+
+    def count_items(self, table: str) -> int:
+        client = boto3.client("dynamodb", region_name="us-east-1")
+        return int(client.scan(TableName=table, Select="COUNT")["Count"])
+
+    def count_objects(self) -> int:
+        total = 0
+        for zone, zone_settings in self.settings.zones.items():
+            s3 = boto3.client("s3", region_name=ZONE_REGIONS[zone])
+            total += int(s3.list_objects_v2(Bucket=zone_settings.bucket).get("KeyCount", 0))
+        return total
+
+
+def make_settings() -> Settings:
+    routes = {
+        name: RouteSettings(jobQueue=QUEUE_ARN, jobDefinition=JOB_DEFINITION_ARN) for name in MACHINE_CLASSES
+    }
+    return Settings(
+        jobs_table="test-jobs",
+        accounts_table="test-accounts",
+        ledger_table="test-ledger",
+        idempotency_table="test-idempotency",
+        email_topic_arn="arn:aws:sns:us-east-1:123456789012:test-email",
+        home_region="us-east-1",
+        zones={
+            zone: ZoneSettings(
+                region=region, bucket=f"test-data-{region}", logGroup="/aws/batch/job", routes=routes
+            )
+            for zone, region in ZONE_REGIONS.items()
+        },
+    )
+
+
+def create_resources(settings: Settings) -> None:
+    """Tables, buckets, topic and log groups on moto, as the CDK app / local stack make them."""
+    dynamodb = boto3.client("dynamodb", region_name=settings.home_region)
+    names = {
+        "Jobs": settings.jobs_table,
+        "Accounts": settings.accounts_table,
+        "Ledger": settings.ledger_table,
+        "Idempotency": settings.idempotency_table,
+    }
+    for spec in ALL_TABLES:
+        dynamodb.create_table(**create_table_request(spec, names[spec.logical_name]))
+    boto3.client("sns", region_name=settings.home_region).create_topic(Name="test-email")
+    for zone_settings in settings.zones.values():
+        s3 = boto3.client("s3", region_name=zone_settings.region)
+        if zone_settings.region == "us-east-1":
+            s3.create_bucket(Bucket=zone_settings.bucket)
+        else:
+            s3.create_bucket(
+                Bucket=zone_settings.bucket,
+                CreateBucketConfiguration={"LocationConstraint": zone_settings.region},  # type: ignore[typeddict-item]
+            )
+        boto3.client("logs", region_name=zone_settings.region).create_log_group(
+            logGroupName=zone_settings.log_group
+        )
+
+
+@pytest.fixture
+def stack() -> Iterator[Stack]:
+    """The service on moto with dev (10000 credits, email) installed as the handlers' services."""
+    with mock_aws():
+        settings = make_settings()
+        create_resources(settings)
+        clock = Clock()
+        gateways = {zone: RecordingBatchGateway() for zone in ZONE_REGIONS}
+        notifier = RecordingNotifier()
+        services = bootstrap.build_services(settings, batch_gateways=gateways, notifier=notifier, clock=clock)
+        bootstrap.install(services)
+        for var, value in settings.to_environment().items():
+            if var != "AWS_REGION":
+                import os
+
+                os.environ[var] = value
+        built = Stack(settings, services, gateways, notifier, clock)
+        built.add_account("dev", "10000", email="dev@example.com")
+        try:
+            yield built
+        finally:
+            bootstrap.install(None)

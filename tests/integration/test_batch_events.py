@@ -1,0 +1,290 @@
+"""The batch_events Lambda on moto: status, timestamps, the one charge, notifications, replays."""
+
+from __future__ import annotations
+
+import json
+from decimal import Decimal
+
+import boto3
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from functions.domain.errors import DependencyFailed
+from functions.domain.machine_classes import GeoZone
+from tests.events import batch_event, job_lifecycle
+
+T0 = 1_796_000_000_000  # ms since the epoch
+
+
+def submit(stack, body=None, account_id="dev"):
+    status, job = stack.api("POST", "/jobs", body=body or {"code": "2 + 2"}, account_id=account_id)
+    assert status == 202, job
+    stored = stack.services.store.get_job(job["jobId"])
+    return job["jobId"], stored.batch_job_id
+
+
+def ledger_items(account_id="dev"):
+    client = boto3.client("dynamodb", region_name="us-east-1")
+    items = client.query(
+        TableName="test-ledger",
+        KeyConditionExpression="accountId = :a",
+        ExpressionAttributeValues={":a": {"S": account_id}},
+    )["Items"]
+    return [i for i in items if i["entryId"]["S"].startswith("charge#")]
+
+
+def test_in_order_lifecycle_settles_once_and_notifies(stack):
+    job_id, batch_id = submit(stack)
+    for event in job_lifecycle(job_id, batch_id, created_at=T0, started_at=T0 + 4_000, stopped_at=T0 + 6_500):
+        stack.deliver(event)
+    status, job = stack.api("GET", f"/jobs/{job_id}")
+    assert status == 200
+    assert job["status"] == "Succeeded"
+    assert job["statusReason"] is None
+    assert job["exitCode"] == 0
+    assert job["creditsSpent"] == Decimal("1")  # 2.5 s → 60-second minimum of Basic1x8
+    assert job["startedAt"] == "2026-11-30T00:53:24Z"
+    assert job["completedAt"] == "2026-11-30T00:53:26Z"
+    assert stack.balance("dev") == Decimal("9999.0000")
+    (entry,) = ledger_items()
+    assert entry["entryId"]["S"] == f"charge#{job_id}"
+    assert Decimal(entry["credits"]["N"]) == Decimal("1")
+    assert Decimal(entry["balanceAfter"]["N"]) == Decimal("9999")
+    sent = [(n.event, n.method, n.to) for n in stack.notifier.sent]
+    assert sent == [("JobStarting", "Email", "dev@example.com"), ("JobCompleted", "Email", "dev@example.com")]
+    assert job_id in stack.notifier.sent[1].subject + stack.notifier.sent[1].message
+    # The usage ledger agrees.
+    assert stack.services.store.list_ledger("dev", None, None)[0].credits == Decimal("1.0000")
+
+
+def test_long_run_charges_ceil_seconds_at_the_class_rate(stack):
+    job_id, batch_id = submit(stack, {"code": "1", "machineClass": "Memory8x64"})
+    # 3600.2 s → 3601 s × 480/3600 = 480.1333… → 480.1333
+    for event in job_lifecycle(job_id, batch_id, created_at=T0, started_at=T0, stopped_at=T0 + 3_600_200):
+        stack.deliver(event)
+    job = stack.services.store.get_job(job_id)
+    assert job.credits_spent == Decimal("480.1333")
+    assert stack.balance("dev") == Decimal("9519.8667")
+
+
+def test_failure_reason_comes_from_the_workers_error(stack):
+    job_id, batch_id = submit(stack, {"code": "1/0"})
+    s3 = boto3.client("s3", region_name="us-east-1")
+    messages = {
+        "messages": ["ZeroDivisionError: division by zero", "Traceback ..."],
+        "error": {"type": "ZeroDivisionError", "message": "division by zero", "traceback": "Traceback ..."},
+    }
+    s3.put_object(
+        Bucket="test-data-us-east-1", Key=f"outputs/{job_id}/messages.json", Body=json.dumps(messages)
+    )
+    events = job_lifecycle(
+        job_id,
+        batch_id,
+        created_at=T0,
+        started_at=T0 + 1_000,
+        stopped_at=T0 + 2_000,
+        succeeded=False,
+        exit_code=1,
+    )
+    for event in events:
+        stack.deliver(event)
+    job = stack.services.store.get_job(job_id)
+    assert job.status.value == "Terminated"
+    assert job.status_reason == "ZeroDivisionError: division by zero"
+    assert job.exit_code == 1
+    assert job.credits_spent == Decimal("1")
+
+
+def test_terminated_before_running_costs_nothing(stack):
+    job_id, batch_id = submit(stack)
+    stack.api("POST", f"/jobs/{job_id}/abort")
+    assert stack.batch[GeoZone.UNITED_STATES].terminations == [(batch_id, "Aborted by user")]
+    stack.deliver(batch_event(job_id, batch_id, "RUNNABLE", created_at=T0))
+    stack.deliver(
+        batch_event(job_id, batch_id, "FAILED", created_at=T0, status_reason="Terminated by the user")
+    )
+    job = stack.services.store.get_job(job_id)
+    assert job.status.value == "Terminated"
+    assert job.status_reason == "Aborted by user"  # the service's reason wins over Batch's
+    assert job.credits_spent == Decimal("0")
+    assert stack.balance("dev") == Decimal("10000")
+    assert ledger_items() == []
+    # Aborting a final job is a no-op that returns it.
+    status, again = stack.api("POST", f"/jobs/{job_id}/abort")
+    assert status == 202 and again["status"] == "Terminated"
+    assert len(stack.batch[GeoZone.UNITED_STATES].terminations) == 1
+
+
+def test_charge_is_capped_by_the_balance_and_records_unbilled(stack):
+    stack.add_account("low", "0.5", email="low@example.com")
+    job_id, batch_id = submit(stack, account_id="low")
+    for event in job_lifecycle(job_id, batch_id, created_at=T0, started_at=T0, stopped_at=T0 + 120_000):
+        stack.deliver(event)
+    assert stack.balance("low") == Decimal("0.0000")
+    entry = stack.services.store.list_ledger("low", None, None)[0]
+    assert (entry.credits, entry.unbilled, entry.balance_after) == (
+        Decimal("0.5"),
+        Decimal("1.5"),
+        Decimal("0"),
+    )
+    assert stack.services.store.get_job(job_id).credits_spent == Decimal("0.5")
+
+
+def test_retry_charges_only_the_final_attempt(stack):
+    job_id, batch_id = submit(stack)
+    first = {
+        "container": {"exitCode": None},
+        "startedAt": T0,
+        "stoppedAt": T0 + 500_000,
+        "statusReason": "Host EC2 (instance i-1) terminated.",
+    }
+    events = [
+        batch_event(job_id, batch_id, "RUNNABLE", created_at=T0),
+        batch_event(job_id, batch_id, "STARTING", created_at=T0),
+        batch_event(job_id, batch_id, "RUNNING", created_at=T0, started_at=T0),
+        batch_event(job_id, batch_id, "RUNNABLE", created_at=T0, attempts=[first]),
+        batch_event(job_id, batch_id, "STARTING", created_at=T0, attempts=[first]),
+        batch_event(job_id, batch_id, "RUNNING", created_at=T0, started_at=T0 + 600_000, attempts=[first]),
+    ]
+    second = {"container": {"exitCode": 0}, "startedAt": T0 + 600_000, "stoppedAt": T0 + 690_000}
+    events.append(
+        batch_event(
+            job_id,
+            batch_id,
+            "SUCCEEDED",
+            created_at=T0,
+            started_at=T0 + 600_000,
+            stopped_at=T0 + 690_000,
+            exit_code=0,
+            attempts=[first, second],
+        )
+    )
+    for event in events:
+        stack.deliver(event)
+    job = stack.services.store.get_job(job_id)
+    assert job.status.value == "Succeeded"
+    assert [s.value for s in job.status_history] == [
+        "Queued",
+        "Starting",
+        "Running",
+        "Queued",
+        "Starting",
+        "Running",
+        "Succeeded",
+    ]
+    assert job.credits_spent == Decimal("1.5")  # 90 s × 60/3600
+    # A late event of the first attempt changes nothing.
+    stack.deliver(batch_event(job_id, batch_id, "RUNNING", created_at=T0, started_at=T0))
+    assert stack.services.store.get_job(job_id) == job
+
+
+@pytest.mark.parametrize(
+    "event",
+    [
+        {"detail-type": "EC2 Instance State-change Notification", "source": "aws.ec2", "detail": {}},
+        batch_event("job-unknown", "b-1", "RUNNING", started_at=T0),
+        batch_event("job-x", "b-2", "EXPLODED"),
+        {**batch_event("job-x", "b-3", "RUNNING"), "detail": {"status": "RUNNING"}},
+    ],
+)
+def test_foreign_unknown_and_malformed_events_are_ignored(stack, event):
+    assert stack.deliver(event) == {"applied": False}
+
+
+def test_event_for_another_batch_job_with_the_same_name_is_ignored(stack):
+    job_id, batch_id = submit(stack)
+    stack.deliver(batch_event(job_id, "someone-elses-batch-id", "RUNNING", started_at=T0))
+    assert stack.services.store.get_job(job_id).status.value == "Queued"
+
+
+def test_failed_publish_releases_the_key_and_the_redelivery_sends_it(stack):
+    job_id, batch_id = submit(stack)
+    starting = batch_event(job_id, batch_id, "STARTING", created_at=T0)
+    stack.notifier.fail_next = 1
+    with pytest.raises(DependencyFailed):
+        stack.deliver(starting)
+    assert stack.notifier.sent == []
+    stack.deliver(starting)  # EventBridge retries the event
+    assert [n.event for n in stack.notifier.sent] == ["JobStarting"]
+    stack.deliver(starting)
+    assert [n.event for n in stack.notifier.sent] == ["JobStarting"]
+
+
+def test_method_without_contact_is_skipped_not_failed(stack):
+    stack.add_account("nophone", "10", email="np@example.com")
+    job_id, batch_id = submit(
+        stack,
+        {"code": "1", "notifications": [{"events": ["JobStarting"], "methods": ["Email", "SMS"]}]},
+        account_id="nophone",
+    )
+    stack.deliver(batch_event(job_id, batch_id, "STARTING", created_at=T0))
+    assert [(n.event, n.method) for n in stack.notifier.sent] == [("JobStarting", "Email")]
+
+
+def _final_state(stack, job_id, account_id="dev"):
+    job = stack.services.store.get_job(job_id)
+    return (
+        job.status,
+        job.status_reason,
+        job.status_history,
+        job.started_at,
+        job.completed_at,
+        job.exit_code,
+        job.credits_spent,
+        job.log_stream_name.rsplit("/", 1)[0] if job.log_stream_name else None,
+        job.sent_notifications,
+    )
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data(), succeeded=st.booleans(), run_ms=st.integers(min_value=0, max_value=7_200_000))
+def test_replays_in_any_order_with_duplicates_end_like_one_in_order_delivery(stack, data, succeeded, run_ms):
+    """However EventBridge delivers a job's events (duplicated, reordered), the job, the ledger and
+    the balance end as after one in-order delivery: one charge, never two, no status going back."""
+    stack.notifier.sent.clear()
+    reference_id, reference_batch = submit(
+        stack,
+        {
+            "code": "1",
+            "notifications": [{"events": ["JobStatusChanged", "JobCompleted"], "methods": ["Email"]}],
+        },
+    )
+    start = T0 + 3_000
+    in_order = job_lifecycle(
+        reference_id,
+        reference_batch,
+        created_at=T0,
+        started_at=start,
+        stopped_at=start + run_ms,
+        succeeded=succeeded,
+    )
+    before = stack.balance("dev")
+    for event in in_order:
+        stack.deliver(event)
+    expected = _final_state(stack, reference_id)
+    charged = before - stack.balance("dev")
+
+    job_id, batch_id = submit(
+        stack,
+        {
+            "code": "1",
+            "notifications": [{"events": ["JobStatusChanged", "JobCompleted"], "methods": ["Email"]}],
+        },
+    )
+    events = job_lifecycle(
+        job_id, batch_id, created_at=T0, started_at=start, stopped_at=start + run_ms, succeeded=succeeded
+    )
+    deliveries = data.draw(st.lists(st.sampled_from(events), min_size=1, max_size=12))
+    deliveries = deliveries + data.draw(st.permutations(events))  # every event arrives at least once
+    before = stack.balance("dev")
+    for event in deliveries:
+        stack.deliver(event)
+    got = _final_state(stack, job_id)
+    assert got == expected
+    assert before - stack.balance("dev") == charged
+    assert len([e for e in ledger_items() if e["jobId"]["S"] == job_id]) == 1
+    sent_for_job = [n.event for n in stack.notifier.sent if n.job_id == job_id]
+    sent_for_reference = [n.event for n in stack.notifier.sent if n.job_id == reference_id]
+    assert sorted(sent_for_job) == sorted(sent_for_reference)
+    assert len(sent_for_job) == len(set(zip(sent_for_job, range(len(sent_for_job)), strict=True)))

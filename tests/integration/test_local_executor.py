@@ -1,0 +1,523 @@
+"""The local Batch executor: real subprocesses, CloudWatch Logs on a moto server, events on the bus.
+
+The worker is a tiny fake (``FAKE_WORKER``) steered by the submission's environment, so these tests
+do not depend on the real worker.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import boto3
+import psutil
+import pytest
+from moto.server import ThreadedMotoServer
+
+from functions.domain.errors import DependencyFailed
+from functions.ports import BatchSubmission
+from remote_batch.local.bus import EventBus
+from remote_batch.local.executor import LocalBatchExecutor
+
+REGION = "eu-central-1"
+LOG_GROUP = "/remote-batch/jobs"
+ACCOUNT = "000000000000"
+MARKER = f"remote-batch-fake-worker-{uuid.uuid4().hex}"  # unique to this test run
+
+FAKE_WORKER = textwrap.dedent(
+    f"""
+    # {MARKER}
+    import os, resource, signal, subprocess, sys, time
+    if os.environ.get("IGNORE_TERM"):
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    if os.environ.get("SHOW_LIMITS"):
+        print("cpus", sorted(os.sched_getaffinity(0)))
+        print("as", resource.getrlimit(resource.RLIMIT_AS)[0])
+        print("threads", os.environ["OMP_NUM_THREADS"], os.environ["OPENBLAS_NUM_THREADS"])
+        print("region", os.environ["AWS_REGION"], os.environ["AWS_DEFAULT_REGION"])
+        print("base", os.environ.get("BASE_VAR"), "job", os.environ.get("JOB_VAR"))
+    if os.environ.get("IMPORT_SCIENCE"):
+        import numpy, scipy.linalg, sklearn.linear_model
+        a = numpy.random.rand(300, 300)
+        print("science ok", float(scipy.linalg.norm(a @ a.T)) > 0)
+    if os.environ.get("GRANDCHILD"):
+        subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)  # {MARKER}"])
+    for i in range(int(os.environ.get("LINES", "1"))):
+        print("line", i)
+    if os.environ.get("STDERR"):
+        print("oops", file=sys.stderr)
+    print("ready", flush=True)
+    time.sleep(float(os.environ.get("SLEEP", "0")))
+    sys.exit(int(os.environ.get("EXIT", "0")))
+    """
+)
+
+
+@pytest.fixture(scope="module")
+def moto_endpoint() -> Iterator[str]:
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0)
+    server.start()
+    host, port = server.get_host_and_port()
+    yield f"http://{host}:{port}"
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def logs(moto_endpoint):
+    return _logs_client(moto_endpoint, REGION)
+
+
+def _logs_client(endpoint: str, region: str):
+    return boto3.client(
+        "logs",
+        region_name=region,
+        endpoint_url=endpoint,
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",  # moto's fake credentials
+    )
+
+
+class Delivered:
+    """A fake batch_events Lambda: collects envelopes and lets tests wait for a status."""
+
+    def __init__(self) -> None:
+        self.envelopes: list[dict] = []
+        self.cond = threading.Condition()
+        self.on_final: Callable[[dict], None] | None = None
+
+    def __call__(self, envelope: dict) -> None:
+        if self.on_final and envelope["detail"]["status"] in {"SUCCEEDED", "FAILED"}:
+            self.on_final(envelope)
+        with self.cond:
+            self.envelopes.append(envelope)
+            self.cond.notify_all()
+
+    def of(self, batch_job_id: str) -> list[dict]:
+        with self.cond:
+            return [e for e in self.envelopes if e["detail"]["jobId"] == batch_job_id]
+
+    def statuses(self, batch_job_id: str) -> list[str]:
+        return [e["detail"]["status"] for e in self.of(batch_job_id)]
+
+    def wait_for(self, batch_job_id: str, status: str, timeout: float = 10) -> dict:
+        with self.cond:
+            found = self.cond.wait_for(
+                lambda: any(
+                    e["detail"]["jobId"] == batch_job_id and e["detail"]["status"] == status
+                    for e in self.envelopes
+                ),
+                timeout,
+            )
+        assert found, f"no {status} for {batch_job_id}; got {self.statuses(batch_job_id)}"
+        return next(e for e in self.of(batch_job_id) if e["detail"]["status"] == status)
+
+
+class Stack:
+    def __init__(self, executor: LocalBatchExecutor, bus: EventBus, delivered: Delivered) -> None:
+        self.executor = executor
+        self.bus = bus
+        self.delivered = delivered
+        self.gateway = executor.gateway(REGION, LOG_GROUP)
+
+
+@pytest.fixture
+def make_stack(moto_endpoint, tmp_path) -> Iterator[Callable[..., Stack]]:
+    stacks: list[Stack] = []
+
+    def make(**kwargs) -> Stack:
+        delivered = Delivered()
+        bus = EventBus(delivered, tmp_path / f"events-{len(stacks)}.jsonl")
+        bus.start()
+        kwargs.setdefault("worker_command", [sys.executable, "-c", FAKE_WORKER])
+        kwargs.setdefault("min_timeout_seconds", 0)
+        kwargs.setdefault("kill_grace_seconds", 0.5)
+        executor = LocalBatchExecutor(
+            bus,
+            lambda region: _logs_client(moto_endpoint, region),
+            {"BASE_VAR": "base"},
+            account=ACCOUNT,
+            **kwargs,
+        )
+        stack = Stack(executor, bus, delivered)
+        stacks.append(stack)
+        return stack
+
+    yield make
+    for stack in stacks:
+        stack.executor.shutdown(timeout=5)
+        stack.bus.stop(timeout=5)
+    assert _fake_workers() == []
+
+
+def _submission(
+    vcpus: int = 1, memory_mib: int = 512, timeout: int | None = None, **env: str
+) -> BatchSubmission:
+    return BatchSubmission(
+        job_name=f"job-{uuid.uuid4().hex[:8]}",
+        job_queue="remote-batch-Basic1x8",
+        job_definition="remote-batch-worker",
+        vcpus=vcpus,
+        memory_mib=memory_mib,
+        gpus=0,
+        environment={"JOB_VAR": "job", **env},
+        timeout_seconds=timeout,
+        tags={"remote-batch:account": "dev"},
+    )
+
+
+def _fake_workers() -> list[psutil.Process]:
+    """Live processes (not zombies) whose command line carries the fake worker's marker."""
+    found = []
+    for process in psutil.process_iter(["cmdline", "status"]):
+        cmdline = " ".join(process.info["cmdline"] or [])
+        if MARKER in cmdline and process.info["status"] != psutil.STATUS_ZOMBIE:
+            found.append(process)
+    return found
+
+
+def _log_messages(logs, stream: str) -> list[str]:
+    events = logs.get_log_events(
+        logGroupName=LOG_GROUP, logStreamName=stream, startFromHead=True, limit=10_000
+    )
+    return [e["message"] for e in events["events"]]
+
+
+def _running_pid(stack: Stack, batch_job_id: str) -> int:
+    stack.delivered.wait_for(batch_job_id, "RUNNING")
+    workers = _fake_workers()
+    assert workers, "the worker is not running"
+    # The newest fake worker whose environment names this job.
+    for process in workers:
+        try:
+            if process.environ().get("AWS_BATCH_JOB_ID") == batch_job_id:
+                return process.pid
+        except psutil.Error:
+            continue
+    raise AssertionError("no worker process for the job")
+
+
+def _ignores_sigterm(pid: int, timeout: float = 5) -> bool:
+    """Poll /proc until the process's ignored-signal mask has SIGTERM (the fake worker sets it first)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        status = Path(f"/proc/{pid}/status").read_text()
+        ignored = int(status.split("SigIgn:")[1].split()[0], 16)
+        if ignored & (1 << (signal.SIGTERM - 1)):
+            return True
+        time.sleep(0.01)
+    return False
+
+
+def _wait_gone(pid: int, timeout: float = 5) -> bool:
+    try:
+        psutil.Process(pid).wait(timeout)
+    except psutil.NoSuchProcess:
+        return True
+    except psutil.TimeoutExpired:
+        return False
+    return True
+
+
+def test_successful_job_emits_the_batch_lifecycle_with_real_fields(make_stack, logs):
+    stack = make_stack(vcpus=2, memory_mib=4096)
+    submission = _submission(timeout=30)
+
+    job_id = stack.gateway.submit_job(submission)
+    final = stack.delivered.wait_for(job_id, "SUCCEEDED")
+
+    assert uuid.UUID(job_id).version == 4
+    assert stack.delivered.statuses(job_id) == ["PENDING", "RUNNABLE", "STARTING", "RUNNING", "SUCCEEDED"]
+    events = stack.delivered.of(job_id)
+    assert [e["detail-type"] for e in events] == ["Batch Job State Change"] * 5
+    assert all(e["source"] == "aws.batch" and e["region"] == REGION for e in events)
+    assert len({e["id"] for e in events}) == 5
+    queue_arn = f"arn:aws:batch:{REGION}:{ACCOUNT}:job-queue/remote-batch-Basic1x8"
+    stream = f"remote-batch-worker/default/{job_id}"
+    for envelope in events:
+        detail = envelope["detail"]
+        assert detail["jobName"] == submission.job_name
+        assert detail["jobId"] == job_id
+        assert detail["jobArn"] == f"arn:aws:batch:{REGION}:{ACCOUNT}:job/{job_id}"
+        assert detail["jobQueue"] == queue_arn
+        assert detail["timeout"] == {"attemptDurationSeconds": 30}
+        assert detail["tags"] == {"remote-batch:account": "dev"}
+        assert "statusReason" not in detail or detail["status"] == "SUCCEEDED"
+    pending, _, starting, running, _ = (e["detail"] for e in events)
+    assert "startedAt" not in pending
+    assert "startedAt" not in starting
+    assert "logStreamName" not in starting["container"]
+    assert running["container"]["logStreamName"] == stream
+    assert "stoppedAt" not in running
+    detail = final["detail"]
+    assert isinstance(detail["createdAt"], int)
+    assert isinstance(detail["startedAt"], int)
+    assert detail["createdAt"] <= detail["startedAt"] <= detail["stoppedAt"]
+    assert detail["startedAt"] == running["startedAt"]
+    assert detail["container"]["exitCode"] == 0
+    assert detail["container"]["logStreamName"] == stream
+    assert detail["statusReason"] == "Essential container in task exited"
+    assert detail["attempts"][0]["container"]["exitCode"] == 0
+    assert detail["attempts"][0]["startedAt"] == detail["startedAt"]
+    assert detail["attempts"][0]["stoppedAt"] == detail["stoppedAt"]
+    assert stack.executor.status_of(job_id) == "SUCCEEDED"
+    assert stack.bus.emitted_for(submission.job_name) == events
+
+
+def test_failing_exit_fails_the_job_with_its_exit_code(make_stack):
+    stack = make_stack()
+
+    job_id = stack.gateway.submit_job(_submission(EXIT="3"))
+    final = stack.delivered.wait_for(job_id, "FAILED")["detail"]
+
+    assert stack.delivered.statuses(job_id) == ["PENDING", "RUNNABLE", "STARTING", "RUNNING", "FAILED"]
+    assert final["container"]["exitCode"] == 3
+    assert final["statusReason"] == "Essential container in task exited"
+    assert "startedAt" in final
+
+
+def test_console_lines_reach_cloudwatch_in_order_before_the_final_event(make_stack, logs):
+    stack = make_stack()
+    seen_at_final: dict[str, list[str]] = {}
+    stack.delivered.on_final = lambda envelope: seen_at_final.setdefault(
+        envelope["detail"]["jobId"], _log_messages(logs, envelope["detail"]["container"]["logStreamName"])
+    )
+
+    job_id = stack.gateway.submit_job(_submission(LINES="250", STDERR="1"))
+    stack.delivered.wait_for(job_id, "SUCCEEDED")
+
+    expected = [f"line {i}" for i in range(250)]
+    messages = seen_at_final[job_id]
+    assert [m for m in messages if m.startswith("line ")] == expected
+    assert "oops" in messages
+    assert messages[-1] == "ready"
+    events = logs.get_log_events(
+        logGroupName=LOG_GROUP, logStreamName=f"remote-batch-worker/default/{job_id}", startFromHead=True
+    )["events"]
+    stamps = [e["timestamp"] for e in events]
+    assert stamps == sorted(stamps)
+
+
+def test_worker_runs_with_its_limits_and_environment(make_stack, logs):
+    stack = make_stack(vcpus=1, memory_mib=2048)
+
+    job_id = stack.gateway.submit_job(_submission(vcpus=1, memory_mib=1024, SHOW_LIMITS="1"))
+    stack.delivered.wait_for(job_id, "SUCCEEDED")
+
+    messages = _log_messages(logs, f"remote-batch-worker/default/{job_id}")
+    first_cpu = sorted(os.sched_getaffinity(0))[0]
+    assert f"cpus [{first_cpu}]" in messages
+    assert f"as {1024 * 1024 * 1024}" in messages
+    assert "threads 1 1" in messages
+    assert f"region {REGION} {REGION}" in messages
+    assert "base base job job" in messages
+
+
+def test_class_bigger_than_host_runs_with_a_reason(make_stack):
+    stack = make_stack(vcpus=1, memory_mib=2048)
+
+    job_id = stack.gateway.submit_job(_submission(vcpus=8, memory_mib=64 * 1024))
+    stack.delivered.wait_for(job_id, "SUCCEEDED")
+
+    reasons = {e["detail"]["status"]: e["detail"].get("statusReason") for e in stack.delivered.of(job_id)}
+    note = "Machine class needs 8 vCPUs and 64 GiB; this host runs it with 1 vCPU and 2 GiB"
+    assert reasons["RUNNABLE"] == note
+    assert reasons["RUNNING"] == note
+    assert reasons["SUCCEEDED"] == "Essential container in task exited"
+
+
+def test_one_vcpu_runs_jobs_one_after_the_other(make_stack):
+    stack = make_stack(vcpus=1)
+
+    first = stack.gateway.submit_job(_submission(SLEEP="0.5"))
+    second = stack.gateway.submit_job(_submission())
+    stack.delivered.wait_for(second, "SUCCEEDED")
+
+    order = [(e["detail"]["jobId"], e["detail"]["status"]) for e in stack.delivered.envelopes]
+    assert order.index((second, "RUNNABLE")) < order.index((first, "SUCCEEDED"))
+    assert order.index((first, "SUCCEEDED")) < order.index((second, "STARTING"))
+    first_final = stack.delivered.wait_for(first, "SUCCEEDED")["detail"]
+    second_final = stack.delivered.wait_for(second, "SUCCEEDED")["detail"]
+    assert first_final["stoppedAt"] <= second_final["startedAt"]
+
+
+def test_terminate_while_queued_fails_at_once_without_starting(make_stack):
+    stack = make_stack(vcpus=1)
+    blocker = stack.gateway.submit_job(_submission(SLEEP="30"))
+    queued = stack.gateway.submit_job(_submission())
+    stack.delivered.wait_for(queued, "RUNNABLE")
+
+    stack.gateway.terminate_job(queued, "Terminated by the user")
+    final = stack.delivered.wait_for(queued, "FAILED")["detail"]
+
+    assert stack.delivered.statuses(queued) == ["PENDING", "RUNNABLE", "FAILED"]
+    assert final["statusReason"] == "Terminated by the user"
+    assert "startedAt" not in final
+    assert final["attempts"] == []
+    assert "exitCode" not in final["container"]
+    # A final job: terminate again is a no-op, and so is an unknown id.
+    stack.gateway.terminate_job(queued, "again")
+    stack.gateway.terminate_job(str(uuid.uuid4()), "nobody")
+    stack.gateway.terminate_job(blocker, "done")
+    stack.delivered.wait_for(blocker, "FAILED")
+    assert stack.bus.wait_idle(5)
+    assert stack.delivered.statuses(queued) == ["PENDING", "RUNNABLE", "FAILED"]
+
+
+def test_terminate_while_running_kills_the_process_group(make_stack):
+    stack = make_stack()
+    job_id = stack.gateway.submit_job(_submission(SLEEP="30", GRANDCHILD="1"))
+    pid = _running_pid(stack, job_id)
+
+    before = time.time() * 1000
+    stack.gateway.terminate_job(job_id, "CreditConstraint of 5 credits reached")
+    final = stack.delivered.wait_for(job_id, "FAILED")["detail"]
+
+    assert _wait_gone(pid)
+    assert final["statusReason"] == "CreditConstraint of 5 credits reached"
+    assert final["container"]["exitCode"] == 128 + signal.SIGTERM
+    assert before - 1000 <= final["stoppedAt"] <= time.time() * 1000
+    assert final["startedAt"] <= final["stoppedAt"]
+    assert _fake_workers() == []  # the grandchild went with the group
+
+
+def test_terminate_escalates_to_sigkill_when_sigterm_is_ignored(make_stack):
+    stack = make_stack(kill_grace_seconds=0.3)
+    job_id = stack.gateway.submit_job(_submission(SLEEP="30", IGNORE_TERM="1"))
+    pid = _running_pid(stack, job_id)
+    assert _ignores_sigterm(pid), "the worker did not get to ignore SIGTERM"
+
+    stack.gateway.terminate_job(job_id, "Terminated by the user")
+    final = stack.delivered.wait_for(job_id, "FAILED")["detail"]
+
+    assert _wait_gone(pid)
+    assert final["container"]["exitCode"] == 128 + signal.SIGKILL
+    assert final["statusReason"] == "Terminated by the user"
+
+
+def test_timeout_kills_the_job(make_stack):
+    stack = make_stack()
+
+    job_id = stack.gateway.submit_job(_submission(timeout=1, SLEEP="30"))
+    final = stack.delivered.wait_for(job_id, "FAILED", timeout=10)["detail"]
+
+    assert final["statusReason"] == "Job attempt duration exceeded timeout"
+    assert final["timeout"] == {"attemptDurationSeconds": 1}
+    assert 1000 <= final["stoppedAt"] - final["startedAt"] < 5000
+
+
+def test_timeout_is_raised_to_the_aws_minimum(make_stack):
+    stack = make_stack(min_timeout_seconds=60)
+
+    job_id = stack.gateway.submit_job(_submission(timeout=5))
+    final = stack.delivered.wait_for(job_id, "SUCCEEDED")["detail"]
+
+    assert final["timeout"] == {"attemptDurationSeconds": 60}
+
+
+def test_shutdown_terminates_everything_and_leaves_no_process(make_stack):
+    stack = make_stack(vcpus=2)
+    running = [stack.gateway.submit_job(_submission(SLEEP="30", GRANDCHILD="1")) for _ in range(2)]
+    queued = stack.gateway.submit_job(_submission(SLEEP="30"))
+    pids = [_running_pid(stack, job_id) for job_id in running]
+    stack.delivered.wait_for(queued, "RUNNABLE")
+
+    stack.executor.shutdown()
+
+    assert stack.bus.wait_idle(5)
+    for job_id in [*running, queued]:
+        final = stack.delivered.wait_for(job_id, "FAILED", timeout=1)["detail"]
+        assert final["statusReason"] == "Local stack stopped while the job ran"
+    assert "startedAt" not in stack.delivered.wait_for(queued, "FAILED")["detail"]
+    assert not any(psutil.pid_exists(pid) for pid in pids)
+    assert _fake_workers() == []
+    with pytest.raises(DependencyFailed):
+        stack.gateway.submit_job(_submission())
+
+
+def test_spawn_failure_fails_the_job_without_starting(make_stack):
+    stack = make_stack(worker_command=["/nonexistent/python"])
+
+    job_id = stack.gateway.submit_job(_submission())
+    final = stack.delivered.wait_for(job_id, "FAILED")["detail"]
+
+    assert stack.delivered.statuses(job_id) == ["PENDING", "RUNNABLE", "STARTING", "FAILED"]
+    assert final["statusReason"].startswith("CannotStartContainerError")
+    assert "startedAt" not in final
+
+
+@pytest.mark.skipif(
+    subprocess.run([sys.executable, "-c", "import numpy, scipy, sklearn"], check=False).returncode != 0,
+    reason="numpy/scipy/scikit-learn not installed",
+)
+def test_scientific_stack_imports_under_the_address_space_limit(make_stack, logs):
+    stack = make_stack()
+
+    job_id = stack.gateway.submit_job(_submission(memory_mib=8 * 1024, IMPORT_SCIENCE="1"))
+    final = stack.delivered.wait_for(job_id, "SUCCEEDED", timeout=30)["detail"]
+
+    assert final["container"]["exitCode"] == 0
+    assert "science ok True" in _log_messages(logs, f"remote-batch-worker/default/{job_id}")
+
+
+EXECUTOR_PROCESS = textwrap.dedent(
+    """
+    import sys, time
+    from pathlib import Path
+    from functions.ports import BatchSubmission
+    from remote_batch.local.executor import LocalBatchExecutor
+
+    class Bus:
+        def publish(self, envelope):
+            if envelope["detail"]["status"] == "RUNNING":
+                print("running", flush=True)
+
+    class Logs:
+        def __getattr__(self, name):
+            return lambda **kwargs: {}
+
+    worker = [sys.executable, "-c", sys.argv[1]]
+    executor = LocalBatchExecutor(Bus(), lambda region: Logs(), {}, worker_command=worker)
+    executor.gateway("us-east-1", "g").submit_job(
+        BatchSubmission("j", "q", "d", 1, 512, 0, {"SLEEP": "60"})
+    )
+    time.sleep(60)
+    """
+)
+
+
+def test_worker_dies_with_a_killed_executor():
+    # Given an executor in its own process, running a job
+    repo_root = Path(__file__).resolve().parents[2]
+    host = subprocess.Popen(
+        [sys.executable, "-c", EXECUTOR_PROCESS, FAKE_WORKER],
+        cwd=repo_root,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert host.stdout is not None
+        assert host.stdout.readline().strip() == "running"
+        workers = psutil.Process(host.pid).children()
+        assert len(workers) == 1
+
+        # When the executor is SIGKILLed (no chance to clean up)
+        host.kill()
+        host.wait(5)
+
+        # Then its worker dies too (PR_SET_PDEATHSIG)
+        assert _wait_gone(workers[0].pid)
+    finally:
+        host.kill()
+        host.wait(5)
+        if host.stdout is not None:
+            host.stdout.close()

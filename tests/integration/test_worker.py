@@ -1,0 +1,390 @@
+"""The worker against S3: in-process on moto's mock_aws, and `python -m worker` against a moto server."""
+
+import base64
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import boto3
+import cloudpickle
+import pytest
+from moto import mock_aws
+from moto.server import ThreadedMotoServer
+
+from worker.entrypoint import main
+
+BUCKET = "remote-batch-test-data"
+REGION = "us-east-1"
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+class Job:
+    """One job's S3 keys and environment, with readers for its outputs."""
+
+    def __init__(self, s3, **extra_env: str) -> None:
+        self.s3 = s3
+        self.job_id = f"job-{uuid.uuid4().hex}"
+        self.input_key = f"inputs/{self.job_id}/input.json"
+        self.output_prefix = f"outputs/{self.job_id}/"
+        self.env = {
+            "REMOTE_BATCH_JOB_ID": self.job_id,
+            "REMOTE_BATCH_BUCKET": BUCKET,
+            "REMOTE_BATCH_INPUT_KEY": self.input_key,
+            "REMOTE_BATCH_OUTPUT_PREFIX": self.output_prefix,
+            **extra_env,
+        }
+
+    def put_input(self, document: dict) -> "Job":
+        self.s3.put_object(Bucket=BUCKET, Key=self.input_key, Body=json.dumps(document).encode())
+        return self
+
+    def output(self, name: str) -> bytes:
+        return self.s3.get_object(Bucket=BUCKET, Key=self.output_prefix + name)["Body"].read()
+
+    def output_json(self, name: str) -> dict:
+        return json.loads(self.output(name))
+
+    def output_names(self) -> list[str]:
+        listing = self.s3.list_objects_v2(Bucket=BUCKET, Prefix=self.output_prefix)
+        return sorted(item["Key"].removeprefix(self.output_prefix) for item in listing.get("Contents", []))
+
+
+# --- in-process, mock_aws ---------------------------------------------------------------------------
+
+
+@pytest.fixture
+def s3(monkeypatch):
+    for name, value in {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_SESSION_TOKEN": "testing",
+        "AWS_REGION": REGION,
+        "AWS_DEFAULT_REGION": REGION,
+    }.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+    with mock_aws():
+        client = boto3.client("s3", region_name=REGION)
+        client.create_bucket(Bucket=BUCKET)
+        yield client
+
+
+def test_code_result_and_messages_are_uploaded(s3):
+    job = Job(s3).put_input({"kind": "code", "code": "import warnings\nwarnings.warn('w')\n2 + 2"})
+
+    exit_code = main(job.env, s3)
+
+    assert exit_code == 0
+    assert job.output_json("result.json") == {"result": 4, "resultRepr": "4"}
+    assert job.output_json("messages.json") == {"messages": ["<job>:2: UserWarning: w"], "error": None}
+    assert cloudpickle.loads(job.output("result.pickle")) == 4
+    assert job.output_names() == ["messages.json", "result.json", "result.pickle"]
+
+
+def test_failing_code_still_uploads_its_outputs(s3):
+    job = Job(s3).put_input({"kind": "code", "code": "1/0"})
+
+    exit_code = main(job.env, s3)
+
+    assert exit_code == 1
+    assert job.output_json("result.json") == {"result": None, "resultRepr": "None"}
+    messages = job.output_json("messages.json")
+    assert messages["error"]["type"] == "ZeroDivisionError"
+    assert messages["messages"][0] == "ZeroDivisionError: division by zero"
+    assert messages["messages"][1] == messages["error"]["traceback"]
+
+
+def test_exit_3_in_code_exits_3_with_outputs(s3):
+    job = Job(s3).put_input({"kind": "code", "code": "exit(3)"})
+
+    assert main(job.env, s3) == 3
+    assert job.output_json("messages.json")["messages"][0] == "SystemExit: 3"
+
+
+def test_memory_error_message_uses_the_machine_class_memory(s3):
+    job = Job(s3, REMOTE_BATCH_MEMORY_GIB="8").put_input({"kind": "code", "code": "raise MemoryError"})
+
+    assert main(job.env, s3) == 1
+    assert job.output_json("messages.json")["error"]["message"] == "Memory limit of 8 GiB exceeded"
+
+
+def test_command_files_are_uploaded_under_files(s3, capfd):
+    script = (
+        "import os, pathlib\n"
+        "print('hello')\n"
+        "out = pathlib.Path(os.environ['REMOTE_BATCH_OUTPUT_DIR'])\n"
+        "(out / 'plots').mkdir()\n"
+        "(out / 'plots' / 'a.csv').write_text('x\\n1\\n')\n"
+        "(out / 'top.txt').write_text('top')\n"
+        "os.symlink('/etc/hostname', out / 'link')\n"
+    )
+    job = Job(s3).put_input({"kind": "command", "command": [sys.executable, "-c", script]})
+
+    exit_code = main(job.env, s3)
+
+    assert exit_code == 0
+    assert "hello" in capfd.readouterr().out
+    assert job.output("files/plots/a.csv") == b"x\n1\n"
+    assert job.output("files/top.txt") == b"top"
+    assert "files/link" not in job.output_names()  # only regular files
+    head = s3.head_object(Bucket=BUCKET, Key=job.output_prefix + "files/plots/a.csv")
+    assert head["ContentType"] == "text/csv"
+    assert job.output_json("result.json")["result"] is None
+
+
+def test_failing_command_exit_code_propagates(s3):
+    job = Job(s3).put_input({"kind": "command", "command": [sys.executable, "-c", "raise SystemExit(4)"]})
+
+    assert main(job.env, s3) == 4
+    assert job.output_json("messages.json")["error"]["type"] == "CalledProcessError"
+
+
+def test_command_not_found_exits_127(s3):
+    job = Job(s3).put_input({"kind": "command", "command": ["remote-batch-no-such-program"]})
+
+    assert main(job.env, s3) == 127
+    assert job.output_json("messages.json")["messages"] == [
+        "FileNotFoundError: command not found: remote-batch-no-such-program"
+    ]
+
+
+def test_pickle_with_an_array_item(s3):
+    payload = cloudpickle.dumps((lambda item, scale, *, shift: item * scale + shift, (10,), {"shift": 1}))
+    job = Job(s3).put_input(
+        {"kind": "pickle", "pickle": base64.b64encode(payload).decode(), "arrayItem": 4, "arrayIndex": 0}
+    )
+
+    assert main(job.env, s3) == 0
+    assert job.output_json("result.json")["result"] == 41
+
+
+def test_code_with_an_array_item(s3):
+    job = Job(s3).put_input(
+        {"kind": "code", "code": "item['n'] ** 2", "arrayItem": {"n": 7}, "arrayIndex": 3}
+    )
+
+    assert main(job.env, s3) == 0
+    assert job.output_json("result.json")["result"] == 49
+
+
+def test_figure_result_uploads_a_preview(s3):
+    code = "from matplotlib.figure import Figure\nfig = Figure()\nfig.add_subplot().plot([3, 1, 2])\nfig"
+    job = Job(s3).put_input({"kind": "code", "code": code})
+
+    assert main(job.env, s3) == 0
+    assert job.output("preview.png").startswith(b"\x89PNG")
+    assert job.output_json("result.json")["result"] is None
+
+
+def test_missing_input_object_is_a_worker_error(s3, capsys):
+    job = Job(s3)  # nothing put at the input key
+
+    assert main(job.env, s3) == 2
+    assert f"input not found: s3://{BUCKET}/{job.input_key}" in capsys.readouterr().err
+    assert job.output_names() == []
+
+
+def test_malformed_input_is_a_worker_error(s3, capsys):
+    job = Job(s3).put_input({"kind": "shell", "shell": "ls"})
+
+    assert main(job.env, s3) == 2
+    assert "unknown input kind 'shell'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "missing",
+    ["REMOTE_BATCH_JOB_ID", "REMOTE_BATCH_BUCKET", "REMOTE_BATCH_INPUT_KEY", "REMOTE_BATCH_OUTPUT_PREFIX"],
+)
+def test_missing_environment_is_a_worker_error(s3, capsys, missing):
+    job = Job(s3).put_input({"kind": "code", "code": "1"})
+    env = {name: value for name, value in job.env.items() if name != missing}
+
+    assert main(env, s3) == 2
+    assert missing in capsys.readouterr().err
+    assert job.output_names() == []
+
+
+# --- `python -m worker` against a moto server ------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def moto_endpoint() -> Iterator[str]:
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    endpoint = f"http://{host}:{port}"
+    boto3.client(
+        "s3", endpoint_url=endpoint, region_name=REGION, aws_access_key_id="x", aws_secret_access_key="x"
+    ).create_bucket(Bucket=BUCKET)
+    yield endpoint
+    server.stop()
+
+
+@pytest.fixture
+def server_s3(moto_endpoint):
+    return boto3.client(
+        "s3", endpoint_url=moto_endpoint, region_name=REGION, aws_access_key_id="x", aws_secret_access_key="x"
+    )
+
+
+def _worker_env(job: Job, endpoint: str) -> dict[str, str]:
+    inherited = {
+        name: value
+        for name, value in os.environ.items()
+        if not name.startswith(("AWS_", "REMOTE_BATCH_")) and name != "PYTHONUNBUFFERED"
+    }
+    return {
+        **inherited,
+        "AWS_ENDPOINT_URL": endpoint,
+        "AWS_REGION": REGION,
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        **job.env,
+    }
+
+
+def _run_worker(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "worker"],
+        cwd=REPO_ROOT,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def _start_worker(job: Job, endpoint: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "worker"],
+        cwd=REPO_ROOT,
+        env=_worker_env(job, endpoint),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def test_python_m_worker_runs_code_end_to_end(moto_endpoint, server_s3):
+    code = (
+        "import warnings\n"
+        "print('working')\n"
+        "warnings.warn('old api', DeprecationWarning)\n"
+        "import numpy as np\n"
+        "np.arange(3) * 2"
+    )
+    job = Job(server_s3).put_input({"kind": "code", "code": code})
+
+    completed = _run_worker(_worker_env(job, moto_endpoint))
+
+    assert completed.returncode == 0, completed.stderr
+    assert completed.stdout == "working\n"
+    assert "<job>:3: DeprecationWarning: old api" in completed.stderr  # shown, not only captured
+    assert job.output_json("result.json") == {"result": [0, 2, 4], "resultRepr": "array([0, 2, 4])"}
+    assert job.output_json("messages.json")["messages"] == ["<job>:3: DeprecationWarning: old api"]
+
+
+def test_python_m_worker_failure_prints_the_traceback_and_exits_1(moto_endpoint, server_s3):
+    job = Job(server_s3).put_input({"kind": "code", "code": "def f():\n    return 1 / 0\nf()"})
+
+    completed = _run_worker(_worker_env(job, moto_endpoint))
+
+    assert completed.returncode == 1
+    assert completed.stderr.rstrip().endswith("ZeroDivisionError: division by zero")
+    assert 'File "<job>", line 2, in f' in completed.stderr
+    assert job.output_json("messages.json")["error"]["type"] == "ZeroDivisionError"
+
+
+def test_python_m_worker_streams_output_before_the_code_ends(moto_endpoint, server_s3, tmp_path):
+    # The code prints, then waits for a file the test creates only after reading that line:
+    # if stdout were block-buffered the line would never arrive and the test would time out.
+    go = tmp_path / "go"
+    code = (
+        f"import pathlib, time\nprint('started')\ngo = pathlib.Path({str(go)!r})\n"
+        "deadline = time.monotonic() + 10\n"
+        "while not go.exists() and time.monotonic() < deadline:\n    time.sleep(0.02)\ngo.exists()"
+    )
+    job = Job(server_s3).put_input({"kind": "code", "code": code})
+    worker = _start_worker(job, moto_endpoint)
+    try:
+        assert worker.stdout is not None
+        first_line = worker.stdout.readline()
+        go.touch()
+        worker.wait(timeout=30)
+    finally:
+        worker.kill()
+        worker.communicate()
+
+    assert first_line == "started\n"
+    assert worker.returncode == 0
+    assert job.output_json("result.json")["result"] is True
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux-only")
+def test_killed_worker_leaves_no_orphan_command(moto_endpoint, server_s3, tmp_path):
+    pid_file = tmp_path / "child.pid"
+    script = (
+        f"import os, pathlib, time\npathlib.Path({str(pid_file)!r}).write_text(str(os.getpid()))\n"
+        "time.sleep(30)"
+    )
+    job = Job(server_s3).put_input({"kind": "command", "command": [sys.executable, "-c", script]})
+    # No pipes: an orphan holding them open must not be what the test waits on.
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "worker"],
+        cwd=REPO_ROOT,
+        env=_worker_env(job, moto_endpoint),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    child_pid = None
+    try:
+        deadline = time.monotonic() + 20
+        while not (pid_file.exists() and pid_file.read_text()) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        child_pid = int(pid_file.read_text())
+
+        worker.kill()
+        worker.wait(timeout=10)
+
+        deadline = time.monotonic() + 5
+        while _is_alive(child_pid) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert not _is_alive(child_pid)
+    finally:
+        worker.kill()
+        worker.wait()
+        if child_pid is not None and _is_alive(child_pid):
+            os.kill(child_pid, signal.SIGKILL)
+
+
+def _is_alive(pid: int) -> bool:
+    """True while the process exists and is not a zombie (a reaped-later zombie is dead)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_python_m_worker_without_environment_exits_2():
+    env = {name: value for name, value in os.environ.items() if not name.startswith("REMOTE_BATCH_")}
+
+    completed = _run_worker(env)
+
+    assert completed.returncode == 2
+    assert completed.stderr.startswith(
+        "remote-batch worker: missing environment variable(s): REMOTE_BATCH_JOB_ID"
+    )
+    assert len(completed.stderr.strip().splitlines()) == 1

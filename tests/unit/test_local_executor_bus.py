@@ -1,0 +1,199 @@
+"""The local stack's in-process EventBridge → Lambda bus."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+from remote_batch.local.bus import EventBus
+from remote_batch.local.events import batch_job_state_change
+
+
+def _envelope(job_name: str, status: str = "RUNNABLE") -> dict:
+    return batch_job_state_change(
+        region="us-east-1",
+        account="000000000000",
+        job_id="4c7599ae-0a82-49aa-ba5a-4727fcce14a8",
+        job_name=job_name,
+        job_queue="q",
+        job_definition="d",
+        status=status,
+        created_at_ms=1,
+        vcpus=1,
+        memory_mib=512,
+    )
+
+
+class Collector:
+    """A fake Lambda target: records what it is given; fails the first ``fail`` calls."""
+
+    def __init__(self, fail: int = 0) -> None:
+        self.delivered: list[dict] = []
+        self.calls = 0
+        self.fail = fail
+        self.threads: set[str] = set()
+
+    def __call__(self, envelope: dict) -> None:
+        self.calls += 1
+        self.threads.add(threading.current_thread().name)
+        if self.calls <= self.fail:
+            raise RuntimeError("handler failed")
+        self.delivered.append(envelope)
+
+
+@pytest.fixture
+def make_bus(tmp_path) -> Iterator:
+    buses: list[EventBus] = []
+
+    def make(deliver, **kwargs) -> EventBus:
+        bus = EventBus(deliver, tmp_path / "events.jsonl", retry_delay=0.01, **kwargs)
+        bus.start()
+        buses.append(bus)
+        return bus
+
+    yield make
+    for bus in buses:
+        bus.stop(drain=False, timeout=2)
+
+
+def test_delivers_in_order_on_one_thread(make_bus):
+    collector = Collector()
+    bus = make_bus(collector)
+    envelopes = [_envelope("job-a", status) for status in ("PENDING", "RUNNABLE", "STARTING", "RUNNING")]
+
+    for envelope in envelopes:
+        bus.publish(envelope)
+
+    assert bus.wait_idle(5)
+    assert [e["id"] for e in collector.delivered] == [e["id"] for e in envelopes]
+    assert collector.delivered == envelopes
+    assert len(collector.threads) == 1
+
+
+def test_duplicate_mode_delivers_every_event_twice_in_a_row(make_bus):
+    collector = Collector()
+    bus = make_bus(collector, duplicate=True)
+    first, second = _envelope("job-a", "PENDING"), _envelope("job-a", "RUNNABLE")
+
+    bus.publish(first)
+    bus.publish(second)
+
+    assert bus.wait_idle(5)
+    assert [e["id"] for e in collector.delivered] == [first["id"], first["id"], second["id"], second["id"]]
+    assert len(bus.emitted_for("job-a")) == 2
+
+
+def test_failing_delivery_is_retried_then_succeeds(make_bus):
+    collector = Collector(fail=2)
+    bus = make_bus(collector, max_attempts=3)
+
+    bus.publish(_envelope("job-a"))
+
+    assert bus.wait_idle(5)
+    assert collector.calls == 3
+    assert len(collector.delivered) == 1
+    assert bus.dead_letters == []
+
+
+def test_exhausted_delivery_goes_to_dead_letters_and_the_bus_goes_on(make_bus):
+    collector = Collector(fail=3)
+    bus = make_bus(collector, max_attempts=3)
+    lost, kept = _envelope("job-a", "PENDING"), _envelope("job-a", "RUNNABLE")
+
+    bus.publish(lost)
+    bus.publish(kept)
+
+    assert bus.wait_idle(5)
+    assert [e["id"] for e in bus.dead_letters] == [lost["id"]]
+    assert [e["id"] for e in collector.delivered] == [kept["id"]]
+
+
+def test_emitted_for_covers_array_children_in_emission_order(make_bus):
+    bus = make_bus(Collector())
+    parent, child0, other, child1 = (
+        _envelope("job-a"),
+        _envelope("job-a:0"),
+        _envelope("job-ab"),
+        _envelope("job-a:1"),
+    )
+
+    for envelope in (parent, child0, other, child1):
+        bus.publish(envelope)
+
+    assert [e["id"] for e in bus.emitted_for("job-a")] == [parent["id"], child0["id"], child1["id"]]
+    assert [e["id"] for e in bus.emitted_for("job-ab")] == [other["id"]]
+    assert bus.emitted_for("nobody") == []
+
+
+def test_journal_survives_a_restart(tmp_path):
+    journal = tmp_path / "state" / "events.jsonl"
+    first = EventBus(Collector(), journal)
+    envelope = _envelope("job-a")
+    first.publish(envelope)
+    first.stop(drain=False, timeout=1)
+
+    # Given a new bus on the same journal (a restarted stack), with a stray torn line at the end
+    with journal.open("a") as handle:
+        handle.write('{"torn":\n')
+    collector = Collector()
+    second = EventBus(collector, journal)
+    second.start()
+
+    assert second.emitted_for("job-a") == [envelope]
+    assert second.wait_idle(2)
+    assert collector.delivered == []  # recorded events are not redelivered
+    second.stop(timeout=1)
+    assert json.loads(journal.read_text().splitlines()[0]) == envelope
+
+
+def test_replay_delivers_without_recording(make_bus):
+    collector = Collector()
+    bus = make_bus(collector)
+    envelope = _envelope("job-a", "SUCCEEDED")
+
+    bus.replay([envelope, envelope])
+
+    assert bus.wait_idle(5)
+    assert collector.delivered == [envelope, envelope]
+    assert bus.emitted_for("job-a") == []
+
+
+def test_events_published_before_start_are_delivered_at_start(tmp_path):
+    collector = Collector()
+    bus = EventBus(collector, tmp_path / "events.jsonl")
+    envelope = _envelope("job-a")
+    bus.publish(envelope)
+
+    bus.start()
+
+    assert bus.wait_idle(5)
+    assert collector.delivered == [envelope]
+    bus.stop()
+
+
+def test_stop_without_drain_drops_queued_events_to_dead_letters(tmp_path):
+    entered, gate = threading.Event(), threading.Event()
+    delivered: list[dict] = []
+
+    def slow(envelope: dict) -> None:
+        entered.set()
+        gate.wait(5)
+        delivered.append(envelope)
+
+    bus = EventBus(slow, tmp_path / "events.jsonl")
+    bus.start()
+    first, second = _envelope("job-a", "PENDING"), _envelope("job-a", "RUNNABLE")
+    bus.publish(first)
+    bus.publish(second)
+    assert entered.wait(5)
+
+    stopper = threading.Thread(target=bus.stop, kwargs={"drain": False, "timeout": 5})
+    stopper.start()
+    gate.set()
+    stopper.join(5)
+
+    assert [e["id"] for e in delivered] == [first["id"]]  # the delivery in flight completes
+    assert [e["id"] for e in bus.dead_letters] == [second["id"]]
