@@ -9,6 +9,8 @@ import uuid
 from datetime import UTC, datetime
 from typing import Any
 
+from remote_batch.local.events import BatchAttempt, batch_job_state_change
+
 ACCOUNT = "123456789012"
 REGION = "us-east-1"
 QUEUE_ARN = f"arn:aws:batch:{REGION}:{ACCOUNT}:job-queue/remote-batch-Basic1x8"
@@ -28,58 +30,41 @@ def batch_event(
     attempts: list[dict[str, Any]] | None = None,
     log_stream_name: str | None = None,
 ) -> dict[str, Any]:
-    """A ``Batch Job State Change`` EventBridge envelope for one job status (times in ms)."""
-    job_arn = f"arn:aws:batch:{REGION}:{ACCOUNT}:job/{batch_job_id}"
-    container: dict[str, Any] = {
-        "image": "123456789012.dkr.ecr.us-east-1.amazonaws.com/remote-batch-worker:latest",
-        "command": ["python", "-m", "worker"],
-        "volumes": [],
-        "environment": [],
-        "mountPoints": [],
-        "ulimits": [],
-        "networkInterfaces": [],
-        "resourceRequirements": [{"value": "1", "type": "VCPU"}, {"value": "8192", "type": "MEMORY"}],
-        "secrets": [],
-    }
-    if exit_code is not None:
-        container["exitCode"] = exit_code
-    if log_stream_name is not None:
-        container["logStreamName"] = log_stream_name
-    detail: dict[str, Any] = {
-        "jobArn": job_arn,
-        "jobName": job_name,
-        "jobId": batch_job_id,
-        "jobQueue": QUEUE_ARN,
-        "status": status,
-        "attempts": attempts or [],
-        "createdAt": created_at,
-        "retryStrategy": {"attempts": 3, "evaluateOnExit": []},
-        "dependsOn": [],
-        "jobDefinition": JOB_DEFINITION_ARN,
-        "parameters": {},
-        "container": container,
-        "tags": {"remote-batch:jobId": job_name},
-        "propagateTags": True,
-        "platformCapabilities": ["EC2"],
-    }
-    if status_reason is not None:
-        detail["statusReason"] = status_reason
-    if started_at is not None:
-        detail["startedAt"] = started_at
-    if stopped_at is not None:
-        detail["stoppedAt"] = stopped_at
+    """A ``Batch Job State Change`` EventBridge envelope for one job status (times in ms), built by
+    the same builder the local executor emits with. ``attempts`` are ``detail.attempts`` items."""
+    ended = [
+        BatchAttempt(
+            exit_code=a.get("container", {}).get("exitCode"),
+            log_stream_name=a.get("container", {}).get("logStreamName"),
+            task_arn=f"arn:aws:ecs:{REGION}:{ACCOUNT}:task/remote-batch/{i}",
+            started_at_ms=a["startedAt"],
+            stopped_at_ms=a["stoppedAt"],
+            status_reason=a.get("statusReason", "Essential container in task exited"),
+        )
+        for i, a in enumerate(attempts or [])
+    ]
     stamp = stopped_at or started_at or created_at
-    return {
-        "version": "0",
-        "id": str(uuid.uuid4()),
-        "detail-type": "Batch Job State Change",
-        "source": "aws.batch",
-        "account": ACCOUNT,
-        "time": datetime.fromtimestamp(stamp / 1000, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "region": REGION,
-        "resources": [job_arn],
-        "detail": detail,
-    }
+    return batch_job_state_change(
+        region=REGION,
+        account=ACCOUNT,
+        job_id=batch_job_id,
+        job_name=job_name,
+        job_queue=QUEUE_ARN,
+        job_definition=JOB_DEFINITION_ARN,
+        status=status,
+        created_at_ms=created_at,
+        vcpus=1,
+        memory_mib=8192,
+        command=["python", "-m", "worker"],
+        status_reason=status_reason,
+        started_at_ms=started_at,
+        stopped_at_ms=stopped_at,
+        exit_code=exit_code,
+        log_stream=log_stream_name,
+        attempts=ended,
+        tags={"remote-batch:jobId": job_name},
+        time=datetime.fromtimestamp(stamp / 1000, tz=UTC),
+    )
 
 
 def job_lifecycle(

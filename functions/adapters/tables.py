@@ -70,41 +70,35 @@ IDEMPOTENCY = TableSpec(logical_name="Idempotency", partition_key="id", ttl_attr
 ALL_TABLES = (JOBS, ACCOUNTS, LEDGER, IDEMPOTENCY)
 
 
-def create_table_request(spec: TableSpec, table_name: str) -> dict[str, object]:
-    """DynamoDB ``CreateTable`` parameters (on-demand) for ``spec`` under ``table_name``.
+def create_table_request(spec: TableSpec, name: str) -> dict[str, object]:
+    """The ``CreateTable`` parameters of a table spec: on-demand, string keys, its GSIs and LSIs.
 
     The local stack and the integration tests create their moto tables with this; the CDK app
     builds the same keys and indexes from the same spec.
     """
 
-    def key_schema(partition: str, sort: str | None) -> list[dict[str, str]]:
-        keys = [{"AttributeName": partition, "KeyType": "HASH"}]
-        return keys + ([{"AttributeName": sort, "KeyType": "RANGE"}] if sort else [])
+    def key_schema(partition_key: str, sort_key: str | None) -> list[dict[str, str]]:
+        schema = [{"AttributeName": partition_key, "KeyType": "HASH"}]
+        if sort_key:
+            schema.append({"AttributeName": sort_key, "KeyType": "RANGE"})
+        return schema
 
     request: dict[str, object] = {
-        "TableName": table_name,
+        "TableName": name,
         "BillingMode": "PAY_PER_REQUEST",
-        "AttributeDefinitions": [{"AttributeName": n, "AttributeType": "S"} for n in spec.attribute_names()],
+        "AttributeDefinitions": [{"AttributeName": a, "AttributeType": "S"} for a in spec.attribute_names()],
         "KeySchema": key_schema(spec.partition_key, spec.sort_key),
     }
-    gsis = [i for i in spec.indexes if not i.local]
-    lsis = [i for i in spec.indexes if i.local]
-    if gsis:
-        request["GlobalSecondaryIndexes"] = [
+    for kind, local in (("GlobalSecondaryIndexes", False), ("LocalSecondaryIndexes", True)):
+        indexes = [
             {
-                "IndexName": i.name,
-                "KeySchema": key_schema(i.partition_key, i.sort_key),
-                "Projection": {"ProjectionType": i.projection},
+                "IndexName": index.name,
+                "KeySchema": key_schema(index.partition_key, index.sort_key),
+                "Projection": {"ProjectionType": index.projection},
             }
-            for i in gsis
+            for index in spec.indexes
+            if index.local is local
         ]
-    if lsis:
-        request["LocalSecondaryIndexes"] = [
-            {
-                "IndexName": i.name,
-                "KeySchema": key_schema(i.partition_key, i.sort_key),
-                "Projection": {"ProjectionType": i.projection},
-            }
-            for i in lsis
-        ]
+        if indexes:
+            request[kind] = indexes
     return request

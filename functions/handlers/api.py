@@ -367,4 +367,15 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
             "body": ErrorBody(error=detail).model_dump_json(),
             "isBase64Encoded": False,
         }
-    return app.resolve(event, context)
+    return app.resolve(_json_body(event), context)
+
+
+def _json_body(event: dict[str, Any]) -> dict[str, Any]:
+    """Bodies are JSON whatever the Content-Type says (curl -d sends form encoding by default)."""
+    if not event.get("body"):
+        return event
+    headers = {k: v for k, v in (event.get("headers") or {}).items() if k.lower() != "content-type"}
+    multi = {k: v for k, v in (event.get("multiValueHeaders") or {}).items() if k.lower() != "content-type"}
+    headers["Content-Type"] = content_types.APPLICATION_JSON
+    multi["Content-Type"] = [content_types.APPLICATION_JSON]
+    return {**event, "headers": headers, "multiValueHeaders": multi}

@@ -5,13 +5,14 @@ the host's vCPUs. A job goes PENDING → RUNNABLE → (FIFO, when enough vCPUs a
 RUNNING → SUCCEEDED | FAILED, and each transition is published once, in order, as a real-shaped
 ``Batch Job State Change`` event (AWS sends none for SUBMITTED). The worker runs with the machine
 class's limits, cut to the host's: CPU affinity, an address-space limit, the Batch timeout
-(``attemptDurationSeconds``, counted from RUNNING). Its stdout and stderr go line by line to the
+(``attemptDurationSeconds``, counted from RUNNING). Its stdout and stderr (one pipe, so lines keep
+the order they were written in) go line by line to the
 zone's CloudWatch Logs group, in the awslogs driver's stream ``{job definition name}/default/{job id}``,
 flushed before the final event is published.
 
 Threads: one scheduler (announces, starts queued jobs, enforces timeouts and kill deadlines), and per
 running job a runner that forks the worker and waits for it (it must outlive the worker:
-``PR_SET_PDEATHSIG`` fires when the forking *thread* ends), two pipe readers and a log shipper.
+``PR_SET_PDEATHSIG`` fires when the forking *thread* ends), a console reader and a log shipper.
 """
 
 from __future__ import annotations
@@ -634,7 +635,9 @@ class LocalBatchExecutor:
             env=self._environment(job),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
+            # One pipe for both streams: the log keeps the order the program wrote its lines in
+            # (two pipes read by two threads would interleave them at random).
+            stderr=subprocess.STDOUT,
             start_new_session=True,
             close_fds=True,
             preexec_fn=_limit_worker(cpus, memory_bytes, os.getpid()),  # noqa: PLW1509
@@ -666,7 +669,7 @@ class LocalBatchExecutor:
             threading.Thread(
                 target=_read_lines, args=(pipe, shipper), name=f"{name}-{job.job_id[:8]}", daemon=True
             )
-            for name, pipe in (("stdout", process.stdout), ("stderr", process.stderr))
+            for name, pipe in (("console", process.stdout),)
             if pipe is not None
         ]
         for reader in readers:

@@ -20,7 +20,7 @@ from botocore.config import Config
 from moto.server import ThreadedMotoServer
 from werkzeug.serving import make_server
 
-from functions.adapters.tables import ALL_TABLES, TableSpec
+from functions.adapters.tables import ALL_TABLES, TableSpec, create_table_request
 from functions.domain.machine_classes import MACHINE_CLASSES, GeoZone
 from functions.settings import RouteSettings, Settings, ZoneSettings
 from remote_batch.local.lambda_context import LOCAL_ACCOUNT_ID
@@ -52,36 +52,6 @@ def table_name(spec: TableSpec) -> str:
 def bucket_name(region: str) -> str:
     """The local bucket of a zone's region."""
     return f"{NAME_PREFIX}-{region}"
-
-
-def create_table_request(spec: TableSpec, name: str) -> dict[str, Any]:
-    """The ``CreateTable`` parameters of a table spec: on-demand, string keys, its GSIs and LSIs."""
-
-    def key_schema(partition_key: str, sort_key: str | None) -> list[dict[str, str]]:
-        schema = [{"AttributeName": partition_key, "KeyType": "HASH"}]
-        if sort_key:
-            schema.append({"AttributeName": sort_key, "KeyType": "RANGE"})
-        return schema
-
-    request: dict[str, Any] = {
-        "TableName": name,
-        "BillingMode": "PAY_PER_REQUEST",
-        "AttributeDefinitions": [{"AttributeName": a, "AttributeType": "S"} for a in spec.attribute_names()],
-        "KeySchema": key_schema(spec.partition_key, spec.sort_key),
-    }
-    for kind, local in (("GlobalSecondaryIndexes", False), ("LocalSecondaryIndexes", True)):
-        indexes = [
-            {
-                "IndexName": index.name,
-                "KeySchema": key_schema(index.partition_key, index.sort_key),
-                "Projection": {"ProjectionType": index.projection},
-            }
-            for index in spec.indexes
-            if index.local is local
-        ]
-        if indexes:
-            request[kind] = indexes
-    return request
 
 
 def local_settings() -> Settings:

@@ -20,6 +20,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any, TypeVar
 
+import psutil
 import pytest
 import requests
 
@@ -47,6 +48,21 @@ def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def worker_processes(job_id: str) -> list[psutil.Process]:
+    """The ``python -m worker`` processes running the job (by command line or environment)."""
+    found = []
+    for process in psutil.process_iter(["cmdline"]):
+        try:
+            cmdline = " ".join(process.info["cmdline"] or [])
+            if "worker" not in cmdline:
+                continue
+            if job_id in cmdline or process.environ().get("REMOTE_BATCH_JOB_ID") == job_id:
+                found.append(process)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+    return found
 
 
 @dataclass

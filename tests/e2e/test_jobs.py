@@ -6,10 +6,9 @@ import csv
 import io
 from decimal import Decimal
 
-import psutil
 import pytest
 
-from tests.e2e.conftest import Client, LocalStackProcess, wait_for
+from tests.e2e.conftest import Client, LocalStackProcess, wait_for, worker_processes
 
 pytestmark = pytest.mark.e2e
 
@@ -103,25 +102,11 @@ def test_failing_code_is_terminated_with_its_error(dev: Client) -> None:
     assert any("ZeroDivisionError" in message for message in body["messages"])
 
 
-def _workers_of(job_id: str) -> list[psutil.Process]:
-    found = []
-    for process in psutil.process_iter(["cmdline"]):
-        try:
-            cmdline = " ".join(process.info["cmdline"] or [])
-            if "worker" not in cmdline:
-                continue
-            if job_id in cmdline or process.environ().get("REMOTE_BATCH_JOB_ID") == job_id:
-                found.append(process)
-        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-            continue
-    return found
-
-
 def test_abort_running_job(dev: Client) -> None:
     before = dev.balance()
     job = dev.submit({"code": "import time\ntime.sleep(300)"})
     dev.wait_status(job["jobId"], ("Running",), timeout=30)
-    wait_for(lambda: _workers_of(job["jobId"]), 10, "the job's worker process")
+    wait_for(lambda: worker_processes(job["jobId"]), 10, "the job's worker process")
 
     aborted = dev.post(f"/jobs/{job['jobId']}/abort")
 
@@ -129,7 +114,7 @@ def test_abort_running_job(dev: Client) -> None:
     done = dev.wait_status(job["jobId"], timeout=30)
     assert done["status"] == "Terminated"
     assert done["statusReason"] == "Aborted by user"
-    wait_for(lambda: not _workers_of(job["jobId"]), 10, "the job's worker to be gone")
+    wait_for(lambda: not worker_processes(job["jobId"]), 10, "the job's worker to be gone")
     # It ran well under the 60 s minimum: charged exactly 1 credit, and the balance moved by that.
     assert Decimal(str(done["creditsSpent"])) == Decimal("1")
     assert dev.balance() == before - Decimal("1")

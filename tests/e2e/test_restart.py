@@ -8,7 +8,7 @@ from decimal import Decimal
 
 import pytest
 
-from tests.e2e.conftest import Client, LocalStackProcess, wait_for
+from tests.e2e.conftest import Client, LocalStackProcess, wait_for, worker_processes
 
 pytestmark = pytest.mark.e2e
 
@@ -43,6 +43,7 @@ def test_restart_keeps_jobs_balance_results_and_tokens(stack: LocalStackProcess,
     assert stopped["statusReason"] == "Local stack stopped while the job ran"
     assert Decimal(str(stopped["creditsSpent"])) == Decimal("1")
     assert dev.balance() == balance - Decimal("1")
+    assert not worker_processes(running["jobId"])
     assert dev.get(f"/jobs/{job['jobId']}/result").json()["result"] == 42
     log = dev.get(f"/jobs/{job['jobId']}/log").json()
     assert [event["message"] for event in log["events"]] == ["kept"]
@@ -67,3 +68,4 @@ def test_crash_settles_the_running_job_at_next_start(stack: LocalStackProcess, d
     assert done["statusReason"] == "Local stack stopped while the job ran"
     assert Decimal(str(done["creditsSpent"])) == Decimal("1")
     assert dev.balance() == balance - Decimal("1")
+    assert not worker_processes(job["jobId"])

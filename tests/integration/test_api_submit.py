@@ -252,3 +252,15 @@ def test_unknown_route_and_oversized_body(stack):
     status, error = stack.api("POST", "/jobs", raw_body=json.dumps({"code": "x" * (5 * 1024 * 1024 + 10)}))
     assert status == 413 and error["error"]["code"] == "PayloadTooLarge"
     assert stack.count_items(JOBS) == 0
+
+
+def test_body_is_json_whatever_the_content_type(stack):
+    # curl -d without -H sends application/x-www-form-urlencoded; the body is still JSON.
+    status, job = stack.api(
+        "POST",
+        "/jobs",
+        raw_body='{"code": "2 + 2"}',
+        headers={"Content-Type": "application/x-www-form-urlencoded"},
+    )
+    assert status == 202
+    assert job["status"] == "Queued"
