@@ -13,7 +13,7 @@ from decimal import Decimal
 from typing import Protocol
 
 from functions.domain.credits import Charge
-from functions.domain.jobs import Account, Job, LedgerEntry, Transition
+from functions.domain.jobs import Account, BatchJobState, Job, LedgerEntry, Transition
 from functions.domain.machine_classes import GeoZone
 from functions.domain.status import JobStatus
 
@@ -72,6 +72,15 @@ class JobRepository(Protocol):
 
     def list_metered_jobs(self) -> Iterable[Job]:
         """Jobs that are Starting or Running (a sparse index: cost grows with running jobs only)."""
+
+    def list_stale_jobs(self, last_event_before: datetime) -> Iterable[Job]:
+        """Jobs not final whose last event is older than ``last_event_before`` (events may be lost)."""
+
+    def mark_reconciled(self, job_id: str, now: datetime) -> None:
+        """Record that the meter checked a non-final job with Batch at ``now``."""
+
+    def grant_credits(self, entry: LedgerEntry) -> Account:
+        """Add a ``grant`` entry and its credits in one transaction; ``ConditionFailed`` on a race."""
 
     def raise_credits_spent(self, job_id: str, credits: Decimal) -> bool:
         """Set ``creditsSpent`` to ``credits`` if the job is Running and it would not lower it."""
@@ -144,6 +153,12 @@ class BatchGateway(Protocol):
 
     def terminate_job(self, batch_job_id: str, reason: str) -> None:
         """Terminate a job in any non-final Batch status; ``reason`` becomes its statusReason."""
+
+    def describe_jobs(self, batch_job_ids: Sequence[str], observed_at_ms: int) -> list[BatchJobState]:
+        """The current state of up to 100 jobs (DescribeJobs); ids Batch no longer knows are absent.
+
+        ``observed_at_ms`` stands in for a final job's missing ``stoppedAt``.
+        """
 
 
 @dataclass(frozen=True, slots=True)

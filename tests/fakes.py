@@ -7,6 +7,7 @@ import uuid
 from dataclasses import dataclass, field
 
 from functions.domain.errors import DependencyFailed
+from functions.domain.jobs import BatchJobState
 from functions.ports import BatchSubmission, OutgoingNotification
 
 
@@ -33,6 +34,8 @@ class RecordingBatchGateway:
     submissions: list[BatchSubmission] = field(default_factory=list)
     terminations: list[tuple[str, str]] = field(default_factory=list)
     fail: bool = False
+    known: dict[str, BatchJobState] = field(default_factory=dict)
+    described: list[list[str]] = field(default_factory=list)
 
     def submit_job(self, submission: BatchSubmission) -> str:
         if self.fail:
@@ -42,6 +45,10 @@ class RecordingBatchGateway:
 
     def terminate_job(self, batch_job_id: str, reason: str) -> None:
         self.terminations.append((batch_job_id, reason))
+
+    def describe_jobs(self, batch_job_ids, observed_at_ms):
+        self.described.append(list(batch_job_ids))
+        return [self.known[i] for i in batch_job_ids if i in self.known]
 
 
 @dataclass

@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from botocore.exceptions import ClientError
+from pydantic import ValidationError
 
+from functions.adapters.batch_detail import BatchJobDetail, to_state
 from functions.domain.errors import DependencyFailed
+from functions.domain.jobs import BatchJobState
 from functions.ports import BatchSubmission
+
+# DescribeJobs takes at most 100 job ids (AWS Batch API reference).
+DESCRIBE_BATCH_SIZE = 100
 
 # AWS Batch's smallest attemptDurationSeconds (SubmitJob API reference, JobTimeout).
 MIN_TIMEOUT_SECONDS = 60
@@ -62,3 +69,19 @@ class AwsBatchGateway:
             self._batch.terminate_job(jobId=batch_job_id, reason=reason)
         except ClientError as exc:
             raise DependencyFailed("AWS Batch did not accept the termination; try again.") from exc
+
+    def describe_jobs(self, batch_job_ids: Sequence[str], observed_at_ms: int) -> list[BatchJobState]:
+        """DescribeJobs, 100 ids a call; details that do not parse are skipped."""
+        states: list[BatchJobState] = []
+        for start in range(0, len(batch_job_ids), DESCRIBE_BATCH_SIZE):
+            chunk = list(batch_job_ids[start : start + DESCRIBE_BATCH_SIZE])
+            try:
+                response = self._batch.describe_jobs(jobs=chunk)
+            except ClientError as exc:
+                raise DependencyFailed("AWS Batch did not describe the jobs; the meter retries.") from exc
+            for raw in response.get("jobs", []):
+                try:
+                    states.append(to_state(BatchJobDetail.model_validate(raw), observed_at_ms))
+                except ValidationError:
+                    continue
+        return states

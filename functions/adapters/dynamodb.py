@@ -38,6 +38,7 @@ from functions.domain.status import METERED_STATUSES, JobStatus
 from functions.domain.timefmt import from_sortable, to_sortable
 
 METER_PARTITION = "metered"
+OPEN_PARTITION = "open"
 logger = Logger(child=True)
 _CONDITION_CODES = {
     "ConditionalCheckFailedException",
@@ -95,7 +96,7 @@ def job_to_item(job: Job) -> dict[str, Any]:
         "completedAt": to_sortable(job.completed_at) if job.completed_at else None,
         "batchJobId": job.batch_job_id,
         "logStreamName": job.log_stream_name,
-        "lastEventAt": to_sortable(job.last_event_at) if job.last_event_at else None,
+        "lastEventAt": to_sortable(job.last_event_at or job.submitted_at),
         "parentJobId": job.parent_job_id,
         "arrayIndex": job.array_index,
         "arraySize": job.array_size,
@@ -107,6 +108,8 @@ def job_to_item(job: Job) -> dict[str, Any]:
         values["listKey"] = f"{to_sortable(job.submitted_at)}#{job.job_id}"
     if job.status in METERED_STATUSES:
         values["meterPartition"] = METER_PARTITION
+    if not job.is_final:
+        values["openPartition"] = OPEN_PARTITION
     return values
 
 
@@ -309,6 +312,7 @@ class DynamoJobStore:
             "logStreamName",
             "lastEventAt",
             "meterPartition",
+            "openPartition",
         ]
         if after.is_final:
             fields.append("creditsSpent")
@@ -431,6 +435,40 @@ class DynamoJobStore:
                 return
             kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
 
+    def list_stale_jobs(self, last_event_before: datetime) -> Iterator[Job]:
+        """Jobs that are not final and whose last event is older than ``last_event_before``
+        (the sparse ``unfinished`` index, one key-range query)."""
+        kwargs: dict[str, Any] = {
+            "TableName": self._jobs,
+            "IndexName": "unfinished",
+            "KeyConditionExpression": "openPartition = :p AND lastEventAt < :t",
+            "ExpressionAttributeValues": {
+                ":p": _ser(OPEN_PARTITION),
+                ":t": _ser(to_sortable(last_event_before)),
+            },
+        }
+        while True:
+            page = self._call("query", **kwargs)
+            for item in page.get("Items", []):
+                yield job_from_item(_plain(item))
+            if not page.get("LastEvaluatedKey"):
+                return
+            kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+    def mark_reconciled(self, job_id: str, now: datetime) -> None:
+        """Set ``lastEventAt`` of a non-final job to ``now`` after the meter checked it with Batch."""
+        try:
+            self._call(
+                "update_item",
+                TableName=self._jobs,
+                Key=_item({"jobId": job_id}),
+                UpdateExpression="SET lastEventAt = :now",
+                ConditionExpression="attribute_exists(openPartition)",
+                ExpressionAttributeValues={":now": _ser(to_sortable(now))},
+            )
+        except ConditionFailed:
+            return
+
     def raise_credits_spent(self, job_id: str, credits: Decimal) -> bool:
         """Raise ``creditsSpent`` of a Running job; never lowers it."""
         try:
@@ -494,6 +532,42 @@ class DynamoJobStore:
         stored = self.get_account(account.account_id)
         if stored is None:
             raise DependencyFailed("The account could not be created; try again.")
+        return stored
+
+    def grant_credits(self, entry: LedgerEntry) -> Account:
+        """Add ``entry.credits`` to the balance with its ``grant`` entry, in one transaction.
+
+        ``entry.balance_after`` must be the balance read before plus the credits: the write is
+        conditional on that balance, so a concurrent change raises ``ConditionFailed`` (re-read, retry).
+        """
+        before = quantize_credits(entry.balance_after - entry.credits)
+        self._call(
+            "transact_write_items",
+            TransactItems=[
+                {
+                    "Put": {
+                        "TableName": self._ledger,
+                        "Item": _item(_entry_to_item(entry)),
+                        "ConditionExpression": "attribute_not_exists(entryId)",
+                    }
+                },
+                {
+                    "Update": {
+                        "TableName": self._accounts,
+                        "Key": _item({"accountId": entry.account_id}),
+                        "UpdateExpression": "SET creditBalance = :after",
+                        "ConditionExpression": "creditBalance = :before",
+                        "ExpressionAttributeValues": {
+                            ":after": _ser(entry.balance_after),
+                            ":before": _ser(before),
+                        },
+                    }
+                },
+            ],
+        )
+        stored = self.get_account(entry.account_id)
+        if stored is None:
+            raise DependencyFailed("The account vanished during the grant.")
         return stored
 
     def list_ledger(self, account_id: str, start: datetime | None, end: datetime | None) -> list[LedgerEntry]:

@@ -42,13 +42,16 @@ class TableSpec:
 
 # Jobs. byAccount is sparse: only top-level jobs carry listKey (submittedAt#jobId), so
 # GET /jobs never reads array children. metered is sparse: only Starting/Running jobs carry
-# meterPartition, so the meter's cost grows with running jobs, not with history.
+# meterPartition, so the meter's cost grows with running jobs, not with history. unfinished is
+# sparse too: every job that is not final carries openPartition, sorted by lastEventAt, so the
+# meter finds jobs whose events may have been lost with one key-range query.
 JOBS = TableSpec(
     logical_name="Jobs",
     partition_key="jobId",
     indexes=(
         Index("byAccount", partition_key="accountId", sort_key="listKey"),
         Index("metered", partition_key="meterPartition", sort_key="jobId"),
+        Index("unfinished", partition_key="openPartition", sort_key="lastEventAt"),
     ),
     ttl_attribute="ttl",
 )

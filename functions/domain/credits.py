@@ -123,10 +123,19 @@ def settle_charge(
     return Charge(credits=credits, cost=cost, unbilled=quantize_credits(capped - credits))
 
 
-def spent_so_far(running_ms: int, credits_per_hour: Decimal, credit_constraint: Decimal | None) -> Decimal:
-    """Credits a Running job has spent by now: its cost if it ended now, capped by its constraint.
+def accrued_cost(running_ms: int, credits_per_hour: Decimal) -> Decimal:
+    """What ``running_ms`` of Running time has cost so far: ``ceil(seconds) × rate / 3600``, half-up
+    to 4 places, without the 60-second minimum (that is a settlement rule: a job that ends before
+    60 s is charged 60 s, but 3 s into a run it has used 3 s of its caps)."""
+    seconds = math.ceil(max(running_ms, 0) / 1000)
+    return quantize_credits(Decimal(seconds) * credits_per_hour / SECONDS_PER_HOUR)
 
-    Used by the meter to refresh ``creditsSpent``; the account balance cap applies only at settlement.
+
+def spent_so_far(running_ms: int, credits_per_hour: Decimal, credit_constraint: Decimal | None) -> Decimal:
+    """Credits a Running job has spent by now (``accrued_cost``), capped by its ``creditConstraint``.
+
+    Used by the meter to refresh ``creditsSpent`` and to enforce the caps; the 60-second minimum and
+    the account balance apply at settlement.
     """
-    cost = running_cost(running_ms, credits_per_hour)
+    cost = accrued_cost(running_ms, credits_per_hour)
     return min(cost, credit_constraint) if credit_constraint is not None else cost

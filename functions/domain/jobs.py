@@ -26,6 +26,22 @@ RECORD_TTL = timedelta(days=400)
 MAX_STATUS_REASON = 1000
 
 ABORTED_BY_USER = "Aborted by user"
+OUT_OF_CREDITS = "Account out of credits"
+
+
+def credit_constraint_reason(credit_constraint: Decimal) -> str:
+    """``CreditConstraint of 0.05 credits reached`` (the cap as the user wrote it, no trailing zeros)."""
+    return f"CreditConstraint of {credit_constraint.normalize():f} credits reached"
+
+
+def time_constraint_reason(time_constraint: int) -> str:
+    """``TimeConstraint of 600 s reached``."""
+    return f"TimeConstraint of {time_constraint} s reached"
+
+
+def is_credit_constraint_reason(reason: str | None) -> bool:
+    """True for the reason ``credit_constraint_reason`` gives: such a job's output is discarded."""
+    return bool(reason) and str(reason).startswith("CreditConstraint of ")
 
 
 class JobType(StrEnum):
@@ -234,9 +250,9 @@ def timeout_cause(job: Job, machine: MachineClass) -> str | None:
         credit_cap_seconds(job.credit_constraint, machine) if job.credit_constraint is not None else None
     )
     if job.time_constraint is not None and (credit_seconds is None or job.time_constraint <= credit_seconds):
-        return f"TimeConstraint of {job.time_constraint} s reached"
+        return time_constraint_reason(job.time_constraint)
     if job.credit_constraint is not None:
-        return f"CreditConstraint of {job.credit_constraint.normalize():f} credits reached"
+        return credit_constraint_reason(job.credit_constraint)
     return None
 
 

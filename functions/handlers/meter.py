@@ -20,8 +20,16 @@ metrics = Metrics(namespace="RemoteBatch", service="remote-batch")
 @tracer.capture_lambda_handler
 @logger.inject_lambda_context(clear_state=True)
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    """One meter tick (the event's content is not used: the tick reads its own clock)."""
+    """One meter tick (the event's content is not used: the tick reads its own clock).
+
+    Returns counts: jobs metered, ``creditsSpent`` raised, terminations sent, stale jobs reconciled.
+    """
     services = get_services()
     report = meter_tick(services, services.clock())
     metrics.add_metric(name="MeteredJobs", unit=MetricUnit.Count, value=report.metered)
-    return {"metered": report.metered, "updated": report.updated}
+    return {
+        "metered": report.metered,
+        "updated": report.updated,
+        "terminated": report.terminated,
+        "reconciled": report.reconciled,
+    }

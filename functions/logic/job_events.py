@@ -26,6 +26,7 @@ from functions.domain.jobs import (
     apply_batch_event,
     charge_entry_id,
     describe_failure,
+    is_credit_constraint_reason,
     ms_to_datetime,
 )
 from functions.domain.machine_classes import machine_class
@@ -66,6 +67,18 @@ def read_error_summary(services: Services, job: Job) -> str | None:
         return None
     message = str(error.get("message") or "").strip()
     return f"{error['type']}: {message}" if message else str(error["type"])
+
+
+def discard_outputs(services: Services, job: Job) -> None:
+    """Delete what the worker uploaded for a job stopped at its CreditConstraint (API.md: "its
+    output discarded"). The result route refuses such a job whatever is left, so a failure here
+    only delays the deletion until the bucket's lifecycle rule."""
+    try:
+        removed = services.zones[job.geo_zone].blobs.delete_prefix(f"outputs/{job.job_id}/")
+    except DependencyFailed:
+        logger.exception("outputs not discarded", job_id=job.job_id)
+        return
+    logger.info("outputs discarded", job_id=job.job_id, objects=removed)
 
 
 def _settle(services: Services, transition: Transition, state: BatchJobState, now: datetime) -> None:
@@ -157,6 +170,8 @@ def apply_job_state_change(services: Services, state: BatchJobState, now: dateti
             continue
         job = transition.after
         logger.info("job status", job_id=job.job_id, status=job.status.value, batch_status=state.status)
+        if transition.settles and is_credit_constraint_reason(job.status_reason):
+            discard_outputs(services, job)
         break
     else:
         raise DependencyFailed(f"job {state.job_name} kept changing; the event will be retried")

@@ -10,7 +10,7 @@ from decimal import Decimal
 from typing import Any
 
 from functions.domain.errors import Expired, JobNotFinished, NoOutput
-from functions.domain.jobs import Account, Job
+from functions.domain.jobs import Account, Job, is_credit_constraint_reason
 from functions.domain.status import JobStatus
 from functions.logic.job_events import output_key
 from functions.logic.submission import get_owned_job
@@ -69,6 +69,9 @@ def get_result(services: Services, account_id: str, job_id: str, now: datetime, 
         The job ended Terminated without output (e.g. never ran, or its CreditConstraint discarded it).
     """
     job = _final_job_with_data(services, account_id, job_id, now)
+    if job.status_reason and is_credit_constraint_reason(job.status_reason):
+        cap = job.status_reason.removesuffix(" reached")
+        raise NoOutput(f"Job {job_id} reached its {cap}; its output was discarded.")
     blobs = services.zones[job.geo_zone].blobs
     no_output = NoOutput(
         f"Job {job_id} ended {job.status.value} without output"

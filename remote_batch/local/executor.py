@@ -38,7 +38,9 @@ from typing import IO, Any, Protocol
 import psutil
 from botocore.exceptions import BotoCoreError, ClientError
 
+from functions.adapters.batch_detail import BatchJobDetail, to_state
 from functions.domain.errors import DependencyFailed
+from functions.domain.jobs import BatchJobState
 from functions.ports import BatchSubmission
 from remote_batch.local.events import (
     BatchAttempt,
@@ -266,6 +268,7 @@ class _Job:
     kill_at: float | None = None
     runner: threading.Thread | None = None
     attempts: list[BatchAttempt] = field(default_factory=list)
+    last_detail: dict[str, Any] | None = None
 
     @property
     def log_stream(self) -> str:
@@ -312,6 +315,13 @@ class LocalBatchGateway:
         """Terminate a job: a queued one fails at once, a running one is signalled (SIGTERM, then
         SIGKILL after 2 s); ``reason`` becomes its ``statusReason``. No-op for final or unknown ids."""
         self._executor.terminate_job(batch_job_id, reason)
+
+    def describe_jobs(self, batch_job_ids: Sequence[str], observed_at_ms: int) -> list[BatchJobState]:
+        """DescribeJobs: the state of each id this executor knows (unknown ids are absent)."""
+        return [
+            to_state(BatchJobDetail.model_validate(d), observed_at_ms)
+            for d in self._executor.describe(batch_job_ids)
+        ]
 
     def open_log_stream(self, stream: str) -> bool:
         """Create the zone's log group (once) and ``stream``; False when CloudWatch Logs refused."""
@@ -465,6 +475,12 @@ class LocalBatchExecutor:
                 return
             self._terminate_locked(job, reason)
 
+    def describe(self, batch_job_ids: Sequence[str]) -> list[dict[str, Any]]:
+        """DescribeJobs: the ``JobDetail`` of each known id, as its last event carried it."""
+        with self._cond:
+            jobs = [self._jobs.get(batch_job_id) for batch_job_id in batch_job_ids]
+            return [dict(job.last_detail) for job in jobs if job is not None and job.last_detail is not None]
+
     def status_of(self, batch_job_id: str) -> str | None:
         """The job's current Batch status (``SUBMITTED`` … ``FAILED``), or None for an unknown id."""
         with self._cond:
@@ -530,6 +546,7 @@ class LocalBatchExecutor:
             time=datetime.now(UTC),
             **extra,
         )
+        job.last_detail = envelope["detail"]
         self._bus.publish(envelope)
         logger.info("job %s batch_job_id=%s job_name=%s", status.lower(), job.job_id, sub.job_name)
 

@@ -6,10 +6,8 @@ import base64
 import json
 import time
 from datetime import UTC, datetime, timedelta
-from decimal import Decimal
 
 import boto3
-import pytest
 
 from tests.events import batch_event, job_lifecycle
 
@@ -155,34 +153,3 @@ def test_log_in_json_text_and_csv(stack):
 def test_log_of_a_job_without_a_stream_is_empty(stack):
     _, job = stack.api("POST", "/jobs", body={"code": "1"})
     assert stack.api("GET", f"/jobs/{job['jobId']}/log") == (200, {"jobId": job["jobId"], "events": []})
-
-
-@pytest.mark.parametrize(
-    ("machine", "seconds", "expected"),
-    [("Basic1x8", 10, "1"), ("Basic1x8", 90, "1.5"), ("Memory8x64", 3600, "480")],
-)
-def test_meter_refreshes_credits_spent_of_running_jobs_and_never_lowers_it(stack, machine, seconds, expected):
-    _, job = stack.api("POST", "/jobs", body={"code": "1", "machineClass": machine})
-    job_id = job["jobId"]
-    batch_id = stack.services.store.get_job(job_id).batch_job_id
-    started = int(stack.clock().timestamp() * 1000)
-    stack.deliver(batch_event(job_id, batch_id, "RUNNING", created_at=started, started_at=started))
-    stack.clock.advance(seconds)
-    assert stack.tick() == {"metered": 1, "updated": 1}
-    assert stack.services.store.get_job(job_id).credits_spent == Decimal(expected)
-    stack.clock.advance(-seconds)  # a tick with a clock behind never lowers it
-    assert stack.tick()["updated"] == 0
-    assert stack.services.store.get_job(job_id).credits_spent == Decimal(expected)
-    # A final job leaves the meter's index.
-    stack.deliver(
-        batch_event(
-            job_id,
-            batch_id,
-            "SUCCEEDED",
-            created_at=started,
-            started_at=started,
-            stopped_at=started + seconds * 1000,
-            exit_code=0,
-        )
-    )
-    assert stack.tick() == {"metered": 0, "updated": 0}

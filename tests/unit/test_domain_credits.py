@@ -1,7 +1,7 @@
 """The credit charge rule (DESIGN.md "Credits"): exact Decimal money, half-up to 4 places."""
 
 import math
-from decimal import Decimal
+from decimal import ROUND_HALF_UP, Decimal
 from fractions import Fraction
 
 import pytest
@@ -207,12 +207,22 @@ def test_spent_so_far_is_monotone_and_capped(a, b, rate, cap):
     if cap is not None:
         assert spent_later <= cap
     else:
-        assert spent_later == reference_cost(later, rate)
+        # In flight there is no 60-second minimum: ceil(seconds) × rate / 3600, half-up.
+        exact = Decimal(math.ceil(later / 1000)) * rate / Decimal(3600)
+        assert spent_later == exact.quantize(Decimal("0.0001"), rounding=ROUND_HALF_UP)
 
 
 def test_spent_so_far_reaches_the_cap_exactly():
     assert spent_so_far(3_600_000, BASIC1X8, Decimal("50.0000")) == Decimal("50.0000")
     assert_money(spent_so_far(61_000, BASIC1X8, Decimal("50.0000")), "1.0167")
+
+
+def test_spent_so_far_has_no_60_second_minimum():
+    # 3 s of Basic1x8 is 0.05 credits: a 0.05 creditConstraint is reached 3 s in, not at once.
+    assert_money(spent_so_far(2_001, BASIC1X8, None), "0.0500")
+    assert_money(spent_so_far(3_000, BASIC1X8, None), "0.0500")
+    assert_money(spent_so_far(1, BASIC1X8, None), "0.0167")
+    assert_money(spent_so_far(0, BASIC1X8, None), "0.0000")
 
 
 @pytest.mark.parametrize(

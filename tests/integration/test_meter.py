@@ -1,0 +1,221 @@
+"""The meter Lambda on moto: spend refresh, CreditConstraint, TimeConstraint, balance, reconciliation."""
+
+from __future__ import annotations
+
+import json
+from decimal import Decimal
+
+import boto3
+import pytest
+
+from functions.domain.jobs import BatchJobState
+from functions.domain.machine_classes import GeoZone
+from tests.events import batch_event
+
+
+def start_job(stack, body, account_id="dev"):
+    """Submit and deliver RUNNING at the clock's now; returns (job id, batch id, started ms)."""
+    status, job = stack.api("POST", "/jobs", body=body, account_id=account_id)
+    assert status == 202, job
+    job_id = job["jobId"]
+    batch_id = stack.services.store.get_job(job_id).batch_job_id
+    started = int(stack.clock().timestamp() * 1000)
+    stack.deliver(batch_event(job_id, batch_id, "RUNNING", created_at=started, started_at=started))
+    # What DescribeJobs would say of it, for the meter's reconciliation of jobs quiet for 10 minutes.
+    stack.batch[GeoZone.UNITED_STATES].known[batch_id] = BatchJobState(
+        batch_job_id=batch_id,
+        job_name=job_id,
+        status="RUNNING",
+        status_reason=None,
+        created_at_ms=started,
+        started_at_ms=started,
+        stopped_at_ms=None,
+        exit_code=None,
+        log_stream_name="s",
+        attempt_count=0,
+    )
+    return job_id, batch_id, started
+
+
+def fail_event(job_id, batch_id, started, stopped, reason):
+    return batch_event(
+        job_id,
+        batch_id,
+        "FAILED",
+        created_at=started,
+        started_at=started,
+        stopped_at=stopped,
+        exit_code=143,
+        status_reason=reason,
+    )
+
+
+@pytest.mark.parametrize(
+    ("machine", "seconds", "expected"),
+    [("Basic1x8", 10, "0.1667"), ("Basic1x8", 90, "1.5"), ("Memory8x64", 3600, "480")],
+)
+def test_meter_refreshes_credits_spent_and_never_lowers_it(stack, machine, seconds, expected):
+    job_id, batch_id, started = start_job(stack, {"code": "1", "machineClass": machine})
+    stack.clock.advance(seconds)
+    report = stack.tick()
+    assert (report["metered"], report["updated"], report["terminated"]) == (1, 1, 0)
+    assert stack.services.store.get_job(job_id).credits_spent == Decimal(expected)
+    stack.clock.advance(-seconds)  # a tick with a clock behind never lowers it
+    assert stack.tick()["updated"] == 0
+    assert stack.services.store.get_job(job_id).credits_spent == Decimal(expected)
+    stack.deliver(
+        batch_event(
+            job_id,
+            batch_id,
+            "SUCCEEDED",
+            created_at=started,
+            started_at=started,
+            stopped_at=started + seconds * 1000,
+            exit_code=0,
+        )
+    )
+    assert stack.tick()["metered"] == 0  # a final job leaves the meter's index
+
+
+def test_credit_constraint_terminates_caps_the_charge_and_discards_output(stack):
+    job_id, batch_id, started = start_job(
+        stack, {"code": "import time; time.sleep(600)", "creditConstraint": 0.05}
+    )
+    stack.clock.advance(2)  # 2 s = 0.0333 credits
+    assert stack.tick()["terminated"] == 0
+    stack.clock.advance(1)  # 3 s = 0.05 credits: the cap
+    assert stack.tick()["terminated"] == 1
+    gateway = stack.batch[GeoZone.UNITED_STATES]
+    assert gateway.terminations == [(batch_id, "CreditConstraint of 0.05 credits reached")]
+    # The worker had uploaded something before it was killed.
+    s3 = boto3.client("s3", region_name="us-east-1")
+    s3.put_object(
+        Bucket="test-data-us-east-1",
+        Key=f"outputs/{job_id}/result.json",
+        Body=json.dumps({"result": None, "resultRepr": "None"}),
+    )
+    stack.deliver(fail_event(job_id, batch_id, started, started + 4_000, "Job terminated by the meter"))
+    job = stack.services.store.get_job(job_id)
+    assert job.status.value == "Terminated"
+    assert job.status_reason == "CreditConstraint of 0.05 credits reached"
+    assert job.credits_spent == Decimal("0.0500")
+    assert stack.balance("dev") == Decimal("9999.9500")
+    assert s3.list_objects_v2(Bucket="test-data-us-east-1", Prefix=f"outputs/{job_id}/").get("KeyCount") == 0
+    status, error = stack.api("GET", f"/jobs/{job_id}/result")
+    assert status == 409
+    assert error["error"]["code"] == "NoOutput"
+    assert "CreditConstraint of 0.05 credits" in error["error"]["message"]
+
+
+def test_time_constraint_terminates(stack):
+    job_id, batch_id, started = start_job(stack, {"code": "1", "timeConstraint": 3})
+    stack.clock.advance(2.5)
+    assert stack.tick()["terminated"] == 0
+    stack.clock.advance(0.5)
+    assert stack.tick()["terminated"] == 1
+    assert stack.batch[GeoZone.UNITED_STATES].terminations == [(batch_id, "TimeConstraint of 3 s reached")]
+    stack.deliver(fail_event(job_id, batch_id, started, started + 3_500, "Terminated"))
+    job = stack.services.store.get_job(job_id)
+    assert job.status_reason == "TimeConstraint of 3 s reached"
+    assert job.credits_spent == Decimal("1.0000")  # the 60-second minimum
+
+
+def test_credit_constraint_is_enforced_before_time_constraint(stack):
+    _, batch_id, _ = start_job(stack, {"code": "1", "timeConstraint": 3, "creditConstraint": 0.05})
+    stack.clock.advance(3)
+    stack.tick()
+    assert stack.batch[GeoZone.UNITED_STATES].terminations == [
+        (batch_id, "CreditConstraint of 0.05 credits reached")
+    ]
+
+
+def test_account_out_of_credits_terminates_all_its_running_jobs_and_balance_ends_at_zero(stack):
+    stack.add_account("poor", "0.02", email="poor@example.com")
+    first = start_job(stack, {"code": "import time; time.sleep(600)"}, account_id="poor")
+    second = start_job(stack, {"code": "import time; time.sleep(600)"}, account_id="poor")
+    other = start_job(stack, {"code": "import time; time.sleep(600)"})  # dev's job is not touched
+    stack.clock.advance(1)  # 2 × 0.0167 = 0.0334 > 0.02
+    assert stack.tick()["terminated"] == 2
+    reasons = sorted(stack.batch[GeoZone.UNITED_STATES].terminations)
+    assert reasons == sorted([(first[1], "Account out of credits"), (second[1], "Account out of credits")])
+    for job_id, batch_id, started in (first, second):
+        stack.deliver(fail_event(job_id, batch_id, started, started + 1_500, "Terminated"))
+        assert stack.services.store.get_job(job_id).status_reason == "Account out of credits"
+    assert stack.balance("poor") == Decimal("0.0000")
+    entries = stack.services.store.list_ledger("poor", None, None)
+    charges = sorted((e.credits, e.unbilled) for e in entries if e.kind.value == "charge")
+    assert charges == [(Decimal("0.0200"), Decimal("0.9800"))]  # the second job found nothing left
+    assert stack.services.store.get_job(other[0]).status.value == "Running"
+    status, error = stack.api("POST", "/jobs", body={"code": "1"}, account_id="poor")
+    assert status == 402
+    assert error["error"]["code"] == "InsufficientCredits"
+
+
+def test_termination_is_resent_each_tick_until_the_job_is_final(stack):
+    _, batch_id, _ = start_job(stack, {"code": "1", "timeConstraint": 1})
+    stack.clock.advance(2)
+    stack.tick()
+    stack.tick()
+    assert (
+        stack.batch[GeoZone.UNITED_STATES].terminations == [(batch_id, "TimeConstraint of 1 s reached")] * 2
+    )
+
+
+def test_reconciliation_applies_what_batch_describes_for_a_job_with_lost_events(stack):
+    job_id, batch_id, started = start_job(stack, {"code": "1"})
+    gateway = stack.batch[GeoZone.UNITED_STATES]
+    gateway.known[batch_id] = BatchJobState(
+        batch_job_id=batch_id,
+        job_name=job_id,
+        status="SUCCEEDED",
+        status_reason="Essential container in task exited",
+        created_at_ms=started,
+        started_at_ms=started,
+        stopped_at_ms=started + 30_000,
+        exit_code=0,
+        log_stream_name="s",
+        attempt_count=1,
+    )
+    stack.clock.advance(9 * 60)
+    assert stack.tick()["reconciled"] == 0  # not stale yet
+    stack.clock.advance(61)
+    assert stack.tick()["reconciled"] == 1
+    job = stack.services.store.get_job(job_id)
+    assert job.status.value == "Succeeded"
+    assert job.credits_spent == Decimal("1.0000")
+    assert stack.tick()["reconciled"] == 0
+
+
+def test_reconciliation_of_a_still_running_job_waits_another_ten_minutes(stack):
+    job_id, batch_id, started = start_job(stack, {"code": "1"})
+    gateway = stack.batch[GeoZone.UNITED_STATES]
+    gateway.known[batch_id] = BatchJobState(
+        batch_job_id=batch_id,
+        job_name=job_id,
+        status="RUNNING",
+        status_reason=None,
+        created_at_ms=started,
+        started_at_ms=started,
+        stopped_at_ms=None,
+        exit_code=None,
+        log_stream_name="s",
+        attempt_count=0,
+    )
+    stack.clock.advance(11 * 60)
+    assert stack.tick()["reconciled"] == 1
+    assert stack.tick()["reconciled"] == 0
+    stack.clock.advance(11 * 60)
+    assert stack.tick()["reconciled"] == 1
+    assert stack.services.store.get_job(job_id).status.value == "Running"
+
+
+def test_a_job_batch_never_heard_of_is_terminated_without_charge(stack):
+    status, job = stack.api("POST", "/jobs", body={"code": "1"})
+    job_id = job["jobId"]
+    stack.clock.advance(11 * 60)
+    assert stack.tick()["reconciled"] == 1
+    job = stack.services.store.get_job(job_id)
+    assert job.status.value == "Terminated"
+    assert job.status_reason == "AWS Batch has no record of the job"
+    assert job.credits_spent == Decimal("0")
+    assert stack.balance("dev") == Decimal("10000")
