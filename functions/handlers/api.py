@@ -32,6 +32,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from functions.bootstrap import get_services
 from functions.domain.errors import (
     Conflict,
+    Forbidden,
     PayloadTooLarge,
     ServiceError,
     Unauthorized,
@@ -45,6 +46,7 @@ from functions.handlers.api_models import (
     AccountView,
     ErrorBody,
     ErrorDetail,
+    GrantCreditsBody,
     HealthView,
     JobListView,
     JobLogView,
@@ -52,12 +54,14 @@ from functions.handlers.api_models import (
     JobView,
     MachineClassesView,
     SubmitJobBody,
+    UsageView,
     account_view,
     job_view,
+    ledger_entry_view,
     log_event_view,
     machine_class_view,
 )
-from functions.logic import queries, submission
+from functions.logic import accounts, queries, submission
 from functions.ports import Services
 
 logger = Logger(service="remote-batch")
@@ -347,6 +351,40 @@ def get_account(services: ServicesDep, caller: CallerDep) -> AccountView:
     account = queries.get_or_create_account(
         services, caller.account_id, caller.email, caller.roles, services.clock()
     )
+    return account_view(account)
+
+
+@app.get("/account/usage", summary="Ledger entries of the caller's account, newest first")
+def get_usage(
+    services: ServicesDep,
+    caller: CallerDep,
+    start: Annotated[str | None, Query(alias="from", description="ISO 8601 time, inclusive")] = None,
+    end: Annotated[str | None, Query(alias="to", description="ISO 8601 time, exclusive")] = None,
+) -> UsageView:
+    usage = accounts.account_usage(
+        services,
+        caller.account_id,
+        parse_query_time(start, "from") if start else None,
+        parse_query_time(end, "to") if end else None,
+    )
+    return UsageView(entries=[ledger_entry_view(e) for e in usage.entries], totalCharged=usage.total_charged)
+
+
+def require_admin(caller: CallerDep) -> Caller:
+    """The caller, if it has the admin role. Raises ``Forbidden`` otherwise."""
+    if "admin" not in caller.roles:
+        raise Forbidden("This route needs the admin role.")
+    return caller
+
+
+@app.post("/admin/accounts/<accountId>/credits", summary="Grant credits to an account (admin)")
+def grant_credits(
+    accountId: str,
+    body: Annotated[GrantCreditsBody, Body()],
+    services: ServicesDep,
+    admin: Annotated[Caller, Depends(require_admin)],
+) -> AccountView:
+    account = accounts.grant_credits(services, accountId, body.credits, body.reason, services.clock())
     return account_view(account)
 
 

@@ -154,6 +154,22 @@ class LedgerEntryView(BaseModel):
     balanceAfter: Credits
 
 
+class UsageView(BaseModel):
+    """``GET /account/usage``."""
+
+    entries: list[LedgerEntryView]
+    totalCharged: Credits
+
+
+class GrantCreditsBody(BaseModel):
+    """``POST /admin/accounts/{accountId}/credits`` body."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    credits: Decimal = Field(gt=0, lt=10**11, decimal_places=4, description="Credits to add.")
+    reason: str = Field(min_length=1, max_length=500, description="Why, for the ledger.")
+
+
 class HealthView(BaseModel):
     """``GET /health``."""
 
