@@ -13,7 +13,7 @@ from decimal import Decimal
 from typing import Protocol
 
 from functions.domain.credits import Charge
-from functions.domain.jobs import Account, BatchJobState, Job, LedgerEntry, Transition
+from functions.domain.jobs import Account, BatchJobState, Job, LedgerEntry, NotificationRecord, Transition
 from functions.domain.machine_classes import GeoZone
 from functions.domain.status import JobStatus
 
@@ -69,6 +69,9 @@ class JobRepository(Protocol):
 
     def release_notification(self, job_id: str, key: str) -> None:
         """Remove ``key`` after a failed publish, so a retry can claim it again."""
+
+    def append_notification_record(self, job_id: str, record: NotificationRecord) -> None:
+        """Add a line to the job's ``notificationLog`` (the newest few hundred are kept)."""
 
     def list_metered_jobs(self) -> Iterable[Job]:
         """Jobs that are Starting or Running (a sparse index: cost grows with running jobs only)."""

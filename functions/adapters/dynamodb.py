@@ -29,6 +29,7 @@ from functions.domain.jobs import (
     JobType,
     LedgerEntry,
     LedgerKind,
+    NotificationRecord,
     PayloadKind,
     Transition,
 )
@@ -39,6 +40,7 @@ from functions.domain.timefmt import from_sortable, to_sortable
 
 METER_PARTITION = "metered"
 OPEN_PARTITION = "open"
+NOTIFICATION_LOG_LIMIT = 200
 logger = Logger(child=True)
 _CONDITION_CODES = {
     "ConditionalCheckFailedException",
@@ -69,6 +71,28 @@ def _opt_time(value: str | None) -> datetime | None:
 
 def _opt_int(value: Decimal | None) -> int | None:
     return int(value) if value is not None else None
+
+
+def _record_to_item(record: NotificationRecord) -> dict[str, Any]:
+    return {
+        "at": to_sortable(record.at),
+        "event": record.event,
+        "method": record.method,
+        "outcome": record.outcome,
+        "to": record.to,
+        "detail": record.detail,
+    }
+
+
+def _record_from_item(item: dict[str, Any]) -> NotificationRecord:
+    return NotificationRecord(
+        at=from_sortable(item["at"]),
+        event=item["event"],
+        method=item["method"],
+        outcome=item["outcome"],
+        to=item.get("to"),
+        detail=item.get("detail", ""),
+    )
 
 
 def job_to_item(job: Job) -> dict[str, Any]:
@@ -102,6 +126,7 @@ def job_to_item(job: Job) -> dict[str, Any]:
         "arraySize": job.array_size,
         "childStatusCounts": job.child_status_counts,
         "sentNotifications": set(job.sent_notifications) or None,
+        "notificationLog": [_record_to_item(r) for r in job.notification_log] or None,
         "ttl": int((job.submitted_at + RECORD_TTL).timestamp()),
     }
     if job.type != JobType.ARRAY_CHILD:
@@ -145,6 +170,7 @@ def job_from_item(item: dict[str, Any]) -> Job:
         array_size=_opt_int(item.get("arraySize")),
         child_status_counts={k: int(v) for k, v in counts.items()} if counts else None,
         sent_notifications=frozenset(item.get("sentNotifications", ())),
+        notification_log=tuple(_record_from_item(r) for r in item.get("notificationLog", [])),
     )
 
 
@@ -418,6 +444,49 @@ class DynamoJobStore:
             UpdateExpression="DELETE sentNotifications :k",
             ExpressionAttributeValues={":k": _ser({key})},
         )
+
+    def append_notification_record(self, job_id: str, record: NotificationRecord) -> None:
+        """Append to the job's ``notificationLog``, keeping the newest ``NOTIFICATION_LOG_LIMIT``
+        lines (a DynamoDB item is at most 400 KB; a year of Hourly would not fit)."""
+        entry = _ser([_record_to_item(record)])
+        for _ in range(5):
+            try:
+                self._call(
+                    "update_item",
+                    TableName=self._jobs,
+                    Key=_item({"jobId": job_id}),
+                    UpdateExpression=(
+                        "SET notificationLog = list_append(if_not_exists(notificationLog, :empty), :e)"
+                    ),
+                    ConditionExpression="attribute_exists(jobId) AND "
+                    "(attribute_not_exists(notificationLog) OR size(notificationLog) < :limit)",
+                    ExpressionAttributeValues={
+                        ":e": entry,
+                        ":empty": _ser([]),
+                        ":limit": _ser(NOTIFICATION_LOG_LIMIT),
+                    },
+                )
+                return
+            except ConditionFailed:
+                job = self.get_job(job_id)
+                if job is None:
+                    return
+                kept = [_record_to_item(r) for r in job.notification_log[-(NOTIFICATION_LOG_LIMIT // 2) :]]
+                try:
+                    self._call(
+                        "update_item",
+                        TableName=self._jobs,
+                        Key=_item({"jobId": job_id}),
+                        UpdateExpression="SET notificationLog = :kept",
+                        ConditionExpression="size(notificationLog) = :n",
+                        ExpressionAttributeValues={
+                            ":kept": _ser(kept),
+                            ":n": _ser(len(job.notification_log)),
+                        },
+                    )
+                except ConditionFailed:
+                    continue
+        logger.warning("notification log line dropped", job_id=job_id)
 
     def list_metered_jobs(self) -> Iterator[Job]:
         """Starting/Running jobs from the sparse ``metered`` index, then read in full."""

@@ -61,6 +61,21 @@ class PayloadKind(StrEnum):
 
 
 @dataclass(frozen=True, slots=True)
+class NotificationRecord:
+    """One line of a job's ``notificationLog``: what was sent, skipped or failed, when, how.
+
+    ``to`` is masked (``d***@example.com``); ``detail`` is a sentence (``SMS skipped: no phone``).
+    """
+
+    at: datetime
+    event: str
+    method: str
+    outcome: str
+    to: str | None
+    detail: str
+
+
+@dataclass(frozen=True, slots=True)
 class Job:
     """A job as the service keeps it.
 
@@ -116,6 +131,7 @@ class Job:
     array_size: int | None = None
     child_status_counts: dict[str, int] | None = None
     sent_notifications: frozenset[str] = field(default_factory=frozenset)
+    notification_log: tuple[NotificationRecord, ...] = ()
 
     @property
     def expires_at(self) -> datetime:

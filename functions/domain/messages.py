@@ -6,6 +6,7 @@ Never user code, never a secret. SMS bodies stay within 140 characters.
 from __future__ import annotations
 
 from datetime import datetime
+from decimal import Decimal
 
 from functions.domain.jobs import Job
 from functions.domain.notifications import DueNotification
@@ -19,7 +20,27 @@ _HEADLINES = {
     "JobSucceeded": "succeeded",
     "JobTerminated": "was terminated",
     "JobStatusChanged": "changed status",
+    "Hourly": "is still running",
+    "Daily": "is still running",
+    "TimeConstraintNear": "has used 80% of its TimeConstraint",
+    "HoursElapsed": "was submitted a while ago",
+    "JobCreditsUsed": "has spent more credits",
 }
+
+
+def headline(due: DueNotification) -> str:
+    """A short phrase for the event (``HoursElapsed:2`` #3 → ``was submitted 6 h ago``)."""
+    name, _, parameter = due.event.partition(":")
+    if name == "HoursElapsed" and parameter:
+        hours = Decimal(parameter) * due.occurrence
+        return f"was submitted {hours.normalize():f} h ago"
+    if name == "JobCreditsUsed" and parameter:
+        return f"has spent {(Decimal(parameter) * due.occurrence).normalize():f} credits"
+    if name == "Hourly":
+        return f"has run {due.occurrence} h"
+    if name == "Daily":
+        return f"has run {due.occurrence} d"
+    return _HEADLINES.get(name, name)
 
 
 def format_elapsed(seconds: float) -> str:
@@ -34,8 +55,8 @@ def format_elapsed(seconds: float) -> str:
     return f"{secs}s"
 
 
-def compose_status_message(job: Job, due: DueNotification, now: datetime) -> tuple[str, str]:
-    """The (subject, body) of a status notification.
+def compose_message(job: Job, due: DueNotification, now: datetime) -> tuple[str, str]:
+    """The (subject, body) of a notification.
 
     Elapsed time runs from ``submittedAt`` to ``completedAt`` for a final job, else to ``now``.
     For SMS the body is the subject line plus the credits, cut to 140 characters.
@@ -43,7 +64,7 @@ def compose_status_message(job: Job, due: DueNotification, now: datetime) -> tup
     label = job.name or job.job_id
     end = job.completed_at if job.is_final and job.completed_at else now
     elapsed = format_elapsed((end - job.submitted_at).total_seconds())
-    subject = f"remote-batch: job {label} {_HEADLINES.get(due.event, due.event)} ({due.status.value})"
+    subject = f"remote-batch: job {label} {headline(due)} ({due.status.value})"
     lines = [
         f"Job: {label}",
         f"Job id: {job.job_id}",

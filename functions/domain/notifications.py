@@ -10,7 +10,9 @@ Accepted forms:
   and a lone event or method where a list is expected as a list of one.
 
 Events: JobStarting, JobStarted, JobCompleted, JobSucceeded, JobTerminated, JobStatusChanged, Hourly,
-Daily, ``{"HoursElapsed": n}``, ``{"JobCreditsUsed": n}`` (n > 0). Methods: Email, SMS.
+Daily, ``{"HoursElapsed": n}``, ``{"JobCreditsUsed": n}`` (n > 0), and this service's extension
+TimeConstraintNear (once, when a job has used 80% of its ``timeConstraint``, like Slurm's
+TIME_LIMIT_80). Methods: Email, SMS.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ STATUS_EVENTS = (
     "JobTerminated",
     "JobStatusChanged",
 )
-PERIODIC_EVENTS = ("Hourly", "Daily")
+PERIODIC_EVENTS = ("Hourly", "Daily", "TimeConstraintNear")
 PARAMETERIZED_EVENTS = ("HoursElapsed", "JobCreditsUsed")
 METHODS = ("Email", "SMS")
 

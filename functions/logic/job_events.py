@@ -31,7 +31,7 @@ from functions.domain.jobs import (
 )
 from functions.domain.machine_classes import machine_class
 from functions.domain.status import is_known_batch_status
-from functions.logic.notifying import deliver_status_notifications
+from functions.logic.notifying import deliver_due_notifications
 from functions.ports import Services
 
 logger = Logger(child=True)
@@ -176,5 +176,5 @@ def apply_job_state_change(services: Services, state: BatchJobState, now: dateti
     else:
         raise DependencyFailed(f"job {state.job_name} kept changing; the event will be retried")
     fresh = services.store.get_job(job.job_id) or job
-    deliver_status_notifications(services, fresh, now)
+    deliver_due_notifications(services, fresh, now)
     return fresh

@@ -13,7 +13,7 @@ Running jobs come from a sparse index, so a tick's cost grows with running jobs,
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from aws_lambda_powertools import Logger
@@ -23,6 +23,7 @@ from functions.domain.jobs import OUT_OF_CREDITS, BatchJobState, Job
 from functions.domain.machine_classes import GeoZone
 from functions.domain.metering import MeterReading, balance_exhausted, read_meter
 from functions.logic.job_events import apply_job_state_change
+from functions.logic.notifying import deliver_due_notifications
 from functions.logic.submission import terminate
 from functions.ports import Services
 
@@ -89,9 +90,23 @@ def meter_tick(services: Services, now: datetime) -> MeterReport:
             for reading in readings:
                 if reading.job.job_id not in stopping and _terminate(services, reading, OUT_OF_CREDITS):
                     terminated += 1
+    for readings in by_account.values():
+        for reading in readings:
+            notify_progress(services, reading, now)
     reconciled = reconcile_stale_jobs(services, now)
     logger.info("meter tick", metered=metered, updated=updated, terminated=terminated, reconciled=reconciled)
     return MeterReport(metered=metered, updated=updated, terminated=terminated, reconciled=reconciled)
+
+
+def notify_progress(services: Services, reading: MeterReading, now: datetime) -> None:
+    """Send what a metered job owes now (Hourly, Daily, HoursElapsed, JobCreditsUsed,
+    TimeConstraintNear, and any status notification a failed publish left unsent). A failure is left
+    for the next tick: its key was released."""
+    job = replace(reading.job, credits_spent=max(reading.spent, reading.job.credits_spent))
+    try:
+        deliver_due_notifications(services, job, now, raise_on_failure=False)
+    except DependencyFailed:
+        logger.exception("notifications not delivered", job_id=job.job_id)
 
 
 def _synthetic_failure(job: Job, reason: str, now: datetime) -> BatchJobState:

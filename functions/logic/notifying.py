@@ -2,7 +2,9 @@
 
 A key per notification is added to the job by a conditional update before publishing; only the
 writer that added it publishes (DESIGN.md "Notifications"). A publish that fails releases the key
-and re-raises, so the event's redelivery (EventBridge retries the Lambda) sends it then.
+and is recorded as failed in the job's ``notificationLog``: the event's redelivery (EventBridge
+retries the batch_events Lambda) or the meter's next tick sends it then. A method whose contact is
+missing is skipped and recorded, never an error.
 """
 
 from __future__ import annotations
@@ -12,12 +14,15 @@ from datetime import datetime
 from aws_lambda_powertools import Logger
 
 from functions.domain.errors import DependencyFailed
-from functions.domain.jobs import Job
-from functions.domain.messages import compose_status_message
-from functions.domain.notifications import due_status_notifications
+from functions.domain.jobs import Account, Job, NotificationRecord
+from functions.domain.messages import compose_message
+from functions.domain.notification_schedule import due_notifications
+from functions.domain.notifications import DueNotification
 from functions.ports import OutgoingNotification, Services
 
 logger = Logger(child=True)
+
+MISSING_CONTACT = {"Email": "no email", "SMS": "no phone"}
 
 
 def mask_address(address: str) -> str:
@@ -28,8 +33,53 @@ def mask_address(address: str) -> str:
     return address[:2] + "*" * max(0, len(address) - 6) + address[-4:]
 
 
-def deliver_status_notifications(services: Services, job: Job, now: datetime) -> int:
-    """Publish the status notifications ``job`` owes and has not sent.
+def contact_for(account: Account | None, method: str) -> str | None:
+    """The account's address for ``method`` (email or E.164 phone), or None."""
+    if account is None:
+        return None
+    return account.email if method == "Email" else account.phone
+
+
+def _record(
+    services: Services,
+    *,
+    job: Job,
+    due: DueNotification,
+    outcome: str,
+    to: str | None,
+    detail: str,
+    now: datetime,
+) -> None:
+    record = NotificationRecord(
+        at=now,
+        event=due.event,
+        method=due.method,
+        outcome=outcome,
+        to=mask_address(to) if to else None,
+        detail=detail,
+    )
+    try:
+        services.store.append_notification_record(job.job_id, record)
+    except DependencyFailed:
+        logger.exception("notification log not written", job_id=job.job_id, key=due.key)
+
+
+def deliver_due_notifications(
+    services: Services, job: Job, now: datetime, raise_on_failure: bool = True
+) -> int:
+    """Publish what ``job`` owes at ``now`` (status and progress notifications) and has not sent.
+
+    Parameters
+    ----------
+    services : Services
+        Ports.
+    job : Job
+        The job as just read or written.
+    now : datetime
+        Time of the delivery (progress events are due relative to it).
+    raise_on_failure : bool
+        Re-raise a failed publish (batch_events: EventBridge retries) or leave it to the next
+        meter tick (meter).
 
     Returns
     -------
@@ -39,27 +89,24 @@ def deliver_status_notifications(services: Services, job: Job, now: datetime) ->
     Raises
     ------
     DependencyFailed
-        When SNS refused one (its key is released first, so a retry sends it).
+        When SNS refused one and ``raise_on_failure`` (after the rest were attempted).
     """
-    pending = [
-        d
-        for d in due_status_notifications(job.notifications, job.status_history)
-        if d.key not in job.sent_notifications
-    ]
+    pending = due_notifications(job, now)
     if not pending:
         return 0
     account = services.store.get_account(job.account_id)
     sent = 0
+    failure: DependencyFailed | None = None
     for due in pending:
-        address = None
-        if account is not None:
-            address = account.email if due.method == "Email" else account.phone
         if not services.store.claim_notification(job.job_id, due.key):
             continue
+        address = contact_for(account, due.method)
         if not address:
-            logger.info("notification skipped", job_id=job.job_id, key=due.key, why="no contact for method")
+            detail = f"{due.method} skipped: {MISSING_CONTACT.get(due.method, 'no contact')}"
+            _record(services, job=job, due=due, outcome="skipped", to=None, detail=detail, now=now)
+            logger.info("notification skipped", job_id=job.job_id, key=due.key, why=detail)
             continue
-        subject, message = compose_status_message(job, due, now)
+        subject, message = compose_message(job, due, now)
         notification = OutgoingNotification(
             job_id=job.job_id,
             account_id=job.account_id,
@@ -72,10 +119,17 @@ def deliver_status_notifications(services: Services, job: Job, now: datetime) ->
         )
         try:
             services.notifier.send(notification)
-        except DependencyFailed:
+        except DependencyFailed as exc:
             services.store.release_notification(job.job_id, due.key)
+            _record(
+                services, job, due, "failed", address, f"{due.method} failed: {exc.message} (will retry)", now
+            )
             logger.exception("notification failed", job_id=job.job_id, key=due.key, to=mask_address(address))
-            raise
+            failure = exc
+            continue
+        _record(services, job=job, due=due, outcome="sent", to=address, detail=f"{due.method} sent", now=now)
         logger.info("notification sent", job_id=job.job_id, key=due.key, to=mask_address(address))
         sent += 1
+    if failure is not None and raise_on_failure:
+        raise failure
     return sent

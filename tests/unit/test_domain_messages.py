@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from functions.domain.jobs import Job, JobType, PayloadKind
 from functions.domain.machine_classes import GeoZone
-from functions.domain.messages import SMS_LIMIT, compose_status_message, format_elapsed
+from functions.domain.messages import SMS_LIMIT, compose_message, format_elapsed
 from functions.domain.notifications import AUTOMATIC_RULES, DueNotification
 from functions.domain.status import JobStatus
 
@@ -72,7 +72,7 @@ def test_email_for_a_terminated_job_says_everything():
     job = terminated_job()
     now = SUBMITTED_AT + timedelta(days=3)  # the final job's elapsed stops at completedAt
 
-    subject, body = compose_status_message(job, due("JobCompleted", JobStatus.TERMINATED), now)
+    subject, body = compose_message(job, due("JobCompleted", JobStatus.TERMINATED), now)
 
     assert "factor" in subject
     assert "Terminated" in subject
@@ -93,7 +93,7 @@ def test_email_for_a_terminated_job_says_everything():
 def test_unnamed_job_is_called_by_its_id():
     job = terminated_job(name=None)
 
-    subject, body = compose_status_message(job, due("JobCompleted", JobStatus.TERMINATED), SUBMITTED_AT)
+    subject, body = compose_message(job, due("JobCompleted", JobStatus.TERMINATED), SUBMITTED_AT)
 
     assert JOB_ID in subject
     assert f"Job: {JOB_ID}" in body
@@ -102,7 +102,7 @@ def test_unnamed_job_is_called_by_its_id():
 def test_running_job_elapsed_runs_to_now():
     job = make_job(status=JobStatus.RUNNING, started_at=SUBMITTED_AT + timedelta(seconds=5))
 
-    _, body = compose_status_message(
+    _, body = compose_message(
         job, due("JobStarted", JobStatus.RUNNING, occurrence=2), SUBMITTED_AT + timedelta(seconds=42)
     )
 
@@ -115,8 +115,8 @@ def test_reason_is_only_told_for_the_status_it_belongs_to():
     # A JobStarting notification sent after the job already ended must not carry the end's reason.
     job = terminated_job(reason="Aborted by user")
 
-    _, email = compose_status_message(job, due("JobStarting", JobStatus.STARTING, occurrence=1), SUBMITTED_AT)
-    _, sms = compose_status_message(job, due("JobStarting", JobStatus.STARTING, "SMS", 1), SUBMITTED_AT)
+    _, email = compose_message(job, due("JobStarting", JobStatus.STARTING, occurrence=1), SUBMITTED_AT)
+    _, sms = compose_message(job, due("JobStarting", JobStatus.STARTING, "SMS", 1), SUBMITTED_AT)
 
     assert "Aborted by user" not in email
     assert "Aborted by user" not in sms
@@ -125,9 +125,7 @@ def test_reason_is_only_told_for_the_status_it_belongs_to():
 def test_sms_for_a_terminated_job():
     job = terminated_job()
 
-    subject, body = compose_status_message(
-        job, due("JobCompleted", JobStatus.TERMINATED, "SMS"), SUBMITTED_AT
-    )
+    subject, body = compose_message(job, due("JobCompleted", JobStatus.TERMINATED, "SMS"), SUBMITTED_AT)
 
     assert len(body) <= SMS_LIMIT == 140
     for text in (
@@ -145,7 +143,7 @@ def test_sms_for_a_terminated_job():
 def test_sms_with_a_1000_character_reason_stays_within_140_and_keeps_the_credits():
     job = terminated_job(reason="x" * 1000)
 
-    _, body = compose_status_message(job, due("JobCompleted", JobStatus.TERMINATED, "SMS"), SUBMITTED_AT)
+    _, body = compose_message(job, due("JobCompleted", JobStatus.TERMINATED, "SMS"), SUBMITTED_AT)
 
     assert len(body) <= 140
     assert "factor" in body
@@ -162,8 +160,6 @@ def test_sms_with_a_1000_character_reason_stays_within_140_and_keeps_the_credits
 def test_sms_never_exceeds_140_characters(name, reason, credits, status):
     job = make_job(name=name, status=status, status_reason=reason, credits_spent=credits)
 
-    _, body = compose_status_message(
-        job, due("JobStatusChanged", status, "SMS"), SUBMITTED_AT + timedelta(days=400)
-    )
+    _, body = compose_message(job, due("JobStatusChanged", status, "SMS"), SUBMITTED_AT + timedelta(days=400))
 
     assert len(body) <= 140
