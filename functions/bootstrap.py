@@ -17,7 +17,7 @@ from functions.adapters.batch import AwsBatchGateway
 from functions.adapters.dynamodb import DynamoJobStore
 from functions.adapters.logs import CloudWatchLogReader
 from functions.adapters.s3 import S3BlobStore
-from functions.adapters.sns import SnsNotifier
+from functions.adapters.sns import SnsEmailSubscriptions, SnsNotifier
 from functions.domain.machine_classes import GeoZone
 from functions.ports import BatchGateway, BatchRoute, Clock, Notifier, Services, ZoneServices
 from functions.settings import Settings, load_settings
@@ -57,8 +57,8 @@ def build_services(
     session = session or boto3.Session()
     dynamodb = session.client("dynamodb", region_name=settings.home_region, config=_BOTO_CONFIG)
     store = DynamoJobStore(dynamodb, settings.jobs_table, settings.accounts_table, settings.ledger_table)
+    sns = session.client("sns", region_name=settings.home_region, config=_BOTO_CONFIG)
     if notifier is None:
-        sns = session.client("sns", region_name=settings.home_region, config=_BOTO_CONFIG)
         notifier = SnsNotifier(sns, settings.email_topic_arn)
     zones: dict[GeoZone, ZoneServices] = {}
     for zone, zone_settings in settings.zones.items():
@@ -83,6 +83,7 @@ def build_services(
     return Services(
         store=store,
         notifier=notifier,
+        subscriptions=SnsEmailSubscriptions(sns, settings.email_topic_arn),
         zones=zones,
         clock=clock,
         idempotency_table=settings.idempotency_table,

@@ -82,6 +82,11 @@ class JobRepository(Protocol):
     def mark_reconciled(self, job_id: str, now: datetime) -> None:
         """Record that the meter checked a non-final job with Batch at ``now``."""
 
+    def update_contacts(
+        self, account_id: str, email: str | None, phone: str | None, email_subscription: str | None
+    ) -> Account:
+        """Set the account's contacts (None removes); ``ConditionFailed`` for an unknown account."""
+
     def grant_credits(self, entry: LedgerEntry) -> Account:
         """Add a ``grant`` entry and its credits in one transaction; ``ConditionFailed`` on a race."""
 
@@ -196,6 +201,20 @@ class OutgoingNotification:
     at: datetime
 
 
+class EmailSubscriptions(Protocol):
+    """The email topic's per-account subscriptions (SNS, filter policy on ``accountId``)."""
+
+    def subscribe(self, account_id: str, email: str) -> str:
+        """Subscribe ``email`` to the account's notifications; returns the subscription ARN (pending
+        until the owner confirms). Raises ``DependencyFailed``."""
+
+    def unsubscribe(self, subscription_arn: str) -> None:
+        """Remove a subscription (a pending one, which SNS cannot remove, expires by itself)."""
+
+    def status(self, subscription_arn: str) -> str:
+        """``pending`` or ``confirmed`` (``pending`` also when SNS no longer knows it)."""
+
+
 class Notifier(Protocol):
     """SNS: Email through the topic filtered by ``accountId``, SMS straight to the phone."""
 
@@ -229,6 +248,7 @@ class Services:
 
     store: JobRepository
     notifier: Notifier
+    subscriptions: EmailSubscriptions
     zones: Mapping[GeoZone, ZoneServices]
     clock: Clock
     idempotency_table: str | None = None

@@ -182,6 +182,7 @@ def _account_from_item(item: dict[str, Any]) -> Account:
         phone=item.get("phone"),
         roles=tuple(item.get("roles", ["user"])),
         created_at=_opt_time(item.get("createdAt")),
+        email_subscription=item.get("emailSubscription"),
     )
 
 
@@ -602,6 +603,33 @@ class DynamoJobStore:
         if stored is None:
             raise DependencyFailed("The account could not be created; try again.")
         return stored
+
+    def update_contacts(
+        self, account_id: str, email: str | None, phone: str | None, email_subscription: str | None
+    ) -> Account:
+        """Set the account's email, phone and email subscription (None removes each).
+
+        Raises ``ConditionFailed`` when the account does not exist.
+        """
+        values = {"email": email, "phone": phone, "emailSubscription": email_subscription}
+        sets = [f"{k} = :{k}" for k, v in values.items() if v is not None]
+        removes = [k for k, v in values.items() if v is None]
+        expression = ("SET " + ", ".join(sets) if sets else "") + (
+            " REMOVE " + ", ".join(removes) if removes else ""
+        )
+        kwargs: dict[str, Any] = {
+            "TableName": self._accounts,
+            "Key": _item({"accountId": account_id}),
+            "UpdateExpression": expression.strip(),
+            "ConditionExpression": "attribute_exists(accountId)",
+            "ReturnValues": "ALL_NEW",
+        }
+        if sets:
+            kwargs["ExpressionAttributeValues"] = {
+                f":{k}": _ser(v) for k, v in values.items() if v is not None
+            }
+        response = self._call("update_item", **kwargs)
+        return _account_from_item(_plain(response["Attributes"]))
 
     def grant_credits(self, entry: LedgerEntry) -> Account:
         """Add ``entry.credits`` to the balance with its ``grant`` entry, in one transaction.

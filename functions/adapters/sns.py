@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from botocore.exceptions import ClientError
@@ -48,3 +49,44 @@ class SnsNotifier:
                 )
         except ClientError as exc:
             raise DependencyFailed(f"SNS refused a {notification.method} notification.") from exc
+
+
+class SnsEmailSubscriptions:
+    """``EmailSubscriptions`` on the email topic: one subscription per account, whose filter policy
+    matches the ``accountId`` message attribute ``SnsNotifier`` sets on every email it publishes."""
+
+    def __init__(self, client: Any, email_topic_arn: str) -> None:
+        self._sns = client
+        self._topic = email_topic_arn
+
+    def subscribe(self, account_id: str, email: str) -> str:
+        """Subscribe ``email``; returns the subscription ARN (pending until confirmed)."""
+        try:
+            response = self._sns.subscribe(
+                TopicArn=self._topic,
+                Protocol="email",
+                Endpoint=email,
+                Attributes={"FilterPolicy": json.dumps({"accountId": [account_id]})},
+                ReturnSubscriptionArn=True,
+            )
+        except ClientError as exc:
+            raise DependencyFailed("SNS did not accept the email subscription; try again.") from exc
+        arn: str = response["SubscriptionArn"]
+        return arn
+
+    def unsubscribe(self, subscription_arn: str) -> None:
+        """Remove a subscription; SNS refuses for a pending one, which then simply expires."""
+        try:
+            self._sns.unsubscribe(SubscriptionArn=subscription_arn)
+        except ClientError as exc:
+            code = exc.response.get("Error", {}).get("Code", "")
+            if code not in ("NotFound", "InvalidParameter"):
+                raise DependencyFailed("SNS did not remove the old email subscription; try again.") from exc
+
+    def status(self, subscription_arn: str) -> str:
+        """``pending`` or ``confirmed``, from the subscription's ``PendingConfirmation`` attribute."""
+        try:
+            attributes = self._sns.get_subscription_attributes(SubscriptionArn=subscription_arn)["Attributes"]
+        except ClientError:
+            return "pending"
+        return "pending" if attributes.get("PendingConfirmation", "false") == "true" else "confirmed"

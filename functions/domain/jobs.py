@@ -150,7 +150,8 @@ class Job:
 
 @dataclass(frozen=True, slots=True)
 class Account:
-    """A customer account. ``credit_balance`` is in credits, never negative."""
+    """A customer account. ``credit_balance`` is in credits, never negative; ``phone`` is E.164;
+    ``email_subscription`` is the SNS subscription ARN that delivers the account's email."""
 
     account_id: str
     credit_balance: Decimal
@@ -158,6 +159,7 @@ class Account:
     phone: str | None = None
     roles: tuple[str, ...] = ("user",)
     created_at: datetime | None = None
+    email_subscription: str | None = None
 
 
 class LedgerKind(StrEnum):

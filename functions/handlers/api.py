@@ -44,6 +44,7 @@ from functions.domain.status import JobStatus
 from functions.domain.timefmt import parse_query_time
 from functions.handlers.api_models import (
     AccountView,
+    ContactsBody,
     ErrorBody,
     ErrorDetail,
     GrantCreditsBody,
@@ -351,7 +352,22 @@ def get_account(services: ServicesDep, caller: CallerDep) -> AccountView:
     account = queries.get_or_create_account(
         services, caller.account_id, caller.email, caller.roles, services.clock()
     )
-    return account_view(account)
+    return account_view(account, accounts.email_status(services, account))
+
+
+@app.put("/account/contacts", summary="Set the caller's email and phone (null clears; absent keeps)")
+def put_contacts(
+    body: Annotated[ContactsBody, Body()], services: ServicesDep, caller: CallerDep
+) -> AccountView:
+    given = body.model_fields_set
+    account = accounts.set_contacts(
+        services,
+        caller.account_id,
+        body.email if "email" in given else accounts.NOT_GIVEN,
+        body.phone if "phone" in given else accounts.NOT_GIVEN,
+        services.clock(),
+    )
+    return account_view(account, accounts.email_status(services, account))
 
 
 @app.get("/account/usage", summary="Ledger entries of the caller's account, newest first")
@@ -385,7 +401,7 @@ def grant_credits(
     admin: Annotated[Caller, Depends(require_admin)],
 ) -> AccountView:
     account = accounts.grant_credits(services, accountId, body.credits, body.reason, services.clock())
-    return account_view(account)
+    return account_view(account, accounts.email_status(services, account))
 
 
 # -- entry point -------------------------------------------------------------------------------------

@@ -83,6 +83,7 @@ class JobView(BaseModel):
     completedAt: str | None
     expiresAt: str
     childStatusCounts: dict[str, int] | None
+    notificationLog: list[NotificationRecordView]
 
 
 class JobListView(BaseModel):
@@ -135,13 +136,34 @@ class MachineClassesView(BaseModel):
 
 
 class AccountView(BaseModel):
-    """``GET /account``."""
+    """``GET /account``; ``emailStatus`` (``pending`` | ``confirmed`` | ``none``) is an extension."""
 
     accountId: str
     creditBalance: Credits
     email: str | None
     phone: str | None
     roles: list[str]
+    emailStatus: Literal["pending", "confirmed", "none"]
+
+
+class ContactsBody(BaseModel):
+    """``PUT /account/contacts``: a key set to null clears it; a key left out is left as it is."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    email: str | None = Field(default=None, max_length=254)
+    phone: str | None = Field(default=None, max_length=16, description="E.164, e.g. +15555550100")
+
+
+class NotificationRecordView(BaseModel):
+    """One line of ``notificationLog``: what was sent, skipped or failed, when, to whom (masked)."""
+
+    at: str
+    event: str
+    method: str
+    outcome: Literal["sent", "skipped", "failed"]
+    to: str | None
+    detail: str
 
 
 class LedgerEntryView(BaseModel):
@@ -213,6 +235,19 @@ def job_view(job: Job) -> JobView:
         completedAt=to_api_time(job.completed_at),
         expiresAt=to_api_time(job.expires_at) or "",
         childStatusCounts=job.child_status_counts,
+        notificationLog=[
+            NotificationRecordView.model_validate(
+                {
+                    "at": to_api_time(r.at),
+                    "event": r.event,
+                    "method": r.method,
+                    "outcome": r.outcome,
+                    "to": r.to,
+                    "detail": r.detail,
+                }
+            )
+            for r in job.notification_log
+        ],
     )
 
 
@@ -228,7 +263,7 @@ def machine_class_view(machine: MachineClass) -> MachineClassView:
     )
 
 
-def account_view(account: Account) -> AccountView:
+def account_view(account: Account, email_status: str) -> AccountView:
     """Map an account to the API's account body."""
     return AccountView(
         accountId=account.account_id,
@@ -236,6 +271,7 @@ def account_view(account: Account) -> AccountView:
         email=account.email,
         phone=account.phone,
         roles=list(account.roles),
+        emailStatus=email_status,  # type: ignore[arg-type]
     )
 
 

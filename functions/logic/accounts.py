@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import re
 import secrets
 import time
 from dataclasses import dataclass
@@ -19,6 +20,67 @@ from functions.ports import Services
 logger = Logger(child=True)
 
 MAX_GRANT_ATTEMPTS = 20
+# E.164: a plus, a country code not starting with 0, at most 15 digits in all (ITU-T E.164).
+E164 = re.compile(r"^\+[1-9]\d{1,14}$")
+EMAIL = re.compile(r"^[^@\s]{1,64}@[^@\s]+\.[^@\s]+$")
+NOT_GIVEN = object()
+
+
+def validate_phone(phone: str) -> str:
+    """Return ``phone`` if it is E.164 (``+15555550100``). Raises ``ValidationFailed`` (field phone)."""
+    if not E164.match(phone):
+        raise ValidationFailed(
+            f"phone must be E.164: a + then the country code and number, 15 digits at most (got {phone!r}).",
+            field="phone",
+        )
+    return phone
+
+
+def validate_email(email: str) -> str:
+    """Return ``email`` if it looks like an address. Raises ``ValidationFailed`` (field email)."""
+    if len(email) > 254 or not EMAIL.match(email):
+        raise ValidationFailed(f"email is not an email address: {email!r}.", field="email")
+    return email
+
+
+def set_contacts(services: Services, account_id: str, email: object, phone: object, now: datetime) -> Account:
+    """``PUT /account/contacts``: set or clear the email and phone (``NOT_GIVEN`` leaves one as it is).
+
+    A new email replaces the account's SNS email subscription (pending until its owner confirms);
+    a cleared email removes it.
+
+    Raises
+    ------
+    ValidationFailed
+        A phone that is not E.164, an email that is not an address.
+    """
+    account = services.store.get_account(account_id) or services.store.create_account(
+        Account(account_id=account_id, credit_balance=ZERO), now
+    )
+    new_email = account.email if email is NOT_GIVEN else (validate_email(str(email)) if email else None)
+    new_phone = account.phone if phone is NOT_GIVEN else (validate_phone(str(phone)) if phone else None)
+    subscription = account.email_subscription
+    if new_email != account.email or (new_email and not subscription):
+        if subscription:
+            services.subscriptions.unsubscribe(subscription)
+        subscription = services.subscriptions.subscribe(account_id, new_email) if new_email else None
+    try:
+        updated = services.store.update_contacts(account_id, new_email, new_phone, subscription)
+    except ConditionFailed:
+        raise NotFound(f"No account {account_id}.") from None
+    logger.info(
+        "contacts updated", account_id=account_id, email_set=bool(new_email), phone_set=bool(new_phone)
+    )
+    return updated
+
+
+def email_status(services: Services, account: Account) -> str:
+    """``none`` without an email, else ``pending`` or ``confirmed`` (the SNS subscription's state)."""
+    if not account.email:
+        return "none"
+    if not account.email_subscription:
+        return "pending"
+    return services.subscriptions.status(account.email_subscription)
 
 
 @dataclass(frozen=True, slots=True)

@@ -121,9 +121,8 @@ def deliver_due_notifications(
             services.notifier.send(notification)
         except DependencyFailed as exc:
             services.store.release_notification(job.job_id, due.key)
-            _record(
-                services, job, due, "failed", address, f"{due.method} failed: {exc.message} (will retry)", now
-            )
+            detail = f"{due.method} failed: {exc.message} (will retry)"
+            _record(services, job=job, due=due, outcome="failed", to=address, detail=detail, now=now)
             logger.exception("notification failed", job_id=job.job_id, key=due.key, to=mask_address(address))
             failure = exc
             continue

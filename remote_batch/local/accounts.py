@@ -15,7 +15,8 @@ from typing import Any
 from functions.domain.credits import CREDIT_QUANTUM, quantize_credits
 from functions.domain.errors import Conflict, ValidationFailed
 from functions.domain.jobs import Account
-from functions.ports import Clock, JobRepository
+from functions.logic.accounts import NOT_GIVEN, set_contacts
+from functions.ports import Clock, Services
 from remote_batch.local.files import read_json, write_json_atomic
 from remote_batch.local.tokens import PRIVATE, TokenStore
 
@@ -97,10 +98,9 @@ class LocalAccounts:
         ``<home>/credentials.json``: the endpoint and the built-in accounts' tokens.
     """
 
-    def __init__(
-        self, store: JobRepository, tokens: TokenStore, clock: Clock, credentials_path: Path
-    ) -> None:
-        self._store = store
+    def __init__(self, services: Services, tokens: TokenStore, clock: Clock, credentials_path: Path) -> None:
+        self._services = services
+        self._store = services.store
         self._tokens = tokens
         self._clock = clock
         self._credentials_path = credentials_path
@@ -111,9 +111,7 @@ class LocalAccounts:
         previous = (read_json(self._credentials_path) or {}).get("tokens", {})
         tokens: dict[str, str] = {}
         for new in BUILT_IN_ACCOUNTS:
-            self._store.create_account(
-                Account(new.account_id, new.credits, email=new.email, roles=new.roles), self._clock()
-            )
+            self._create(new)
             token = previous.get(new.account_id)
             principal = self._tokens.lookup(token) if isinstance(token, str) else None
             if principal is None or principal.account_id != new.account_id:
@@ -135,7 +133,14 @@ class LocalAccounts:
         """
         if self._store.get_account(new.account_id) is not None:
             raise Conflict(f"Account {new.account_id!r} exists; choose another accountId.", field="accountId")
-        self._store.create_account(
-            Account(new.account_id, new.credits, email=new.email, roles=new.roles), self._clock()
-        )
+        self._create(new)
         return self._tokens.mint(new.account_id, new.roles)
+
+    def _create(self, new: NewAccount) -> None:
+        """Create the account if absent; an email gets its SNS subscription, as PUT /account/contacts does."""
+        now = self._clock()
+        account = self._store.create_account(
+            Account(new.account_id, new.credits, email=new.email, roles=new.roles), now
+        )
+        if account.email and not account.email_subscription:
+            set_contacts(self._services, account.account_id, account.email, NOT_GIVEN, now)

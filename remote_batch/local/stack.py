@@ -164,7 +164,7 @@ class LocalStack:
         bus.start()
 
         tokens = TokenStore(config.home / "tokens.json")
-        accounts = LocalAccounts(services.store, tokens, utc_now, config.home / "credentials.json")
+        accounts = LocalAccounts(services, tokens, utc_now, config.home / "credentials.json")
         built_in = accounts.ensure_built_in()
 
         recovered: list[str] = []

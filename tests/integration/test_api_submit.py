@@ -237,6 +237,7 @@ def test_machine_classes_account_and_openapi(stack):
             "email": "dev@example.com",
             "phone": None,
             "roles": ["user"],
+            "emailStatus": "pending",
         },
     )
     status, document = stack.api("GET", "/openapi.json")

@@ -26,7 +26,7 @@ import pytest
 from moto.core.botocore_stubber import BotocoreStubber
 
 from functions.domain.jobs import LedgerKind
-from tests.events import batch_event, job_lifecycle
+from tests.events import job_lifecycle
 
 THREADS = 8
 JOBS = 50
@@ -89,7 +89,7 @@ def settle_concurrently(stack, finals: list[dict]) -> None:
         barrier.wait()
         for event in share:
             stack.deliver(event)
-        for event in share[::2] + [shares[(index + 1) % THREADS][0]]:
+        for event in [*share[::2], shares[(index + 1) % THREADS][0]]:
             stack.deliver(event)
 
     with ThreadPoolExecutor(THREADS) as pool:

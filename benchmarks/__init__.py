@@ -1,0 +1,1 @@
+"""Benchmarks, run by hand (not by pytest): ``python -m benchmarks`` runs them all (``make bench``)."""

@@ -1,0 +1,18 @@
+"""``python -m benchmarks``: run every benchmark in turn, each printing its own table."""
+
+from __future__ import annotations
+
+from benchmarks import meter_scaling
+
+BENCHMARKS = (meter_scaling,)
+
+
+def main() -> None:
+    """Run each benchmark with its default parameters."""
+    for benchmark in BENCHMARKS:
+        print(f"== {benchmark.__name__}", flush=True)
+        benchmark.main([])
+
+
+if __name__ == "__main__":
+    main()
