@@ -88,6 +88,7 @@ def build_services(
         clock=clock,
         idempotency_table=settings.idempotency_table,
         allowed_zones=tuple(zones),
+        allow_http_webhooks=settings.allow_http_webhooks,
     )
 
 

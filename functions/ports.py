@@ -82,10 +82,8 @@ class JobRepository(Protocol):
     def mark_reconciled(self, job_id: str, now: datetime) -> None:
         """Record that the meter checked a non-final job with Batch at ``now``."""
 
-    def update_contacts(
-        self, account_id: str, email: str | None, phone: str | None, email_subscription: str | None
-    ) -> Account:
-        """Set the account's contacts (None removes); ``ConditionFailed`` for an unknown account."""
+    def update_contacts(self, account: Account) -> Account:
+        """Store the account's contacts (None removes); ``ConditionFailed`` for an unknown account."""
 
     def grant_credits(self, entry: LedgerEntry) -> Account:
         """Add a ``grant`` entry and its credits in one transaction; ``ConditionFailed`` on a race."""
@@ -188,7 +186,8 @@ class LogReader(Protocol):
 class OutgoingNotification:
     """A message to one person by one method.
 
-    ``to`` is the address (email or E.164 phone) and is masked wherever it is logged.
+    ``to`` is the address (email, E.164 phone or webhook URL) and is masked wherever it is logged;
+    ``secret`` is the account's webhook signing secret (Webhook only; never logged or shown).
     """
 
     job_id: str
@@ -199,6 +198,7 @@ class OutgoingNotification:
     subject: str
     message: str
     at: datetime
+    secret: str | None = field(default=None, repr=False)
 
 
 class EmailSubscriptions(Protocol):
@@ -253,3 +253,4 @@ class Services:
     clock: Clock
     idempotency_table: str | None = None
     allowed_zones: Sequence[GeoZone] = ()
+    allow_http_webhooks: bool = False

@@ -62,6 +62,8 @@ class Settings(BaseModel):
     email_topic_arn: str = Field(min_length=1)
     home_region: str = Field(min_length=1)
     zones: dict[GeoZone, ZoneSettings] = Field(min_length=1)
+    # Webhooks must be HTTPS; only the local stack allows http:// (to a receiver on this machine).
+    allow_http_webhooks: bool = False
 
     def to_environment(self) -> dict[str, str]:
         """The environment variables that ``from_environment`` reads back into these settings."""
@@ -72,6 +74,7 @@ class Settings(BaseModel):
             "REMOTE_BATCH_IDEMPOTENCY_TABLE": self.idempotency_table,
             "REMOTE_BATCH_EMAIL_TOPIC_ARN": self.email_topic_arn,
             "AWS_REGION": self.home_region,
+            "REMOTE_BATCH_ALLOW_HTTP_WEBHOOKS": "true" if self.allow_http_webhooks else "false",
             "REMOTE_BATCH_ZONES": json.dumps(
                 {zone.value: z.model_dump(by_alias=True) for zone, z in self.zones.items()}
             ),
@@ -104,6 +107,7 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
     if missing:
         raise SettingsError(f"missing environment variables: {', '.join(missing)}")
     values: dict[str, object] = {key: env[var] for key, var in names.items()}
+    values["allow_http_webhooks"] = env.get("REMOTE_BATCH_ALLOW_HTTP_WEBHOOKS", "false").lower() == "true"
     try:
         values["zones"] = json.loads(env["REMOTE_BATCH_ZONES"])
         return Settings.model_validate(values)

@@ -183,6 +183,8 @@ def _account_from_item(item: dict[str, Any]) -> Account:
         roles=tuple(item.get("roles", ["user"])),
         created_at=_opt_time(item.get("createdAt")),
         email_subscription=item.get("emailSubscription"),
+        webhook_url=item.get("webhookUrl"),
+        webhook_secret=item.get("webhookSecret"),
     )
 
 
@@ -604,14 +606,20 @@ class DynamoJobStore:
             raise DependencyFailed("The account could not be created; try again.")
         return stored
 
-    def update_contacts(
-        self, account_id: str, email: str | None, phone: str | None, email_subscription: str | None
-    ) -> Account:
-        """Set the account's email, phone and email subscription (None removes each).
+    def update_contacts(self, account: Account) -> Account:
+        """Store the account's contacts: email, phone, email subscription, webhook URL and secret
+        (None removes each).
 
         Raises ``ConditionFailed`` when the account does not exist.
         """
-        values = {"email": email, "phone": phone, "emailSubscription": email_subscription}
+        account_id = account.account_id
+        values = {
+            "email": account.email,
+            "phone": account.phone,
+            "emailSubscription": account.email_subscription,
+            "webhookUrl": account.webhook_url,
+            "webhookSecret": account.webhook_secret,
+        }
         sets = [f"{k} = :{k}" for k, v in values.items() if v is not None]
         removes = [k for k, v in values.items() if v is None]
         expression = ("SET " + ", ".join(sets) if sets else "") + (

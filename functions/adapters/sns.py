@@ -7,6 +7,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
+from functions.adapters.webhook import WebhookSender
 from functions.domain.errors import DependencyFailed
 from functions.ports import OutgoingNotification
 
@@ -15,19 +16,26 @@ EMAIL_SUBJECT_MAX_CHARS = 100
 
 
 class SnsNotifier:
-    """``Notifier`` on SNS.
+    """``Notifier`` on SNS (and HTTPS for webhooks).
 
     Email is published to one topic with an ``accountId`` message attribute; each account's email
     subscription has a filter policy on it, so only that account's address receives it. SMS is a
-    direct publish to the E.164 phone, ``Transactional``, at most 140 characters.
+    direct publish to the E.164 phone, ``Transactional``, at most 140 characters. Webhook is a
+    signed HTTPS POST (``functions.adapters.webhook``).
     """
 
-    def __init__(self, client: Any, email_topic_arn: str) -> None:
+    def __init__(self, client: Any, email_topic_arn: str, webhooks: WebhookSender | None = None) -> None:
         self._sns = client
         self._topic = email_topic_arn
+        self._webhooks = webhooks or WebhookSender()
 
     def send(self, notification: OutgoingNotification) -> None:
-        """Publish one notification; ``DependencyFailed`` when SNS refuses."""
+        """Publish one notification; ``DependencyFailed`` when SNS (or the webhook endpoint) refuses."""
+        if notification.method == "Webhook":
+            if not notification.secret:
+                raise DependencyFailed("the account's webhook has no signing secret")
+            self._webhooks.send(notification, notification.secret)
+            return
         try:
             if notification.method == "SMS":
                 self._sns.publish(

@@ -160,6 +160,8 @@ class Account:
     roles: tuple[str, ...] = ("user",)
     created_at: datetime | None = None
     email_subscription: str | None = None
+    webhook_url: str | None = None
+    webhook_secret: str | None = field(default=None, repr=False)
 
 
 class LedgerKind(StrEnum):

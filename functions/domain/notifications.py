@@ -12,7 +12,7 @@ Accepted forms:
 Events: JobStarting, JobStarted, JobCompleted, JobSucceeded, JobTerminated, JobStatusChanged, Hourly,
 Daily, ``{"HoursElapsed": n}``, ``{"JobCreditsUsed": n}`` (n > 0), and this service's extension
 TimeConstraintNear (once, when a job has used 80% of its ``timeConstraint``, like Slurm's
-TIME_LIMIT_80). Methods: Email, SMS.
+TIME_LIMIT_80). Methods: Email, SMS, and the extension Webhook (a signed HTTPS POST).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ STATUS_EVENTS = (
 )
 PERIODIC_EVENTS = ("Hourly", "Daily", "TimeConstraintNear")
 PARAMETERIZED_EVENTS = ("HoursElapsed", "JobCreditsUsed")
-METHODS = ("Email", "SMS")
+METHODS = ("Email", "SMS", "Webhook")
 
 AUTOMATIC = "Automatic"
 NONE = "None"

@@ -45,6 +45,7 @@ from functions.domain.timefmt import parse_query_time
 from functions.handlers.api_models import (
     AccountView,
     ContactsBody,
+    ContactsView,
     ErrorBody,
     ErrorDetail,
     GrantCreditsBody,
@@ -358,16 +359,20 @@ def get_account(services: ServicesDep, caller: CallerDep) -> AccountView:
 @app.put("/account/contacts", summary="Set the caller's email and phone (null clears; absent keeps)")
 def put_contacts(
     body: Annotated[ContactsBody, Body()], services: ServicesDep, caller: CallerDep
-) -> AccountView:
+) -> ContactsView:
     given = body.model_fields_set
+    before = services.store.get_account(caller.account_id)
     account = accounts.set_contacts(
         services,
         caller.account_id,
-        body.email if "email" in given else accounts.NOT_GIVEN,
-        body.phone if "phone" in given else accounts.NOT_GIVEN,
-        services.clock(),
+        now=services.clock(),
+        email=body.email if "email" in given else accounts.NOT_GIVEN,
+        phone=body.phone if "phone" in given else accounts.NOT_GIVEN,
+        webhook_url=body.webhookUrl if "webhookUrl" in given else accounts.NOT_GIVEN,
     )
-    return account_view(account, accounts.email_status(services, account))
+    view = account_view(account, accounts.email_status(services, account)).model_dump()
+    fresh = before is None or before.webhook_secret != account.webhook_secret
+    return ContactsView(**view, webhookSecret=account.webhook_secret if fresh else None)
 
 
 @app.get("/account/usage", summary="Ledger entries of the caller's account, newest first")

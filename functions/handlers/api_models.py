@@ -144,6 +144,14 @@ class AccountView(BaseModel):
     phone: str | None
     roles: list[str]
     emailStatus: Literal["pending", "confirmed", "none"]
+    webhookUrl: str | None = None
+
+
+class ContactsView(AccountView):
+    """``PUT /account/contacts``: the account, and the webhook signing secret when this request set a
+    new webhook URL (shown only here, once)."""
+
+    webhookSecret: str | None = None
 
 
 class ContactsBody(BaseModel):
@@ -153,6 +161,7 @@ class ContactsBody(BaseModel):
 
     email: str | None = Field(default=None, max_length=254)
     phone: str | None = Field(default=None, max_length=16, description="E.164, e.g. +15555550100")
+    webhookUrl: str | None = Field(default=None, max_length=2048, description="https:// endpoint (extension)")
 
 
 class NotificationRecordView(BaseModel):
@@ -272,6 +281,7 @@ def account_view(account: Account, email_status: str) -> AccountView:
         phone=account.phone,
         roles=list(account.roles),
         emailStatus=email_status,  # type: ignore[arg-type]
+        webhookUrl=account.webhook_url,
     )
 
 

@@ -6,9 +6,10 @@ import random
 import re
 import secrets
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from decimal import Decimal
+from urllib.parse import urlsplit
 
 from aws_lambda_powertools import Logger
 
@@ -43,29 +44,73 @@ def validate_email(email: str) -> str:
     return email
 
 
-def set_contacts(services: Services, account_id: str, email: object, phone: object, now: datetime) -> Account:
-    """``PUT /account/contacts``: set or clear the email and phone (``NOT_GIVEN`` leaves one as it is).
+def validate_webhook_url(url: str, allow_http: bool) -> str:
+    """Return ``url`` if it is an absolute HTTPS URL (http:// only where ``allow_http``: the local
+    stack). Raises ``ValidationFailed`` (field webhookUrl)."""
+    parsed = urlsplit(url)
+    schemes = ("https", "http") if allow_http else ("https",)
+    if (
+        parsed.scheme not in schemes
+        or not parsed.hostname
+        or len(url) > 2048
+        or parsed.username
+        or parsed.password
+    ):
+        raise ValidationFailed(
+            f"webhookUrl must be an https:// URL without credentials, got {url!r}.", field="webhookUrl"
+        )
+    return url
+
+
+def set_contacts(
+    services: Services,
+    account_id: str,
+    *,
+    now: datetime,
+    email: object = NOT_GIVEN,
+    phone: object = NOT_GIVEN,
+    webhook_url: object = NOT_GIVEN,
+) -> Account:
+    """``PUT /account/contacts``: set or clear the email, phone and webhook URL (``NOT_GIVEN`` leaves
+    one as it is).
 
     A new email replaces the account's SNS email subscription (pending until its owner confirms);
-    a cleared email removes it.
+    a cleared email removes it. A new webhook URL gets a new signing secret (``webhook_secret`` on
+    the returned account: shown once, by the route that set it).
 
     Raises
     ------
     ValidationFailed
-        A phone that is not E.164, an email that is not an address.
+        A phone that is not E.164, an email that is not an address, a webhook URL that is not HTTPS.
     """
     account = services.store.get_account(account_id) or services.store.create_account(
         Account(account_id=account_id, credit_balance=ZERO), now
     )
     new_email = account.email if email is NOT_GIVEN else (validate_email(str(email)) if email else None)
     new_phone = account.phone if phone is NOT_GIVEN else (validate_phone(str(phone)) if phone else None)
+    new_webhook = (
+        account.webhook_url
+        if webhook_url is NOT_GIVEN
+        else (validate_webhook_url(str(webhook_url), services.allow_http_webhooks) if webhook_url else None)
+    )
+    secret = account.webhook_secret if new_webhook == account.webhook_url else None
+    if new_webhook and not secret:
+        secret = f"whsec_{secrets.token_urlsafe(32)}"
     subscription = account.email_subscription
     if new_email != account.email or (new_email and not subscription):
         if subscription:
             services.subscriptions.unsubscribe(subscription)
         subscription = services.subscriptions.subscribe(account_id, new_email) if new_email else None
+    changed = replace(
+        account,
+        email=new_email,
+        phone=new_phone,
+        email_subscription=subscription,
+        webhook_url=new_webhook,
+        webhook_secret=secret,
+    )
     try:
-        updated = services.store.update_contacts(account_id, new_email, new_phone, subscription)
+        updated = services.store.update_contacts(changed)
     except ConditionFailed:
         raise NotFound(f"No account {account_id}.") from None
     logger.info(

@@ -22,11 +22,15 @@ from functions.ports import OutgoingNotification, Services
 
 logger = Logger(child=True)
 
-MISSING_CONTACT = {"Email": "no email", "SMS": "no phone"}
+MISSING_CONTACT = {"Email": "no email", "SMS": "no phone", "Webhook": "no webhook URL"}
 
 
 def mask_address(address: str) -> str:
-    """``dev@example.com`` → ``d***@example.com``; ``+15555550100`` → ``+1******0100``."""
+    """``dev@example.com`` → ``d***@example.com``; ``+15555550100`` → ``+1******0100``;
+    ``https://hooks.example.com/x/y`` → ``https://hooks.example.com/…``."""
+    if "://" in address:
+        scheme, _, rest = address.partition("://")
+        return f"{scheme}://{rest.split('/', 1)[0]}/…"
     if "@" in address:
         local, _, domain = address.partition("@")
         return f"{local[:1]}***@{domain}"
@@ -34,10 +38,10 @@ def mask_address(address: str) -> str:
 
 
 def contact_for(account: Account | None, method: str) -> str | None:
-    """The account's address for ``method`` (email or E.164 phone), or None."""
+    """The account's address for ``method`` (email, E.164 phone or webhook URL), or None."""
     if account is None:
         return None
-    return account.email if method == "Email" else account.phone
+    return {"Email": account.email, "SMS": account.phone, "Webhook": account.webhook_url}.get(method)
 
 
 def _record(
@@ -116,6 +120,7 @@ def deliver_due_notifications(
             subject=subject,
             message=message,
             at=now,
+            secret=account.webhook_secret if account is not None and due.method == "Webhook" else None,
         )
         try:
             services.notifier.send(notification)

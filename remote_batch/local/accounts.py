@@ -15,7 +15,7 @@ from typing import Any
 from functions.domain.credits import CREDIT_QUANTUM, quantize_credits
 from functions.domain.errors import Conflict, ValidationFailed
 from functions.domain.jobs import Account
-from functions.logic.accounts import NOT_GIVEN, set_contacts
+from functions.logic.accounts import set_contacts
 from functions.ports import Clock, Services
 from remote_batch.local.files import read_json, write_json_atomic
 from remote_batch.local.tokens import PRIVATE, TokenStore
@@ -143,4 +143,4 @@ class LocalAccounts:
             Account(new.account_id, new.credits, email=new.email, roles=new.roles), now
         )
         if account.email and not account.email_subscription:
-            set_contacts(self._services, account.account_id, account.email, NOT_GIVEN, now)
+            set_contacts(self._services, account.account_id, now=now, email=account.email)

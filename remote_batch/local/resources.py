@@ -81,6 +81,8 @@ def local_settings() -> Settings:
         email_topic_arn=f"arn:aws:sns:{HOME_REGION}:{LOCAL_ACCOUNT_ID}:{EMAIL_TOPIC_NAME}",
         home_region=HOME_REGION,
         zones=zones,
+        # Locally a webhook receiver is a process on this machine, without a TLS certificate.
+        allow_http_webhooks=True,
     )
 
 

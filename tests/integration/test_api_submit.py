@@ -238,6 +238,7 @@ def test_machine_classes_account_and_openapi(stack):
             "phone": None,
             "roles": ["user"],
             "emailStatus": "pending",
+            "webhookUrl": None,
         },
     )
     status, document = stack.api("GET", "/openapi.json")
