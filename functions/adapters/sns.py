@@ -15,6 +15,13 @@ SMS_MAX_CHARS = 140
 EMAIL_SUBJECT_MAX_CHARS = 100
 
 
+def email_subject(text: str) -> str:
+    """An SNS email Subject: printable ASCII, no line breaks, at most 100 characters (SNS Publish
+    refuses anything else); other characters become ``?``."""
+    cleaned = "".join(c if 32 <= ord(c) < 127 else "?" for c in text)
+    return cleaned[:EMAIL_SUBJECT_MAX_CHARS] or "remote-batch notification"
+
+
 class SnsNotifier:
     """``Notifier`` on SNS (and HTTPS for webhooks).
 
@@ -48,7 +55,7 @@ class SnsNotifier:
             else:
                 self._sns.publish(
                     TopicArn=self._topic,
-                    Subject=notification.subject[:EMAIL_SUBJECT_MAX_CHARS],
+                    Subject=email_subject(notification.subject),
                     Message=notification.message,
                     MessageAttributes={
                         "accountId": {"DataType": "String", "StringValue": notification.account_id},

@@ -38,6 +38,9 @@ PARAMETERIZED_EVENTS = ("HoursElapsed", "JobCreditsUsed")
 METHODS = ("Email", "SMS", "Webhook")
 
 AUTOMATIC = "Automatic"
+# Bounds that keep a job record well inside DynamoDB's 400 KB item limit.
+MAX_RULES = 20
+MAX_EVENTS_PER_RULE = 20
 NONE = "None"
 
 # The events a job fires when it enters each status (API.md "Notifications").
@@ -137,6 +140,11 @@ def _parse_rule(raw: Any, path: str) -> NotificationRule:
     if "events" not in raw:
         raise ValidationFailed("A notification rule needs events.", field=f"{path}.events")
     events_raw = _as_list(raw["events"])
+    if len(events_raw) > MAX_EVENTS_PER_RULE:
+        raise ValidationFailed(
+            f"A notification rule has at most {MAX_EVENTS_PER_RULE} events, got {len(events_raw)}.",
+            field=f"{path}.events",
+        )
     if not events_raw:
         raise ValidationFailed("A notification rule needs at least one event.", field=f"{path}.events")
     events = tuple(_parse_event(e, f"{path}.events[{i}]") for i, e in enumerate(events_raw))
@@ -184,6 +192,10 @@ def normalize_notifications(spec: Any, field: str = "notifications") -> tuple[No
     if isinstance(spec, dict):
         return (_parse_rule(spec, f"{field}[0]"),)
     if isinstance(spec, list):
+        if len(spec) > MAX_RULES:
+            raise ValidationFailed(
+                f"notifications has at most {MAX_RULES} rules, got {len(spec)}.", field=field
+            )
         return tuple(_parse_rule(rule, f"{field}[{i}]") for i, rule in enumerate(spec))
     raise ValidationFailed(
         'notifications is "Automatic", "None", an event name, or a list of {"events", "methods"} rules.',

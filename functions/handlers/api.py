@@ -7,6 +7,8 @@ API.md's one error body; the mapping lives here, in the exception handlers.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import csv
 import io
 import json
@@ -84,8 +86,14 @@ def error_response(status: int, code: str, message: str, field: str | None = Non
     return Response(status, content_types.APPLICATION_JSON, body.model_dump_json())
 
 
+# Header parameters come back lower-cased from validation; errors name them as clients send them.
+_HEADER_NAMES = {"idempotency-key": "Idempotency-Key"}
+
+
 def _field_path(location: tuple[Any, ...] | list[Any]) -> str | None:
     parts = list(location)
+    if parts and parts[0] == "header" and len(parts) > 1:
+        return _HEADER_NAMES.get(str(parts[1]).lower(), str(parts[1]))
     if parts and parts[0] in ("body", "query", "path", "header"):
         parts = parts[1:]
     path = ""
@@ -174,8 +182,28 @@ def health() -> HealthView:
 
 @app.get("/openapi.json", summary="This API's OpenAPI 3.1 document")
 def openapi_document() -> Response[str]:
-    document = app.get_openapi_json_schema(title=API_TITLE, version=API_VERSION)
-    return Response(200, content_types.APPLICATION_JSON, document)
+    return Response(200, content_types.APPLICATION_JSON, openapi_json())
+
+
+def openapi_json() -> str:
+    """The OpenAPI 3.1 document, with validation failures as this API answers them: 400 and the
+    one error body (powertools documents its own 422 default)."""
+    document = json.loads(app.get_openapi_json_schema(title=API_TITLE, version=API_VERSION))
+    error_schema = ErrorBody.model_json_schema(ref_template="#/components/schemas/{model}")
+    components = document.setdefault("components", {}).setdefault("schemas", {})
+    components.update(error_schema.pop("$defs", {}))
+    components["ErrorBody"] = error_schema
+    for path in document.get("paths", {}).values():
+        for operation in path.values():
+            responses = operation.get("responses", {})
+            if responses.pop("422", None) is not None:
+                responses["400"] = {
+                    "description": "ValidationError (or another API.md error) in the one error body",
+                    "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}},
+                }
+    for name in ("HTTPValidationError", "ValidationError"):
+        components.pop(name, None)
+    return json.dumps(document)
 
 
 @app.get("/machine-classes", summary="Machine classes with their credits per hour")
@@ -419,20 +447,48 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     size = len(body) * 3 // 4 if event.get("isBase64Encoded") else len(body.encode())
     if size > MAX_INLINE_BODY_BYTES:
         exc = PayloadTooLarge("The request body is over 5 MiB; upload large inputs through an upload URL.")
-        detail = ErrorDetail(code=exc.code, message=exc.message, field=None)
-        return {
-            "statusCode": exc.status,
-            "headers": {"Content-Type": content_types.APPLICATION_JSON},
-            "body": ErrorBody(error=detail).model_dump_json(),
-            "isBase64Encoded": False,
-        }
-    return app.resolve(_json_body(event), context)
+        return _proxy_error(
+            exc.status, ErrorBody(error=ErrorDetail(code=exc.code, message=exc.message, field=None))
+        )
+    resolved = _json_body(event)
+    if isinstance(resolved, ErrorBody):
+        return _proxy_error(400, resolved)
+    return app.resolve(resolved, context)
 
 
-def _json_body(event: dict[str, Any]) -> dict[str, Any]:
-    """Bodies are JSON whatever the Content-Type says (curl -d sends form encoding by default)."""
+def _error_body(message: str) -> ErrorBody:
+    return ErrorBody(error=ErrorDetail(code="ValidationError", message=message, field=None))
+
+
+def _proxy_error(status: int, body: ErrorBody) -> dict[str, Any]:
+    return {
+        "statusCode": status,
+        "headers": {"Content-Type": content_types.APPLICATION_JSON},
+        "body": body.model_dump_json(),
+        "isBase64Encoded": False,
+    }
+
+
+def _json_body(event: dict[str, Any]) -> dict[str, Any] | ErrorBody:
+    """Bodies are JSON whatever the Content-Type says (curl -d sends form encoding by default).
+
+    Returns the event to resolve, or the error for a body that is not UTF-8 or nests too deeply
+    (what the JSON parser itself cannot report as a validation error).
+    """
     if not event.get("body"):
         return event
+    raw = event["body"]
+    try:
+        text = base64.b64decode(raw).decode("utf-8") if event.get("isBase64Encoded") else raw
+        json.loads(text)
+    except (UnicodeDecodeError, binascii.Error):
+        return _error_body("The request body is not UTF-8 text.")
+    except RecursionError:
+        return _error_body("The request body nests JSON too deeply.")
+    except ValueError:
+        pass  # not JSON: the resolver's validation answers that, with its field
+    else:
+        event = {**event, "body": text, "isBase64Encoded": False}
     headers = {k: v for k, v in (event.get("headers") or {}).items() if k.lower() != "content-type"}
     multi = {k: v for k, v in (event.get("multiValueHeaders") or {}).items() if k.lower() != "content-type"}
     headers["Content-Type"] = content_types.APPLICATION_JSON

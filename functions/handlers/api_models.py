@@ -9,8 +9,17 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    StrictInt,
+    model_validator,
+)
 
+from functions.domain.credits import MAX_CREDITS
 from functions.domain.jobs import Account, Job, LedgerEntry
 from functions.domain.machine_classes import MachineClass
 from functions.domain.notifications import rules_to_json
@@ -25,6 +34,17 @@ def _credits_json(value: Decimal) -> float:
 
 
 Credits = Annotated[Decimal, PlainSerializer(_credits_json, return_type=float, when_used="json")]
+
+# The longest timeConstraint: 30 days of Running time.
+MAX_TIME_CONSTRAINT_SECONDS = 30 * 24 * 3600
+
+
+def _json_number(value: Any) -> Any:
+    """Credits arrive as JSON numbers: a string or a boolean is refused, not converted."""
+    if isinstance(value, bool) or not isinstance(value, int | float | Decimal):
+        raise ValueError("must be a number")
+    return Decimal(str(value))
+
 
 JobStatusName = Literal["Queued", "Starting", "Running", "Succeeded", "Terminated"]
 
@@ -41,13 +61,28 @@ class SubmitJobBody(BaseModel):
     pickle: str | None = Field(
         default=None, min_length=1, description="base64 cloudpickle of (fn, args, kwargs)."
     )
-    name: str | None = Field(default=None, min_length=1, max_length=128)
+    name: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=128,
+        pattern=r"^[^\x00-\x1f\x7f]*\S[^\x00-\x1f\x7f]*$",
+        description="A label: 1..128 characters, no control characters, not only spaces.",
+    )
     machineClass: str = Field(default="Basic1x8", description="A name from GET /machine-classes.")
     geoZone: str = Field(default="Automatic", description="Automatic | UnitedStates | EuropeanUnion.")
-    creditConstraint: Decimal | None = Field(
-        default=None, gt=0, decimal_places=4, description="Most credits the job may spend (null: no cap)."
+    creditConstraint: Annotated[Decimal, BeforeValidator(_json_number)] | None = Field(
+        default=None,
+        gt=0,
+        lt=MAX_CREDITS,
+        decimal_places=4,
+        description="Most credits the job may spend (null: no cap).",
     )
-    timeConstraint: int | None = Field(default=None, gt=0, description="Most seconds of Running time.")
+    timeConstraint: StrictInt | None = Field(
+        default=None,
+        gt=0,
+        le=MAX_TIME_CONSTRAINT_SECONDS,
+        description="Most seconds of Running time (≤ 30 days).",
+    )
     notifications: Any = Field(default="Automatic", description="See API.md Notifications.")
     arrayItems: list[Any] | None = Field(default=None, description="Array jobs: not supported yet.")
 
@@ -197,7 +232,9 @@ class GrantCreditsBody(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    credits: Decimal = Field(gt=0, lt=10**11, decimal_places=4, description="Credits to add.")
+    credits: Annotated[Decimal, BeforeValidator(_json_number)] = Field(
+        gt=0, lt=MAX_CREDITS, decimal_places=4, description="Credits to add."
+    )
     reason: str = Field(min_length=1, max_length=500, description="Why, for the ledger.")
 
 

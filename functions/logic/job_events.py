@@ -87,6 +87,10 @@ def _settle(services: Services, transition: Transition, state: BatchJobState, no
     if account is None:
         raise DependencyFailed(f"account {job.account_id} of job {job.job_id} is missing")
     running_ms = state.running_ms if state.started_at_ms is not None else None
+    if running_ms is not None and job.time_constraint is not None:
+        # Time past the job's timeConstraint is the enforcement's latency (a meter tick, the Batch
+        # timeout's 60 s minimum), not the user's: it is not billed.
+        running_ms = min(running_ms, job.time_constraint * 1000)
     rate = machine_class(job.machine_class).credits_per_hour
     charge = settle_charge(running_ms, rate, job.credit_constraint, account.credit_balance)
     entry = None

@@ -156,7 +156,13 @@ def reconcile_stale_jobs(services: Services, now: datetime) -> int:
             if state is None:
                 reason = UNKNOWN_TO_BATCH_REASON if job.batch_job_id else UNSUBMITTED_REASON
                 state = _synthetic_failure(job, reason, now)
-            applied = apply_job_state_change(services, state, now)
+            try:
+                applied = apply_job_state_change(services, state, now)
+            except DependencyFailed:
+                # A store or publish failure for one job must not stop the tick for the others:
+                # what was not written is still stale next tick; a failed publish released its key.
+                logger.exception("reconciliation incomplete", job_id=job.job_id)
+                continue
             if applied is not None and not applied.is_final:
                 services.store.mark_reconciled(job.job_id, now)
             logger.info("job reconciled", job_id=job.job_id, batch_status=state.status)

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from functions.domain.credits import CREDIT_QUANTUM, quantize_credits
+from functions.domain.credits import parse_credits, quantize_credits
 from functions.domain.errors import Conflict, ValidationFailed
 from functions.domain.jobs import Account
 from functions.logic.accounts import set_contacts
@@ -70,17 +70,12 @@ def parse_new_account(body: Any) -> NewAccount:
 
 
 def _parse_credits(value: Any) -> Decimal:
-    if isinstance(value, bool) or not isinstance(value, int | float | str):
+    """0, or a positive amount as ``parse_credits`` accepts it (JSON numbers only)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
         raise ValidationFailed("credits must be a number of credits, 0 or more.", field="credits")
-    try:
-        amount = Decimal(str(value))
-    except InvalidOperation:
-        raise ValidationFailed("credits must be a number of credits, 0 or more.", field="credits") from None
-    if not amount.is_finite() or amount < 0:
-        raise ValidationFailed("credits must be a number of credits, 0 or more.", field="credits")
-    if amount != amount.quantize(CREDIT_QUANTUM):
-        raise ValidationFailed("credits has more than 4 decimal places.", field="credits")
-    return quantize_credits(amount)
+    if value == 0:
+        return quantize_credits(Decimal(0))
+    return parse_credits(Decimal(str(value)), "credits")
 
 
 class LocalAccounts:

@@ -117,9 +117,10 @@ class Client:
 class LocalStackProcess:
     """``python -m remote_batch.local`` in a subprocess, with its home, port and console log."""
 
-    def __init__(self, home: Path, port: int) -> None:
+    def __init__(self, home: Path, port: int, extra_env: dict[str, str] | None = None) -> None:
         self.home = home
         self.port = port
+        self.extra_env = dict(extra_env or {})
         self.endpoint = f"http://127.0.0.1:{port}"
         self.process: subprocess.Popen[bytes] | None = None
         self.tokens: dict[str, str] = {}
@@ -138,6 +139,7 @@ class LocalStackProcess:
                 "REMOTE_BATCH_METER_INTERVAL": "1",
                 "REMOTE_BATCH_SNAPSHOT_INTERVAL": "1",
                 "PYTHONUNBUFFERED": "1",
+                **self.extra_env,
             }
         )
         self.starts += 1
@@ -200,6 +202,17 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStackProces
     """The running local stack; stopped with SIGINT at the end, which must exit 0 within 30 s."""
     root = tmp_path_factory.mktemp("local-stack")
     process = LocalStackProcess(root / "home", _free_port())
+    process.start()
+    yield process
+    assert process.stop() == 0
+
+
+@pytest.fixture(scope="module")
+def duplicating_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStackProcess]:
+    """A second local stack whose bus delivers every Batch event twice (``REMOTE_BATCH_DUPLICATE_EVENTS=1``),
+    as EventBridge may; stopped with SIGINT at the end of the module."""
+    root = tmp_path_factory.mktemp("duplicating-stack")
+    process = LocalStackProcess(root / "home", _free_port(), {"REMOTE_BATCH_DUPLICATE_EVENTS": "1"})
     process.start()
     yield process
     assert process.stop() == 0

@@ -266,3 +266,54 @@ def test_body_is_json_whatever_the_content_type(stack):
     )
     assert status == 202
     assert job["status"] == "Queued"
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"code": "1", "creditConstraint": "10"}, "creditConstraint"),
+        ({"code": "1", "creditConstraint": True}, "creditConstraint"),
+        ({"code": "1", "creditConstraint": 10**40}, "creditConstraint"),
+        ({"code": "1", "timeConstraint": "10"}, "timeConstraint"),
+        ({"code": "1", "timeConstraint": True}, "timeConstraint"),
+        ({"code": "1", "timeConstraint": 10**10}, "timeConstraint"),
+        ({"code": "1", "timeConstraint": 10**40}, "timeConstraint"),
+        ({"code": "1", "name": "a\nSubject: spoof"}, "name"),
+        ({"code": "1", "name": "   "}, "name"),
+        ({"code": "1", "notifications": [{"events": ["JobStarted"]}] * 21}, "notifications"),
+        ({"code": "1", "notifications": [{"events": ["JobStarted"] * 21}]}, "notifications[0].events"),
+    ],
+)
+def test_wrong_types_and_out_of_range_values_are_400_not_converted(stack, body, field):
+    status, error = stack.api("POST", "/jobs", body=body)
+    assert status == 400, error
+    assert error["error"]["field"] == field
+    _nothing_written(stack)
+
+
+def test_bodies_that_are_not_utf8_or_nest_too_deeply_are_400(stack):
+    from functions.handlers import api
+    from tests.events import api_event
+    from tests.fakes import FakeLambdaContext
+
+    event = api_event("POST", "/jobs")
+    event.update({"body": base64.b64encode(b'{"code": "\xff"}').decode(), "isBase64Encoded": True})
+    response = api.handler(event, FakeLambdaContext())
+    assert response["statusCode"] == 400
+    assert "UTF-8" in json.loads(response["body"])["error"]["message"]
+    status, error = stack.api(
+        "POST", "/jobs", raw_body='{"code": "1", "arrayItems": ' + "[" * 100_000 + "]" * 100_000 + "}"
+    )
+    assert status == 400
+    assert "deeply" in error["error"]["message"]
+    _nothing_written(stack)
+
+
+def test_idempotency_key_errors_name_the_header_and_openapi_documents_400(stack):
+    status, error = stack.api("POST", "/jobs", body={"code": "1"}, headers={"Idempotency-Key": "k" * 129})
+    assert status == 400
+    assert error["error"]["field"] == "Idempotency-Key"
+    _, document = stack.api("GET", "/openapi.json")
+    submit = document["paths"]["/jobs"]["post"]["responses"]
+    assert "422" not in submit
+    assert submit["400"]["content"]["application/json"]["schema"]["$ref"] == "#/components/schemas/ErrorBody"

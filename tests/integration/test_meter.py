@@ -219,3 +219,14 @@ def test_a_job_batch_never_heard_of_is_terminated_without_charge(stack):
     assert job.status_reason == "AWS Batch has no record of the job"
     assert job.credits_spent == Decimal("0")
     assert stack.balance("dev") == Decimal("10000")
+
+
+def test_running_time_past_the_time_constraint_is_not_billed(stack):
+    job_id, batch_id, started = start_job(stack, {"code": "1", "timeConstraint": 100})
+    # Enforcement lags (a meter tick, Batch's 60 s minimum timeout): the job stops at 130 s.
+    stack.deliver(
+        fail_event(job_id, batch_id, started, started + 130_000, "Job attempt duration exceeded timeout")
+    )
+    job = stack.services.store.get_job(job_id)
+    assert job.status_reason == "TimeConstraint of 100 s reached"
+    assert job.credits_spent == Decimal("1.6667")  # 100 s × 60/3600, not 130 s
