@@ -156,6 +156,13 @@ class Functions(Construct):
             table.grant_read_write_data(role)
         self._data.bucket.grant_read_write(role)  # includes s3:DeleteObject* (DELETE /jobs/{jobId})
         self._notifications.email_topic.grant_subscribe(role)
+        # Replacing an account's email removes its old subscription; GET /account shows its state.
+        role.add_to_principal_policy(
+            iam.PolicyStatement(
+                actions=["sns:Unsubscribe", "sns:GetSubscriptionAttributes"],
+                resources=[f"{self._notifications.email_topic.topic_arn}:*"],
+            )
+        )
         self._grant_batch(role, submit=True)
         for zone in self._zones:
             zone.job_log_group.grant(
@@ -173,8 +180,10 @@ class Functions(Construct):
         """Meter running jobs, terminate those over their caps, reconcile lost events, notify."""
         for table in (self._data.jobs_table, self._data.accounts_table, self._data.ledger_table):
             table.grant_read_write_data(role)
-        # Discarding a capped job's output deletes outputs/<jobId>/: list the prefix, delete its objects.
+        # Discarding a capped job's output deletes outputs/<jobId>/: list the prefix, delete its objects;
+        # reconciling a failed job reads its messages.json for the statusReason.
         self._data.bucket.grant_delete(role)
+        self._data.bucket.grant_read(role)
         role.add_to_principal_policy(
             iam.PolicyStatement(actions=["s3:ListBucket"], resources=[self._data.bucket.bucket_arn])
         )
