@@ -43,7 +43,7 @@ class EncodedOutputs:
     messages_json : bytes
         ``messages.json``, UTF-8.
     preview_png : bytes or None
-        ``preview.png``; None unless the result is a matplotlib Figure that could be drawn.
+        ``preview.png``: the Figure as drawn, or the result's repr as text; None for a None result.
     """
 
     result_json: bytes
@@ -76,7 +76,7 @@ def encode_outcome(outcome: Outcome) -> EncodedOutputs:
         preview_png = render_preview(outcome.result)
     except Exception as exc:
         preview_png = None
-        messages.append(f"preview.png not written: the figure cannot be drawn ({_describe(exc)})")
+        messages.append(f"preview.png not written: the result cannot be drawn ({_describe(exc)})")
     document = {"messages": messages, "error": None if outcome.error is None else asdict(outcome.error)}
     return EncodedOutputs(
         result_json=_dumps(result_document(outcome.result)),
@@ -194,7 +194,8 @@ def safe_repr(value: Any) -> str:
 
 
 def render_preview(value: Any) -> bytes | None:
-    """Draw a matplotlib Figure result as PNG.
+    """Draw the result as PNG (API.md ``OutputPreviewImage``): a matplotlib Figure as drawn, anything
+    else but None as its repr, rendered as text.
 
     Parameters
     ----------
@@ -204,14 +205,44 @@ def render_preview(value: Any) -> bytes | None:
     Returns
     -------
     bytes or None
-        The PNG at ``PREVIEW_DPI`` dots per inch, or None when the result is not a Figure (other
-        previews are for later).
+        The PNG (a Figure at ``PREVIEW_DPI`` dots per inch), or None for a None result.
     """
-    figure_module = sys.modules.get("matplotlib.figure")  # a Figure result means matplotlib is loaded
-    if figure_module is None or not isinstance(value, figure_module.Figure):
+    if value is None:
         return None
+    figure_module = sys.modules.get("matplotlib.figure")  # a Figure result means matplotlib is loaded
+    if figure_module is not None and isinstance(value, figure_module.Figure):
+        buffer = io.BytesIO()
+        value.savefig(buffer, format="png", dpi=PREVIEW_DPI)
+        return buffer.getvalue()
+    return render_text_preview(safe_repr(value))
+
+
+#: A text preview shows at most this many lines of this many characters.
+PREVIEW_LINES = 40
+PREVIEW_COLUMNS = 100
+
+
+def render_text_preview(text: str) -> bytes:
+    """``text`` (a repr) drawn in Pillow's built-in font, black on white, wrapped and cut to
+    ``PREVIEW_LINES`` × ``PREVIEW_COLUMNS`` characters."""
+    from PIL import Image, ImageDraw, ImageFont
+
+    lines: list[str] = []
+    for raw in text.splitlines() or [""]:
+        lines += [raw[i : i + PREVIEW_COLUMNS] for i in range(0, max(len(raw), 1), PREVIEW_COLUMNS)]
+    if len(lines) > PREVIEW_LINES:
+        lines = [*lines[: PREVIEW_LINES - 1], "…"]
+    font = ImageFont.load_default()
+    left, top, right, bottom = font.getbbox("M")
+    char_w, line_h = int(max(right - left, 6)), int(max(bottom - top, 11)) + 4
+    width = 16 + char_w * max(len(line) for line in lines)
+    height = 16 + line_h * len(lines)
+    image = Image.new("RGB", (max(width, 64), max(height, 32)), "white")
+    draw = ImageDraw.Draw(image)
+    for row, line in enumerate(lines):
+        draw.text((8, 8 + row * line_h), line.encode("ascii", "replace").decode(), fill="black", font=font)
     buffer = io.BytesIO()
-    value.savefig(buffer, format="png", dpi=PREVIEW_DPI)
+    image.save(buffer, format="PNG")
     return buffer.getvalue()
 
 

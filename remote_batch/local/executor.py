@@ -10,6 +10,12 @@ the order they were written in) go line by line to the
 zone's CloudWatch Logs group, in the awslogs driver's stream ``{job definition name}/default/{job id}``,
 flushed before the final event is published.
 
+Each job runs in its own working directory (``remote-batch-job-*`` in the system temp dir, also its
+``TMPDIR``), removed once its final event is published; ``worker`` imports through ``PYTHONPATH``.
+When the worker ends, so does everything it started: its process group, and any process that left
+the group (``setsid``) but still carries the job's ``AWS_BATCH_JOB_ID`` in its environment. The
+local stack runs jobs as its own user: a job can still read any file that user can, by absolute path.
+
 Threads: one scheduler (announces, starts queued jobs, enforces timeouts and kill deadlines), and per
 running job a runner that forks the worker and waits for it (it must outlive the worker:
 ``PR_SET_PDEATHSIG`` fires when the forking *thread* ends), a console reader and a log shipper.
@@ -22,9 +28,11 @@ import ctypes
 import logging
 import os
 import resource
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -58,6 +66,9 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 REASON_CONTAINER_EXITED = "Essential container in task exited"
 REASON_TIMEOUT = "Job attempt duration exceeded timeout"
 SHUTDOWN_REASON = "Local stack stopped while the job ran"
+SHUTDOWN_UNSTARTED_REASON = "Local stack stopped before the job ran"
+# The statusReason of a job whose handling raised an unexpected error (followed by the error).
+REASON_EXECUTOR_ERROR = "Local Batch executor error"
 
 # AWS Batch's smallest attemptDurationSeconds (SubmitJob API reference, JobTimeout).
 AWS_MIN_TIMEOUT_SECONDS = 60
@@ -74,6 +85,15 @@ LOG_LINE_MAX_BYTES = 256 * 1024 - LOG_EVENT_OVERHEAD_BYTES
 LOG_PUT_ATTEMPTS = 3
 # How long to wait for the pipes to close after the worker exits (a daemonized grandchild may hold them).
 READER_JOIN_SECONDS = 2.0
+# The longest the scheduler sleeps at once: far-off deadlines are re-checked rather than waited for
+# (Condition.wait overflows beyond threading.TIMEOUT_MAX), and a scheduler error is retried after 1 s.
+MAX_WAIT_SECONDS = 3600.0
+SCHEDULER_RETRY_SECONDS = 1.0
+# The prefix of a job's working directory, and the variable that marks the job's processes.
+JOB_DIR_PREFIX = "remote-batch-job-"
+JOB_MARKER_VARIABLE = "AWS_BATCH_JOB_ID"
+# Rounds of "find the job's leftover processes and kill them" (a round catches what forked during the last).
+MARKED_KILL_ROUNDS = 5
 
 QUEUED_STATUSES = frozenset({"SUBMITTED", "PENDING", "RUNNABLE"})
 FINAL_STATUSES = frozenset({"SUCCEEDED", "FAILED"})
@@ -132,6 +152,49 @@ def _exit_code(returncode: int) -> int:
 def _signal_group(pgid: int, signum: int) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, signum)
+
+
+def _clamp_wait(seconds: float | None) -> float:
+    """A ``Condition.wait`` timeout: at most ``MAX_WAIT_SECONDS`` (None, "no deadline", too)."""
+    return MAX_WAIT_SECONDS if seconds is None else max(0.0, min(seconds, MAX_WAIT_SECONDS))
+
+
+def _marked_processes(job_ids: frozenset[str]) -> list[psutil.Process]:
+    """Live processes whose environment has ``AWS_BATCH_JOB_ID`` set to one of ``job_ids``."""
+    found = []
+    own_pid = os.getpid()
+    for process in psutil.process_iter():
+        if process.pid == own_pid:
+            continue
+        try:
+            if process.environ().get(JOB_MARKER_VARIABLE) in job_ids:
+                found.append(process)
+        except (psutil.AccessDenied, psutil.NoSuchProcess, psutil.ZombieProcess, OSError):
+            continue
+    return found
+
+
+def kill_marked_processes(job_ids: frozenset[str]) -> list[int]:
+    """SIGKILL every process still carrying one of ``job_ids`` as ``AWS_BATCH_JOB_ID``.
+
+    Catches what ``killpg`` misses: processes a job moved to a new session or process group
+    (``setsid``, daemons). Scans until a round finds nothing new (at most ``MARKED_KILL_ROUNDS``).
+    Returns the pids signalled.
+    """
+    killed: list[int] = []
+    if not job_ids:
+        return killed
+    for _ in range(MARKED_KILL_ROUNDS):
+        fresh = [p for p in _marked_processes(job_ids) if p.pid not in killed]
+        if not fresh:
+            break
+        for process in fresh:
+            with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):
+                process.kill()
+                killed.append(process.pid)
+    if killed:
+        logger.info("leftover job processes killed pids=%s", killed)
+    return killed
 
 
 def _limit_worker(cpus: frozenset[int], memory_bytes: int, parent_pid: int) -> Callable[[], None]:
@@ -267,6 +330,7 @@ class _Job:
     termination_reason: str | None = None
     kill_at: float | None = None
     runner: threading.Thread | None = None
+    workdir: Path | None = None
     attempts: list[BatchAttempt] = field(default_factory=list)
     last_detail: dict[str, Any] | None = None
 
@@ -358,7 +422,8 @@ class LocalBatchExecutor:
         The worker's base environment (AWS endpoint and credentials). The executor adds the
         submission's environment, ``AWS_REGION``/``AWS_DEFAULT_REGION`` of the zone,
         ``AWS_BATCH_JOB_ID``, ``AWS_BATCH_JOB_ATTEMPT``, ``AWS_BATCH_JQ_NAME``, the BLAS/OpenMP
-        thread counts (the allotted vCPUs) and, when absent, this process's ``PATH``.
+        thread counts (the allotted vCPUs), ``PYTHONPATH`` (``import_root`` first), ``TMPDIR``/``TEMP``/
+        ``TMP`` (inside the job's directory) and, when absent, this process's ``PATH``.
     vcpus : int | None
         Host capacity in vCPUs shared by all jobs; default: the CPUs this process may run on.
     memory_mib : int | None
@@ -369,8 +434,9 @@ class LocalBatchExecutor:
         The interpreter for the default worker command; default ``sys.executable``.
     worker_command : Sequence[str] | None
         The job container's command; default ``[python, "-u", "-m", "worker"]``.
-    cwd : Path | None
-        The worker's working directory; default the repository root (so ``worker`` imports).
+    import_root : Path | None
+        The directory put first on the worker's ``PYTHONPATH``; default the repository root (so
+        ``worker`` imports). The worker's working directory is its own temporary directory.
     min_timeout_seconds : int
         Timeouts below this are raised to it, as AWS Batch's minimum ``attemptDurationSeconds`` (60 s).
     kill_grace_seconds : float
@@ -388,7 +454,7 @@ class LocalBatchExecutor:
         account: str = "000000000000",
         python: str | None = None,
         worker_command: Sequence[str] | None = None,
-        cwd: Path | None = None,
+        import_root: Path | None = None,
         min_timeout_seconds: int = AWS_MIN_TIMEOUT_SECONDS,
         kill_grace_seconds: float = KILL_GRACE_SECONDS,
     ) -> None:
@@ -398,7 +464,7 @@ class LocalBatchExecutor:
         self.account = account
         python = python or sys.executable
         self._command = list(worker_command) if worker_command is not None else [python, "-u", "-m", "worker"]
-        self._cwd = cwd or REPO_ROOT
+        self._import_root = import_root or REPO_ROOT
         self._worker_environment = dict(worker_environment)
         self._min_timeout_seconds = min_timeout_seconds
         self._kill_grace_seconds = kill_grace_seconds
@@ -487,33 +553,48 @@ class LocalBatchExecutor:
             job = self._jobs.get(batch_job_id)
             return None if job is None else job.status
 
-    def shutdown(self, reason: str = SHUTDOWN_REASON, timeout: float = 10.0) -> None:
+    def shutdown(
+        self,
+        reason: str = SHUTDOWN_REASON,
+        timeout: float = 10.0,
+        unstarted_reason: str = SHUTDOWN_UNSTARTED_REASON,
+    ) -> None:
         """Terminate every job that is not final (as ``terminate_job`` does, so their FAILED events
-        reach the bus), wait for the workers to die and join the executor's threads.
+        reach the bus), wait for the workers to die, kill what they left and join the threads.
 
         Parameters
         ----------
         reason : str
-            The ``statusReason`` of the jobs it ends.
+            The ``statusReason`` of the running jobs it ends.
         timeout : float
             Seconds to wait for the workers; any still alive after it are killed outright.
+        unstarted_reason : str
+            The ``statusReason`` of the jobs it ends before they ran (queued or STARTING).
         """
         deadline = time.monotonic() + timeout
         with self._cond:
             self._closed = True
             for job in list(self._jobs.values()):
                 if job.status not in FINAL_STATUSES:
-                    self._terminate_locked(job, reason)
+                    self._terminate_locked(job, reason if job.started_at_ms is not None else unstarted_reason)
             runners = [job.runner for job in self._jobs.values() if job.runner is not None]
         for runner in runners:
             runner.join(max(0.0, deadline - time.monotonic()))
         with self._cond:
+            killed = False
             for job in self._jobs.values():
                 if job.process is not None and not job.exited:
                     logger.warning(
                         "worker killed at shutdown batch_job_id=%s pid=%d", job.job_id, job.process.pid
                     )
                     _signal_group(job.process.pid, signal.SIGKILL)
+                    killed = True
+            started = frozenset(job.job_id for job in self._jobs.values() if job.process is not None)
+        kill_marked_processes(started)
+        if killed:  # let their runners publish the final events and remove the job directories
+            for runner in runners:
+                runner.join(max(0.0, deadline - time.monotonic()) + READER_JOIN_SECONDS)
+        with self._cond:
             self._stopped = True
             self._cond.notify_all()
         self._scheduler.join(max(0.1, deadline - time.monotonic()))
@@ -557,16 +638,80 @@ class LocalBatchExecutor:
     # -- scheduling ------------------------------------------------------------------------------
 
     def _schedule(self) -> None:
+        """The scheduler thread. An error in one job's handling fails that job (see ``_guard_locked``);
+        any other error is logged and the loop goes on: it must never stop scheduling."""
         with self._cond:
             while not self._stopped:
-                while self._submitted:
-                    job = self._submitted.popleft()
-                    self._publish_locked(job, "PENDING", job.note)
-                    self._publish_locked(job, "RUNNABLE", job.note)
-                    self._runnable.append(job)
-                while self._runnable and self._runnable[0].vcpus <= len(self._free_slots):
-                    self._start_locked(self._runnable.popleft())
-                self._cond.wait(self._enforce_deadlines_locked())
+                wait: float | None
+                try:
+                    while self._submitted:
+                        self._guard_locked(self._submitted.popleft(), self._announce_locked)
+                    while self._runnable and self._runnable[0].vcpus <= len(self._free_slots):
+                        self._guard_locked(self._runnable.popleft(), self._start_locked)
+                    wait = self._enforce_deadlines_locked()
+                except Exception:
+                    logger.exception("scheduler error")
+                    wait = SCHEDULER_RETRY_SECONDS
+                self._cond.wait(_clamp_wait(wait))
+
+    def _guard_locked(self, job: _Job, action: Callable[[_Job], None]) -> None:
+        """Run ``action(job)``; when it raises, log the error and fail the job (or, if its worker
+        runs, terminate it) rather than let the error reach the scheduler loop."""
+        try:
+            action(job)
+        except Exception as exc:
+            logger.exception("job handling failed batch_job_id=%s", job.job_id)
+            self._abandon_locked(job, f"{REASON_EXECUTOR_ERROR}: {type(exc).__name__}: {exc}")
+
+    def _abandon_locked(self, job: _Job, reason: str) -> None:
+        """End a job whose handling failed: terminate a spawned worker (its runner publishes the
+        final event); fail any other job that is not final, even if that event cannot be published."""
+        for queue in (self._submitted, self._runnable):
+            if job in queue:
+                queue.remove(job)
+        if job.status in FINAL_STATUSES:
+            return
+        if job.process is not None:
+            self._terminate_locked(job, reason)
+            return
+        job.termination_reason = job.termination_reason or reason  # a runner about to spawn sees it
+        try:
+            self._fail_unstarted_locked(job, reason)
+        except Exception:
+            logger.exception("job failed without its event batch_job_id=%s", job.job_id)
+            job.status = "FAILED"
+            self._release_locked(job)
+
+    def _announce_locked(self, job: _Job) -> None:
+        """Publish PENDING and RUNNABLE (saying why it waits, when it must) and queue the job."""
+        self._publish_locked(job, "PENDING", job.note)
+        waiting = self._waiting_reason_locked(job)
+        reason = ". ".join(r for r in (job.note, waiting) if r) or None
+        self._publish_locked(job, "RUNNABLE", reason)
+        self._runnable.append(job)
+
+    def _waiting_reason_locked(self, job: _Job) -> str | None:
+        """Why a job joining the queue will not start at once, or None when it will.
+
+        Jobs start in FIFO order when enough vCPUs are free: the ones already queued start first
+        if they fit. Example: ``Waiting for 1 vCPU: 2 of 2 in use by other jobs``.
+        """
+        free = len(self._free_slots)
+        blocked_ahead = 0
+        for ahead in self._runnable:
+            if blocked_ahead or ahead.vcpus > free:
+                blocked_ahead += 1
+            else:
+                free -= ahead.vcpus
+        if not blocked_ahead and job.vcpus <= free:
+            return None
+        reason = (
+            f"Waiting for {_plural(job.vcpus, 'vCPU')}: "
+            f"{self.vcpus - free} of {self.vcpus} in use by other jobs"
+        )
+        if blocked_ahead:
+            reason += f", {_plural(blocked_ahead, 'job')} queued ahead"
+        return reason
 
     def _start_locked(self, job: _Job) -> None:
         job.slots = tuple(sorted(self._free_slots)[: job.vcpus])
@@ -586,23 +731,36 @@ class LocalBatchExecutor:
         """Time out and kill what is due; returns seconds until the next deadline (None: none)."""
         now = time.monotonic()
         next_due: float | None = None
-        for job in self._jobs.values():
+        for job in list(self._jobs.values()):
             if job.process is None or job.exited:
                 continue
-            if job.timeout_at is not None and job.termination_reason is None:
-                if job.timeout_at <= now:
-                    logger.info("job timed out batch_job_id=%s seconds=%s", job.job_id, job.timeout_seconds)
-                    self._terminate_locked(job, REASON_TIMEOUT)
-                else:
-                    next_due = job.timeout_at if next_due is None else min(next_due, job.timeout_at)
-            if job.kill_at is not None:
-                if job.kill_at <= now:
-                    logger.info("worker killed batch_job_id=%s pid=%d", job.job_id, job.process.pid)
-                    _signal_group(job.process.pid, signal.SIGKILL)
-                    job.kill_at = None
-                else:
-                    next_due = job.kill_at if next_due is None else min(next_due, job.kill_at)
+            try:
+                due = self._enforce_job_deadlines_locked(job, now)
+            except Exception as exc:
+                logger.exception("deadline handling failed batch_job_id=%s", job.job_id)
+                self._abandon_locked(job, f"{REASON_EXECUTOR_ERROR}: {type(exc).__name__}: {exc}")
+                due = now + SCHEDULER_RETRY_SECONDS
+            if due is not None:
+                next_due = due if next_due is None else min(next_due, due)
         return None if next_due is None else max(0.0, next_due - now)
+
+    def _enforce_job_deadlines_locked(self, job: _Job, now: float) -> float | None:
+        """Time out or kill one running job if due; returns its next deadline (monotonic) or None."""
+        next_due: float | None = None
+        if job.timeout_at is not None and job.termination_reason is None:
+            if job.timeout_at <= now:
+                logger.info("job timed out batch_job_id=%s seconds=%s", job.job_id, job.timeout_seconds)
+                self._terminate_locked(job, REASON_TIMEOUT)
+            else:
+                next_due = job.timeout_at
+        if job.kill_at is not None and job.process is not None:
+            if job.kill_at <= now:
+                logger.info("worker killed batch_job_id=%s pid=%d", job.job_id, job.process.pid)
+                _signal_group(job.process.pid, signal.SIGKILL)
+                job.kill_at = None
+            else:
+                next_due = job.kill_at if next_due is None else min(next_due, job.kill_at)
+        return next_due
 
     def _terminate_locked(self, job: _Job, reason: str) -> None:
         if job.status in QUEUED_STATUSES:
@@ -621,20 +779,26 @@ class LocalBatchExecutor:
 
     # -- running ---------------------------------------------------------------------------------
 
-    def _environment(self, job: _Job) -> dict[str, str]:
+    def _environment(self, job: _Job, workdir: Path) -> dict[str, str]:
         env = dict(self._worker_environment)
         env.update(job.submission.environment)
         threads = str(job.vcpus)
+        tmp = str(workdir / "tmp")
+        pythonpath = [str(self._import_root), *filter(None, [env.get("PYTHONPATH")])]
         env.update(
             {
                 "AWS_REGION": job.gateway.region,
                 "AWS_DEFAULT_REGION": job.gateway.region,
-                "AWS_BATCH_JOB_ID": job.job_id,
+                JOB_MARKER_VARIABLE: job.job_id,
                 "AWS_BATCH_JOB_ATTEMPT": "1",
                 "AWS_BATCH_JQ_NAME": job.submission.job_queue.rsplit("/", 1)[-1],
                 "OPENBLAS_NUM_THREADS": threads,
                 "OMP_NUM_THREADS": threads,
                 "MKL_NUM_THREADS": threads,
+                "PYTHONPATH": os.pathsep.join(pythonpath),
+                "TMPDIR": tmp,
+                "TEMP": tmp,
+                "TMP": tmp,
             }
         )
         env.setdefault("PATH", os.environ.get("PATH", os.defpath))
@@ -646,10 +810,12 @@ class LocalBatchExecutor:
         hard = resource.getrlimit(resource.RLIMIT_AS)[1]
         if hard != resource.RLIM_INFINITY:
             memory_bytes = min(memory_bytes, hard)
+        job.workdir = workdir = Path(tempfile.mkdtemp(prefix=JOB_DIR_PREFIX))
+        (workdir / "tmp").mkdir()
         return subprocess.Popen(  # noqa: S603 - the command is the executor's own worker command
             self._command,
-            cwd=self._cwd,
-            env=self._environment(job),
+            cwd=workdir,
+            env=self._environment(job, workdir),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             # One pipe for both streams: the log keeps the order the program wrote its lines in
@@ -661,7 +827,42 @@ class LocalBatchExecutor:
         )
 
     def _run(self, job: _Job) -> None:
-        """A running job's thread: spawn, ship the console, wait, publish the final event."""
+        """A running job's thread: run it (``_run_job``), then remove its working directory.
+
+        An unexpected error is logged and ends the job: its processes are killed and it fails.
+        """
+        try:
+            self._run_job(job)
+        except Exception as exc:
+            logger.exception("job runner failed batch_job_id=%s", job.job_id)
+            self._abort_run(job, f"{REASON_EXECUTOR_ERROR}: {type(exc).__name__}: {exc}")
+        finally:
+            if job.workdir is not None:
+                shutil.rmtree(job.workdir, ignore_errors=True)
+
+    def _abort_run(self, job: _Job, reason: str) -> None:
+        """After a runner error: kill the worker and what it left, then fail the job if not final."""
+        with self._cond:
+            process = job.process
+        if process is not None:
+            _signal_group(process.pid, signal.SIGKILL)
+            with contextlib.suppress(OSError, subprocess.SubprocessError):
+                process.wait(READER_JOIN_SECONDS)
+            kill_marked_processes(frozenset({job.job_id}))
+        with self._cond:
+            job.exited = True
+            job.kill_at = None
+            self._abandon_locked(job, reason)
+            if job.status not in FINAL_STATUSES:  # started: _abandon_locked left it to this runner
+                self._release_locked(job)
+                try:
+                    self._publish_locked(job, "FAILED", reason, stopped_at_ms=_now_ms(), task=job.task)
+                except Exception:
+                    logger.exception("job failed without its event batch_job_id=%s", job.job_id)
+                    job.status = "FAILED"
+
+    def _run_job(self, job: _Job) -> None:
+        """Spawn the worker, ship its console, wait for it, kill what it left, publish the final event."""
         stream = job.log_stream
         logs_ready = job.gateway.open_log_stream(stream)
         with self._cond:
@@ -696,8 +897,10 @@ class LocalBatchExecutor:
         with self._cond:
             job.exited = True
             job.kill_at = None
-        # The container stops with its essential process: nothing it started survives it.
+        # The container stops with its essential process: nothing it started survives it, not even
+        # what left its process group (found by the job id in its environment).
         _signal_group(process.pid, signal.SIGKILL)
+        kill_marked_processes(frozenset({job.job_id}))
         for reader in readers:
             reader.join(READER_JOIN_SECONDS)
         shipper.close()  # the whole log is readable before the final status is

@@ -4,7 +4,8 @@ When the stack stops, its job subprocesses stop with it. A clean stop ends them 
 executor (each gets its FAILED event); after a crash, the jobs table still says Queued, Starting or
 Running. At the next start each such job gets the event AWS Batch would have sent for a job whose
 host vanished: FAILED, ``Local stack stopped while the job ran``, with the job's stored ``startedAt``
-and ``stoppedAt`` = when the stack was last alive. The batch_events Lambda settles it like any other
+and ``stoppedAt`` = when the stack was last alive (``Local stack stopped before the job ran`` for a
+job that has no ``startedAt``). The batch_events Lambda settles it like any other
 (charged for the time it ran, nothing if it never started).
 """
 
@@ -23,12 +24,13 @@ from functions.domain.machine_classes import machine_class
 from functions.domain.status import JobStatus
 from functions.settings import Settings
 from remote_batch.local.events import BatchAttempt, batch_job_state_change, task_arn
-from remote_batch.local.executor import SHUTDOWN_REASON
+from remote_batch.local.executor import SHUTDOWN_REASON, SHUTDOWN_UNSTARTED_REASON
 from remote_batch.local.lambda_context import LOCAL_ACCOUNT_ID
 
 logger = logging.getLogger(__name__)
 
 STOPPED_REASON = SHUTDOWN_REASON
+STOPPED_UNSTARTED_REASON = SHUTDOWN_UNSTARTED_REASON
 _UNFINISHED = (JobStatus.QUEUED, JobStatus.STARTING, JobStatus.RUNNING)
 _deserializer = TypeDeserializer()
 
@@ -62,7 +64,8 @@ def stopped_event(job: Job, settings: Settings, stopped_at: datetime) -> dict[st
     """The FAILED ``Batch Job State Change`` envelope of a job the stack stopped under.
 
     ``stoppedAt`` is never before the job's ``startedAt`` (a job that started after the last
-    snapshot ran for no time we know of).
+    snapshot ran for no time we know of). The reason is ``STOPPED_REASON`` for a job that started,
+    ``STOPPED_UNSTARTED_REASON`` for one that never did.
     """
     zone = settings.zones[job.geo_zone]
     route = zone.routes[job.machine_class]
@@ -70,6 +73,7 @@ def stopped_event(job: Job, settings: Settings, stopped_at: datetime) -> dict[st
     batch_job_id = job.batch_job_id or f"lost-{job.job_id}"
     started_ms = _ms(job.started_at) if job.started_at else None
     stopped_ms = max(_ms(stopped_at), started_ms or 0)
+    reason = STOPPED_REASON if started_ms is not None else STOPPED_UNSTARTED_REASON
     attempts: tuple[BatchAttempt, ...] = ()
     if started_ms is not None:
         attempts = (
@@ -79,7 +83,7 @@ def stopped_event(job: Job, settings: Settings, stopped_at: datetime) -> dict[st
                 task_arn=task_arn(zone.region, LOCAL_ACCOUNT_ID, batch_job_id),
                 started_at_ms=started_ms,
                 stopped_at_ms=stopped_ms,
-                status_reason=STOPPED_REASON,
+                status_reason=reason,
             ),
         )
     return batch_job_state_change(
@@ -94,7 +98,7 @@ def stopped_event(job: Job, settings: Settings, stopped_at: datetime) -> dict[st
         vcpus=machine.vcpus,
         memory_mib=machine.memory_mib,
         gpus=machine.gpus,
-        status_reason=STOPPED_REASON,
+        status_reason=reason,
         started_at_ms=started_ms,
         stopped_at_ms=stopped_ms,
         log_stream=job.log_stream_name,

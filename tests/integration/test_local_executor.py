@@ -6,8 +6,10 @@ do not depend on the real worker.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -36,7 +38,7 @@ MARKER = f"remote-batch-fake-worker-{uuid.uuid4().hex}"  # unique to this test r
 FAKE_WORKER = textwrap.dedent(
     f"""
     # {MARKER}
-    import os, resource, signal, subprocess, sys, time
+    import importlib.util, os, resource, signal, subprocess, sys, tempfile, time
     if os.environ.get("IGNORE_TERM"):
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
     if os.environ.get("SHOW_LIMITS"):
@@ -49,6 +51,14 @@ FAKE_WORKER = textwrap.dedent(
         import numpy, scipy.linalg, sklearn.linear_model
         a = numpy.random.rand(300, 300)
         print("science ok", float(scipy.linalg.norm(a @ a.T)) > 0)
+    if os.environ.get("SHOW_DIRS"):
+        print("cwd", os.getcwd())
+        print("tmp", tempfile.gettempdir())
+        print("output", tempfile.mkdtemp(prefix="remote-batch-output-"))
+        print("worker importable", importlib.util.find_spec("worker") is not None)
+    if os.environ.get("ESCAPE"):
+        # A new session and process group: out of reach of killpg.
+        print("escaped", subprocess.Popen(["setsid", "sleep", "780"]).pid)
     if os.environ.get("GRANDCHILD"):
         subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)  # {MARKER}"])
     for i in range(int(os.environ.get("LINES", "1"))):
@@ -216,6 +226,49 @@ def _ignores_sigterm(pid: int, timeout: float = 5) -> bool:
             return True
         time.sleep(0.01)
     return False
+
+
+def _wait_log_line(logs, job_id: str, prefix: str, timeout: float = 10) -> str:
+    """The first console line of the job starting with ``prefix`` (polls CloudWatch Logs)."""
+    stream = f"remote-batch-worker/default/{job_id}"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with contextlib.suppress(logs.exceptions.ResourceNotFoundException):
+            for message in _log_messages(logs, stream):
+                if message.startswith(prefix):
+                    return message
+        time.sleep(0.05)
+    raise AssertionError(f"no line {prefix!r} in the log of {job_id}")
+
+
+def _dead(pid: int, timeout: float = 5) -> bool:
+    """Whether the process is gone (or a zombie, waiting for a reaper) within ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                return True
+        except psutil.NoSuchProcess:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def _eventually(condition: Callable[[], bool], timeout: float = 5) -> bool:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+def _kill_if_sleep_780(pid: int) -> None:
+    """Cleanup of an escaped ``sleep 780`` the executor missed (checked, in case the pid was reused)."""
+    with contextlib.suppress(psutil.Error):
+        process = psutil.Process(pid)
+        if process.cmdline() == ["sleep", "780"]:
+            process.kill()
 
 
 def _wait_gone(pid: int, timeout: float = 5) -> bool:
@@ -434,9 +487,12 @@ def test_shutdown_terminates_everything_and_leaves_no_process(make_stack):
     stack.executor.shutdown()
 
     assert stack.bus.wait_idle(5)
-    for job_id in [*running, queued]:
+    for job_id in running:
         final = stack.delivered.wait_for(job_id, "FAILED", timeout=1)["detail"]
         assert final["statusReason"] == "Local stack stopped while the job ran"
+    # A job that never started was not stopped "while it ran".
+    final = stack.delivered.wait_for(queued, "FAILED", timeout=1)["detail"]
+    assert final["statusReason"] == "Local stack stopped before the job ran"
     assert "startedAt" not in stack.delivered.wait_for(queued, "FAILED")["detail"]
     assert not any(psutil.pid_exists(pid) for pid in pids)
     assert _fake_workers() == []
@@ -453,6 +509,137 @@ def test_spawn_failure_fails_the_job_without_starting(make_stack):
     assert stack.delivered.statuses(job_id) == ["PENDING", "RUNNABLE", "STARTING", "FAILED"]
     assert final["statusReason"].startswith("CannotStartContainerError")
     assert "startedAt" not in final
+
+
+def test_a_timeout_beyond_the_longest_wait_does_not_stop_the_scheduler(make_stack):
+    # Given a running job whose timeout is further away than Condition.wait can wait
+    stack = make_stack(vcpus=2)
+    far = stack.gateway.submit_job(_submission(timeout=10**10, SLEEP="30"))
+    stack.delivered.wait_for(far, "RUNNING")
+    time.sleep(0.2)  # the scheduler goes back to waiting on the far deadline
+
+    # When another job comes
+    other = stack.gateway.submit_job(_submission())
+
+    # Then it still runs, and the far one can still be terminated
+    stack.delivered.wait_for(other, "SUCCEEDED")
+    stack.gateway.terminate_job(far, "Terminated by the user")
+    assert stack.delivered.wait_for(far, "FAILED")["detail"]["timeout"] == {"attemptDurationSeconds": 10**10}
+
+
+def test_an_error_handling_one_job_fails_it_and_scheduling_goes_on(make_stack, monkeypatch):
+    # Given a bus that cannot take one job's RUNNABLE event
+    stack = make_stack(vcpus=1)
+    poisoned = _submission()
+    publish = stack.bus.publish
+
+    def flaky_publish(envelope: dict) -> None:
+        detail = envelope["detail"]
+        if detail["jobName"] == poisoned.job_name and detail["status"] == "RUNNABLE":
+            raise OSError("No space left on device")
+        publish(envelope)
+
+    monkeypatch.setattr(stack.bus, "publish", flaky_publish)
+
+    # When it and another job are submitted
+    bad = stack.gateway.submit_job(poisoned)
+    good = stack.gateway.submit_job(_submission())
+
+    # Then that job fails with the error, and the other one runs
+    final = stack.delivered.wait_for(bad, "FAILED")["detail"]
+    assert final["statusReason"] == "Local Batch executor error: OSError: No space left on device"
+    assert "startedAt" not in final
+    stack.delivered.wait_for(good, "SUCCEEDED")
+    assert stack.delivered.statuses(good) == ["PENDING", "RUNNABLE", "STARTING", "RUNNING", "SUCCEEDED"]
+
+
+@pytest.mark.parametrize("ending", ["terminated", "exited"])
+def test_processes_that_left_the_process_group_end_with_the_job(make_stack, logs, ending):
+    # Given a job that started a process in a new session (reparented to init when the worker dies)
+    stack = make_stack()
+    job_id = stack.gateway.submit_job(_submission(ESCAPE="1", SLEEP="30" if ending == "terminated" else "0"))
+    pid = int(_wait_log_line(logs, job_id, "escaped ").split()[1])
+    try:
+        assert os.getsid(pid) == pid  # it leads a session of its own
+
+        # When the job is terminated, or its worker exits
+        if ending == "terminated":
+            stack.gateway.terminate_job(job_id, "Terminated by the user")
+            stack.delivered.wait_for(job_id, "FAILED")
+        else:
+            stack.delivered.wait_for(job_id, "SUCCEEDED")
+
+        # Then that process is killed too
+        assert _dead(pid, timeout=3), "the escaped process survived the job"
+    finally:
+        _kill_if_sleep_780(pid)
+
+
+@pytest.mark.parametrize("ending", ["exited", "terminated"])
+def test_each_job_runs_in_its_own_directory_removed_when_it_ends(make_stack, logs, ending):
+    stack = make_stack()
+
+    job_id = stack.gateway.submit_job(
+        _submission(SHOW_DIRS="1", SLEEP="30" if ending == "terminated" else "0")
+    )
+    if ending == "terminated":
+        _wait_log_line(logs, job_id, "worker importable")
+        stack.gateway.terminate_job(job_id, "Terminated by the user")
+        stack.delivered.wait_for(job_id, "FAILED")
+    else:
+        stack.delivered.wait_for(job_id, "SUCCEEDED")
+
+    messages = _log_messages(logs, f"remote-batch-worker/default/{job_id}")
+    lines = dict(m.split(" ", 1) for m in messages if m.startswith(("cwd ", "tmp ", "output ")))
+    job_dir = Path(lines["cwd"])
+    assert job_dir.name.startswith("remote-batch-job-")
+    assert job_dir != Path(__file__).resolve().parents[2]
+    assert Path(lines["tmp"]).is_relative_to(job_dir)
+    assert Path(lines["output"]).is_relative_to(job_dir)
+    assert "worker importable True" in messages  # the repository is on PYTHONPATH
+    # (removed just after the final event is published)
+    assert _eventually(lambda: not job_dir.exists()), f"{job_dir} is left behind"
+
+
+def test_runnable_event_says_why_the_job_waits(make_stack):
+    # Given a 2-vCPU host with 1 vCPU taken
+    stack = make_stack(vcpus=2, memory_mib=4096)
+    blocker = stack.gateway.submit_job(_submission(SLEEP="30"))
+    stack.delivered.wait_for(blocker, "RUNNING")
+
+    # When a job needing 2 vCPUs (and more than the host has) and one needing 1 vCPU queue up
+    big = stack.gateway.submit_job(_submission(vcpus=8, memory_mib=8192))
+    small = stack.gateway.submit_job(_submission())
+    stack.delivered.wait_for(small, "RUNNABLE")
+    stack.gateway.terminate_job(blocker, "done")
+    stack.delivered.wait_for(small, "SUCCEEDED")
+
+    # Then their RUNNABLE events say why they wait (FIFO: the small one waits behind the big one)
+    def reasons(job_id: str) -> dict[str, str | None]:
+        return {e["detail"]["status"]: e["detail"].get("statusReason") for e in stack.delivered.of(job_id)}
+
+    note = "Machine class needs 8 vCPUs and 8 GiB; this host runs it with 2 vCPUs and 4 GiB"
+    assert reasons(big)["RUNNABLE"] == f"{note}. Waiting for 2 vCPUs: 1 of 2 in use by other jobs"
+    assert reasons(big)["RUNNING"] == note
+    assert reasons(small)["RUNNABLE"] == "Waiting for 1 vCPU: 1 of 2 in use by other jobs, 1 job queued ahead"
+    assert reasons(small)["RUNNING"] is None
+    assert reasons(blocker)["RUNNABLE"] is None
+    for job_id in (big, small):
+        statuses = stack.delivered.statuses(job_id)
+        assert statuses == ["PENDING", "RUNNABLE", "STARTING", "RUNNING", "SUCCEEDED"]
+
+
+def test_runnable_event_says_all_vcpus_are_in_use(make_stack):
+    stack = make_stack(vcpus=2)
+    blocker = stack.gateway.submit_job(_submission(vcpus=2, SLEEP="30"))
+    stack.delivered.wait_for(blocker, "RUNNING")
+
+    queued = stack.gateway.submit_job(_submission())
+    runnable = stack.delivered.wait_for(queued, "RUNNABLE")["detail"]
+
+    assert runnable["statusReason"] == "Waiting for 1 vCPU: 2 of 2 in use by other jobs"
+    stack.gateway.terminate_job(blocker, "done")
+    stack.delivered.wait_for(queued, "SUCCEEDED")
 
 
 @pytest.mark.skipif(
@@ -509,6 +696,7 @@ def test_worker_dies_with_a_killed_executor():
         assert host.stdout.readline().strip() == "running"
         workers = psutil.Process(host.pid).children()
         assert len(workers) == 1
+        job_dir = Path(workers[0].cwd())
 
         # When the executor is SIGKILLed (no chance to clean up)
         host.kill()
@@ -516,6 +704,9 @@ def test_worker_dies_with_a_killed_executor():
 
         # Then its worker dies too (PR_SET_PDEATHSIG)
         assert _wait_gone(workers[0].pid)
+        # (nobody was left to remove the job's directory)
+        assert job_dir.name.startswith("remote-batch-job-")
+        shutil.rmtree(job_dir)
     finally:
         host.kill()
         host.wait(5)

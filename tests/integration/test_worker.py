@@ -85,7 +85,7 @@ def test_code_result_and_messages_are_uploaded(s3):
     assert job.output_json("result.json") == {"result": 4, "resultRepr": "4"}
     assert job.output_json("messages.json") == {"messages": ["<job>:2: UserWarning: w"], "error": None}
     assert cloudpickle.loads(job.output("result.pickle")) == 4
-    assert job.output_names() == ["messages.json", "result.json", "result.pickle"]
+    assert job.output_names() == ["messages.json", "preview.png", "result.json", "result.pickle"]
 
 
 def test_failing_code_still_uploads_its_outputs(s3):

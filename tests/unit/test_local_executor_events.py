@@ -1,4 +1,5 @@
-"""The local stack's ``Batch Job State Change`` builder and the bigger-than-host note."""
+"""The local stack's ``Batch Job State Change`` builder, the bigger-than-host note and the events of
+jobs a stopped stack left unfinished."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ from datetime import UTC, datetime
 
 import pytest
 
-from functions.domain.machine_classes import machine_class
+from functions.domain.jobs import Job, JobType, PayloadKind
+from functions.domain.machine_classes import GeoZone, machine_class
+from functions.domain.status import JobStatus
 from functions.ports import BatchSubmission
 from remote_batch.local.events import (
     BatchAttempt,
@@ -19,7 +22,9 @@ from remote_batch.local.events import (
     job_queue_arn,
     log_stream_name,
 )
-from remote_batch.local.executor import host_note
+from remote_batch.local.executor import SHUTDOWN_REASON, SHUTDOWN_UNSTARTED_REASON, host_note
+from remote_batch.local.recovery import stopped_event
+from remote_batch.local.resources import local_settings
 
 REGION = "us-east-1"
 ACCOUNT = "000000000000"
@@ -214,3 +219,47 @@ def _submission(class_name: str) -> BatchSubmission:
 )
 def test_host_note(class_name, host_vcpus, host_mib, expected):
     assert host_note(_submission(class_name), host_vcpus, host_mib) == expected
+
+
+def _unfinished_job(status: JobStatus, started_at: datetime | None) -> Job:
+    return Job(
+        job_id="job-01JDXYZ0000000000000000000",
+        account_id="alice",
+        name=None,
+        type=JobType.SINGLE,
+        payload_kind=PayloadKind.CODE,
+        machine_class="Basic1x8",
+        geo_zone=GeoZone.UNITED_STATES,
+        credit_constraint=None,
+        time_constraint=None,
+        notifications=(),
+        submitted_at=datetime(2026, 1, 1, 12, 0, tzinfo=UTC),
+        status=status,
+        batch_job_id=JOB_ID,
+        started_at=started_at,
+    )
+
+
+def test_recovery_says_a_job_that_never_started_was_stopped_before_it_ran():
+    stopped_at = datetime(2026, 1, 1, 12, 5, tzinfo=UTC)
+
+    detail = stopped_event(_unfinished_job(JobStatus.QUEUED, None), local_settings(), stopped_at)["detail"]
+
+    assert SHUTDOWN_UNSTARTED_REASON == "Local stack stopped before the job ran"
+    assert detail["status"] == "FAILED"
+    assert detail["statusReason"] == "Local stack stopped before the job ran"
+    assert "startedAt" not in detail
+    assert detail["attempts"] == []
+
+
+def test_recovery_says_a_started_job_was_stopped_while_it_ran():
+    started_at = datetime(2026, 1, 1, 12, 1, tzinfo=UTC)
+    stopped_at = datetime(2026, 1, 1, 12, 5, tzinfo=UTC)
+
+    detail = stopped_event(_unfinished_job(JobStatus.RUNNING, started_at), local_settings(), stopped_at)[
+        "detail"
+    ]
+
+    assert SHUTDOWN_REASON == "Local stack stopped while the job ran"
+    assert detail["statusReason"] == "Local stack stopped while the job ran"
+    assert detail["attempts"][0]["statusReason"] == "Local stack stopped while the job ran"

@@ -229,8 +229,19 @@ def test_figure_result_gets_a_png_preview():
     assert encoded.preview_png.startswith(b"\x89PNG\r\n\x1a\n")
 
 
-def test_other_results_get_no_preview():
-    assert encode_outcome(run_code("'text'")).preview_png is None
+def test_other_results_get_their_repr_as_a_text_preview():
+    # API.md: preview.png is "a matplotlib figure as drawn; anything else its repr rendered as text".
+    import io
+
+    from PIL import Image
+
+    png = encode_outcome(run_code("{'answer': 42}")).preview_png
+    assert png is not None
+    assert png.startswith(b"\x89PNG\r\n\x1a\n")
+    image = Image.open(io.BytesIO(png))
+    assert image.width > 100
+    assert image.getextrema() != ((255, 255), (255, 255), (255, 255))  # something was drawn
+    assert encode_outcome(run_code("x = 1")).preview_png is None  # a None result has no preview
 
 
 def test_scikit_learn_digits_classifier_is_accurate():
