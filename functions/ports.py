@@ -76,6 +76,9 @@ class JobRepository(Protocol):
     def list_metered_jobs(self) -> Iterable[Job]:
         """Jobs that are Starting or Running (a sparse index: cost grows with running jobs only)."""
 
+    def mark_data_deleted(self, job_id: str, now: datetime) -> None:
+        """Record that a final job's inputs, outputs and log were deleted at ``now``."""
+
     def list_stale_jobs(self, last_event_before: datetime) -> Iterable[Job]:
         """Jobs not final whose last event is older than ``last_event_before`` (events may be lost)."""
 
@@ -180,6 +183,9 @@ class LogReader(Protocol):
 
     def read(self, log_stream_name: str, since: datetime | None, limit: int) -> list[LogEvent]:
         """Up to ``limit`` events of the stream from ``since`` on, oldest first ([] if no stream)."""
+
+    def delete(self, log_stream_name: str) -> None:
+        """Delete the stream (no-op when it does not exist)."""
 
 
 @dataclass(frozen=True, slots=True)

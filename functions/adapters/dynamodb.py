@@ -127,6 +127,7 @@ def job_to_item(job: Job) -> dict[str, Any]:
         "childStatusCounts": job.child_status_counts,
         "sentNotifications": set(job.sent_notifications) or None,
         "notificationLog": [_record_to_item(r) for r in job.notification_log] or None,
+        "dataDeletedAt": to_sortable(job.data_deleted_at) if job.data_deleted_at else None,
         "ttl": int((job.submitted_at + RECORD_TTL).timestamp()),
     }
     if job.type != JobType.ARRAY_CHILD:
@@ -171,6 +172,7 @@ def job_from_item(item: dict[str, Any]) -> Job:
         child_status_counts={k: int(v) for k, v in counts.items()} if counts else None,
         sent_notifications=frozenset(item.get("sentNotifications", ())),
         notification_log=tuple(_record_from_item(r) for r in item.get("notificationLog", [])),
+        data_deleted_at=_opt_time(item.get("dataDeletedAt")),
     )
 
 
@@ -506,6 +508,17 @@ class DynamoJobStore:
             if not page.get("LastEvaluatedKey"):
                 return
             kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+    def mark_data_deleted(self, job_id: str, now: datetime) -> None:
+        """Record that a final job's data was deleted by its owner (its data routes answer 410)."""
+        self._call(
+            "update_item",
+            TableName=self._jobs,
+            Key=_item({"jobId": job_id}),
+            UpdateExpression="SET dataDeletedAt = if_not_exists(dataDeletedAt, :now)",
+            ConditionExpression="attribute_exists(jobId)",
+            ExpressionAttributeValues={":now": _ser(to_sortable(now))},
+        )
 
     def list_stale_jobs(self, last_event_before: datetime) -> Iterator[Job]:
         """Jobs that are not final and whose last event is older than ``last_event_before``

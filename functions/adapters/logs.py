@@ -45,3 +45,11 @@ class CloudWatchLogReader:
                 return []
             raise DependencyFailed("The job's log could not be read; try again shortly.") from exc
         return events[:limit]
+
+    def delete(self, log_stream_name: str) -> None:
+        """DeleteLogStream; a stream that does not exist is already deleted."""
+        try:
+            self._logs.delete_log_stream(logGroupName=self.log_group, logStreamName=log_stream_name)
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") != "ResourceNotFoundException":
+                raise DependencyFailed("The job's log could not be deleted; try again shortly.") from exc

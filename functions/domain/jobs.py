@@ -132,6 +132,7 @@ class Job:
     child_status_counts: dict[str, int] | None = None
     sent_notifications: frozenset[str] = field(default_factory=frozenset)
     notification_log: tuple[NotificationRecord, ...] = ()
+    data_deleted_at: datetime | None = None
 
     @property
     def expires_at(self) -> datetime:
@@ -144,8 +145,8 @@ class Job:
         return self.status.is_final
 
     def is_expired(self, now: datetime) -> bool:
-        """True from ``expiresAt`` on."""
-        return now >= self.expires_at
+        """True from ``expiresAt`` on, or once its owner deleted its data (``DELETE /jobs/{jobId}``)."""
+        return now >= self.expires_at or self.data_deleted_at is not None
 
 
 @dataclass(frozen=True, slots=True)

@@ -57,6 +57,8 @@ from functions.handlers.api_models import (
     JobResultView,
     JobView,
     MachineClassesView,
+    OutputFileView,
+    OutputsView,
     SubmitJobBody,
     UsageView,
     account_view,
@@ -374,6 +376,27 @@ def get_log(
         writer.writerows([e.timestamp, e.message] for e in events)
         return Response(200, "text/csv; charset=utf-8", out.getvalue())
     return Response(200, content_types.APPLICATION_JSON, JobLogView(jobId=jobId, events=events))
+
+
+@app.get("/jobs/<jobId>/outputs", summary="The job's output files with presigned URLs (15 min)")
+def get_outputs(jobId: str, services: ServicesDep, caller: CallerDep) -> OutputsView:
+    files = queries.list_outputs(services, caller.account_id, jobId, services.clock())
+    return OutputsView(files=[OutputFileView(name=f.name, size=f.size, url=f.url) for f in files])
+
+
+@app.get("/jobs/<jobId>/preview.png", summary="A picture of the result (OutputPreviewImage)")
+def get_preview(jobId: str, services: ServicesDep, caller: CallerDep) -> Response[Any]:
+    png = queries.get_preview(services, caller.account_id, jobId, services.clock())
+    # Base64 with isBase64Encoded: API Gateway turns it back into bytes (binary media type image/png).
+    response: Response[Any] = Response(200, "image/png", base64.b64encode(png).decode())
+    response.base64_encoded = True
+    return response
+
+
+@app.delete("/jobs/<jobId>", summary="Delete a final job's inputs, outputs and log now")
+def delete_job(jobId: str, services: ServicesDep, caller: CallerDep) -> Response[Any]:
+    queries.delete_job_data(services, caller.account_id, jobId, services.clock())
+    return Response(204, content_types.TEXT_PLAIN, "")
 
 
 @app.get("/account", summary="The caller's account and credit balance")

@@ -139,6 +139,20 @@ class JobResultView(BaseModel):
     messages: list[str] = Field(default_factory=list)
 
 
+class OutputFileView(BaseModel):
+    """One output file: name under ``$REMOTE_BATCH_OUTPUT_DIR``, size in bytes, presigned URL (15 min)."""
+
+    name: str
+    size: int
+    url: str
+
+
+class OutputsView(BaseModel):
+    """``GET /jobs/{jobId}/outputs``."""
+
+    files: list[OutputFileView]
+
+
 class LogEventView(BaseModel):
     """One line of a job's log."""
 

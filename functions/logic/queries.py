@@ -9,7 +9,7 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
-from functions.domain.errors import Expired, JobNotFinished, NoOutput
+from functions.domain.errors import Conflict, Expired, JobNotFinished, NoOutput, NotFound
 from functions.domain.jobs import Account, Job, is_credit_constraint_reason
 from functions.domain.status import JobStatus
 from functions.logic.job_events import output_key
@@ -38,12 +38,19 @@ class JobResult:
     pickle: str | None = None
 
 
+def expired(job_id: str) -> Expired:
+    """The 410 of a job whose data passed its 14-day retention or was deleted by its owner."""
+    return Expired(
+        f"Job {job_id}'s inputs, outputs and log are gone: past their 14-day retention, or deleted."
+    )
+
+
 def _final_job_with_data(services: Services, account_id: str, job_id: str, now: datetime) -> Job:
     job = get_owned_job(services, account_id, job_id)
     if not job.is_final:
         raise JobNotFinished(f"Job {job_id} is {job.status.value}; its result exists once it is final.")
     if job.is_expired(now):
-        raise Expired(f"Job {job_id}'s outputs expired on its 14-day retention.")
+        raise expired(job_id)
     return job
 
 
@@ -116,7 +123,7 @@ def get_log(
     """
     job = get_owned_job(services, account_id, job_id)
     if job.is_expired(now):
-        raise Expired(f"Job {job_id}'s log expired on its 14-day retention.")
+        raise expired(job_id)
     if not job.log_stream_name:
         return []
     return services.zones[job.geo_zone].logs.read(job.log_stream_name, since, MAX_LOG_EVENTS)
@@ -133,3 +140,72 @@ def get_or_create_account(
             now,
         )
     return account
+
+
+@dataclass(frozen=True, slots=True)
+class OutputFile:
+    """One file the job wrote under ``$REMOTE_BATCH_OUTPUT_DIR``: its relative name, size in bytes,
+    and a presigned GET URL valid 15 minutes."""
+
+    name: str
+    size: int
+    url: str
+
+
+def list_outputs(services: Services, account_id: str, job_id: str, now: datetime) -> list[OutputFile]:
+    """``GET /jobs/{jobId}/outputs``: the job's output files (those written so far while it runs).
+
+    Raises ``NotFound`` or ``Expired``; a job stopped at its CreditConstraint has none (discarded).
+    """
+    job = get_owned_job(services, account_id, job_id)
+    if job.is_expired(now):
+        raise expired(job_id)
+    if job.status_reason and is_credit_constraint_reason(job.status_reason):
+        return []
+    blobs = services.zones[job.geo_zone].blobs
+    prefix = output_key(job_id, "files/")
+    return [
+        OutputFile(name=o.key[len(prefix) :], size=o.size, url=blobs.presigned_get(o.key, PRESIGNED_SECONDS))
+        for o in sorted(blobs.list(prefix), key=lambda o: o.key)
+    ]
+
+
+def get_preview(services: Services, account_id: str, job_id: str, now: datetime) -> bytes:
+    """``GET /jobs/{jobId}/preview.png``: the PNG the worker drew of the result.
+
+    Raises ``NotFound`` (no such job, or no preview: a None result, a job not finished), ``Expired``.
+    """
+    job = get_owned_job(services, account_id, job_id)
+    if job.is_expired(now):
+        raise expired(job_id)
+    data = None
+    if not (job.status_reason and is_credit_constraint_reason(job.status_reason)):
+        data = services.zones[job.geo_zone].blobs.get(output_key(job_id, "preview.png"), INLINE_LIMIT_BYTES)
+    if data is None:
+        raise NotFound(f"Job {job_id} has no preview image.")
+    return data
+
+
+def delete_job_data(services: Services, account_id: str, job_id: str, now: datetime) -> int:
+    """``DELETE /jobs/{jobId}``: delete a final job's inputs, outputs and log now instead of at expiry.
+
+    The job record stays (history keeps working). Returns how many objects were deleted.
+
+    Raises
+    ------
+    NotFound
+        Not this account's job.
+    Conflict
+        The job is not final.
+    """
+    job = get_owned_job(services, account_id, job_id)
+    if not job.is_final:
+        raise Conflict(
+            f"Job {job_id} is {job.status.value}; abort it, then delete its data once it is final."
+        )
+    services.store.mark_data_deleted(job_id, now)
+    zone = services.zones[job.geo_zone]
+    removed = zone.blobs.delete_prefix(f"inputs/{job_id}/") + zone.blobs.delete_prefix(f"outputs/{job_id}/")
+    if job.log_stream_name:
+        zone.logs.delete(job.log_stream_name)
+    return removed

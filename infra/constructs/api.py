@@ -119,6 +119,8 @@ class Api(Construct):
             rest_api_name=constants.SERVICE_NAME,
             description=f"{constants.SERVICE_NAME} HTTP API, version 1 (API.md)",
             endpoint_types=[apigw.EndpointType.REGIONAL],
+            # GET /jobs/{jobId}/preview.png answers bytes (base64 from the Lambda, binary to clients).
+            binary_media_types=["image/png"],
             cloud_watch_role=True,
             cloud_watch_role_removal_policy=RemovalPolicy.RETAIN,
             deploy_options=apigw.StageOptions(

@@ -1,0 +1,82 @@
+"""Output files, the preview image and deleting a job's data (API.md job routes)."""
+
+from __future__ import annotations
+
+import base64
+
+import boto3
+
+from functions.handlers import api
+from tests.events import api_event, batch_event, job_lifecycle
+from tests.fakes import FakeLambdaContext
+
+T0 = 1_796_000_000_000
+BUCKET = "test-data-us-east-1"
+PNG = b"\x89PNG\r\n\x1a\nfake"
+
+
+def finished(stack, outputs):
+    _, job = stack.api("POST", "/jobs", body={"command": ["true"]})
+    job_id = job["jobId"]
+    batch_id = stack.services.store.get_job(job_id).batch_job_id
+    s3 = boto3.client("s3", region_name="us-east-1")
+    for name, body in outputs.items():
+        s3.put_object(Bucket=BUCKET, Key=f"outputs/{job_id}/{name}", Body=body)
+    for event in job_lifecycle(job_id, batch_id, created_at=T0, started_at=T0, stopped_at=T0 + 1_000):
+        stack.deliver(event)
+    return job_id
+
+
+def test_outputs_list_files_with_presigned_urls(stack):
+    job_id = finished(stack, {"files/out/a.csv": b"x,y\n1,2\n", "files/b.txt": b"hi", "result.json": b"{}"})
+    status, body = stack.api("GET", f"/jobs/{job_id}/outputs")
+    assert status == 200
+    assert [(f["name"], f["size"]) for f in body["files"]] == [("b.txt", 2), ("out/a.csv", 8)]
+    assert all(
+        f["url"].startswith("https://") and f"outputs/{job_id}/files/" in f["url"] for f in body["files"]
+    )
+    assert stack.api("GET", "/jobs/job-nope/outputs")[0] == 404
+
+
+def test_preview_png_is_binary_and_404_when_there_is_none(stack):
+    job_id = finished(stack, {"preview.png": PNG})
+    response = api.handler(api_event("GET", f"/jobs/{job_id}/preview.png"), FakeLambdaContext())
+    assert response["statusCode"] == 200
+    assert response["isBase64Encoded"] is True
+    assert base64.b64decode(response["body"]) == PNG
+    headers = response.get("multiValueHeaders") or {}
+    assert (
+        headers.get("Content-Type") == ["image/png"]
+        or (response.get("headers") or {}).get("Content-Type") == "image/png"
+    )
+    other = finished(stack, {})
+    status, error = stack.api("GET", f"/jobs/{other}/preview.png")
+    assert status == 404
+    assert error["error"]["code"] == "NotFound"
+
+
+def test_delete_removes_inputs_outputs_and_log_of_a_final_job_only(stack):
+    _, running = stack.api("POST", "/jobs", body={"code": "1"})
+    batch_id = stack.services.store.get_job(running["jobId"]).batch_job_id
+    stack.deliver(batch_event(running["jobId"], batch_id, "RUNNING", created_at=T0, started_at=T0))
+    status, error = stack.api("DELETE", f"/jobs/{running['jobId']}")
+    assert status == 409
+    assert error["error"]["code"] == "Conflict"
+
+    job_id = finished(stack, {"result.json": b'{"result": 1, "resultRepr": "1"}', "files/a": b"a"})
+    stream = stack.services.store.get_job(job_id).log_stream_name
+    logs = boto3.client("logs", region_name="us-east-1")
+    logs.create_log_stream(logGroupName="/aws/batch/job", logStreamName=stream)
+    status, body = stack.api("DELETE", f"/jobs/{job_id}")
+    assert (status, body) == (204, "")
+    s3 = boto3.client("s3", region_name="us-east-1")
+    for prefix in (f"inputs/{job_id}/", f"outputs/{job_id}/"):
+        assert s3.list_objects_v2(Bucket=BUCKET, Prefix=prefix).get("KeyCount") == 0
+    assert (
+        logs.describe_log_streams(logGroupName="/aws/batch/job", logStreamNamePrefix=stream)["logStreams"]
+        == []
+    )
+    assert stack.api("GET", f"/jobs/{job_id}")[0] == 200  # the record stays
+    assert stack.api("GET", f"/jobs/{job_id}/result")[1]["error"]["code"] == "Expired"  # as after expiry
+    assert stack.api("GET", f"/jobs/{job_id}/outputs")[0] == 410
+    assert stack.api("DELETE", f"/jobs/{job_id}", account_id="someone-else")[0] == 404
