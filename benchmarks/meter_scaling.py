@@ -3,8 +3,9 @@
 The meter reads the Starting/Running jobs from the sparse ``metered`` index and the unfinished ones
 from the sparse ``unfinished`` index, so on DynamoDB its reads grow with running jobs, not with
 history. This benchmark loads N finished jobs (N = 1,000 and 100,000) plus 100 Running jobs into
-DynamoDB on moto (``mock_aws``, in-process), then times ``meter_tick`` and counts what each tick asks
-of DynamoDB (calls per operation; items the queries return, ``Count`` / ``ScannedCount``).
+DynamoDB on moto (``mock_aws``, in-process; each size in a region of its own, ticked in turn so a
+busy machine slows both alike), then times ``meter_tick`` and counts what each tick asks of DynamoDB
+(calls per operation; items the queries return, ``Count`` / ``ScannedCount``).
 
 moto answers a query on an index by walking and sorting the whole table (``Table.query`` over
 ``all_items()``), which DynamoDB does not do; so the time spent inside the Query calls is reported on
@@ -27,7 +28,7 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
-HOME_REGION = "us-east-1"
+REGIONS = ("us-east-1", "us-west-2", "eu-west-1", "eu-central-1")  # one per size measured
 RUNNING_JOBS = 100
 TICK_STEP = timedelta(seconds=20)  # 20 ticks stay under the 10-minute staleness of reconciliation
 BATCH_WRITE_SIZE = 25  # DynamoDB's BatchWriteItem limit
@@ -42,7 +43,7 @@ def _offline_environment() -> None:
         {
             "AWS_ACCESS_KEY_ID": "testing",
             "AWS_SECRET_ACCESS_KEY": "testing",
-            "AWS_DEFAULT_REGION": HOME_REGION,
+            "AWS_DEFAULT_REGION": REGIONS[0],
             "POWERTOOLS_LOG_LEVEL": "WARNING",
         }
     )
@@ -104,7 +105,6 @@ class Result:
     load_seconds: float
     tick_median: float
     tick_p90: float
-    cpu_median: float
     query_median: float
     rest_median: float
     calls: dict[str, int]
@@ -112,7 +112,7 @@ class Result:
     items_scanned: int
 
 
-def _settings() -> Any:
+def _settings(region: str) -> Any:
     from functions.domain.machine_classes import MACHINE_CLASSES, GeoZone
     from functions.settings import RouteSettings, Settings, ZoneSettings
 
@@ -125,11 +125,11 @@ def _settings() -> Any:
         accounts_table="bench-accounts",
         ledger_table="bench-ledger",
         idempotency_table="bench-idempotency",
-        email_topic_arn=f"arn:aws:sns:{HOME_REGION}:123456789012:bench-email",
-        home_region=HOME_REGION,
+        email_topic_arn=f"arn:aws:sns:{region}:123456789012:bench-email",
+        home_region=region,
         zones={
             GeoZone.UNITED_STATES: ZoneSettings(
-                region=HOME_REGION, bucket="bench-data", logGroup="/aws/batch/job", routes=routes
+                region=region, bucket="bench-data", logGroup="/aws/batch/job", routes=routes
             )
         },
     )
@@ -215,77 +215,99 @@ def _percentile(samples: Sequence[float], fraction: float) -> float:
     return ordered[min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))]
 
 
-def measure(history: int, ticks: int, warmup: int) -> Result:
-    """Load ``history`` finished jobs and ``RUNNING_JOBS`` running ones, then time ``ticks`` ticks."""
+@dataclass
+class Deployment:
+    """One size's tables, in a region of its own on the shared moto backend."""
+
+    history: int
+    services: Any
+    log: RequestLog
+    load_seconds: float
+    durations: list[float] = field(default_factory=list)
+    in_queries: list[float] = field(default_factory=list)
+
+    def result(self) -> Result:
+        rest = [d - q for d, q in zip(self.durations, self.in_queries, strict=True)]
+        return Result(
+            history=self.history,
+            load_seconds=self.load_seconds,
+            tick_median=statistics.median(self.durations),
+            tick_p90=_percentile(self.durations, 0.9),
+            query_median=statistics.median(self.in_queries),
+            rest_median=statistics.median(rest),
+            calls=dict(sorted(self.log.calls.items())),
+            items_returned=self.log.query_count,
+            items_scanned=self.log.query_scanned,
+        )
+
+
+def deploy(history: int, region: str, t0: datetime) -> Deployment:
+    """Create the tables in ``region``, bulk-load ``history`` finished jobs (timed), add
+    ``RUNNING_JOBS`` jobs Running since ``t0`` and their account."""
     import boto3
-    from moto import mock_aws
 
     from functions import bootstrap
     from functions.adapters.tables import ALL_TABLES, create_table_request
     from functions.domain.jobs import Account
     from functions.domain.machine_classes import GeoZone
-    from functions.logic.metering import meter_tick
 
-    settings = _settings()
+    settings = _settings(region)
     names = {
         "Jobs": settings.jobs_table,
         "Accounts": settings.accounts_table,
         "Ledger": settings.ledger_table,
         "Idempotency": settings.idempotency_table,
     }
+    log = RequestLog()
+    session = boto3.Session(region_name=region)
+    session.events.register("before-call.dynamodb", log.before)
+    session.events.register("after-call.dynamodb", log.after)
+    services = bootstrap.build_services(
+        settings,
+        session=session,
+        batch_gateways={GeoZone.UNITED_STATES: IdleBatchGateway()},
+        notifier=NullNotifier(),
+    )
+    loader = boto3.client("dynamodb", region_name=region)
+    for spec in ALL_TABLES:
+        loader.create_table(**create_table_request(spec, names[spec.logical_name]))
+    services.store.create_account(Account(account_id="bench", credit_balance=Decimal(10**9)), t0)
+    started = time.perf_counter()
+    loaded = _bulk_load(loader, settings.jobs_table, _finished_jobs(history, t0))
+    load_seconds = time.perf_counter() - started
+    assert loaded == history
+    for _ in range(RUNNING_JOBS):
+        services.store.create_job(_job("bench", t0 - timedelta(seconds=30), running=True))
+    return Deployment(history, services, log, load_seconds)
+
+
+def measure(sizes: Sequence[int], ticks: int, warmup: int) -> list[Result]:
+    """Deploy each size in its own region of one moto backend, then time ticks of the sizes in
+    turn (A, B, A, B, ...), so a busy machine slows every size alike."""
+    from moto import mock_aws
+
+    from functions.logic.metering import meter_tick
+
     t0 = datetime(2026, 11, 29, 17, 0, tzinfo=UTC)
     with mock_aws():
-        log = RequestLog()
-        session = boto3.Session(region_name=HOME_REGION)
-        session.events.register("before-call.dynamodb", log.before)
-        session.events.register("after-call.dynamodb", log.after)
-        services = bootstrap.build_services(
-            settings,
-            session=session,
-            batch_gateways={GeoZone.UNITED_STATES: IdleBatchGateway()},
-            notifier=NullNotifier(),
-        )
-        loader = boto3.client("dynamodb", region_name=HOME_REGION)
-        for spec in ALL_TABLES:
-            loader.create_table(**create_table_request(spec, names[spec.logical_name]))
-        services.store.create_account(Account(account_id="bench", credit_balance=Decimal(10**9)), t0)
-
-        started = time.perf_counter()
-        loaded = _bulk_load(loader, settings.jobs_table, _finished_jobs(history, t0))
-        load_seconds = time.perf_counter() - started
-        assert loaded == history
-        for _ in range(RUNNING_JOBS):
-            services.store.create_job(_job("bench", t0 - timedelta(seconds=30), running=True))
-
+        deployments = []
+        for size, region in zip(sizes, REGIONS, strict=False):
+            deployments.append(deploy(size, region, t0))
+            print(f"loaded {size:,} finished jobs in {deployments[-1].load_seconds:.1f} s", flush=True)
         now = t0
-        for _ in range(warmup):
+        for round_ in range(warmup + ticks):
             now += TICK_STEP
-            meter_tick(services, now)
-        durations: list[float] = []
-        cpu: list[float] = []
-        in_queries: list[float] = []
-        for _ in range(ticks):
-            now += TICK_STEP
-            log.reset()
-            started, started_cpu = time.perf_counter(), time.process_time()
-            report = meter_tick(services, now)
-            durations.append(time.perf_counter() - started)
-            cpu.append(time.process_time() - started_cpu)
-            in_queries.append(log.query_seconds)
-            assert (report.metered, report.updated, report.terminated) == (RUNNING_JOBS, RUNNING_JOBS, 0)
-            assert report.reconciled == 0
-        return Result(
-            history=history,
-            load_seconds=load_seconds,
-            tick_median=statistics.median(durations),
-            tick_p90=_percentile(durations, 0.9),
-            cpu_median=statistics.median(cpu),
-            query_median=statistics.median(in_queries),
-            rest_median=statistics.median(d - q for d, q in zip(durations, in_queries, strict=True)),
-            calls=dict(sorted(log.calls.items())),
-            items_returned=log.query_count,
-            items_scanned=log.query_scanned,
-        )
+            for deployment in deployments:
+                deployment.log.reset()
+                started = time.perf_counter()
+                report = meter_tick(deployment.services, now)
+                elapsed = time.perf_counter() - started
+                assert (report.metered, report.updated, report.terminated) == (RUNNING_JOBS, RUNNING_JOBS, 0)
+                assert report.reconciled == 0
+                if round_ >= warmup:
+                    deployment.durations.append(elapsed)
+                    deployment.in_queries.append(deployment.log.query_seconds)
+        return [deployment.result() for deployment in deployments]
 
 
 def _machine() -> str:
@@ -297,9 +319,10 @@ def _machine() -> str:
         pass
     from importlib.metadata import version
 
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     return (
         f"{os.cpu_count()} cores ({cpu}), Python {platform.python_version()}, moto {version('moto')}, "
-        f"{datetime.now(UTC):%Y-%m-%d}"
+        f"{datetime.now(UTC):%Y-%m-%d}, load average {load}"
     )
 
 
@@ -330,10 +353,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--warmup", type=int, default=3, help="untimed ticks first")
     args = parser.parse_args(argv)
     _offline_environment()
-    results = []
-    for size in args.sizes:
-        results.append(measure(size, args.ticks, args.warmup))
-        print(f"measured {size:,} finished jobs", flush=True)
+    if len(args.sizes) > len(REGIONS):
+        parser.error(f"at most {len(REGIONS)} sizes")
+    results = measure(args.sizes, args.ticks, args.warmup)
     print(f"\nmeter tick with {RUNNING_JOBS} running jobs, {args.ticks} ticks after {args.warmup} warm-up")
     print(f"machine: {_machine()}\n")
     print(render(results))

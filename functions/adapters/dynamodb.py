@@ -374,8 +374,7 @@ class DynamoJobStore:
         """The final transition, the ledger entry and the balance change in one transaction."""
         final = replace(transition, after=replace(transition.after, credits_spent=charge.credits))
         items: list[dict[str, Any]] = [{"Update": self._transition_update(final, now)}]
-        if entry is not None and entry.credits > 0:
-            before = quantize_credits(entry.balance_after + entry.credits)
+        if entry is not None:
             items.append(
                 {
                     "Put": {
@@ -385,6 +384,8 @@ class DynamoJobStore:
                     }
                 }
             )
+        if entry is not None and entry.credits > 0:
+            before = quantize_credits(entry.balance_after + entry.credits)
             items.append(
                 {
                     "Update": {

@@ -94,7 +94,9 @@ def _settle(services: Services, transition: Transition, state: BatchJobState, no
     rate = machine_class(job.machine_class).credits_per_hour
     charge = settle_charge(running_ms, rate, job.credit_constraint, account.credit_balance)
     entry = None
-    if charge.credits > 0:
+    # A charge the balance could not cover still gets its entry (credits 0, the rest unbilled), so
+    # every running cost is explained in the ledger.
+    if charge.credits > 0 or charge.unbilled > 0:
         at = ms_to_datetime(state.stopped_at_ms) if state.stopped_at_ms is not None else now
         entry = LedgerEntry(
             entry_id=charge_entry_id(job.job_id),

@@ -155,7 +155,8 @@ def test_a_job_is_charged_once_by_the_rule_whatever_the_interleaving(
     assert job.credits_spent == expected
     entries = stack.services.store.list_ledger(account_id, None, None)
     charges = [e for e in entries if e.kind == LedgerKind.CHARGE]
-    if expected > 0:
+    if capped > 0:
+        # One entry explains the cost, even when the balance covered none of it (credits 0, unbilled).
         (charge,) = charges
         assert (charge.job_id, charge.credits, charge.unbilled) == (job_id, expected, capped - expected)
         assert charge.balance_after == balance - expected

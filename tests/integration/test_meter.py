@@ -144,7 +144,8 @@ def test_account_out_of_credits_terminates_all_its_running_jobs_and_balance_ends
     assert stack.balance("poor") == Decimal("0.0000")
     entries = stack.services.store.list_ledger("poor", None, None)
     charges = sorted((e.credits, e.unbilled) for e in entries if e.kind.value == "charge")
-    assert charges == [(Decimal("0.0200"), Decimal("0.9800"))]  # the second job found nothing left
+    # The second job found nothing left: its entry charges 0 and records the whole cost as unbilled.
+    assert charges == [(Decimal("0.0000"), Decimal("1.0000")), (Decimal("0.0200"), Decimal("0.9800"))]
     assert stack.services.store.get_job(other[0]).status.value == "Running"
     status, error = stack.api("POST", "/jobs", body={"code": "1"}, account_id="poor")
     assert status == 402
