@@ -245,6 +245,16 @@ class DynamoJobStore:
                 raise ConditionFailed(code) from exc
             raise DependencyFailed("The job store is unavailable; try again shortly.") from exc
 
+    def _update_if(self, key: dict[str, Any], **kwargs: Any) -> dict[str, Any] | None:
+        """A conditional UpdateItem on the jobs table: its response, or None when the condition failed."""
+        try:
+            response: dict[str, Any] = self._call(
+                "update_item", TableName=self._jobs, Key=_item(key), **kwargs
+            )
+        except ConditionFailed:
+            return None
+        return response
+
     # -- jobs --------------------------------------------------------------------------------------
     def create_job(self, job: Job) -> None:
         """Write a new job; ``ConditionFailed`` if its id exists."""
@@ -316,17 +326,12 @@ class DynamoJobStore:
 
     def set_batch_job_id(self, job_id: str, batch_job_id: str) -> None:
         """Record the Batch job id unless an event already did."""
-        try:
-            self._call(
-                "update_item",
-                TableName=self._jobs,
-                Key=_item({"jobId": job_id}),
-                UpdateExpression="SET batchJobId = :b",
-                ConditionExpression="attribute_exists(jobId) AND attribute_not_exists(batchJobId)",
-                ExpressionAttributeValues={":b": _ser(batch_job_id)},
-            )
-        except ConditionFailed:
-            return
+        self._update_if(
+            {"jobId": job_id},
+            UpdateExpression="SET batchJobId = :b",
+            ConditionExpression="attribute_exists(jobId) AND attribute_not_exists(batchJobId)",
+            ExpressionAttributeValues={":b": _ser(batch_job_id)},
+        )
 
     def _transition_update(self, transition: Transition, now: datetime) -> dict[str, Any]:
         after = replace(transition.after, last_event_at=now)
@@ -404,42 +409,32 @@ class DynamoJobStore:
 
     def set_termination_reason(self, job_id: str, reason: str) -> Job | None:
         """Record the service's termination reason unless the job is final or has one."""
-        try:
-            response = self._call(
-                "update_item",
-                TableName=self._jobs,
-                Key=_item({"jobId": job_id}),
-                UpdateExpression="SET terminationReason = :r",
-                ConditionExpression=(
-                    "attribute_exists(jobId) AND attribute_not_exists(terminationReason)"
-                    " AND NOT #s IN (:succeeded, :terminated)"
-                ),
-                ExpressionAttributeNames={"#s": "status"},
-                ExpressionAttributeValues={
-                    ":r": _ser(reason),
-                    ":succeeded": _ser(JobStatus.SUCCEEDED.value),
-                    ":terminated": _ser(JobStatus.TERMINATED.value),
-                },
-                ReturnValues="ALL_NEW",
-            )
-        except ConditionFailed:
-            return None
-        return job_from_item(_plain(response["Attributes"]))
+        response = self._update_if(
+            {"jobId": job_id},
+            UpdateExpression="SET terminationReason = :r",
+            ConditionExpression=(
+                "attribute_exists(jobId) AND attribute_not_exists(terminationReason)"
+                " AND NOT #s IN (:succeeded, :terminated)"
+            ),
+            ExpressionAttributeNames={"#s": "status"},
+            ExpressionAttributeValues={
+                ":r": _ser(reason),
+                ":succeeded": _ser(JobStatus.SUCCEEDED.value),
+                ":terminated": _ser(JobStatus.TERMINATED.value),
+            },
+            ReturnValues="ALL_NEW",
+        )
+        return job_from_item(_plain(response["Attributes"])) if response else None
 
     def claim_notification(self, job_id: str, key: str) -> bool:
         """Add ``key`` to ``sentNotifications``; True only for the writer that added it."""
-        try:
-            self._call(
-                "update_item",
-                TableName=self._jobs,
-                Key=_item({"jobId": job_id}),
-                UpdateExpression="ADD sentNotifications :k",
-                ConditionExpression="attribute_exists(jobId) AND NOT contains(sentNotifications, :key)",
-                ExpressionAttributeValues={":k": _ser({key}), ":key": _ser(key)},
-            )
-        except ConditionFailed:
-            return False
-        return True
+        added = self._update_if(
+            {"jobId": job_id},
+            UpdateExpression="ADD sentNotifications :k",
+            ConditionExpression="attribute_exists(jobId) AND NOT contains(sentNotifications, :key)",
+            ExpressionAttributeValues={":k": _ser({key}), ":key": _ser(key)},
+        )
+        return added is not None
 
     def release_notification(self, job_id: str, key: str) -> None:
         """Remove ``key`` from ``sentNotifications`` (after a failed publish)."""
@@ -543,33 +538,23 @@ class DynamoJobStore:
 
     def mark_reconciled(self, job_id: str, now: datetime) -> None:
         """Set ``lastEventAt`` of a non-final job to ``now`` after the meter checked it with Batch."""
-        try:
-            self._call(
-                "update_item",
-                TableName=self._jobs,
-                Key=_item({"jobId": job_id}),
-                UpdateExpression="SET lastEventAt = :now",
-                ConditionExpression="attribute_exists(openPartition)",
-                ExpressionAttributeValues={":now": _ser(to_sortable(now))},
-            )
-        except ConditionFailed:
-            return
+        self._update_if(
+            {"jobId": job_id},
+            UpdateExpression="SET lastEventAt = :now",
+            ConditionExpression="attribute_exists(openPartition)",
+            ExpressionAttributeValues={":now": _ser(to_sortable(now))},
+        )
 
     def raise_credits_spent(self, job_id: str, credits: Decimal) -> bool:
         """Raise ``creditsSpent`` of a Running job; never lowers it."""
-        try:
-            self._call(
-                "update_item",
-                TableName=self._jobs,
-                Key=_item({"jobId": job_id}),
-                UpdateExpression="SET creditsSpent = :c",
-                ConditionExpression="#s = :running AND creditsSpent < :c",
-                ExpressionAttributeNames={"#s": "status"},
-                ExpressionAttributeValues={":c": _ser(credits), ":running": _ser(JobStatus.RUNNING.value)},
-            )
-        except ConditionFailed:
-            return False
-        return True
+        raised = self._update_if(
+            {"jobId": job_id},
+            UpdateExpression="SET creditsSpent = :c",
+            ConditionExpression="#s = :running AND creditsSpent < :c",
+            ExpressionAttributeNames={"#s": "status"},
+            ExpressionAttributeValues={":c": _ser(credits), ":running": _ser(JobStatus.RUNNING.value)},
+        )
+        return raised is not None
 
     # -- accounts and ledger -----------------------------------------------------------------------
     def get_account(self, account_id: str) -> Account | None:

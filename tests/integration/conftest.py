@@ -16,11 +16,11 @@ from moto import mock_aws
 
 from functions import bootstrap
 from functions.adapters.tables import ALL_TABLES, create_table_request
-from functions.domain.jobs import Account
+from functions.domain.jobs import Account, BatchJobState
 from functions.domain.machine_classes import MACHINE_CLASSES, GeoZone
 from functions.ports import Services
 from functions.settings import RouteSettings, Settings, ZoneSettings
-from tests.events import JOB_DEFINITION_ARN, QUEUE_ARN, api_event
+from tests.events import JOB_DEFINITION_ARN, QUEUE_ARN, api_event, batch_event
 from tests.fakes import FakeLambdaContext, RecordingBatchGateway, RecordingNotifier
 
 ZONE_REGIONS = {GeoZone.UNITED_STATES: "us-east-1", GeoZone.EUROPEAN_UNION: "eu-central-1"}
@@ -70,6 +70,32 @@ class Stack:
         from tests.events import scheduled_event
 
         return meter.handler(scheduled_event(), FakeLambdaContext())
+
+    def start_running(self, body: dict[str, Any], account_id: str = "dev") -> tuple[str, str, int]:
+        """Submit ``body`` and deliver RUNNING at the clock's now; DescribeJobs (the meter's
+        reconciliation of jobs quiet for 10 minutes) says the same. Returns (job id, batch id, ms)."""
+        status, job = self.api("POST", "/jobs", body=body, account_id=account_id)
+        assert status == 202, job
+        job_id = job["jobId"]
+        stored = self.services.store.get_job(job_id)
+        assert stored is not None
+        assert stored.batch_job_id is not None
+        batch_id = stored.batch_job_id
+        started = int(self.clock().timestamp() * 1000)
+        self.deliver(batch_event(job_id, batch_id, "RUNNING", created_at=started, started_at=started))
+        self.batch[stored.geo_zone].known[batch_id] = BatchJobState(
+            batch_job_id=batch_id,
+            job_name=job_id,
+            status="RUNNING",
+            status_reason=None,
+            created_at_ms=started,
+            started_at_ms=started,
+            stopped_at_ms=None,
+            exit_code=None,
+            log_stream_name="s",
+            attempt_count=0,
+        )
+        return job_id, batch_id, started
 
     def add_account(
         self, account_id: str, credits: str, email: str | None = None, phone: str | None = None

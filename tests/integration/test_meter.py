@@ -15,26 +15,7 @@ from tests.events import batch_event
 
 def start_job(stack, body, account_id="dev"):
     """Submit and deliver RUNNING at the clock's now; returns (job id, batch id, started ms)."""
-    status, job = stack.api("POST", "/jobs", body=body, account_id=account_id)
-    assert status == 202, job
-    job_id = job["jobId"]
-    batch_id = stack.services.store.get_job(job_id).batch_job_id
-    started = int(stack.clock().timestamp() * 1000)
-    stack.deliver(batch_event(job_id, batch_id, "RUNNING", created_at=started, started_at=started))
-    # What DescribeJobs would say of it, for the meter's reconciliation of jobs quiet for 10 minutes.
-    stack.batch[GeoZone.UNITED_STATES].known[batch_id] = BatchJobState(
-        batch_job_id=batch_id,
-        job_name=job_id,
-        status="RUNNING",
-        status_reason=None,
-        created_at_ms=started,
-        started_at_ms=started,
-        stopped_at_ms=None,
-        exit_code=None,
-        log_stream_name="s",
-        attempt_count=0,
-    )
-    return job_id, batch_id, started
+    return stack.start_running(body, account_id)
 
 
 def fail_event(job_id, batch_id, started, stopped, reason):

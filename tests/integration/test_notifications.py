@@ -13,7 +13,7 @@ import pytest
 
 from functions.domain.jobs import BatchJobState
 from functions.domain.machine_classes import GeoZone
-from tests.events import batch_event, job_lifecycle
+from tests.events import job_lifecycle
 
 PHONE = "+15555550100"
 EMAIL = "ana@example.com"
@@ -25,30 +25,7 @@ FIVE_MINUTES = 300
 
 def start_running(stack, body, account_id):
     """Submit ``body`` and deliver RUNNING at the clock's now; returns the job id."""
-    status, job = stack.api("POST", "/jobs", body=body, account_id=account_id)
-    assert status == 202, job
-    job_id = job["jobId"]
-    batch_id = stack.services.store.get_job(job_id).batch_job_id
-    started = int(stack.clock().timestamp() * 1000)
-    stack.deliver(batch_event(job_id, batch_id, "RUNNING", created_at=started, started_at=started))
-    batch_knows_running(stack, job_id, batch_id, started)
-    return job_id
-
-
-def batch_knows_running(stack, job_id, batch_id, started):
-    """What DescribeJobs says of the job, for the meter's reconciliation of jobs quiet for 10 minutes."""
-    stack.batch[GeoZone.UNITED_STATES].known[batch_id] = BatchJobState(
-        batch_job_id=batch_id,
-        job_name=job_id,
-        status="RUNNING",
-        status_reason=None,
-        created_at_ms=started,
-        started_at_ms=started,
-        stopped_at_ms=None,
-        exit_code=None,
-        log_stream_name="s",
-        attempt_count=0,
-    )
+    return stack.start_running(body, account_id)[0]
 
 
 def sent_counts(stack, job_id):
@@ -183,7 +160,18 @@ def test_notifications_none_sends_nothing_for_a_whole_lifecycle(stack):
     *until_running, final = job_lifecycle(job_id, batch_id, created_at=t0, started_at=t0, stopped_at=stopped)
     for event in until_running:
         stack.deliver(event)
-    batch_knows_running(stack, job_id, batch_id, t0)
+    stack.batch[GeoZone.UNITED_STATES].known[batch_id] = BatchJobState(
+        batch_job_id=batch_id,
+        job_name=job_id,
+        status="RUNNING",
+        status_reason=None,
+        created_at_ms=t0,
+        started_at_ms=t0,
+        stopped_at_ms=None,
+        exit_code=None,
+        log_stream_name="s",
+        attempt_count=0,
+    )
     for _ in range(3 * 4):
         stack.clock.advance(15 * 60)
         stack.tick()
