@@ -1,22 +1,25 @@
 """The CDK app: ``python -m infra.app`` (cdk.json runs it; ``CDK_OUTDIR`` picks the output folder).
 
-Context (cdk.json, or ``cdk synth -c key=value``):
-- ``stage``: suffix of the stack name (default ``dev``).
-- ``workerImageDir``: the worker image's build context, relative to the repo (default ``worker``).
+Stacks (names, regions and stage from context: see ``infra/config.py``):
+- ``<prefix>-<stage>-<Zone>`` per geo zone, in the zone's region: data bucket, VPC, Batch.
+- ``<prefix>-<stage>`` in the home region: API, functions, tables, topics, rules, Cognito; it
+  depends on the compute stacks (deployed after them) but references them only by name.
 
-Stacks are environment-agnostic (no account or region), so ``cdk synth`` needs no credentials.
+Stacks name their region but not their account, so ``cdk synth`` needs no credentials; the account
+is the deploying one (``AWS::AccountId``).
 """
 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
-from aws_cdk import App, Tags, Validations
+from aws_cdk import App, Environment, Tags, Validations
 from cdk_nag import AwsSolutionsChecks
 
 from infra import constants
+from infra.config import DeploymentConfig
+from infra.stacks.compute import ComputeStack
 from infra.stacks.control_plane import ControlPlaneStack
 
 
@@ -36,25 +39,43 @@ def build_app(outdir: str | None = None, context: dict[str, Any] | None = None) 
         Cloud assembly folder; default ``CDK_OUTDIR`` (set by the CLI) or a temporary folder.
     context : dict, optional
         Overrides on top of cdk.json's context.
+
+    Raises
+    ------
+    infra.config.ConfigError
+        The context does not describe a deployable service.
     """
     app = App(outdir=outdir, context={**cdk_json_context(), **(context or {})})
-    stage = str(app.node.try_get_context(constants.CONTEXT_STAGE) or constants.DEFAULT_STAGE)
-    worker_dir = Path(
-        str(
-            app.node.try_get_context(constants.CONTEXT_WORKER_IMAGE_DIR) or constants.DEFAULT_WORKER_IMAGE_DIR
-        )
-    )
-    if not worker_dir.is_absolute():
-        worker_dir = constants.REPO_ROOT / worker_dir
+    config = DeploymentConfig.from_context(app.node.try_get_context)
+    zones = config.all_zone_names()
 
-    ControlPlaneStack(
+    compute_stacks = [
+        ComputeStack(
+            app,
+            config.compute_stack_name(zone.zone),
+            names=zone,
+            home_region=config.home_region,
+            availability_zones=config.availability_zones[zone.region],
+            worker_image_dir=config.worker_image_dir,
+            env=Environment(region=zone.region),
+            description=f"{constants.SERVICE_NAME} ({config.stage}): {zone.zone} data and Batch compute",
+        )
+        for zone in zones
+    ]
+    control_plane = ControlPlaneStack(
         app,
-        f"{constants.STACK_NAME_PREFIX}-{stage}",
-        worker_image_dir=worker_dir,
-        description=f"{constants.SERVICE_NAME} ({stage}): API, functions, data, Batch compute",
+        config.control_plane_stack_name,
+        zones=zones,
+        env=Environment(region=config.home_region),
+        description=f"{constants.SERVICE_NAME} ({config.stage}): API, functions, tables, events",
     )
+    for stack in compute_stacks:
+        # Deploy order only (no references): queues, definitions and buckets exist before the API
+        # can submit to them.
+        control_plane.node.add_dependency(stack)
+        Tags.of(stack).add("geoZone", stack.names.zone)
     Tags.of(app).add("service", constants.SERVICE_NAME)
-    Tags.of(app).add("stage", stage)
+    Tags.of(app).add("stage", config.stage)
     Validations.of(app).add_plugins(AwsSolutionsChecks(app))
     return app
 

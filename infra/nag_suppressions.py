@@ -7,12 +7,17 @@ that nobody reviewed still fails the synth.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING
 
 from aws_cdk import Acknowledgment, CfnResource, Stack, Validations
 from constructs import IConstruct
 
+from functions.domain.machine_classes import MACHINE_CLASSES
+
 if TYPE_CHECKING:
+    from infra.naming import ZoneNames
+    from infra.stacks.compute import ComputeStack
     from infra.stacks.control_plane import ControlPlaneStack
 
 Finding = tuple[str, str]
@@ -26,8 +31,8 @@ _XRAY_DESCRIBE_SMS = (
 )
 _S3_GRANT = (
     "Action wildcards from bucket.grant_read_write/grant_delete (s3:GetObject*, s3:List*, "
-    "s3:DeleteObject*, s3:Abort*, ...) on the one data bucket and its objects: the function presigns "
-    "and reads/deletes any job's inputs/outputs, whose keys are job ids known only at run time."
+    "s3:DeleteObject*, s3:Abort*, ...) on the geo zones' data buckets and their objects: the function "
+    "presigns and reads/deletes any job's inputs/outputs, whose keys are job ids known only at run time."
 )
 _TABLE_INDEXES = (
     "grant_read_write_data adds '<table>/index/*' so Query can use the table's own indexes (byAccount, "
@@ -35,7 +40,16 @@ _TABLE_INDEXES = (
 )
 _JOB_ARNS = (
     "batch:TerminateJob (and batch:TagResource, only with batch:CreateAction=SubmitJob) are authorized "
-    "on the job's ARN, which exists only after SubmitJob; scoped to jobs in this account and region."
+    "on the job's ARN, which exists only after SubmitJob; scoped to jobs in this account and the geo "
+    "zone's region."
+)
+_JOB_DEFINITION_REVISIONS = (
+    "SubmitJob is authorized on the job definition's ARN with its revision (job-definition/<name>:<n>), "
+    "which grows with every deploy that changes it; ':*' allows every revision of this one definition."
+)
+_JOB_LOG_STREAMS = (
+    "'<job log group ARN>:*' is how CloudWatch Logs names the group's log streams (one per job attempt, "
+    "named by Batch at run time); reading and deleting them is limited to the one job log group."
 )
 _TOPIC_KEY = (
     "grant_publish on the KMS-encrypted topic adds kms:GenerateDataKey* and kms:Decrypt on that one key."
@@ -53,10 +67,16 @@ _LAMBDA_RUNTIME = (
 def acknowledge_control_plane(stack: ControlPlaneStack) -> None:
     """Attach the accepted findings to the control plane stack's constructs."""
     _acknowledge_auth(stack)
-    _acknowledge_compute(stack)
     _acknowledge_functions(stack)
-    _acknowledge_events(stack)
+    _acknowledge_dead_letter_queue(stack.events.dead_letter_queue)
     _acknowledge_api(stack)
+
+
+def acknowledge_compute(stack: ComputeStack) -> None:
+    """Attach the accepted findings to a geo zone's compute stack's constructs."""
+    _acknowledge_compute(stack)
+    if stack.forwarder is not None:
+        _acknowledge_dead_letter_queue(stack.forwarder.dead_letter_queue)
 
 
 def _acknowledge_auth(stack: ControlPlaneStack) -> None:
@@ -75,11 +95,11 @@ def _acknowledge_auth(stack: ControlPlaneStack) -> None:
     )
 
 
-def _acknowledge_compute(stack: ControlPlaneStack) -> None:
+def _acknowledge_compute(stack: ComputeStack) -> None:
     compute = stack.compute
-    bucket = _arn_token(stack, compute.bucket)
+    bucket = _arn_token(stack, stack.data.bucket)
     _acknowledge(
-        compute.compute_environment.instance_role,
+        compute.instance_role,
         (
             "AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/"
             "AmazonEC2ContainerServiceforEC2Role]",
@@ -104,7 +124,7 @@ def _acknowledge_compute(stack: ControlPlaneStack) -> None:
         ),
     )
     _acknowledge(
-        compute.job_definition.container.execution_role,
+        compute.execution_role,
         (
             "AwsSolutions-IAM5[Resource::*]",
             "ecr:GetAuthorizationToken (pull the worker image) has no resource-level permissions; the "
@@ -116,7 +136,8 @@ def _acknowledge_compute(stack: ControlPlaneStack) -> None:
 def _acknowledge_functions(stack: ControlPlaneStack) -> None:
     functions = stack.functions
     data = stack.data
-    bucket = _arn_token(stack, data.bucket)
+    zones = [_nag_spelling(zone) for zone in stack.zones]
+    partition = _partition(stack)
     table_indexes = [
         (f"AwsSolutions-IAM5[Resource::{_arn_token(stack, table)}/index/*]", _TABLE_INDEXES)
         for table in (data.jobs_table, data.ledger_table)
@@ -125,12 +146,31 @@ def _acknowledge_functions(stack: ControlPlaneStack) -> None:
         (f"AwsSolutions-IAM5[Action::{action}]", _S3_GRANT)
         for action in ("s3:GetObject*", "s3:GetBucket*", "s3:List*", "s3:DeleteObject*", "s3:Abort*")
     ]
-    bucket_objects = (f"AwsSolutions-IAM5[Resource::{bucket}/*]", _S3_GRANT)
+    bucket_objects = [
+        (f"AwsSolutions-IAM5[Resource::arn:{partition}:s3:::{zone.bucket_name}/*]", _S3_GRANT)
+        for zone in zones
+    ]
     wildcard = ("AwsSolutions-IAM5[Resource::*]", _XRAY_DESCRIBE_SMS)
-    jobs = (
-        "AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:batch:<AWS::Region>:<AWS::AccountId>:job/*]",
-        _JOB_ARNS,
-    )
+    jobs = [
+        (f"AwsSolutions-IAM5[Resource::{_batch_arn(partition, zone, 'job/*')}]", _JOB_ARNS) for zone in zones
+    ]
+    job_definitions = [
+        (
+            f"AwsSolutions-IAM5[Resource::{_batch_arn(partition, zone, 'job-definition/')}"
+            f"{zone.job_definition_name(machine_class)}:*]",
+            _JOB_DEFINITION_REVISIONS,
+        )
+        for zone in zones
+        for machine_class in MACHINE_CLASSES
+    ]
+    job_log_streams = [
+        (
+            f"AwsSolutions-IAM5[Resource::arn:{partition}:logs:{zone.region}:<AWS::AccountId>:"
+            f"log-group:{zone.job_log_group_name}:*]",
+            _JOB_LOG_STREAMS,
+        )
+        for zone in zones
+    ]
     topic_key = ("AwsSolutions-IAM5[Action::kms:GenerateDataKey*]", _TOPIC_KEY)
 
     subscriptions = (
@@ -138,17 +178,25 @@ def _acknowledge_functions(stack: ControlPlaneStack) -> None:
         _SUBSCRIPTIONS,
     )
     _acknowledge(
-        functions.api.role, wildcard, jobs, bucket_objects, subscriptions, *s3_actions, *table_indexes
+        functions.api.role,
+        wildcard,
+        subscriptions,
+        *jobs,
+        *job_definitions,
+        *job_log_streams,
+        *bucket_objects,
+        *s3_actions,
+        *table_indexes,
     )
     _acknowledge(
-        functions.batch_events.role, wildcard, topic_key, bucket_objects, *s3_actions, *table_indexes
+        functions.batch_events.role, wildcard, topic_key, *bucket_objects, *s3_actions, *table_indexes
     )
     _acknowledge(
         functions.meter.role,
         wildcard,
-        jobs,
         topic_key,
-        bucket_objects,
+        *jobs,
+        *bucket_objects,
         *s3_actions,
         *table_indexes,
     )
@@ -156,14 +204,14 @@ def _acknowledge_functions(stack: ControlPlaneStack) -> None:
         _acknowledge(function, ("AwsSolutions-L1", _LAMBDA_RUNTIME))
 
 
-def _acknowledge_events(stack: ControlPlaneStack) -> None:
+def _acknowledge_dead_letter_queue(queue: IConstruct) -> None:
     _acknowledge(
-        stack.events.dead_letter_queue,
+        queue,
         (
             "AwsSolutions-SQS3",
-            "This queue is itself the dead-letter queue: of the EventBridge rule targets and of the "
-            "functions' failed asynchronous invocations (neither is an SQS redrive, which is all "
-            "cdk-nag recognizes); a DLQ has no DLQ of its own.",
+            "This queue is itself a dead-letter queue: of EventBridge rule targets (and, in the home "
+            "region, of the functions' failed asynchronous invocations); neither is an SQS redrive, "
+            "which is all cdk-nag recognizes, and a DLQ has no DLQ of its own.",
         ),
     )
 
@@ -213,6 +261,21 @@ def _acknowledge(scope: IConstruct | None, *findings: Finding) -> None:
     if scope is None:
         raise ValueError("cannot acknowledge findings on a missing construct")
     Validations.of(scope).acknowledge(*(Acknowledgment(id=rule, reason=reason) for rule, reason in findings))
+
+
+def _nag_spelling(zone: ZoneNames) -> ZoneNames:
+    """The zone's names as cdk-nag spells them in a granular id (the account is ``<AWS::AccountId>``)."""
+    return dataclasses.replace(zone, account="<AWS::AccountId>")
+
+
+def _partition(stack: Stack) -> str:
+    """The stack's partition as cdk-nag spells it: a literal (``aws``) once the region is known."""
+    partition = stack.resolve(stack.partition)
+    return partition if isinstance(partition, str) else "<AWS::Partition>"
+
+
+def _batch_arn(partition: str, zone: ZoneNames, resource: str) -> str:
+    return f"arn:{partition}:batch:{zone.region}:<AWS::AccountId>:{resource}"
 
 
 def _arn_token_ref(stack: Stack, construct: IConstruct) -> str:

@@ -20,7 +20,8 @@ class Auth(Construct):
     ----------
     user_pool : cognito.UserPool
     client : cognito.UserPoolClient
-        Public client (no secret): SRP and refresh-token flows.
+        Public client (no secret): SRP, password (``aws cognito-idp initiate-auth``) and refresh-token
+        flows.
     admin_group : cognito.UserPoolGroup
         Members get the ``admin`` role (API.md "Admin").
     """
@@ -59,7 +60,9 @@ class Auth(Construct):
             "SdkClient",
             user_pool_client_name=f"{constants.SERVICE_NAME}-sdk",
             generate_secret=False,
-            auth_flows=cognito.AuthFlow(user_srp=True),
+            # SRP for SDKs; USER_PASSWORD_AUTH so an operator or a script can get a token with the
+            # AWS CLI (`initiate-auth`), the password going to Cognito over TLS only.
+            auth_flows=cognito.AuthFlow(user_srp=True, user_password=True),
             prevent_user_existence_errors=True,
         )
 

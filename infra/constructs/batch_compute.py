@@ -1,7 +1,9 @@
-"""One geo zone's AWS Batch compute: VPC, compute environment, job queue, job definition, job logs.
+"""One geo zone's AWS Batch compute: VPC, compute environments, a job queue and a job definition per
+machine class, the worker image, job roles and job logs.
 
-Issue 2 builds one managed EC2 (Spot) compute environment, one queue and one job definition that
-every machine class routes to; ``routes`` is the seam where per-class queues and definitions plug in.
+Machine classes share compute pools (``constants.COMPUTE_POOLS``: general purpose, high memory, one
+per GPU type); each pool has a Spot and an on-demand compute environment, and each class's queue
+lists them in that order, so its jobs spill over to on-demand once Spot is full.
 """
 
 from __future__ import annotations
@@ -9,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from aws_cdk import RemovalPolicy, Size
+from aws_cdk import Duration, RemovalPolicy, Size
 from aws_cdk import aws_batch as batch
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_ecr_assets as ecr_assets
@@ -19,16 +21,39 @@ from aws_cdk import aws_logs as logs
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
-from functions.domain.machine_classes import MACHINE_CLASSES
+from functions.domain.machine_classes import MACHINE_CLASSES, MachineClass
 from infra import constants
+from infra.naming import ZoneNames
+
+# Build context hygiene: the asset hash (and the deploy-time build) skips bytecode caches.
+_WORKER_IMAGE_EXCLUDE = ["**/__pycache__", "**/*.pyc", "**/.*"]
+
+# A job RUNNABLE for one of these reasons can never start; cancel it so its statusReason reaches the user.
+_MISCONFIGURATIONS = (
+    batch.JobStateTimeLimitActionsReason.COMPUTE_ENVIRONMENT_MAX_RESOURCE,
+    batch.JobStateTimeLimitActionsReason.JOB_RESOURCE_REQUIREMENT,
+)
+
+
+def _instance_class(family: str) -> ec2.InstanceClass:
+    instance_class: ec2.InstanceClass = getattr(ec2.InstanceClass, family.upper())
+    return instance_class
+
+
+@dataclass(frozen=True)
+class PoolEnvironments:
+    """A compute pool's two environments, in the order a queue tries them."""
+
+    spot: batch.ManagedEc2EcsComputeEnvironment
+    on_demand: batch.ManagedEc2EcsComputeEnvironment
 
 
 @dataclass(frozen=True)
 class JobRoute:
     """Where a machine class's jobs go: the queue to submit to and the definition to run."""
 
-    job_queue: batch.IJobQueue
-    job_definition: batch.IJobDefinition
+    job_queue: batch.JobQueue
+    job_definition: batch.EcsJobDefinition
 
 
 class BatchCompute(Construct):
@@ -36,10 +61,12 @@ class BatchCompute(Construct):
 
     Parameters
     ----------
-    zone : str
-        The geo zone's name as the API spells it (``UnitedStates``).
+    names : ZoneNames
+        The zone's deterministic names (queues, job definitions, job log group).
     bucket : s3.IBucket
         The zone's data bucket: the job role reads ``inputs/*`` and writes ``outputs/*`` of it.
+    availability_zones : tuple[str, ...]
+        The VPC's zones (explicit: synth needs no account lookup).
     worker_image_dir : Path
         The worker's Docker build context (``worker/``); the image is built at deploy time only.
 
@@ -47,29 +74,54 @@ class BatchCompute(Construct):
     ----------
     routes : dict[str, JobRoute]
         Every machine class name → its queue and job definition.
-    job_queues : list[batch.JobQueue]
-        The zone's queues (the EventBridge rule filters Batch events on them).
+    pools : dict[str, PoolEnvironments]
+        Every compute pool's Spot and on-demand environments.
     job_log_group : logs.LogGroup
         Every job's console log (14-day retention).
+    job_role : iam.Role
+        What a job's code may do: read its zone's ``inputs/``, write its ``outputs/``.
+    execution_role : iam.Role
+        What ECS needs to start a job: pull the worker image, write the job log.
+    instance_role : iam.Role
+        The container instances' role (ECS agent).
     """
 
     def __init__(
-        self, scope: Construct, construct_id: str, *, zone: str, bucket: s3.IBucket, worker_image_dir: Path
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        names: ZoneNames,
+        bucket: s3.IBucket,
+        availability_zones: tuple[str, ...],
+        worker_image_dir: Path,
     ) -> None:
         super().__init__(scope, construct_id)
-        self.zone = zone
-        self.bucket = bucket
-        self.vpc = self._build_vpc()
-        self.compute_environment = self._build_compute_environment(self.vpc)
-        self.job_queue = self._build_job_queue(self.compute_environment)
+        self.names = names
+        self.vpc = self._build_vpc(availability_zones)
+        self.security_group = self._build_security_group()
+        self.instance_role = self._build_instance_role()
+        self._launch_template = self._build_launch_template()
+        self.pools = {name: self._build_pool(pool) for name, pool in constants.COMPUTE_POOLS.items()}
         self.job_log_group = self._build_job_log_group()
         self.job_role = self._build_job_role(bucket)
-        self.job_definition = self._build_job_definition(worker_image_dir, self.job_role, self.job_log_group)
-        route = JobRoute(job_queue=self.job_queue, job_definition=self.job_definition)
-        self.routes = dict.fromkeys(MACHINE_CLASSES, route)
-        self.job_queues = [self.job_queue]
+        self.execution_role = self._build_execution_role()
+        self._image = self._build_worker_image(worker_image_dir)
+        self.routes = {
+            name: self._build_route(machine_class) for name, machine_class in MACHINE_CLASSES.items()
+        }
 
-    def _build_vpc(self) -> ec2.Vpc:
+    @property
+    def job_queues(self) -> list[batch.JobQueue]:
+        return [route.job_queue for route in self.routes.values()]
+
+    @property
+    def job_definitions(self) -> list[batch.EcsJobDefinition]:
+        return [route.job_definition for route in self.routes.values()]
+
+    # Network and instances
+
+    def _build_vpc(self, availability_zones: tuple[str, ...]) -> ec2.Vpc:
         flow_log_group = logs.LogGroup(
             self,
             "FlowLogGroup",
@@ -79,7 +131,7 @@ class BatchCompute(Construct):
         return ec2.Vpc(
             self,
             "Vpc",
-            max_azs=constants.VPC_MAX_AZS,
+            availability_zones=list(availability_zones),
             nat_gateways=constants.VPC_NAT_GATEWAYS,
             subnet_configuration=[
                 ec2.SubnetConfiguration(name="Public", subnet_type=ec2.SubnetType.PUBLIC),
@@ -97,46 +149,82 @@ class BatchCompute(Construct):
             },
         )
 
-    def _build_compute_environment(self, vpc: ec2.Vpc) -> batch.ManagedEc2EcsComputeEnvironment:
+    def _build_security_group(self) -> ec2.SecurityGroup:
+        # Instances only call out (S3, ECR, Batch, Logs, what a job downloads); nothing calls in.
+        return ec2.SecurityGroup(
+            self,
+            "InstanceSecurityGroup",
+            vpc=self.vpc,
+            description=f"{constants.SERVICE_NAME} {self.names.zone} Batch instances: egress only",
+            allow_all_outbound=True,
+        )
+
+    def _build_instance_role(self) -> iam.Role:
+        return iam.Role(
+            self,
+            "InstanceRole",
+            assumed_by=iam.ServicePrincipal("ec2.amazonaws.com"),
+            description=f"{constants.SERVICE_NAME} {self.names.zone} Batch container instances (ECS agent)",
+            managed_policies=[
+                iam.ManagedPolicy.from_aws_managed_policy_name(
+                    "service-role/AmazonEC2ContainerServiceforEC2Role"
+                )
+            ],
+        )
+
+    def _build_launch_template(self) -> ec2.LaunchTemplate:
         # IMDSv2 with a hop limit of 1: job containers (bridge network) cannot reach the instance
         # role's credentials; they get the job role from the ECS credential endpoint instead.
-        launch_template = ec2.LaunchTemplate(
+        return ec2.LaunchTemplate(
             self,
             "InstanceLaunchTemplate",
             require_imdsv2=True,
             http_put_response_hop_limit=1,
         )
-        return batch.ManagedEc2EcsComputeEnvironment(
-            self,
-            "SpotComputeEnvironment",
-            vpc=vpc,
-            vpc_subnets=ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS),
-            spot=True,
-            allocation_strategy=batch.AllocationStrategy.SPOT_PRICE_CAPACITY_OPTIMIZED,
-            # Whole families ("m7i"): Batch picks the size that fits the queued jobs.
-            instance_classes=[
-                getattr(ec2.InstanceClass, family.upper()) for family in constants.COMPUTE_INSTANCE_FAMILIES
-            ],
-            use_optimal_instance_classes=False,
-            images=[batch.EcsMachineImage(image_type=batch.EcsMachineImageType.ECS_AL2023)],
-            minv_cpus=0,
-            maxv_cpus=constants.COMPUTE_MAX_VCPUS,
-            launch_template=launch_template,
+
+    def _build_pool(self, pool: constants.ComputePool) -> PoolEnvironments:
+        return PoolEnvironments(
+            spot=self._build_compute_environment(pool, spot=True),
+            on_demand=self._build_compute_environment(pool, spot=False),
         )
 
-    def _build_job_queue(self, compute_environment: batch.IComputeEnvironment) -> batch.JobQueue:
-        return batch.JobQueue(
-            self,
-            "JobQueue",
-            compute_environments=[
-                batch.OrderedComputeEnvironment(compute_environment=compute_environment, order=1)
-            ],
+    def _build_compute_environment(
+        self, pool: constants.ComputePool, *, spot: bool
+    ) -> batch.ManagedEc2EcsComputeEnvironment:
+        image_type = (
+            batch.EcsMachineImageType.ECS_AL2023_NVIDIA if pool.gpu else batch.EcsMachineImageType.ECS_AL2023
         )
+        allocation = (
+            batch.AllocationStrategy.SPOT_PRICE_CAPACITY_OPTIMIZED
+            if spot
+            else batch.AllocationStrategy.BEST_FIT_PROGRESSIVE
+        )
+        return batch.ManagedEc2EcsComputeEnvironment(
+            self,
+            f"{pool.name}{'Spot' if spot else 'OnDemand'}ComputeEnvironment",
+            vpc=self.vpc,
+            vpc_subnets=ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS),
+            spot=spot,
+            allocation_strategy=allocation,
+            # Whole families ("m7i"): Batch picks the size that fits the queued jobs.
+            instance_classes=[_instance_class(name) for name in pool.instance_types if "." not in name],
+            instance_types=[ec2.InstanceType(name) for name in pool.instance_types if "." in name],
+            use_optimal_instance_classes=False,
+            images=[batch.EcsMachineImage(image_type=image_type)],
+            minv_cpus=0,
+            maxv_cpus=pool.max_vcpus,
+            security_groups=[self.security_group],
+            instance_role=self.instance_role,
+            launch_template=self._launch_template,
+        )
+
+    # Jobs
 
     def _build_job_log_group(self) -> logs.LogGroup:
         return logs.LogGroup(
             self,
             "JobLogGroup",
+            log_group_name=self.names.job_log_group_name,
             retention=logs.RetentionDays.TWO_WEEKS,
             removal_policy=RemovalPolicy.DESTROY,
         )
@@ -146,7 +234,7 @@ class BatchCompute(Construct):
             self,
             "JobRole",
             assumed_by=iam.ServicePrincipal("ecs-tasks.amazonaws.com"),
-            description=f"{constants.SERVICE_NAME} {self.zone} job: reads inputs/, writes outputs/",
+            description=f"{constants.SERVICE_NAME} {self.names.zone} job: reads inputs/, writes outputs/",
         )
         # Object reads only, no s3:List*: a job fetches its own input by key and never needs to
         # see which other jobs exist.
@@ -159,26 +247,76 @@ class BatchCompute(Construct):
         bucket.grant_put(role, f"{constants.OUTPUTS_PREFIX}*")
         return role
 
-    def _build_job_definition(
-        self, worker_image_dir: Path, job_role: iam.IRole, log_group: logs.ILogGroup
-    ) -> batch.EcsJobDefinition:
+    def _build_execution_role(self) -> iam.Role:
+        # One for every job definition (the image pull and log writes are the same for all classes);
+        # the image asset and the awslogs driver grant it what they need.
+        return iam.Role(
+            self,
+            "ExecutionRole",
+            assumed_by=iam.ServicePrincipal("ecs-tasks.amazonaws.com"),
+            description=f"{constants.SERVICE_NAME} {self.names.zone} job start: image pull, job log",
+        )
+
+    def _build_worker_image(self, worker_image_dir: Path) -> ecs.ContainerImage:
+        # One asset for the ten job definitions; built and pushed by `cdk deploy`, never at synth.
+        asset = ecr_assets.DockerImageAsset(
+            self,
+            "WorkerImage",
+            directory=str(worker_image_dir),
+            platform=ecr_assets.Platform.LINUX_AMD64,
+            exclude=_WORKER_IMAGE_EXCLUDE,
+        )
+        return ecs.ContainerImage.from_docker_image_asset(asset)
+
+    def _build_route(self, machine_class: MachineClass) -> JobRoute:
+        pool = self.pools[constants.MACHINE_CLASS_POOLS[machine_class.name]]
+        return JobRoute(
+            job_queue=self._build_job_queue(machine_class, pool),
+            job_definition=self._build_job_definition(machine_class),
+        )
+
+    def _build_job_queue(self, machine_class: MachineClass, pool: PoolEnvironments) -> batch.JobQueue:
+        return batch.JobQueue(
+            self,
+            f"{machine_class.name}JobQueue",
+            job_queue_name=self.names.job_queue_name(machine_class.name),
+            priority=constants.JOB_QUEUE_PRIORITY,
+            compute_environments=[
+                batch.OrderedComputeEnvironment(compute_environment=pool.spot, order=constants.SPOT_ORDER),
+                batch.OrderedComputeEnvironment(
+                    compute_environment=pool.on_demand, order=constants.ON_DEMAND_ORDER
+                ),
+            ],
+            job_state_time_limit_actions=[
+                batch.JobStateTimeLimitAction(
+                    action=batch.JobStateTimeLimitActionsAction.CANCEL,
+                    max_time=Duration.seconds(constants.JOB_STATE_TIME_LIMIT_SECONDS),
+                    reason=reason,
+                    state=batch.JobStateTimeLimitActionsState.RUNNABLE,
+                )
+                for reason in _MISCONFIGURATIONS
+            ],
+        )
+
+    def _build_job_definition(self, machine_class: MachineClass) -> batch.EcsJobDefinition:
         container = batch.EcsEc2ContainerDefinition(
             self,
-            "WorkerContainer",
-            image=ecs.ContainerImage.from_asset(
-                str(worker_image_dir), platform=ecr_assets.Platform.LINUX_AMD64
-            ),
-            cpu=constants.JOB_DEFAULT_VCPUS,
-            memory=Size.gibibytes(constants.JOB_DEFAULT_MEMORY_GIB),
+            f"{machine_class.name}Container",
+            image=self._image,
+            cpu=machine_class.vcpus,
+            memory=Size.mebibytes(machine_class.memory_mib),
+            gpu=machine_class.gpus or None,
             privileged=False,
-            job_role=job_role,
+            job_role=self.job_role,
+            execution_role=self.execution_role,
             logging=ecs.LogDrivers.aws_logs(
-                stream_prefix=constants.JOB_LOG_STREAM_PREFIX, log_group=log_group
+                stream_prefix=constants.JOB_LOG_STREAM_PREFIX, log_group=self.job_log_group
             ),
         )
         return batch.EcsJobDefinition(
             self,
-            "WorkerJobDefinition",
+            f"{machine_class.name}JobDefinition",
+            job_definition_name=self.names.job_definition_name(machine_class.name),
             container=container,
             retry_attempts=constants.JOB_MAX_ATTEMPTS,
             # Retry only what the infrastructure lost (Spot reclaim, host failure); a job's own

@@ -1,4 +1,4 @@
-"""DynamoDB tables (from ``functions/adapters/tables.py``) and the S3 data bucket."""
+"""DynamoDB tables (from ``functions/adapters/tables.py``, home region) and a zone's S3 data bucket."""
 
 from __future__ import annotations
 
@@ -14,23 +14,17 @@ _PROJECTIONS = {"ALL": dynamodb.ProjectionType.ALL, "KEYS_ONLY": dynamodb.Projec
 
 
 class Data(Construct):
-    """The service's state: one table per ``TableSpec`` and the bucket of job inputs and outputs.
+    """The service's state in the home region: one table per ``TableSpec``.
 
     Attributes
     ----------
     tables : dict[str, dynamodb.Table]
         By the spec's ``logical_name`` (``Jobs``, ``Accounts``, ``Ledger``, ``Idempotency``).
-    bucket : s3.Bucket
-        Job inputs under ``inputs/``, outputs under ``outputs/``; both expire after 14 days.
-    access_log_bucket : s3.Bucket
-        The data bucket's server access logs.
     """
 
     def __init__(self, scope: Construct, construct_id: str) -> None:
         super().__init__(scope, construct_id)
         self.tables = {spec.logical_name: self._build_table(spec) for spec in ALL_TABLES}
-        self.access_log_bucket = self._build_access_log_bucket()
-        self.bucket = self._build_data_bucket(self.access_log_bucket)
 
     @property
     def jobs_table(self) -> dynamodb.Table:
@@ -84,6 +78,28 @@ class Data(Construct):
                 projection_type=projection,
             )
 
+
+class DataBucket(Construct):
+    """A geo zone's bucket of job inputs and outputs, so a job's data stays in its zone's region.
+
+    Parameters
+    ----------
+    bucket_name : str
+        Deterministic (``infra/naming.py``): the control plane addresses the bucket by it.
+
+    Attributes
+    ----------
+    bucket : s3.Bucket
+        Job inputs under ``inputs/``, outputs under ``outputs/``; both expire after 14 days.
+    access_log_bucket : s3.Bucket
+        The data bucket's server access logs.
+    """
+
+    def __init__(self, scope: Construct, construct_id: str, *, bucket_name: str) -> None:
+        super().__init__(scope, construct_id)
+        self.access_log_bucket = self._build_access_log_bucket()
+        self.bucket = self._build_data_bucket(bucket_name, self.access_log_bucket)
+
     def _build_access_log_bucket(self) -> s3.Bucket:
         return s3.Bucket(
             self,
@@ -101,7 +117,7 @@ class Data(Construct):
             removal_policy=RemovalPolicy.RETAIN,
         )
 
-    def _build_data_bucket(self, access_log_bucket: s3.Bucket) -> s3.Bucket:
+    def _build_data_bucket(self, bucket_name: str, access_log_bucket: s3.Bucket) -> s3.Bucket:
         expire_prefixes = [
             s3.LifecycleRule(
                 id=f"Expire{prefix.strip('/').capitalize()}",
@@ -117,6 +133,7 @@ class Data(Construct):
         return s3.Bucket(
             self,
             "DataBucket",
+            bucket_name=bucket_name,
             encryption=s3.BucketEncryption.S3_MANAGED,
             block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
             object_ownership=s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,

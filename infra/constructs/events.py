@@ -1,13 +1,14 @@
-"""EventBridge: Batch job state changes to batch_events, and the meter's one-minute schedule."""
+"""EventBridge: Batch job state changes to batch_events, the meter's one-minute schedule, and the
+rule that forwards another region's Batch events to the home region's bus."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
 from aws_cdk import Duration
-from aws_cdk import aws_batch as batch
 from aws_cdk import aws_events as events
 from aws_cdk import aws_events_targets as targets
+from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_lambda_destinations as destinations
 from aws_cdk import aws_sqs as sqs
@@ -17,6 +18,15 @@ from infra import constants
 
 BATCH_SOURCE = "aws.batch"
 BATCH_DETAIL_TYPE = "Batch Job State Change"
+
+
+def batch_state_change_pattern(job_queue_arn_prefixes: Sequence[str]) -> events.EventPattern:
+    """``Batch Job State Change`` events of the queues whose ARN starts with one of the prefixes."""
+    return events.EventPattern(
+        source=[BATCH_SOURCE],
+        detail_type=[BATCH_DETAIL_TYPE],
+        detail={"jobQueue": [{"prefix": prefix} for prefix in job_queue_arn_prefixes]},
+    )
 
 
 class Events(Construct):
@@ -32,8 +42,10 @@ class Events(Construct):
         Receives every ``Batch Job State Change`` of ``job_queues`` (at least once, in any order).
     meter : lambda_.IFunction
         Invoked every minute.
-    job_queues : Sequence[batch.IJobQueue]
-        This service's queues: events of other queues in the account are not ours.
+    job_queue_arn_prefixes : Sequence[str]
+        Every zone's queue ARN up to the stage's name prefix (``…:job-queue/remote-batch-dev-``):
+        events of other queues in the account are not ours. Other regions' events arrive here
+        through their ``BatchEventForwarder``.
 
     Attributes
     ----------
@@ -49,11 +61,11 @@ class Events(Construct):
         *,
         batch_events: lambda_.IFunction,
         meter: lambda_.IFunction,
-        job_queues: Sequence[batch.IJobQueue],
+        job_queue_arn_prefixes: Sequence[str],
     ) -> None:
         super().__init__(scope, construct_id)
         self.dead_letter_queue = self._build_dead_letter_queue()
-        self.batch_state_rule = self._build_batch_state_rule(batch_events, job_queues)
+        self.batch_state_rule = self._build_batch_state_rule(batch_events, job_queue_arn_prefixes)
         self.meter_schedule = self._build_meter_schedule(meter)
         self._configure_failed_invocations(batch_events, constants.BATCH_EVENTS_HANDLER_RETRY_ATTEMPTS)
         # A failed meter tick is not retried: the next tick, a minute later, does the same work.
@@ -69,17 +81,13 @@ class Events(Construct):
         )
 
     def _build_batch_state_rule(
-        self, handler: lambda_.IFunction, job_queues: Sequence[batch.IJobQueue]
+        self, handler: lambda_.IFunction, job_queue_arn_prefixes: Sequence[str]
     ) -> events.Rule:
         return events.Rule(
             self,
             "BatchJobStateChangeRule",
             description=f"{constants.SERVICE_NAME}: Batch job state changes of the service's queues",
-            event_pattern=events.EventPattern(
-                source=[BATCH_SOURCE],
-                detail_type=[BATCH_DETAIL_TYPE],
-                detail={"jobQueue": [queue.job_queue_arn for queue in job_queues]},
-            ),
+            event_pattern=batch_state_change_pattern(job_queue_arn_prefixes),
             targets=[
                 targets.LambdaFunction(
                     handler,
@@ -110,4 +118,52 @@ class Events(Construct):
         handler.configure_async_invoke(
             retry_attempts=retry_attempts,
             on_failure=destinations.SqsDestination(self.dead_letter_queue),
+        )
+
+
+class BatchEventForwarder(Construct):
+    """Forwards this region's Batch job state changes to the home region's default event bus.
+
+    EventBridge delivers across regions with a role allowed ``events:PutEvents`` on the home bus;
+    events it cannot deliver (after its own retries, up to 24 hours) land in the dead-letter queue.
+
+    Parameters
+    ----------
+    job_queue_arn_prefix : str
+        This zone's queue ARN up to the stage's name prefix.
+    home_event_bus_arn : str
+        ``arn:…:events:<home region>:<account>:event-bus/default``.
+
+    Attributes
+    ----------
+    rule : events.Rule
+    role : iam.Role
+        Assumed by EventBridge to put the events on the home bus.
+    dead_letter_queue : sqs.Queue
+    """
+
+    def __init__(
+        self, scope: Construct, construct_id: str, *, job_queue_arn_prefix: str, home_event_bus_arn: str
+    ) -> None:
+        super().__init__(scope, construct_id)
+        self.dead_letter_queue = sqs.Queue(
+            self,
+            "DeadLetterQueue",
+            encryption=sqs.QueueEncryption.SQS_MANAGED,
+            enforce_ssl=True,
+            retention_period=Duration.days(constants.DLQ_RETENTION_DAYS),
+        )
+        self.role = iam.Role(
+            self,
+            "ForwardingRole",
+            assumed_by=iam.ServicePrincipal("events.amazonaws.com"),
+            description=f"{constants.SERVICE_NAME}: forward Batch job state changes to the home region",
+        )
+        home_bus = events.EventBus.from_event_bus_arn(self, "HomeEventBus", home_event_bus_arn)
+        self.rule = events.Rule(
+            self,
+            "ForwardBatchJobStateChangeRule",
+            description=f"{constants.SERVICE_NAME}: Batch job state changes to the home region's bus",
+            event_pattern=batch_state_change_pattern([job_queue_arn_prefix]),
+            targets=[targets.EventBus(home_bus, role=self.role, dead_letter_queue=self.dead_letter_queue)],
         )

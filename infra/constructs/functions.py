@@ -1,5 +1,9 @@
 """The three Lambdas (api, batch_events, meter), each with its own least-privilege role.
 
+Each geo zone's bucket, queues, job definitions and job log group live in that zone's compute stack,
+possibly in another region: the functions address them by their deterministic names
+(``infra/naming.py``) and their IAM policies use ARNs formatted from those names.
+
 The code asset is the repository with everything but ``functions/`` excluded: handlers import
 ``functions.…``, so the package keeps its name at the asset's root. Third-party code (Powertools,
 pydantic) comes from the public Powertools layer; boto3 from the runtime.
@@ -9,16 +13,18 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from aws_cdk import Duration, RemovalPolicy, Stack
+from aws_cdk import ArnFormat, Duration, RemovalPolicy, Stack
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
+from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
+from functions.domain.machine_classes import MACHINE_CLASSES
 from infra import constants
-from infra.constructs.batch_compute import BatchCompute
 from infra.constructs.data import Data
 from infra.constructs.notifications import Notifications
+from infra.naming import ZoneNames
 
 # Everything at the repo root is excluded except functions/ (and its bytecode caches stay out too):
 # the asset hash then never walks .venv, node_modules or cdk.out.
@@ -32,15 +38,17 @@ class Functions(Construct):
     Parameters
     ----------
     data : Data
-        Tables and bucket the functions read and write.
+        The tables the functions read and write.
     notifications : Notifications
         The email topic they publish to (and the api subscribes accounts' emails to).
-    zones : Sequence[BatchCompute]
-        Each geo zone's Batch resources; they become ``REMOTE_BATCH_ZONES``.
+    zones : Sequence[ZoneNames]
+        Each geo zone's resource names; they become ``REMOTE_BATCH_ZONES``.
 
     Attributes
     ----------
     api, batch_events, meter : lambda_.Function
+    environment : dict[str, str]
+        The variables every function gets (``functions/settings.py``).
     """
 
     def __init__(
@@ -50,15 +58,17 @@ class Functions(Construct):
         *,
         data: Data,
         notifications: Notifications,
-        zones: Sequence[BatchCompute],
+        zones: Sequence[ZoneNames],
     ) -> None:
         super().__init__(scope, construct_id)
         self._data = data
         self._notifications = notifications
         self._zones = list(zones)
+        self._buckets = {zone.zone: self._import_bucket(zone) for zone in self._zones}
+        self._job_log_groups = {zone.zone: self._import_job_log_group(zone) for zone in self._zones}
         self._code = lambda_.Code.from_asset(str(constants.REPO_ROOT), exclude=_CODE_EXCLUDE)
         self._powertools = self._build_powertools_layer()
-        self._environment = self._build_environment()
+        self.environment = self._build_environment()
 
         self.api = self._build_function("api", "Api")
         self.batch_events = self._build_function("batch_events", "BatchEvents")
@@ -69,6 +79,21 @@ class Functions(Construct):
         self._grant_meter(self._role(self.meter))
 
     # Building blocks
+
+    def _import_bucket(self, zone: ZoneNames) -> s3.IBucket:
+        return s3.Bucket.from_bucket_attributes(
+            self, f"{zone.zone}DataBucket", bucket_name=zone.bucket_name, region=zone.region
+        )
+
+    def _import_job_log_group(self, zone: ZoneNames) -> logs.ILogGroup:
+        arn = Stack.of(self).format_arn(
+            service="logs",
+            region=zone.region,
+            resource="log-group",
+            resource_name=zone.job_log_group_name,
+            arn_format=ArnFormat.COLON_RESOURCE_NAME,
+        )
+        return logs.LogGroup.from_log_group_arn(self, f"{zone.zone}JobLogGroup", arn)
 
     def _build_powertools_layer(self) -> lambda_.ILayerVersion:
         region = Stack.of(self).region
@@ -92,22 +117,24 @@ class Functions(Construct):
         }
 
     def _zones_json(self) -> str:
+        # Queue and definition names, not ARNs: SubmitJob takes either, and names keep the
+        # variables well under Lambda's 4 KB limit for all of a function's environment.
         zones = {
             zone.zone: {
-                "region": Stack.of(zone).region,
-                "bucket": zone.bucket.bucket_name,
-                "logGroup": zone.job_log_group.log_group_name,
+                "region": zone.region,
+                "bucket": zone.bucket_name,
+                "logGroup": zone.job_log_group_name,
                 "routes": {
                     machine_class: {
-                        "jobQueue": route.job_queue.job_queue_arn,
-                        "jobDefinition": route.job_definition.job_definition_arn,
+                        "jobQueue": zone.job_queue_name(machine_class),
+                        "jobDefinition": zone.job_definition_name(machine_class),
                     }
-                    for machine_class, route in zone.routes.items()
+                    for machine_class in MACHINE_CLASSES
                 },
             }
             for zone in self._zones
         }
-        # to_json_string keeps the tokens (ARNs, names) resolvable: CloudFormation joins the string.
+        # to_json_string keeps the account id token resolvable: CloudFormation joins the string.
         return Stack.of(self).to_json_string(zones)
 
     def _build_function(self, name: str, construct_id: str) -> lambda_.Function:
@@ -135,7 +162,7 @@ class Functions(Construct):
             layers=[self._powertools],
             memory_size=constants.LAMBDA_MEMORY_MIB[name],
             timeout=Duration.seconds(constants.LAMBDA_TIMEOUT_SECONDS[name]),
-            environment=self._environment,
+            environment=self.environment,
             role=role,
             log_group=log_group,
             tracing=lambda_.Tracing.ACTIVE,
@@ -154,7 +181,8 @@ class Functions(Construct):
         """Submit, query, abort jobs; presign inputs/outputs; read and delete job logs; subscribe emails."""
         for table in self._data.tables.values():
             table.grant_read_write_data(role)
-        self._data.bucket.grant_read_write(role)  # includes s3:DeleteObject* (DELETE /jobs/{jobId})
+        for bucket in self._buckets.values():
+            bucket.grant_read_write(role)  # includes s3:DeleteObject* (DELETE /jobs/{jobId})
         self._notifications.email_topic.grant_subscribe(role)
         # Replacing an account's email removes its old subscription; GET /account shows its state.
         role.add_to_principal_policy(
@@ -164,16 +192,15 @@ class Functions(Construct):
             )
         )
         self._grant_batch(role, submit=True)
-        for zone in self._zones:
-            zone.job_log_group.grant(
-                role, "logs:GetLogEvents", "logs:FilterLogEvents", "logs:DeleteLogStream"
-            )
+        for log_group in self._job_log_groups.values():
+            log_group.grant(role, "logs:GetLogEvents", "logs:FilterLogEvents", "logs:DeleteLogStream")
 
     def _grant_batch_events(self, role: iam.IRole) -> None:
         """Apply status changes, settle charges, roll arrays up, notify, discard a capped job's output."""
         for table in (self._data.jobs_table, self._data.accounts_table, self._data.ledger_table):
             table.grant_read_write_data(role)
-        self._data.bucket.grant_read_write(role)  # includes s3:DeleteObject*
+        for bucket in self._buckets.values():
+            bucket.grant_read_write(role)  # includes s3:DeleteObject*
         self._grant_notify(role)
 
     def _grant_meter(self, role: iam.IRole) -> None:
@@ -182,11 +209,12 @@ class Functions(Construct):
             table.grant_read_write_data(role)
         # Discarding a capped job's output deletes outputs/<jobId>/: list the prefix, delete its objects;
         # reconciling a failed job reads its messages.json for the statusReason.
-        self._data.bucket.grant_delete(role)
-        self._data.bucket.grant_read(role)
-        role.add_to_principal_policy(
-            iam.PolicyStatement(actions=["s3:ListBucket"], resources=[self._data.bucket.bucket_arn])
-        )
+        for bucket in self._buckets.values():
+            bucket.grant_delete(role)
+            bucket.grant_read(role)
+            role.add_to_principal_policy(
+                iam.PolicyStatement(actions=["s3:ListBucket"], resources=[bucket.bucket_arn])
+            )
         self._grant_notify(role)
         self._grant_batch(role, submit=False)
 
@@ -195,18 +223,28 @@ class Functions(Construct):
         # SMS goes to a phone number, which has no ARN: SNS authorizes it on Resource "*".
         role.add_to_principal_policy(iam.PolicyStatement(actions=["sns:Publish"], resources=["*"]))
 
-    def _job_arns(self) -> str:
-        """Every Batch job of this account and region (job ARNs exist only once submitted)."""
-        return Stack.of(self).format_arn(service="batch", resource="job", resource_name="*")
+    def _batch_arn(self, zone: ZoneNames, resource: str, resource_name: str) -> str:
+        return Stack.of(self).format_arn(
+            service="batch", region=zone.region, resource=resource, resource_name=resource_name
+        )
+
+    def _job_arns(self) -> list[str]:
+        """Every Batch job of this account in the zones' regions (job ARNs exist only once submitted)."""
+        return [self._batch_arn(zone, "job", "*") for zone in self._zones]
 
     def _grant_batch(self, role: iam.IRole, *, submit: bool) -> None:
         if submit:
-            queues = [queue.job_queue_arn for zone in self._zones for queue in zone.job_queues]
-            definitions = {
-                route.job_definition.job_definition_arn: None
+            # SubmitJob is authorized on the queue and on the definition's ARN with its revision.
+            queues = [
+                self._batch_arn(zone, "job-queue", zone.job_queue_name(machine_class))
                 for zone in self._zones
-                for route in zone.routes.values()
-            }
+                for machine_class in MACHINE_CLASSES
+            ]
+            definitions = [
+                self._batch_arn(zone, "job-definition", f"{zone.job_definition_name(machine_class)}:*")
+                for zone in self._zones
+                for machine_class in MACHINE_CLASSES
+            ]
             role.add_to_principal_policy(
                 iam.PolicyStatement(actions=["batch:SubmitJob"], resources=[*queues, *definitions])
             )
@@ -214,13 +252,13 @@ class Functions(Construct):
             role.add_to_principal_policy(
                 iam.PolicyStatement(
                     actions=["batch:TagResource"],
-                    resources=[self._job_arns()],
+                    resources=self._job_arns(),
                     conditions={"StringEquals": {"batch:CreateAction": "SubmitJob"}},
                 )
             )
         # TerminateJob is authorized on the job's ARN, which exists only once submitted.
         role.add_to_principal_policy(
-            iam.PolicyStatement(actions=["batch:TerminateJob"], resources=[self._job_arns()])
+            iam.PolicyStatement(actions=["batch:TerminateJob"], resources=self._job_arns())
         )
         # DescribeJobs supports no resource-level permissions.
         role.add_to_principal_policy(iam.PolicyStatement(actions=["batch:DescribeJobs"], resources=["*"]))

@@ -1,64 +1,82 @@
-"""The home region's stack: data, notifications, auth, the home zone's Batch compute, functions,
-events and the API, each a construct."""
+"""The home region's stack: tables, notifications, auth, functions, events, monitoring and the API,
+each a construct. Every zone's Batch resources and bucket live in that zone's ``ComputeStack``."""
 
 from __future__ import annotations
 
-from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
 from aws_cdk import CfnOutput, Stack
 from constructs import Construct
 
-from infra import constants, nag_suppressions
+from infra import nag_suppressions
 from infra.constructs.api import Api
 from infra.constructs.auth import Auth
-from infra.constructs.batch_compute import BatchCompute
 from infra.constructs.data import Data
 from infra.constructs.events import Events
 from infra.constructs.functions import Functions
+from infra.constructs.monitoring import Monitoring
 from infra.constructs.notifications import Notifications
+from infra.naming import ZoneNames
 
 
 class ControlPlaneStack(Stack):
-    """remote-batch in one region.
+    """remote-batch's API and state, in the home region.
 
     Parameters
     ----------
-    worker_image_dir : Path
-        The job container's Docker build context (built at deploy time only).
+    zones : Sequence[ZoneNames]
+        Every geo zone's resource names (their compute stacks create the resources).
     **kwargs
         Passed to ``Stack`` (description, env, …).
     """
 
-    def __init__(self, scope: Construct, construct_id: str, *, worker_image_dir: Path, **kwargs: Any) -> None:
+    def __init__(
+        self, scope: Construct, construct_id: str, *, zones: Sequence[ZoneNames], **kwargs: Any
+    ) -> None:
         super().__init__(scope, construct_id, **kwargs)
+        self.zones = list(zones)
         self.data = Data(self, "Data")
         self.notifications = Notifications(self, "Notifications")
         self.auth = Auth(self, "Auth")
-        self.compute = BatchCompute(
-            self,
-            f"Compute{constants.HOME_ZONE}",
-            zone=constants.HOME_ZONE,
-            bucket=self.data.bucket,
-            worker_image_dir=worker_image_dir,
-        )
         self.functions = Functions(
-            self, "Functions", data=self.data, notifications=self.notifications, zones=[self.compute]
+            self, "Functions", data=self.data, notifications=self.notifications, zones=self.zones
         )
         self.events = Events(
             self,
             "Events",
             batch_events=self.functions.batch_events,
             meter=self.functions.meter,
-            job_queues=self.compute.job_queues,
+            job_queue_arn_prefixes=[self.job_queue_arn_prefix(zone) for zone in self.zones],
+        )
+        self.monitoring = Monitoring(
+            self,
+            "Monitoring",
+            dead_letter_queues={"Events": self.events.dead_letter_queue},
+            functions={
+                "Api": self.functions.api,
+                "BatchEvents": self.functions.batch_events,
+                "Meter": self.functions.meter,
+            },
         )
         self.api = Api(self, "Api", handler=self.functions.api, user_pool=self.auth.user_pool)
         self._build_outputs()
         nag_suppressions.acknowledge_control_plane(self)
 
+    def job_queue_arn_prefix(self, zone: ZoneNames) -> str:
+        """``arn:…:batch:<zone region>:<account>:job-queue/remote-batch-<stage>-``."""
+        return self.format_arn(
+            service="batch", region=zone.region, resource="job-queue", resource_name=zone.prefix
+        )
+
     def _build_outputs(self) -> None:
         CfnOutput(self, "ApiUrl", value=self.api.url, description="The API's base URL")
         CfnOutput(self, "UserPoolId", value=self.auth.user_pool.user_pool_id)
         CfnOutput(self, "UserPoolClientId", value=self.auth.client.user_pool_client_id)
-        CfnOutput(self, "DataBucketName", value=self.data.bucket.bucket_name)
         CfnOutput(self, "DeadLetterQueueUrl", value=self.events.dead_letter_queue.queue_url)
+        CfnOutput(
+            self,
+            "OperatorTopicArn",
+            value=self.monitoring.operator_topic.topic_arn,
+            description="Subscribe the operator's email to the alarms",
+        )

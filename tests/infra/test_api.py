@@ -61,6 +61,17 @@ def test_admin_group_exists(synth: Synth) -> None:
     synth.template.has_resource_properties("AWS::Cognito::UserPoolGroup", {"GroupName": "admin"})
 
 
+def test_client_signs_in_with_srp_or_password_without_a_secret(synth: Synth) -> None:
+    (client,) = synth.resources("AWS::Cognito::UserPoolClient").values()
+
+    assert client["Properties"]["GenerateSecret"] is False
+    assert set(client["Properties"]["ExplicitAuthFlows"]) == {
+        "ALLOW_USER_SRP_AUTH",
+        "ALLOW_USER_PASSWORD_AUTH",
+        "ALLOW_REFRESH_TOKEN_AUTH",
+    }
+
+
 @pytest.mark.parametrize(
     ("response_type", "status", "code"),
     [

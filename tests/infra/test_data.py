@@ -1,4 +1,5 @@
-"""Tables built from functions/adapters/tables.py, and the data bucket's retention and protection."""
+"""Tables built from functions/adapters/tables.py (home region), and each zone's data bucket:
+retention, protection and its deterministic name."""
 
 from __future__ import annotations
 
@@ -62,21 +63,34 @@ def test_table_indexes_match_spec(synth: Synth, spec: TableSpec) -> None:
         assert built[index.name]["Projection"]["ProjectionType"] == index.projection
 
 
-def _data_bucket(synth: Synth) -> dict:
-    return synth.template_json["Resources"][synth.logical_id(synth.stack.data.bucket)]
+def _data_bucket(compute: Synth) -> dict:
+    return compute.template_json["Resources"][compute.logical_id(compute.stack.data.bucket)]
+
+
+def test_control_plane_has_no_bucket(synth: Synth) -> None:
+    # Job data stays in its zone's region: each compute stack owns its bucket.
+    synth.template.resource_count_is("AWS::S3::Bucket", 0)
+
+
+def test_bucket_name_carries_stage_account_and_region(compute: Synth) -> None:
+    region = compute.stack.region
+
+    assert _data_bucket(compute)["Properties"]["BucketName"] == {
+        "Fn::Join": ["", ["remote-batch-dev-data-", {"Ref": "AWS::AccountId"}, f"-{region}"]]
+    }
 
 
 @pytest.mark.parametrize("prefix", ["inputs/", "outputs/"])
-def test_data_prefixes_expire_after_14_days(synth: Synth, prefix: str) -> None:
-    rules = _data_bucket(synth)["Properties"]["LifecycleConfiguration"]["Rules"]
+def test_data_prefixes_expire_after_14_days(compute: Synth, prefix: str) -> None:
+    rules = _data_bucket(compute)["Properties"]["LifecycleConfiguration"]["Rules"]
 
     (rule,) = [r for r in rules if r.get("Prefix") == prefix]
     assert rule["ExpirationInDays"] == 14
     assert rule["Status"] == "Enabled"
 
 
-def test_incomplete_uploads_are_aborted(synth: Synth) -> None:
-    rules = _data_bucket(synth)["Properties"]["LifecycleConfiguration"]["Rules"]
+def test_incomplete_uploads_are_aborted(compute: Synth) -> None:
+    rules = _data_bucket(compute)["Properties"]["LifecycleConfiguration"]["Rules"]
 
     assert any(
         "Prefix" not in r
@@ -87,9 +101,11 @@ def test_incomplete_uploads_are_aborted(synth: Synth) -> None:
     )
 
 
-def test_data_bucket_is_encrypted_private_unversioned_and_logged(synth: Synth) -> None:
-    props = _data_bucket(synth)["Properties"]
+def test_data_bucket_is_encrypted_private_unversioned_retained_and_logged(compute: Synth) -> None:
+    bucket = _data_bucket(compute)
+    props = bucket["Properties"]
 
+    assert bucket["DeletionPolicy"] == "Retain"
     assert props["BucketEncryption"] == {
         "ServerSideEncryptionConfiguration": [{"ServerSideEncryptionByDefault": {"SSEAlgorithm": "AES256"}}]
     }
@@ -101,15 +117,15 @@ def test_data_bucket_is_encrypted_private_unversioned_and_logged(synth: Synth) -
     }
     assert props.get("VersioningConfiguration", {}).get("Status") != "Enabled"
     assert props["LoggingConfiguration"]["DestinationBucketName"] == {
-        "Ref": synth.logical_id(synth.stack.data.access_log_bucket)
+        "Ref": compute.logical_id(compute.stack.data.access_log_bucket)
     }
 
 
 @pytest.mark.parametrize("bucket", ["bucket", "access_log_bucket"])
-def test_buckets_deny_requests_without_tls(synth: Synth, bucket: str) -> None:
-    logical_id = synth.logical_id(getattr(synth.stack.data, bucket))
+def test_buckets_deny_requests_without_tls(compute: Synth, bucket: str) -> None:
+    logical_id = compute.logical_id(getattr(compute.stack.data, bucket))
 
-    synth.template.has_resource_properties(
+    compute.template.has_resource_properties(
         "AWS::S3::BucketPolicy",
         {
             "Bucket": {"Ref": logical_id},

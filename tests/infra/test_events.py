@@ -1,11 +1,11 @@
-"""EventBridge: the Batch state-change rule and the meter's schedule."""
+"""EventBridge: the Batch state-change rule, the meter's schedule, and forwarding from other regions."""
 
 from __future__ import annotations
 
 import pytest
 from aws_cdk.assertions import Match
 
-from tests.infra.conftest import Synth
+from tests.infra.conftest import HOME_REGION, Synth, SynthApp
 
 pytestmark = pytest.mark.infra
 
@@ -14,15 +14,35 @@ def _arn_of(synth: Synth, construct) -> dict:
     return {"Fn::GetAtt": [synth.logical_id(construct), "Arn"]}
 
 
-def test_batch_rule_matches_only_this_services_queue_state_changes(synth: Synth) -> None:
-    rule = synth.template_json["Resources"][synth.logical_id(synth.stack.events.batch_state_rule)]
-    queue = synth.logical_id(synth.stack.compute.job_queue)
+def _queue_arn_prefix(region: str) -> dict:
+    return {
+        "Fn::Join": [
+            "",
+            [f"arn:aws:batch:{region}:", {"Ref": "AWS::AccountId"}, ":job-queue/remote-batch-dev-"],
+        ]
+    }
 
+
+def test_batch_rule_matches_only_this_services_queues_in_every_zone(synth: Synth) -> None:
+    rule = synth.template_json["Resources"][synth.logical_id(synth.stack.events.batch_state_rule)]
+
+    # Other regions' events reach the home bus unchanged (their jobQueue is their queue's ARN).
     assert rule["Properties"]["EventPattern"] == {
         "source": ["aws.batch"],
         "detail-type": ["Batch Job State Change"],
-        "detail": {"jobQueue": [{"Fn::GetAtt": [queue, "JobQueueArn"]}]},
+        "detail": {
+            "jobQueue": [
+                {"prefix": _queue_arn_prefix("us-east-1")},
+                {"prefix": _queue_arn_prefix("eu-central-1")},
+            ]
+        },
     }
+
+
+def test_every_queue_name_starts_with_the_rule_prefix(app_synth: SynthApp) -> None:
+    for compute in app_synth.zones.values():
+        for queue in compute.resources("AWS::Batch::JobQueue").values():
+            assert queue["Properties"]["JobQueueName"].startswith("remote-batch-dev-")
 
 
 def test_batch_rule_targets_batch_events_with_retries_and_dlq(synth: Synth) -> None:
@@ -88,6 +108,41 @@ def test_failed_invocations_land_in_the_dead_letter_queue(synth: Synth, name: st
             "MaximumRetryAttempts": retries,
             "DestinationConfig": {
                 "OnFailure": {"Destination": _arn_of(synth, synth.stack.events.dead_letter_queue)}
+            },
+        },
+    )
+
+
+def test_home_zone_needs_no_forwarding(app_synth: SynthApp) -> None:
+    (home,) = [c for c in app_synth.zones.values() if c.stack.region == HOME_REGION]
+
+    home.template.resource_count_is("AWS::Events::Rule", 0)
+    home.template.resource_count_is("AWS::SQS::Queue", 0)
+
+
+def test_other_zone_forwards_its_batch_events_to_the_home_bus(app_synth: SynthApp) -> None:
+    (other,) = [c for c in app_synth.zones.values() if c.stack.region != HOME_REGION]
+    forwarder = other.stack.forwarder
+    (rule,) = other.resources("AWS::Events::Rule").values()
+    home_bus = {
+        "Fn::Join": ["", [f"arn:aws:events:{HOME_REGION}:", {"Ref": "AWS::AccountId"}, ":event-bus/default"]]
+    }
+
+    assert rule["Properties"]["EventPattern"] == {
+        "source": ["aws.batch"],
+        "detail-type": ["Batch Job State Change"],
+        "detail": {"jobQueue": [{"prefix": _queue_arn_prefix(other.stack.region)}]},
+    }
+    (target,) = rule["Properties"]["Targets"]
+    assert target["Arn"] == home_bus
+    assert target["RoleArn"] == _arn_of(other, forwarder.role)
+    assert target["DeadLetterConfig"] == {"Arn": _arn_of(other, forwarder.dead_letter_queue)}
+    other.template.has_resource_properties(
+        "AWS::IAM::Policy",
+        {
+            "Roles": [{"Ref": other.logical_id(forwarder.role)}],
+            "PolicyDocument": {
+                "Statement": [{"Action": "events:PutEvents", "Effect": "Allow", "Resource": home_bus}]
             },
         },
     )

@@ -6,9 +6,10 @@ from typing import Any
 
 import pytest
 
-from functions.domain.machine_classes import MACHINE_CLASSES
+from functions.domain.machine_classes import MACHINE_CLASSES, GeoZone
 from functions.settings import load_settings
-from tests.infra.conftest import Synth
+from infra import constants
+from tests.infra.conftest import ZONE_REGIONS, Synth
 
 pytestmark = pytest.mark.infra
 
@@ -33,17 +34,27 @@ def _function(synth: Synth, name: str) -> dict[str, Any]:
     return synth.template_json["Resources"][synth.logical_id(function)]["Properties"]
 
 
-def _render(value: Any) -> str:
-    """A CloudFormation string expression with every reference replaced by a readable stand-in."""
+ACCOUNT_ID = "123456789012"
+# The longest a CloudFormation-generated physical id can resolve to here, as an SNS topic ARN
+# ("arn:aws:sns:<region>:<account>:<stack>-<logical id>-<13 characters>"); tables are shorter.
+GENERATED_ARN_PREFIX = f"arn:aws:sns:us-east-1:{ACCOUNT_ID}:"
+GENERATED_SUFFIX = "-ABCDEFGHIJKLM"
+
+
+def _render(value: Any, stack_name: str = "stack") -> str:
+    """A CloudFormation string expression with every reference replaced by a stand-in as long as
+    the value it resolves to (at most)."""
     if isinstance(value, str):
         return value
     if "Fn::Join" in value:
         separator, parts = value["Fn::Join"]
-        return separator.join(_render(part) for part in parts)
+        return separator.join(_render(part, stack_name) for part in parts)
+    if value.get("Ref") == "AWS::AccountId":
+        return ACCOUNT_ID
     if "Ref" in value:
-        return f"ref-{value['Ref']}"
+        return f"{GENERATED_ARN_PREFIX}{stack_name}-{value['Ref']}{GENERATED_SUFFIX}"
     if "Fn::GetAtt" in value:
-        return "arn-" + "-".join(value["Fn::GetAtt"])
+        return f"{GENERATED_ARN_PREFIX}{stack_name}-{'-'.join(value['Fn::GetAtt'])}{GENERATED_SUFFIX}"
     raise AssertionError(f"unexpected expression {value}")
 
 
@@ -74,12 +85,32 @@ def test_function_settings_load(synth: Synth, name: str) -> None:
     settings = load_settings(environ)
 
     assert set(variables) == ENVIRONMENT
-    zone = settings.zones["UnitedStates"]
-    assert set(zone.routes) == set(MACHINE_CLASSES)
-    queue = synth.logical_id(synth.stack.compute.job_queue)
-    assert {route.job_queue for route in zone.routes.values()} == {f"arn-{queue}-JobQueueArn"}
-    assert zone.log_group == f"ref-{synth.logical_id(synth.stack.compute.job_log_group)}"
-    assert zone.bucket == f"ref-{synth.logical_id(synth.stack.data.bucket)}"
+    assert {zone.value: z.region for zone, z in settings.zones.items()} == ZONE_REGIONS
+    for zone, region in ZONE_REGIONS.items():
+        zone_settings = settings.zones[GeoZone(zone)]
+        assert set(zone_settings.routes) == set(MACHINE_CLASSES)
+        # Names, not ARNs: the compute stacks create them with exactly these names.
+        for machine_class, route in zone_settings.routes.items():
+            assert route.job_queue == f"remote-batch-dev-{machine_class}"
+            assert route.job_definition == f"remote-batch-dev-{machine_class}"
+        assert zone_settings.bucket == f"remote-batch-dev-data-{ACCOUNT_ID}-{region}"
+        assert zone_settings.log_group == "/remote-batch/dev/jobs"
+
+
+@pytest.mark.parametrize("name", HANDLERS)
+def test_function_environment_stays_under_lambdas_4_kb(
+    synth: Synth, name: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    variables = _function(synth, name)["Environment"]["Variables"]
+    # Lambda counts keys and values; AWS_REGION and friends are reserved and not counted.
+    resolved = {key: _render(value, synth.stack.stack_name) for key, value in variables.items()}
+
+    size = sum(len(key.encode()) + len(value.encode()) for key, value in resolved.items())
+
+    assert size < constants.LAMBDA_ENVIRONMENT_MAX_BYTES
+    if name == "api":
+        with capsys.disabled():
+            print(f"\nlambda environment, estimated resolved size: {size} bytes", end="")
 
 
 def test_each_function_has_its_own_role(synth: Synth) -> None:

@@ -1,13 +1,16 @@
-"""Least privilege: no wildcard actions, no data actions on every resource, scoped Batch access."""
+"""Least privilege in every stack: no wildcard actions, no data actions on every resource, Batch
+submission only to the service's queues and definitions, tables per function."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from tests.infra.conftest import Synth
+from functions.domain.machine_classes import MACHINE_CLASSES
+from tests.infra.conftest import Synth, SynthApp
 
 pytestmark = pytest.mark.infra
 
@@ -18,7 +21,7 @@ DATA_ACTION_PREFIXES = ("s3:", "dynamodb:", "sqs:SendMessage", "sqs:ReceiveMessa
 def _statements(synth: Synth) -> Iterator[tuple[str, dict[str, Any]]]:
     for name, resource in synth.template_json["Resources"].items():
         documents = []
-        if resource["Type"] == "AWS::IAM::Policy":
+        if resource["Type"] in ("AWS::IAM::Policy", "AWS::IAM::ManagedPolicy"):
             documents.append(resource["Properties"]["PolicyDocument"])
         if resource["Type"] == "AWS::IAM::Role":
             documents += [p["PolicyDocument"] for p in resource["Properties"].get("Policies", [])]
@@ -31,15 +34,24 @@ def _listed(value: Any) -> list[Any]:
     return value if isinstance(value, list) else [value]
 
 
-def test_no_statement_allows_every_action(synth: Synth) -> None:
-    for name, statement in _statements(synth):
+def _all_statements(app_synth: SynthApp) -> Iterator[tuple[str, dict[str, Any]]]:
+    for synth in app_synth.stacks:
+        for name, statement in _statements(synth):
+            yield f"{synth.stack.stack_name}/{name}", statement
+
+
+def test_no_statement_allows_every_action(app_synth: SynthApp) -> None:
+    statements = list(_all_statements(app_synth))
+
+    assert len(statements) > 30
+    for name, statement in statements:
         actions = _listed(statement.get("Action", []))
         assert "*" not in actions, name
         assert not any(a.endswith(":*") for a in actions if isinstance(a, str)), name
 
 
-def test_no_data_action_on_every_resource(synth: Synth) -> None:
-    for name, statement in _statements(synth):
+def test_no_data_action_on_every_resource(app_synth: SynthApp) -> None:
+    for name, statement in _all_statements(app_synth):
         if statement["Effect"] != "Allow" or "*" not in _listed(statement.get("Resource", [])):
             continue
         actions = _listed(statement["Action"])
@@ -47,6 +59,7 @@ def test_no_data_action_on_every_resource(synth: Synth) -> None:
 
 
 def _policy_of(synth: Synth, function: Any) -> list[dict[str, Any]]:
+    """Every statement attached to the function's role (its default policy and any overflow)."""
     role = synth.logical_id(function.role)
     return [
         statement
@@ -55,15 +68,41 @@ def _policy_of(synth: Synth, function: Any) -> list[dict[str, Any]]:
     ]
 
 
-def test_only_api_submits_and_only_to_the_service_queue_and_definition(synth: Synth) -> None:
+def _batch_arn(region: str, resource: str) -> dict[str, Any]:
+    return {"Fn::Join": ["", [f"arn:aws:batch:{region}:", {"Ref": "AWS::AccountId"}, f":{resource}"]]}
+
+
+def test_only_api_submits_and_only_to_the_service_queues_and_definitions(synth: Synth) -> None:
     functions = synth.stack.functions
-    queue = synth.logical_id(synth.stack.compute.job_queue)
-    definition = synth.logical_id(synth.stack.compute.job_definition)
+    regions = ("us-east-1", "eu-central-1")
 
     (submit,) = [s for s in _policy_of(synth, functions.api) if "batch:SubmitJob" in _listed(s["Action"])]
-    assert submit["Resource"] == [{"Fn::GetAtt": [queue, "JobQueueArn"]}, {"Ref": definition}]
+    queues = [_batch_arn(r, f"job-queue/remote-batch-dev-{mc}") for r in regions for mc in MACHINE_CLASSES]
+    # SubmitJob is authorized on the definition's ARN with its revision.
+    definitions = [
+        _batch_arn(r, f"job-definition/remote-batch-dev-{mc}:*") for r in regions for mc in MACHINE_CLASSES
+    ]
+    assert sorted(map(json.dumps, submit["Resource"])) == sorted(map(json.dumps, queues + definitions))
     for other in (functions.batch_events, functions.meter):
         assert not [s for s in _policy_of(synth, other) if "batch:SubmitJob" in _listed(s["Action"])]
+
+
+@pytest.mark.parametrize("name", ["api", "batch_events", "meter"])
+def test_functions_reach_both_zone_buckets_by_name(synth: Synth, name: str) -> None:
+    statements = _policy_of(synth, getattr(synth.stack.functions, name))
+    s3_resources = [
+        resource
+        for statement in statements
+        if any(a.startswith("s3:") for a in _listed(statement["Action"]))
+        for resource in _listed(statement["Resource"])
+    ]
+
+    expected = [
+        {"Fn::Join": ["", ["arn:aws:s3:::remote-batch-dev-data-", {"Ref": "AWS::AccountId"}, suffix]]}
+        for region in ("us-east-1", "eu-central-1")
+        for suffix in (f"-{region}", f"-{region}/*")
+    ]
+    assert set(map(json.dumps, s3_resources)) == set(map(json.dumps, expected))
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,62 @@
+"""Deterministic physical names of each geo zone's resources.
+
+The control plane (home region) addresses every zone's queues, job definitions, bucket and job log
+group by name: CloudFormation cannot reference resources across regions, and names keep the Lambdas'
+``REMOTE_BATCH_ZONES`` variable short. Both stacks compose the names here from the stage, the zone's
+region and the account, so they always agree.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from infra import constants
+
+
+@dataclass(frozen=True)
+class ZoneNames:
+    """The names of one geo zone's resources.
+
+    Parameters
+    ----------
+    zone : str
+        The geo zone as the API spells it (``UnitedStates``).
+    region : str
+        The zone's AWS region.
+    stage : str
+        The deployment stage (``dev``); part of every name, so stages can share an account.
+    account : str
+        The AWS account id, usually a token (``Aws.ACCOUNT_ID``); cdk-nag spells it
+        ``<AWS::AccountId>``.
+    """
+
+    zone: str
+    region: str
+    stage: str
+    account: str
+
+    @property
+    def prefix(self) -> str:
+        """Every job queue and job definition name starts with it (``remote-batch-dev-``).
+
+        The stage has no hyphen, so one stage's prefix never matches another stage's names.
+        """
+        return f"{constants.SERVICE_NAME}-{self.stage}-"
+
+    def job_queue_name(self, machine_class: str) -> str:
+        """The machine class's job queue (``remote-batch-dev-Basic1x8``)."""
+        return f"{self.prefix}{machine_class}"
+
+    def job_definition_name(self, machine_class: str) -> str:
+        """The machine class's job definition (same as its queue: Batch keeps them apart)."""
+        return f"{self.prefix}{machine_class}"
+
+    @property
+    def bucket_name(self) -> str:
+        """The zone's data bucket; S3 names are global, so it carries the account and region."""
+        return f"{constants.SERVICE_NAME}-{self.stage}-data-{self.account}-{self.region}"
+
+    @property
+    def job_log_group_name(self) -> str:
+        """Where the awslogs driver writes every job's console output (one per region)."""
+        return f"/{constants.SERVICE_NAME}/{self.stage}/jobs"
