@@ -232,6 +232,9 @@ class LedgerEntryView(BaseModel):
     credits: Credits
     jobId: str | None
     balanceAfter: Credits
+    unbilled: Credits = Field(
+        default=Decimal(0), description="Extension: cost the balance could not cover (charges only)."
+    )
 
 
 class UsageView(BaseModel):
@@ -351,4 +354,5 @@ def ledger_entry_view(entry: LedgerEntry) -> LedgerEntryView:
         credits=entry.credits,
         jobId=entry.job_id,
         balanceAfter=entry.balance_after,
+        unbilled=entry.unbilled,
     )

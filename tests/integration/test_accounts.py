@@ -33,6 +33,7 @@ def test_usage_lists_entries_newest_first_with_balance_after_and_total(stack):
         ("grant", None, Decimal("10000"), Decimal("10000")),
     ]
     assert usage["totalCharged"] == Decimal("2.5")
+    assert [e["unbilled"] for e in usage["entries"]] == [Decimal(0)] * 3
     assert usage["entries"][0]["at"] == "2026-11-30T00:54:50Z"  # the charge is dated by stoppedAt
 
 

@@ -128,6 +128,11 @@ def test_account_out_of_credits_terminates_all_its_running_jobs_and_balance_ends
     # The second job found nothing left: its entry charges 0 and records the whole cost as unbilled.
     assert charges == [(Decimal("0.0000"), Decimal("1.0000")), (Decimal("0.0200"), Decimal("0.9800"))]
     assert stack.services.store.get_job(other[0]).status.value == "Running"
+    _, usage = stack.api("GET", "/account/usage", account_id="poor")
+    assert sorted((e["credits"], e["unbilled"]) for e in usage["entries"] if e["kind"] == "charge") == [
+        (Decimal("0"), Decimal("1")),
+        (Decimal("0.02"), Decimal("0.98")),
+    ]
     status, error = stack.api("POST", "/jobs", body={"code": "1"}, account_id="poor")
     assert status == 402
     assert error["error"]["code"] == "InsufficientCredits"
