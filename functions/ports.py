@@ -68,7 +68,17 @@ class JobRepository(Protocol):
         """Add ``key`` to the job's sent set; True only for the writer that added it."""
 
     def release_notification(self, job_id: str, key: str) -> None:
-        """Remove ``key`` after a failed publish, so a retry can claim it again."""
+        """Remove ``key`` after a failed publish, so a retry can claim it again; the key stays owed
+        and the job is listed for the meter's retries."""
+
+    def list_notification_retries(self) -> Iterable[str]:
+        """Ids of jobs with a notification whose publish failed (a sparse index)."""
+
+    def request_notification_retry(self, job_id: str) -> None:
+        """List a job for the meter's next tick: it owes more than one delivery sends."""
+
+    def clear_notification_retry(self, job_id: str) -> None:
+        """Unlist a job once none of its notifications is left to send again."""
 
     def append_notification_record(self, job_id: str, record: NotificationRecord) -> None:
         """Add a line to the job's ``notificationLog`` (the newest few hundred are kept)."""

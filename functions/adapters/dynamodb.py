@@ -40,6 +40,7 @@ from functions.domain.timefmt import from_sortable, to_sortable
 
 METER_PARTITION = "metered"
 OPEN_PARTITION = "open"
+RETRY_PARTITION = "retry"
 NOTIFICATION_LOG_LIMIT = 200
 logger = Logger(child=True)
 _CONDITION_CODES = {
@@ -126,6 +127,7 @@ def job_to_item(job: Job) -> dict[str, Any]:
         "arraySize": job.array_size,
         "childStatusCounts": job.child_status_counts,
         "sentNotifications": set(job.sent_notifications) or None,
+        "retryNotifications": set(job.retry_notifications) or None,
         "notificationLog": [_record_to_item(r) for r in job.notification_log] or None,
         "dataDeletedAt": to_sortable(job.data_deleted_at) if job.data_deleted_at else None,
         "ttl": int((job.submitted_at + RECORD_TTL).timestamp()),
@@ -171,6 +173,7 @@ def job_from_item(item: dict[str, Any]) -> Job:
         array_size=_opt_int(item.get("arraySize")),
         child_status_counts={k: int(v) for k, v in counts.items()} if counts else None,
         sent_notifications=frozenset(item.get("sentNotifications", ())),
+        retry_notifications=frozenset(item.get("retryNotifications", ())),
         notification_log=tuple(_record_from_item(r) for r in item.get("notificationLog", [])),
         data_deleted_at=_opt_time(item.get("dataDeletedAt")),
     )
@@ -430,20 +433,54 @@ class DynamoJobStore:
         """Add ``key`` to ``sentNotifications``; True only for the writer that added it."""
         added = self._update_if(
             {"jobId": job_id},
-            UpdateExpression="ADD sentNotifications :k",
+            UpdateExpression="ADD sentNotifications :k DELETE retryNotifications :k",
             ConditionExpression="attribute_exists(jobId) AND NOT contains(sentNotifications, :key)",
             ExpressionAttributeValues={":k": _ser({key}), ":key": _ser(key)},
         )
         return added is not None
 
     def release_notification(self, job_id: str, key: str) -> None:
-        """Remove ``key`` from ``sentNotifications`` (after a failed publish)."""
+        """Remove ``key`` from ``sentNotifications`` after a failed publish and keep it owed
+        (``retryNotifications``), marking the job for the meter's retries (sparse ``notifyRetry``)."""
         self._call(
             "update_item",
             TableName=self._jobs,
             Key=_item({"jobId": job_id}),
-            UpdateExpression="DELETE sentNotifications :k",
-            ExpressionAttributeValues={":k": _ser({key})},
+            UpdateExpression="DELETE sentNotifications :k ADD retryNotifications :k SET retryPartition = :r",
+            ExpressionAttributeValues={":k": _ser({key}), ":r": _ser(RETRY_PARTITION)},
+        )
+
+    def list_notification_retries(self) -> Iterator[str]:
+        """Ids of jobs with a notification to send again (the sparse ``notifyRetry`` index)."""
+        kwargs: dict[str, Any] = {
+            "TableName": self._jobs,
+            "IndexName": "notifyRetry",
+            "KeyConditionExpression": "retryPartition = :r",
+            "ExpressionAttributeValues": {":r": _ser(RETRY_PARTITION)},
+        }
+        while True:
+            page = self._call("query", **kwargs)
+            for item in page.get("Items", []):
+                yield str(_plain(item)["jobId"])
+            if not page.get("LastEvaluatedKey"):
+                return
+            kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+    def request_notification_retry(self, job_id: str) -> None:
+        """List the job for the meter's next tick (more is owed than one delivery sends)."""
+        self._update_if(
+            {"jobId": job_id},
+            UpdateExpression="SET retryPartition = :r",
+            ConditionExpression="attribute_exists(jobId)",
+            ExpressionAttributeValues={":r": _ser(RETRY_PARTITION)},
+        )
+
+    def clear_notification_retry(self, job_id: str) -> None:
+        """Take the job out of ``notifyRetry`` once nothing is left to send again."""
+        self._update_if(
+            {"jobId": job_id},
+            UpdateExpression="REMOVE retryPartition",
+            ConditionExpression="attribute_exists(jobId) AND attribute_not_exists(retryNotifications)",
         )
 
     def append_notification_record(self, job_id: str, record: NotificationRecord) -> None:

@@ -44,7 +44,8 @@ class TableSpec:
 # GET /jobs never reads array children. metered is sparse: only Starting/Running jobs carry
 # meterPartition, so the meter's cost grows with running jobs, not with history. unfinished is
 # sparse too: every job that is not final carries openPartition, sorted by lastEventAt, so the
-# meter finds jobs whose events may have been lost with one key-range query.
+# meter finds jobs whose events may have been lost with one key-range query. notifyRetry holds
+# the jobs with a notification whose publish failed, for the meter to send again.
 JOBS = TableSpec(
     logical_name="Jobs",
     partition_key="jobId",
@@ -52,6 +53,7 @@ JOBS = TableSpec(
         Index("byAccount", partition_key="accountId", sort_key="listKey"),
         Index("metered", partition_key="meterPartition", sort_key="jobId"),
         Index("unfinished", partition_key="openPartition", sort_key="lastEventAt"),
+        Index("notifyRetry", partition_key="retryPartition", sort_key="jobId", projection="KEYS_ONLY"),
     ),
     ttl_attribute="ttl",
 )

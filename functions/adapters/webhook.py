@@ -24,15 +24,16 @@ from functions.ports import OutgoingNotification
 
 SIGNATURE_HEADER = "X-RemoteBatch-Signature"
 TIMESTAMP_HEADER = "X-RemoteBatch-Timestamp"
-# 3 retries: 0.5 s, 1 s, 2 s apart (urllib3's backoff), on connection errors and these statuses.
+# 2 retries, 0.5 s then 1 s apart (urllib3's backoff), on connection errors and these statuses; a
+# send that still fails is retried by the meter's next tick, so a Lambda never waits long on it.
 RETRY = Retry(
-    total=3,
+    total=2,
     backoff_factor=0.5,
     status_forcelist=(408, 429, 500, 502, 503, 504),
     allowed_methods=frozenset({"POST"}),
     raise_on_status=False,
 )
-TIMEOUT = urllib3.Timeout(connect=3.0, read=5.0)
+TIMEOUT = urllib3.Timeout(connect=2.0, read=3.0)
 
 
 def sign(secret: str, timestamp: int, body: bytes) -> str:

@@ -132,6 +132,7 @@ class Job:
     child_status_counts: dict[str, int] | None = None
     sent_notifications: frozenset[str] = field(default_factory=frozenset)
     notification_log: tuple[NotificationRecord, ...] = ()
+    retry_notifications: frozenset[str] = field(default_factory=frozenset)
     data_deleted_at: datetime | None = None
 
     @property

@@ -10,6 +10,10 @@ occurrence goes out once per method, however often the meter or the events ask.
 - ``{"JobCreditsUsed": n}``: occurrence k is due once ``creditsSpent`` ≥ k × n (one message per
   multiple, even when one tick crosses several), at any status.
 - ``TimeConstraintNear``: once, while Running, from 80% of ``timeConstraint`` on.
+
+Each progress event sends at most ``MAX_OCCURRENCES`` messages per method over a job's life.
+A notification whose publish failed stays owed (the job's ``retryNotifications``) even once the
+condition that made it due has passed (a TimeConstraintNear of a job that has since ended).
 """
 
 from __future__ import annotations
@@ -25,9 +29,9 @@ from functions.domain.status import JobStatus
 HOUR = timedelta(hours=1)
 DAY = timedelta(days=1)
 TIME_CONSTRAINT_NEAR_FRACTION = Decimal("0.8")
-# A job owes at most this many occurrences of one progress event at once (a year of Hourly):
-# protects a tick from a clock or data error turning into a flood.
-MAX_OCCURRENCES = 24 * 366
+# A job gets at most this many messages of one progress event per method (over 41 days of Hourly);
+# a tiny JobCreditsUsed step on a large job would otherwise mean millions of messages.
+MAX_OCCURRENCES = 1000
 
 
 def _occurrences(spec: EventSpec, job: Job, now: datetime) -> int:
@@ -80,4 +84,17 @@ def due_notifications(job: Job, now: datetime) -> list[DueNotification]:
     """Everything ``job`` owes at ``now`` and has not sent: status notifications, then progress ones."""
     owed = due_status_notifications(job.notifications, job.status_history)
     owed += due_progress_notifications(job, now)
+    keys = {d.key for d in owed}
+    owed += [
+        d for key in sorted(job.retry_notifications) if key not in keys and (d := retry_from_key(key, job))
+    ]
     return [d for d in owed if d.key not in job.sent_notifications]
+
+
+def retry_from_key(key: str, job: Job) -> DueNotification | None:
+    """The owed notification a failed key stands for (``JobStarted#2/SMS``), or None if malformed."""
+    label, _, rest = key.partition("#")
+    occurrence, _, method = rest.partition("/")
+    if not label or not method or not occurrence.isdigit():
+        return None
+    return DueNotification(key, label, method, job.status, int(occurrence))

@@ -38,6 +38,9 @@ PARAMETERIZED_EVENTS = ("HoursElapsed", "JobCreditsUsed")
 METHODS = ("Email", "SMS", "Webhook")
 
 AUTOMATIC = "Automatic"
+# HoursElapsed (hours) and JobCreditsUsed (credits) parameters: 4 decimal places, like credits.
+PARAMETER_QUANTUM = Decimal("0.0001")
+PARAMETER_LIMIT = Decimal(10) ** 11
 # Bounds that keep a job record well inside DynamoDB's 400 KB item limit.
 MAX_RULES = 20
 MAX_EVENTS_PER_RULE = 20
@@ -122,6 +125,11 @@ def _parse_event(raw: Any, path: str) -> EventSpec:
             ) from None
         if not number.is_finite() or number <= 0:
             raise ValidationFailed(f"{name} must be a number greater than 0, got {value!r}.", field=field)
+        if number != number.quantize(PARAMETER_QUANTUM) or number >= PARAMETER_LIMIT:
+            raise ValidationFailed(
+                f"{name} takes at most 4 decimal places and less than {PARAMETER_LIMIT}, got {value!r}.",
+                field=field,
+            )
         return EventSpec(name, number)
     raise ValidationFailed(f"A notification event is a name or a one-key object; got {raw!r}.", field=path)
 

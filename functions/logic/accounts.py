@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import random
 import re
 import secrets
@@ -13,7 +14,7 @@ from urllib.parse import urlsplit
 
 from aws_lambda_powertools import Logger
 
-from functions.domain.credits import ZERO, quantize_credits
+from functions.domain.credits import MAX_CREDITS, ZERO, quantize_credits
 from functions.domain.errors import ConditionFailed, DependencyFailed, NotFound, ValidationFailed
 from functions.domain.jobs import Account, LedgerEntry, LedgerKind
 from functions.ports import Services
@@ -49,17 +50,32 @@ def validate_webhook_url(url: str, allow_http: bool) -> str:
     stack). Raises ``ValidationFailed`` (field webhookUrl)."""
     parsed = urlsplit(url)
     schemes = ("https", "http") if allow_http else ("https",)
-    if (
-        parsed.scheme not in schemes
-        or not parsed.hostname
-        or len(url) > 2048
-        or parsed.username
-        or parsed.password
-    ):
+    host = (parsed.hostname or "").lower()
+    if parsed.scheme not in schemes or not host or len(url) > 2048 or parsed.username or parsed.password:
         raise ValidationFailed(
             f"webhookUrl must be an https:// URL without credentials, got {url!r}.", field="webhookUrl"
         )
+    if allow_http:
+        # The local stack: a receiver on this machine only.
+        if host not in ("localhost", "::1") and not host.startswith("127."):
+            raise ValidationFailed("The local stack only posts webhooks to this machine.", field="webhookUrl")
+        return url
+    if host == "localhost" or host.endswith((".localhost", ".internal", ".local")) or _is_private_ip(host):
+        raise ValidationFailed(
+            f"webhookUrl must reach a public host; {host!r} is private, local or link-local.",
+            field="webhookUrl",
+        )
     return url
+
+
+def _is_private_ip(host: str) -> bool:
+    """True for an IP literal that is not a public address (loopback, private, link-local such as
+    the instance metadata 169.254.169.254, reserved, multicast)."""
+    try:
+        address = ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        return False
+    return not address.is_global
 
 
 def set_contacts(
@@ -165,6 +181,8 @@ def grant_credits(
         account = services.store.get_account(account_id)
         if account is None:
             raise NotFound(f"No account {account_id}.")
+        if account.credit_balance + credits >= MAX_CREDITS:
+            raise ValidationFailed(f"The balance would reach {MAX_CREDITS} credits or more.", field="credits")
         entry = LedgerEntry(
             entry_id=entry_id,
             account_id=account_id,

@@ -182,5 +182,6 @@ def apply_job_state_change(services: Services, state: BatchJobState, now: dateti
     else:
         raise DependencyFailed(f"job {state.job_name} kept changing; the event will be retried")
     fresh = services.store.get_job(job.job_id) or job
-    deliver_due_notifications(services, fresh, now)
+    # A failed publish stays owed and is sent again by the meter: the event itself succeeded.
+    deliver_due_notifications(services, fresh, now, raise_on_failure=False)
     return fresh

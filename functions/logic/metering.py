@@ -22,6 +22,7 @@ from functions.domain.errors import DependencyFailed
 from functions.domain.jobs import OUT_OF_CREDITS, BatchJobState, Job
 from functions.domain.machine_classes import GeoZone
 from functions.domain.metering import MeterReading, balance_exhausted, read_meter
+from functions.domain.notification_schedule import due_notifications
 from functions.logic.job_events import apply_job_state_change
 from functions.logic.notifying import deliver_due_notifications
 from functions.logic.submission import terminate
@@ -68,6 +69,8 @@ def meter_tick(services: Services, now: datetime) -> MeterReport:
     now : datetime
         The tick's time; a job's running time is ``now - startedAt``.
     """
+    # First what earlier deliveries failed to publish (this tick's failures wait for the next one).
+    retry_failed_notifications(services, now)
     by_account: dict[str, list[MeterReading]] = defaultdict(list)
     for job in services.store.list_metered_jobs():
         by_account[job.account_id].append(read_meter(job, now))
@@ -107,6 +110,23 @@ def notify_progress(services: Services, reading: MeterReading, now: datetime) ->
         deliver_due_notifications(services, job, now, raise_on_failure=False)
     except DependencyFailed:
         logger.exception("notifications not delivered", job_id=job.job_id)
+
+
+def retry_failed_notifications(services: Services, now: datetime) -> None:
+    """Send again what failed to publish (for final jobs too: the meter is their only retry)."""
+    for job_id in list(services.store.list_notification_retries()):
+        job = services.store.get_job(job_id)
+        if job is None:
+            continue
+        try:
+            deliver_due_notifications(services, job, now, raise_on_failure=False)
+        except DependencyFailed:
+            logger.exception("notification retry failed", job_id=job_id)
+            continue
+        after = services.store.get_job(job_id)
+        if after is not None and not due_notifications(after, now):
+            # Conditional too: a publish that failed meanwhile keeps the job listed.
+            services.store.clear_notification_retry(job_id)
 
 
 def _synthetic_failure(job: Job, reason: str, now: datetime) -> BatchJobState:

@@ -22,6 +22,7 @@ from functions.ports import OutgoingNotification, Services
 
 logger = Logger(child=True)
 
+MAX_SENDS_PER_DELIVERY = 25
 MISSING_CONTACT = {"Email": "no email", "SMS": "no phone", "Webhook": "no webhook URL"}
 
 
@@ -98,6 +99,11 @@ def deliver_due_notifications(
     pending = due_notifications(job, now)
     if not pending:
         return 0
+    if len(pending) > MAX_SENDS_PER_DELIVERY:
+        # A burst (a tick crossing many JobCreditsUsed multiples) goes out over several ticks: the
+        # meter comes back for the rest, so one job never holds up the others for long.
+        pending = pending[:MAX_SENDS_PER_DELIVERY]
+        services.store.request_notification_retry(job.job_id)
     account = services.store.get_account(job.account_id)
     sent = 0
     failure: DependencyFailed | None = None

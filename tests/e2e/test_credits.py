@@ -17,7 +17,8 @@ from tests.e2e.conftest import Client, LocalStackProcess, wait_for
 pytestmark = pytest.mark.e2e
 
 SLEEPER = "import time; time.sleep(600)"
-LEDGER_FIELDS = {"at", "kind", "credits", "jobId", "balanceAfter"}
+# API.md's fields, and `unbilled` (this service's extension, CHANGELOG.md).
+LEDGER_FIELDS = {"at", "kind", "credits", "jobId", "balanceAfter", "unbilled"}
 
 
 def _credits(value: Any) -> Decimal:

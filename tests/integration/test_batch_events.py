@@ -10,7 +10,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from functions.domain.errors import DependencyFailed
 from functions.domain.machine_classes import GeoZone
 from tests.events import batch_event, job_lifecycle
 
@@ -198,17 +197,38 @@ def test_event_for_another_batch_job_with_the_same_name_is_ignored(stack):
     assert stack.services.store.get_job(job_id).status.value == "Queued"
 
 
-def test_failed_publish_releases_the_key_and_the_redelivery_sends_it(stack):
+def test_failed_publish_is_retried_by_the_meter_even_for_a_final_job(stack):
     job_id, batch_id = submit(stack)
-    starting = batch_event(job_id, batch_id, "STARTING", created_at=T0)
     stack.notifier.fail_next = 1
-    with pytest.raises(DependencyFailed):
-        stack.deliver(starting)
+    # The event itself succeeds: the status is stored, the failed JobStarting stays owed.
+    assert stack.deliver(batch_event(job_id, batch_id, "STARTING", created_at=T0))["status"] == "Starting"
     assert stack.notifier.sent == []
-    stack.deliver(starting)  # EventBridge retries the event
+    assert stack.services.store.get_job(job_id).retry_notifications == {"JobStarting#1/Email"}
+    # The meter's next tick sends it, once; ticks after that send nothing more.
+    stack.tick()
     assert [n.event for n in stack.notifier.sent] == ["JobStarting"]
-    stack.deliver(starting)
+    stack.tick()
     assert [n.event for n in stack.notifier.sent] == ["JobStarting"]
+    job = stack.services.store.get_job(job_id)
+    assert job.retry_notifications == frozenset()
+    assert [(r.event, r.outcome) for r in job.notification_log] == [
+        ("JobStarting", "failed"),
+        ("JobStarting", "sent"),
+    ]
+
+
+def test_a_failed_notification_of_a_job_that_ended_is_still_sent(stack):
+    job_id, batch_id = submit(stack)
+    stack.notifier.fail_next = 1
+    stack.deliver(batch_event(job_id, batch_id, "STARTING", created_at=T0))
+    stack.notifier.fail_next = 1  # the final event's delivery retries JobStarting first: it fails again
+    stack.deliver(batch_event(job_id, batch_id, "FAILED", created_at=T0, status_reason="Cancelled"))
+    assert [n.event for n in stack.notifier.sent] == ["JobCompleted"]
+    assert stack.services.store.get_job(job_id).retry_notifications == {"JobStarting#1/Email"}
+    stack.tick()
+    stack.tick()
+    assert sorted(n.event for n in stack.notifier.sent) == ["JobCompleted", "JobStarting"]
+    assert stack.services.store.get_job(job_id).retry_notifications == frozenset()
 
 
 def test_method_without_contact_is_skipped_not_failed(stack):
@@ -288,3 +308,19 @@ def test_replays_in_any_order_with_duplicates_end_like_one_in_order_delivery(sta
     sent_for_reference = [n.event for n in stack.notifier.sent if n.job_id == reference_id]
     assert sorted(sent_for_job) == sorted(sent_for_reference)
     assert len(sent_for_job) == len(set(zip(sent_for_job, range(len(sent_for_job)), strict=True)))
+
+
+def test_a_burst_of_owed_messages_goes_out_25_per_delivery_each_exactly_once(stack):
+    rules = [{"events": [{"JobCreditsUsed": 0.01}], "methods": ["Email"]}]
+    job_id, batch_id = submit(stack, {"code": "1", "notifications": rules})
+    # 90 s of Basic1x8 settles at 1.5 credits: 150 multiples of 0.01 owed at once.
+    for event in job_lifecycle(job_id, batch_id, created_at=T0, started_at=T0, stopped_at=T0 + 90_000):
+        stack.deliver(event)
+    assert len(stack.notifier.sent) == 25
+    for _ in range(6):
+        stack.tick()
+    keys = [n.subject for n in stack.notifier.sent]
+    assert len(keys) == 150
+    assert len(set(keys)) == 150
+    stack.tick()
+    assert len(stack.notifier.sent) == 150

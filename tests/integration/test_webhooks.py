@@ -96,7 +96,7 @@ def test_server_errors_are_retried_with_backoff_then_reported(receiver):
     broken = receiver(503, 503, 503, 503, 503)
     with pytest.raises(DependencyFailed, match="503"):
         WebhookSender().send(notification(broken.url), "whsec_test")
-    assert len(broken.requests) == 4  # the first try and 3 retries
+    assert len(broken.requests) == 3  # the first try and 2 retries; the meter's next tick tries again
 
 
 def test_a_client_error_is_not_retried(receiver):
@@ -119,3 +119,22 @@ def test_webhook_url_secret_shown_once_and_https_required(stack):
     status, again = stack.api("PUT", "/account/contacts", body={"phone": "+15555550100"})
     assert again["webhookSecret"] is None  # not shown again
     assert "webhookSecret" not in stack.api("GET", "/account")[1]
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://169.254.169.254/latest/meta-data",
+        "https://10.0.0.5/hook",
+        "https://127.0.0.1/hook",
+        "https://[::1]/hook",
+        "https://localhost/hook",
+        "https://metadata.google.internal/x",
+        "https://user:pw@hooks.example.com/x",
+        "ftp://hooks.example.com/x",
+    ],
+)
+def test_webhook_urls_must_reach_a_public_https_host(stack, url):
+    status, error = stack.api("PUT", "/account/contacts", body={"webhookUrl": url})
+    assert status == 400, url
+    assert error["error"]["field"] == "webhookUrl"

@@ -180,7 +180,8 @@ event_json = st.sampled_from(NAMED_EVENTS) | st.builds(
     lambda name, n: {name: n},
     st.sampled_from(["HoursElapsed", "JobCreditsUsed"]),
     st.integers(min_value=1, max_value=10**9)
-    | st.floats(min_value=1e-6, max_value=1e9, allow_nan=False, allow_infinity=False),
+    # Parameters take at most 4 decimal places, like credits.
+    | st.decimals(min_value=Decimal("0.0001"), max_value=10**9, places=4, allow_nan=False).map(float),
 )
 rule_json = st.fixed_dictionaries(
     {
@@ -323,3 +324,10 @@ def test_rule_json_shape():
     rule = NotificationRule(events=(EventSpec("JobCreditsUsed", Decimal("12.50")),), methods=("SMS",))
 
     assert rule.to_json() == {"events": [{"JobCreditsUsed": 12.5}], "methods": ["SMS"]}
+
+
+@pytest.mark.parametrize("value", [0.00001, 1.23456, 10**11])
+def test_parameters_take_at_most_4_decimal_places_and_stay_bounded(value):
+    with pytest.raises(ValidationFailed) as caught:
+        normalize_notifications([{"events": [{"JobCreditsUsed": value}]}])
+    assert caught.value.field == "notifications[0].events[0].JobCreditsUsed"
