@@ -258,15 +258,42 @@ class StateSnapshots:
     def _restore_subscriptions(self) -> int:
         stored = read_json(self._dir / "sns.json") or {"subscriptions": []}
         sns = self._clients.client("sns", self._scope.home_region)
+        renamed: dict[str, str] = {}
         for subscription in stored["subscriptions"]:
-            sns.subscribe(
+            created = sns.subscribe(
                 TopicArn=self._scope.topic_arn,
                 Protocol=subscription["protocol"],
                 Endpoint=subscription["endpoint"],
                 Attributes=subscription.get("attributes") or {},
                 ReturnSubscriptionArn=True,
             )
+            if subscription.get("arn"):
+                renamed[subscription["arn"]] = created["SubscriptionArn"]
+        self._point_accounts_at(renamed)
         return len(stored["subscriptions"])
+
+    def _point_accounts_at(self, renamed: Mapping[str, str]) -> None:
+        """moto gives a re-created subscription a new ARN: accounts that stored the old one
+        (``emailSubscription``) are updated, so their email status and unsubscribe keep working."""
+        if not renamed:
+            return
+        dynamodb = self._clients.client("dynamodb", self._scope.home_region)
+        for table in self._scope.tables:
+            paginator = dynamodb.get_paginator("scan")
+            pages = paginator.paginate(
+                TableName=table, FilterExpression="attribute_exists(emailSubscription)"
+            )
+            for page in pages:
+                for item in page.get("Items", []):
+                    old = item["emailSubscription"].get("S", "")
+                    if old in renamed:
+                        key = {name: item[name] for name in ("accountId",) if name in item}
+                        dynamodb.update_item(
+                            TableName=table,
+                            Key=key,
+                            UpdateExpression="SET emailSubscription = :arn",
+                            ExpressionAttributeValues={":arn": {"S": renamed[old]}},
+                        )
 
     # -- take --------------------------------------------------------------------------------------
     def take(self, hold: AbstractContextManager[Any] | None = None) -> bool:
@@ -437,7 +464,12 @@ class StateSnapshots:
                     if name in ("FilterPolicy", "FilterPolicyScope", "RawMessageDelivery")
                 }
                 subscriptions.append(
-                    {"protocol": summary["Protocol"], "endpoint": summary["Endpoint"], "attributes": kept}
+                    {
+                        "arn": summary["SubscriptionArn"],
+                        "protocol": summary["Protocol"],
+                        "endpoint": summary["Endpoint"],
+                        "attributes": kept,
+                    }
                 )
         data = json.dumps({"subscriptions": subscriptions}, sort_keys=True).encode()
         digest = hashlib.sha256(data).hexdigest()

@@ -30,6 +30,7 @@ def test_restart_keeps_jobs_balance_results_and_tokens(stack: LocalStackProcess,
     dev.wait_status(running["jobId"], ("Running",), timeout=30)
     balance = dev.balance()
     tokens = dict(stack.tokens)
+    account = dev.get("/account").json()
 
     # When the stack is stopped (SIGINT, exit 0) and started again on the same home and port
     stack.restart()
@@ -49,6 +50,9 @@ def test_restart_keeps_jobs_balance_results_and_tokens(stack: LocalStackProcess,
     assert [event["message"] for event in log["events"]] == ["kept"]
     listed = dev.get("/jobs").json()["jobs"]
     assert job["jobId"] in [j["jobId"] for j in listed]
+    # the email subscription survived (same status, same address)
+    after = dev.get("/account").json()
+    assert (after["email"], after["emailStatus"]) == (account["email"], account["emailStatus"])
 
 
 def test_crash_settles_the_running_job_at_next_start(stack: LocalStackProcess, dev: Client) -> None:
