@@ -248,6 +248,16 @@ class DynamoJobStore:
                 raise ConditionFailed(code) from exc
             raise DependencyFailed("The job store is unavailable; try again shortly.") from exc
 
+    def _query(self, **kwargs: Any) -> Iterator[dict[str, Any]]:
+        """Every item a Query returns, page after page, as plain Python values."""
+        while True:
+            page = self._call("query", **kwargs)
+            for item in page.get("Items", []):
+                yield _plain(item)
+            if not page.get("LastEvaluatedKey"):
+                return
+            kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
     def _update_if(self, key: dict[str, Any], **kwargs: Any) -> dict[str, Any] | None:
         """A conditional UpdateItem on the jobs table: its response, or None when the condition failed."""
         try:
@@ -452,19 +462,13 @@ class DynamoJobStore:
 
     def list_notification_retries(self) -> Iterator[str]:
         """Ids of jobs with a notification to send again (the sparse ``notifyRetry`` index)."""
-        kwargs: dict[str, Any] = {
-            "TableName": self._jobs,
-            "IndexName": "notifyRetry",
-            "KeyConditionExpression": "retryPartition = :r",
-            "ExpressionAttributeValues": {":r": _ser(RETRY_PARTITION)},
-        }
-        while True:
-            page = self._call("query", **kwargs)
-            for item in page.get("Items", []):
-                yield str(_plain(item)["jobId"])
-            if not page.get("LastEvaluatedKey"):
-                return
-            kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+        for item in self._query(
+            TableName=self._jobs,
+            IndexName="notifyRetry",
+            KeyConditionExpression="retryPartition = :r",
+            ExpressionAttributeValues={":r": _ser(RETRY_PARTITION)},
+        ):
+            yield str(item["jobId"])
 
     def request_notification_retry(self, job_id: str) -> None:
         """List the job for the meter's next tick (more is owed than one delivery sends)."""
@@ -528,19 +532,13 @@ class DynamoJobStore:
 
     def list_metered_jobs(self) -> Iterator[Job]:
         """Starting/Running jobs from the sparse ``metered`` index, then read in full."""
-        kwargs: dict[str, Any] = {
-            "TableName": self._jobs,
-            "IndexName": "metered",
-            "KeyConditionExpression": "meterPartition = :p",
-            "ExpressionAttributeValues": {":p": _ser(METER_PARTITION)},
-        }
-        while True:
-            page = self._call("query", **kwargs)
-            for item in page.get("Items", []):
-                yield job_from_item(_plain(item))
-            if not page.get("LastEvaluatedKey"):
-                return
-            kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+        for item in self._query(
+            TableName=self._jobs,
+            IndexName="metered",
+            KeyConditionExpression="meterPartition = :p",
+            ExpressionAttributeValues={":p": _ser(METER_PARTITION)},
+        ):
+            yield job_from_item(item)
 
     def mark_data_deleted(self, job_id: str, now: datetime) -> None:
         """Record that a final job's data was deleted by its owner (its data routes answer 410)."""
@@ -565,13 +563,8 @@ class DynamoJobStore:
                 ":t": _ser(to_sortable(last_event_before)),
             },
         }
-        while True:
-            page = self._call("query", **kwargs)
-            for item in page.get("Items", []):
-                yield job_from_item(_plain(item))
-            if not page.get("LastEvaluatedKey"):
-                return
-            kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+        for item in self._query(**kwargs):
+            yield job_from_item(item)
 
     def mark_reconciled(self, job_id: str, now: datetime) -> None:
         """Set ``lastEventAt`` of a non-final job to ``now`` after the meter checked it with Batch."""
@@ -723,11 +716,5 @@ class DynamoJobStore:
             "ExpressionAttributeValues": {":a": _ser(account_id), ":low": _ser(low), ":high": _ser(high)},
             "ScanIndexForward": False,
         }
-        entries: list[LedgerEntry] = []
-        while True:
-            page = self._call("query", **kwargs)
-            entries += [_entry_from_item(_plain(i)) for i in page.get("Items", [])]
-            if not page.get("LastEvaluatedKey"):
-                break
-            kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+        entries = [_entry_from_item(item) for item in self._query(**kwargs)]
         return [e for e in entries if end is None or e.at < end]
