@@ -81,7 +81,7 @@ class IdleBatchGateway:
     """AWS Batch stand-in: nothing is submitted; every job is still running when asked."""
 
     def submit_job(self, submission: Any) -> str:
-        raise NotImplementedError
+        raise RuntimeError("the benchmark loads its jobs straight into the table; it submits none")
 
     def terminate_job(self, batch_job_id: str, reason: str) -> None:
         return None

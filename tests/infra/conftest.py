@@ -62,17 +62,11 @@ class SynthApp:
 
 
 @pytest.fixture(scope="session")
-def worker_image_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The worker's build context; a stub while worker/Dockerfile does not exist yet.
-
-    The image is only built at deploy time, so synth needs nothing but a Dockerfile to hash.
-    """
+def worker_image_dir() -> Path:
+    """The worker's build context (only hashed at synth; the image is built at deploy time)."""
     worker = REPO_ROOT / "worker"
-    if (worker / "Dockerfile").is_file():
-        return worker
-    stub = tmp_path_factory.mktemp("worker-image")
-    (stub / "Dockerfile").write_text("FROM public.ecr.aws/docker/library/python:3.11-slim\n")
-    return stub
+    assert (worker / "Dockerfile").is_file()
+    return worker
 
 
 def _synth_of(outdir: Path, assembly: Any, stack: Any) -> Synth:
