@@ -356,26 +356,29 @@ def get_result(
 @app.get("/jobs/<jobId>/log", summary="The job container's console log (json, text or csv)")
 def get_log(
     jobId: str,
+    *,
     services: ServicesDep,
     caller: CallerDep,
     format: Annotated[Literal["json", "text", "csv"], Query()] = "json",
     since: Annotated[str | None, Query(description="ISO 8601 time")] = None,
+    nextToken: Annotated[str | None, Query(description="From the previous page (extension)")] = None,
 ) -> Response[Any]:
     start = parse_query_time(since, "since") if since else None
-    events = [
-        log_event_view(e)
-        for e in queries.get_log(services, caller.account_id, jobId, start, services.clock())
-    ]
+    page = queries.get_log(services, caller.account_id, jobId, start, services.clock(), next_token=nextToken)
+    events = [log_event_view(e) for e in page.events]
+    # More than one page: the token is in the JSON body, and in a header for text and csv.
+    headers = {"X-Next-Token": page.next_token} if page.next_token else None
     if format == "text":
         text = "\n".join(e.message for e in events) + ("\n" if events else "")
-        return Response(200, "text/plain; charset=utf-8", text)
+        return Response(200, "text/plain; charset=utf-8", text, headers=headers)
     if format == "csv":
         out = io.StringIO()
         writer = csv.writer(out, lineterminator="\n")
         writer.writerow(["timestamp", "message"])
         writer.writerows([e.timestamp, e.message] for e in events)
-        return Response(200, "text/csv; charset=utf-8", out.getvalue())
-    return Response(200, content_types.APPLICATION_JSON, JobLogView(jobId=jobId, events=events))
+        return Response(200, "text/csv; charset=utf-8", out.getvalue(), headers=headers)
+    view = JobLogView(jobId=jobId, events=events, nextToken=page.next_token)
+    return Response(200, content_types.APPLICATION_JSON, view, headers=headers)
 
 
 @app.get("/jobs/<jobId>/outputs", summary="The job's output files with presigned URLs (15 min)")

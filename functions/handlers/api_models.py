@@ -165,6 +165,7 @@ class JobLogView(BaseModel):
 
     jobId: str
     events: list[LogEventView]
+    nextToken: str | None = Field(default=None, description="Extension: more lines follow; pass it back.")
 
 
 class MachineClassView(BaseModel):

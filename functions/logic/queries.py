@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import base64
+import binascii
 import json
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
-from functions.domain.errors import Conflict, Expired, JobNotFinished, NoOutput, NotFound
+from functions.domain.errors import Conflict, Expired, JobNotFinished, NoOutput, NotFound, ValidationFailed
 from functions.domain.jobs import Account, Job, is_credit_constraint_reason
 from functions.domain.status import JobStatus
 from functions.logic.job_events import output_key
@@ -114,19 +115,65 @@ def get_result(services: Services, account_id: str, job_id: str, now: datetime, 
     )
 
 
-def get_log(
-    services: Services, account_id: str, job_id: str, since: datetime | None, now: datetime
-) -> list[LogEvent]:
-    """``GET /jobs/{jobId}/log``: the job container's console output, oldest first.
+@dataclass(frozen=True, slots=True)
+class LogPage:
+    """Up to ``MAX_LOG_EVENTS`` lines of a job's log, and the token of the next page (or None)."""
 
-    Raises ``NotFound`` or ``Expired`` (after ``expiresAt``). A job with no log stream yet has [].
+    events: list[LogEvent]
+    next_token: str | None
+
+
+def _encode_log_token(after_ms: int, skip: int) -> str:
+    return base64.urlsafe_b64encode(json.dumps({"after": after_ms, "skip": skip}).encode()).decode()
+
+
+def _decode_log_token(token: str) -> tuple[int, int]:
+    try:
+        data = json.loads(base64.urlsafe_b64decode(token.encode()))
+        after, skip = int(data["after"]), int(data["skip"])
+    except (ValueError, KeyError, TypeError, binascii.Error):
+        raise ValidationFailed("nextToken is not one this API issued.", field="nextToken") from None
+    if after < 0 or not 0 <= skip <= MAX_LOG_EVENTS:
+        raise ValidationFailed("nextToken is not one this API issued.", field="nextToken")
+    return after, skip
+
+
+def get_log(
+    services: Services,
+    account_id: str,
+    job_id: str,
+    since: datetime | None,
+    now: datetime,
+    *,
+    next_token: str | None = None,
+) -> LogPage:
+    """``GET /jobs/{jobId}/log``: the job container's console output, oldest first, a page of at
+    most ``MAX_LOG_EVENTS`` lines; ``next_token`` (from the previous page) continues after it.
+
+    Raises ``NotFound``, ``Expired`` (after ``expiresAt``), ``ValidationFailed`` for a bad token.
+    A job with no log stream yet has no lines.
     """
     job = get_owned_job(services, account_id, job_id)
     if job.is_expired(now):
         raise expired(job_id)
     if not job.log_stream_name:
-        return []
-    return services.zones[job.geo_zone].logs.read(job.log_stream_name, since, MAX_LOG_EVENTS)
+        return LogPage([], None)
+    skip = 0
+    if next_token:
+        after_ms, skip = _decode_log_token(next_token)
+        since = datetime.fromtimestamp(after_ms / 1000, tz=UTC)
+    read = services.zones[job.geo_zone].logs.read(job.log_stream_name, since, skip + MAX_LOG_EVENTS + 1)[
+        skip:
+    ]
+    if len(read) <= MAX_LOG_EVENTS:
+        return LogPage(read, None)
+    events = read[:MAX_LOG_EVENTS]
+    last = events[-1].timestamp
+    # The next page starts at the last line's millisecond, skipping the lines of it already shown.
+    same = sum(1 for e in events if e.timestamp == last)
+    if next_token and events[0].timestamp == last:
+        same += skip
+    return LogPage(events, _encode_log_token(round(last.timestamp() * 1000), same))
 
 
 def get_or_create_account(

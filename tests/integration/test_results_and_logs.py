@@ -134,6 +134,7 @@ def test_log_in_json_text_and_csv(stack):
             {"timestamp": f"{first}.010Z", "message": "hello"},
             {"timestamp": f"{first}.020Z", "message": 'a, "quoted" line'},
         ],
+        "nextToken": None,
     }
     status, text = stack.api("GET", f"/jobs/{job_id}/log", query={"format": "text"})
     assert status == 200 and text == 'hello\na, "quoted" line\n'
@@ -152,4 +153,40 @@ def test_log_in_json_text_and_csv(stack):
 
 def test_log_of_a_job_without_a_stream_is_empty(stack):
     _, job = stack.api("POST", "/jobs", body={"code": "1"})
-    assert stack.api("GET", f"/jobs/{job['jobId']}/log") == (200, {"jobId": job["jobId"], "events": []})
+    assert stack.api("GET", f"/jobs/{job['jobId']}/log") == (
+        200,
+        {"jobId": job["jobId"], "events": [], "nextToken": None},
+    )
+
+
+def test_a_long_log_comes_in_pages_with_a_next_token(stack, monkeypatch):
+    from functions.logic import queries
+
+    monkeypatch.setattr(queries, "MAX_LOG_EVENTS", 3)
+    job_id, _ = finished_job(stack, outputs={"result.json": json.dumps({"result": 1, "resultRepr": "1"})})
+    stream = stack.services.store.get_job(job_id).log_stream_name
+    logs = boto3.client("logs", region_name="us-east-1")
+    logs.create_log_stream(logGroupName="/aws/batch/job", logStreamName=stream)
+    base = (int(time.time()) - 60) * 1000
+    # Seven lines, three of them in one millisecond across a page boundary.
+    stamps = [base, base + 1, base + 2, base + 2, base + 2, base + 3, base + 4]
+    logs.put_log_events(
+        logGroupName="/aws/batch/job",
+        logStreamName=stream,
+        logEvents=[{"timestamp": t, "message": f"line {i}"} for i, t in enumerate(stamps)],
+    )
+    seen, token, pages = [], None, 0
+    while True:
+        query = {"nextToken": token} if token else None
+        status, page = stack.api("GET", f"/jobs/{job_id}/log", query=query)
+        assert status == 200
+        seen += [e["message"] for e in page["events"]]
+        pages += 1
+        token = page["nextToken"]
+        if token is None:
+            break
+    assert seen == [f"line {i}" for i in range(7)]
+    assert pages == 3
+    status, error = stack.api("GET", f"/jobs/{job_id}/log", query={"nextToken": "bogus"})
+    assert status == 400
+    assert error["error"]["field"] == "nextToken"
