@@ -174,20 +174,8 @@ def test_reconciliation_applies_what_batch_describes_for_a_job_with_lost_events(
 
 
 def test_reconciliation_of_a_still_running_job_waits_another_ten_minutes(stack):
-    job_id, batch_id, started = start_job(stack, {"code": "1"})
-    gateway = stack.batch[GeoZone.UNITED_STATES]
-    gateway.known[batch_id] = BatchJobState(
-        batch_job_id=batch_id,
-        job_name=job_id,
-        status="RUNNING",
-        status_reason=None,
-        created_at_ms=started,
-        started_at_ms=started,
-        stopped_at_ms=None,
-        exit_code=None,
-        log_stream_name="s",
-        attempt_count=0,
-    )
+    # start_job already tells the fake DescribeJobs the job is RUNNING.
+    job_id, _, _ = start_job(stack, {"code": "1"})
     stack.clock.advance(11 * 60)
     assert stack.tick()["reconciled"] == 1
     assert stack.tick()["reconciled"] == 0
