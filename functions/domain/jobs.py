@@ -289,14 +289,14 @@ def describe_failure(
     """The ``statusReason`` of a job that ended Terminated.
 
     Precedence: the service's own reason (abort, caps) > a queue time limit's cancel (no capacity,
-    ``functions/domain/queue_limits.py``) > the worker's error summary (the exception's last line) > what AWS Batch said, made readable (out of memory, timeout) > the
-    exit code.
+    ``functions/domain/queue_limits.py``) > the worker's error summary (the exception's last line)
+    > what AWS Batch said, made readable (out of memory, timeout) > the exit code.
     """
-    if job.termination_reason:
-        return job.termination_reason
-    queue_limit = describe_queue_limit(batch_reason, machine.name, job.geo_zone.value)
-    if queue_limit:
-        return queue_limit
+    service_reason = job.termination_reason or describe_queue_limit(
+        batch_reason, machine.name, job.geo_zone.value
+    )
+    if service_reason:
+        return service_reason
     if error_summary:
         return error_summary[:MAX_STATUS_REASON]
     if batch_reason and _OOM.search(batch_reason):
