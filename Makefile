@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: dev test lint unit integration infra e2e synth format clean bench
+.PHONY: dev test lint unit integration infra e2e synth format clean bench instance-offerings
 
 # Create the venv and install what is missing (re-runs when pyproject.toml changes).
 $(STAMP): pyproject.toml
@@ -56,3 +56,8 @@ bench: $(STAMP)
 
 clean:
 	rm -rf $(VENV) node_modules cdk.out .pytest_cache .mypy_cache .ruff_cache
+
+## Regenerate infra/instance_offerings.json (which region offers the compute pools' instance types)
+## from moto's EC2 instance-type offerings, after changing a pool in infra/constants.py.
+instance-offerings: $(STAMP)
+	$(BIN)/python -m infra.instance_offerings
