@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: dev test lint unit integration infra e2e synth format clean bench
+.PHONY: dev venv test lint unit integration infra e2e synth format clean bench instance-offerings
 
 # Create the venv and install what is missing (re-runs when pyproject.toml changes).
 $(STAMP): pyproject.toml
@@ -19,6 +19,9 @@ $(STAMP): pyproject.toml
 node_modules/.installed: package.json
 	npm install --no-audit --no-fund --silent
 	touch node_modules/.installed
+
+## What `cdk deploy` needs, and nothing else runs: .venv (the CDK app, cdk-nag) and node_modules (the CDK CLI).
+venv: $(STAMP) node_modules/.installed
 
 ## Start the whole service on this machine (moto + local Batch executor) at 127.0.0.1:8787.
 dev: $(STAMP)
@@ -56,3 +59,8 @@ bench: $(STAMP)
 
 clean:
 	rm -rf $(VENV) node_modules cdk.out .pytest_cache .mypy_cache .ruff_cache
+
+## Regenerate infra/instance_offerings.json (which region offers the compute pools' instance types)
+## from moto's EC2 instance-type offerings, after changing a pool in infra/constants.py.
+instance-offerings: $(STAMP)
+	$(BIN)/python -m infra.instance_offerings

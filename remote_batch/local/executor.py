@@ -127,6 +127,8 @@ def host_note(submission: BatchSubmission, host_vcpus: int, host_memory_mib: int
     """The sentence saying a machine class is bigger than this host, or None when it fits.
 
     Example: ``Machine class needs 8 vCPUs and 64 GiB; this host runs it with 2 vCPUs and 23 GiB``.
+    A GPU class always gets one: the local stack has no GPU and runs it on the CPU (``Machine class
+    needs 8 vCPUs, 64 GiB and 1 GPU; this host runs it on CPU only, with 8 vCPUs and 64 GiB``).
     """
     if submission.vcpus <= host_vcpus and submission.memory_mib <= host_memory_mib and not submission.gpus:
         return None
@@ -136,7 +138,7 @@ def host_note(submission: BatchSubmission, host_vcpus: int, host_memory_mib: int
     gets = [_plural(vcpus, "vCPU"), f"{_gib(memory)} GiB"]
     if submission.gpus:
         needs.append(_plural(submission.gpus, "GPU"))
-        gets.append("no GPU")
+        return f"Machine class needs {_join(needs)}; this host runs it on CPU only, with {_join(gets)}"
     return f"Machine class needs {_join(needs)}; this host runs it with {_join(gets)}"
 
 

@@ -7,6 +7,7 @@ do not depend on the real worker.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import shutil
@@ -383,6 +384,22 @@ def test_class_bigger_than_host_runs_with_a_reason(make_stack):
 
     reasons = {e["detail"]["status"]: e["detail"].get("statusReason") for e in stack.delivered.of(job_id)}
     note = "Machine class needs 8 vCPUs and 64 GiB; this host runs it with 1 vCPU and 2 GiB"
+    assert reasons["RUNNABLE"] == note
+    assert reasons["RUNNING"] == note
+    assert reasons["SUCCEEDED"] == "Essential container in task exited"
+
+
+def test_gpu_class_runs_on_cpu_and_says_so(make_stack):
+    stack = make_stack(vcpus=2, memory_mib=4096)
+
+    submission = dataclasses.replace(_submission(vcpus=2, memory_mib=1024), gpus=1)
+    job_id = stack.gateway.submit_job(submission)
+    stack.delivered.wait_for(job_id, "SUCCEEDED")
+
+    reasons = {e["detail"]["status"]: e["detail"].get("statusReason") for e in stack.delivered.of(job_id)}
+    note = (
+        "Machine class needs 2 vCPUs, 1 GiB and 1 GPU; this host runs it on CPU only, with 2 vCPUs and 1 GiB"
+    )
     assert reasons["RUNNABLE"] == note
     assert reasons["RUNNING"] == note
     assert reasons["SUCCEEDED"] == "Essential container in task exited"
