@@ -188,7 +188,9 @@ def test_missing_input_object_is_a_worker_error(s3, capsys):
 
     assert main(job.env, s3) == 2
     assert f"input not found: s3://{BUCKET}/{job.input_key}" in capsys.readouterr().err
-    assert job.output_names() == []
+    # No result: only the note saying why (its reason becomes the statusReason) and the operator's copy.
+    assert job.output_names() == ["messages.json", "worker-error.txt"]
+    assert job.output_json("messages.json")["error"]["reason"] == "The job's input is missing"
 
 
 def test_malformed_input_is_a_worker_error(s3, capsys):
