@@ -230,12 +230,17 @@ def _spend(budget: list[int], size: int) -> None:
 
 
 def _to_json(value: Any, open_containers: set[int], budget: list[int]) -> Any:
+    # The budget counts a lower bound of each value's JSON size (the real size is checked at the end):
+    # it stops the walk of a result far too big, never one that fits.
     if value is None or type(value) is bool:
-        _spend(budget, 5)
+        _spend(budget, 4)
         return value
     if isinstance(value, str | int | float):
         number = _number_or_string(value)
-        _spend(budget, len(number) + 2 if isinstance(number, str) else 24)
+        if isinstance(number, str):
+            _spend(budget, len(number) + 2)
+        else:
+            _spend(budget, int(number.bit_length() * 0.30103) + 1 if isinstance(number, int) else 3)
         return number
     if isinstance(value, list | tuple | dict):
         if id(value) in open_containers:
@@ -248,20 +253,20 @@ def _to_json(value: Any, open_containers: set[int], budget: list[int]) -> Any:
                 for key, item in dict.items(value):
                     if not isinstance(key, str):
                         raise NotJSONError("dict keys must be strings")
-                    _spend(budget, len(key) + 4)
+                    _spend(budget, len(key) + 4)  # "key":,
                     converted[str.__str__(key)] = _to_json(item, open_containers, budget)
                 return converted
             items = list.__iter__(value) if isinstance(value, list) else tuple.__iter__(value)
             converted_items = []
             for item in items:
-                _spend(budget, 2)
+                _spend(budget, 1)  # the comma
                 converted_items.append(_to_json(item, open_containers, budget))
             return converted_items
         finally:
             open_containers.discard(id(value))
     numpy = sys.modules.get("numpy")  # only a result made with numpy can hold numpy values
     if numpy is not None and isinstance(value, numpy.ndarray):
-        _spend(budget, int(value.size) * 2)  # before .tolist() builds a Python object per element
+        _spend(budget, int(value.size) * 2)  # "0," each, before .tolist() builds an object per element
         return _to_json(value.tolist(), open_containers, budget)
     if numpy is not None and isinstance(value, numpy.generic):
         return _to_json(value.item(), open_containers, budget)
