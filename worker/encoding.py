@@ -137,7 +137,9 @@ def _pickle_result(value: Any, messages: list[str]) -> bytes | None:
     try:
         return cloudpickle.dumps(value)
     except BaseException as exc:  # user __reduce__/__getstate__ may raise anything, even SystemExit
-        messages.append(f"result.pickle not written: the result cannot be pickled ({describe_exception(exc)})")
+        messages.append(
+            f"result.pickle not written: the result cannot be pickled ({describe_exception(exc)})"
+        )
         return None
 
 
@@ -158,7 +160,9 @@ def _result_json(value: Any, messages: list[str]) -> bytes:
             messages.append(f"result.json holds no JSON value: {_TOO_BIG} (result.pickle has the result)")
         return _dumps({"result": None, "resultRepr": result_repr})
     except BaseException as exc:  # the result's own methods raised while it was converted
-        messages.append(f"result.json holds no JSON value: converting the result failed ({describe_exception(exc)})")
+        messages.append(
+            f"result.json holds no JSON value: converting the result failed ({describe_exception(exc)})"
+        )
         return _dumps({"result": None, "resultRepr": result_repr})
     if len(body) > RESULT_JSON_MAX_BYTES:
         messages.append(f"result.json holds no JSON value: {_TOO_BIG} (result.pickle has the result)")
@@ -239,8 +243,10 @@ def _to_json(value: Any, open_containers: set[int], budget: list[int]) -> Any:
         number = _number_or_string(value)
         if isinstance(number, str):
             _spend(budget, len(number) + 2)
+        elif isinstance(number, int):
+            _spend(budget, int(number.bit_length() * 0.30103) + 1)
         else:
-            _spend(budget, int(number.bit_length() * 0.30103) + 1 if isinstance(number, int) else 3)
+            _spend(budget, 3)
         return number
     if isinstance(value, list | tuple | dict):
         if id(value) in open_containers:
@@ -248,20 +254,7 @@ def _to_json(value: Any, open_containers: set[int], budget: list[int]) -> Any:
         open_containers.add(id(value))
         _spend(budget, 2)
         try:
-            if isinstance(value, dict):
-                converted: dict[str, Any] = {}
-                for key, item in dict.items(value):
-                    if not isinstance(key, str):
-                        raise NotJSONError("dict keys must be strings")
-                    _spend(budget, len(key) + 4)  # "key":,
-                    converted[str.__str__(key)] = _to_json(item, open_containers, budget)
-                return converted
-            items = list.__iter__(value) if isinstance(value, list) else tuple.__iter__(value)
-            converted_items = []
-            for item in items:
-                _spend(budget, 1)  # the comma
-                converted_items.append(_to_json(item, open_containers, budget))
-            return converted_items
+            return _container_to_json(value, open_containers, budget)
         finally:
             open_containers.discard(id(value))
     numpy = sys.modules.get("numpy")  # only a result made with numpy can hold numpy values
@@ -271,6 +264,26 @@ def _to_json(value: Any, open_containers: set[int], budget: list[int]) -> Any:
     if numpy is not None and isinstance(value, numpy.generic):
         return _to_json(value.item(), open_containers, budget)
     raise NotJSONError(f"{type(value).__name__} is not JSON")
+
+
+def _container_to_json(
+    value: list[Any] | tuple[Any, ...] | dict[Any, Any], open_containers: set[int], budget: list[int]
+) -> Any:
+    # The base classes' own iteration: a subclass's __iter__/items() overrides are not called.
+    if isinstance(value, dict):
+        converted: dict[str, Any] = {}
+        for key, item in dict.items(value):
+            if not isinstance(key, str):
+                raise NotJSONError("dict keys must be strings")
+            _spend(budget, len(key) + 4)  # "key":,
+            converted[str.__str__(key)] = _to_json(item, open_containers, budget)
+        return converted
+    items = list.__iter__(value) if isinstance(value, list) else tuple.__iter__(value)
+    converted_items = []
+    for item in items:
+        _spend(budget, 1)  # the comma
+        converted_items.append(_to_json(item, open_containers, budget))
+    return converted_items
 
 
 def _number_or_string(value: str | int | float) -> str | int | float:
@@ -367,7 +380,14 @@ class _Value:
         self.value = value
 
 
-_CYCLE_MARKERS = {list: "[...]", tuple: "(...)", dict: "{...}", set: "set(...)", frozenset: "frozenset(...)"}
+_CYCLE_MARKERS: dict[type, str] = {
+    list: "[...]",
+    tuple: "(...)",
+    dict: "{...}",
+    set: "set(...)",
+    frozenset: "frozenset(...)",
+}
+_BRACKETS: dict[type, tuple[str, str]] = {list: ("[", "]"), tuple: ("(", ")"), set: ("{", "}")}
 
 
 def _bounded_repr(value: Any, limit: int) -> str:
@@ -417,9 +437,7 @@ def _container_parts(container: Any) -> Iterator[str | _Value]:
     if kind in (set, frozenset) and not container:
         yield f"{kind.__name__}()"
         return
-    opening, closing = {list: ("[", "]"), tuple: ("(", ")"), set: ("{", "}")}.get(
-        kind, ("frozenset({", "})")
-    )
+    opening, closing = _BRACKETS.get(kind, ("frozenset({", "})"))
     yield opening
     count = 0
     for count, item in enumerate(container, start=1):

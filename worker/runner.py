@@ -438,7 +438,9 @@ def run_command(
         )
     except (ValueError, subprocess.SubprocessError) as exc:  # e.g. an argument the OS cannot take
         return _command_not_run(
-            exc, f"command cannot be executed: {program} ({describe_exception(exc)})", EXIT_COMMAND_NOT_EXECUTABLE
+            exc,
+            f"command cannot be executed: {program} ({describe_exception(exc)})",
+            EXIT_COMMAND_NOT_EXECUTABLE,
         )
     try:
         tail = _relay_output(process)
@@ -582,7 +584,9 @@ def _count(number: int, word: str) -> str:
 
 
 def _command_not_run(exc: BaseException, message: str, exit_code: int) -> Outcome:
-    error = JobError(type=type(exc).__name__, message=message, traceback="", reason=message[:1].upper() + message[1:])
+    error = JobError(
+        type=type(exc).__name__, message=message, traceback="", reason=message[:1].upper() + message[1:]
+    )
     _report(error.as_message())
     return Outcome(messages=[error.as_message()], error=error, exit_code=exit_code)
 
@@ -638,7 +642,9 @@ def _not_loaded(exc: BaseException, messages: list[str], memory_gib: int | None)
     if isinstance(exc, MemoryError):
         return _failed(exc, None, messages, memory_gib)
     detail = describe_exception(exc, with_type=not isinstance(exc, PickleNotLoaded))
-    versions = f"Python {sys.version_info.major}.{sys.version_info.minor}, cloudpickle {cloudpickle.__version__}"
+    versions = (
+        f"Python {sys.version_info.major}.{sys.version_info.minor}, cloudpickle {cloudpickle.__version__}"
+    )
     hint = "" if isinstance(exc, ImportError) else f"; the job runs {versions}"
     message = f"the job's pickle cannot be loaded ({detail}{hint})"
     frames = _format_user_frames(exc.__traceback__)
@@ -653,9 +659,9 @@ def _not_loaded(exc: BaseException, messages: list[str], memory_gib: int | None)
 
 
 _LOADER_DIRECTORIES = tuple(
-    str(Path(module.__file__).resolve().parent) + os.sep
-    for module in (cloudpickle, traceback)  # cloudpickle's package and the standard library
-    if getattr(module, "__file__", None)
+    str(Path(path).resolve().parent) + os.sep
+    for path in (cloudpickle.__file__, traceback.__file__)  # cloudpickle's package, the standard library
+    if path
 )
 
 
@@ -671,7 +677,9 @@ def _format_user_frames(tb: TracebackType | None) -> str:
     ]
     if not summary:
         return ""
-    return "Traceback (most recent call last):\n" + "".join(traceback.StackSummary.from_list(summary).format())
+    return "Traceback (most recent call last):\n" + "".join(
+        traceback.StackSummary.from_list(summary).format()
+    )
 
 
 def _exited(exc: SystemExit, messages: list[str]) -> Outcome:

@@ -99,13 +99,21 @@ def test_failure_reason_comes_from_the_workers_error(stack):
     ("error", "reason"),
     [
         (
-            {"type": "MemoryError", "message": "Memory limit of 8 GiB exceeded", "traceback": "",
-             "reason": "Memory limit of 8 GiB exceeded"},
+            {
+                "type": "MemoryError",
+                "message": "Memory limit of 8 GiB exceeded",
+                "traceback": "",
+                "reason": "Memory limit of 8 GiB exceeded",
+            },
             "Memory limit of 8 GiB exceeded",
         ),
         (
-            {"type": "InvalidJobInput", "message": "x", "traceback": "",
-             "reason": "The job's input was rejected: command[1] contains a NUL character"},
+            {
+                "type": "InvalidJobInput",
+                "message": "x",
+                "traceback": "",
+                "reason": "The job's input was rejected: command[1] contains a NUL character",
+            },
             "The job's input was rejected: command[1] contains a NUL character",
         ),
         # A blank or non-string reason is ignored: the "Type: message" line stands.
@@ -121,7 +129,12 @@ def test_failure_reason_is_the_workers_own_sentence_when_it_gives_one(stack, err
         Body=json.dumps({"messages": [], "error": error}),
     )
     events = job_lifecycle(
-        job_id, batch_id, created_at=T0, started_at=T0 + 1_000, stopped_at=T0 + 2_000, succeeded=False,
+        job_id,
+        batch_id,
+        created_at=T0,
+        started_at=T0 + 1_000,
+        stopped_at=T0 + 2_000,
+        succeeded=False,
         exit_code=1,
     )
     for event in events:

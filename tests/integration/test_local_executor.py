@@ -365,7 +365,7 @@ def test_console_lines_reach_cloudwatch_in_order_before_the_final_event(make_sta
 
 def test_the_workers_operator_report_goes_to_the_executor_log_not_the_job_log(make_stack, logs, caplog):
     stack = make_stack()
-    note = "Traceback (most recent call last):\n  File \"/opt/worker/x.py\"\nRuntimeError: a worker bug\n"
+    note = 'Traceback (most recent call last):\n  File "/opt/worker/x.py"\nRuntimeError: a worker bug\n'
 
     with caplog.at_level(logging.WARNING, logger="remote_batch.local.executor"):
         job_id = stack.gateway.submit_job(_submission(OPERATOR_NOTE=note, EXIT="2"))

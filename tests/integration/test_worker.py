@@ -418,7 +418,10 @@ def test_a_result_too_long_to_format_succeeds_with_a_short_repr(s3):
 
 
 def test_an_unpicklable_self_referencing_result_succeeds_with_a_note(s3):
-    code = "class Odd(list):\n    def __reduce__(self):\n        raise SystemExit(9)\nx = Odd([1])\nx.append(x)\nx"
+    code = (
+        "class Odd(list):\n    def __reduce__(self):\n        raise SystemExit(9)\n"
+        "x = Odd([1])\nx.append(x)\nx"
+    )
     job = Job(s3).put_input({"kind": "code", "code": code})
 
     assert main(job.env, s3) == 0
@@ -438,10 +441,14 @@ def test_an_unpicklable_self_referencing_result_succeeds_with_a_note(s3):
         ),
         (
             {"kind": "command", "command": ["echo", "\ud800"]},
-            "The job's input was rejected: command[1] contains a lone surrogate, which no program can receive",
+            "The job's input was rejected: command[1] contains a lone surrogate, "
+            "which no program can receive",
         ),
-        ({"kind": "shell", "shell": "ls"}, "The job's input was rejected: unknown input kind 'shell': "
-         "expected 'code', 'command' or 'pickle'"),
+        (
+            {"kind": "shell", "shell": "ls"},
+            "The job's input was rejected: unknown input kind 'shell': "
+            "expected 'code', 'command' or 'pickle'",
+        ),
     ],
 )
 def test_a_refused_input_leaves_one_log_line_and_its_reason(s3, capsys, document, reason):
@@ -480,8 +487,13 @@ def test_an_unreadable_input_says_so_without_a_traceback(s3, capsys, monkeypatch
     monkeypatch.setattr(s3, "get_object", denied)
 
     assert main(job.env, s3) == 2
-    assert capsys.readouterr().err == "remote-batch worker: The job's input could not be read (AccessDenied)\n"
-    assert job.output_json("messages.json")["error"]["reason"] == "The job's input could not be read (AccessDenied)"
+    assert (
+        capsys.readouterr().err == "remote-batch worker: The job's input could not be read (AccessDenied)\n"
+    )
+    assert (
+        job.output_json("messages.json")["error"]["reason"]
+        == "The job's input could not be read (AccessDenied)"
+    )
     assert "AccessDenied" in job.output("worker-error.txt").decode()
 
 
@@ -523,13 +535,14 @@ def test_an_output_file_that_cannot_be_read_is_skipped_with_a_message(s3, monkey
     assert main(job.env, s3) == 0
     assert job.output("files/a.txt") == b"a"
     assert "files/locked.txt" not in job.output_names()
-    assert job.output_json("messages.json")["messages"] == ["files/locked.txt not uploaded: Permission denied"]
+    assert job.output_json("messages.json")["messages"] == [
+        "files/locked.txt not uploaded: Permission denied"
+    ]
 
 
 def test_a_command_out_of_memory_fails_with_the_memory_sentence(s3, capfd):
     script = (
-        "import resource\nresource.setrlimit(resource.RLIMIT_AS, (2**30, 2**30))\n"
-        "x = bytearray(20 * 2**30)"
+        "import resource\nresource.setrlimit(resource.RLIMIT_AS, (2**30, 2**30))\nx = bytearray(20 * 2**30)"
     )
     job = Job(s3, REMOTE_BATCH_MEMORY_GIB="8").put_input(
         {"kind": "command", "command": [sys.executable, "-c", script]}
@@ -543,4 +556,3 @@ def test_a_command_out_of_memory_fails_with_the_memory_sentence(s3, capfd):
         "reason": "Memory limit of 8 GiB exceeded",
     }
     assert capfd.readouterr().out.rstrip().endswith("MemoryError")  # the command's own traceback, relayed
-

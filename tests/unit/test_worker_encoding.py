@@ -6,7 +6,6 @@ import math
 import sys
 
 import cloudpickle
-
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -244,8 +243,10 @@ def test_a_generator_result_has_a_repr_and_a_note_instead_of_a_pickle():
     assert document["result"] is None
     assert document["resultRepr"].startswith("<generator object <genexpr> at 0x")
     assert encoded.result_pickle is None
-    assert messages == ["result.pickle not written: the result cannot be pickled (TypeError: cannot "
-                        "pickle 'generator' object)"]
+    assert messages == [
+        "result.pickle not written: the result cannot be pickled (TypeError: cannot "
+        "pickle 'generator' object)"
+    ]
 
 
 @pytest.mark.parametrize("raised", ["RuntimeError('no pickle')", "SystemExit(4)", "KeyboardInterrupt()"])
@@ -279,7 +280,9 @@ def test_a_result_whose_class_attribute_raises_gets_a_note_not_a_crash():
     document, messages, _ = _encode(source)
 
     assert document == {"result": None, "resultRepr": "Odd()"}
-    assert "result.json holds no JSON value: converting the result failed (RuntimeError: no class)" in messages
+    assert (
+        "result.json holds no JSON value: converting the result failed (RuntimeError: no class)" in messages
+    )
 
 
 @pytest.mark.parametrize("limit", [None, 10**6])
@@ -306,7 +309,9 @@ def test_a_result_over_the_json_limit_is_null_with_a_note_and_kept_as_a_pickle(m
 
     assert document["result"] is None
     assert document["resultRepr"].startswith("[0, 1, 2, ")
-    assert messages == ["result.json holds no JSON value: its JSON form is over 1000 bytes (result.pickle has the result)"]
+    assert messages == [
+        "result.json holds no JSON value: its JSON form is over 1000 bytes (result.pickle has the result)"
+    ]
     assert encoded.result_pickle is not None
     assert cloudpickle.loads(encoded.result_pickle) == list(range(1000))
 
@@ -391,8 +396,12 @@ def test_an_exception_whose_str_raises_is_still_reported():
 
 
 def test_an_outcome_with_a_reason_writes_it():
-    error = JobError(type="MemoryError", message="Memory limit of 8 GiB exceeded", traceback="",
-                     reason="Memory limit of 8 GiB exceeded")
+    error = JobError(
+        type="MemoryError",
+        message="Memory limit of 8 GiB exceeded",
+        traceback="",
+        reason="Memory limit of 8 GiB exceeded",
+    )
 
     document = _strict_json(encode_outcome(Outcome(error=error, exit_code=1)).messages_json)
 

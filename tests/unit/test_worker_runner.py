@@ -445,8 +445,9 @@ LIMIT_ADDRESS_SPACE = "import resource\nresource.setrlimit(resource.RLIMIT_AS, (
         LIMIT_ADDRESS_SPACE + "x = bytearray(20 * 2**30)",
         LIMIT_ADDRESS_SPACE + "import numpy\nnumpy.ones(20 * 2**30, dtype='uint8')",
         # Other runtimes: a C++ std::bad_alloc ends in abort() (SIGABRT), Java prints its error first.
-        "import os, sys\nsys.stderr.write(\"terminate called after throwing an instance of 'std::bad_alloc'\\n"
-        "  what():  std::bad_alloc\\n\")\nsys.stderr.flush()\nos.abort()",
+        'import os, sys\nsys.stderr.write("terminate called after throwing an instance of '
+        "'std::bad_alloc'\\n"
+        '  what():  std::bad_alloc\\n")\nsys.stderr.flush()\nos.abort()',
         "import sys\nprint('Exception in thread \"main\" java.lang.OutOfMemoryError: Java heap space', "
         "file=sys.stderr)\nprint('\\tat Main.main(Main.java:3)', file=sys.stderr)\nsys.exit(1)",
     ],
@@ -614,13 +615,23 @@ class _BreaksInsideCloudpickle:
         (b"not a pickle", "UnpicklingError", "UnpicklingError: invalid load key, 'n'."),
         (b"cno_such_module_here\nthing\n.", "ModuleNotFoundError", "No module named 'no_such_module_here'"),
         (cloudpickle.dumps((_BreaksInsideCloudpickle(), (), {})), "TypeError", "TypeError: "),
-        (cloudpickle.dumps([1, 2, 3]), "PickleNotLoaded", "it holds list, not a (function, args, kwargs) tuple"),
-        (cloudpickle.dumps((1, (), {})), "PickleNotLoaded", "it must hold (function, args tuple, kwargs dict)"),
+        (
+            cloudpickle.dumps([1, 2, 3]),
+            "PickleNotLoaded",
+            "it holds list, not a (function, args, kwargs) tuple",
+        ),
+        (
+            cloudpickle.dumps((1, (), {})),
+            "PickleNotLoaded",
+            "it must hold (function, args tuple, kwargs dict)",
+        ),
         (b"", "EOFError", "EOFError: Ran out of input"),
     ],
     ids=["garbage", "missing-module", "other-version", "not-a-call", "not-callable", "empty"],
 )
-def test_a_pickle_that_does_not_load_is_one_line_without_the_loaders_frames(payload, error_type, detail, capfd):
+def test_a_pickle_that_does_not_load_is_one_line_without_the_loaders_frames(
+    payload, error_type, detail, capfd
+):
     outcome = run_pickle(payload)
 
     assert outcome.exit_code == 1
