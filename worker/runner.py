@@ -648,7 +648,9 @@ def _not_loaded(exc: BaseException, messages: list[str], memory_gib: int | None)
     hint = "" if isinstance(exc, ImportError) else f"; the job runs {versions}"
     message = f"the job's pickle cannot be loaded ({detail}{hint})"
     frames = _format_user_frames(exc.__traceback__)
-    error = JobError(type=type(exc).__name__, message=message, traceback=frames)
+    error = JobError(
+        type=type(exc).__name__, message=message, traceback=frames, reason=message[:1].upper() + message[1:]
+    )
     if frames:
         _report(frames.rstrip("\n"))
     _report(error.as_message())
@@ -816,4 +818,5 @@ def _report(text: str) -> None:
     try:
         print(text, file=sys.stderr, flush=True)
     except (ValueError, OSError, AttributeError):
-        os.write(2, (text + "\n").encode("utf-8", "replace"))
+        # The code closed the stream, or even fd 2: the line is lost, the job goes on.
+        _write_all(2, (text + "\n").encode("utf-8", "replace"))

@@ -321,6 +321,16 @@ def test_python_m_worker_never_prints_its_own_traceback_for_a_refused_input(moto
     )
 
 
+def test_python_m_worker_survives_code_that_closes_its_output_streams(moto_endpoint, server_s3):
+    code = "import os, sys\nsys.stdout.close()\nsys.stderr.close()\nos.close(1)\nos.close(2)\n10**5000"
+    job = Job(server_s3).put_input({"kind": "code", "code": code})
+
+    completed = _run_worker(_worker_env(job, moto_endpoint))
+
+    assert completed.returncode == 0
+    assert job.output_json("result.json") == {"result": None, "resultRepr": "<int with 5001 digits>"}
+
+
 def test_python_m_worker_streams_output_before_the_code_ends(moto_endpoint, server_s3, tmp_path):
     # The code prints, then waits for a file the test creates only after reading that line:
     # if stdout were block-buffered the line would never arrive and the test would time out.

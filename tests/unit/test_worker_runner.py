@@ -638,6 +638,7 @@ def test_a_pickle_that_does_not_load_is_one_line_without_the_loaders_frames(
     assert outcome.error is not None
     assert outcome.error.type == error_type
     assert outcome.error.message.startswith("the job's pickle cannot be loaded (")
+    assert outcome.error.reason == "T" + outcome.error.message[1:]  # the statusReason: one sentence
     assert detail in outcome.error.message
     assert outcome.error.traceback == ""
     assert outcome.messages == [outcome.error.as_message()]
