@@ -688,7 +688,9 @@ def _exited(exc: SystemExit, messages: list[str]) -> Outcome:
     code = exc.code
     if code is None or code == 0:
         return Outcome(messages=messages)
-    exit_code = int(code) if isinstance(code, int) else EXIT_USER_ERROR
+    # The process exit status keeps the low 8 bits (-1 → 255); a non-zero code that keeps none (256,
+    # 10**5000) must not read as success.
+    exit_code = (int(code) & 0xFF or EXIT_USER_ERROR) if isinstance(code, int) else EXIT_USER_ERROR
     return _failed(exc, exc.__traceback__, messages, None, exit_code=exit_code)
 
 

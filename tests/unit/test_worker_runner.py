@@ -109,7 +109,14 @@ def test_warning_filters_changed_by_the_code_do_not_outlive_it():
 
 @pytest.mark.parametrize(
     ("source", "exit_code", "has_error"),
-    [("exit(3)", 3, True), ("import sys\nsys.exit(0)", 0, False), ("raise SystemExit('bye')", 1, True)],
+    [
+        ("exit(3)", 3, True),
+        ("import sys\nsys.exit(0)", 0, False),
+        ("raise SystemExit('bye')", 1, True),
+        ("exit(-1)", 255, True),
+        ("exit(256)", 1, True),  # not 0: the job failed
+        ("exit(10**5000)", 1, True),
+    ],
 )
 def test_system_exit_sets_the_exit_code(source, exit_code, has_error):
     outcome = run_code(source)
@@ -520,7 +527,7 @@ def test_command_stdout_and_stderr_reach_the_log_in_the_order_written(tmp_path, 
 
 
 def test_a_command_whose_background_child_keeps_the_pipe_open_still_ends(tmp_path):
-    script = "import subprocess\nsubprocess.Popen(['sleep', '30'])\nprint('parent done')"
+    script = "import subprocess\nsubprocess.Popen(['sleep', '5'])\nprint('parent done')"
     started = time.monotonic()
 
     outcome = run_command([sys.executable, "-c", script], output_dir=tmp_path)
