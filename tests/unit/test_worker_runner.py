@@ -653,3 +653,18 @@ def test_a_pickle_that_does_not_load_is_one_line_without_the_loaders_frames(
     assert log.strip() == outcome.error.as_message()
     assert "Traceback" not in log
     assert "site-packages" not in log
+
+
+@pytest.mark.parametrize(
+    ("source", "error_type"),
+    [("'\ud800'", "UnicodeEncodeError"), ("1\x00", "SyntaxError"), ("(" * 100_000, "SyntaxError")],
+    ids=["lone-surrogate", "nul-byte", "nested-too-deeply"],
+)
+def test_code_that_cannot_be_compiled_fails_in_one_line_without_worker_frames(source, error_type, capsys):
+    outcome = run_code(source)
+
+    assert outcome.exit_code == 1
+    assert outcome.error is not None
+    assert outcome.error.type == error_type
+    assert "runner.py" not in outcome.error.traceback
+    assert "Traceback" not in capsys.readouterr().err
