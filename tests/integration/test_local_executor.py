@@ -66,6 +66,9 @@ FAKE_WORKER = textwrap.dedent(
         print("line", i)
     if os.environ.get("STDERR"):
         print("oops", file=sys.stderr)
+    if os.environ.get("OPERATOR_NOTE"):
+        with open(os.environ["REMOTE_BATCH_OPERATOR_LOG"], "a") as operator_log:
+            operator_log.write(os.environ["OPERATOR_NOTE"])
     print("ready", flush=True)
     time.sleep(float(os.environ.get("SLEEP", "0")))
     sys.exit(int(os.environ.get("EXIT", "0")))
@@ -359,6 +362,20 @@ def test_console_lines_reach_cloudwatch_in_order_before_the_final_event(make_sta
     )["events"]
     stamps = [e["timestamp"] for e in events]
     assert stamps == sorted(stamps)
+
+
+def test_the_workers_operator_report_goes_to_the_executor_log_not_the_job_log(make_stack, logs, caplog):
+    stack = make_stack()
+    note = 'Traceback (most recent call last):\n  File "/opt/worker/x.py"\nRuntimeError: a worker bug\n'
+
+    with caplog.at_level(logging.WARNING, logger="remote_batch.local.executor"):
+        job_id = stack.gateway.submit_job(_submission(OPERATOR_NOTE=note, EXIT="2"))
+        stack.delivered.wait_for(job_id, "FAILED")
+
+    reports = [r.getMessage() for r in caplog.records if "worker reported its own error" in r.getMessage()]
+    assert reports == [f"worker reported its own error batch_job_id={job_id}\n{note.rstrip()}"]
+    job_log = _log_messages(logs, f"remote-batch-worker/default/{job_id}")
+    assert not any("RuntimeError" in line or "Traceback" in line for line in job_log)
 
 
 def test_worker_runs_with_its_limits_and_environment(make_stack, logs):
