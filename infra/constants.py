@@ -40,8 +40,10 @@ LAMBDA_CODE_DIR = "functions"
 # CPython 3.11 on x86_64 because that is what the tests run here: the deployed-bundle test imports
 # the very layer that is deployed (pydantic-core is a compiled wheel: an arm64 or cp312 build could
 # not be imported on this host, so it would ship untested). python3.11 runs on Amazon Linux 2
-# (glibc 2.26, hence manylinux2014 = glibc 2.17 wheels). Moving to python3.12/3.13 (Amazon Linux
-# 2023) or arm64 is a change of these three values once the test machines have that interpreter.
+# (glibc 2.26, hence manylinux2014 = glibc 2.17 wheels) and is the first of the supported Python
+# runtimes Lambda deprecates: check its date in the Lambda runtimes table before a first deploy.
+# Moving to python3.12/3.13 (Amazon Linux 2023) or arm64 is a change of these three values once the
+# test machines run that interpreter (the bundle test then imports that build).
 LAMBDA_PYTHON_VERSION = "3.11"
 LAMBDA_ARCHITECTURE = "x86_64"
 LAMBDA_PLATFORM = "manylinux2014_x86_64"

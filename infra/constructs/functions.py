@@ -47,11 +47,6 @@ ARCHITECTURE = {"x86_64": lambda_.Architecture.X86_64, "arm64": lambda_.Architec
 ]
 
 
-def code_exclude() -> list[str]:
-    """The glob patterns that cut the repository down to the functions' code asset (CDK's GLOB mode)."""
-    return list(_CODE_EXCLUDE)
-
-
 class Functions(Construct):
     """The api, batch_events and meter functions.
 

@@ -302,16 +302,19 @@ def test_api_handler_answers_health_from_the_deployed_bundle(aws: Aws, synth: Sy
     _assert_traced(report, "handler")
 
 
-def test_batch_events_handler_applies_an_event_from_the_deployed_bundle(
-    aws: Aws, synth: Synth, tmp_path: Path
-) -> None:
+def _running_event(aws: Aws) -> dict[str, Any]:
+    """The job's RUNNING ``Batch Job State Change`` event (AWS Batch's schema, tests/events.py)."""
     from tests.events import batch_event
 
-    event = batch_event(
+    return batch_event(
         aws.job_id, aws.batch_job_id, "RUNNING", created_at=aws.started_ms, started_at=aws.started_ms
     )
 
-    report = _run_child(aws, synth, tmp_path, "batch_events", [event])
+
+def test_batch_events_handler_applies_an_event_from_the_deployed_bundle(
+    aws: Aws, synth: Synth, tmp_path: Path
+) -> None:
+    report = _run_child(aws, synth, tmp_path, "batch_events", [_running_event(aws)])
 
     _assert_deployed_bundle_ran(report)
     assert report["responses"] == [{"applied": True, "jobId": aws.job_id, "status": "Running"}]
@@ -321,8 +324,8 @@ def test_batch_events_handler_applies_an_event_from_the_deployed_bundle(
 def test_meter_handler_ticks_from_the_deployed_bundle(aws: Aws, synth: Synth, tmp_path: Path) -> None:
     from tests.events import scheduled_event
 
-    if not _job_is_running(aws):  # run alone (-k meter): deliver RUNNING first, as batch_events would
-        test_batch_events_handler_applies_an_event_from_the_deployed_bundle(aws, synth, tmp_path)
+    if not _job_is_running(aws):  # run alone (-k meter): the job must be Running to be metered
+        _run_child(aws, synth, tmp_path, "batch_events", [_running_event(aws)])
 
     report = _run_child(aws, synth, tmp_path, "meter", [scheduled_event()])
 
