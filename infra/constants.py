@@ -52,6 +52,7 @@ LAMBDA_PLATFORM = "manylinux2014_x86_64"
 LAMBDA_LOCK_FILE = "functions/requirements.lock"
 LAMBDA_RUNTIME_LOCK_FILE = "functions/runtime.lock"
 LAMBDA_LAYER_DIR = "build/lambda/layer"
+LAMBDA_LAYER_ZIP = "build/lambda/layer.zip"  # what CDK uploads: LAMBDA_LAYER_DIR, zipped reproducibly
 LAMBDA_RUNTIME_SDK_DIR = "build/lambda-runtime"
 LAMBDA_MEMORY_MIB = {"api": 1024, "batch_events": 512, "meter": 1024}
 LAMBDA_TIMEOUT_SECONDS = {"api": 29, "batch_events": 60, "meter": 55}

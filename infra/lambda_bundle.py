@@ -3,12 +3,12 @@
 ``python -m infra.lambda_bundle`` (what ``make lambda-bundle`` runs) installs the lock file's exact
 pins into ``build/lambda/layer/python`` with pip's cross-platform options (``--platform``,
 ``--only-binary=:all:``, ``--python-version``, ``--implementation cp``: wheels for the deployed
-interpreter and architecture, never built here) and ``--require-hashes``, then byte-compiles it with
-hash-checked ``.pyc`` files (deterministic, so an unchanged lock gives an unchanged layer hash).
-It also installs ``functions/runtime.lock`` (the SDK the Lambda runtime itself carries) into
-``build/lambda-runtime`` for the deployed-bundle test. The CDK app deploys that folder as the
-functions' layer and refuses to synthesize when the folder does not hold exactly the lock's pins
-(:func:`check_bundle`).
+interpreter and architecture, never built here) and ``--require-hashes``, byte-compiles it with
+hash-checked ``.pyc`` files and zips it into ``build/lambda/layer.zip`` with sorted entries and fixed
+timestamps: an unchanged lock gives a byte-identical zip, so an unchanged layer asset hash. It also
+installs ``functions/runtime.lock`` (the SDK the Lambda runtime itself carries) into
+``build/lambda-runtime`` for the deployed-bundle test. The CDK app uploads that zip as the functions'
+layer and refuses to synthesize when it does not hold exactly the lock's pins (:func:`check_bundle`).
 
 Plain Python, no CDK: the Makefile, the CDK construct and the tests import it.
 """
@@ -20,6 +20,7 @@ import re
 import shutil
 import subprocess
 import sys
+import zipfile
 from email.parser import HeaderParser
 from pathlib import Path
 
@@ -30,6 +31,7 @@ RUNTIME_LOCK_FILE = constants.REPO_ROOT / constants.LAMBDA_RUNTIME_LOCK_FILE
 LAYER_DIR = constants.REPO_ROOT / constants.LAMBDA_LAYER_DIR
 # Lambda adds a layer's python/ folder to sys.path (as /opt/python).
 LAYER_SITE = LAYER_DIR / "python"
+LAYER_ZIP = constants.REPO_ROOT / constants.LAMBDA_LAYER_ZIP
 RUNTIME_SITE = constants.REPO_ROOT / constants.LAMBDA_RUNTIME_SDK_DIR
 CONSTRAINTS_FILE = constants.REPO_ROOT / "build" / "lambda" / "constraints.txt"
 # Where Lambda mounts layers: the path compiled into the .pyc files, so tracebacks name it.
@@ -77,6 +79,23 @@ def installed_versions(site_dir: Path) -> dict[str, str]:
     return versions
 
 
+def zip_versions(zip_file: Path, prefix: str = "python/") -> dict[str, str]:
+    """The distributions in a layer zip (``python/*.dist-info/METADATA``), as ``installed_versions``."""
+    pattern = re.compile(rf"^{re.escape(prefix)}[^/]+\.dist-info/METADATA$")
+    versions: dict[str, str] = {}
+    with zipfile.ZipFile(zip_file) as archive:
+        for name in sorted(archive.namelist()):
+            if pattern.match(name):
+                headers = HeaderParser().parsestr(archive.read(name).decode("utf-8"))
+                versions[normalize(headers["Name"])] = headers["Version"]
+    return versions
+
+
+def bundle_versions(bundle: Path) -> dict[str, str]:
+    """The distributions of a layer zip or of a site folder."""
+    return zip_versions(bundle) if bundle.is_file() else installed_versions(bundle)
+
+
 def differences(expected: dict[str, str], actual: dict[str, str]) -> list[str]:
     """Human-readable differences between two ``{name: version}`` maps (empty when equal)."""
     problems = []
@@ -87,8 +106,10 @@ def differences(expected: dict[str, str], actual: dict[str, str]) -> list[str]:
     return problems
 
 
-def check_bundle(site_dir: Path = LAYER_SITE, lock_file: Path = LOCK_FILE) -> dict[str, str]:
-    """Check that ``site_dir`` holds exactly the pins of ``lock_file``; return them.
+def check_bundle(bundle: Path = LAYER_ZIP, lock_file: Path = LOCK_FILE) -> dict[str, str]:
+    """Check that ``bundle`` (a layer zip or a site folder) holds exactly the pins of ``lock_file``.
+
+    Returns the pins.
 
     Raises
     ------
@@ -96,13 +117,13 @@ def check_bundle(site_dir: Path = LAYER_SITE, lock_file: Path = LOCK_FILE) -> di
         When the bundle was never built, or a distribution is missing, extra or another version
         (the lock changed since the last build: run ``make lambda-bundle``).
     """
-    if not site_dir.is_dir():
-        raise BundleError(f"no Lambda dependency bundle at {site_dir}: run `make lambda-bundle`")
+    if not bundle.exists():
+        raise BundleError(f"no Lambda dependency bundle at {bundle}: run `make lambda-bundle`")
     pins = read_pins(lock_file)
-    problems = differences(pins, installed_versions(site_dir))
+    problems = differences(pins, bundle_versions(bundle))
     if problems:
         raise BundleError(
-            f"the bundle at {site_dir} differs from {lock_file.name} (run `make lambda-bundle`): "
+            f"the bundle at {bundle} differs from {lock_file.name} (run `make lambda-bundle`): "
             + "; ".join(problems)
         )
     return pins
@@ -151,6 +172,23 @@ def _install(lock_file: Path, target: Path, *, mount: str | None) -> None:
     subprocess.run([*compile_argv, str(target)], check=True)  # noqa: S603 - fixed argv
 
 
+def write_zip(source: Path, zip_file: Path) -> None:
+    """Zip the folder ``source`` (its contents at the zip's root) reproducibly into ``zip_file``.
+
+    Entries are sorted, dated 1980-01-01 and given mode 0644 (0755 when executable), so the same
+    files give the same bytes whatever their mtimes or the umask: CDK then sees the same asset hash.
+    """
+    tmp = zip_file.with_suffix(".zip.tmp")
+    with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=6) as archive:
+        for path in sorted(p for p in source.rglob("*") if p.is_file()):
+            info = zipfile.ZipInfo(path.relative_to(source).as_posix(), date_time=(1980, 1, 1, 0, 0, 0))
+            mode = 0o755 if path.stat().st_mode & 0o111 else 0o644
+            info.external_attr = (0o100000 | mode) << 16
+            info.compress_type = zipfile.ZIP_DEFLATED
+            archive.writestr(info, path.read_bytes(), compresslevel=6)
+    tmp.replace(zip_file)
+
+
 def build() -> None:
     """Build the layer and the runtime-SDK folder from their lock files, then check the layer.
 
@@ -164,10 +202,12 @@ def build() -> None:
             f"build the bundle with Python {constants.LAMBDA_PYTHON_VERSION} (this is {running})"
         )
     _install(LOCK_FILE, LAYER_SITE, mount=LAYER_MOUNT)
+    write_zip(LAYER_DIR, LAYER_ZIP)
     _install(RUNTIME_LOCK_FILE, RUNTIME_SITE, mount=None)
     check_bundle(RUNTIME_SITE, RUNTIME_LOCK_FILE)
     pins = check_bundle()
-    print(f"lambda bundle: {len(pins)} distributions in {LAYER_SITE.relative_to(constants.REPO_ROOT)}")
+    size = LAYER_ZIP.stat().st_size / 2**20
+    print(f"lambda bundle: {len(pins)} distributions, {constants.LAMBDA_LAYER_ZIP} ({size:.1f} MiB)")
 
 
 def write_constraints(target: Path = CONSTRAINTS_FILE) -> None:

@@ -111,16 +111,16 @@ class Functions(Construct):
         return logs.LogGroup.from_log_group_arn(self, f"{zone.zone}JobLogGroup", arn)
 
     def _build_dependencies_layer(self) -> lambda_.ILayerVersion:
-        """The layer of ``functions/requirements.lock``, from the folder ``make lambda-bundle`` builds.
+        """The layer of ``functions/requirements.lock``: the zip ``make lambda-bundle`` builds, as is.
 
-        Raises ``lambda_bundle.BundleError`` when that folder is missing or holds other versions than
+        Raises ``lambda_bundle.BundleError`` when that zip is missing or holds other versions than
         the lock (so a stale bundle is never deployed).
         """
         pins = lambda_bundle.check_bundle()
         return lambda_.LayerVersion(
             self,
             "DependenciesLayer",
-            code=lambda_.Code.from_asset(str(lambda_bundle.LAYER_DIR)),
+            code=lambda_.Code.from_asset(str(lambda_bundle.LAYER_ZIP)),
             compatible_runtimes=[RUNTIME],
             compatible_architectures=[ARCHITECTURE],
             description=f"{constants.SERVICE_NAME} dependencies: {len(pins)} pinned distributions"[:256],

@@ -1,10 +1,11 @@
 """What is deployed is what is tested: the synthesized Lambda assets, run as Lambda would run them.
 
-Versions: the layer folder that ``make lambda-bundle`` built, the layer asset in the synthesized
-cloud assembly and the venv the other tests run in all hold exactly ``functions/requirements.lock``.
+Versions: the layer that ``make lambda-bundle`` built, the layer zip in the synthesized cloud
+assembly (the very file CDK uploads) and the venv the other tests run in all hold exactly
+``functions/requirements.lock``.
 
 Deployed bundle: for each handler, a fresh interpreter (``python -I -S``: the standard library only)
-whose sys.path is the synthesized code asset, the synthesized layer asset and the runtime's own SDK
+whose sys.path is the synthesized code asset, the synthesized layer zip unpacked and the runtime's SDK
 (``functions/runtime.lock``, behind the layer as /var/runtime is on Lambda) imports the handler and
 runs requests through it: ``GET /health`` (and a job read) through api, a ``Batch Job State Change``
 through batch_events, a tick through meter. AWS is a moto server this process runs
@@ -14,12 +15,14 @@ Select with ``-m bundle``.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import socket
 import subprocess
 import sys
 import time
+import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from decimal import Decimal
@@ -49,14 +52,28 @@ def _function(synth: Synth, name: str) -> dict[str, Any]:
 
 
 def _asset_dir(synth: Synth, s3_key: str) -> Path:
+    """A folder asset of the cloud assembly (CDK zips it at upload)."""
     asset = synth.outdir / f"asset.{s3_key.removesuffix('.zip')}"
     assert asset.is_dir(), f"{asset} is not in the cloud assembly"
     return asset
 
 
 def _layer_asset(synth: Synth) -> Path:
+    """The layer's zip in the cloud assembly: the file CDK uploads as is."""
     (layer,) = synth.resources("AWS::Lambda::LayerVersion").values()
-    return _asset_dir(synth, layer["Properties"]["Content"]["S3Key"])
+    s3_key = layer["Properties"]["Content"]["S3Key"]
+    asset = synth.outdir / f"asset.{s3_key}"
+    assert asset.is_file(), f"{asset} is not in the cloud assembly"
+    return asset
+
+
+@pytest.fixture(scope="module")
+def layer_dir(synth: Synth, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The synthesized layer zip unpacked, as Lambda unpacks it under /opt."""
+    target = tmp_path_factory.mktemp("opt")
+    with zipfile.ZipFile(_layer_asset(synth)) as archive:
+        archive.extractall(target)
+    return target
 
 
 # -- versions ----------------------------------------------------------------------------------------
@@ -78,22 +95,43 @@ def test_built_bundle_holds_the_locked_versions() -> None:
     pins = lambda_bundle.read_pins()
 
     built = lambda_bundle.installed_versions(lambda_bundle.LAYER_SITE)
+    zipped = lambda_bundle.zip_versions(lambda_bundle.LAYER_ZIP)
 
     assert lambda_bundle.differences(pins, built) == []
+    assert lambda_bundle.differences(pins, zipped) == []
 
 
-def test_deployed_layer_asset_holds_the_locked_versions(synth: Synth) -> None:
+def test_deployed_layer_asset_is_the_built_zip_of_the_locked_versions(synth: Synth) -> None:
     pins = lambda_bundle.read_pins()
+    asset = _layer_asset(synth)
 
-    deployed = lambda_bundle.installed_versions(_layer_asset(synth) / "python")
+    deployed = lambda_bundle.zip_versions(asset)
 
     assert lambda_bundle.differences(pins, deployed) == []
+    digest = hashlib.sha256(asset.read_bytes()).hexdigest()
+    assert digest == hashlib.sha256(lambda_bundle.LAYER_ZIP.read_bytes()).hexdigest()
+
+
+def test_layer_zip_is_reproducible(tmp_path: Path) -> None:
+    """The same files zip to the same bytes whatever their mtimes: the layer's asset hash is stable."""
+    source = tmp_path / "layer"
+    (source / "python" / "pkg").mkdir(parents=True)
+    (source / "python" / "pkg" / "__init__.py").write_text("VALUE = 1\n")
+    (source / "python" / "six.py").write_text("# six\n")
+    lambda_bundle.write_zip(source, tmp_path / "first.zip")
+    os.utime(source / "python" / "six.py", (1_000_000_000, 1_000_000_000))
+
+    lambda_bundle.write_zip(source, tmp_path / "second.zip")
+
+    assert (tmp_path / "first.zip").read_bytes() == (tmp_path / "second.zip").read_bytes()
+    with zipfile.ZipFile(tmp_path / "second.zip") as archive:
+        assert archive.namelist() == ["python/pkg/__init__.py", "python/six.py"]
 
 
 def test_tests_run_the_deployed_versions() -> None:
     """The venv the unit and integration tests import from holds the bundle's versions."""
     pins = lambda_bundle.read_pins()
-    built = lambda_bundle.installed_versions(lambda_bundle.LAYER_SITE)
+    built = lambda_bundle.zip_versions(lambda_bundle.LAYER_ZIP)
 
     tested = {name: metadata.version(name) for name in pins}
 
@@ -222,11 +260,11 @@ def _xray_segments(xray: socket.socket) -> list[dict[str, Any]]:
 
 
 def _run_child(
-    aws: Aws, synth: Synth, tmp_path: Path, name: str, events: list[dict[str, Any]]
+    aws: Aws, synth: Synth, layer_dir: Path, tmp_path: Path, name: str, events: list[dict[str, Any]]
 ) -> dict[str, Any]:
     props = _function(synth, name)
     asset = _asset_dir(synth, props["Code"]["S3Key"])
-    layer = _layer_asset(synth) / "python"
+    layer = layer_dir / "python"
     spec = {
         "paths": {"asset": str(asset), "layer": str(layer), "runtime": str(lambda_bundle.RUNTIME_SITE)},
         "handler": props["Handler"],
@@ -254,7 +292,9 @@ def _run_child(
         f"\n[{name}] python {report['python']} {report['machine']}; sys.path: "
         f"{[*report['sys_path'], *report['stdlib']]}\n[{name}] imported from the layer: "
         + ", ".join(f"{dist} {version}" for dist, version in sorted(report["versions"].items()))
-        + f"\n[{name}] module origins: {report['origins']}\n[{name}] responses: "
+        + f"\n[{name}] module origins: {report['origins']}\n[{name}] importable: {report['importable']}"
+        + f"\n[{name}] X-Ray (sub)segments: {sorted({str(seg.get('name')) for seg in report['segments']})}"
+        + f"\n[{name}] responses: "
         + json.dumps(report["responses"])[:600]
     )
     return report
@@ -281,12 +321,15 @@ def _assert_traced(report: dict[str, Any], handler: str) -> None:
     assert f"## {handler}" in names, names
 
 
-def test_api_handler_answers_health_from_the_deployed_bundle(aws: Aws, synth: Synth, tmp_path: Path) -> None:
+def test_api_handler_answers_health_from_the_deployed_bundle(
+    aws: Aws, synth: Synth, layer_dir: Path, tmp_path: Path
+) -> None:
     from tests.events import api_event
 
     report = _run_child(
         aws,
         synth,
+        layer_dir,
         tmp_path,
         "api",
         [api_event("GET", "/health", account_id=None), api_event("GET", f"/jobs/{aws.job_id}")],
@@ -312,22 +355,24 @@ def _running_event(aws: Aws) -> dict[str, Any]:
 
 
 def test_batch_events_handler_applies_an_event_from_the_deployed_bundle(
-    aws: Aws, synth: Synth, tmp_path: Path
+    aws: Aws, synth: Synth, layer_dir: Path, tmp_path: Path
 ) -> None:
-    report = _run_child(aws, synth, tmp_path, "batch_events", [_running_event(aws)])
+    report = _run_child(aws, synth, layer_dir, tmp_path, "batch_events", [_running_event(aws)])
 
     _assert_deployed_bundle_ran(report)
     assert report["responses"] == [{"applied": True, "jobId": aws.job_id, "status": "Running"}]
     _assert_traced(report, "handler")
 
 
-def test_meter_handler_ticks_from_the_deployed_bundle(aws: Aws, synth: Synth, tmp_path: Path) -> None:
+def test_meter_handler_ticks_from_the_deployed_bundle(
+    aws: Aws, synth: Synth, layer_dir: Path, tmp_path: Path
+) -> None:
     from tests.events import scheduled_event
 
     if not _job_is_running(aws):  # run alone (-k meter): the job must be Running to be metered
-        _run_child(aws, synth, tmp_path, "batch_events", [_running_event(aws)])
+        _run_child(aws, synth, layer_dir, tmp_path, "batch_events", [_running_event(aws)])
 
-    report = _run_child(aws, synth, tmp_path, "meter", [scheduled_event()])
+    report = _run_child(aws, synth, layer_dir, tmp_path, "meter", [scheduled_event()])
 
     _assert_deployed_bundle_ran(report)
     (tick,) = report["responses"]
