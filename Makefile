@@ -26,7 +26,7 @@ $(STAMP): pyproject.toml $(LAMBDA_CONSTRAINTS)
 	$(BIN)/python -m pip install --quiet -e '.[local,worker,infra,dev]' -c $(LAMBDA_CONSTRAINTS)
 	touch $(STAMP)
 
-## Build the Lambda layer (build/lambda/layer) from the lock: wheels for the deployed runtime, from PyPI.
+## Build the Lambda layer (build/lambda/layer.zip) from the lock: wheels for the deployed runtime, from PyPI.
 lambda-bundle: $(LAMBDA_BUNDLE)
 $(LAMBDA_BUNDLE): $(LAMBDA_LOCKS) infra/lambda_bundle.py infra/constants.py | $(STAMP)
 	$(BIN)/python -m infra.lambda_bundle build

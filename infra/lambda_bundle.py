@@ -233,8 +233,11 @@ def lock(*, upgrade: bool = False) -> None:
     """
     from uv import find_uv_bin
 
-    platform = constants.LAMBDA_PLATFORM.replace("manylinux2014_x86_64", "x86_64-manylinux2014")
-    platform = platform.replace("manylinux2014_aarch64", "aarch64-manylinux2014")
+    # uv names pip's platform tags the other way round.
+    platform = {
+        "manylinux2014_x86_64": "x86_64-manylinux2014",
+        "manylinux2014_aarch64": "aarch64-manylinux2014",
+    }[constants.LAMBDA_PLATFORM]
     for lock_file in (LOCK_FILE, RUNTIME_LOCK_FILE):
         argv = [
             find_uv_bin(),
