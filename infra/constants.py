@@ -37,9 +37,24 @@ ACCESS_LOG_RETENTION_DAYS = 90
 
 # Lambdas.
 LAMBDA_CODE_DIR = "functions"
-POWERTOOLS_LAYER_ACCOUNT = "017000801446"
-POWERTOOLS_LAYER_NAME = "AWSLambdaPowertoolsPythonV3-python312-arm64"
-POWERTOOLS_LAYER_VERSION = 27
+# The interpreter and machine the functions run on, and the wheels their layer is built for.
+# CPython 3.11 on x86_64 because that is what the tests run here: the deployed-bundle test imports
+# the very layer that is deployed (pydantic-core is a compiled wheel: an arm64 or cp312 build could
+# not be imported on this host, so it would ship untested). python3.11 runs on Amazon Linux 2
+# (glibc 2.26, hence manylinux2014 = glibc 2.17 wheels) and is the first of the supported Python
+# runtimes Lambda deprecates: check its date in the Lambda runtimes table before a first deploy.
+# Moving to python3.12/3.13 (Amazon Linux 2023) or arm64 is a change of these three values once the
+# test machines run that interpreter (the bundle test then imports that build).
+LAMBDA_PYTHON_VERSION = "3.11"
+LAMBDA_ARCHITECTURE = "x86_64"
+LAMBDA_PLATFORM = "manylinux2014_x86_64"
+# One lock file holds every third-party pin of the functions (boto3 included); `make lock` writes it,
+# `make lambda-bundle` installs it into the layer folder, the venv installs it as constraints.
+LAMBDA_LOCK_FILE = "functions/requirements.lock"
+LAMBDA_RUNTIME_LOCK_FILE = "functions/runtime.lock"
+LAMBDA_LAYER_DIR = "build/lambda/layer"
+LAMBDA_LAYER_ZIP = "build/lambda/layer.zip"  # what CDK uploads: LAMBDA_LAYER_DIR, zipped reproducibly
+LAMBDA_RUNTIME_SDK_DIR = "build/lambda-runtime"
 LAMBDA_MEMORY_MIB = {"api": 1024, "batch_events": 512, "meter": 1024}
 LAMBDA_TIMEOUT_SECONDS = {"api": 29, "batch_events": 60, "meter": 55}
 LAMBDA_HANDLERS = {
