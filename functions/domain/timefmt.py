@@ -33,8 +33,13 @@ def parse_query_time(text: str, field: str) -> datetime:
     ValidationFailed
         Naming ``field`` when ``text`` is not an ISO 8601 time.
     """
+    # ASCII only, nothing around it: fromisoformat would not say why "2026-11-29\n" or full-width
+    # digits fail, and str.strip() would let a trailing newline through.
     try:
-        value = datetime.fromisoformat(text.strip().replace("Z", "+00:00").replace(" ", "+"))
+        if not text.isascii() or not text.isprintable() or text != text.strip(" "):
+            raise ValueError(text)
+        # A "+" in a query string arrives as a space ("...T17:20:00 01:00"): it is the offset's sign.
+        value = datetime.fromisoformat(text.replace("Z", "+00:00").replace(" ", "+"))
     except ValueError:
         raise ValidationFailed(
             f"{field} must be an ISO 8601 time like 2026-11-29T17:20:00Z, got {text!r}.", field=field

@@ -12,13 +12,18 @@ import binascii
 import csv
 import io
 import json
+import re
 from dataclasses import dataclass
+from functools import cache
 from typing import Annotated, Any, Literal
 
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Depends, Response, content_types
 from aws_lambda_powertools.event_handler.exceptions import NotFoundError
-from aws_lambda_powertools.event_handler.openapi.exceptions import RequestValidationError
+from aws_lambda_powertools.event_handler.openapi.exceptions import (
+    RequestUnsupportedContentType,
+    RequestValidationError,
+)
 from aws_lambda_powertools.event_handler.openapi.params import Body, Header, Query
 from aws_lambda_powertools.utilities.idempotency import (
     DynamoDBPersistenceLayer,
@@ -30,6 +35,7 @@ from aws_lambda_powertools.utilities.idempotency.exceptions import (
     IdempotencyValidationError,
 )
 from aws_lambda_powertools.utilities.typing import LambdaContext
+from pydantic import BeforeValidator
 
 from functions.bootstrap import get_services
 from functions.domain.errors import (
@@ -41,8 +47,10 @@ from functions.domain.errors import (
     ValidationFailed,
 )
 from functions.domain.jobs import PayloadKind
-from functions.domain.machine_classes import MACHINE_CLASSES
+from functions.domain.machine_classes import MACHINE_CLASSES, machine_class, resolve_geo_zone
+from functions.domain.notifications import normalize_notifications, rules_to_json
 from functions.domain.status import JobStatus
+from functions.domain.text import check_argv, first_surrogate_path, is_ascii_digits
 from functions.domain.timefmt import parse_query_time
 from functions.handlers.api_models import (
     AccountView,
@@ -104,14 +112,29 @@ def _field_path(location: tuple[Any, ...] | list[Any]) -> str | None:
     return path or None
 
 
+# What a value that fails a field's pattern must look like, by the field's last name.
+_PATTERN_RULES = {
+    "phone": "must be E.164: a + then the country code and number, 15 ASCII digits at most (+15555550100)",
+    "email": "must be an email address in ASCII, like a@example.com",
+    "webhookUrl": "must be an https:// URL of visible ASCII characters (an internationalized host as xn--)",
+    "name": "must be one line of visible text: no control or bidirectional formatting characters",
+    "reason": "must be one line of visible text: no control or bidirectional formatting characters",
+    "Idempotency-Key": "must be 1 to 128 visible ASCII characters (letters, digits, punctuation)",
+}
+
+
 def _validation_message(error: dict[str, Any], field: str | None) -> str:
     kind = error.get("type", "")
     if kind == "json_invalid":
         return "The request body is not valid JSON."
+    if kind == "string_pattern_mismatch" and field:
+        name = re.sub(r"\[[0-9]+\]$", "", field).rsplit(".", 1)[-1]
+        rule = _PATTERN_RULES.get(name, "holds a character this field does not take (a NUL)")
+        return f"{field} {rule}; got {error.get('input')!r}."
     if kind == "extra_forbidden":
         return f"Unknown field {field!r}; see API.md for the fields this route takes."
     if kind == "missing":
-        return f"{field} is required."
+        return f"{field} is required." if field else "A JSON body is required."
     message = str(error.get("msg", "invalid value"))
     message = message.removeprefix("Value error, ")
     message = message[0].upper() + message[1:] if message else message
@@ -125,6 +148,13 @@ def _on_request_validation(exc: RequestValidationError) -> Response[str]:
     return error_response(400, "ValidationError", _validation_message(first, field), field)
 
 
+@app.exception_handler(RequestUnsupportedContentType)
+def _on_unsupported_content_type(exc: RequestUnsupportedContentType) -> Response[str]:
+    return error_response(
+        400, "ValidationError", "The request body must be JSON (Content-Type: application/json)."
+    )
+
+
 @app.exception_handler(ServiceError)
 def _on_service_error(exc: ServiceError) -> Response[str]:
     if exc.status >= 500:
@@ -136,7 +166,35 @@ def _on_service_error(exc: ServiceError) -> Response[str]:
 @app.not_found
 def _on_not_found(exc: NotFoundError) -> Response[str]:
     event = app.current_event
+    allowed = allowed_methods(event.path)
+    if allowed:
+        # RFC 9110 section 15.5.6: the resource exists, the method does not; Allow lists those that do.
+        response = error_response(
+            405,
+            "MethodNotAllowed",
+            f"{event.http_method} is not a method of {event.path}; use {', '.join(allowed)}.",
+        )
+        response.headers["Allow"] = ", ".join(allowed)
+        return response
     return error_response(404, "NotFound", f"No route {event.http_method} {event.path}.")
+
+
+@cache
+def _route_table() -> tuple[tuple[re.Pattern[str], tuple[str, ...]], ...]:
+    """Each path of the OpenAPI document (``/jobs/{jobId}``) as a pattern, with its methods."""
+    document = app.get_openapi_schema(title=API_TITLE, version=API_VERSION)
+    table = []
+    for path, item in (document.paths or {}).items():
+        pattern = re.sub(r"\\\{[^/]+?\\\}", "[^/]+", re.escape(path))
+        methods = tuple(m.upper() for m in ("get", "put", "post", "delete", "patch") if getattr(item, m))
+        table.append((re.compile(pattern), methods))
+    return tuple(table)
+
+
+def allowed_methods(path: str) -> list[str]:
+    """The methods some route takes at ``path`` (sorted), or [] when no route has that path."""
+    methods = {m for pattern, ms in _route_table() if pattern.fullmatch(path) for m in ms}
+    return sorted(methods)
 
 
 @app.exception_handler(Exception)
@@ -222,6 +280,7 @@ def _job_request(body: SubmitJobBody) -> submission.JobRequest:
     if body.code is not None:
         kind, payload = PayloadKind.CODE, body.code
     elif body.command is not None:
+        check_argv(body.command)  # what the worker could not hand to execve is refused here
         kind, payload = PayloadKind.COMMAND, body.command
     else:
         kind, payload = PayloadKind.PICKLE, body.pickle or ""
@@ -237,6 +296,28 @@ def _job_request(body: SubmitJobBody) -> submission.JobRequest:
     )
 
 
+def canonical_submit(body: SubmitJobBody) -> dict[str, Any]:
+    """The request as the job it makes, for idempotency: defaults written out, names resolved
+    (``Automatic`` zone, notification shorthands), numbers in one spelling (``1`` = ``1.0``).
+
+    Two bodies with the same canonical form make the same job; JSON key order and whitespace never
+    reach it. Raises ``ValidationFailed`` for what ``submit_job`` would refuse (unknown class, zone,
+    notification spec), so no key is recorded for a request that cannot run.
+    """
+    request = _job_request(body)
+    credit = request.credit_constraint
+    return {
+        "kind": request.payload_kind.value,
+        "payload": request.payload,
+        "name": request.name,
+        "machineClass": machine_class(request.machine_class).name,
+        "geoZone": resolve_geo_zone(request.geo_zone).value,
+        "creditConstraint": None if credit is None else format(credit.normalize(), "f"),
+        "timeConstraint": request.time_constraint,
+        "notifications": rules_to_json(normalize_notifications(request.notifications)),
+    }
+
+
 _idempotent_submitters: dict[str, Any] = {}
 
 
@@ -247,14 +328,14 @@ def _idempotent_submit(services: Services) -> Any:
         persistence = DynamoDBPersistenceLayer(table_name=table)
         config = IdempotencyConfig(
             event_key_jmespath="key",
-            payload_validation_jmespath="body",
+            payload_validation_jmespath="canonical",
             expires_after_seconds=IDEMPOTENCY_SECONDS,
             raise_on_no_idempotency_key=True,
         )
 
         @idempotent_function(data_keyword_argument="request", persistence_store=persistence, config=config)
         def submit_once(request: dict[str, Any]) -> dict[str, str]:
-            body = SubmitJobBody.model_validate(request["body"])
+            body: SubmitJobBody = request["body"]
             job = submission.submit_job(
                 get_services(), request["accountId"], _job_request(body), get_services().clock()
             )
@@ -275,20 +356,23 @@ def submit_job(
     services: ServicesDep,
     caller: CallerDep,
     idempotency_key: Annotated[
-        str | None, Header(alias="Idempotency-Key", min_length=1, max_length=128)
+        str | None, Header(alias="Idempotency-Key", min_length=1, max_length=128, pattern=r"^[\x21-\x7e]+$")
     ] = None,
 ) -> Response[JobView]:
     now = services.clock()
     if idempotency_key is None:
         job = submission.submit_job(services, caller.account_id, _job_request(body), now)
         return Response(202, content_types.APPLICATION_JSON, job_view(job))
-    _job_request(body)  # refuse what can never run before recording the key
+    canonical = canonical_submit(body)  # refuses what can never run before recording the key
     submit_once, config = _idempotent_submit(services)
     config.register_lambda_context(app.lambda_context)
     request = {
         "key": f"{caller.account_id}#{idempotency_key}",
         "accountId": caller.account_id,
-        "body": json.loads(body.model_dump_json(exclude_unset=True)),
+        "canonical": canonical,
+        # The validated model itself: only "key" and "canonical" are hashed, and a JSON round trip
+        # would turn creditConstraint's Decimal into a string the model refuses.
+        "body": body,
     }
     try:
         outcome = submit_once(request=request)
@@ -305,12 +389,20 @@ def submit_job(
     return Response(202, content_types.APPLICATION_JSON, job_view(job))
 
 
+def ascii_whole_number(value: Any) -> Any:
+    """A query string's whole number as ASCII digits only: pydantic alone would read ``" 2\n"``,
+    ``"+2"``, ``"1_0"`` as numbers (and Python's int() reads Arabic-Indic or full-width digits)."""
+    if isinstance(value, str) and not is_ascii_digits(value):
+        raise ValueError("must be a whole number written with the digits 0-9")
+    return value
+
+
 @app.get("/jobs", summary="This account's jobs, newest first")
 def list_jobs(
     services: ServicesDep,
     caller: CallerDep,
     status: Annotated[JobStatus | None, Query()] = None,
-    limit: Annotated[int, Query(ge=1, le=100)] = 50,
+    limit: Annotated[int, BeforeValidator(ascii_whole_number), Query(ge=1, le=100)] = 50,
     nextToken: Annotated[str | None, Query()] = None,
 ) -> JobListView:
     jobs, token = services.store.list_jobs(caller.account_id, status, limit, nextToken)
@@ -476,10 +568,34 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         return _proxy_error(
             exc.status, ErrorBody(error=ErrorDetail(code=exc.code, message=exc.message, field=None))
         )
-    resolved = _json_body(event)
+    resolved = _json_body(single_valued(event))
     if isinstance(resolved, ErrorBody):
         return _proxy_error(400, resolved)
     return app.resolve(resolved, context)
+
+
+def single_valued(event: dict[str, Any]) -> dict[str, Any]:
+    """Each query parameter and header once, with its last value, as API Gateway REST puts it in
+    ``queryStringParameters`` / ``headers`` ("the last value wins", AWS docs: "Set up a proxy
+    integration with a proxy resource", multi-value parameters).
+
+    powertools validates from ``multiValueQueryStringParameters`` when it is set, where
+    ``?limit=500&limit=2`` is the list ``["500", "2"]`` a scalar parameter cannot take; every route
+    takes scalars, so both views are made to say what ``queryStringParameters`` says.
+    """
+    multi_query = event.get("multiValueQueryStringParameters") or {}
+    query = {**(event.get("queryStringParameters") or {})}
+    query.update({name: values[-1] for name, values in multi_query.items() if values})
+    multi_headers = event.get("multiValueHeaders") or {}
+    headers = {**(event.get("headers") or {})}
+    headers.update({name: values[-1] for name, values in multi_headers.items() if values})
+    return {
+        **event,
+        "queryStringParameters": query or None,
+        "multiValueQueryStringParameters": {k: [v] for k, v in query.items()} or None,
+        "headers": headers or None,
+        "multiValueHeaders": {k: [v] for k, v in headers.items()} or None,
+    }
 
 
 def _error_body(message: str) -> ErrorBody:
@@ -496,24 +612,35 @@ def _proxy_error(status: int, body: ErrorBody) -> dict[str, Any]:
 
 
 def _json_body(event: dict[str, Any]) -> dict[str, Any] | ErrorBody:
-    """Bodies are JSON whatever the Content-Type says (curl -d sends form encoding by default).
+    """Bodies are JSON whatever the Content-Type says (curl -d sends form encoding by default), an
+    empty body too: the Content-Type is set to JSON on every request, so no route ever answers an
+    unsupported media type with a 500.
 
-    Returns the event to resolve, or the error for a body that is not UTF-8 or nests too deeply
-    (what the JSON parser itself cannot report as a validation error).
+    Returns the event to resolve, or the error for a body that is not UTF-8, nests too deeply or
+    holds a lone surrogate (what the JSON parser itself cannot report as a validation error).
     """
-    if not event.get("body"):
-        return event
-    raw = event["body"]
+    raw = event.get("body") or ""
     try:
         text = base64.b64decode(raw).decode("utf-8") if event.get("isBase64Encoded") else raw
-        json.loads(text)
+        document = json.loads(text) if text else None
     except (UnicodeDecodeError, binascii.Error):
         return _error_body("The request body is not UTF-8 text.")
     except RecursionError:
         return _error_body("The request body nests JSON too deeply.")
     except ValueError:
-        pass  # not JSON: the resolver's validation answers that, with its field
+        pass  # not JSON (or empty): the resolver's validation answers that, with its field
     else:
+        # JSON's "\ud800" escape makes a lone surrogate, which no store, process or message carries.
+        where = first_surrogate_path(document)
+        if where is not None:
+            return ErrorBody(
+                error=ErrorDetail(
+                    code="ValidationError",
+                    message=f"{where or 'The body'} holds a lone surrogate (\\ud800..\\udfff), which is "
+                    "not text; send UTF-8 text.",
+                    field=where or None,
+                )
+            )
         event = {**event, "body": text, "isBase64Encoded": False}
     headers = {k: v for k, v in (event.get("headers") or {}).items() if k.lower() != "content-type"}
     multi = {k: v for k, v in (event.get("multiValueHeaders") or {}).items() if k.lower() != "content-type"}
