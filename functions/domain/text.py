@@ -24,6 +24,8 @@ VISIBLE_ASCII = re.compile(r"[\x21-\x7e]+")
 JOB_ID_PATTERN = r"^job-[0-9A-HJKMNP-TV-Z]{26}$"
 # An account id: a Cognito ``sub`` (a UUID) deployed, a name of letters, digits and ``._@-`` locally.
 ACCOUNT_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,127}$"
+# base64 (RFC 4648 section 4), padded.
+BASE64_PATTERN = r"^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$"
 # URL-safe base64 (RFC 4648 section 5), padded: the opaque nextToken this API hands out.
 URLSAFE_BASE64_PATTERN = r"^(?:[A-Za-z0-9_-]{4})*(?:[A-Za-z0-9_-]{2}==|[A-Za-z0-9_-]{3}=)?$"
 # E.164 (ITU-T): a plus, a country code not starting with 0, at most 15 digits in all.

@@ -39,7 +39,8 @@ def parse_query_time(text: str, field: str) -> datetime:
         if not text.isascii() or not text.isprintable() or text != text.strip(" "):
             raise ValueError(text)
         # A "+" in a query string arrives as a space ("...T17:20:00 01:00"): it is the offset's sign.
-        value = datetime.fromisoformat(text.replace("Z", "+00:00").replace(" ", "+"))
+        # RFC 3339 allows a lower-case t and z.
+        value = datetime.fromisoformat(text.upper().replace("Z", "+00:00").replace(" ", "+"))
     except ValueError:
         raise ValidationFailed(
             f"{field} must be an ISO 8601 time like 2026-11-29T17:20:00Z, got {text!r}.", field=field

@@ -14,6 +14,7 @@ import io
 import json
 import re
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from functools import cache
 from typing import Annotated, Any, Literal
 
@@ -119,6 +120,7 @@ _PATTERN_RULES = {
     "webhookUrl": "must be an https:// URL of visible ASCII characters (an internationalized host as xn--)",
     "name": "must be one line of visible text: no control or bidirectional formatting characters",
     "reason": "must be one line of visible text: no control or bidirectional formatting characters",
+    "pickle": "must be base64 (standard alphabet, padded)",
     "Idempotency-Key": "must be 1 to 128 visible ASCII characters (letters, digits, punctuation)",
 }
 
@@ -167,7 +169,8 @@ def _on_service_error(exc: ServiceError) -> Response[str]:
 def _on_not_found(exc: NotFoundError) -> Response[str]:
     event = app.current_event
     allowed = allowed_methods(event.path)
-    if allowed:
+    # A path a route has for this very method did not route (an id no route takes): no such thing.
+    if allowed and event.http_method.upper() not in allowed:
         # RFC 9110 section 15.5.6: the resource exists, the method does not; Allow lists those that do.
         response = error_response(
             405,
@@ -234,21 +237,90 @@ ServicesDep = Annotated[Services, Depends(get_services)]
 CallerDep = Annotated[Caller, Depends(current_caller)]
 
 
+# -- the OpenAPI document's responses ------------------------------------------------------------------
+_ERROR_CONTENT: dict[str, Any] = {"application/json": {"model": ErrorBody}}
+_ERROR_WHEN = {
+    400: "ValidationError: the body, a query parameter or a header is invalid; field names it",
+    401: "Unauthorized: missing, malformed, expired or unknown token",
+    402: "InsufficientCredits: the account's credit balance is not positive",
+    403: "Forbidden: the caller's role lacks the permission",
+    404: "NotFound: no such job or account for this caller",
+    409: "JobNotFinished, NoOutput or Conflict (idempotency key reused with another body; job not final)",
+    410: "Expired: the job's inputs and outputs passed their retention",
+    413: "PayloadTooLarge: the body is over 5 MiB",
+    429: "Throttled: request rate limit",
+    500: "InternalError: a bug or a failed dependency; no details",
+}
+# Every route that needs a token can answer these (the authorizer, the throttle, a bug).
+_ALWAYS = (401, 429, 500)
+
+
+def _json(model: Any, description: str = "OK") -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"model": model}}}
+
+
+def _responses(
+    status: int, success: dict[str, Any] | None, *errors: int, auth: bool = True
+) -> dict[int, Any]:
+    """Responses of one route for ``responses=``: ``success`` at ``status`` (None: no body), and
+    API.md's error body at each error status, plus 401/429/500 when the route needs a token."""
+    declared: dict[int, Any] = {status: success or {"description": "No content"}}
+    for code in sorted({*errors, *(_ALWAYS if auth else (500,))}):
+        declared[code] = {"description": _ERROR_WHEN[code], "content": _ERROR_CONTENT}
+    return declared
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_TEXT = {"type": "string"}
+_TIME: dict[str, Any] = {"format": "date-time"}
+_LOG: dict[str, Any] = {
+    "description": "JobLogData (json), lines (text) or timestamp,message rows (csv); X-Next-Token: more",
+    "content": {
+        "application/json": {"model": JobLogView},
+        "text/plain": {"schema": _TEXT},
+        "text/csv": {"schema": _TEXT},
+    },
+}
+_PNG: dict[str, Any] = {
+    "description": "OutputPreviewImage",
+    "content": {"image/png": {"schema": {"type": "string", "format": "binary"}}},
+}
+
+
 # -- routes ------------------------------------------------------------------------------------------
-@app.get("/health", summary="Liveness: 200 once the stack takes jobs (no auth)")
+@app.get(
+    "/health",
+    summary="Liveness: 200 once the stack takes jobs (no auth)",
+    responses=_responses(200, _json(HealthView), auth=False),
+)
 def health() -> HealthView:
     return HealthView(status="ok")
 
 
-@app.get("/openapi.json", summary="This API's OpenAPI 3.1 document")
+@app.get(
+    "/openapi.json",
+    summary="This API's OpenAPI 3.1 document",
+    responses=_responses(
+        200, {"description": "OpenAPI 3.1", "content": {"application/json": {"schema": {"type": "object"}}}}
+    ),
+)
 def openapi_document() -> Response[str]:
     return Response(200, content_types.APPLICATION_JSON, openapi_json())
 
 
 def openapi_json() -> str:
     """The OpenAPI 3.1 document, with validation failures as this API answers them: 400 and the
-    one error body (powertools documents its own 422 default)."""
-    document = json.loads(app.get_openapi_json_schema(title=API_TITLE, version=API_VERSION))
+    one error body (powertools documents its own 422 default), the bearer token every route but
+    ``/health`` needs, and parameter bounds in JSON Schema's words (powertools writes pydantic's
+    ``ge``/``le``, which no JSON Schema tool reads)."""
+    document = json.loads(
+        app.get_openapi_json_schema(
+            title=API_TITLE,
+            version=API_VERSION,
+            security_schemes={"bearer": {"type": "http", "scheme": "bearer"}},
+            security=[{"bearer": []}],
+        )
+    )
     error_schema = ErrorBody.model_json_schema(ref_template="#/components/schemas/{model}")
     components = document.setdefault("components", {}).setdefault("schemas", {})
     components.update(error_schema.pop("$defs", {}))
@@ -256,17 +328,46 @@ def openapi_json() -> str:
     for path in document.get("paths", {}).values():
         for operation in path.values():
             responses = operation.get("responses", {})
-            if responses.pop("422", None) is not None:
+            if "204" in responses:
+                responses["204"].pop("content", None)  # powertools adds the return annotation's
+            if responses.pop("422", None) is not None and "400" not in responses:
                 responses["400"] = {
                     "description": "ValidationError (or another API.md error) in the one error body",
                     "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}},
                 }
+    document["paths"]["/health"]["get"]["security"] = []
+    _json_schema_bounds(document)
     for name in ("HTTPValidationError", "ValidationError"):
         components.pop(name, None)
     return json.dumps(document)
 
 
-@app.get("/machine-classes", summary="Machine classes with their credits per hour")
+_BOUNDS = {"ge": "minimum", "le": "maximum", "gt": "exclusiveMinimum", "lt": "exclusiveMaximum"}
+
+
+def _json_schema_bounds(node: Any) -> None:
+    """Rewrite, in every number schema of ``node``, pydantic's ``ge``/``le``/``gt``/``lt`` (which
+    powertools copies where pydantic could not say them: a validator before the type) as JSON
+    Schema's ``minimum``/``maximum``/``exclusiveMinimum``/``exclusiveMaximum``."""
+    if isinstance(node, list):
+        for item in node:
+            _json_schema_bounds(item)
+    elif isinstance(node, dict):
+        if node.get("type") in ("integer", "number"):
+            for short, keyword in _BOUNDS.items():
+                if short in node:
+                    value = node.pop(short)
+                    node.setdefault(keyword, float(value) if isinstance(value, str) else value)
+            node.pop("decimal_places", None)
+        for value in node.values():
+            _json_schema_bounds(value)
+
+
+@app.get(
+    "/machine-classes",
+    summary="Machine classes with their credits per hour",
+    responses=_responses(200, _json(MachineClassesView)),
+)
 def list_machine_classes(caller: CallerDep) -> MachineClassesView:
     return MachineClassesView(machineClasses=[machine_class_view(m) for m in MACHINE_CLASSES.values()])
 
@@ -345,12 +446,9 @@ def _idempotent_submit(services: Services) -> Any:
     return _idempotent_submitters[table]
 
 
-_ACCEPTED_JOB: dict[int, Any] = {
-    202: {"description": "Accepted", "content": {"application/json": {"model": JobView}}}
-}
-
-
-@app.post("/jobs", summary="Submit a job", responses=_ACCEPTED_JOB)
+@app.post(
+    "/jobs", summary="Submit a job", responses=_responses(202, _json(JobView, "Accepted"), 400, 402, 409, 413)
+)
 def submit_job(
     body: Annotated[SubmitJobBody, Body()],
     services: ServicesDep,
@@ -397,7 +495,9 @@ def ascii_whole_number(value: Any) -> Any:
     return value
 
 
-@app.get("/jobs", summary="This account's jobs, newest first")
+@app.get(
+    "/jobs", summary="This account's jobs, newest first", responses=_responses(200, _json(JobListView), 400)
+)
 def list_jobs(
     services: ServicesDep,
     caller: CallerDep,
@@ -409,23 +509,26 @@ def list_jobs(
     return JobListView(jobs=[job_view(j) for j in jobs], nextToken=token)
 
 
-@app.get("/jobs/<jobId>", summary="One job")
+@app.get("/jobs/<jobId>", summary="One job", responses=_responses(200, _json(JobView), 404))
 def get_job(jobId: str, services: ServicesDep, caller: CallerDep) -> JobView:
     return job_view(submission.get_owned_job(services, caller.account_id, jobId))
 
 
-@app.post("/jobs/<jobId>/abort", summary="Abort a job that is not final", responses=_ACCEPTED_JOB)
+@app.post(
+    "/jobs/<jobId>/abort",
+    summary="Abort a job that is not final",
+    responses=_responses(202, _json(JobView, "Accepted"), 404, 409),
+)
 def abort_job(jobId: str, services: ServicesDep, caller: CallerDep) -> Response[JobView]:
     job = submission.abort_job(services, caller.account_id, jobId)
     return Response(202, content_types.APPLICATION_JSON, job_view(job))
 
 
-_RESULT: dict[int, Any] = {
-    200: {"description": "EvaluationResult", "content": {"application/json": {"model": JobResultView}}}
-}
-
-
-@app.get("/jobs/<jobId>/result", summary="A final job's result (EvaluationResult)", responses=_RESULT)
+@app.get(
+    "/jobs/<jobId>/result",
+    summary="A final job's result (EvaluationResult)",
+    responses=_responses(200, _json(JobResultView, "EvaluationResult"), 400, 404, 409, 410),
+)
 def get_result(
     jobId: str,
     services: ServicesDep,
@@ -445,17 +548,22 @@ def get_result(
     return Response(200, content_types.APPLICATION_JSON, json.dumps(view))
 
 
-@app.get("/jobs/<jobId>/log", summary="The job container's console log (json, text or csv)")
+@app.get(
+    "/jobs/<jobId>/log",
+    summary="The job container's console log (json, text or csv)",
+    responses=_responses(200, _LOG, 400, 404, 409, 410),
+)
 def get_log(
     jobId: str,
     *,
     services: ServicesDep,
     caller: CallerDep,
     format: Annotated[Literal["json", "text", "csv"], Query()] = "json",
-    since: Annotated[str | None, Query(description="ISO 8601 time")] = None,
+    since: Annotated[str | None, Query(description="ISO 8601 time", json_schema_extra=_TIME)] = None,
     nextToken: Annotated[str | None, Query(description="From the previous page (extension)")] = None,
 ) -> Response[Any]:
-    start = parse_query_time(since, "since") if since else None
+    # An empty since= is a malformed time, not an absent one; a time before 1970 reads from the start.
+    start = max(parse_query_time(since, "since"), _EPOCH) if since is not None else None
     page = queries.get_log(services, caller.account_id, jobId, start, services.clock(), next_token=nextToken)
     events = [log_event_view(e) for e in page.events]
     # More than one page: the token is in the JSON body, and in a header for text and csv.
@@ -473,13 +581,21 @@ def get_log(
     return Response(200, content_types.APPLICATION_JSON, view, headers=headers)
 
 
-@app.get("/jobs/<jobId>/outputs", summary="The job's output files with presigned URLs (15 min)")
+@app.get(
+    "/jobs/<jobId>/outputs",
+    summary="The job's output files with presigned URLs (15 min)",
+    responses=_responses(200, _json(OutputsView), 404, 409, 410),
+)
 def get_outputs(jobId: str, services: ServicesDep, caller: CallerDep) -> OutputsView:
     files = queries.list_outputs(services, caller.account_id, jobId, services.clock())
     return OutputsView(files=[OutputFileView(name=f.name, size=f.size, url=f.url) for f in files])
 
 
-@app.get("/jobs/<jobId>/preview.png", summary="A picture of the result (OutputPreviewImage)")
+@app.get(
+    "/jobs/<jobId>/preview.png",
+    summary="A picture of the result (OutputPreviewImage)",
+    responses=_responses(200, _PNG, 404, 409, 410),
+)
 def get_preview(jobId: str, services: ServicesDep, caller: CallerDep) -> Response[Any]:
     png = queries.get_preview(services, caller.account_id, jobId, services.clock())
     # Base64 with isBase64Encoded: API Gateway turns it back into bytes (binary media type image/png).
@@ -488,13 +604,21 @@ def get_preview(jobId: str, services: ServicesDep, caller: CallerDep) -> Respons
     return response
 
 
-@app.delete("/jobs/<jobId>", summary="Delete a final job's inputs, outputs and log now")
+@app.delete(
+    "/jobs/<jobId>",
+    summary="Delete a final job's inputs, outputs and log now",
+    responses=_responses(204, None, 404, 409, 410),
+)
 def delete_job(jobId: str, services: ServicesDep, caller: CallerDep) -> Response[Any]:
     queries.delete_job_data(services, caller.account_id, jobId, services.clock())
-    return Response(204, content_types.TEXT_PLAIN, "")
+    return Response(204, None, "")
 
 
-@app.get("/account", summary="The caller's account and credit balance")
+@app.get(
+    "/account",
+    summary="The caller's account and credit balance",
+    responses=_responses(200, _json(AccountView)),
+)
 def get_account(services: ServicesDep, caller: CallerDep) -> AccountView:
     account = queries.get_or_create_account(
         services, caller.account_id, caller.email, caller.roles, services.clock()
@@ -502,7 +626,11 @@ def get_account(services: ServicesDep, caller: CallerDep) -> AccountView:
     return account_view(account, accounts.email_status(services, account))
 
 
-@app.put("/account/contacts", summary="Set the caller's email and phone (null clears; absent keeps)")
+@app.put(
+    "/account/contacts",
+    summary="Set the caller's email and phone (null clears; absent keeps)",
+    responses=_responses(200, _json(ContactsView), 400, 413),
+)
 def put_contacts(
     body: Annotated[ContactsBody, Body()], services: ServicesDep, caller: CallerDep
 ) -> ContactsView:
@@ -521,18 +649,26 @@ def put_contacts(
     return ContactsView(**view, webhookSecret=account.webhook_secret if fresh else None)
 
 
-@app.get("/account/usage", summary="Ledger entries of the caller's account, newest first")
+@app.get(
+    "/account/usage",
+    summary="Ledger entries of the caller's account, newest first",
+    responses=_responses(200, _json(UsageView), 400),
+)
 def get_usage(
     services: ServicesDep,
     caller: CallerDep,
-    start: Annotated[str | None, Query(alias="from", description="ISO 8601 time, inclusive")] = None,
-    end: Annotated[str | None, Query(alias="to", description="ISO 8601 time, exclusive")] = None,
+    start: Annotated[
+        str | None, Query(alias="from", description="ISO 8601 time, inclusive", json_schema_extra=_TIME)
+    ] = None,
+    end: Annotated[
+        str | None, Query(alias="to", description="ISO 8601 time, exclusive", json_schema_extra=_TIME)
+    ] = None,
 ) -> UsageView:
     usage = accounts.account_usage(
         services,
         caller.account_id,
-        parse_query_time(start, "from") if start else None,
-        parse_query_time(end, "to") if end else None,
+        parse_query_time(start, "from") if start is not None else None,
+        parse_query_time(end, "to") if end is not None else None,
     )
     return UsageView(entries=[ledger_entry_view(e) for e in usage.entries], totalCharged=usage.total_charged)
 
@@ -544,7 +680,11 @@ def require_admin(caller: CallerDep) -> Caller:
     return caller
 
 
-@app.post("/admin/accounts/<accountId>/credits", summary="Grant credits to an account (admin)")
+@app.post(
+    "/admin/accounts/<accountId>/credits",
+    summary="Grant credits to an account (admin)",
+    responses=_responses(200, _json(AccountView), 400, 403, 404, 413),
+)
 def grant_credits(
     accountId: str,
     body: Annotated[GrantCreditsBody, Body()],
@@ -568,6 +708,12 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         return _proxy_error(
             exc.status, ErrorBody(error=ErrorDetail(code=exc.code, message=exc.message, field=None))
         )
+    path = str(event.get("path") or "")
+    if not path.isprintable():
+        # No route has a control character in its path; powertools' "$" would match before a
+        # trailing newline and serve /jobs/<id>%0A as /jobs/<id>.
+        body = ErrorBody(error=ErrorDetail(code="NotFound", message="No route for this path.", field=None))
+        return _proxy_error(404, body)
     resolved = _json_body(single_valued(event))
     if isinstance(resolved, ErrorBody):
         return _proxy_error(400, resolved)

@@ -15,6 +15,7 @@ from pydantic import (
     ConfigDict,
     Field,
     PlainSerializer,
+    WithJsonSchema,
     model_validator,
 )
 
@@ -23,6 +24,7 @@ from functions.domain.jobs import Account, Job, LedgerEntry
 from functions.domain.machine_classes import MACHINE_CLASSES, GeoZone, MachineClass
 from functions.domain.notifications import notifications_json_schema, rules_to_json
 from functions.domain.text import (
+    BASE64_PATTERN,
     E164_PATTERN,
     EMAIL_PATTERN,
     LABEL_PATTERN,
@@ -64,9 +66,25 @@ def _json_integer(value: Any) -> Any:
     return value
 
 
+def _program_first(schema: dict[str, Any]) -> None:
+    """JSON Schema of ``command``: the first element, the program, is not empty."""
+    for branch in schema.get("anyOf", [schema]):
+        if branch.get("type") == "array":
+            branch["prefixItems"] = [{**branch["items"], "minLength": 1}]
+
+
 # A process argument: any text without NUL (the rest, bytes and the total, is checked by
 # functions.domain.text.check_argv, which the JSON schema cannot say).
 CommandArg = Annotated[str, Field(max_length=MAX_ARG_BYTES, pattern=r"^[^\x00]*$")]
+
+# Credits in a request: a JSON number > 0, < MAX_CREDITS, at most 4 decimal places (API.md).
+CreditsIn = Annotated[
+    Decimal,
+    BeforeValidator(_json_number),
+    WithJsonSchema(
+        {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": int(MAX_CREDITS), "multipleOf": 0.0001}
+    ),
+]
 
 JobStatusName = Literal["Queued", "Starting", "Running", "Succeeded", "Terminated"]
 
@@ -74,17 +92,31 @@ JobStatusName = Literal["Queued", "Starting", "Running", "Succeeded", "Terminate
 class SubmitJobBody(BaseModel):
     """``POST /jobs`` body: exactly one of ``code``, ``command``, ``pickle``."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(
+        extra="forbid",
+        # Exactly one of code, command, pickle, as JSON Schema says it: one branch per payload.
+        json_schema_extra={
+            "oneOf": [
+                {"required": ["code"], "properties": {"code": {"type": "string"}}},
+                {"required": ["command"], "properties": {"command": {"type": "array"}}},
+                {"required": ["pickle"], "properties": {"pickle": {"type": "string"}}},
+            ]
+        },
+    )
 
     code: str | None = Field(default=None, description="Python source; its last expression is the result.")
     command: list[CommandArg] | None = Field(
         default=None,
         min_length=1,
+        json_schema_extra=_program_first,
         description="argv run in the job container: no NUL, each argument at most 131,071 bytes of "
         "UTF-8, 1 MiB in all, a non-empty program name.",
     )
     pickle: str | None = Field(
-        default=None, min_length=1, description="base64 cloudpickle of (fn, args, kwargs)."
+        default=None,
+        min_length=1,
+        pattern=BASE64_PATTERN,
+        description="base64 cloudpickle of (fn, args, kwargs), standard alphabet, padded.",
     )
     name: str | None = Field(
         default=None,
@@ -104,25 +136,25 @@ class SubmitJobBody(BaseModel):
         description="Automatic | UnitedStates | EuropeanUnion.",
         json_schema_extra={"enum": ["Automatic", *(zone.value for zone in GeoZone)]},
     )
-    creditConstraint: Annotated[Decimal, BeforeValidator(_json_number)] | None = Field(
+    creditConstraint: CreditsIn | None = Field(
         default=None,
         gt=0,
         lt=MAX_CREDITS,
         decimal_places=4,
         description="Most credits the job may spend (null: no cap).",
     )
-    timeConstraint: Annotated[int, BeforeValidator(_json_integer)] | None = Field(
-        default=None,
-        gt=0,
-        le=MAX_TIME_CONSTRAINT_SECONDS,
-        description="Most seconds of Running time (≤ 30 days).",
-    )
+    timeConstraint: (
+        Annotated[int, BeforeValidator(_json_integer), Field(gt=0, le=MAX_TIME_CONSTRAINT_SECONDS)] | None
+    ) = Field(default=None, description="Most seconds of Running time (≤ 30 days).")
     notifications: Any = Field(
         default="Automatic",
         description="See API.md Notifications.",
         json_schema_extra=notifications_json_schema(),
     )
-    arrayItems: list[Any] | None = Field(default=None, description="Array jobs: not supported yet.")
+    arrayItems: Annotated[
+        list[Any] | None,
+        WithJsonSchema({"type": "null", "description": "Array jobs: not supported yet (null only)."}),
+    ] = Field(default=None, description="Array jobs: not supported yet.")
 
     @model_validator(mode="after")
     def _exactly_one_payload(self) -> SubmitJobBody:
@@ -295,9 +327,7 @@ class GrantCreditsBody(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    credits: Annotated[Decimal, BeforeValidator(_json_number)] = Field(
-        gt=0, lt=MAX_CREDITS, decimal_places=4, description="Credits to add."
-    )
+    credits: CreditsIn = Field(gt=0, lt=MAX_CREDITS, decimal_places=4, description="Credits to add.")
     reason: str = Field(
         min_length=1, max_length=500, pattern=LABEL_PATTERN, description="Why, for the ledger (one line)."
     )
