@@ -33,11 +33,12 @@ def parse_query_time(text: str, field: str) -> datetime:
     ValidationFailed
         Naming ``field`` when ``text`` is not an ISO 8601 time.
     """
-    # ASCII only, nothing around it: fromisoformat would not say why "2026-11-29\n" or full-width
-    # digits fail, and str.strip() would let a trailing newline through.
+    # Printable ASCII only (spaces around are dropped): str.strip() would let a trailing newline
+    # through, and full-width digits are not a time.
     try:
-        if not text.isascii() or not text.isprintable() or text != text.strip(" "):
+        if not text.isascii() or not text.isprintable():
             raise ValueError(text)
+        text = text.strip(" ")
         # A "+" in a query string arrives as a space ("...T17:20:00 01:00"): it is the offset's sign.
         # RFC 3339 allows a lower-case t and z.
         value = datetime.fromisoformat(text.upper().replace("Z", "+00:00").replace(" ", "+"))

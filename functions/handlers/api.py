@@ -25,6 +25,7 @@ from aws_lambda_powertools.event_handler.openapi.exceptions import (
     RequestUnsupportedContentType,
     RequestValidationError,
 )
+from aws_lambda_powertools.event_handler.openapi.models import HTTPBearer
 from aws_lambda_powertools.event_handler.openapi.params import Body, Header, Query
 from aws_lambda_powertools.utilities.idempotency import (
     DynamoDBPersistenceLayer,
@@ -317,7 +318,7 @@ def openapi_json() -> str:
         app.get_openapi_json_schema(
             title=API_TITLE,
             version=API_VERSION,
-            security_schemes={"bearer": {"type": "http", "scheme": "bearer"}},
+            security_schemes={"bearer": HTTPBearer(bearerFormat="JWT (Cognito); rb_... locally")},
             security=[{"bearer": []}],
         )
     )

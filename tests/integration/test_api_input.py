@@ -262,3 +262,27 @@ def test_idempotency_compares_the_normalized_request(stack):
             "Conflict",
             "Idempotency-Key",
         )
+
+
+def test_the_local_gateway_builds_repeated_parameters_as_api_gateway_rest(stack):
+    from datetime import UTC, datetime
+
+    from werkzeug.test import EnvironBuilder
+
+    from remote_batch.local.gateway import proxy_event
+    from remote_batch.local.tokens import Principal
+
+    request = EnvironBuilder(
+        path="/jobs", query_string="limit=500&limit=2&status=Queued&empty="
+    ).get_request()
+    event = proxy_event(request, b"", Principal("dev", ("user",)), datetime(2026, 11, 29, tzinfo=UTC))
+    assert event["queryStringParameters"] == {"limit": "2", "status": "Queued", "empty": ""}
+    assert event["multiValueQueryStringParameters"] == {
+        "limit": ["500", "2"],
+        "status": ["Queued"],
+        "empty": [""],
+    }
+    for _ in range(3):
+        _call(api_event("POST", "/jobs", body={"code": "1"}))
+    status, body, _ = _call({**event, "requestContext": {**event["requestContext"], "path": "/jobs"}})
+    assert status == 200 and len(body["jobs"]) == 2
