@@ -54,3 +54,4 @@ def test_schemathesis_all_checks_pass_on_the_served_document(conformance_stack):
         r"([0-9]+) generated, ([0-9]+) passed(?:, [0-9]+ skipped)?", summary
     ).groups()
     assert int(generated) == int(passed) > 0, summary
+    print(summary)  # shown with pytest -rP
