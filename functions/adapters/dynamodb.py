@@ -36,6 +36,7 @@ from functions.domain.jobs import (
 from functions.domain.machine_classes import GeoZone
 from functions.domain.notifications import rules_from_json, rules_to_json
 from functions.domain.status import METERED_STATUSES, JobStatus
+from functions.domain.text import URLSAFE_BASE64_PATTERN, full_match
 from functions.domain.timefmt import from_sortable, to_sortable
 
 METER_PARTITION = "metered"
@@ -327,6 +328,10 @@ class DynamoJobStore:
     @staticmethod
     def _decode_token(token: str, account_id: str) -> dict[str, Any]:
         try:
+            # b64decode drops characters outside the alphabet (a trailing newline, any Unicode)
+            # unless they are refused first.
+            if not full_match(URLSAFE_BASE64_PATTERN, token):
+                raise ValueError(token)
             key = json.loads(base64.urlsafe_b64decode(token.encode()))
             valid = isinstance(key, dict) and set(key) == {"jobId", "accountId", "listKey"}
         except (ValueError, binascii.Error):

@@ -25,6 +25,7 @@ from decimal import Decimal
 from functions.domain.jobs import Job
 from functions.domain.notifications import DueNotification, EventSpec, due_status_notifications
 from functions.domain.status import JobStatus
+from functions.domain.text import is_ascii_digits
 
 HOUR = timedelta(hours=1)
 DAY = timedelta(days=1)
@@ -95,6 +96,6 @@ def retry_from_key(key: str, job: Job) -> DueNotification | None:
     """The owed notification a failed key stands for (``JobStarted#2/SMS``), or None if malformed."""
     label, _, rest = key.partition("#")
     occurrence, _, method = rest.partition("/")
-    if not label or not method or not occurrence.isdigit():
+    if not label or not method or not is_ascii_digits(occurrence):
         return None
     return DueNotification(key, label, method, job.status, int(occurrence))

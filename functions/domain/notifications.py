@@ -24,6 +24,7 @@ from typing import Any
 
 from functions.domain.errors import ValidationFailed
 from functions.domain.status import JobStatus
+from functions.domain.text import ASCII_DECIMAL
 
 STATUS_EVENTS = (
     "JobStarting",
@@ -115,7 +116,13 @@ def _parse_event(raw: Any, path: str) -> EventSpec:
                 f"Unknown notification event {name!r}; valid events are: {valid}.", field=path
             )
         field = f"{path}.{name}"
-        if isinstance(value, bool) or not isinstance(value, int | float | str | Decimal):
+        # A string is read as the number it spells in ASCII ("3", "0.5"); Decimal() alone would also
+        # take Arabic-Indic or full-width digits and surrounding whitespace.
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int | float | str | Decimal)
+            or (isinstance(value, str) and ASCII_DECIMAL.fullmatch(value) is None)
+        ):
             raise ValidationFailed(f"{name} must be a number greater than 0, got {value!r}.", field=field)
         try:
             number = Decimal(str(value))
@@ -125,9 +132,11 @@ def _parse_event(raw: Any, path: str) -> EventSpec:
             ) from None
         if not number.is_finite() or number <= 0:
             raise ValidationFailed(f"{name} must be a number greater than 0, got {value!r}.", field=field)
-        if number != number.quantize(PARAMETER_QUANTUM) or number >= PARAMETER_LIMIT:
+        # Bound first: quantize raises InvalidOperation once the result needs more digits than the
+        # context's precision (28), e.g. 1e24 to 4 places.
+        if number >= PARAMETER_LIMIT or number != number.quantize(PARAMETER_QUANTUM):
             raise ValidationFailed(
-                f"{name} takes at most 4 decimal places and less than {PARAMETER_LIMIT}, got {value!r}.",
+                f"{name} takes at most 4 decimal places and less than {PARAMETER_LIMIT:,}, got {value!r}.",
                 field=field,
             )
         return EventSpec(name, number)
@@ -209,6 +218,58 @@ def normalize_notifications(spec: Any, field: str = "notifications") -> tuple[No
         'notifications is "Automatic", "None", an event name, or a list of {"events", "methods"} rules.',
         field=field,
     )
+
+
+def notifications_json_schema() -> dict[str, Any]:
+    """The JSON Schema (2020-12, as OpenAPI 3.1 uses) of every form ``normalize_notifications`` takes.
+
+    Parameters are numbers > 0 and < ``PARAMETER_LIMIT`` with at most 4 decimal places (``multipleOf``
+    0.0001); rules and events per rule are bounded by ``MAX_RULES`` and ``MAX_EVENTS_PER_RULE``.
+    """
+    names = [*STATUS_EVENTS, *PERIODIC_EVENTS]
+    parameter = {
+        "type": "number",
+        "exclusiveMinimum": 0,
+        "exclusiveMaximum": int(PARAMETER_LIMIT),
+        "multipleOf": float(PARAMETER_QUANTUM),
+    }
+    event: dict[str, Any] = {
+        "anyOf": [
+            {"type": "string", "enum": names},
+            *(
+                {
+                    "type": "object",
+                    "properties": {p: parameter},
+                    "required": [p],
+                    "additionalProperties": False,
+                }
+                for p in PARAMETERIZED_EVENTS
+            ),
+        ]
+    }
+    method = {"type": "string", "enum": list(METHODS)}
+    rule = {
+        "type": "object",
+        "properties": {
+            "events": {
+                "anyOf": [
+                    event,
+                    {"type": "array", "items": event, "minItems": 1, "maxItems": MAX_EVENTS_PER_RULE},
+                ]
+            },
+            "methods": {"anyOf": [method, {"type": "array", "items": method, "minItems": 1}]},
+        },
+        "required": ["events"],
+        "additionalProperties": False,
+    }
+    return {
+        "anyOf": [
+            {"type": "null"},
+            {"type": "string", "enum": [AUTOMATIC, NONE, *names]},
+            rule,
+            {"type": "array", "items": rule, "maxItems": MAX_RULES},
+        ]
+    }
 
 
 def rules_to_json(rules: Sequence[NotificationRule]) -> list[dict[str, list[Any]]]:

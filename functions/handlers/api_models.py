@@ -15,14 +15,22 @@ from pydantic import (
     ConfigDict,
     Field,
     PlainSerializer,
-    StrictInt,
+    WithJsonSchema,
     model_validator,
 )
 
 from functions.domain.credits import MAX_CREDITS
 from functions.domain.jobs import Account, Job, LedgerEntry
-from functions.domain.machine_classes import MachineClass
-from functions.domain.notifications import rules_to_json
+from functions.domain.machine_classes import MACHINE_CLASSES, GeoZone, MachineClass
+from functions.domain.notifications import notifications_json_schema, rules_to_json
+from functions.domain.text import (
+    BASE64_PATTERN,
+    E164_PATTERN,
+    EMAIL_PATTERN,
+    LABEL_PATTERN,
+    MAX_ARG_BYTES,
+    URL_CHARS_PATTERN,
+)
 from functions.domain.timefmt import to_api_time
 from functions.ports import LogEvent
 
@@ -46,45 +54,107 @@ def _json_number(value: Any) -> Any:
     return Decimal(str(value))
 
 
+def _json_integer(value: Any) -> Any:
+    """Whole numbers arrive as JSON numbers: ``600`` and ``600.0`` are the same number (JSON has one
+    number type); a string, a boolean or a fraction is refused, not converted."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError("must be a whole number")
+    if isinstance(value, float):
+        if not value.is_integer():
+            raise ValueError("must be a whole number")
+        return int(value)
+    return value
+
+
+def _program_first(schema: dict[str, Any]) -> None:
+    """JSON Schema of ``command``: the first element, the program, is not empty."""
+    for branch in schema.get("anyOf", [schema]):
+        if branch.get("type") == "array":
+            branch["prefixItems"] = [{**branch["items"], "minLength": 1}]
+
+
+# A process argument: any text without NUL (the rest, bytes and the total, is checked by
+# functions.domain.text.check_argv, which the JSON schema cannot say).
+CommandArg = Annotated[str, Field(max_length=MAX_ARG_BYTES, pattern=r"^[^\x00]*$")]
+
+# Credits in a request: a JSON number > 0, < MAX_CREDITS, at most 4 decimal places (API.md).
+CreditsIn = Annotated[
+    Decimal,
+    BeforeValidator(_json_number),
+    WithJsonSchema(
+        {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": int(MAX_CREDITS), "multipleOf": 0.0001}
+    ),
+]
+
 JobStatusName = Literal["Queued", "Starting", "Running", "Succeeded", "Terminated"]
 
 
 class SubmitJobBody(BaseModel):
     """``POST /jobs`` body: exactly one of ``code``, ``command``, ``pickle``."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(
+        extra="forbid",
+        # Exactly one of code, command, pickle, as JSON Schema says it: one branch per payload.
+        json_schema_extra={
+            "oneOf": [
+                {"required": ["code"], "properties": {"code": {"type": "string"}}},
+                {"required": ["command"], "properties": {"command": {"type": "array"}}},
+                {"required": ["pickle"], "properties": {"pickle": {"type": "string"}}},
+            ]
+        },
+    )
 
     code: str | None = Field(default=None, description="Python source; its last expression is the result.")
-    command: list[str] | None = Field(
-        default=None, min_length=1, description="argv run in the job container."
+    command: list[CommandArg] | None = Field(
+        default=None,
+        min_length=1,
+        json_schema_extra=_program_first,
+        description="argv run in the job container: no NUL, each argument at most 131,071 bytes of "
+        "UTF-8, 1 MiB in all, a non-empty program name.",
     )
     pickle: str | None = Field(
-        default=None, min_length=1, description="base64 cloudpickle of (fn, args, kwargs)."
+        default=None,
+        min_length=1,
+        pattern=BASE64_PATTERN,
+        description="base64 cloudpickle of (fn, args, kwargs), standard alphabet, padded.",
     )
     name: str | None = Field(
         default=None,
         min_length=1,
         max_length=128,
-        pattern=r"^[^\x00-\x1f\x7f]*\S[^\x00-\x1f\x7f]*$",
-        description="A label: 1..128 characters, no control characters, not only spaces.",
+        pattern=LABEL_PATTERN,
+        description="A label: 1..128 characters on one line, no control or bidirectional formatting "
+        "characters, not only spaces.",
     )
-    machineClass: str = Field(default="Basic1x8", description="A name from GET /machine-classes.")
-    geoZone: str = Field(default="Automatic", description="Automatic | UnitedStates | EuropeanUnion.")
-    creditConstraint: Annotated[Decimal, BeforeValidator(_json_number)] | None = Field(
+    machineClass: str = Field(
+        default="Basic1x8",
+        description="A name from GET /machine-classes.",
+        json_schema_extra={"enum": list(MACHINE_CLASSES)},
+    )
+    geoZone: str = Field(
+        default="Automatic",
+        description="Automatic | UnitedStates | EuropeanUnion.",
+        json_schema_extra={"enum": ["Automatic", *(zone.value for zone in GeoZone)]},
+    )
+    creditConstraint: CreditsIn | None = Field(
         default=None,
         gt=0,
         lt=MAX_CREDITS,
         decimal_places=4,
         description="Most credits the job may spend (null: no cap).",
     )
-    timeConstraint: StrictInt | None = Field(
-        default=None,
-        gt=0,
-        le=MAX_TIME_CONSTRAINT_SECONDS,
-        description="Most seconds of Running time (≤ 30 days).",
+    timeConstraint: (
+        Annotated[int, BeforeValidator(_json_integer), Field(gt=0, le=MAX_TIME_CONSTRAINT_SECONDS)] | None
+    ) = Field(default=None, description="Most seconds of Running time (≤ 30 days).")
+    notifications: Any = Field(
+        default="Automatic",
+        description="See API.md Notifications.",
+        json_schema_extra=notifications_json_schema(),
     )
-    notifications: Any = Field(default="Automatic", description="See API.md Notifications.")
-    arrayItems: list[Any] | None = Field(default=None, description="Array jobs: not supported yet.")
+    arrayItems: Annotated[
+        list[Any] | None,
+        WithJsonSchema({"type": "null", "description": "Array jobs: not supported yet (null only)."}),
+    ] = Field(default=None, description="Array jobs: not supported yet.")
 
     @model_validator(mode="after")
     def _exactly_one_payload(self) -> SubmitJobBody:
@@ -209,9 +279,16 @@ class ContactsBody(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    email: str | None = Field(default=None, max_length=254)
-    phone: str | None = Field(default=None, max_length=16, description="E.164, e.g. +15555550100")
-    webhookUrl: str | None = Field(default=None, max_length=2048, description="https:// endpoint (extension)")
+    email: str | None = Field(default=None, max_length=254, pattern=EMAIL_PATTERN)
+    phone: str | None = Field(
+        default=None, max_length=16, pattern=E164_PATTERN, description="E.164, e.g. +15555550100"
+    )
+    webhookUrl: str | None = Field(
+        default=None,
+        max_length=2048,
+        pattern=URL_CHARS_PATTERN,
+        description="https:// endpoint (extension); visible ASCII (an internationalized host as xn--)",
+    )
 
 
 class NotificationRecordView(BaseModel):
@@ -250,10 +327,10 @@ class GrantCreditsBody(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    credits: Annotated[Decimal, BeforeValidator(_json_number)] = Field(
-        gt=0, lt=MAX_CREDITS, decimal_places=4, description="Credits to add."
+    credits: CreditsIn = Field(gt=0, lt=MAX_CREDITS, decimal_places=4, description="Credits to add.")
+    reason: str = Field(
+        min_length=1, max_length=500, pattern=LABEL_PATTERN, description="Why, for the ledger (one line)."
     )
-    reason: str = Field(min_length=1, max_length=500, description="Why, for the ledger.")
 
 
 class HealthView(BaseModel):

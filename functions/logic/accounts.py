@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import ipaddress
 import random
-import re
 import secrets
 import time
 from dataclasses import dataclass, replace
@@ -17,20 +16,18 @@ from aws_lambda_powertools import Logger
 from functions.domain.credits import MAX_CREDITS, ZERO, quantize_credits
 from functions.domain.errors import ConditionFailed, DependencyFailed, NotFound, ValidationFailed
 from functions.domain.jobs import Account, LedgerEntry, LedgerKind
+from functions.domain.text import E164_PATTERN, EMAIL_PATTERN, full_match
 from functions.ports import Services
 
 logger = Logger(child=True)
 
 MAX_GRANT_ATTEMPTS = 20
-# E.164: a plus, a country code not starting with 0, at most 15 digits in all (ITU-T E.164).
-E164 = re.compile(r"^\+[1-9]\d{1,14}$")
-EMAIL = re.compile(r"^[^@\s]{1,64}@[^@\s]+\.[^@\s]+$")
 NOT_GIVEN = object()
 
 
 def validate_phone(phone: str) -> str:
     """Return ``phone`` if it is E.164 (``+15555550100``). Raises ``ValidationFailed`` (field phone)."""
-    if not E164.match(phone):
+    if not full_match(E164_PATTERN, phone):
         raise ValidationFailed(
             f"phone must be E.164: a + then the country code and number, 15 digits at most (got {phone!r}).",
             field="phone",
@@ -40,7 +37,7 @@ def validate_phone(phone: str) -> str:
 
 def validate_email(email: str) -> str:
     """Return ``email`` if it looks like an address. Raises ``ValidationFailed`` (field email)."""
-    if len(email) > 254 or not EMAIL.match(email):
+    if len(email) > 254 or not full_match(EMAIL_PATTERN, email):
         raise ValidationFailed(f"email is not an email address: {email!r}.", field="email")
     return email
 

@@ -23,6 +23,7 @@ from functions.domain.errors import DependencyFailed, InsufficientCredits, NotFo
 from functions.domain.jobs import ABORTED_BY_USER, Job, JobType, PayloadKind, credit_cap_seconds
 from functions.domain.machine_classes import GeoZone, MachineClass, machine_class, resolve_geo_zone
 from functions.domain.notifications import normalize_notifications
+from functions.domain.text import JOB_ID_PATTERN, full_match
 from functions.ports import BatchSubmission, Services
 
 logger = Logger(child=True)
@@ -190,7 +191,8 @@ def get_owned_job(services: Services, account_id: str, job_id: str) -> Job:
     NotFound
         No such job, or another account's (tenant isolation: never 403).
     """
-    job = services.store.get_job(job_id) if job_id.startswith("job-") else None
+    # An id this service never makes is not looked up (and never reaches a key expression).
+    job = services.store.get_job(job_id) if full_match(JOB_ID_PATTERN, job_id) else None
     if job is None or job.account_id != account_id:
         raise NotFound(f"No job {job_id} in this account.")
     return job

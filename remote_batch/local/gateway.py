@@ -275,3 +275,5 @@ def _parse_json(body: bytes) -> Any:
         return json.loads(body)
     except (ValueError, binascii.Error):
         raise ValidationFailed("The request body is not valid JSON.", field=None) from None
+    except RecursionError:
+        raise ValidationFailed("The request body nests JSON too deeply.", field=None) from None

@@ -107,7 +107,7 @@ _JSON_WRITES = {
         frozenset({"PutLogEvents", "CreateLogStream", "DeleteLogStream", "DeleteLogGroup"}),
     ),
 }
-_CREDENTIAL_SCOPE = re.compile(r"Credential=[^/]+/\d{8}/[^/]+/([a-z0-9-]+)/aws4_request")
+_CREDENTIAL_SCOPE = re.compile(r"Credential=[^/]+/[0-9]{8}/[^/]+/([a-z0-9-]+)/aws4_request")
 
 
 def _written_service(environ: Mapping[str, Any]) -> str | None:
