@@ -41,6 +41,7 @@ from functions.domain.errors import (
     ValidationFailed,
 )
 from functions.domain.jobs import PayloadKind
+from functions.domain.limits import MAX_BODY_BYTES
 from functions.domain.machine_classes import MACHINE_CLASSES
 from functions.domain.status import JobStatus
 from functions.domain.timefmt import parse_query_time
@@ -59,6 +60,7 @@ from functions.handlers.api_models import (
     MachineClassesView,
     OutputFileView,
     OutputsView,
+    PreviewLinkView,
     SubmitJobBody,
     UsageView,
     account_view,
@@ -75,7 +77,7 @@ tracer = Tracer(service="remote-batch")
 metrics = Metrics(namespace="RemoteBatch", service="remote-batch")
 app = APIGatewayRestResolver(enable_validation=True)
 
-MAX_INLINE_BODY_BYTES = 5 * 1024 * 1024
+MAX_INLINE_BODY_BYTES = MAX_BODY_BYTES
 IDEMPOTENCY_SECONDS = 24 * 3600
 API_TITLE = "remote-batch"
 API_VERSION = "1"
@@ -350,6 +352,8 @@ def get_result(
     else:
         view.update({"result": result.result} if result.inline else {"resultUrl": result.result_url})
         view.update({"resultRepr": result.result_repr, "messages": list(result.messages)})
+        if result.messages_url is not None:
+            view["messagesUrl"] = result.messages_url
     return Response(200, content_types.APPLICATION_JSON, json.dumps(view))
 
 
@@ -387,13 +391,32 @@ def get_outputs(jobId: str, services: ServicesDep, caller: CallerDep) -> Outputs
     return OutputsView(files=[OutputFileView(name=f.name, size=f.size, url=f.url) for f in files])
 
 
-@app.get("/jobs/<jobId>/preview.png", summary="A picture of the result (OutputPreviewImage)")
+_PREVIEW: dict[int, Any] = {
+    303: {
+        "description": "See Other: the PNG (OutputPreviewImage) at a presigned S3 URL in Location "
+        "(SigV4, at most 15 min, never past expiresAt); the JSON body carries the same link",
+        "headers": {"Location": {"description": "The presigned GET URL", "schema": {"type": "string"}}},
+        "content": {"application/json": {"model": PreviewLinkView}},
+    }
+}
+
+
+@app.get(
+    "/jobs/<jobId>/preview.png",
+    summary="A picture of the result (OutputPreviewImage): 303 to its presigned URL",
+    responses=_PREVIEW,
+)
 def get_preview(jobId: str, services: ServicesDep, caller: CallerDep) -> Response[Any]:
-    png = queries.get_preview(services, caller.account_id, jobId, services.clock())
-    # Base64 with isBase64Encoded: API Gateway turns it back into bytes (binary media type image/png).
-    response: Response[Any] = Response(200, "image/png", base64.b64encode(png).decode())
-    response.base64_encoded = True
-    return response
+    link = queries.get_preview(services, caller.account_id, jobId, services.clock())
+    # Always a link: the PNG never passes through API Gateway (no binary media type to negotiate,
+    # no 6 MB Lambda limit). Clients that follow redirects get the image; others read the body.
+    view = PreviewLinkView(jobId=jobId, url=link.url, size=link.size, expiresIn=link.expires_seconds)
+    return Response(
+        303,
+        content_types.APPLICATION_JSON,
+        view.model_dump_json(),
+        headers={"Location": link.url, "Cache-Control": "no-store"},
+    )
 
 
 @app.delete("/jobs/<jobId>", summary="Delete a final job's inputs, outputs and log now")

@@ -137,6 +137,25 @@ class JobResultView(BaseModel):
     result: Any = None
     resultRepr: str | None = None
     messages: list[str] = Field(default_factory=list)
+    resultUrl: str | None = Field(
+        default=None,
+        description="Instead of result when inlining it would take the body over 5 MiB: a presigned "
+        "GET of result.json (or result.pickle), at most 15 min and never past expiresAt.",
+    )
+    messagesUrl: str | None = Field(
+        default=None,
+        description="Extension: instead of messages when they are over 512 KiB, a presigned GET of "
+        "messages.json.",
+    )
+
+
+class PreviewLinkView(BaseModel):
+    """``GET /jobs/{jobId}/preview.png``'s 303 body (extension): the link its ``Location`` holds."""
+
+    jobId: str
+    url: str = Field(description="Presigned SigV4 GET of the PNG.")
+    size: int = Field(description="The PNG's size in bytes.")
+    expiresIn: int = Field(description="Seconds the URL stays valid (≤ 900, never past expiresAt).")
 
 
 class OutputFileView(BaseModel):
