@@ -13,7 +13,7 @@ import boto3
 
 from worker.encoding import encode_outcome
 from worker.errors import WorkerError
-from worker.runner import Outcome, parse_job_input, run_job
+from worker.runner import JobInput, Outcome, parse_job_input, payload_key, run_job
 from worker.settings import WorkerSettings
 from worker.storage import JobStorage
 
@@ -49,7 +49,7 @@ def main(environ: Mapping[str, str] | None = None, s3_client: S3Client | None = 
     try:
         settings = WorkerSettings.from_environ(environ)
         storage = JobStorage(s3_client or boto3.client("s3"), settings.bucket)
-        job = parse_job_input(storage.read(settings.input_key))
+        job = read_job_input(storage, settings.input_key)
     except WorkerError as exc:
         _report_worker_error(exc)
         return EXIT_WORKER_ERROR
@@ -62,6 +62,26 @@ def main(environ: Mapping[str, str] | None = None, s3_client: S3Client | None = 
             _report_worker_error(exc)
             return EXIT_WORKER_ERROR
     return outcome.exit_code
+
+
+def read_job_input(storage: JobStorage, key: str) -> JobInput:
+    """Read and parse the job's input object; an uploaded payload (``payloadKey``, up to 5 GiB) is
+    streamed to a local file first and read from it once, so it is in memory a single time.
+
+    Raises
+    ------
+    InputNotFound, StorageError, InvalidJobInput
+        The input or its upload is missing, unreadable, or malformed.
+    """
+    raw = storage.read(key)
+    upload = payload_key(raw)
+    if upload is None:
+        return parse_job_input(raw)
+    with tempfile.TemporaryDirectory(prefix="remote-batch-input-", ignore_cleanup_errors=True) as tmp:
+        path = Path(tmp, "payload")
+        storage.download(upload, path)
+        payload = path.read_bytes()
+    return parse_job_input(raw, payload)
 
 
 def publish(storage: JobStorage, prefix: str, outcome: Outcome, output_dir: Path) -> None:

@@ -44,7 +44,7 @@ from functions.domain.jobs import PayloadKind
 from functions.domain.limits import MAX_BODY_BYTES
 from functions.domain.machine_classes import MACHINE_CLASSES
 from functions.domain.status import JobStatus
-from functions.domain.timefmt import parse_query_time
+from functions.domain.timefmt import parse_query_time, to_api_time
 from functions.handlers.api_models import (
     AccountView,
     ContactsBody,
@@ -62,6 +62,8 @@ from functions.handlers.api_models import (
     OutputsView,
     PreviewLinkView,
     SubmitJobBody,
+    UploadBody,
+    UploadView,
     UsageView,
     account_view,
     job_view,
@@ -69,7 +71,7 @@ from functions.handlers.api_models import (
     log_event_view,
     machine_class_view,
 )
-from functions.logic import accounts, queries, submission
+from functions.logic import accounts, queries, submission, uploads
 from functions.ports import Services
 
 logger = Logger(service="remote-batch")
@@ -221,7 +223,10 @@ def _job_request(body: SubmitJobBody) -> submission.JobRequest:
             "Array jobs are not supported yet; submit one job per item.", field="arrayItems"
         )
     payload: str | list[str]
-    if body.code is not None:
+    kind: PayloadKind | None
+    if body.inputKey is not None:
+        kind, payload = None, ""  # the upload's Content-Type tells its kind (read at submit)
+    elif body.code is not None:
         kind, payload = PayloadKind.CODE, body.code
     elif body.command is not None:
         kind, payload = PayloadKind.COMMAND, body.command
@@ -236,6 +241,7 @@ def _job_request(body: SubmitJobBody) -> submission.JobRequest:
         credit_constraint=body.creditConstraint,
         time_constraint=body.timeConstraint,
         notifications=body.notifications,
+        input_key=body.inputKey,
     )
 
 
@@ -305,6 +311,33 @@ def submit_job(
         ) from None
     job = submission.get_owned_job(services, caller.account_id, outcome["jobId"])
     return Response(202, content_types.APPLICATION_JSON, job_view(job))
+
+
+@app.post(
+    "/jobs/uploads",
+    summary="Sign an upload of a large input (presigned SigV4 PUT, 15 min); submit it with inputKey",
+    responses={201: {"description": "Created", "content": {"application/json": {"model": UploadView}}}},
+)
+def create_upload(
+    body: Annotated[UploadBody, Body()], services: ServicesDep, caller: CallerDep
+) -> Response[UploadView]:
+    now = services.clock()
+    upload = uploads.create_upload(
+        services,
+        caller.account_id,
+        size=body.size,
+        content_type=body.contentType,
+        geo_zone=body.geoZone,
+        now=now,
+    )
+    view = UploadView(
+        inputKey=upload.input_key,
+        uploadUrl=upload.upload_url,
+        expiresAt=to_api_time(upload.expires_at) or "",
+        headers=upload.headers,
+        geoZone=upload.geo_zone.value,
+    )
+    return Response(201, content_types.APPLICATION_JSON, view)
 
 
 @app.get("/jobs", summary="This account's jobs, newest first")

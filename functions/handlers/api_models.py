@@ -21,6 +21,7 @@ from pydantic import (
 
 from functions.domain.credits import MAX_CREDITS
 from functions.domain.jobs import Account, Job, LedgerEntry
+from functions.domain.limits import MAX_UPLOAD_BYTES
 from functions.domain.machine_classes import MachineClass
 from functions.domain.notifications import rules_to_json
 from functions.domain.timefmt import to_api_time
@@ -85,14 +86,55 @@ class SubmitJobBody(BaseModel):
     )
     notifications: Any = Field(default="Automatic", description="See API.md Notifications.")
     arrayItems: list[Any] | None = Field(default=None, description="Array jobs: not supported yet.")
+    inputKey: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=512,
+        description="Extension: instead of code or pickle, the inputKey of an upload (POST /jobs/uploads) "
+        "of this account in the job's zone; its Content-Type says whether it is code or a pickle.",
+    )
 
     @model_validator(mode="after")
     def _exactly_one_payload(self) -> SubmitJobBody:
-        given = [name for name in ("code", "command", "pickle") if getattr(self, name) is not None]
+        names = ("code", "command", "pickle", "inputKey")
+        given = [name for name in names if getattr(self, name) is not None]
         if len(given) != 1:
             found = ", ".join(given) if given else "none of them"
-            raise ValueError(f"give exactly one of code, command or pickle (found: {found})")
+            raise ValueError(
+                f"give exactly one of code, command or pickle, or an inputKey from POST /jobs/uploads "
+                f"(found: {found})"
+            )
         return self
+
+
+class UploadBody(BaseModel):
+    """``POST /jobs/uploads`` body: what will be uploaded (API.md version 2 additions)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    size: StrictInt = Field(
+        ge=1, le=MAX_UPLOAD_BYTES, description="The object's exact size in bytes (≤ 5 GiB)."
+    )
+    contentType: Literal["text/x-python", "application/x-python-pickle"] = Field(
+        description="text/x-python: Python source run as code; application/x-python-pickle: a "
+        "cloudpickle payload as the SDK makes it."
+    )
+    geoZone: str = Field(
+        default="Automatic",
+        description="Extension: the zone of the jobs that will use it (data stays there).",
+    )
+
+
+class UploadView(BaseModel):
+    """``POST /jobs/uploads`` → 201: PUT the bytes to ``uploadUrl`` with ``headers``, then submit
+    with ``inputKey``."""
+
+    inputKey: str
+    uploadUrl: str = Field(description="Presigned SigV4 PUT; Content-Length and Content-Type are signed.")
+    expiresAt: str = Field(description="When uploadUrl stops working (15 min).")
+    method: Literal["PUT"] = "PUT"
+    headers: dict[str, str] = Field(description="Extension: the headers the PUT must send, exactly.")
+    geoZone: str = Field(description="Extension: the zone the object is stored in.")
 
 
 class JobView(BaseModel):
