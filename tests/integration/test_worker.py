@@ -166,13 +166,13 @@ def test_pickle_with_an_array_item(s3):
 
 
 def test_an_uploaded_pickle_and_uploaded_code_are_read_from_their_payload_key(s3):
-    payload = cloudpickle.dumps((lambda data: len(data), (b"x" * 3_000_000,), {}))
+    payload = cloudpickle.dumps((len, (b"x" * 3_000_000,), {}))
     s3.put_object(Bucket=BUCKET, Key="inputs/uploads/dev/upl-1", Body=payload)
     job = Job(s3).put_input({"kind": "pickle", "payloadKey": "inputs/uploads/dev/upl-1"})
     assert main(job.env, s3) == 0
     assert job.output_json("result.json")["result"] == 3_000_000
 
-    s3.put_object(Bucket=BUCKET, Key="inputs/uploads/dev/upl-2", Body="x = 6\nx * 7".encode())
+    s3.put_object(Bucket=BUCKET, Key="inputs/uploads/dev/upl-2", Body=b"x = 6\nx * 7")
     job = Job(s3).put_input({"kind": "code", "payloadKey": "inputs/uploads/dev/upl-2"})
     assert main(job.env, s3) == 0
     assert job.output_json("result.json")["result"] == 42
