@@ -16,6 +16,12 @@ from datetime import datetime
 
 #: API.md: no response body over 5 MiB; a request body over it answers 413 PayloadTooLarge.
 MAX_BODY_BYTES = 5 * 1024 * 1024
+#: The 413's message, the same from the handler, the local gateway and the deployed WAF rule.
+BODY_TOO_LARGE_MESSAGE = "The request body is over 5 MiB; upload large inputs through an upload URL."
+#: The same for a body sent without Content-Length (chunked), whose size is known only once read.
+BODY_WITHOUT_LENGTH_MESSAGE = (
+    "Send the request body with a Content-Length (not chunked); bodies over 5 MiB go through an upload URL."
+)
 #: What the inlined data of one response may cost on the wire; the rest of the 5 MiB is headroom
 #: for the response's other fields and the proxy response's own keys.
 RESPONSE_BUDGET_BYTES = 4 * 1024 * 1024

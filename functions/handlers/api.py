@@ -41,7 +41,7 @@ from functions.domain.errors import (
     ValidationFailed,
 )
 from functions.domain.jobs import PayloadKind
-from functions.domain.limits import MAX_BODY_BYTES
+from functions.domain.limits import BODY_TOO_LARGE_MESSAGE, MAX_BODY_BYTES
 from functions.domain.machine_classes import MACHINE_CLASSES
 from functions.domain.status import JobStatus
 from functions.domain.timefmt import parse_query_time, to_api_time
@@ -528,7 +528,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     body = event.get("body") or ""
     size = len(body) * 3 // 4 if event.get("isBase64Encoded") else len(body.encode())
     if size > MAX_INLINE_BODY_BYTES:
-        exc = PayloadTooLarge("The request body is over 5 MiB; upload large inputs through an upload URL.")
+        exc = PayloadTooLarge(BODY_TOO_LARGE_MESSAGE)
         return _proxy_error(
             exc.status, ErrorBody(error=ErrorDetail(code=exc.code, message=exc.message, field=None))
         )
