@@ -70,20 +70,19 @@ def output_prefix(job_id: str) -> str:
     return f"outputs/{job_id}/"
 
 
-def _input_document(request: JobRequest) -> dict[str, Any]:
+def _input_document(request: JobRequest, kind: PayloadKind) -> dict[str, Any]:
     """The input object the worker reads (``worker.runner.parse_job_input``): the payload inline,
     or ``payloadKey``, the key of an uploaded object that is the payload (source text, pickle bytes)."""
-    assert request.payload_kind is not None  # resolved from the upload before this
     if request.input_key is not None:
-        return {"kind": request.payload_kind.value, "payloadKey": request.input_key}
-    if request.payload_kind == PayloadKind.PICKLE:
+        return {"kind": kind.value, "payloadKey": request.input_key}
+    if kind == PayloadKind.PICKLE:
         try:
             base64.b64decode(str(request.payload), validate=True)
         except (binascii.Error, ValueError):
             raise ValidationFailed(
                 "pickle must be base64 (standard alphabet, padded).", field="pickle"
             ) from None
-    return {"kind": request.payload_kind.value, request.payload_kind.value: request.payload}
+    return {"kind": kind.value, kind.value: request.payload}
 
 
 def batch_timeout(
@@ -125,11 +124,12 @@ def submit_job(services: Services, account_id: str, request: JobRequest, now: da
             field="geoZone",
         )
     rules = normalize_notifications(request.notifications)
+    kind = request.payload_kind
     if request.input_key is not None:
         kind, _ = uploaded_input(services, account_id, request.input_key, zone)
-        request = replace(request, payload_kind=kind)
-    document = _input_document(request)
-    assert request.payload_kind is not None
+    if kind is None:
+        raise ValidationFailed("Give one of code, command, pickle or inputKey.", field="inputKey")
+    document = _input_document(request, kind)
     account = services.store.get_account(account_id)
     if account is None or account.credit_balance <= 0:
         balance = account.credit_balance if account else Decimal(0)
@@ -140,7 +140,7 @@ def submit_job(services: Services, account_id: str, request: JobRequest, now: da
         account_id=account_id,
         name=request.name,
         type=JobType.SINGLE,
-        payload_kind=request.payload_kind,
+        payload_kind=kind,
         machine_class=machine.name,
         geo_zone=zone,
         credit_constraint=request.credit_constraint,
