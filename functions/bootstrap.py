@@ -24,6 +24,16 @@ from functions.settings import Settings, load_settings
 
 # Standard retry mode: exponential backoff with jitter on throttling and 5xx (botocore's own).
 _BOTO_CONFIG = Config(retries={"mode": "standard", "max_attempts": 5}, connect_timeout=5, read_timeout=30)
+# Presigned URLs: SigV4 (buckets made since mid-2020 refuse SigV2) on the region's virtual-hosted
+# endpoint, https://<bucket>.s3.<region>.amazonaws.com, us-east-1 included (botocore's default there is
+# the global endpoint). The endpoint is left to botocore's resolver so AWS_ENDPOINT_URL (the local
+# stack's moto server) still wins; an IP endpoint falls back to path style, which moto serves.
+S3_CONFIG = _BOTO_CONFIG.merge(
+    Config(
+        signature_version="s3v4",
+        s3={"addressing_style": "virtual", "us_east_1_regional_endpoint": "regional"},
+    )
+)
 
 
 def utc_now() -> datetime:
@@ -63,7 +73,7 @@ def build_services(
     zones: dict[GeoZone, ZoneServices] = {}
     for zone, zone_settings in settings.zones.items():
         region = zone_settings.region
-        s3 = session.client("s3", region_name=region, config=_BOTO_CONFIG)
+        s3 = session.client("s3", region_name=region, config=S3_CONFIG)
         logs = session.client("logs", region_name=region, config=_BOTO_CONFIG)
         if batch_gateways is not None and zone in batch_gateways:
             gateway = batch_gateways[zone]

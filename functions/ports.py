@@ -6,7 +6,7 @@ Every method documents the errors it raises; none returns a DynamoDB item or a b
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
@@ -123,6 +123,15 @@ class StoredObject:
     size: int
 
 
+@dataclass(frozen=True, slots=True)
+class ObjectInfo:
+    """An object's metadata: key, size in bytes, Content-Type as stored."""
+
+    key: str
+    size: int
+    content_type: str
+
+
 class BlobStore(Protocol):
     """A geo zone's S3 bucket (``inputs/``, ``outputs/``, each expiring after 14 days)."""
 
@@ -135,6 +144,9 @@ class BlobStore(Protocol):
     def size(self, key: str) -> int | None:
         """The object's size in bytes, or None when absent."""
 
+    def describe(self, key: str) -> ObjectInfo | None:
+        """The object's size and Content-Type, or None when absent."""
+
     def list(self, prefix: str) -> list[StoredObject]:
         """Objects under ``prefix``."""
 
@@ -143,6 +155,10 @@ class BlobStore(Protocol):
 
     def presigned_get(self, key: str, expires_seconds: int) -> str:
         """A presigned GET URL for ``key``, valid ``expires_seconds``."""
+
+    def presigned_put(self, key: str, expires_seconds: int, content_length: int, content_type: str) -> str:
+        """A presigned PUT URL for ``key`` that takes exactly ``content_length`` bytes of
+        ``content_type``, valid ``expires_seconds``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,8 +207,9 @@ class LogEvent:
 class LogReader(Protocol):
     """A geo zone's CloudWatch Logs group of job console output."""
 
-    def read(self, log_stream_name: str, since: datetime | None, limit: int) -> list[LogEvent]:
-        """Up to ``limit`` events of the stream from ``since`` on, oldest first ([] if no stream)."""
+    def events(self, log_stream_name: str, since: datetime | None) -> Iterator[LogEvent]:
+        """The stream's events from ``since`` on, oldest first, read lazily page by page as they are
+        consumed (nothing if the stream does not exist). Raises ``DependencyFailed`` while iterating."""
 
     def delete(self, log_stream_name: str) -> None:
         """Delete the stream (no-op when it does not exist)."""

@@ -226,11 +226,6 @@ def _acknowledge_api(stack: ControlPlaneStack) -> None:
             "API.md's 400 ValidationError body with the offending field; API Gateway's validator "
             "cannot produce that body.",
         ),
-        (
-            "AwsSolutions-APIG3",
-            "No WAF web ACL yet: API Gateway stage throttling and Cognito auth guard the API; a WAF "
-            "(rate-based rules) is part of the production-hardening issue.",
-        ),
     )
     cloud_watch_role = api.rest_api.node.try_find_child("CloudWatchRole")
     if cloud_watch_role is not None:

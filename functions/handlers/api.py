@@ -49,11 +49,12 @@ from functions.domain.errors import (
     ValidationFailed,
 )
 from functions.domain.jobs import PayloadKind
+from functions.domain.limits import BODY_TOO_LARGE_MESSAGE, MAX_BODY_BYTES
 from functions.domain.machine_classes import MACHINE_CLASSES, machine_class, resolve_geo_zone
 from functions.domain.notifications import normalize_notifications, rules_to_json
 from functions.domain.status import JobStatus
 from functions.domain.text import check_argv, first_surrogate_path, is_ascii_digits
-from functions.domain.timefmt import parse_query_time
+from functions.domain.timefmt import parse_query_time, to_api_time
 from functions.handlers.api_models import (
     AccountView,
     ContactsBody,
@@ -69,7 +70,10 @@ from functions.handlers.api_models import (
     MachineClassesView,
     OutputFileView,
     OutputsView,
+    PreviewLinkView,
     SubmitJobBody,
+    UploadBody,
+    UploadView,
     UsageView,
     account_view,
     job_view,
@@ -77,7 +81,7 @@ from functions.handlers.api_models import (
     log_event_view,
     machine_class_view,
 )
-from functions.logic import accounts, queries, submission
+from functions.logic import accounts, queries, submission, uploads
 from functions.ports import Services
 
 logger = Logger(service="remote-batch")
@@ -85,7 +89,7 @@ tracer = Tracer(service="remote-batch")
 metrics = Metrics(namespace="RemoteBatch", service="remote-batch")
 app = APIGatewayRestResolver(enable_validation=True)
 
-MAX_INLINE_BODY_BYTES = 5 * 1024 * 1024
+MAX_INLINE_BODY_BYTES = MAX_BODY_BYTES
 IDEMPOTENCY_SECONDS = 24 * 3600
 API_TITLE = "remote-batch"
 API_VERSION = "1"
@@ -282,10 +286,6 @@ _LOG: dict[str, Any] = {
         "text/csv": {"schema": _TEXT},
     },
 }
-_PNG: dict[str, Any] = {
-    "description": "OutputPreviewImage",
-    "content": {"image/png": {"schema": {"type": "string", "format": "binary"}}},
-}
 
 
 # -- routes ------------------------------------------------------------------------------------------
@@ -379,7 +379,10 @@ def _job_request(body: SubmitJobBody) -> submission.JobRequest:
             "Array jobs are not supported yet; submit one job per item.", field="arrayItems"
         )
     payload: str | list[str]
-    if body.code is not None:
+    kind: PayloadKind | None
+    if body.inputKey is not None:
+        kind, payload = None, ""  # the upload's Content-Type tells its kind (read at submit)
+    elif body.code is not None:
         kind, payload = PayloadKind.CODE, body.code
     elif body.command is not None:
         check_argv(body.command)  # what the worker could not hand to execve is refused here
@@ -395,6 +398,7 @@ def _job_request(body: SubmitJobBody) -> submission.JobRequest:
         credit_constraint=body.creditConstraint,
         time_constraint=body.timeConstraint,
         notifications=body.notifications,
+        input_key=body.inputKey,
     )
 
 
@@ -409,8 +413,9 @@ def canonical_submit(body: SubmitJobBody) -> dict[str, Any]:
     request = _job_request(body)
     credit = request.credit_constraint
     return {
-        "kind": request.payload_kind.value,
+        "kind": None if request.payload_kind is None else request.payload_kind.value,
         "payload": request.payload,
+        "inputKey": request.input_key,
         "name": request.name,
         "machineClass": machine_class(request.machine_class).name,
         "geoZone": resolve_geo_zone(request.geo_zone).value,
@@ -496,6 +501,33 @@ def ascii_whole_number(value: Any) -> Any:
     return value
 
 
+@app.post(
+    "/jobs/uploads",
+    summary="Sign an upload of a large input (presigned SigV4 PUT, 15 min); submit it with inputKey",
+    responses=_responses(201, _json(UploadView, "Created"), 400, 413),
+)
+def create_upload(
+    body: Annotated[UploadBody, Body()], services: ServicesDep, caller: CallerDep
+) -> Response[UploadView]:
+    now = services.clock()
+    upload = uploads.create_upload(
+        services,
+        caller.account_id,
+        size=body.size,
+        content_type=body.contentType,
+        geo_zone=body.geoZone,
+        now=now,
+    )
+    view = UploadView(
+        inputKey=upload.input_key,
+        uploadUrl=upload.upload_url,
+        expiresAt=to_api_time(upload.expires_at) or "",
+        headers=upload.headers,
+        geoZone=upload.geo_zone.value,
+    )
+    return Response(201, content_types.APPLICATION_JSON, view)
+
+
 @app.get(
     "/jobs", summary="This account's jobs, newest first", responses=_responses(200, _json(JobListView), 400)
 )
@@ -546,6 +578,8 @@ def get_result(
     else:
         view.update({"result": result.result} if result.inline else {"resultUrl": result.result_url})
         view.update({"resultRepr": result.result_repr, "messages": list(result.messages)})
+        if result.messages_url is not None:
+            view["messagesUrl"] = result.messages_url
     return Response(200, content_types.APPLICATION_JSON, json.dumps(view))
 
 
@@ -592,17 +626,33 @@ def get_outputs(jobId: str, services: ServicesDep, caller: CallerDep) -> Outputs
     return OutputsView(files=[OutputFileView(name=f.name, size=f.size, url=f.url) for f in files])
 
 
+_PREVIEW: dict[int, Any] = {
+    **_responses(303, None, 404, 409, 410),
+    303: {
+        "description": "See Other: the PNG (OutputPreviewImage) at a presigned S3 URL in Location "
+        "(SigV4, at most 15 min, never past expiresAt); the JSON body carries the same link",
+        "headers": {"Location": {"description": "The presigned GET URL", "schema": {"type": "string"}}},
+        "content": {"application/json": {"model": PreviewLinkView}},
+    },
+}
+
+
 @app.get(
     "/jobs/<jobId>/preview.png",
-    summary="A picture of the result (OutputPreviewImage)",
-    responses=_responses(200, _PNG, 404, 409, 410),
+    summary="A picture of the result (OutputPreviewImage): 303 to its presigned URL",
+    responses=_PREVIEW,
 )
 def get_preview(jobId: str, services: ServicesDep, caller: CallerDep) -> Response[Any]:
-    png = queries.get_preview(services, caller.account_id, jobId, services.clock())
-    # Base64 with isBase64Encoded: API Gateway turns it back into bytes (binary media type image/png).
-    response: Response[Any] = Response(200, "image/png", base64.b64encode(png).decode())
-    response.base64_encoded = True
-    return response
+    link = queries.get_preview(services, caller.account_id, jobId, services.clock())
+    # Always a link: the PNG never passes through API Gateway (no binary media type to negotiate,
+    # no 6 MB Lambda limit). Clients that follow redirects get the image; others read the body.
+    view = PreviewLinkView(jobId=jobId, url=link.url, size=link.size, expiresIn=link.expires_seconds)
+    return Response(
+        303,
+        content_types.APPLICATION_JSON,
+        view.model_dump_json(),
+        headers={"Location": link.url, "Cache-Control": "no-store"},
+    )
 
 
 @app.delete(
@@ -705,7 +755,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     body = event.get("body") or ""
     size = len(body) * 3 // 4 if event.get("isBase64Encoded") else len(body.encode())
     if size > MAX_INLINE_BODY_BYTES:
-        exc = PayloadTooLarge("The request body is over 5 MiB; upload large inputs through an upload URL.")
+        exc = PayloadTooLarge(BODY_TOO_LARGE_MESSAGE)
         return _proxy_error(
             exc.status, ErrorBody(error=ErrorDetail(code=exc.code, message=exc.message, field=None))
         )

@@ -15,12 +15,14 @@ from pydantic import (
     ConfigDict,
     Field,
     PlainSerializer,
+    StrictInt,
     WithJsonSchema,
     model_validator,
 )
 
 from functions.domain.credits import MAX_CREDITS
 from functions.domain.jobs import Account, Job, LedgerEntry
+from functions.domain.limits import MAX_UPLOAD_BYTES
 from functions.domain.machine_classes import MACHINE_CLASSES, GeoZone, MachineClass
 from functions.domain.notifications import notifications_json_schema, rules_to_json
 from functions.domain.text import (
@@ -90,16 +92,17 @@ JobStatusName = Literal["Queued", "Starting", "Running", "Succeeded", "Terminate
 
 
 class SubmitJobBody(BaseModel):
-    """``POST /jobs`` body: exactly one of ``code``, ``command``, ``pickle``."""
+    """``POST /jobs`` body: exactly one of ``code``, ``command``, ``pickle``, ``inputKey``."""
 
     model_config = ConfigDict(
         extra="forbid",
-        # Exactly one of code, command, pickle, as JSON Schema says it: one branch per payload.
+        # Exactly one of code, command, pickle, inputKey, as JSON Schema says it: one branch per payload.
         json_schema_extra={
             "oneOf": [
                 {"required": ["code"], "properties": {"code": {"type": "string"}}},
                 {"required": ["command"], "properties": {"command": {"type": "array"}}},
                 {"required": ["pickle"], "properties": {"pickle": {"type": "string"}}},
+                {"required": ["inputKey"], "properties": {"inputKey": {"type": "string"}}},
             ]
         },
     )
@@ -155,14 +158,55 @@ class SubmitJobBody(BaseModel):
         list[Any] | None,
         WithJsonSchema({"type": "null", "description": "Array jobs: not supported yet (null only)."}),
     ] = Field(default=None, description="Array jobs: not supported yet.")
+    inputKey: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=512,
+        description="Extension: instead of code or pickle, the inputKey of an upload (POST /jobs/uploads) "
+        "of this account in the job's zone; its Content-Type says whether it is code or a pickle.",
+    )
 
     @model_validator(mode="after")
     def _exactly_one_payload(self) -> SubmitJobBody:
-        given = [name for name in ("code", "command", "pickle") if getattr(self, name) is not None]
+        names = ("code", "command", "pickle", "inputKey")
+        given = [name for name in names if getattr(self, name) is not None]
         if len(given) != 1:
             found = ", ".join(given) if given else "none of them"
-            raise ValueError(f"give exactly one of code, command or pickle (found: {found})")
+            raise ValueError(
+                f"give exactly one of code, command or pickle, or an inputKey from POST /jobs/uploads "
+                f"(found: {found})"
+            )
         return self
+
+
+class UploadBody(BaseModel):
+    """``POST /jobs/uploads`` body: what will be uploaded (API.md version 2 additions)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    size: StrictInt = Field(
+        ge=1, le=MAX_UPLOAD_BYTES, description="The object's exact size in bytes (≤ 5 GiB)."
+    )
+    contentType: Literal["text/x-python", "application/x-python-pickle"] = Field(
+        description="text/x-python: Python source run as code; application/x-python-pickle: a "
+        "cloudpickle payload as the SDK makes it."
+    )
+    geoZone: str = Field(
+        default="Automatic",
+        description="Extension: the zone of the jobs that will use it (data stays there).",
+    )
+
+
+class UploadView(BaseModel):
+    """``POST /jobs/uploads`` → 201: PUT the bytes to ``uploadUrl`` with ``headers``, then submit
+    with ``inputKey``."""
+
+    inputKey: str
+    uploadUrl: str = Field(description="Presigned SigV4 PUT; Content-Length and Content-Type are signed.")
+    expiresAt: str = Field(description="When uploadUrl stops working (15 min).")
+    method: Literal["PUT"] = "PUT"
+    headers: dict[str, str] = Field(description="Extension: the headers the PUT must send, exactly.")
+    geoZone: str = Field(description="Extension: the zone the object is stored in.")
 
 
 class JobView(BaseModel):
@@ -207,6 +251,25 @@ class JobResultView(BaseModel):
     result: Any = None
     resultRepr: str | None = None
     messages: list[str] = Field(default_factory=list)
+    resultUrl: str | None = Field(
+        default=None,
+        description="Instead of result when inlining it would take the body over 5 MiB: a presigned "
+        "GET of result.json (or result.pickle), at most 15 min and never past expiresAt.",
+    )
+    messagesUrl: str | None = Field(
+        default=None,
+        description="Extension: instead of messages when they are over 512 KiB, a presigned GET of "
+        "messages.json.",
+    )
+
+
+class PreviewLinkView(BaseModel):
+    """``GET /jobs/{jobId}/preview.png``'s 303 body (extension): the link its ``Location`` holds."""
+
+    jobId: str
+    url: str = Field(description="Presigned SigV4 GET of the PNG.")
+    size: int = Field(description="The PNG's size in bytes.")
+    expiresIn: int = Field(description="Seconds the URL stays valid (≤ 900, never past expiresAt).")
 
 
 class OutputFileView(BaseModel):
