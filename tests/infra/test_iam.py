@@ -78,11 +78,16 @@ def test_only_api_submits_and_only_to_the_service_queues_and_definitions(synth: 
 
     (submit,) = [s for s in _policy_of(synth, functions.api) if "batch:SubmitJob" in _listed(s["Action"])]
     queues = [_batch_arn(r, f"job-queue/remote-batch-dev-{mc}") for r in regions for mc in MACHINE_CLASSES]
-    # SubmitJob is authorized on the definition's ARN with its revision.
+    # SubmitJob requires the job (job/*) and the queue; it is authorized on the definition with its
+    # revision, or without one when the definition is named without a revision.
     definitions = [
-        _batch_arn(r, f"job-definition/remote-batch-dev-{mc}:*") for r in regions for mc in MACHINE_CLASSES
+        _batch_arn(r, f"job-definition/remote-batch-dev-{mc}{revision}")
+        for r in regions
+        for mc in MACHINE_CLASSES
+        for revision in (":*", "")
     ]
-    assert sorted(map(json.dumps, submit["Resource"])) == sorted(map(json.dumps, queues + definitions))
+    jobs = [_batch_arn(r, "job/*") for r in regions]
+    assert sorted(map(json.dumps, submit["Resource"])) == sorted(map(json.dumps, jobs + queues + definitions))
     for other in (functions.batch_events, functions.meter):
         assert not [s for s in _policy_of(synth, other) if "batch:SubmitJob" in _listed(s["Action"])]
 
