@@ -175,9 +175,7 @@ def _acknowledge_functions(stack: ControlPlaneStack) -> None:
         *bucket_objects,
         *table_indexes,
     )
-    _acknowledge(
-        functions.batch_events.role, wildcard, topic_key, *bucket_objects, *table_indexes
-    )
+    _acknowledge(functions.batch_events.role, wildcard, topic_key, *bucket_objects, *table_indexes)
     _acknowledge(
         functions.meter.role,
         wildcard,

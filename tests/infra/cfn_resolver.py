@@ -131,7 +131,9 @@ class TemplateResolver:
             raise UnresolvedIntrinsic(f"{role_logical_id} is a {role['Type']}, not a role")
         props = role.get("Properties", {})
         if props.get("ManagedPolicyArns"):
-            raise UnresolvedIntrinsic(f"{role_logical_id} has AWS-managed policies: {props['ManagedPolicyArns']}")
+            raise UnresolvedIntrinsic(
+                f"{role_logical_id} has AWS-managed policies: {props['ManagedPolicyArns']}"
+            )
         policies = [
             ResolvedPolicy(f"{role_logical_id}/{p['PolicyName']}", False, self.resolve(p["PolicyDocument"]))
             for p in props.get("Policies", [])
@@ -142,7 +144,9 @@ class TemplateResolver:
                 continue
             if reference in resource["Properties"].get("Roles", []):
                 managed = resource["Type"] == "AWS::IAM::ManagedPolicy"
-                policies.append(ResolvedPolicy(name, managed, self.resolve(resource["Properties"]["PolicyDocument"])))
+                policies.append(
+                    ResolvedPolicy(name, managed, self.resolve(resource["Properties"]["PolicyDocument"]))
+                )
         return policies
 
     # -- intrinsics --------------------------------------------------------------------------------

@@ -59,16 +59,27 @@ def _dynamodb(operation: str, region: str, params: Mapping[str, Any]) -> list[Au
         resource = _table(region, params["TableName"], params.get("IndexName"))
         return [AuthorizationRequest(f"dynamodb:{operation}", resource)]
     if operation == "TransactWriteItems":
-        kinds = {"Put": "PutItem", "Update": "UpdateItem", "Delete": "DeleteItem", "ConditionCheck": "ConditionCheckItem"}
+        kinds = {
+            "Put": "PutItem",
+            "Update": "UpdateItem",
+            "Delete": "DeleteItem",
+            "ConditionCheck": "ConditionCheckItem",
+        }
         return [
             AuthorizationRequest(f"dynamodb:{kinds[kind]}", _table(region, body["TableName"]))
             for item in params["TransactItems"]
             for kind, body in item.items()
         ]
     if operation == "TransactGetItems":
-        return [AuthorizationRequest("dynamodb:GetItem", _table(region, i["Get"]["TableName"])) for i in params["TransactItems"]]
+        return [
+            AuthorizationRequest("dynamodb:GetItem", _table(region, i["Get"]["TableName"]))
+            for i in params["TransactItems"]
+        ]
     if operation in ("BatchWriteItem", "BatchGetItem"):
-        return [AuthorizationRequest(f"dynamodb:{operation}", _table(region, name)) for name in params["RequestItems"]]
+        return [
+            AuthorizationRequest(f"dynamodb:{operation}", _table(region, name))
+            for name in params["RequestItems"]
+        ]
     raise LookupError(operation)
 
 
@@ -98,7 +109,9 @@ def _s3(operation: str, region: str, params: Mapping[str, Any]) -> list[Authoriz
 # -- SNS (Publish/Subscribe on the topic; to a phone on "*"; subscriptions are not a resource type) -----
 
 
-def _sns(operation: str, region: str, params: Mapping[str, Any], topic_keys: Mapping[str, str]) -> list[AuthorizationRequest]:
+def _sns(
+    operation: str, region: str, params: Mapping[str, Any], topic_keys: Mapping[str, str]
+) -> list[AuthorizationRequest]:
     if operation == "Publish":
         target = params.get("TopicArn") or params.get("TargetArn")
         if not target:
@@ -108,7 +121,10 @@ def _sns(operation: str, region: str, params: Mapping[str, Any], topic_keys: Map
         # (Amazon SNS developer guide, "Encryption at rest": key management).
         key = topic_keys.get(target)
         if key:
-            requests += [AuthorizationRequest("kms:GenerateDataKey", key), AuthorizationRequest("kms:Decrypt", key)]
+            requests += [
+                AuthorizationRequest("kms:GenerateDataKey", key),
+                AuthorizationRequest("kms:Decrypt", key),
+            ]
         return requests
     if operation == "Subscribe":
         context = {"sns:Protocol": (params["Protocol"],), "sns:Endpoint": (params.get("Endpoint", ""),)}
@@ -135,7 +151,9 @@ def _batch(
         queue_arn = queue if queue.startswith("arn:") else _arn("batch", region, f"job-queue/{queue}")
         definition = params["jobDefinition"]
         definition_arn = (
-            definition if definition.startswith("arn:") else _arn("batch", region, f"job-definition/{definition}")
+            definition
+            if definition.startswith("arn:")
+            else _arn("batch", region, f"job-definition/{definition}")
         )
         job_arn = _arn("batch", region, f"job/{uuid.uuid4()}")
         tags = dict(params.get("tags") or {})
@@ -186,14 +204,16 @@ def _values(value: Any) -> list[str]:
 def _glob(pattern: str, value: str, *, case: bool = True) -> bool:
     # IAM wildcards: * any run of characters, ? one character (no [] classes).
     escaped = pattern.replace("[", "[[]")
-    return fnmatch.fnmatchcase(value, escaped) if case else fnmatch.fnmatchcase(value.lower(), escaped.lower())
+    return (
+        fnmatch.fnmatchcase(value, escaped) if case else fnmatch.fnmatchcase(value.lower(), escaped.lower())
+    )
 
 
 _OPERATORS: dict[str, Callable[[str, str], bool]] = {
     "StringEquals": lambda expected, actual: expected == actual,
-    "StringLike": lambda expected, actual: _glob(expected, actual),
+    "StringLike": _glob,
     "ArnEquals": lambda expected, actual: expected == actual,
-    "ArnLike": lambda expected, actual: _glob(expected, actual),
+    "ArnLike": _glob,
 }
 
 
@@ -245,7 +265,9 @@ def is_allowed(documents: list[Mapping[str, Any]], request: AuthorizationRequest
     statements = [
         statement
         for document in documents
-        for statement in (document["Statement"] if isinstance(document["Statement"], list) else [document["Statement"]])
+        for statement in (
+            document["Statement"] if isinstance(document["Statement"], list) else [document["Statement"]]
+        )
     ]
     matching = [s for s in statements if _matches(s, request)]
     if any(s["Effect"] == "Deny" for s in matching):
@@ -287,7 +309,9 @@ class IamEnforcer:
         self._revision_of = revision_of
         self._local = threading.local()
 
-    def authorization_requests(self, service: str, operation: str, region: str, params: Mapping[str, Any]) -> list[AuthorizationRequest]:
+    def authorization_requests(
+        self, service: str, operation: str, region: str, params: Mapping[str, Any]
+    ) -> list[AuthorizationRequest]:
         """The IAM requests AWS makes for one call (raises ``LookupError`` for an unmapped one)."""
         if service == "dynamodb":
             return _dynamodb(operation, region, params)
@@ -319,7 +343,9 @@ class IamEnforcer:
             service = client.meta.service_model.service_name
             name = f"{service}:{operation}"
             try:
-                requests = enforcer.authorization_requests(service, operation, client.meta.region_name, params)
+                requests = enforcer.authorization_requests(
+                    service, operation, client.meta.region_name, params
+                )
             except LookupError:
                 if enforcer.function != "setup":
                     enforcer.unmapped.append(f"{enforcer.function} {name}")
@@ -342,7 +368,9 @@ class IamEnforcer:
                 # Not a call the service makes (or one without authorization): moto's own check.
                 original_check(request, resource)
                 return
-            documents = [access_control.IAMPolicy(p)._policy_json for p in request._access_key.collect_policies()]
+            documents = [
+                access_control.IAMPolicy(p)._policy_json for p in request._access_key.collect_policies()
+            ]
             call.denied = [r for r in call.requests if not is_allowed(documents, r)]
             if call.denied:
                 request._raise_access_denied()

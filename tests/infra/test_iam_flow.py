@@ -19,7 +19,6 @@ Run with ``-s`` to see the calls each function made.
 from __future__ import annotations
 
 import json
-import os
 import threading
 import time
 from collections import Counter
@@ -41,7 +40,7 @@ from tests.events import api_event, job_lifecycle, scheduled_event
 from tests.fakes import FakeLambdaContext
 from tests.infra.cfn_resolver import MOTO_ACCOUNT_ID, ResolvedPolicy, TemplateResolver
 from tests.infra.conftest import Synth, SynthApp
-from tests.infra.iam_authorizer import Call, IamEnforcer
+from tests.infra.iam_authorizer import IamEnforcer
 from tests.infra.test_iam_lint import resolver_of
 
 pytestmark = pytest.mark.infra
@@ -121,7 +120,9 @@ def create_resources(env: dict[str, str]) -> None:
     _admin("sns", region).create_topic(Name=env["REMOTE_BATCH_EMAIL_TOPIC_ARN"].rsplit(":", 1)[1])
     batch_trust = {
         "Version": "2012-10-17",
-        "Statement": [{"Effect": "Allow", "Principal": {"Service": "batch.amazonaws.com"}, "Action": "sts:AssumeRole"}],
+        "Statement": [
+            {"Effect": "Allow", "Principal": {"Service": "batch.amazonaws.com"}, "Action": "sts:AssumeRole"}
+        ],
     }
     service_role = _admin("iam", region).create_role(
         RoleName="remote-batch-iam-test-batch", AssumeRolePolicyDocument=json.dumps(batch_trust)
@@ -129,7 +130,11 @@ def create_resources(env: dict[str, str]) -> None:
     for zone in json.loads(env["REMOTE_BATCH_ZONES"]).values():
         zone_region = zone["region"]
         s3 = _admin("s3", zone_region)
-        location = {} if zone_region == "us-east-1" else {"CreateBucketConfiguration": {"LocationConstraint": zone_region}}
+        location = (
+            {}
+            if zone_region == "us-east-1"
+            else {"CreateBucketConfiguration": {"LocationConstraint": zone_region}}
+        )
         s3.create_bucket(Bucket=zone["bucket"], **location)
         _admin("logs", zone_region).create_log_group(logGroupName=zone["logGroup"])
         batch = _admin("batch", zone_region)
@@ -153,13 +158,17 @@ def create_resources(env: dict[str, str]) -> None:
             )
 
 
-def create_role(function: DeployedFunction, drop: Callable[[dict[str, Any]], bool] | None = None) -> dict[str, str]:
+def create_role(
+    function: DeployedFunction, drop: Callable[[dict[str, Any]], bool] | None = None
+) -> dict[str, str]:
     """The function's role with its policies as CDK emits them; returns the assumed role's credentials.
     ``drop`` removes the statements it matches (the negative test)."""
     iam = _admin("iam", "us-east-1")
     trust = {
         "Version": "2012-10-17",
-        "Statement": [{"Effect": "Allow", "Principal": {"Service": "lambda.amazonaws.com"}, "Action": "sts:AssumeRole"}],
+        "Statement": [
+            {"Effect": "Allow", "Principal": {"Service": "lambda.amazonaws.com"}, "Action": "sts:AssumeRole"}
+        ],
     }
     role = iam.create_role(RoleName=function.role_name, AssumeRolePolicyDocument=json.dumps(trust))["Role"]
     for policy in function.policies:
@@ -168,11 +177,17 @@ def create_role(function: DeployedFunction, drop: Callable[[dict[str, Any]], boo
         if not document["Statement"]:
             continue
         if policy.managed:
-            arn = iam.create_policy(PolicyName=policy.name, PolicyDocument=json.dumps(document))["Policy"]["Arn"]
+            arn = iam.create_policy(PolicyName=policy.name, PolicyDocument=json.dumps(document))["Policy"][
+                "Arn"
+            ]
             iam.attach_role_policy(RoleName=function.role_name, PolicyArn=arn)
         else:
-            iam.put_role_policy(RoleName=function.role_name, PolicyName=policy.name, PolicyDocument=json.dumps(document))
-    credentials = _admin("sts", "us-east-1").assume_role(RoleArn=role["Arn"], RoleSessionName=function.name)["Credentials"]
+            iam.put_role_policy(
+                RoleName=function.role_name, PolicyName=policy.name, PolicyDocument=json.dumps(document)
+            )
+    credentials = _admin("sts", "us-east-1").assume_role(RoleArn=role["Arn"], RoleSessionName=function.name)[
+        "Credentials"
+    ]
     return {
         "AWS_ACCESS_KEY_ID": credentials["AccessKeyId"],
         "AWS_SECRET_ACCESS_KEY": credentials["SecretAccessKey"],
@@ -196,7 +211,7 @@ class Receiver:
         bodies = self.bodies
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+            def do_POST(self) -> None:
                 bodies.append(self.rfile.read(int(self.headers["Content-Length"])))
                 self.send_response(200)
                 self.send_header("Content-Length", "0")
@@ -216,7 +231,13 @@ class Receiver:
 class Lambdas:
     """Invokes the handlers, each with its own role's credentials and resolved environment."""
 
-    def __init__(self, deployment: Deployment, credentials: dict[str, dict[str, str]], enforcer: IamEnforcer, monkeypatch: pytest.MonkeyPatch) -> None:
+    def __init__(
+        self,
+        deployment: Deployment,
+        credentials: dict[str, dict[str, str]],
+        enforcer: IamEnforcer,
+        monkeypatch: pytest.MonkeyPatch,
+    ) -> None:
         self._deployment = deployment
         self._credentials = credentials
         self._enforcer = enforcer
@@ -276,7 +297,11 @@ class FlowRun:
     emails: list[Any]
 
 
-def run_flow(deployment: Deployment, monkeypatch: pytest.MonkeyPatch, drop: Callable[[str, dict[str, Any]], bool] | None = None) -> FlowRun:
+def run_flow(
+    deployment: Deployment,
+    monkeypatch: pytest.MonkeyPatch,
+    drop: Callable[[str, dict[str, Any]], bool] | None = None,
+) -> FlowRun:
     """Submit (with tags) → Starting/Running/Succeeded → settlement → notifications (email subscribe,
     unsubscribe on replace, SMS, webhook) → meter tick → outputs → result → log → delete."""
     from moto import mock_aws, settings
@@ -310,14 +335,26 @@ def run_flow(deployment: Deployment, monkeypatch: pytest.MonkeyPatch, drop: Call
         try:
             with enforcer.installed():
                 statuses["grant credits"], _ = lambdas.api(
-                    "POST", f"/admin/accounts/{ACCOUNT}/credits", body={"credits": 5000, "reason": "iam test"}, groups="admin"
+                    "POST",
+                    f"/admin/accounts/{ACCOUNT}/credits",
+                    body={"credits": 5000, "reason": "iam test"},
+                    groups="admin",
                 )
                 statuses["set contacts"], _ = lambdas.api(
-                    "PUT", "/account/contacts", body={"email": "a@example.com", "phone": "+15555550100", "webhookUrl": receiver.url}
+                    "PUT",
+                    "/account/contacts",
+                    body={"email": "a@example.com", "phone": "+15555550100", "webhookUrl": receiver.url},
                 )
-                statuses["replace email"], _ = lambdas.api("PUT", "/account/contacts", body={"email": "b@example.com"})
+                statuses["replace email"], _ = lambdas.api(
+                    "PUT", "/account/contacts", body={"email": "b@example.com"}
+                )
                 statuses["get account"], _ = lambdas.api("GET", "/account")
-                rules = [{"events": ["JobStarting", "JobStarted", "JobCompleted"], "methods": ["Email", "SMS", "Webhook"]}]
+                rules = [
+                    {
+                        "events": ["JobStarting", "JobStarted", "JobCompleted"],
+                        "methods": ["Email", "SMS", "Webhook"],
+                    }
+                ]
                 statuses["submit"], job = lambdas.api(
                     "POST",
                     "/jobs",
@@ -356,14 +393,21 @@ def unenforced(enforcer: IamEnforcer) -> Iterator[None]:
 
 
 def _finish(
-    lambdas: Lambdas, enforcer: IamEnforcer, store: DynamoJobStore, zone: dict[str, Any], job_id: str, statuses: dict[str, int]
+    lambdas: Lambdas,
+    enforcer: IamEnforcer,
+    store: DynamoJobStore,
+    zone: dict[str, Any],
+    job_id: str,
+    statuses: dict[str, int],
 ) -> None:
     with unenforced(enforcer):
         stored = store.get_job(job_id)
     assert stored is not None and stored.batch_job_id
     batch_id = stored.batch_job_id
     now = int(time.time() * 1000)
-    events = job_lifecycle(job_id, batch_id, created_at=now - 60_000, started_at=now - 50_000, stopped_at=now - 1_000)
+    events = job_lifecycle(
+        job_id, batch_id, created_at=now - 60_000, started_at=now - 50_000, stopped_at=now - 1_000
+    )
     stream = f"remote-batch-worker/default/{batch_id}"
     # What the worker (the zone's job role, not a Lambda) leaves behind: its outputs and its log.
     with unenforced(enforcer):
@@ -378,7 +422,9 @@ def _finish(
         logs = _admin("logs", "us-east-1")
         logs.create_log_stream(logGroupName=zone["logGroup"], logStreamName=stream)
         logs.put_log_events(
-            logGroupName=zone["logGroup"], logStreamName=stream, logEvents=[{"timestamp": now - 40_000, "message": "4"}]
+            logGroupName=zone["logGroup"],
+            logStreamName=stream,
+            logEvents=[{"timestamp": now - 40_000, "message": "4"}],
         )
     for event in events:
         lambdas.deliver(event)
@@ -391,7 +437,9 @@ def _finish(
     statuses["usage"], _ = lambdas.api("GET", "/account/usage")
     statuses["delete"], _ = lambdas.api("DELETE", f"/jobs/{job_id}")
     # A second job, aborted while queued: TerminateJob under the api's role.
-    status, other = lambdas.api("POST", "/jobs", body={"code": "1", "geoZone": "UnitedStates", "notifications": "None"})
+    status, other = lambdas.api(
+        "POST", "/jobs", body={"code": "1", "geoZone": "UnitedStates", "notifications": "None"}
+    )
     statuses["submit second"] = status
     if status == 202:
         statuses["abort"], _ = lambdas.api("POST", f"/jobs/{other['jobId']}/abort")
@@ -401,14 +449,18 @@ def _report(enforcer: IamEnforcer) -> str:
     lines = []
     for name in FUNCTIONS:
         counted = Counter(
-            f"{c.operation}{' -> ' + c.error if c.error else ''}" for c in enforcer.calls if c.function == name
+            f"{c.operation}{' -> ' + c.error if c.error else ''}"
+            for c in enforcer.calls
+            if c.function == name
         )
         lines.append(f"{name}: {sum(counted.values())} calls")
         lines += [f"    {count:3d} x {operation}" for operation, count in sorted(counted.items())]
     return "\n".join(lines)
 
 
-def test_the_whole_flow_runs_under_each_functions_own_role(deployment: Deployment, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_whole_flow_runs_under_each_functions_own_role(
+    deployment: Deployment, monkeypatch: pytest.MonkeyPatch
+) -> None:
     run = run_flow(deployment, monkeypatch)
     enforcer = run.enforcer
     denied = enforcer.denials()
@@ -460,7 +512,9 @@ def test_the_whole_flow_runs_under_each_functions_own_role(deployment: Deploymen
     assert run.emails and run.sms and run.webhook_bodies
 
 
-def test_removing_one_statement_fails_the_flow_with_access_denied(deployment: Deployment, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_removing_one_statement_fails_the_flow_with_access_denied(
+    deployment: Deployment, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Without the api's tag-on-create statement, SubmitJob (sent with tags) is refused."""
 
     def drop(function: str, statement: dict[str, Any]) -> bool:
@@ -469,7 +523,8 @@ def test_removing_one_statement_fails_the_flow_with_access_denied(deployment: De
     run = run_flow(deployment, monkeypatch, drop)
     denied = run.enforcer.denials()
     message = "\n".join(
-        f"{c.function} {c.operation}: {c.message}\n  refused: {[(r.action, r.resource) for r in c.denied]}" for c in denied
+        f"{c.function} {c.operation}: {c.message}\n  refused: {[(r.action, r.resource) for r in c.denied]}"
+        for c in denied
     )
     print(f"\nnegative test: {message}\nstatuses: {run.statuses}")
 

@@ -70,7 +70,10 @@ def template_policies(synth: Synth) -> Iterator[tuple[str, dict[str, Any]]]:
         if resource["Type"] == "AWS::IAM::Role":
             yield f"{stack}/{logical_id}/trust", resolver.resolve(props["AssumeRolePolicyDocument"])
             for policy in props.get("Policies", []):
-                yield f"{stack}/{logical_id}/{policy['PolicyName']}", resolver.resolve(policy["PolicyDocument"])
+                yield (
+                    f"{stack}/{logical_id}/{policy['PolicyName']}",
+                    resolver.resolve(policy["PolicyDocument"]),
+                )
 
 
 def lint(name: str, document: dict[str, Any]) -> list[Finding]:
@@ -107,7 +110,9 @@ def findings(app_synth: SynthApp) -> list[Finding]:
     policies = [policy for synth in app_synth.stacks for policy in template_policies(synth)]
     found = [finding for name, document in policies for finding in lint(name, document)]
     entries = load_acknowledgments()
-    print(f"\nparliament: {len(policies)} policies in {len(app_synth.stacks)} templates, {len(found)} findings")
+    print(
+        f"\nparliament: {len(policies)} policies in {len(app_synth.stacks)} templates, {len(found)} findings"
+    )
     for finding in found:
         reasons = [entries[i]["reason"].split(":")[0][:90] for i in acknowledged_by(finding, entries)]
         print(f"  {str(finding)[:160]}\n    acknowledged: {reasons[0] if reasons else 'NO'}")
@@ -118,7 +123,11 @@ def test_every_policy_of_every_template_is_linted(app_synth: SynthApp) -> None:
     names = [name for synth in app_synth.stacks for name, _ in template_policies(synth)]
 
     # The three functions' default policies and each zone's job role are among them.
-    for role in ("FunctionsApiRoleDefaultPolicy", "FunctionsBatchEventsRoleDefaultPolicy", "FunctionsMeterRole"):
+    for role in (
+        "FunctionsApiRoleDefaultPolicy",
+        "FunctionsBatchEventsRoleDefaultPolicy",
+        "FunctionsMeterRole",
+    ):
         assert [n for n in names if n.startswith(f"RemoteBatch-dev/{role}")], role
     for zone in ("UnitedStates", "EuropeanUnion"):
         assert [n for n in names if n.startswith(f"RemoteBatch-dev-{zone}/ComputeJobRoleDefaultPolicy")]
@@ -139,7 +148,9 @@ def test_every_acknowledgment_has_a_reason_and_still_applies(findings: list[Find
     used = {index for finding in findings for index in acknowledged_by(finding, entries)}
 
     assert [e for e in entries if len(e.get("reason", "").strip()) < 40] == []
-    assert [entries[i]["policy"] + " " + entries[i]["issue"] for i in range(len(entries)) if i not in used] == []
+    assert [
+        entries[i]["policy"] + " " + entries[i]["issue"] for i in range(len(entries)) if i not in used
+    ] == []
 
 
 def test_the_issue_8_statements_would_be_findings() -> None:
