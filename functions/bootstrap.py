@@ -59,7 +59,7 @@ def build_services(
     store = DynamoJobStore(dynamodb, settings.jobs_table, settings.accounts_table, settings.ledger_table)
     sns = session.client("sns", region_name=settings.home_region, config=_BOTO_CONFIG)
     if notifier is None:
-        notifier = SnsNotifier(sns, settings.email_topic_arn)
+        notifier = SnsNotifier(sns, settings.email_topic_arn_prefix)
     zones: dict[GeoZone, ZoneServices] = {}
     for zone, zone_settings in settings.zones.items():
         region = zone_settings.region
@@ -83,7 +83,7 @@ def build_services(
     return Services(
         store=store,
         notifier=notifier,
-        subscriptions=SnsEmailSubscriptions(sns, settings.email_topic_arn),
+        subscriptions=SnsEmailSubscriptions(sns, settings.email_topic_arn_prefix, settings.email_topic_key),
         zones=zones,
         clock=clock,
         idempotency_table=settings.idempotency_table,

@@ -218,24 +218,26 @@ class OutgoingNotification:
 
 
 class EmailSubscriptions(Protocol):
-    """The email topic's per-account subscriptions (SNS, filter policy on ``accountId``)."""
+    """Each account's email topic (one per account and address) and its email subscription."""
 
     def subscribe(self, account_id: str, email: str) -> str:
-        """Subscribe ``email`` to the account's notifications; returns the subscription ARN (pending
-        until the owner confirms). Raises ``DependencyFailed``."""
+        """Create the account's topic for ``email`` (idempotent) and subscribe the address; returns the
+        subscription ARN (pending until the owner confirms). Raises ``DependencyFailed``."""
 
-    def unsubscribe(self, subscription_arn: str) -> None:
-        """Remove a subscription (a pending one, which SNS cannot remove, expires by itself)."""
+    def remove(self, account_id: str, email: str) -> None:
+        """Delete the account's topic for ``email`` and its subscription, pending or confirmed
+        (nothing to do when it is gone). Raises ``DependencyFailed``."""
 
-    def status(self, subscription_arn: str) -> str:
-        """``pending`` or ``confirmed`` (``pending`` also when SNS no longer knows it)."""
+    def status(self, account_id: str, email: str) -> str:
+        """``pending`` or ``confirmed`` (``pending`` also when SNS no longer knows the topic)."""
 
 
 class Notifier(Protocol):
-    """SNS: Email through the topic filtered by ``accountId``, SMS straight to the phone."""
+    """SNS: Email through the account's own topic, SMS straight to the phone; webhooks by HTTPS."""
 
     def send(self, notification: OutgoingNotification) -> None:
-        """Publish. Raises ``DependencyFailed`` when SNS refuses."""
+        """Publish. Raises ``DeliveryRefused`` when it is refused for good, ``DependencyFailed`` when
+        the failure may pass."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING
 
-from aws_cdk import Acknowledgment, CfnResource, Stack, Validations
+from aws_cdk import Acknowledgment, CfnResource, Stack, Token, Validations
 from constructs import IConstruct
 
 from functions.domain.machine_classes import MACHINE_CLASSES
@@ -26,9 +26,8 @@ Finding = tuple[str, str]
 # Reasons shared by several scopes.
 _XRAY_DESCRIBE_SMS = (
     "Resource '*' only for actions that have no resource-level permissions: xray:PutTraceSegments and "
-    "xray:PutTelemetryRecords (active tracing), batch:DescribeJobs, sns:Unsubscribe and "
-    "sns:GetSubscriptionAttributes (a subscription is not an IAM resource type), and sns:Publish to a "
-    "phone number (SMS has no ARN). Data actions are all scoped to the service's tables, bucket and topic."
+    "xray:PutTelemetryRecords (active tracing), batch:DescribeJobs, and sns:Publish to a phone number "
+    "(SMS has no ARN). Data actions are all scoped to the service's tables, bucket and topics."
 )
 _S3_GRANT = (
     "s3:GetObject/PutObject/DeleteObject on the geo zones' data buckets' objects: the function presigns "
@@ -53,7 +52,11 @@ _JOB_LOG_STREAMS = (
     "at run time); reading and deleting them is limited to the one job log group."
 )
 _TOPIC_KEY = (
-    "grant_publish on the KMS-encrypted topic adds kms:GenerateDataKey* and kms:Decrypt on that one key."
+    "Publishing to the KMS-encrypted email topics needs kms:GenerateDataKey* and kms:Decrypt on that one key."
+)
+_EMAIL_TOPICS = (
+    "One email topic per account (SNS allows 200 filter policies per shared topic), created when the "
+    "account sets its email, named '<stage prefix>-email-<digest>': the grant covers that prefix only."
 )
 _LAMBDA_RUNTIME = (
     "Python 3.12 is pinned on purpose: the public Powertools v3 layer (with pydantic) is built per "
@@ -166,20 +169,34 @@ def _acknowledge_functions(stack: ControlPlaneStack) -> None:
     ]
     topic_key = ("AwsSolutions-IAM5[Action::kms:GenerateDataKey*]", _TOPIC_KEY)
 
+    email_topics = (
+        f"AwsSolutions-IAM5[Resource::arn:{partition}:sns:{_home_region(stack)}:<AWS::AccountId>:"
+        f"{stack.notifications.topic_name_prefix}*]",
+        _EMAIL_TOPICS,
+    )
     _acknowledge(
         functions.api.role,
         wildcard,
+        email_topics,
         *jobs,
         *job_definitions,
         *job_log_streams,
         *bucket_objects,
         *table_indexes,
     )
-    _acknowledge(functions.batch_events.role, wildcard, topic_key, *bucket_objects, *table_indexes)
+    _acknowledge(
+        functions.batch_events.role,
+        wildcard,
+        topic_key,
+        email_topics,
+        *bucket_objects,
+        *table_indexes,
+    )
     _acknowledge(
         functions.meter.role,
         wildcard,
         topic_key,
+        email_topics,
         *jobs,
         *bucket_objects,
         *table_indexes,
@@ -262,12 +279,9 @@ def _batch_arn(partition: str, zone: ZoneNames, resource: str) -> str:
     return f"arn:{partition}:batch:{zone.region}:<AWS::AccountId>:{resource}"
 
 
-def _arn_token_ref(stack: Stack, construct: IConstruct) -> str:
-    """How cdk-nag spells a resource's ``Ref`` (an SNS topic's Ref is its ARN): ``<LogicalId>``."""
-    resource = construct.node.default_child
-    if not isinstance(resource, CfnResource):
-        raise TypeError(f"{construct.node.path} has no CloudFormation resource")
-    return f"<{stack.resolve(resource.logical_id)}>"
+def _home_region(stack: Stack) -> str:
+    """The stack's region as cdk-nag spells it: the name, or ``<AWS::Region>`` when env-agnostic."""
+    return "<AWS::Region>" if Token.is_unresolved(stack.region) else stack.region
 
 
 def _arn_token(stack: Stack, construct: IConstruct) -> str:

@@ -90,9 +90,10 @@ def set_contacts(
     """``PUT /account/contacts``: set or clear the email, phone and webhook URL (``NOT_GIVEN`` leaves
     one as it is).
 
-    A new email replaces the account's SNS email subscription (pending until its owner confirms);
-    a cleared email removes it. A new webhook URL gets a new signing secret (``webhook_secret`` on
-    the returned account: shown once, by the route that set it).
+    A new email gets its own SNS topic with one email subscription (pending until its owner
+    confirms); the replaced or cleared address's topic is deleted with its subscription
+    (``functions.adapters.sns`` says why a topic per account). A new webhook URL gets a new signing
+    secret (``webhook_secret`` on the returned account: shown once, by the route that set it).
 
     Raises
     ------
@@ -114,9 +115,11 @@ def set_contacts(
         secret = f"whsec_{secrets.token_urlsafe(32)}"
     subscription = account.email_subscription
     if new_email != account.email or (new_email and not subscription):
-        if subscription:
-            services.subscriptions.unsubscribe(subscription)
+        # The new address first: when SNS refuses it, the old one still gets the account's mail.
         subscription = services.subscriptions.subscribe(account_id, new_email) if new_email else None
+        if account.email and new_email != account.email:
+            # Deleting the old address's topic also removes its subscription if still pending.
+            services.subscriptions.remove(account_id, account.email)
     changed = replace(
         account,
         email=new_email,
@@ -141,7 +144,7 @@ def email_status(services: Services, account: Account) -> str:
         return "none"
     if not account.email_subscription:
         return "pending"
-    return services.subscriptions.status(account.email_subscription)
+    return services.subscriptions.status(account.account_id, account.email)
 
 
 @dataclass(frozen=True, slots=True)

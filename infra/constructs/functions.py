@@ -40,7 +40,7 @@ class Functions(Construct):
     data : Data
         The tables the functions read and write.
     notifications : Notifications
-        The email topic they publish to (and the api subscribes accounts' emails to).
+        The accounts' email topics (by name prefix) they publish to and the api creates.
     zones : Sequence[ZoneNames]
         Each geo zone's resource names; they become ``REMOTE_BATCH_ZONES``.
 
@@ -112,7 +112,8 @@ class Functions(Construct):
             "REMOTE_BATCH_ACCOUNTS_TABLE": data.accounts_table.table_name,
             "REMOTE_BATCH_LEDGER_TABLE": data.ledger_table.table_name,
             "REMOTE_BATCH_IDEMPOTENCY_TABLE": data.idempotency_table.table_name,
-            "REMOTE_BATCH_EMAIL_TOPIC_ARN": self._notifications.email_topic.topic_arn,
+            "REMOTE_BATCH_EMAIL_TOPIC_ARN_PREFIX": self._notifications.topic_arn_prefix,
+            "REMOTE_BATCH_EMAIL_TOPIC_KEY": self._notifications.key.key_arn,
             "REMOTE_BATCH_ZONES": self._zones_json(),
         }
 
@@ -186,15 +187,9 @@ class Functions(Construct):
         for table in self._data.tables.values():
             table.grant_read_write_data(role)
         self._grant_objects(role, write=True)
-        self._notifications.email_topic.grant_subscribe(role)
-        # Replacing an account's email removes its old subscription; GET /account shows its state.
-        # Neither action has a resource type (a subscription ARN is not an IAM resource): Resource "*".
-        role.add_to_principal_policy(
-            iam.PolicyStatement(
-                actions=["sns:Unsubscribe", "sns:GetSubscriptionAttributes"],
-                resources=["*"],
-            )
-        )
+        # An account's email gets its own topic; a replaced one's topic is deleted; GET /account reads
+        # whether the subscription is confirmed.
+        self._notifications.grant_manage_topics(role)
         self._grant_batch(role, submit=True)
         self._grant_job_logs(role)
 
@@ -246,7 +241,8 @@ class Functions(Construct):
         )
 
     def _grant_notify(self, role: iam.IRole) -> None:
-        self._notifications.email_topic.grant_publish(role)
+        # Email: to the accounts' own topics, all under one name prefix.
+        self._notifications.grant_publish(role)
         # SMS goes to a phone number, which has no ARN: SNS authorizes it on Resource "*".
         role.add_to_principal_policy(iam.PolicyStatement(actions=["sns:Publish"], resources=["*"]))
 

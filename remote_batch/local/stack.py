@@ -138,7 +138,7 @@ class LocalStack:
         last_alive = self._read_stopped_at() or report.taken_at
 
         outbox = OutboxNotifier(
-            SnsNotifier(clients.client("sns", settings.home_region), settings.email_topic_arn),
+            SnsNotifier(clients.client("sns", settings.home_region), settings.email_topic_arn_prefix),
             config.home / "outbox.jsonl",
         )
         bus = EventBus(self._deliver_batch_event, config.home / "batch-events.jsonl", config.duplicate_events)
@@ -278,7 +278,7 @@ def _snapshot_scope(settings: Settings) -> SnapshotScope:
         tables=tuple(table_name(spec) for spec in ALL_TABLES),
         buckets={zone.bucket: zone.region for zone in settings.zones.values()},
         log_groups=tuple(sorted({(zone.region, zone.log_group) for zone in settings.zones.values()})),
-        topic_arn=settings.email_topic_arn,
+        topic_arn_prefix=settings.email_topic_arn_prefix,
         home_region=settings.home_region,
     )
 

@@ -119,7 +119,7 @@ def _sns(
         requests = [AuthorizationRequest("sns:Publish", target)]
         # A publisher to an SSE-KMS topic needs kms:GenerateDataKey* and kms:Decrypt on its key
         # (Amazon SNS developer guide, "Encryption at rest": key management).
-        key = topic_keys.get(target)
+        key = next((k for prefix, k in topic_keys.items() if target.startswith(prefix)), None)
         if key:
             requests += [
                 AuthorizationRequest("kms:GenerateDataKey", key),
@@ -296,7 +296,8 @@ class IamEnforcer:
     Parameters
     ----------
     topic_keys : Mapping[str, str]
-        SNS topic ARN → the ARN of the KMS key that encrypts it (dependent kms authorizations).
+        SNS topic ARN (or ARN prefix) → the ARN of the KMS key that encrypts those topics (dependent kms
+        authorizations of a Publish).
     revision_of : callable(region, definition name) -> int
         The latest revision of a job definition (what SubmitJob by name resolves to).
     """

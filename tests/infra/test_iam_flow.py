@@ -82,13 +82,9 @@ def deployment_of(synth: Synth) -> Deployment:
             environment=resolver.resolve(props["Environment"]["Variables"]),
             policies=resolver.role_policies(role_id),
         )
-    topic_keys = {
-        resolver.resolve({"Ref": logical_id}): resolver.resolve(
-            {"Fn::GetAtt": [r["Properties"]["KmsMasterKeyId"]["Fn::GetAtt"][0], "Arn"]}
-        )
-        for logical_id, r in resources.items()
-        if r["Type"] == "AWS::SNS::Topic" and "Fn::GetAtt" in r["Properties"].get("KmsMasterKeyId", {})
-    }
+    # The accounts' email topics are made at run time under one prefix, encrypted with one key.
+    api_env = functions["api"].environment
+    topic_keys = {api_env["REMOTE_BATCH_EMAIL_TOPIC_ARN_PREFIX"]: api_env["REMOTE_BATCH_EMAIL_TOPIC_KEY"]}
     return Deployment(functions, topic_keys)
 
 
@@ -106,7 +102,8 @@ def _admin(service: str, region: str) -> Any:
 
 def create_resources(env: dict[str, str]) -> None:
     """What the control plane and zone stacks create, under the names the functions' environment
-    carries: tables, the email topic, each zone's bucket, job log group, Batch queues and definitions."""
+    carries: tables, each zone's bucket, job log group, Batch queues and definitions (the accounts'
+    email topics are the api's to create)."""
     region = env["AWS_REGION"]
     dynamodb = _admin("dynamodb", region)
     names = {
@@ -117,7 +114,6 @@ def create_resources(env: dict[str, str]) -> None:
     }
     for spec in ALL_TABLES:
         dynamodb.create_table(**create_table_request(spec, names[spec.logical_name]))
-    _admin("sns", region).create_topic(Name=env["REMOTE_BATCH_EMAIL_TOPIC_ARN"].rsplit(":", 1)[1])
     batch_trust = {
         "Version": "2012-10-17",
         "Statement": [
@@ -302,8 +298,9 @@ def run_flow(
     monkeypatch: pytest.MonkeyPatch,
     drop: Callable[[str, dict[str, Any]], bool] | None = None,
 ) -> FlowRun:
-    """Submit (with tags) → Starting/Running/Succeeded → settlement → notifications (email subscribe,
-    unsubscribe on replace, SMS, webhook) → meter tick → outputs → result → log → delete."""
+    """Submit (with tags) → Starting/Running/Succeeded → settlement → notifications (email: the
+    account's topic created and subscribed, the replaced address's topic deleted; SMS; webhook) →
+    meter tick → outputs → result → log → delete."""
     from moto import mock_aws, settings
     from moto.sns.models import sns_backends
 
@@ -493,9 +490,10 @@ def test_the_whole_flow_runs_under_each_functions_own_role(
     for expected in [
         ("api", "batch:SubmitJob"),
         ("api", "batch:TerminateJob"),
+        ("api", "sns:CreateTopic"),
         ("api", "sns:Subscribe"),
-        ("api", "sns:Unsubscribe"),
-        ("api", "sns:GetSubscriptionAttributes"),
+        ("api", "sns:DeleteTopic"),
+        ("api", "sns:ListSubscriptionsByTopic"),
         ("api", "s3:PutObject"),
         ("api", "s3:DeleteObjects"),
         ("api", "logs:GetLogEvents"),
