@@ -25,6 +25,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import timedelta
 from decimal import Decimal
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -239,6 +240,10 @@ class Lambdas:
         self._enforcer = enforcer
         self._monkeypatch = monkeypatch
 
+    def environment(self, name: str) -> dict[str, str]:
+        """The function's resolved environment variables."""
+        return self._deployment.functions[name].environment
+
     def _as(self, name: str) -> None:
         from functions import bootstrap
         from functions.handlers import api
@@ -276,10 +281,16 @@ class Lambdas:
         self._as("batch_events")
         return batch_events.handler(event, FakeLambdaContext())
 
-    def tick(self) -> Any:
+    def tick(self, later_seconds: float = 0) -> Any:
+        """One meter tick; ``later_seconds`` runs it that much later (its clock, not its credentials)."""
+        from functions import bootstrap
         from functions.handlers import meter
+        from functions.settings import load_settings
 
         self._as("meter")
+        if later_seconds:
+            clock = lambda: bootstrap.utc_now() + timedelta(seconds=later_seconds)  # noqa: E731
+            bootstrap.install(bootstrap.build_services(load_settings(), clock=clock))
         return meter.handler(scheduled_event(), FakeLambdaContext())
 
 
@@ -433,13 +444,58 @@ def _finish(
     statuses["log"], _ = lambdas.api("GET", f"/jobs/{job_id}/log")
     statuses["usage"], _ = lambdas.api("GET", "/account/usage")
     statuses["delete"], _ = lambdas.api("DELETE", f"/jobs/{job_id}")
-    # A second job, aborted while queued: TerminateJob under the api's role.
+    _capped(lambdas, enforcer, statuses)
+    # Another job, aborted while queued: TerminateJob under the api's role.
     status, other = lambdas.api(
         "POST", "/jobs", body={"code": "1", "geoZone": "UnitedStates", "notifications": "None"}
     )
     statuses["submit second"] = status
     if status == 202:
         statuses["abort"], _ = lambdas.api("POST", f"/jobs/{other['jobId']}/abort")
+    # Two hours on, no event came for the aborted job: the meter asks Batch (DescribeJobs).
+    statuses["meter reconciled"] = int(lambdas.tick(later_seconds=7_200)["reconciled"])
+
+
+def _capped(lambdas: Lambdas, enforcer: IamEnforcer, statuses: dict[str, int]) -> None:
+    """A job in the other zone (eu-central-1) with a 1-credit cap: five minutes later the meter finds it
+    over its cap (TerminateJob); Batch's final event then has batch_events discard its output."""
+    rules = [{"events": ["JobCompleted"], "methods": ["Email", "SMS", "Webhook"]}]
+    body = {"code": "1", "geoZone": "EuropeanUnion", "creditConstraint": 1, "notifications": rules}
+    statuses["submit capped (EU)"], job = lambdas.api("POST", "/jobs", body=body)
+    if statuses["submit capped (EU)"] != 202:
+        return
+    job_id = job["jobId"]
+    statuses["get capped"], view = lambdas.api("GET", f"/jobs/{job_id}")
+    zone = json.loads(lambdas.environment("api")["REMOTE_BATCH_ZONES"])["EuropeanUnion"]
+    with unenforced(enforcer):
+        table = lambdas.environment("api")["REMOTE_BATCH_JOBS_TABLE"]
+        item = _admin("dynamodb", "us-east-1").get_item(TableName=table, Key={"jobId": {"S": job_id}})["Item"]
+        batch_id = item["batchJobId"]["S"]
+        _admin("s3", zone["region"]).put_object(
+            Bucket=zone["bucket"], Key=f"outputs/{job_id}/partial.csv", Body=b"x"
+        )
+    now = int(time.time() * 1000)
+    events = job_lifecycle(
+        job_id,
+        batch_id,
+        created_at=now - 5_000,
+        started_at=now - 4_000,
+        stopped_at=now + 7_200_000,
+        succeeded=False,
+    )
+    for event in events[:4]:  # up to Running
+        lambdas.deliver(event)
+    # Five minutes later: 5 credits spent at Basic1x8's 60 an hour, over the cap; not yet quiet.
+    report = lambdas.tick(later_seconds=300)
+    statuses["meter terminated"] = int(report["terminated"])
+    lambdas.deliver(events[4])  # Batch's FAILED event after the termination
+    statuses["get capped after"], after = lambdas.api("GET", f"/jobs/{job_id}")
+    statuses[f"capped status {after.get('status')}"] = 0
+    with unenforced(enforcer):
+        left = _admin("s3", zone["region"]).list_objects_v2(
+            Bucket=zone["bucket"], Prefix=f"outputs/{job_id}/"
+        )
+    statuses["capped outputs left"] = int(left.get("KeyCount", 0))
 
 
 def _report(enforcer: IamEnforcer) -> str:
@@ -468,7 +524,7 @@ def test_the_whole_flow_runs_under_each_functions_own_role(
     # The one error is the idempotent retry: Powertools' conditional put finds the first record.
     errors = [(c.function, c.operation, c.error) for c in enforcer.calls if c.error]
     assert errors == [("api", "dynamodb:PutItem", "ConditionalCheckFailedException")]
-    assert {k: v for k, v in run.statuses.items() if not k.startswith("job status")} == {
+    assert {k: v for k, v in run.statuses.items() if " status " not in f" {k}"} == {
         "grant credits": 200,
         "set contacts": 200,
         "replace email": 200,
@@ -481,10 +537,17 @@ def test_the_whole_flow_runs_under_each_functions_own_role(
         "log": 200,
         "usage": 200,
         "delete": 204,
+        "submit capped (EU)": 202,
+        "get capped": 200,
+        "meter terminated": 1,
+        "get capped after": 200,
+        "capped outputs left": 0,
         "submit second": 202,
         "abort": 202,
+        "meter reconciled": 1,
     }
     assert "job status Succeeded" in run.statuses
+    assert "capped status Terminated" in run.statuses
     # Every function did its part, under its own role, and each step's AWS calls were made.
     operations = {(c.function, c.operation) for c in enforcer.calls}
     for expected in [
@@ -501,6 +564,10 @@ def test_the_whole_flow_runs_under_each_functions_own_role(
         ("batch_events", "sns:Publish"),
         ("batch_events", "dynamodb:TransactWriteItems"),
         ("meter", "dynamodb:Query"),
+        ("meter", "batch:TerminateJob"),
+        ("meter", "batch:DescribeJobs"),
+        ("batch_events", "s3:ListObjectsV2"),
+        ("batch_events", "s3:DeleteObjects"),
     ]:
         assert expected in operations, expected
     submit = next(c for c in enforcer.calls if c.operation == "batch:SubmitJob")
