@@ -89,6 +89,7 @@ def build_services(
         idempotency_table=settings.idempotency_table,
         allowed_zones=tuple(zones),
         allow_http_webhooks=settings.allow_http_webhooks,
+        sms_per_account_per_hour=settings.sms_per_account_per_hour,
     )
 
 
