@@ -237,6 +237,13 @@ class EmailSubscriptions(Protocol):
         """``pending`` or ``confirmed`` (``pending`` also when SNS no longer knows the topic)."""
 
 
+class HostResolver(Protocol):
+    """DNS: the addresses a host name (or a numeric spelling of one) resolves to."""
+
+    def resolve(self, host: str, port: int) -> list[str]:
+        """Every address ``host`` resolves to; [] when it does not resolve."""
+
+
 class Notifier(Protocol):
     """SNS: Email through the account's own topic, SMS straight to the phone; webhooks by HTTPS."""
 
@@ -279,3 +286,5 @@ class Services:
     allow_http_webhooks: bool = False
     # SMS per account and clock hour; the rest are recorded skipped in the job's notificationLog.
     sms_per_account_per_hour: int = 30
+    # Resolves webhook hosts (their addresses must be public); None refuses every webhook URL.
+    resolver: HostResolver | None = None
