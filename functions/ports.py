@@ -64,12 +64,17 @@ class JobRepository(Protocol):
         Returns the job after the write, or None when nothing was written.
         """
 
-    def claim_notification(self, job_id: str, key: str) -> bool:
-        """Add ``key`` to the job's sent set; True only for the writer that added it."""
+    def claim_notification(self, job_id: str, key: str, while_open: bool = False) -> bool:
+        """Add ``key`` to the job's sent set; True only for the writer that added it (and, with
+        ``while_open``, only while the job is not final)."""
 
-    def release_notification(self, job_id: str, key: str) -> None:
-        """Remove ``key`` after a failed publish, so a retry can claim it again; the key stays owed
-        and the job is listed for the meter's retries."""
+    def release_notification(self, job_id: str, key: str, failure: str) -> None:
+        """Remove ``key`` after a transient publish failure, so a retry can claim it again; the key
+        stays owed, ``failure`` (``notification_schedule.failure_record``) is added to the job's
+        publish failures and the job is listed for the meter's retries."""
+
+    def take_sms_allowance(self, account_id: str, hour: str, limit: int) -> bool:
+        """Count one SMS for the account in the clock hour ``hour``; False once ``limit`` were."""
 
     def list_notification_retries(self) -> Iterable[str]:
         """Ids of jobs with a notification whose publish failed (a sparse index)."""
@@ -232,6 +237,13 @@ class EmailSubscriptions(Protocol):
         """``pending`` or ``confirmed`` (``pending`` also when SNS no longer knows the topic)."""
 
 
+class HostResolver(Protocol):
+    """DNS: the addresses a host name (or a numeric spelling of one) resolves to."""
+
+    def resolve(self, host: str, port: int) -> list[str]:
+        """Every address ``host`` resolves to; [] when it does not resolve."""
+
+
 class Notifier(Protocol):
     """SNS: Email through the account's own topic, SMS straight to the phone; webhooks by HTTPS."""
 
@@ -272,3 +284,7 @@ class Services:
     idempotency_table: str | None = None
     allowed_zones: Sequence[GeoZone] = ()
     allow_http_webhooks: bool = False
+    # SMS per account and clock hour; the rest are recorded skipped in the job's notificationLog.
+    sms_per_account_per_hour: int = 30
+    # Resolves webhook hosts (their addresses must be public); None refuses every webhook URL.
+    resolver: HostResolver | None = None

@@ -41,6 +41,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from functions.adapters.sns import email_topic_arn
 from remote_batch.local.files import read_json, write_bytes_atomic, write_json_atomic
 from remote_batch.local.resources import AwsClients
 
@@ -87,6 +88,20 @@ class RestoreReport:
     objects: int = 0
     log_streams: int = 0
     subscriptions: int = 0
+
+
+def _topic_of_shared(prefix: str, subscription: Mapping[str, Any]) -> str | None:
+    """A subscription of a snapshot taken when email went through one shared topic (filter policy
+    ``{"accountId": [id]}``): the topic of that account and address now, or None."""
+    try:
+        account_ids = json.loads((subscription.get("attributes") or {}).get("FilterPolicy", "{}"))[
+            "accountId"
+        ]
+    except (ValueError, KeyError, TypeError):
+        return None
+    if not isinstance(account_ids, list) or len(account_ids) != 1 or not subscription.get("endpoint"):
+        return None
+    return email_topic_arn(prefix, str(account_ids[0]), str(subscription["endpoint"]))
 
 
 def _now_ms() -> int:
@@ -260,9 +275,11 @@ class StateSnapshots:
         sns = self._clients.client("sns", self._scope.home_region)
         renamed: dict[str, str] = {}
         for subscription in stored["subscriptions"]:
-            topic_arn = subscription.get("topicArn", "")
-            if not topic_arn.startswith(self._scope.topic_arn_prefix):
-                continue  # a snapshot of the earlier single shared topic: PUT /account/contacts redoes it
+            topic_arn = subscription.get("topicArn") or _topic_of_shared(
+                self._scope.topic_arn_prefix, subscription
+            )
+            if not topic_arn or not topic_arn.startswith(self._scope.topic_arn_prefix):
+                continue
             sns.create_topic(
                 Name=topic_arn.rsplit(":", 1)[1], Attributes=subscription.get("topicAttributes") or {}
             )
@@ -270,7 +287,9 @@ class StateSnapshots:
                 TopicArn=topic_arn,
                 Protocol=subscription["protocol"],
                 Endpoint=subscription["endpoint"],
-                Attributes=subscription.get("attributes") or {},
+                Attributes={
+                    k: v for k, v in (subscription.get("attributes") or {}).items() if k != "FilterPolicy"
+                },
                 ReturnSubscriptionArn=True,
             )
             if subscription.get("arn"):

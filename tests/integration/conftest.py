@@ -21,7 +21,7 @@ from functions.domain.machine_classes import MACHINE_CLASSES, GeoZone
 from functions.ports import Services
 from functions.settings import RouteSettings, Settings, ZoneSettings
 from tests.events import JOB_DEFINITION_ARN, QUEUE_ARN, api_event, batch_event
-from tests.fakes import FakeLambdaContext, RecordingBatchGateway, RecordingNotifier
+from tests.fakes import FakeLambdaContext, FakeResolver, RecordingBatchGateway, RecordingNotifier
 
 ZONE_REGIONS = {GeoZone.UNITED_STATES: "us-east-1", GeoZone.EUROPEAN_UNION: "eu-central-1"}
 
@@ -176,7 +176,9 @@ def stack() -> Iterator[Stack]:
         clock = Clock()
         gateways = {zone: RecordingBatchGateway() for zone in ZONE_REGIONS}
         notifier = RecordingNotifier()
-        services = bootstrap.build_services(settings, batch_gateways=gateways, notifier=notifier, clock=clock)
+        services = bootstrap.build_services(
+            settings, batch_gateways=gateways, notifier=notifier, clock=clock, resolver=FakeResolver()
+        )
         bootstrap.install(services)
         for var, value in settings.to_environment().items():
             if var != "AWS_REGION":
