@@ -7,25 +7,49 @@ STAMP := $(VENV)/.installed
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: dev test lint unit integration infra e2e synth format clean bench
+# The Lambdas' third-party packages: pinned once in functions/requirements.lock (`make lock`),
+# installed from it into the layer folder (`make lambda-bundle`) and, as constraints, into the venv.
+LAMBDA_LOCKS := functions/requirements.lock functions/runtime.lock
+LAMBDA_CONSTRAINTS := build/lambda/constraints.txt
+LAMBDA_BUNDLE := build/lambda/.built
 
-# Create the venv and install what is missing (re-runs when pyproject.toml changes).
-$(STAMP): pyproject.toml
+.PHONY: dev venv test lint unit integration infra bundle e2e synth format clean bench lock lambda-bundle instance-offerings
+
+# The lock's pins without hashes, for `pip install -c` (stdlib-only script: runs before the venv exists).
+$(LAMBDA_CONSTRAINTS): functions/requirements.lock infra/lambda_bundle.py
+	$(PYTHON) -m infra.lambda_bundle constraints
+
+# Create the venv and install what is missing (re-runs when pyproject.toml or the lock changes).
+$(STAMP): pyproject.toml $(LAMBDA_CONSTRAINTS)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[local,worker,infra,dev]'
+	$(BIN)/python -m pip install --quiet -e '.[local,worker,infra,dev]' -c $(LAMBDA_CONSTRAINTS)
 	touch $(STAMP)
+
+## Build the Lambda layer (build/lambda/layer.zip) from the lock: wheels for the deployed runtime, from PyPI.
+lambda-bundle: $(LAMBDA_BUNDLE)
+$(LAMBDA_BUNDLE): $(LAMBDA_LOCKS) infra/lambda_bundle.py infra/constants.py | $(STAMP)
+	$(BIN)/python -m infra.lambda_bundle build
+	touch $(LAMBDA_BUNDLE)
+
+## Re-resolve functions/requirements.in into the lock (keeps pins; `make lock UPGRADE=1` moves them).
+lock: $(STAMP)
+	$(BIN)/python -m infra.lambda_bundle lock $(if $(UPGRADE),--upgrade)
 
 node_modules/.installed: package.json
 	npm install --no-audit --no-fund --silent
 	touch node_modules/.installed
+
+## What `cdk deploy` needs, and nothing else runs: .venv (the CDK app, cdk-nag), node_modules (the CDK CLI)
+## and the Lambda layer built from the lock.
+venv: $(STAMP) node_modules/.installed $(LAMBDA_BUNDLE)
 
 ## Start the whole service on this machine (moto + local Batch executor) at 127.0.0.1:8787.
 dev: $(STAMP)
 	$(BIN)/python -m remote_batch.local
 
 ## Lint, type-check, then every test tier: unit, integration (moto), infra (CDK), e2e (local stack).
-test: $(STAMP) node_modules/.installed
+test: $(STAMP) node_modules/.installed $(LAMBDA_BUNDLE)
 	$(MAKE) --no-print-directory lint
 	$(BIN)/python -m pytest tests
 
@@ -42,17 +66,25 @@ unit: $(STAMP)
 	$(BIN)/python -m pytest tests/unit
 integration: $(STAMP)
 	$(BIN)/python -m pytest tests/integration
-infra: $(STAMP) node_modules/.installed
+infra: $(STAMP) node_modules/.installed $(LAMBDA_BUNDLE)
 	$(BIN)/python -m pytest tests/infra
+## The deployed-bundle tests alone (each handler run on the synthesized assets in a fresh interpreter).
+bundle: $(STAMP) node_modules/.installed $(LAMBDA_BUNDLE)
+	$(BIN)/python -m pytest tests/infra -m bundle -v
 e2e: $(STAMP)
 	$(BIN)/python -m pytest tests/e2e
 
 ## Synthesize the CDK app offline into cdk.out/.
-synth: $(STAMP) node_modules/.installed
+synth: $(STAMP) node_modules/.installed $(LAMBDA_BUNDLE)
 	PATH=$(abspath $(BIN)):$$PATH npx cdk synth --quiet
 
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks
 
 clean:
-	rm -rf $(VENV) node_modules cdk.out .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) node_modules cdk.out build .pytest_cache .mypy_cache .ruff_cache
+
+## Regenerate infra/instance_offerings.json (which region offers the compute pools' instance types)
+## from moto's EC2 instance-type offerings, after changing a pool in infra/constants.py.
+instance-offerings: $(STAMP)
+	$(BIN)/python -m infra.instance_offerings

@@ -57,6 +57,7 @@ def build_app(outdir: str | None = None, context: dict[str, Any] | None = None) 
             home_region=config.home_region,
             availability_zones=config.availability_zones[zone.region],
             worker_image_dir=config.worker_image_dir,
+            pools=config.instance_pools[zone.region],
             env=Environment(region=zone.region),
             description=f"{constants.SERVICE_NAME} ({config.stage}): {zone.zone} data and Batch compute",
         )

@@ -9,12 +9,17 @@ Context keys:
 - ``availabilityZones``: ``{"us-east-1": ["us-east-1a", ...], ...}``: explicit, so synth needs no
   account lookup.
 - ``workerImageDir``: the worker image's build context, relative to the repo (``worker``).
+- ``instancePools`` (optional): ``{"<region>": {"<pool>": ["<type or family>", ...]}}`` gives a
+  compute pool (``infra/constants.py`` ``COMPUTE_POOLS``) other instance types in one region.
+  Every zone region's pools are checked against ``infra/instance_offerings.json``: a region that
+  lacks one of its pools' types fails the synth, naming the region, the type and the pool.
 
 A mapping given with ``-c`` arrives as a string: it is parsed as JSON.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from collections.abc import Callable
@@ -26,6 +31,7 @@ from aws_cdk import Aws
 
 from functions.domain.machine_classes import GeoZone
 from infra import constants
+from infra.instance_offerings import InstanceTypesNotOffered, check_pools
 from infra.naming import ZoneNames
 
 ContextReader = Callable[[str], Any]
@@ -46,6 +52,8 @@ class DeploymentConfig:
     zone_regions: dict[str, str]
     availability_zones: dict[str, tuple[str, ...]]
     worker_image_dir: Path
+    instance_pools: dict[str, dict[str, constants.ComputePool]]
+    """Every zone region → its compute pools (``COMPUTE_POOLS`` with the ``instancePools`` overrides)."""
 
     @classmethod
     def from_context(cls, context: ContextReader) -> DeploymentConfig:
@@ -54,7 +62,8 @@ class DeploymentConfig:
         Raises
         ------
         ConfigError
-            Naming the key that is missing or malformed.
+            Naming the key that is missing or malformed, or the region that does not offer one of
+            its compute pools' instance types.
         """
         stage = str(context(constants.CONTEXT_STAGE) or constants.DEFAULT_STAGE)
         if not re.fullmatch(constants.STAGE_PATTERN, stage):
@@ -75,6 +84,7 @@ class DeploymentConfig:
         worker_dir = Path(
             str(context(constants.CONTEXT_WORKER_IMAGE_DIR) or constants.DEFAULT_WORKER_IMAGE_DIR)
         )
+        instance_pools = _instance_pools(context, list(zone_regions.values()))
         return cls(
             stage=stage,
             stack_name_prefix=str(
@@ -84,6 +94,7 @@ class DeploymentConfig:
             zone_regions=zone_regions,
             availability_zones={region: tuple(azs[region]) for region in zone_regions.values()},
             worker_image_dir=worker_dir if worker_dir.is_absolute() else constants.REPO_ROOT / worker_dir,
+            instance_pools=instance_pools,
         )
 
     @property
@@ -99,6 +110,36 @@ class DeploymentConfig:
 
     def all_zone_names(self, account: str = Aws.ACCOUNT_ID) -> list[ZoneNames]:
         return [self.zone_names(zone, account) for zone in self.zone_regions]
+
+
+def _instance_pools(
+    context: ContextReader, regions: list[str]
+) -> dict[str, dict[str, constants.ComputePool]]:
+    overrides = (
+        _mapping(context, constants.CONTEXT_INSTANCE_POOLS)
+        if context(constants.CONTEXT_INSTANCE_POOLS)
+        else {}
+    )
+    unknown_regions = sorted(set(overrides) - set(regions))
+    if unknown_regions:
+        raise ConfigError(f"context instancePools names regions of no geo zone: {unknown_regions}")
+    pools_by_region = {}
+    for region in regions:
+        pools = dict(constants.COMPUTE_POOLS)
+        for pool_name, types in dict(overrides.get(region) or {}).items():
+            if pool_name not in pools:
+                raise ConfigError(
+                    f"context instancePools[{region}]: unknown pool {pool_name!r}; pools are {sorted(pools)}"
+                )
+            if not isinstance(types, list) or not types or not all(isinstance(t, str) and t for t in types):
+                raise ConfigError(f"context instancePools[{region}][{pool_name}] must be a list of types")
+            pools[pool_name] = dataclasses.replace(pools[pool_name], instance_types=tuple(types))
+        try:
+            check_pools(region, pools)
+        except InstanceTypesNotOffered as exc:
+            raise ConfigError(str(exc)) from exc
+        pools_by_region[region] = pools
+    return pools_by_region
 
 
 def _required(context: ContextReader, key: str) -> str:

@@ -21,6 +21,7 @@ CONTEXT_HOME_REGION = "homeRegion"
 CONTEXT_GEO_ZONE_REGIONS = "geoZoneRegions"
 CONTEXT_AVAILABILITY_ZONES = "availabilityZones"
 CONTEXT_WORKER_IMAGE_DIR = "workerImageDir"
+CONTEXT_INSTANCE_POOLS = "instancePools"
 DEFAULT_WORKER_IMAGE_DIR = "worker"
 # The stage is part of S3 bucket, queue and log group names: lowercase, no hyphen (so one stage's
 # queue-name prefix never matches another's), short enough for S3's 63-character bucket names.
@@ -40,9 +41,24 @@ JOB_TAG_KEYS = ("remote-batch:jobId", "remote-batch:accountId")
 
 # Lambdas.
 LAMBDA_CODE_DIR = "functions"
-POWERTOOLS_LAYER_ACCOUNT = "017000801446"
-POWERTOOLS_LAYER_NAME = "AWSLambdaPowertoolsPythonV3-python312-arm64"
-POWERTOOLS_LAYER_VERSION = 27
+# The interpreter and machine the functions run on, and the wheels their layer is built for.
+# CPython 3.11 on x86_64 because that is what the tests run here: the deployed-bundle test imports
+# the very layer that is deployed (pydantic-core is a compiled wheel: an arm64 or cp312 build could
+# not be imported on this host, so it would ship untested). python3.11 runs on Amazon Linux 2
+# (glibc 2.26, hence manylinux2014 = glibc 2.17 wheels) and is the first of the supported Python
+# runtimes Lambda deprecates: check its date in the Lambda runtimes table before a first deploy.
+# Moving to python3.12/3.13 (Amazon Linux 2023) or arm64 is a change of these three values once the
+# test machines run that interpreter (the bundle test then imports that build).
+LAMBDA_PYTHON_VERSION = "3.11"
+LAMBDA_ARCHITECTURE = "x86_64"
+LAMBDA_PLATFORM = "manylinux2014_x86_64"
+# One lock file holds every third-party pin of the functions (boto3 included); `make lock` writes it,
+# `make lambda-bundle` installs it into the layer folder, the venv installs it as constraints.
+LAMBDA_LOCK_FILE = "functions/requirements.lock"
+LAMBDA_RUNTIME_LOCK_FILE = "functions/runtime.lock"
+LAMBDA_LAYER_DIR = "build/lambda/layer"
+LAMBDA_LAYER_ZIP = "build/lambda/layer.zip"  # what CDK uploads: LAMBDA_LAYER_DIR, zipped reproducibly
+LAMBDA_RUNTIME_SDK_DIR = "build/lambda-runtime"
 LAMBDA_MEMORY_MIB = {"api": 1024, "batch_events": 512, "meter": 1024}
 LAMBDA_TIMEOUT_SECONDS = {"api": 29, "batch_events": 60, "meter": 55}
 LAMBDA_HANDLERS = {
@@ -83,14 +99,21 @@ class ComputePool:
     """Instances some machine classes share: one Spot and one on-demand compute environment.
 
     ``instance_types`` are EC2 families (``m7i``: Batch picks the size) or sizes (``r8i.96xlarge``,
-    where only the largest sizes fit); ``max_vcpus`` caps each of the two environments, and a full
-    Spot environment is what spills a queue's jobs to on-demand.
+    where only the largest sizes fit); ``max_vcpus`` caps each of the two environments.
+    ``on_demand_first`` puts the on-demand environment first in the pool's queues: where Spot is
+    scarce (the largest memory sizes, GPUs) a Spot-first queue would wait on Spot capacity until
+    the job-state time limit cancels the job, while on-demand, priced the same in credits, would
+    have run it; elsewhere Spot comes first and a full Spot environment spills to on-demand.
+    ``root_volume_gib`` sizes each instance's encrypted gp3 root volume, which every container on
+    the instance shares (images, the jobs' working directories).
     """
 
     name: str
     instance_types: tuple[str, ...]
     max_vcpus: int
+    root_volume_gib: int
     gpu: bool = False
+    on_demand_first: bool = False
 
 
 # A job's MEMORY must be below what the ECS agent registers (the instance's memory minus a few
@@ -98,13 +121,21 @@ class ComputePool:
 #   Basic1x8 r7i.large (2/16 GiB), Memory16x128 r7i.8xlarge (32/256), Compute64x128 c7i.24xlarge
 #   (96/192), Compute192x384 m7i.48xlarge (192/768), Memory192x1536 r8i.96xlarge (384/3072) or
 #   x8i.48xlarge (192/3072), GPU1xL40S g6e.4xlarge (16/128, 1 L40S), GPU4xL4 g6.24xlarge (96/384, 4 L4).
+# Each configured region must offer every type (checked at synth against infra/instance_offerings.json;
+# the instancePools context gives a pool other types in one region).
 COMPUTE_POOLS: dict[str, ComputePool] = {
     pool.name: pool
     for pool in (
-        ComputePool("General", ("m7i", "c7i", "r7i"), max_vcpus=384),
-        ComputePool("HighMemory", ("r8i.96xlarge", "x8i.48xlarge"), max_vcpus=384),
-        ComputePool("GpuL40S", ("g6e",), max_vcpus=64, gpu=True),
-        ComputePool("GpuL4", ("g6",), max_vcpus=192, gpu=True),
+        ComputePool("General", ("m7i", "c7i", "r7i"), max_vcpus=384, root_volume_gib=100),
+        ComputePool(
+            "HighMemory",
+            ("r8i.96xlarge", "x8i.48xlarge"),
+            max_vcpus=384,
+            root_volume_gib=500,
+            on_demand_first=True,
+        ),
+        ComputePool("GpuL40S", ("g6e",), max_vcpus=64, root_volume_gib=200, gpu=True, on_demand_first=True),
+        ComputePool("GpuL4", ("g6",), max_vcpus=192, root_volume_gib=200, gpu=True, on_demand_first=True),
     )
 }
 MACHINE_CLASS_POOLS: dict[str, str] = {
@@ -119,14 +150,17 @@ MACHINE_CLASS_POOLS: dict[str, str] = {
     "GPU1xL40S": "GpuL40S",
     "GPU4xL4": "GpuL4",
 }
-# Spot first (order 1), on-demand second (order 2).
-SPOT_ORDER = 1
-ON_DEMAND_ORDER = 2
+# A queue's first and second compute environment (Spot first unless the pool is on_demand_first).
+FIRST_ORDER = 1
+SECOND_ORDER = 2
 JOB_QUEUE_PRIORITY = 1
-# A job RUNNABLE behind a MISCONFIGURATION:* reason (no instance type can ever fit it, or the compute
-# environments' max vCPUs are below its needs) is cancelled after 10 minutes; its statusReason
-# reaches the user through the Batch event. CAPACITY:* waits on (Spot capacity comes back).
-JOB_STATE_TIME_LIMIT_SECONDS = 600
+# /dev/shm of a job container, as a share of its class's memory (Docker's default is 64 MiB, too
+# small for PyTorch data loaders or multiprocessing queues); tmpfs pages count against the job's memory.
+SHARED_MEMORY_FRACTION = 4  # memory / 4
+# The root device of the ECS-optimized Amazon Linux 2023 AMIs (standard and NVIDIA).
+ROOT_DEVICE_NAME = "/dev/xvda"
+# Job-state time limits (cancel a job RUNNABLE behind a capacity or misconfiguration reason) live in
+# functions/domain/queue_limits.py: the batch_events Lambda words the cancel's statusReason from them.
 VPC_NAT_GATEWAYS = 1
 JOB_MAX_ATTEMPTS = 3
 JOB_RETRY_STATUS_REASON = "Host EC2*"

@@ -1,20 +1,31 @@
-"""The worker's whole run: settings → input → run → outputs → exit code."""
+"""The worker's whole run: settings → input → run → outputs → exit code.
+
+What the user sees of the worker's own failures is one line in the job log (``remote-batch worker:
+...``) and, when the job's bucket can be written, ``messages.json`` with an ``error`` whose ``reason``
+becomes the job's ``statusReason``. Never the worker's traceback: its details (traceback, S3 error)
+go to the operator, in ``<output prefix>worker-error.txt`` and, when ``REMOTE_BATCH_OPERATOR_LOG``
+names a file, appended to that file (the local stack's executor logs it).
+"""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import tempfile
+import traceback
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import boto3
+from botocore.exceptions import ClientError
 
-from worker.encoding import encode_outcome
-from worker.errors import WorkerError
-from worker.runner import Outcome, parse_job_input, run_job
-from worker.settings import WorkerSettings
+from worker.encoding import encode_outcome, messages_document
+from worker.errors import InputNotFound, InvalidJobInput, StorageError, WorkerError
+from worker.runner import JobError, Outcome, parse_job_input, run_job
+from worker.settings import JOB_ID, WorkerSettings
 from worker.storage import JobStorage
 
 if TYPE_CHECKING:
@@ -22,15 +33,23 @@ if TYPE_CHECKING:
 
 #: Exit code for a failure of the worker itself (configuration, input, S3), not of the user's code.
 EXIT_WORKER_ERROR = 2
+#: Environment variable naming a file the worker appends the details of its own errors to.
+OPERATOR_LOG = "REMOTE_BATCH_OPERATOR_LOG"
+#: The object, under the output prefix, holding the details of the worker's own error (for operators;
+#: no route serves it).
+WORKER_ERROR_OBJECT = "worker-error.txt"
+#: The ``statusReason`` of a job the worker failed on through its own fault.
+INTERNAL_ERROR_REASON = "The job runner failed (an internal error, reported to the operator)"
 
 
 def main(environ: Mapping[str, str] | None = None, s3_client: S3Client | None = None) -> int:
     """Run the job the environment describes and upload its outputs.
 
     Outputs, under ``REMOTE_BATCH_OUTPUT_PREFIX``, whether the user's code succeeded or not:
-    ``files/<path>`` for each file left in ``$REMOTE_BATCH_OUTPUT_DIR``, ``preview.png`` (Figure
-    results only), ``result.pickle``, ``result.json``, then ``messages.json`` last, so its presence
-    means the others are complete.
+    ``files/<path>`` for each file left in ``$REMOTE_BATCH_OUTPUT_DIR``, ``preview.png``,
+    ``result.pickle``, ``result.json``, then ``messages.json`` last, so its presence means the others
+    are complete. An input that cannot be read or is rejected before any user code runs leaves only
+    ``messages.json``, whose error says why in one sentence.
 
     Parameters
     ----------
@@ -43,15 +62,35 @@ def main(environ: Mapping[str, str] | None = None, s3_client: S3Client | None = 
     -------
     int
         0 on success; 1 when the user's code raised; the ``SystemExit`` code or the command's exit
-        code; 2 when the worker itself failed (one line on stderr says why).
+        code; 2 when the worker itself failed or refused the input (one line on stderr says why).
     """
     environ = os.environ if environ is None else environ
     try:
         settings = WorkerSettings.from_environ(environ)
+    except WorkerError as exc:
+        _tell_user(str(exc))
+        _tell_operator(environ, None, None, str(exc), exc)
+        return EXIT_WORKER_ERROR
+    storage: JobStorage | None = None
+    try:
         storage = JobStorage(s3_client or boto3.client("s3"), settings.bucket)
+        return _run(settings, storage, environ)
+    except BaseException as exc:  # a fault of the worker itself: never its traceback in the job log
+        _tell_user(f"internal error ({type(exc).__name__}); the operator has the details")
+        _tell_operator(environ, storage, settings, "internal error", exc)
+        if storage is not None:
+            _record_failure(storage, settings, "WorkerError", INTERNAL_ERROR_REASON)
+        return EXIT_WORKER_ERROR
+
+
+def _run(settings: WorkerSettings, storage: JobStorage, environ: Mapping[str, str]) -> int:
+    try:
         job = parse_job_input(storage.read(settings.input_key))
     except WorkerError as exc:
-        _report_worker_error(exc)
+        reason = rejection_reason(exc)
+        _tell_user(f"{reason} ({exc})" if isinstance(exc, InputNotFound) else reason)
+        _tell_operator(environ, storage, settings, reason, exc)
+        _record_failure(storage, settings, type(exc).__name__, reason)
         return EXIT_WORKER_ERROR
     with tempfile.TemporaryDirectory(prefix="remote-batch-output-", ignore_cleanup_errors=True) as tmp:
         output_dir = Path(tmp)
@@ -59,9 +98,37 @@ def main(environ: Mapping[str, str] | None = None, s3_client: S3Client | None = 
         try:
             publish(storage, settings.output_prefix, outcome, output_dir)
         except WorkerError as exc:
-            _report_worker_error(exc)
+            _tell_user(str(exc))
+            _tell_operator(environ, storage, settings, "outputs not stored", exc)
             return EXIT_WORKER_ERROR
     return outcome.exit_code
+
+
+def rejection_reason(exc: WorkerError) -> str:
+    """The one-line ``statusReason`` of a job whose input was refused before any user code ran.
+
+    Parameters
+    ----------
+    exc : WorkerError
+        ``InvalidJobInput``, ``InputNotFound`` or another ``StorageError`` of the input read.
+
+    Returns
+    -------
+    str
+        E.g. ``The job's input was rejected: command[1] contains a NUL character, ...``,
+        ``The job's input is missing``, ``The job's input could not be read (AccessDenied)``.
+    """
+    if isinstance(exc, InvalidJobInput):
+        return " ".join(f"The job's input was rejected: {exc}".split())
+    if isinstance(exc, InputNotFound):
+        return "The job's input is missing"
+    if isinstance(exc, StorageError):
+        cause = exc.__cause__
+        code = (
+            cause.response.get("Error", {}).get("Code") if isinstance(cause, ClientError) else None
+        ) or type(cause or exc).__name__
+        return f"The job's input could not be read ({code})"
+    return " ".join(str(exc).split())
 
 
 def publish(storage: JobStorage, prefix: str, outcome: Outcome, output_dir: Path) -> None:
@@ -76,15 +143,17 @@ def publish(storage: JobStorage, prefix: str, outcome: Outcome, output_dir: Path
     outcome : Outcome
         What the runner returned.
     output_dir : Path
-        The directory whose files become ``<prefix>files/...``.
+        The directory whose files become ``<prefix>files/...``; a file that cannot be read is
+        skipped with a message.
 
     Raises
     ------
     StorageError
         An upload failed.
     """
-    storage.upload_directory(output_dir, prefix + "files/")
-    encoded = encode_outcome(outcome)
+    notes: list[str] = []
+    storage.upload_directory(output_dir, prefix + "files/", notes)
+    encoded = encode_outcome(outcome, notes)
     if encoded.preview_png is not None:
         storage.write(prefix + "preview.png", encoded.preview_png, "image/png")
     if encoded.result_pickle is not None:
@@ -93,5 +162,50 @@ def publish(storage: JobStorage, prefix: str, outcome: Outcome, output_dir: Path
     storage.write(prefix + "messages.json", encoded.messages_json, "application/json")
 
 
-def _report_worker_error(exc: WorkerError) -> None:
-    print(f"remote-batch worker: {exc}", file=sys.stderr, flush=True)
+def _record_failure(storage: JobStorage, settings: WorkerSettings, kind: str, reason: str) -> None:
+    """Write ``messages.json`` saying why the job failed; best effort (the log line says it too)."""
+    error = JobError(type=kind, message=reason, traceback="", reason=reason)
+    with contextlib.suppress(Exception):
+        body = messages_document([f"{kind}: {reason}"], error)
+        storage.write(settings.output_prefix + "messages.json", body, "application/json")
+
+
+def _tell_user(sentence: str) -> None:
+    """One line in the job log, prefixed ``remote-batch worker:``."""
+    line = "remote-batch worker: " + " ".join(sentence.split())
+    try:
+        print(line, file=sys.stderr, flush=True)
+    except (ValueError, OSError, AttributeError):
+        with contextlib.suppress(OSError):
+            os.write(2, (line + "\n").encode("utf-8", "replace"))
+
+
+def _tell_operator(
+    environ: Mapping[str, str],
+    storage: JobStorage | None,
+    settings: WorkerSettings | None,
+    summary: str,
+    exc: BaseException,
+) -> None:
+    """The details of the worker's own error (the traceback, the S3 error) for the operator: appended
+    to ``$REMOTE_BATCH_OPERATOR_LOG`` when set, and written to ``<prefix>worker-error.txt``; each
+    best effort."""
+    try:
+        detail = "".join(traceback.format_exception(exc))
+    except BaseException:
+        detail = repr(exc)
+    text = (
+        f"{datetime.now(UTC).isoformat()} remote-batch worker, job {environ.get(JOB_ID) or '?'}: "
+        f"{summary}\n{detail}"
+    )
+    path = environ.get(OPERATOR_LOG)
+    if path:
+        with contextlib.suppress(OSError), open(path, "a", encoding="utf-8", errors="replace") as log:
+            log.write(text)
+    if storage is not None and settings is not None:
+        with contextlib.suppress(Exception):
+            storage.write(
+                settings.output_prefix + WORKER_ERROR_OBJECT,
+                text.encode("utf-8", "replace"),
+                "text/plain; charset=utf-8",
+            )

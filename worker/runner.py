@@ -18,9 +18,11 @@ import json
 import linecache
 import os
 import re
+import selectors
 import signal
 import subprocess
 import sys
+import time
 import traceback
 import warnings
 from collections.abc import Callable, Iterator
@@ -47,6 +49,29 @@ EXIT_COMMAND_NOT_EXECUTABLE = 126
 EXIT_COMMAND_NOT_FOUND = 127
 
 _PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
+
+#: At most this many warnings, and this many characters of them, are kept in ``messages`` (all are
+#: shown in the log); a last message says how many more there were.
+MAX_RECORDED_WARNINGS = 100
+MAX_RECORDED_WARNING_CHARS = 100_000
+#: The last bytes of a command's output kept to tell why it failed (e.g. a final ``MemoryError`` line).
+COMMAND_TAIL_BYTES = 64 * 1024
+#: How long a command's output is still relayed after it exits, while something it started keeps the
+#: pipe open, in seconds.
+COMMAND_DRAIN_SECONDS = 2.0
+#: Where the kernel counts the processes it killed for exceeding the container's memory: cgroup v2
+#: ``memory.events`` and cgroup v1 ``memory.oom_control`` (``oom_kill N``, Linux >= 4.13). Inside a
+#: container the cgroup namespace makes ``/sys/fs/cgroup`` the container's own.
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+PROC_SELF_CGROUP = Path("/proc/self/cgroup")
+
+# The last line a program prints when it runs out of memory: Python (numpy's _ArrayMemoryError too).
+_PYTHON_MEMORY_ERROR = re.compile(rb"^(?:[\w.]+\.)?_?(?:Array)?MemoryError\b")
+# What other runtimes print when an allocation fails (C++, Java, Node.js, Go, R, Rust, glibc's ENOMEM).
+_NATIVE_MEMORY_ERROR = re.compile(
+    rb"std::bad_alloc|java\.lang\.OutOfMemoryError|JavaScript heap out of memory|runtime: out of memory"
+    rb"|cannot allocate vector of size|memory allocation of \d+ bytes failed|Cannot allocate memory"
+)
 
 
 @dataclass(frozen=True)
@@ -104,11 +129,15 @@ class JobError:
         ``str()`` of the exception (``division by zero``).
     traceback : str
         The formatted traceback, starting at the user's first frame; empty for a command.
+    reason : str or None
+        A sentence for the job's ``statusReason`` that replaces ``"type: message"`` (e.g. ``Memory
+        limit of 8 GiB exceeded``, ``Exited with code 5``), or None to use ``"type: message"``.
     """
 
     type: str
     message: str
     traceback: str
+    reason: str | None = None
 
     def as_message(self) -> str:
         """Return ``"Type: message"`` (just ``"Type"`` when the message is empty)."""
@@ -175,6 +204,8 @@ def parse_job_input(raw: bytes) -> JobInput:
             argv = document.get("command")
             if not (isinstance(argv, list) and argv and all(isinstance(arg, str) for arg in argv)):
                 raise InvalidJobInput("'command' must be a non-empty list of strings")
+            for index, arg in enumerate(argv):
+                _check_argument(index, arg)
             return CommandInput(argv=tuple(argv), array_item=array_item)
         case "pickle":
             text = document.get("pickle")
@@ -187,6 +218,18 @@ def parse_job_input(raw: bytes) -> JobInput:
             return PickleInput(payload=payload, array_item=array_item)
         case _:
             raise InvalidJobInput(f"unknown input kind {kind!r}: expected 'code', 'command' or 'pickle'")
+
+
+def _check_argument(index: int, arg: str) -> None:
+    """Refuse an argument no process can receive (execve takes NUL-terminated bytes)."""
+    if "\x00" in arg:
+        raise InvalidJobInput(f"command[{index}] contains a NUL character, which no program can receive")
+    try:
+        os.fsencode(arg)
+    except UnicodeError:
+        raise InvalidJobInput(
+            f"command[{index}] contains a lone surrogate, which no program can receive"
+        ) from None
 
 
 def _parse_array_item(document: dict[str, Any]) -> ArrayItem | None:
@@ -214,16 +257,34 @@ def run_job(job: JobInput, *, output_dir: Path, memory_gib: int | None = None) -
     Returns
     -------
     Outcome
+        When the kernel killed a process of the job for exceeding the container's memory while the
+        job still ended otherwise (e.g. a subprocess of the code), a message says so.
     """
+    oom_kills_before = oom_kill_count()
     match job:
         case CodeInput():
             with _output_dir_in_environ(output_dir):
-                return run_code(job.source, array_item=job.array_item, memory_gib=memory_gib)
+                outcome = run_code(job.source, array_item=job.array_item, memory_gib=memory_gib)
         case PickleInput():
             with _output_dir_in_environ(output_dir):
-                return run_pickle(job.payload, array_item=job.array_item, memory_gib=memory_gib)
+                outcome = run_pickle(job.payload, array_item=job.array_item, memory_gib=memory_gib)
         case CommandInput():
-            return run_command(job.argv, output_dir=output_dir)
+            outcome = run_command(job.argv, output_dir=output_dir, memory_gib=memory_gib)
+    oom_kills = _increase(oom_kills_before, oom_kill_count())
+    if oom_kills and (outcome.error is None or outcome.error.type != "MemoryError"):
+        note = (
+            f"{_count(oom_kills, 'process')} of this job killed for exceeding the memory limit"
+            f"{f' of {memory_gib} GiB' if memory_gib else ''}"
+        )
+        _report(note)
+        outcome.messages.append(note)
+    return outcome
+
+
+def memory_reason(memory_gib: int | None) -> str:
+    """The sentence of a job that ran out of memory: ``Memory limit of 8 GiB exceeded`` (the service's
+    ``statusReason`` text for the same case in AWS Batch), or ``Out of memory`` when the limit is unknown."""
+    return f"Memory limit of {memory_gib} GiB exceeded" if memory_gib is not None else "Out of memory"
 
 
 def run_code(source: str, *, array_item: ArrayItem | None = None, memory_gib: int | None = None) -> Outcome:
@@ -253,7 +314,8 @@ def run_code(source: str, *, array_item: ArrayItem | None = None, memory_gib: in
     linecache.cache[CODE_FILENAME] = (len(source), None, source.splitlines(keepends=True), CODE_FILENAME)
     try:
         body, last_expression = _compile_cell(source)
-    except (SyntaxError, ValueError) as exc:  # ValueError: null bytes in the source
+    except (SyntaxError, ValueError, MemoryError, RecursionError) as exc:
+        # ValueError: NUL bytes or lone surrogates in the source; RecursionError: nested too deeply.
         return _failed(exc, None, messages, memory_gib)
     namespace: dict[str, Any] = {"__name__": CODE_MODULE, "__builtins__": builtins}
     if array_item is not None:
@@ -282,8 +344,10 @@ def run_pickle(
 ) -> Outcome:
     """Unpickle ``(fn, args, kwargs)`` with cloudpickle and call ``fn(*args, **kwargs)``.
 
-    Unpickling is part of the user's code: a payload that fails to load (e.g. it references a module
-    the image lacks) is a failure of the job (exit code 1), not of the worker.
+    Unpickling is part of the user's code: a payload that fails to load (garbage, a module the image
+    lacks, a pickle made with another Python or cloudpickle version) is a failure of the job (exit
+    code 1), not of the worker, reported in one line (``the job's pickle cannot be loaded: ...``)
+    without the loader's own frames.
 
     Parameters
     ----------
@@ -300,21 +364,39 @@ def run_pickle(
         The function's return value as the result, or the failure.
     """
     messages: list[str] = []
+    loaded = _run_user_call(lambda: _load_call(payload), messages, memory_gib, loading=True)
+    if loaded.error is not None:
+        return loaded
+    fn, args, kwargs = loaded.result
+    if array_item is not None:
+        args = (array_item.value, *args)
+    return _run_user_call(lambda: fn(*args, **kwargs), messages, memory_gib)
 
-    def call() -> Any:
-        fn, args, kwargs = cloudpickle.loads(payload)
-        if array_item is not None:
-            args = (array_item.value, *args)
-        return fn(*args, **kwargs)
 
-    return _run_user_call(call, messages, memory_gib)
+class PickleNotLoaded(Exception):
+    """The job's pickle payload does not load into ``(function, args, kwargs)``."""
 
 
-def run_command(argv: tuple[str, ...] | list[str], *, output_dir: Path) -> Outcome:
-    """Run ``argv`` without a shell, its stdout and stderr going to the worker's.
+def _load_call(payload: bytes) -> tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]:
+    loaded = cloudpickle.loads(payload)
+    if not (isinstance(loaded, tuple) and len(loaded) == 3):
+        raise PickleNotLoaded(f"it holds {type(loaded).__name__}, not a (function, args, kwargs) tuple")
+    fn, args, kwargs = loaded
+    if not callable(fn) or not isinstance(args, tuple | list) or not isinstance(kwargs, dict):
+        raise PickleNotLoaded("it must hold (function, args tuple, kwargs dict)")
+    return fn, tuple(args), kwargs
+
+
+def run_command(
+    argv: tuple[str, ...] | list[str], *, output_dir: Path, memory_gib: int | None = None
+) -> Outcome:
+    """Run ``argv`` without a shell; its stdout and stderr are relayed to the worker's stdout.
 
     The child gets the worker's environment plus ``REMOTE_BATCH_OUTPUT_DIR``, stays in the worker's
     process group, and (on Linux) is sent SIGKILL if the worker dies, so a killed job leaves no orphan.
+    Its two streams share one pipe (the log keeps the order they were written in), which the worker
+    copies to its own stdout as it comes, keeping the last ``COMMAND_TAIL_BYTES`` to tell why the
+    command failed.
 
     Parameters
     ----------
@@ -322,42 +404,189 @@ def run_command(argv: tuple[str, ...] | list[str], *, output_dir: Path) -> Outco
         The program and its arguments; the program is looked up on ``PATH``.
     output_dir : Path
         Exported as ``REMOTE_BATCH_OUTPUT_DIR``.
+    memory_gib : int or None
+        The machine class's memory in GiB, for the reason of a command that ran out of memory.
 
     Returns
     -------
     Outcome
-        Result None; exit code the command's own (128 + N when killed by signal N), 127 when the
-        program is not found, 126 when it cannot be executed.
+        Result None. Exit code the command's own (128 + N when killed by signal N), 127 when the
+        program is not found, 126 when it cannot be executed. A command that ran out of memory (its
+        output ends with a ``MemoryError`` or another runtime's allocation failure, or the kernel
+        killed it for the container's memory limit) fails with reason ``Memory limit of N GiB
+        exceeded``, as code does; one killed by a signal names the signal.
     """
     env = {**os.environ, OUTPUT_DIR_VARIABLE: str(output_dir)}
+    program = argv[0]
     _flush_standard_streams()  # keep the worker's own lines in order with the child's
+    oom_kills_before = oom_kill_count()
     try:
         # Running the user's argv is the point (S603); preexec_fn is safe: the worker has no threads.
-        completed = subprocess.run(  # noqa: S603
-            list(argv), env=env, check=False, preexec_fn=_parent_death_signal_hook()
+        process = subprocess.Popen(  # noqa: S603
+            list(argv),
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            preexec_fn=_parent_death_signal_hook(),  # noqa: PLW1509
         )
     except FileNotFoundError as exc:
-        return _command_not_run(exc, f"command not found: {argv[0]}", EXIT_COMMAND_NOT_FOUND)
+        return _command_not_run(exc, f"command not found: {program}", EXIT_COMMAND_NOT_FOUND)
     except OSError as exc:
         return _command_not_run(
-            exc, f"command cannot be executed: {argv[0]} ({exc.strerror})", EXIT_COMMAND_NOT_EXECUTABLE
+            exc, f"command cannot be executed: {program} ({exc.strerror})", EXIT_COMMAND_NOT_EXECUTABLE
         )
-    except KeyboardInterrupt as exc:  # subprocess.run has already killed and reaped the child
+    except (ValueError, subprocess.SubprocessError) as exc:  # e.g. an argument the OS cannot take
+        return _command_not_run(
+            exc,
+            f"command cannot be executed: {program} ({describe_exception(exc)})",
+            EXIT_COMMAND_NOT_EXECUTABLE,
+        )
+    try:
+        tail = _relay_output(process)
+        returncode = process.wait()
+    except KeyboardInterrupt as exc:
+        process.kill()
+        process.wait()
         return _failed(exc, None, [], None)
-    if completed.returncode == 0:
+    if returncode == 0:
         return Outcome()
-    exit_code = completed.returncode if completed.returncode > 0 else 128 - completed.returncode
-    error = JobError(
-        type="CalledProcessError",
-        message=str(subprocess.CalledProcessError(completed.returncode, list(argv))),
-        traceback="",
-    )
+    exit_code = returncode if returncode > 0 else 128 - returncode
+    oom_killed = bool(_increase(oom_kills_before, oom_kill_count()))
+    if oom_killed or ran_out_of_memory(tail):
+        reason = memory_reason(memory_gib)
+        error = JobError(type="MemoryError", message=reason, traceback="", reason=reason)
+    elif returncode < 0:
+        name = _signal_name(-returncode)
+        error = JobError(
+            type="CalledProcessError",
+            message=f"Command {program!r} was killed by signal {name}.",
+            traceback="",
+            reason=f"Killed by signal {name}",
+        )
+    else:
+        error = JobError(
+            type="CalledProcessError",
+            message=f"Command {program!r} returned non-zero exit status {returncode}.",
+            traceback="",
+            reason=f"Exited with code {returncode}",
+        )
     _report(error.as_message())
     return Outcome(messages=[error.as_message()], error=error, exit_code=exit_code)
 
 
-def _command_not_run(exc: OSError, message: str, exit_code: int) -> Outcome:
-    error = JobError(type=type(exc).__name__, message=message, traceback="")
+def ran_out_of_memory(output_tail: bytes) -> bool:
+    """Whether a failed program's last output says it ran out of memory.
+
+    Parameters
+    ----------
+    output_tail : bytes
+        The end of what the program wrote (stdout and stderr together).
+
+    Returns
+    -------
+    bool
+        True when its last non-empty line is a Python ``MemoryError`` (numpy's ``_ArrayMemoryError``
+        included), or one of its last 20 lines holds another runtime's allocation failure
+        (``std::bad_alloc``, ``java.lang.OutOfMemoryError``, ``JavaScript heap out of memory``,
+        ``runtime: out of memory``, R's ``cannot allocate vector of size``, Rust's ``memory
+        allocation of N bytes failed``, ``Cannot allocate memory`` = strerror(ENOMEM)).
+    """
+    lines = [line.strip() for line in output_tail.splitlines() if line.strip()][-20:]
+    if not lines:
+        return False
+    return bool(_PYTHON_MEMORY_ERROR.match(lines[-1])) or any(_NATIVE_MEMORY_ERROR.search(x) for x in lines)
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return f"{signal.Signals(number).name} ({number})"
+    except ValueError:
+        return str(number)
+
+
+def _relay_output(process: subprocess.Popen[bytes]) -> bytes:
+    """Copy the child's pipe to fd 1 until it closes (or ``COMMAND_DRAIN_SECONDS`` after the child
+    exits, if a process it started keeps it open); returns the last ``COMMAND_TAIL_BYTES``."""
+    assert process.stdout is not None
+    fd = process.stdout.fileno()
+    tail = bytearray()
+    writable = True
+    exited_at: float | None = None
+    with process.stdout, selectors.DefaultSelector() as selector:
+        selector.register(fd, selectors.EVENT_READ)
+        while True:
+            if selector.select(timeout=0.2):
+                chunk = os.read(fd, 65536)
+                if not chunk:
+                    break
+                writable = writable and _write_all(1, chunk)
+                tail += chunk
+                del tail[:-COMMAND_TAIL_BYTES]
+            if process.poll() is not None:
+                exited_at = exited_at or time.monotonic()
+                if time.monotonic() - exited_at > COMMAND_DRAIN_SECONDS:
+                    break
+    return bytes(tail)
+
+
+def _write_all(fd: int, data: bytes) -> bool:
+    """Write all of ``data``; False when the descriptor is gone (the output is then dropped)."""
+    view = memoryview(data)
+    while view:
+        try:
+            written = os.write(fd, view)
+        except InterruptedError:
+            continue
+        except OSError:
+            return False
+        view = view[written:]
+    return True
+
+
+def oom_kill_count() -> int | None:
+    """How many processes the kernel has killed in this process's memory cgroup for exceeding its limit.
+
+    Returns
+    -------
+    int or None
+        The ``oom_kill`` counter of cgroup v2 ``memory.events`` or cgroup v1 ``memory.oom_control``
+        (the container's own, or this process's cgroup on a host); None where neither is readable.
+    """
+    candidates = [CGROUP_ROOT / "memory.events", CGROUP_ROOT / "memory" / "memory.oom_control"]
+    try:
+        for line in PROC_SELF_CGROUP.read_text().splitlines():
+            _, controllers, path = line.split(":", 2)
+            if controllers == "":
+                candidates.insert(0, CGROUP_ROOT / path.lstrip("/") / "memory.events")
+            elif "memory" in controllers.split(","):
+                candidates.insert(0, CGROUP_ROOT / "memory" / path.lstrip("/") / "memory.oom_control")
+    except (OSError, ValueError):
+        pass
+    for candidate in candidates:
+        try:
+            text = candidate.read_text()
+        except OSError:
+            continue
+        for line in text.splitlines():
+            key, _, value = line.partition(" ")
+            if key == "oom_kill" and value.strip().isdigit():
+                return int(value)
+    return None
+
+
+def _increase(before: int | None, after: int | None) -> int:
+    return after - before if before is not None and after is not None and after > before else 0
+
+
+def _count(number: int, word: str) -> str:
+    return f"1 {word}" if number == 1 else f"{number} {word}es"
+
+
+def _command_not_run(exc: BaseException, message: str, exit_code: int) -> Outcome:
+    error = JobError(
+        type=type(exc).__name__, message=message, traceback="", reason=message[:1].upper() + message[1:]
+    )
     _report(error.as_message())
     return Outcome(messages=[error.as_message()], error=error, exit_code=exit_code)
 
@@ -384,7 +613,9 @@ def _parent_death_signal_hook() -> Callable[[], None] | None:
     return die_with_parent
 
 
-def _run_user_call(call: Callable[[], Any], messages: list[str], memory_gib: int | None) -> Outcome:
+def _run_user_call(
+    call: Callable[[], Any], messages: list[str], memory_gib: int | None, *, loading: bool = False
+) -> Outcome:
     stdout, stderr = sys.stdout, sys.stderr
     raised: BaseException | None = None
     result: Any = None
@@ -400,14 +631,66 @@ def _run_user_call(call: Callable[[], Any], messages: list[str], memory_gib: int
         return Outcome(result=result, messages=messages)
     if isinstance(raised, SystemExit):
         return _exited(raised, messages)
+    if loading:
+        return _not_loaded(raised, messages, memory_gib)
     return _failed(raised, raised.__traceback__, messages, memory_gib)
+
+
+def _not_loaded(exc: BaseException, messages: list[str], memory_gib: int | None) -> Outcome:
+    """The failure of a pickle that does not load: one line, and only frames of the user's own code
+    (a ``__setstate__`` shipped by value), never the loader's (cloudpickle, pickle, importlib)."""
+    if isinstance(exc, MemoryError):
+        return _failed(exc, None, messages, memory_gib)
+    detail = describe_exception(exc, with_type=not isinstance(exc, PickleNotLoaded))
+    versions = (
+        f"Python {sys.version_info.major}.{sys.version_info.minor}, cloudpickle {cloudpickle.__version__}"
+    )
+    hint = "" if isinstance(exc, ImportError) else f"; the job runs {versions}"
+    message = f"the job's pickle cannot be loaded ({detail}{hint})"
+    frames = _format_user_frames(exc.__traceback__)
+    error = JobError(
+        type=type(exc).__name__, message=message, traceback=frames, reason=message[:1].upper() + message[1:]
+    )
+    if frames:
+        _report(frames.rstrip("\n"))
+    _report(error.as_message())
+    messages.append(error.as_message())
+    if frames:
+        messages.append(frames)
+    return Outcome(messages=messages, error=error, exit_code=EXIT_USER_ERROR)
+
+
+_LOADER_DIRECTORIES = tuple(
+    str(Path(path).resolve().parent) + os.sep
+    for path in (cloudpickle.__file__, traceback.__file__)  # cloudpickle's package, the standard library
+    if path
+)
+
+
+def _format_user_frames(tb: TracebackType | None) -> str:
+    """The traceback of ``tb`` without the worker's, cloudpickle's and the standard library's frames;
+    empty when no frame is left."""
+    summary = [
+        frame
+        for frame in traceback.extract_tb(tb)
+        if frame.filename != __file__
+        and not frame.filename.startswith("<frozen ")
+        and not str(Path(frame.filename).resolve()).startswith(_LOADER_DIRECTORIES)
+    ]
+    if not summary:
+        return ""
+    return "Traceback (most recent call last):\n" + "".join(
+        traceback.StackSummary.from_list(summary).format()
+    )
 
 
 def _exited(exc: SystemExit, messages: list[str]) -> Outcome:
     code = exc.code
     if code is None or code == 0:
         return Outcome(messages=messages)
-    exit_code = int(code) if isinstance(code, int) else EXIT_USER_ERROR
+    # The process exit status keeps the low 8 bits (-1 → 255); a non-zero code that keeps none (256,
+    # 10**5000) must not read as success.
+    exit_code = (int(code) & 0xFF or EXIT_USER_ERROR) if isinstance(code, int) else EXIT_USER_ERROR
     return _failed(exc, exc.__traceback__, messages, None, exit_code=exit_code)
 
 
@@ -420,18 +703,53 @@ def _failed(
     exit_code: int = EXIT_USER_ERROR,
 ) -> Outcome:
     user_tb = _user_frames(tb)
-    text = "".join(traceback.format_exception(type(exc), exc, user_tb))
-    message = str(exc)
+    message = describe_exception(exc, with_type=False, limit=None)
+    try:
+        text = "".join(traceback.format_exception(type(exc), exc, user_tb))
+    except BaseException:  # a broken exception object (e.g. its __cause__ or notes raise)
+        text = describe_exception(exc) + "\n"
+    reason = None
     if isinstance(exc, MemoryError) and memory_gib is not None:
-        message = f"Memory limit of {memory_gib} GiB exceeded"
-    error = JobError(type=type(exc).__name__, message=message, traceback=text)
+        message = reason = memory_reason(memory_gib)
+    error = JobError(type=type(exc).__name__, message=message, traceback=text, reason=reason)
     if user_tb is not None:
         traceback.clear_frames(user_tb)  # drop the user's locals now (a MemoryError left them big)
     _report(text.rstrip("\n"))
-    if message != str(exc):
+    if reason is not None:
         _report(error.as_message())
     messages.extend([error.as_message(), text])
     return Outcome(messages=messages, error=error, exit_code=exit_code)
+
+
+def describe_exception(exc: BaseException, *, with_type: bool = True, limit: int | None = 500) -> str:
+    """``"Type: message"`` (or just the message) of an exception, even when its ``__str__`` raises.
+
+    Parameters
+    ----------
+    exc : BaseException
+        Any exception, the user's included.
+    with_type : bool
+        Prefix the class name.
+    limit : int or None
+        Cut the text to this many characters (``…`` last) and fold it to one line; None keeps it whole.
+
+    Returns
+    -------
+    str
+        E.g. ``ZeroDivisionError: division by zero``; ``<exception str() failed>`` stands for a
+        message that cannot be computed.
+    """
+    try:
+        text = str(exc)
+    except BaseException:
+        text = "<exception str() failed>"
+    if limit is not None:
+        text = " ".join(text.split())
+        if len(text) > limit:
+            text = text[: limit - 1] + "…"
+    if not with_type:
+        return text
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def _user_frames(tb: TracebackType | None) -> TracebackType | None:
@@ -443,7 +761,11 @@ def _user_frames(tb: TracebackType | None) -> TracebackType | None:
 
 @contextmanager
 def _capturing_warnings(messages: list[str]) -> Iterator[None]:
-    """Append each warning shown to ``messages`` and still show it on stderr."""
+    """Append each warning shown to ``messages`` (at most ``MAX_RECORDED_WARNINGS`` of them, in
+    ``MAX_RECORDED_WARNING_CHARS`` characters, then one line counting the rest) and still show it on
+    stderr."""
+    kept = [0, 0]  # warnings kept, their characters
+    dropped = [0]
     with warnings.catch_warnings():
         # Like __main__ gets by default: DeprecationWarnings the user's own code triggers are shown.
         warnings.filterwarnings("default", category=DeprecationWarning, module=re.escape(CODE_MODULE))
@@ -457,11 +779,21 @@ def _capturing_warnings(messages: list[str]) -> Iterator[None]:
             file: TextIO | None = None,
             line: str | None = None,
         ) -> None:
-            messages.append(f"{filename}:{lineno}: {category.__name__}: {message}")
+            text = f"{filename}:{lineno}: {category.__name__}: {message}"
+            if kept[0] < MAX_RECORDED_WARNINGS and kept[1] + len(text) <= MAX_RECORDED_WARNING_CHARS:
+                messages.append(text)
+                kept[0] += 1
+                kept[1] += len(text)
+            else:
+                dropped[0] += 1
             show(message, category, filename, lineno, file, line)
 
         warnings.showwarning = show_and_record
-        yield
+        try:
+            yield
+        finally:
+            if dropped[0]:
+                messages.append(f"{dropped[0]} more warnings not kept here (the job log shows them all)")
 
 
 @contextmanager
@@ -488,4 +820,5 @@ def _report(text: str) -> None:
     try:
         print(text, file=sys.stderr, flush=True)
     except (ValueError, OSError, AttributeError):
-        os.write(2, (text + "\n").encode("utf-8", "replace"))
+        # The code closed the stream, or even fd 2: the line is lost, the job goes on.
+        _write_all(2, (text + "\n").encode("utf-8", "replace"))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import mimetypes
 import os
 import stat
@@ -64,7 +65,8 @@ class JobStorage:
             raise StorageError(f"cannot read s3://{self._bucket}/{key}: {exc}") from exc
 
     def write(self, key: str, body: bytes, content_type: str) -> None:
-        """Write an object, replacing any object at that key.
+        """Write an object, replacing any object at that key (in parts when large, so a body over
+        PutObject's 5 GB limit is stored too).
 
         Parameters
         ----------
@@ -81,14 +83,18 @@ class JobStorage:
             S3 refused the write or could not be reached.
         """
         try:
-            self._client.put_object(Bucket=self._bucket, Key=key, Body=body, ContentType=content_type)
-        except (ClientError, BotoCoreError) as exc:
+            self._client.upload_fileobj(
+                io.BytesIO(body), self._bucket, key, ExtraArgs={"ContentType": content_type}
+            )
+        except (ClientError, BotoCoreError, Boto3Error) as exc:
             raise StorageError(f"cannot write s3://{self._bucket}/{key}: {exc}") from exc
 
-    def upload_directory(self, directory: Path, prefix: str) -> list[str]:
+    def upload_directory(self, directory: Path, prefix: str, notes: list[str] | None = None) -> list[str]:
         """Upload every regular file under a directory to ``<prefix><path relative to directory>``.
 
-        Symbolic links and other special files are skipped. Large files go up in parts.
+        Symbolic links and other special files are skipped. Large files go up in parts. A file the
+        worker cannot read (no permission, removed while the walk ran) is skipped, with a line in
+        ``notes``: it is the job's output, not a failure of the service.
 
         Parameters
         ----------
@@ -96,6 +102,8 @@ class JobStorage:
             The directory to walk.
         prefix : str
             Key prefix, ending with ``/``.
+        notes : list of str or None
+            Receives ``files/<path> not uploaded: <why>`` for each file skipped.
 
         Returns
         -------
@@ -112,15 +120,21 @@ class JobStorage:
             dirnames.sort()
             for filename in sorted(filenames):
                 path = Path(root, filename)
-                if not stat.S_ISREG(path.lstat().st_mode):
-                    continue
                 key = prefix + path.relative_to(directory).as_posix()
                 content_type = mimetypes.guess_type(filename)[0] or "application/octet-stream"
                 try:
-                    self._client.upload_file(
-                        str(path), self._bucket, key, ExtraArgs={"ContentType": content_type}
-                    )
-                except (ClientError, BotoCoreError, Boto3Error, OSError) as exc:
+                    if not stat.S_ISREG(path.lstat().st_mode):
+                        continue
+                    with path.open("rb") as body:
+                        self._client.upload_fileobj(
+                            body, self._bucket, key, ExtraArgs={"ContentType": content_type}
+                        )
+                except OSError as exc:
+                    if notes is not None:
+                        name = key.removeprefix(prefix)
+                        notes.append(f"files/{name} not uploaded: {exc.strerror or type(exc).__name__}")
+                    continue
+                except (ClientError, BotoCoreError, Boto3Error) as exc:
                     raise StorageError(f"cannot upload {path} to s3://{self._bucket}/{key}: {exc}") from exc
                 keys.append(key)
         return keys

@@ -14,6 +14,7 @@ from enum import StrEnum
 from functions.domain.credits import ZERO
 from functions.domain.machine_classes import GeoZone, MachineClass
 from functions.domain.notifications import NotificationRule
+from functions.domain.queue_limits import describe_queue_limit
 from functions.domain.status import (
     BATCH_TO_JOB_STATUS,
     JobStatus,
@@ -294,12 +295,15 @@ def describe_failure(
 ) -> str:
     """The ``statusReason`` of a job that ended Terminated.
 
-    Precedence: the service's own reason (abort, caps) > the worker's error summary (the
-    exception's last line) > what AWS Batch said, made readable (out of memory, timeout) > the
-    exit code.
+    Precedence: the service's own reason (abort, caps) > a queue time limit's cancel (no capacity,
+    ``functions/domain/queue_limits.py``) > the worker's error summary (the exception's last line)
+    > what AWS Batch said, made readable (out of memory, timeout) > the exit code.
     """
-    if job.termination_reason:
-        return job.termination_reason
+    service_reason = job.termination_reason or describe_queue_limit(
+        batch_reason, machine.name, job.geo_zone.value
+    )
+    if service_reason:
+        return service_reason
     if error_summary:
         return error_summary[:MAX_STATUS_REASON]
     if batch_reason and _OOM.search(batch_reason):

@@ -48,7 +48,9 @@ def output_key(job_id: str, name: str) -> str:
 def read_error_summary(services: Services, job: Job) -> str | None:
     """The worker's error line (``ZeroDivisionError: division by zero``) from ``messages.json``.
 
-    Only JSON is read: the Lambdas never unpickle or run user data. None when there is none.
+    When the worker gave the error a ``reason`` (a sentence of its own: ``Memory limit of 8 GiB
+    exceeded``, ``Exited with code 5``, ``The job's input was rejected: ...``), that sentence is the
+    line. Only JSON is read: the Lambdas never unpickle or run user data. None when there is none.
     """
     try:
         raw = services.zones[job.geo_zone].blobs.get(
@@ -65,6 +67,9 @@ def read_error_summary(services: Services, job: Job) -> str | None:
         return None
     if not isinstance(error, dict) or not error.get("type"):
         return None
+    reason = error.get("reason")
+    if isinstance(reason, str) and reason.strip():
+        return " ".join(reason.split())
     message = str(error.get("message") or "").strip()
     return f"{error['type']}: {message}" if message else str(error["type"])
 

@@ -1,17 +1,24 @@
 """One geo zone's AWS Batch compute: VPC, compute environments, a job queue and a job definition per
-machine class, the worker image, job roles and job logs.
+machine class, the worker images, job roles and job logs.
 
-Machine classes share compute pools (``constants.COMPUTE_POOLS``: general purpose, high memory, one
-per GPU type); each pool has a Spot and an on-demand compute environment, and each class's queue
-lists them in that order, so its jobs spill over to on-demand once Spot is full.
+Machine classes share compute pools (``constants.COMPUTE_POOLS``, per region: general purpose, high
+memory, one per GPU type); each pool has a Spot and an on-demand compute environment and its own
+launch template (encrypted gp3 root volume sized for the pool). A class's queue lists the pool's two
+environments, Spot first or, where Spot is scarce (``on_demand_first``), on-demand first, and cancels
+a job that waits at its head for capacity or behind a misconfiguration
+(``functions/domain/queue_limits.py``), so no job is stranded in Queued.
+
+GPU classes run the CUDA image (``worker/Dockerfile.gpu``), the others the CPU image
+(``worker/Dockerfile``): same build context and worker code, both built at deploy time only.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from aws_cdk import Duration, RemovalPolicy, Size
+from aws_cdk import RemovalPolicy, Size, Stack
 from aws_cdk import aws_batch as batch
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_ecr_assets as ecr_assets
@@ -22,17 +29,14 @@ from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
 from functions.domain.machine_classes import MACHINE_CLASSES, MachineClass
+from functions.domain.queue_limits import QUEUE_LIMITS
 from infra import constants
 from infra.naming import ZoneNames
 
 # Build context hygiene: the asset hash (and the deploy-time build) skips bytecode caches.
 _WORKER_IMAGE_EXCLUDE = ["**/__pycache__", "**/*.pyc", "**/.*"]
-
-# A job RUNNABLE for one of these reasons can never start; cancel it so its statusReason reaches the user.
-_MISCONFIGURATIONS = (
-    batch.JobStateTimeLimitActionsReason.COMPUTE_ENVIRONMENT_MAX_RESOURCE,
-    batch.JobStateTimeLimitActionsReason.JOB_RESOURCE_REQUIREMENT,
-)
+CPU_DOCKERFILE = "Dockerfile"
+GPU_DOCKERFILE = "Dockerfile.gpu"
 
 
 def _instance_class(family: str) -> ec2.InstanceClass:
@@ -42,10 +46,19 @@ def _instance_class(family: str) -> ec2.InstanceClass:
 
 @dataclass(frozen=True)
 class PoolEnvironments:
-    """A compute pool's two environments, in the order a queue tries them."""
+    """A compute pool's two environments and the order its queues try them in."""
 
+    pool: constants.ComputePool
     spot: batch.ManagedEc2EcsComputeEnvironment
     on_demand: batch.ManagedEc2EcsComputeEnvironment
+    launch_template: ec2.LaunchTemplate
+
+    @property
+    def in_order(self) -> list[batch.ManagedEc2EcsComputeEnvironment]:
+        """On-demand then Spot for an ``on_demand_first`` pool, Spot then on-demand otherwise."""
+        if self.pool.on_demand_first:
+            return [self.on_demand, self.spot]
+        return [self.spot, self.on_demand]
 
 
 @dataclass(frozen=True)
@@ -68,14 +81,19 @@ class BatchCompute(Construct):
     availability_zones : tuple[str, ...]
         The VPC's zones (explicit: synth needs no account lookup).
     worker_image_dir : Path
-        The worker's Docker build context (``worker/``); the image is built at deploy time only.
+        The worker's Docker build context (``worker/``, with ``Dockerfile`` and ``Dockerfile.gpu``);
+        the images are built at deploy time only.
+    pools : Mapping[str, ComputePool], optional
+        The region's compute pools (``DeploymentConfig.instance_pools``); default ``COMPUTE_POOLS``.
 
     Attributes
     ----------
     routes : dict[str, JobRoute]
         Every machine class name → its queue and job definition.
     pools : dict[str, PoolEnvironments]
-        Every compute pool's Spot and on-demand environments.
+        Every compute pool's Spot and on-demand environments and launch template.
+    images : dict[str, ecs.ContainerImage]
+        ``"cpu"`` and ``"gpu"``: the worker image each job definition runs.
     job_log_group : logs.LogGroup
         Every job's console log (14-day retention).
     job_role : iam.Role
@@ -95,18 +113,23 @@ class BatchCompute(Construct):
         bucket: s3.IBucket,
         availability_zones: tuple[str, ...],
         worker_image_dir: Path,
+        pools: Mapping[str, constants.ComputePool] | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
         self.names = names
         self.vpc = self._build_vpc(availability_zones)
         self.security_group = self._build_security_group()
         self.instance_role = self._build_instance_role()
-        self._launch_template = self._build_launch_template()
-        self.pools = {name: self._build_pool(pool) for name, pool in constants.COMPUTE_POOLS.items()}
+        self.pools = {
+            name: self._build_pool(pool) for name, pool in (pools or constants.COMPUTE_POOLS).items()
+        }
         self.job_log_group = self._build_job_log_group()
         self.job_role = self._build_job_role(bucket)
         self.execution_role = self._build_execution_role()
-        self._image = self._build_worker_image(worker_image_dir)
+        self.images = {
+            "cpu": self._build_worker_image(worker_image_dir, "WorkerImage", CPU_DOCKERFILE),
+            "gpu": self._build_worker_image(worker_image_dir, "GpuWorkerImage", GPU_DOCKERFILE),
+        }
         self.routes = {
             name: self._build_route(machine_class) for name, machine_class in MACHINE_CLASSES.items()
         }
@@ -172,24 +195,40 @@ class BatchCompute(Construct):
             ],
         )
 
-    def _build_launch_template(self) -> ec2.LaunchTemplate:
+    def _build_launch_template(self, pool: constants.ComputePool) -> ec2.LaunchTemplate:
         # IMDSv2 with a hop limit of 1: job containers (bridge network) cannot reach the instance
         # role's credentials; they get the job role from the ECS credential endpoint instead.
+        # The root volume holds the images and every job's container layer on the instance: sized
+        # per pool (a CUDA image alone is several GB), encrypted, deleted with the instance.
         return ec2.LaunchTemplate(
             self,
-            "InstanceLaunchTemplate",
+            f"{pool.name}LaunchTemplate",
             require_imdsv2=True,
             http_put_response_hop_limit=1,
+            block_devices=[
+                ec2.BlockDevice(
+                    device_name=constants.ROOT_DEVICE_NAME,
+                    volume=ec2.BlockDeviceVolume.ebs(
+                        pool.root_volume_gib,
+                        encrypted=True,
+                        delete_on_termination=True,
+                        volume_type=ec2.EbsDeviceVolumeType.GP3,
+                    ),
+                )
+            ],
         )
 
     def _build_pool(self, pool: constants.ComputePool) -> PoolEnvironments:
+        launch_template = self._build_launch_template(pool)
         return PoolEnvironments(
-            spot=self._build_compute_environment(pool, spot=True),
-            on_demand=self._build_compute_environment(pool, spot=False),
+            pool=pool,
+            spot=self._build_compute_environment(pool, launch_template, spot=True),
+            on_demand=self._build_compute_environment(pool, launch_template, spot=False),
+            launch_template=launch_template,
         )
 
     def _build_compute_environment(
-        self, pool: constants.ComputePool, *, spot: bool
+        self, pool: constants.ComputePool, launch_template: ec2.LaunchTemplate, *, spot: bool
     ) -> batch.ManagedEc2EcsComputeEnvironment:
         image_type = (
             batch.EcsMachineImageType.ECS_AL2023_NVIDIA if pool.gpu else batch.EcsMachineImageType.ECS_AL2023
@@ -215,7 +254,7 @@ class BatchCompute(Construct):
             maxv_cpus=pool.max_vcpus,
             security_groups=[self.security_group],
             instance_role=self.instance_role,
-            launch_template=self._launch_template,
+            launch_template=launch_template,
         )
 
     # Jobs
@@ -257,12 +296,16 @@ class BatchCompute(Construct):
             description=f"{constants.SERVICE_NAME} {self.names.zone} job start: image pull, job log",
         )
 
-    def _build_worker_image(self, worker_image_dir: Path) -> ecs.ContainerImage:
-        # One asset for the ten job definitions; built and pushed by `cdk deploy`, never at synth.
+    def _build_worker_image(
+        self, worker_image_dir: Path, construct_id: str, dockerfile: str
+    ) -> ecs.ContainerImage:
+        # One asset per image (CPU, GPU) for all job definitions; built and pushed by `cdk deploy`,
+        # never at synth. Both use the same build context, so they carry the same worker code.
         asset = ecr_assets.DockerImageAsset(
             self,
-            "WorkerImage",
+            construct_id,
             directory=str(worker_image_dir),
+            file=dockerfile,
             platform=ecr_assets.Platform.LINUX_AMD64,
             exclude=_WORKER_IMAGE_EXCLUDE,
         )
@@ -276,36 +319,53 @@ class BatchCompute(Construct):
         )
 
     def _build_job_queue(self, machine_class: MachineClass, pool: PoolEnvironments) -> batch.JobQueue:
-        return batch.JobQueue(
+        first, second = pool.in_order
+        queue = batch.JobQueue(
             self,
             f"{machine_class.name}JobQueue",
             job_queue_name=self.names.job_queue_name(machine_class.name),
             priority=constants.JOB_QUEUE_PRIORITY,
             compute_environments=[
-                batch.OrderedComputeEnvironment(compute_environment=pool.spot, order=constants.SPOT_ORDER),
-                batch.OrderedComputeEnvironment(
-                    compute_environment=pool.on_demand, order=constants.ON_DEMAND_ORDER
-                ),
-            ],
-            job_state_time_limit_actions=[
-                batch.JobStateTimeLimitAction(
-                    action=batch.JobStateTimeLimitActionsAction.CANCEL,
-                    max_time=Duration.seconds(constants.JOB_STATE_TIME_LIMIT_SECONDS),
-                    reason=reason,
-                    state=batch.JobStateTimeLimitActionsState.RUNNABLE,
-                )
-                for reason in _MISCONFIGURATIONS
+                batch.OrderedComputeEnvironment(compute_environment=first, order=constants.FIRST_ORDER),
+                batch.OrderedComputeEnvironment(compute_environment=second, order=constants.SECOND_ORDER),
             ],
         )
+        # Every reason AWS Batch can act on (CDK's enum lacks EC2_INSTANCE_CONFIGURATION_UNSUPPORTED,
+        # so the actions go on the L1 resource). Batch writes "Canceled by JobStateTimeLimit action
+        # due to reason: <reason>" on the job; batch_events turns it into the user's statusReason.
+        cfn_queue = queue.node.default_child
+        if not isinstance(cfn_queue, batch.CfnJobQueue):
+            raise TypeError(f"{queue.node.path} has no AWS::Batch::JobQueue resource")
+        cfn_queue.job_state_time_limit_actions = [
+            batch.CfnJobQueue.JobStateTimeLimitActionProperty(
+                action="CANCEL",
+                max_time_seconds=limit.wait_seconds,
+                reason=limit.reason,
+                state="RUNNABLE",
+            )
+            for limit in QUEUE_LIMITS
+        ]
+        return queue
 
     def _build_job_definition(self, machine_class: MachineClass) -> batch.EcsJobDefinition:
+        region = Stack.of(self).region
         container = batch.EcsEc2ContainerDefinition(
             self,
             f"{machine_class.name}Container",
-            image=self._image,
+            image=self.images["gpu" if machine_class.gpus else "cpu"],
             cpu=machine_class.vcpus,
             memory=Size.mebibytes(machine_class.memory_mib),
             gpu=machine_class.gpus or None,
+            # boto3 in the job finds its zone's bucket endpoint without instance metadata (IMDS is
+            # out of the container's reach: hop limit 1).
+            environment={"AWS_REGION": region, "AWS_DEFAULT_REGION": region},
+            linux_parameters=batch.LinuxParameters(
+                self,
+                f"{machine_class.name}LinuxParameters",
+                shared_memory_size=Size.mebibytes(
+                    machine_class.memory_mib // constants.SHARED_MEMORY_FRACTION
+                ),
+            ),
             privileged=False,
             job_role=self.job_role,
             execution_role=self.execution_role,

@@ -54,6 +54,10 @@ class Data(Construct):
                 point_in_time_recovery_enabled=True
             ),
             time_to_live_attribute=spec.ttl_attribute,
+            # Generated names, so a failed first deploy that leaves a table behind never blocks the
+            # retry; deletion protection keeps the service's state from a stray DeleteTable (README
+            # "Destroy" says how to turn it off first).
+            deletion_protection=True,
             removal_policy=RemovalPolicy.RETAIN,
         )
         for index in spec.indexes:
@@ -85,7 +89,9 @@ class DataBucket(Construct):
     Parameters
     ----------
     bucket_name : str
-        Deterministic (``infra/naming.py``): the control plane addresses the bucket by it.
+        Deterministic (``infra/naming.py``): the control plane addresses the bucket by it. Both
+        buckets are ``RetainExceptOnCreate``: kept when the stack is deleted, deleted when their
+        own creation rolls back, so a failed first deploy can simply be retried.
 
     Attributes
     ----------
@@ -114,7 +120,8 @@ class DataBucket(Construct):
                     id="ExpireAccessLogs", expiration=Duration.days(constants.ACCESS_LOG_RETENTION_DAYS)
                 )
             ],
-            removal_policy=RemovalPolicy.RETAIN,
+            # Kept when the stack is deleted or replaces it; deleted when its own creation rolls back.
+            removal_policy=RemovalPolicy.RETAIN_ON_UPDATE_OR_DELETE,
         )
 
     def _build_data_bucket(self, bucket_name: str, access_log_bucket: s3.Bucket) -> s3.Bucket:
@@ -142,7 +149,10 @@ class DataBucket(Construct):
             lifecycle_rules=[*expire_prefixes, abort_uploads],
             server_access_logs_bucket=access_log_bucket,
             server_access_logs_prefix="data-bucket/",
-            removal_policy=RemovalPolicy.RETAIN,
+            # The name is fixed (the control plane addresses it across regions), so a rollback of the
+            # first deploy must not keep it: CloudFormation's RetainExceptOnCreate deletes a bucket
+            # whose creation rolls back (empty then) and keeps it on stack deletion or replacement.
+            removal_policy=RemovalPolicy.RETAIN_ON_UPDATE_OR_DELETE,
         )
 
 

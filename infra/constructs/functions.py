@@ -5,8 +5,10 @@ possibly in another region: the functions address them by their deterministic na
 (``infra/naming.py``) and their IAM policies use ARNs formatted from those names.
 
 The code asset is the repository with everything but ``functions/`` excluded: handlers import
-``functions.…``, so the package keeps its name at the asset's root. Third-party code (Powertools,
-pydantic) comes from the public Powertools layer; boto3 from the runtime.
+``functions.…``, so the package keeps its name at the asset's root. Every third-party package
+(Powertools, pydantic, aws-xray-sdk, boto3, ...) comes from one layer built from
+``functions/requirements.lock`` (``infra/lambda_bundle.py``); no public layer, whose contents could
+not be checked offline, and no reliance on the runtime's own boto3, whose version AWS changes.
 """
 
 from __future__ import annotations
@@ -21,15 +23,28 @@ from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
 from functions.domain.machine_classes import MACHINE_CLASSES
-from infra import constants
+from infra import constants, lambda_bundle
 from infra.constructs.data import Data
 from infra.constructs.notifications import Notifications
 from infra.naming import ZoneNames
 
 # Everything at the repo root is excluded except functions/ (and its bytecode caches stay out too):
-# the asset hash then never walks .venv, node_modules or cdk.out.
+# the asset hash then never walks .venv, node_modules, build or cdk.out. The lock files are build
+# inputs, not code: they stay out as well.
 _CODE_EXCLUDE = ["*", ".*", f"!{constants.LAMBDA_CODE_DIR}", f"!{constants.LAMBDA_CODE_DIR}/**"]
-_CODE_EXCLUDE += ["**/__pycache__", "**/*.pyc", "**/.*"]
+_CODE_EXCLUDE += ["**/__pycache__", "**/*.pyc", "**/.*", f"{constants.LAMBDA_CODE_DIR}/*.lock"]
+_CODE_EXCLUDE += [f"{constants.LAMBDA_CODE_DIR}/*.in"]
+
+# The deployed interpreter and machine: the ones the deployed-bundle test runs the layer on
+# (``infra/constants.py`` says why).
+RUNTIME = {
+    "3.11": lambda_.Runtime.PYTHON_3_11,
+    "3.12": lambda_.Runtime.PYTHON_3_12,
+    "3.13": lambda_.Runtime.PYTHON_3_13,
+}[constants.LAMBDA_PYTHON_VERSION]
+ARCHITECTURE = {"x86_64": lambda_.Architecture.X86_64, "arm64": lambda_.Architecture.ARM_64}[
+    constants.LAMBDA_ARCHITECTURE
+]
 
 
 class Functions(Construct):
@@ -67,7 +82,7 @@ class Functions(Construct):
         self._buckets = {zone.zone: self._import_bucket(zone) for zone in self._zones}
         self._job_log_groups = {zone.zone: self._import_job_log_group(zone) for zone in self._zones}
         self._code = lambda_.Code.from_asset(str(constants.REPO_ROOT), exclude=_CODE_EXCLUDE)
-        self._powertools = self._build_powertools_layer()
+        self._dependencies = self._build_dependencies_layer()
         self.environment = self._build_environment()
 
         self.api = self._build_function("api", "Api")
@@ -95,13 +110,21 @@ class Functions(Construct):
         )
         return logs.LogGroup.from_log_group_arn(self, f"{zone.zone}JobLogGroup", arn)
 
-    def _build_powertools_layer(self) -> lambda_.ILayerVersion:
-        region = Stack.of(self).region
-        arn = (
-            f"arn:aws:lambda:{region}:{constants.POWERTOOLS_LAYER_ACCOUNT}:layer:"
-            f"{constants.POWERTOOLS_LAYER_NAME}:{constants.POWERTOOLS_LAYER_VERSION}"
+    def _build_dependencies_layer(self) -> lambda_.ILayerVersion:
+        """The layer of ``functions/requirements.lock``: the zip ``make lambda-bundle`` builds, as is.
+
+        Raises ``lambda_bundle.BundleError`` when that zip is missing or holds other versions than
+        the lock (so a stale bundle is never deployed).
+        """
+        pins = lambda_bundle.check_bundle()
+        return lambda_.LayerVersion(
+            self,
+            "DependenciesLayer",
+            code=lambda_.Code.from_asset(str(lambda_bundle.LAYER_ZIP)),
+            compatible_runtimes=[RUNTIME],
+            compatible_architectures=[ARCHITECTURE],
+            description=f"{constants.SERVICE_NAME} dependencies: {len(pins)} pinned distributions"[:256],
         )
-        return lambda_.LayerVersion.from_layer_version_arn(self, "PowertoolsLayer", arn)
 
     def _build_environment(self) -> dict[str, str]:
         """The variables ``functions/settings.py`` reads; names come from the constructs."""
@@ -156,11 +179,11 @@ class Functions(Construct):
             self,
             f"{construct_id}Function",
             description=f"{constants.SERVICE_NAME} {name}",
-            runtime=lambda_.Runtime.PYTHON_3_12,
-            architecture=lambda_.Architecture.ARM_64,
+            runtime=RUNTIME,
+            architecture=ARCHITECTURE,
             handler=constants.LAMBDA_HANDLERS[name],
             code=self._code,
-            layers=[self._powertools],
+            layers=[self._dependencies],
             memory_size=constants.LAMBDA_MEMORY_MIB[name],
             timeout=Duration.seconds(constants.LAMBDA_TIMEOUT_SECONDS[name]),
             environment=self.environment,

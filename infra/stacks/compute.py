@@ -3,13 +3,14 @@ home region, the rule that forwards its Batch events to the home region's bus (w
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from aws_cdk import CfnOutput, Stack
 from constructs import Construct
 
-from infra import nag_suppressions
+from infra import constants, nag_suppressions
 from infra.constructs.batch_compute import BatchCompute
 from infra.constructs.data import DataBucket
 from infra.constructs.events import BatchEventForwarder
@@ -29,7 +30,10 @@ class ComputeStack(Stack):
     availability_zones : tuple[str, ...]
         The VPC's availability zones in ``names.region``.
     worker_image_dir : Path
-        The job container's Docker build context (built at deploy time only).
+        The job containers' Docker build context (CPU and GPU images, built at deploy time only).
+    pools : Mapping[str, ComputePool], optional
+        The region's compute pools, already checked against the region's instance offerings
+        (``DeploymentConfig.instance_pools``); default ``COMPUTE_POOLS``.
     **kwargs
         Passed to ``Stack`` (description, env, …).
     """
@@ -43,6 +47,7 @@ class ComputeStack(Stack):
         home_region: str,
         availability_zones: tuple[str, ...],
         worker_image_dir: Path,
+        pools: Mapping[str, constants.ComputePool] | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(scope, construct_id, **kwargs)
@@ -55,6 +60,7 @@ class ComputeStack(Stack):
             bucket=self.data.bucket,
             availability_zones=availability_zones,
             worker_image_dir=worker_image_dir,
+            pools=pools,
         )
         self.forwarder: BatchEventForwarder | None = None
         self.monitoring: Monitoring | None = None

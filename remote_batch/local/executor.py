@@ -94,6 +94,11 @@ JOB_DIR_PREFIX = "remote-batch-job-"
 JOB_MARKER_VARIABLE = "AWS_BATCH_JOB_ID"
 # Rounds of "find the job's leftover processes and kill them" (a round catches what forked during the last).
 MARKED_KILL_ROUNDS = 5
+# The file (in the job's directory) the worker appends the details of its own errors to, named by this
+# variable: they go to this process's log for the operator, never to the job's log.
+OPERATOR_LOG_VARIABLE = "REMOTE_BATCH_OPERATOR_LOG"
+OPERATOR_LOG_NAME = "worker-operator.log"
+OPERATOR_LOG_MAX_BYTES = 64 * 1024
 
 QUEUED_STATUSES = frozenset({"SUBMITTED", "PENDING", "RUNNABLE"})
 FINAL_STATUSES = frozenset({"SUCCEEDED", "FAILED"})
@@ -127,6 +132,8 @@ def host_note(submission: BatchSubmission, host_vcpus: int, host_memory_mib: int
     """The sentence saying a machine class is bigger than this host, or None when it fits.
 
     Example: ``Machine class needs 8 vCPUs and 64 GiB; this host runs it with 2 vCPUs and 23 GiB``.
+    A GPU class always gets one: the local stack has no GPU and runs it on the CPU (``Machine class
+    needs 8 vCPUs, 64 GiB and 1 GPU; this host runs it on CPU only, with 8 vCPUs and 64 GiB``).
     """
     if submission.vcpus <= host_vcpus and submission.memory_mib <= host_memory_mib and not submission.gpus:
         return None
@@ -136,7 +143,7 @@ def host_note(submission: BatchSubmission, host_vcpus: int, host_memory_mib: int
     gets = [_plural(vcpus, "vCPU"), f"{_gib(memory)} GiB"]
     if submission.gpus:
         needs.append(_plural(submission.gpus, "GPU"))
-        gets.append("no GPU")
+        return f"Machine class needs {_join(needs)}; this host runs it on CPU only, with {_join(gets)}"
     return f"Machine class needs {_join(needs)}; this host runs it with {_join(gets)}"
 
 
@@ -195,6 +202,23 @@ def kill_marked_processes(job_ids: frozenset[str]) -> list[int]:
     if killed:
         logger.info("leftover job processes killed pids=%s", killed)
     return killed
+
+
+def _log_operator_report(job: _Job) -> None:
+    """Log what the worker wrote to its operator file (its own errors' details), at most
+    ``OPERATOR_LOG_MAX_BYTES`` of it, to this process's log."""
+    if job.workdir is None:
+        return
+    try:
+        with open(job.workdir / OPERATOR_LOG_NAME, "rb") as report:
+            text = report.read(OPERATOR_LOG_MAX_BYTES).decode("utf-8", "replace")
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        logger.warning("worker report unreadable batch_job_id=%s error=%s", job.job_id, exc)
+        return
+    if text.strip():
+        logger.warning("worker reported its own error batch_job_id=%s\n%s", job.job_id, text.rstrip())
 
 
 def _limit_worker(cpus: frozenset[int], memory_bytes: int, parent_pid: int) -> Callable[[], None]:
@@ -423,7 +447,9 @@ class LocalBatchExecutor:
         submission's environment, ``AWS_REGION``/``AWS_DEFAULT_REGION`` of the zone,
         ``AWS_BATCH_JOB_ID``, ``AWS_BATCH_JOB_ATTEMPT``, ``AWS_BATCH_JQ_NAME``, the BLAS/OpenMP
         thread counts (the allotted vCPUs), ``PYTHONPATH`` (``import_root`` first), ``TMPDIR``/``TEMP``/
-        ``TMP`` (inside the job's directory) and, when absent, this process's ``PATH``.
+        ``TMP`` (inside the job's directory), ``REMOTE_BATCH_OPERATOR_LOG`` (a file in it whose content,
+        the worker's own errors, is logged here after the job, never in the job's log) and, when
+        absent, this process's ``PATH``.
     vcpus : int | None
         Host capacity in vCPUs shared by all jobs; default: the CPUs this process may run on.
     memory_mib : int | None
@@ -799,6 +825,7 @@ class LocalBatchExecutor:
                 "TMPDIR": tmp,
                 "TEMP": tmp,
                 "TMP": tmp,
+                OPERATOR_LOG_VARIABLE: str(workdir / OPERATOR_LOG_NAME),
             }
         )
         env.setdefault("PATH", os.environ.get("PATH", os.defpath))
@@ -906,6 +933,7 @@ class LocalBatchExecutor:
         shipper.close()  # the whole log is readable before the final status is
         if not logs_ready:
             logger.warning("job log incomplete batch_job_id=%s", job.job_id)
+        _log_operator_report(job)
 
         exit_code = _exit_code(returncode)
         with self._cond:

@@ -1,9 +1,11 @@
-"""AWS Batch in each zone's stack: one queue and one job definition per machine class, Spot then
-on-demand compute environments, the worker image, job logs, retries and the job role."""
+"""AWS Batch in each zone's stack: one queue and one job definition per machine class, compute
+environments in per-pool order, queue time limits, the CPU and GPU worker images, shared memory,
+root volumes, job logs, retries and the job role."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -85,41 +87,57 @@ def _environment_id(reference: dict[str, Any]) -> str:
 
 
 @pytest.mark.parametrize("machine_class", MACHINE_CLASSES.values(), ids=lambda mc: mc.name)
-def test_queue_spills_from_spot_to_on_demand(compute: Synth, machine_class: MachineClass) -> None:
+def test_queue_order_is_per_pool(compute: Synth, machine_class: MachineClass) -> None:
     queue = _job_queues(compute)[compute.stack.names.job_queue_name(machine_class.name)]
     environments = _compute_environments(compute)
+    pool = constants.COMPUTE_POOLS[constants.MACHINE_CLASS_POOLS[machine_class.name]]
 
     order = sorted(queue["ComputeEnvironmentOrder"], key=lambda entry: entry["Order"])
-    spot, on_demand = (environments[_environment_id(entry["ComputeEnvironment"])] for entry in order)
+    first, second = (environments[_environment_id(entry["ComputeEnvironment"])] for entry in order)
     assert [entry["Order"] for entry in order] == [1, 2]
-    assert spot["ComputeResources"]["Type"] == "SPOT"
-    assert on_demand["ComputeResources"]["Type"] == "EC2"
+    # Where Spot is scarce (the largest memory sizes, GPUs) on-demand comes first; elsewhere Spot
+    # comes first and spills to on-demand.
+    scarce = machine_class.gpus > 0 or machine_class.name == "Memory192x1536"
+    assert pool.on_demand_first is scarce
+    expected = ["EC2", "SPOT"] if scarce else ["SPOT", "EC2"]
+    assert [first["ComputeResources"]["Type"], second["ComputeResources"]["Type"]] == expected
     # Both environments are the same pool of instances.
-    assert spot["ComputeResources"]["InstanceTypes"] == on_demand["ComputeResources"]["InstanceTypes"]
+    assert first["ComputeResources"]["InstanceTypes"] == second["ComputeResources"]["InstanceTypes"]
     if machine_class.gpu_type:
         family = GPU_FAMILIES[machine_class.gpu_type]
-        assert spot["ComputeResources"]["InstanceTypes"] == [family]
-        assert spot["ComputeResources"]["Ec2Configuration"] == [{"ImageType": "ECS_AL2023_NVIDIA"}]
+        assert first["ComputeResources"]["InstanceTypes"] == [family]
+        assert first["ComputeResources"]["Ec2Configuration"] == [{"ImageType": "ECS_AL2023_NVIDIA"}]
     else:
-        assert spot["ComputeResources"]["Ec2Configuration"] == [{"ImageType": "ECS_AL2023"}]
-        assert not any(t.startswith("g") for t in spot["ComputeResources"]["InstanceTypes"])
+        assert first["ComputeResources"]["Ec2Configuration"] == [{"ImageType": "ECS_AL2023"}]
+        assert not any(t.startswith("g") for t in first["ComputeResources"]["InstanceTypes"])
 
 
-def test_queues_cancel_jobs_stuck_behind_a_misconfiguration(compute: Synth) -> None:
-    for name, queue in _job_queues(compute).items():
-        actions = queue["JobStateTimeLimitActions"]
+def test_every_queue_cancels_jobs_blocked_by_capacity_or_misconfiguration(
+    compute: Synth, capsys: pytest.CaptureFixture[str]
+) -> None:
+    queues = _job_queues(compute)
+    expected = [
+        # AWS Batch user guide, "Automatic remediation with jobStateTimeLimitActions": the reasons
+        # Batch can act on.
+        {"Reason": "CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY", "MaxTimeSeconds": 1800},
+        {"Reason": "MISCONFIGURATION:COMPUTE_ENVIRONMENT_MAX_RESOURCE", "MaxTimeSeconds": 600},
+        {"Reason": "MISCONFIGURATION:JOB_RESOURCE_REQUIREMENT", "MaxTimeSeconds": 600},
+        {"Reason": "MISCONFIGURATION:EC2_INSTANCE_CONFIGURATION_UNSUPPORTED", "MaxTimeSeconds": 600},
+    ]
 
-        assert {a["Reason"] for a in actions} == {
-            "MISCONFIGURATION:COMPUTE_ENVIRONMENT_MAX_RESOURCE",
-            "MISCONFIGURATION:JOB_RESOURCE_REQUIREMENT",
-        }, name
-        for action in actions:
-            assert action | {"Reason": None} == {
-                "Action": "CANCEL",
-                "MaxTimeSeconds": 600,
-                "State": "RUNNABLE",
-                "Reason": None,
-            }, name
+    assert len(queues) == len(MACHINE_CLASSES)
+    for name, queue in queues.items():
+        assert queue["JobStateTimeLimitActions"] == [
+            {"Action": "CANCEL", "State": "RUNNABLE", **action} for action in expected
+        ], name
+    with capsys.disabled():
+        blocked = sum(
+            1
+            for queue in queues.values()
+            for action in queue["JobStateTimeLimitActions"]
+            if action["Reason"] == "CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY"
+        )
+        print(f"\n{compute.stack.stack_name}: {blocked}/{len(queues)} queues cancel on capacity", end="")
 
 
 def test_compute_environments_scale_to_zero_in_private_subnets(compute: Synth) -> None:
@@ -164,22 +182,91 @@ def test_job_logs_go_to_a_named_14_day_log_group(compute: Synth) -> None:
         assert log_config["Options"]["awslogs-group"] == {"Ref": log_group}
 
 
-def test_worker_image_is_an_asset_built_at_deploy_time(compute: Synth) -> None:
+def _docker_images(compute: Synth) -> dict[str, dict[str, Any]]:
+    """The stack's image assets by Dockerfile name."""
     assets = json.loads((compute.outdir / f"{compute.stack.artifact_id}.assets.json").read_text())
-
-    (image,) = assets["dockerImages"].values()
-    assert image["source"]["platform"] == "linux/amd64"
-    assert (compute.outdir / image["source"]["directory"] / "Dockerfile").is_file()
-    images = {d["ContainerProperties"]["Image"]["Fn::Sub"] for d in _job_definitions(compute).values()}
-    assert len(images) == 1
-    assert f"{compute.stack.region}" in images.pop()
+    return {image["source"]["dockerFile"]: image for image in assets["dockerImages"].values()}
 
 
-def test_instances_require_imdsv2_with_hop_limit_one(compute: Synth) -> None:
-    compute.template.has_resource_properties(
-        "AWS::EC2::LaunchTemplate",
-        {"LaunchTemplateData": {"MetadataOptions": {"HttpTokens": "required", "HttpPutResponseHopLimit": 1}}},
-    )
+def test_worker_images_are_assets_built_at_deploy_time(compute: Synth) -> None:
+    images = _docker_images(compute)
+
+    assert set(images) == {"Dockerfile", "Dockerfile.gpu"}
+    for dockerfile, image in images.items():
+        assert image["source"]["platform"] == "linux/amd64"
+        # Same build context (the same worker code), each with its own Dockerfile.
+        assert (compute.outdir / image["source"]["directory"] / dockerfile).is_file()
+    assert images["Dockerfile"]["source"]["directory"] != images["Dockerfile.gpu"]["source"]["directory"]
+
+
+@pytest.mark.parametrize("machine_class", MACHINE_CLASSES.values(), ids=lambda mc: mc.name)
+def test_gpu_classes_run_the_cuda_image_and_the_others_the_cpu_image(
+    compute: Synth, machine_class: MachineClass
+) -> None:
+    images = _docker_images(compute)
+    definition = _job_definitions(compute)[compute.stack.names.job_definition_name(machine_class.name)]
+    image = definition["ContainerProperties"]["Image"]["Fn::Sub"]
+
+    dockerfile = "Dockerfile.gpu" if machine_class.gpus else "Dockerfile"
+    (destination,) = images[dockerfile]["destinations"].values()
+    assert image.endswith(f":{destination['imageTag']}")
+    assert compute.stack.region in image
+
+
+def test_gpu_dockerfile_starts_from_the_cuda_runtime(worker_image_dir: Path) -> None:
+    dockerfile = (worker_image_dir / "Dockerfile.gpu").read_text()
+    (base,) = [line for line in dockerfile.splitlines() if line.startswith("FROM ")]
+
+    assert base.startswith("FROM nvidia/cuda:12.") and "-runtime-" in base
+    # The same worker as the CPU image: its code, its packages, its entrypoint, unprivileged.
+    cpu = (worker_image_dir / "Dockerfile").read_text()
+    for line in ("COPY . /opt/remote-batch/worker/", 'ENTRYPOINT ["python", "-m", "worker"]', "USER worker"):
+        assert line in dockerfile and line in cpu
+    assert "-r requirements.txt" in (worker_image_dir / "requirements-gpu.txt").read_text()
+
+
+@pytest.mark.parametrize("machine_class", MACHINE_CLASSES.values(), ids=lambda mc: mc.name)
+def test_jobs_get_shared_memory_and_their_region(compute: Synth, machine_class: MachineClass) -> None:
+    definition = _job_definitions(compute)[compute.stack.names.job_definition_name(machine_class.name)]
+    container = definition["ContainerProperties"]
+
+    # A quarter of the class's memory as /dev/shm (Docker's default is 64 MiB).
+    assert container["LinuxParameters"] == {"SharedMemorySize": machine_class.memory_mib // 4}
+    assert {e["Name"]: e["Value"] for e in container["Environment"]} == {
+        "AWS_REGION": compute.stack.region,
+        "AWS_DEFAULT_REGION": compute.stack.region,
+    }
+
+
+def test_each_pool_has_an_encrypted_root_volume_of_its_size(compute: Synth) -> None:
+    templates = compute.resources("AWS::EC2::LaunchTemplate")
+    environments = _compute_environments(compute)
+    sizes = {"General": 100, "HighMemory": 500, "GpuL40S": 200, "GpuL4": 200}
+
+    assert {name: pool.root_volume_gib for name, pool in constants.COMPUTE_POOLS.items()} == sizes
+    for name, pool in compute.stack.compute.pools.items():
+        logical_id = compute.logical_id(pool.launch_template)
+        data = templates[logical_id]["Properties"]["LaunchTemplateData"]
+        assert data["BlockDeviceMappings"] == [
+            {
+                "DeviceName": "/dev/xvda",
+                "Ebs": {
+                    "DeleteOnTermination": True,
+                    "Encrypted": True,
+                    "VolumeSize": sizes[name],
+                    "VolumeType": "gp3",
+                },
+            }
+        ], name
+        # IMDSv2 with a hop limit of 1: job containers cannot reach the instance role.
+        assert data["MetadataOptions"] == data["MetadataOptions"] | {
+            "HttpTokens": "required",
+            "HttpPutResponseHopLimit": 1,
+        }, name
+        for environment in (pool.spot, pool.on_demand):
+            resources = environments[compute.logical_id(environment)]["ComputeResources"]
+            assert resources["LaunchTemplate"]["LaunchTemplateId"] == {"Ref": logical_id}, name
+    assert len(templates) == len(sizes)
 
 
 def test_vpc_uses_the_context_zones_with_flow_logs_and_an_s3_endpoint(compute: Synth) -> None:

@@ -35,10 +35,11 @@ def test_cli_overrides_arrive_as_strings_and_json() -> None:
     # Given what `cdk synth -c stage=prod -c 'geoZoneRegions={...}'` passes to the app
     context = _cdk_json_context(
         stage="prod",
-        homeRegion="eu-west-1",
-        geoZoneRegions=json.dumps({"UnitedStates": "us-east-2", "EuropeanUnion": "eu-west-1"}),
+        homeRegion="eu-west-1",  # the control plane needs no instances: any region
+        # Zone regions must offer every pool's instance types (eu-west-1 has no g6/g6e).
+        geoZoneRegions=json.dumps({"UnitedStates": "us-east-2", "EuropeanUnion": "eu-north-1"}),
         availabilityZones=json.dumps(
-            {"us-east-2": ["us-east-2a", "us-east-2b"], "eu-west-1": ["eu-west-1a"]}
+            {"us-east-2": ["us-east-2a", "us-east-2b"], "eu-north-1": ["eu-north-1a"]}
         ),
     )
 

@@ -35,6 +35,8 @@ def test_table_matches_its_spec(synth: Synth, spec: TableSpec) -> None:
     props = table["Properties"]
 
     assert table["DeletionPolicy"] == "Retain"
+    assert props["DeletionProtectionEnabled"] is True
+    assert "TableName" not in props  # generated: a table a rollback keeps never blocks the retry
     assert props["BillingMode"] == "PAY_PER_REQUEST"
     assert props["PointInTimeRecoverySpecification"] == {"PointInTimeRecoveryEnabled": True}
     assert props["SSESpecification"] == {"SSEEnabled": True}  # AWS-managed key
@@ -105,7 +107,9 @@ def test_data_bucket_is_encrypted_private_unversioned_retained_and_logged(comput
     bucket = _data_bucket(compute)
     props = bucket["Properties"]
 
-    assert bucket["DeletionPolicy"] == "Retain"
+    # Fixed name: kept on stack deletion or replacement, deleted when its first creation rolls back.
+    assert bucket["DeletionPolicy"] == "RetainExceptOnCreate"
+    assert bucket["UpdateReplacePolicy"] == "Retain"
     assert props["BucketEncryption"] == {
         "ServerSideEncryptionConfiguration": [{"ServerSideEncryptionByDefault": {"SSEAlgorithm": "AES256"}}]
     }

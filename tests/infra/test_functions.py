@@ -1,4 +1,4 @@
-"""The three Lambdas: runtime, code asset, layer, tracing, roles, and the settings they are given."""
+"""The three Lambdas: runtime, code asset, dependencies layer, tracing, roles, and the settings they get."""
 
 from __future__ import annotations
 
@@ -63,12 +63,23 @@ def _render(value: Any, stack_name: str = "stack") -> str:
 def test_function_runtime_and_handler(synth: Synth, name: str) -> None:
     props = _function(synth, name)
 
-    assert props["Runtime"] == "python3.12"
-    assert props["Architectures"] == ["arm64"]
+    # The interpreter and machine the deployed-bundle test runs the layer on (test_deployed_bundle).
+    assert props["Runtime"] == "python3.11"
+    assert props["Architectures"] == ["x86_64"]
     assert props["Handler"] == HANDLERS[name]
     assert props["TracingConfig"] == {"Mode": "Active"}
+    # One layer, built in this app from functions/requirements.lock: no public layer.
     (layer,) = props["Layers"]
-    assert ":017000801446:layer:AWSLambdaPowertoolsPythonV3-python312-arm64:" in _render(layer)
+    (layer_id,) = synth.resources("AWS::Lambda::LayerVersion")
+    assert layer == {"Ref": layer_id}
+
+
+def test_dependencies_layer_is_built_for_the_function_runtime(synth: Synth) -> None:
+    (layer,) = synth.resources("AWS::Lambda::LayerVersion").values()
+
+    assert layer["Properties"]["CompatibleRuntimes"] == ["python3.11"]
+    assert layer["Properties"]["CompatibleArchitectures"] == ["x86_64"]
+    assert "S3Key" in layer["Properties"]["Content"]
 
 
 @pytest.mark.parametrize("name", HANDLERS)
@@ -128,3 +139,6 @@ def test_code_asset_holds_only_the_functions_package(synth: Synth) -> None:
     assert [p.name for p in asset_dir.iterdir()] == ["functions"]
     assert (asset_dir / "functions" / "settings.py").is_file()
     assert not list(asset_dir.rglob("__pycache__"))
+    # The lock files are build inputs of the layer, not code.
+    assert not list(asset_dir.rglob("*.lock"))
+    assert not list(asset_dir.rglob("*.in"))

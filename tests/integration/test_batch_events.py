@@ -95,6 +95,55 @@ def test_failure_reason_comes_from_the_workers_error(stack):
     assert job.credits_spent == Decimal("1")
 
 
+@pytest.mark.parametrize(
+    ("error", "reason"),
+    [
+        (
+            {
+                "type": "MemoryError",
+                "message": "Memory limit of 8 GiB exceeded",
+                "traceback": "",
+                "reason": "Memory limit of 8 GiB exceeded",
+            },
+            "Memory limit of 8 GiB exceeded",
+        ),
+        (
+            {
+                "type": "InvalidJobInput",
+                "message": "x",
+                "traceback": "",
+                "reason": "The job's input was rejected: command[1] contains a NUL character",
+            },
+            "The job's input was rejected: command[1] contains a NUL character",
+        ),
+        # A blank or non-string reason is ignored: the "Type: message" line stands.
+        ({"type": "ValueError", "message": "bad", "traceback": "", "reason": " "}, "ValueError: bad"),
+        ({"type": "ValueError", "message": "bad", "traceback": "", "reason": 5}, "ValueError: bad"),
+    ],
+)
+def test_failure_reason_is_the_workers_own_sentence_when_it_gives_one(stack, error, reason):
+    job_id, batch_id = submit(stack, {"command": ["python3", "-c", "x = bytearray(20 * 2**30)"]})
+    boto3.client("s3", region_name="us-east-1").put_object(
+        Bucket="test-data-us-east-1",
+        Key=f"outputs/{job_id}/messages.json",
+        Body=json.dumps({"messages": [], "error": error}),
+    )
+    events = job_lifecycle(
+        job_id,
+        batch_id,
+        created_at=T0,
+        started_at=T0 + 1_000,
+        stopped_at=T0 + 2_000,
+        succeeded=False,
+        exit_code=1,
+    )
+    for event in events:
+        stack.deliver(event)
+    job = stack.services.store.get_job(job_id)
+    assert job.status.value == "Terminated"
+    assert job.status_reason == reason
+
+
 def test_terminated_before_running_costs_nothing(stack):
     job_id, batch_id = submit(stack)
     stack.api("POST", f"/jobs/{job_id}/abort")

@@ -7,6 +7,7 @@ do not depend on the real worker.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import shutil
@@ -65,6 +66,9 @@ FAKE_WORKER = textwrap.dedent(
         print("line", i)
     if os.environ.get("STDERR"):
         print("oops", file=sys.stderr)
+    if os.environ.get("OPERATOR_NOTE"):
+        with open(os.environ["REMOTE_BATCH_OPERATOR_LOG"], "a") as operator_log:
+            operator_log.write(os.environ["OPERATOR_NOTE"])
     print("ready", flush=True)
     time.sleep(float(os.environ.get("SLEEP", "0")))
     sys.exit(int(os.environ.get("EXIT", "0")))
@@ -360,6 +364,20 @@ def test_console_lines_reach_cloudwatch_in_order_before_the_final_event(make_sta
     assert stamps == sorted(stamps)
 
 
+def test_the_workers_operator_report_goes_to_the_executor_log_not_the_job_log(make_stack, logs, caplog):
+    stack = make_stack()
+    note = 'Traceback (most recent call last):\n  File "/opt/worker/x.py"\nRuntimeError: a worker bug\n'
+
+    with caplog.at_level(logging.WARNING, logger="remote_batch.local.executor"):
+        job_id = stack.gateway.submit_job(_submission(OPERATOR_NOTE=note, EXIT="2"))
+        stack.delivered.wait_for(job_id, "FAILED")
+
+    reports = [r.getMessage() for r in caplog.records if "worker reported its own error" in r.getMessage()]
+    assert reports == [f"worker reported its own error batch_job_id={job_id}\n{note.rstrip()}"]
+    job_log = _log_messages(logs, f"remote-batch-worker/default/{job_id}")
+    assert not any("RuntimeError" in line or "Traceback" in line for line in job_log)
+
+
 def test_worker_runs_with_its_limits_and_environment(make_stack, logs):
     stack = make_stack(vcpus=1, memory_mib=2048)
 
@@ -383,6 +401,22 @@ def test_class_bigger_than_host_runs_with_a_reason(make_stack):
 
     reasons = {e["detail"]["status"]: e["detail"].get("statusReason") for e in stack.delivered.of(job_id)}
     note = "Machine class needs 8 vCPUs and 64 GiB; this host runs it with 1 vCPU and 2 GiB"
+    assert reasons["RUNNABLE"] == note
+    assert reasons["RUNNING"] == note
+    assert reasons["SUCCEEDED"] == "Essential container in task exited"
+
+
+def test_gpu_class_runs_on_cpu_and_says_so(make_stack):
+    stack = make_stack(vcpus=2, memory_mib=4096)
+
+    submission = dataclasses.replace(_submission(vcpus=2, memory_mib=1024), gpus=1)
+    job_id = stack.gateway.submit_job(submission)
+    stack.delivered.wait_for(job_id, "SUCCEEDED")
+
+    reasons = {e["detail"]["status"]: e["detail"].get("statusReason") for e in stack.delivered.of(job_id)}
+    note = (
+        "Machine class needs 2 vCPUs, 1 GiB and 1 GPU; this host runs it on CPU only, with 2 vCPUs and 1 GiB"
+    )
     assert reasons["RUNNABLE"] == note
     assert reasons["RUNNING"] == note
     assert reasons["SUCCEEDED"] == "Essential container in task exited"

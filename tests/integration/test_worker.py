@@ -188,7 +188,9 @@ def test_missing_input_object_is_a_worker_error(s3, capsys):
 
     assert main(job.env, s3) == 2
     assert f"input not found: s3://{BUCKET}/{job.input_key}" in capsys.readouterr().err
-    assert job.output_names() == []
+    # No result: only the note saying why (its reason becomes the statusReason) and the operator's copy.
+    assert job.output_names() == ["messages.json", "worker-error.txt"]
+    assert job.output_json("messages.json")["error"]["reason"] == "The job's input is missing"
 
 
 def test_malformed_input_is_a_worker_error(s3, capsys):
@@ -306,6 +308,29 @@ def test_python_m_worker_failure_prints_the_traceback_and_exits_1(moto_endpoint,
     assert job.output_json("messages.json")["error"]["type"] == "ZeroDivisionError"
 
 
+def test_python_m_worker_never_prints_its_own_traceback_for_a_refused_input(moto_endpoint, server_s3):
+    job = Job(server_s3).put_input({"kind": "command", "command": ["echo", "a\u0000b"]})
+
+    completed = _run_worker(_worker_env(job, moto_endpoint))
+
+    assert completed.returncode == 2
+    assert completed.stdout == ""
+    assert completed.stderr == (
+        "remote-batch worker: The job's input was rejected: command[1] contains a NUL character, "
+        "which no program can receive\n"
+    )
+
+
+def test_python_m_worker_survives_code_that_closes_its_output_streams(moto_endpoint, server_s3):
+    code = "import os, sys\nsys.stdout.close()\nsys.stderr.close()\nos.close(1)\nos.close(2)\n10**5000"
+    job = Job(server_s3).put_input({"kind": "code", "code": code})
+
+    completed = _run_worker(_worker_env(job, moto_endpoint))
+
+    assert completed.returncode == 0
+    assert job.output_json("result.json") == {"result": None, "resultRepr": "<int with 5001 digits>"}
+
+
 def test_python_m_worker_streams_output_before_the_code_ends(moto_endpoint, server_s3, tmp_path):
     # The code prints, then waits for a file the test creates only after reading that line:
     # if stdout were block-buffered the line would never arrive and the test would time out.
@@ -388,3 +413,156 @@ def test_python_m_worker_without_environment_exits_2():
         "remote-batch worker: missing environment variable(s): REMOTE_BATCH_JOB_ID"
     )
     assert len(completed.stderr.strip().splitlines()) == 1
+
+
+# --- results that cannot be encoded, inputs that are refused, the worker's own errors ---------------
+
+
+def test_a_result_too_long_to_format_succeeds_with_a_short_repr(s3):
+    job = Job(s3).put_input({"kind": "code", "code": "10**5000"})
+
+    assert main(job.env, s3) == 0
+    assert job.output_json("result.json") == {"result": None, "resultRepr": "<int with 5001 digits>"}
+    assert job.output_json("messages.json") == {"messages": [], "error": None}
+    assert cloudpickle.loads(job.output("result.pickle")) == 10**5000
+
+
+def test_an_unpicklable_self_referencing_result_succeeds_with_a_note(s3):
+    code = (
+        "class Odd(list):\n    def __reduce__(self):\n        raise SystemExit(9)\n"
+        "x = Odd([1])\nx.append(x)\nx"
+    )
+    job = Job(s3).put_input({"kind": "code", "code": code})
+
+    assert main(job.env, s3) == 0
+    assert job.output_json("result.json") == {"result": None, "resultRepr": "[1, [...]]"}
+    assert job.output_json("messages.json")["messages"] == [
+        "result.pickle not written: the result cannot be pickled (SystemExit: 9)"
+    ]
+    assert "result.pickle" not in job.output_names()
+
+
+@pytest.mark.parametrize(
+    ("document", "reason"),
+    [
+        (
+            {"kind": "command", "command": ["echo", "a\u0000b"]},
+            "The job's input was rejected: command[1] contains a NUL character, which no program can receive",
+        ),
+        (
+            {"kind": "command", "command": ["echo", "\ud800"]},
+            "The job's input was rejected: command[1] contains a lone surrogate, "
+            "which no program can receive",
+        ),
+        (
+            {"kind": "shell", "shell": "ls"},
+            "The job's input was rejected: unknown input kind 'shell': "
+            "expected 'code', 'command' or 'pickle'",
+        ),
+    ],
+)
+def test_a_refused_input_leaves_one_log_line_and_its_reason(s3, capsys, document, reason):
+    job = Job(s3)
+    s3.put_object(Bucket=BUCKET, Key=job.input_key, Body=json.dumps(document).encode())
+
+    assert main(job.env, s3) == 2
+    log = capsys.readouterr()
+    assert log.out == ""
+    assert log.err == f"remote-batch worker: {reason}\n"
+    assert job.output_json("messages.json")["error"]["reason"] == reason
+    assert "result.json" not in job.output_names()
+
+
+def test_input_that_is_not_utf8_is_refused_with_a_reason(s3, capsys):
+    job = Job(s3)
+    s3.put_object(Bucket=BUCKET, Key=job.input_key, Body=b'{"kind": "code", "code": "\xff"}')
+
+    assert main(job.env, s3) == 2
+    reason = job.output_json("messages.json")["error"]["reason"]
+    assert reason.startswith("The job's input was rejected: the input is not UTF-8 JSON (")
+    assert "Traceback" not in capsys.readouterr().err
+
+
+def test_an_unreadable_input_says_so_without_a_traceback(s3, capsys, monkeypatch):
+    from botocore.exceptions import ClientError
+
+    job = Job(s3).put_input({"kind": "code", "code": "1"})
+    real_get_object = s3.get_object
+
+    def denied(**kwargs):
+        if kwargs["Key"] == job.input_key:
+            raise ClientError({"Error": {"Code": "AccessDenied", "Message": "Access Denied"}}, "GetObject")
+        return real_get_object(**kwargs)
+
+    monkeypatch.setattr(s3, "get_object", denied)
+
+    assert main(job.env, s3) == 2
+    assert (
+        capsys.readouterr().err == "remote-batch worker: The job's input could not be read (AccessDenied)\n"
+    )
+    assert (
+        job.output_json("messages.json")["error"]["reason"]
+        == "The job's input could not be read (AccessDenied)"
+    )
+    assert "AccessDenied" in job.output("worker-error.txt").decode()
+
+
+def test_the_workers_own_error_goes_to_the_operator_not_the_log(s3, capsys, monkeypatch, tmp_path):
+    def broken(*args, **kwargs):
+        raise RuntimeError("a bug in the worker")
+
+    monkeypatch.setattr("worker.entrypoint.encode_outcome", broken)
+    operator_log = tmp_path / "operator.log"
+    job = Job(s3, REMOTE_BATCH_OPERATOR_LOG=str(operator_log)).put_input({"kind": "code", "code": "1"})
+
+    assert main(job.env, s3) == 2
+    log = capsys.readouterr()
+    assert log.err == "remote-batch worker: internal error (RuntimeError); the operator has the details\n"
+    assert job.output_json("messages.json")["error"]["reason"] == (
+        "The job runner failed (an internal error, reported to the operator)"
+    )
+    for detail in (operator_log.read_text(), job.output("worker-error.txt").decode()):
+        assert f"job {job.job_id}: internal error" in detail
+        assert "Traceback (most recent call last)" in detail
+        assert "RuntimeError: a bug in the worker" in detail
+
+
+def test_an_output_file_that_cannot_be_read_is_skipped_with_a_message(s3, monkeypatch):
+    code = (
+        "import os, pathlib\nout = pathlib.Path(os.environ['REMOTE_BATCH_OUTPUT_DIR'])\n"
+        "(out / 'a.txt').write_text('a')\n(out / 'locked.txt').write_text('b')\n1"
+    )
+    job = Job(s3).put_input({"kind": "code", "code": code})
+    real_open = Path.open
+
+    def locked(self, mode="r", *args, **kwargs):
+        if self.name == "locked.txt" and mode == "rb":  # as a file the worker may not read
+            raise PermissionError(13, "Permission denied")
+        return real_open(self, mode, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "open", locked)
+
+    assert main(job.env, s3) == 0
+    assert job.output("files/a.txt") == b"a"
+    assert "files/locked.txt" not in job.output_names()
+    assert job.output_json("messages.json")["messages"] == [
+        "files/locked.txt not uploaded: Permission denied"
+    ]
+
+
+def test_a_command_out_of_memory_fails_with_the_memory_sentence(s3, capfd):
+    script = (
+        "import resource\nresource.setrlimit(resource.RLIMIT_AS, (2**30, 2**30))\nx = bytearray(20 * 2**30)"
+    )
+    job = Job(s3, REMOTE_BATCH_MEMORY_GIB="8").put_input(
+        {"kind": "command", "command": [sys.executable, "-c", script]}
+    )
+
+    assert main(job.env, s3) == 1
+    assert job.output_json("messages.json")["error"] == {
+        "type": "MemoryError",
+        "message": "Memory limit of 8 GiB exceeded",
+        "traceback": "",
+        "reason": "Memory limit of 8 GiB exceeded",
+    }
+    assert capfd.readouterr().out.rstrip().endswith("MemoryError")  # the command's own traceback, relayed

@@ -213,7 +213,14 @@ def _submission(class_name: str) -> BatchSubmission:
             16,
             131_072,
             "Machine class needs 8 vCPUs, 64 GiB and 1 GPU; "
-            "this host runs it with 8 vCPUs, 64 GiB and no GPU",
+            "this host runs it on CPU only, with 8 vCPUs and 64 GiB",
+        ),
+        (
+            "GPU4xL4",
+            2,
+            8_192,
+            "Machine class needs 48 vCPUs, 192 GiB and 4 GPUs; "
+            "this host runs it on CPU only, with 2 vCPUs and 8 GiB",
         ),
     ],
 )

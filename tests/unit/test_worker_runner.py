@@ -4,6 +4,7 @@ import base64
 import json
 import os
 import sys
+import time
 import warnings
 
 import cloudpickle
@@ -17,6 +18,7 @@ from worker.runner import (
     CodeInput,
     CommandInput,
     PickleInput,
+    oom_kill_count,
     parse_job_input,
     run_code,
     run_command,
@@ -107,7 +109,14 @@ def test_warning_filters_changed_by_the_code_do_not_outlive_it():
 
 @pytest.mark.parametrize(
     ("source", "exit_code", "has_error"),
-    [("exit(3)", 3, True), ("import sys\nsys.exit(0)", 0, False), ("raise SystemExit('bye')", 1, True)],
+    [
+        ("exit(3)", 3, True),
+        ("import sys\nsys.exit(0)", 0, False),
+        ("raise SystemExit('bye')", 1, True),
+        ("exit(-1)", 255, True),
+        ("exit(256)", 1, True),  # not 0: the job failed
+        ("exit(10**5000)", 1, True),
+    ],
 )
 def test_system_exit_sets_the_exit_code(source, exit_code, has_error):
     outcome = run_code(source)
@@ -429,3 +438,233 @@ def test_run_job_dispatches_a_pickle(tmp_path):
     payload = cloudpickle.dumps((sum, ([1, 2, 3],), {}))
 
     assert run_job(PickleInput(payload=payload), output_dir=tmp_path).result == 6
+
+
+# --- commands: memory, signals, arguments ------------------------------------------------------------
+
+LIMIT_ADDRESS_SPACE = "import resource\nresource.setrlimit(resource.RLIMIT_AS, (2**30, 2**30))\n"
+
+
+@pytest.mark.parametrize(
+    "script",
+    [
+        # RLIMIT_AS (the local stack's limit): Python raises MemoryError, prints it last and exits 1.
+        LIMIT_ADDRESS_SPACE + "x = bytearray(20 * 2**30)",
+        LIMIT_ADDRESS_SPACE + "import numpy\nnumpy.ones(20 * 2**30, dtype='uint8')",
+        # Other runtimes: a C++ std::bad_alloc ends in abort() (SIGABRT), Java prints its error first.
+        'import os, sys\nsys.stderr.write("terminate called after throwing an instance of '
+        "'std::bad_alloc'\\n"
+        '  what():  std::bad_alloc\\n")\nsys.stderr.flush()\nos.abort()',
+        "import sys\nprint('Exception in thread \"main\" java.lang.OutOfMemoryError: Java heap space', "
+        "file=sys.stderr)\nprint('\\tat Main.main(Main.java:3)', file=sys.stderr)\nsys.exit(1)",
+    ],
+    ids=["python-memoryerror", "numpy-arraymemoryerror", "cpp-bad-alloc", "java-oom"],
+)
+def test_a_command_that_runs_out_of_memory_says_so_as_code_does(tmp_path, script, capfd):
+    outcome = run_command([sys.executable, "-c", script], output_dir=tmp_path, memory_gib=8)
+    code_outcome = run_code("raise MemoryError", memory_gib=8)
+
+    assert outcome.exit_code != 0
+    assert outcome.error is not None
+    assert outcome.error.reason == "Memory limit of 8 GiB exceeded"
+    assert (outcome.error.type, outcome.error.message) == ("MemoryError", "Memory limit of 8 GiB exceeded")
+    assert outcome.messages == ["MemoryError: Memory limit of 8 GiB exceeded"]
+    assert code_outcome.error is not None
+    assert code_outcome.error.reason == outcome.error.reason  # one sentence for both kinds of job
+    assert "MemoryError: Memory limit of 8 GiB exceeded" in capfd.readouterr().err
+
+
+def test_a_command_killed_by_the_kernel_for_memory_says_so(tmp_path, monkeypatch):
+    counts = iter([3, 4])  # the cgroup's oom_kill counter before and after the command
+    monkeypatch.setattr("worker.runner.oom_kill_count", lambda: next(counts))
+
+    outcome = run_command(
+        [sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"],
+        output_dir=tmp_path,
+        memory_gib=64,
+    )
+
+    assert outcome.exit_code == 137
+    assert outcome.error is not None
+    assert outcome.error.reason == "Memory limit of 64 GiB exceeded"
+
+
+@pytest.mark.parametrize(
+    ("signal_name", "reason"),
+    [("SIGKILL", "Killed by signal SIGKILL (9)"), ("SIGSEGV", "Killed by signal SIGSEGV (11)")],
+)
+def test_a_command_killed_by_a_signal_names_it(tmp_path, signal_name, reason):
+    script = f"import os, signal; os.kill(os.getpid(), signal.{signal_name})"
+
+    outcome = run_command([sys.executable, "-c", script], output_dir=tmp_path, memory_gib=8)
+
+    assert outcome.error is not None
+    assert outcome.error.reason == reason
+    assert outcome.error.message == f"Command {sys.executable!r} was killed by signal {reason[17:]}."
+
+
+def test_a_failing_command_reason_is_its_exit_code_even_if_it_mentioned_memory_earlier(tmp_path):
+    script = "print('MemoryError: recovered from it')\nprint('something else failed')\nraise SystemExit(3)"
+
+    outcome = run_command([sys.executable, "-c", script], output_dir=tmp_path, memory_gib=8)
+
+    assert outcome.error is not None
+    assert outcome.error.reason == "Exited with code 3"
+    assert outcome.error.message == f"Command {sys.executable!r} returned non-zero exit status 3."
+
+
+def test_command_stdout_and_stderr_reach_the_log_in_the_order_written(tmp_path, capfd):
+    script = (
+        "import sys\nfor i in range(50):\n"
+        "    stream = sys.stdout if i % 2 else sys.stderr\n"
+        "    stream.write(f'{i}\\n')\n    stream.flush()\n"
+    )
+
+    outcome = run_command([sys.executable, "-c", script], output_dir=tmp_path)
+
+    assert outcome.exit_code == 0
+    assert capfd.readouterr().out == "".join(f"{i}\n" for i in range(50))
+
+
+def test_a_command_whose_background_child_keeps_the_pipe_open_still_ends(tmp_path):
+    script = "import subprocess\nsubprocess.Popen(['sleep', '5'])\nprint('parent done')"
+    started = time.monotonic()
+
+    outcome = run_command([sys.executable, "-c", script], output_dir=tmp_path)
+
+    assert outcome.exit_code == 0
+    assert time.monotonic() - started < 15
+
+
+def test_a_command_that_is_not_executable_exits_126_with_a_clear_reason(tmp_path):
+    script = tmp_path / "script.sh"
+    script.write_text("#!/bin/sh\necho hi\n")
+    script.chmod(0o644)
+
+    outcome = run_command([str(script)], output_dir=tmp_path)
+
+    assert outcome.exit_code == 126
+    assert outcome.error is not None
+    assert outcome.error.reason == f"Command cannot be executed: {script} (Permission denied)"
+    assert "Traceback" not in "".join(outcome.messages)
+
+
+@pytest.mark.parametrize("argument", ["a\x00b", "\ud800"])
+def test_an_argument_no_process_can_receive_never_crashes_the_worker(tmp_path, argument):
+    outcome = run_command(["echo", argument], output_dir=tmp_path)
+
+    assert outcome.exit_code == 126
+    assert outcome.error is not None
+    assert outcome.error.reason is not None
+    assert outcome.error.reason.startswith("Command cannot be executed: echo (")
+    assert outcome.error.type in {"ValueError", "UnicodeEncodeError"}
+
+
+@pytest.mark.parametrize(
+    ("argument", "message"),
+    [
+        ("a\x00b", "command[1] contains a NUL character, which no program can receive"),
+        ("\ud800", "command[1] contains a lone surrogate, which no program can receive"),
+    ],
+)
+def test_parse_refuses_command_arguments_no_process_can_receive(argument, message):
+    raw = json.dumps({"kind": "command", "command": ["echo", argument]}).encode()
+
+    with pytest.raises(InvalidJobInput) as raised:
+        parse_job_input(raw)
+
+    assert str(raised.value) == message
+
+
+def test_an_oom_kill_during_a_job_that_succeeded_is_a_message(tmp_path, monkeypatch):
+    counts = iter([0, 1])
+    monkeypatch.setattr("worker.runner.oom_kill_count", lambda: next(counts))
+
+    outcome = run_job(CodeInput(source="1"), output_dir=tmp_path, memory_gib=8)
+
+    assert outcome.error is None
+    assert outcome.result == 1
+    assert outcome.messages == ["1 process of this job killed for exceeding the memory limit of 8 GiB"]
+
+
+def test_oom_kill_count_reads_the_cgroup_counter(tmp_path, monkeypatch):
+    (tmp_path / "proc-cgroup").write_text("0::/job\n")
+    (tmp_path / "job").mkdir()
+    (tmp_path / "job" / "memory.events").write_text("low 0\nhigh 0\nmax 4\noom 2\noom_kill 2\n")
+    monkeypatch.setattr("worker.runner.PROC_SELF_CGROUP", tmp_path / "proc-cgroup")
+    monkeypatch.setattr("worker.runner.CGROUP_ROOT", tmp_path)
+
+    assert oom_kill_count() == 2
+
+
+def test_oom_kill_count_is_none_without_a_cgroup(tmp_path, monkeypatch):
+    monkeypatch.setattr("worker.runner.PROC_SELF_CGROUP", tmp_path / "absent")
+    monkeypatch.setattr("worker.runner.CGROUP_ROOT", tmp_path)
+
+    assert oom_kill_count() is None
+
+
+# --- pickles that do not load ---------------------------------------------------------------------
+
+
+class _BreaksInsideCloudpickle:
+    """Unpickles through a cloudpickle function that raises: what a pickle from another version does."""
+
+    def __reduce__(self):
+        from cloudpickle.cloudpickle import _make_function
+
+        return (_make_function, (1, {}, "f", None, None))
+
+
+@pytest.mark.parametrize(
+    ("payload", "error_type", "detail"),
+    [
+        (b"not a pickle", "UnpicklingError", "UnpicklingError: invalid load key, 'n'."),
+        (b"cno_such_module_here\nthing\n.", "ModuleNotFoundError", "No module named 'no_such_module_here'"),
+        (cloudpickle.dumps((_BreaksInsideCloudpickle(), (), {})), "TypeError", "TypeError: "),
+        (
+            cloudpickle.dumps([1, 2, 3]),
+            "PickleNotLoaded",
+            "it holds list, not a (function, args, kwargs) tuple",
+        ),
+        (
+            cloudpickle.dumps((1, (), {})),
+            "PickleNotLoaded",
+            "it must hold (function, args tuple, kwargs dict)",
+        ),
+        (b"", "EOFError", "EOFError: Ran out of input"),
+    ],
+    ids=["garbage", "missing-module", "other-version", "not-a-call", "not-callable", "empty"],
+)
+def test_a_pickle_that_does_not_load_is_one_line_without_the_loaders_frames(
+    payload, error_type, detail, capfd
+):
+    outcome = run_pickle(payload)
+
+    assert outcome.exit_code == 1
+    assert outcome.error is not None
+    assert outcome.error.type == error_type
+    assert outcome.error.message.startswith("the job's pickle cannot be loaded (")
+    assert outcome.error.reason == "T" + outcome.error.message[1:]  # the statusReason: one sentence
+    assert detail in outcome.error.message
+    assert outcome.error.traceback == ""
+    assert outcome.messages == [outcome.error.as_message()]
+    log = capfd.readouterr().err
+    assert log.strip() == outcome.error.as_message()
+    assert "Traceback" not in log
+    assert "site-packages" not in log
+
+
+@pytest.mark.parametrize(
+    ("source", "error_type"),
+    [("'\ud800'", "UnicodeEncodeError"), ("1\x00", "SyntaxError"), ("(" * 100_000, "SyntaxError")],
+    ids=["lone-surrogate", "nul-byte", "nested-too-deeply"],
+)
+def test_code_that_cannot_be_compiled_fails_in_one_line_without_worker_frames(source, error_type, capsys):
+    outcome = run_code(source)
+
+    assert outcome.exit_code == 1
+    assert outcome.error is not None
+    assert outcome.error.type == error_type
+    assert "runner.py" not in outcome.error.traceback
+    assert "Traceback" not in capsys.readouterr().err
