@@ -14,12 +14,14 @@ import boto3
 from botocore.config import Config
 
 from functions.adapters.batch import AwsBatchGateway
+from functions.adapters.dns import SocketResolver
 from functions.adapters.dynamodb import DynamoJobStore
 from functions.adapters.logs import CloudWatchLogReader
 from functions.adapters.s3 import S3BlobStore
 from functions.adapters.sns import SnsEmailSubscriptions, SnsNotifier
+from functions.adapters.webhook import WebhookSender
 from functions.domain.machine_classes import GeoZone
-from functions.ports import BatchGateway, BatchRoute, Clock, Notifier, Services, ZoneServices
+from functions.ports import BatchGateway, BatchRoute, Clock, HostResolver, Notifier, Services, ZoneServices
 from functions.settings import Settings, load_settings
 
 # Standard retry mode: exponential backoff with jitter on throttling and 5xx (botocore's own).
@@ -48,6 +50,7 @@ def build_services(
     batch_gateways: Mapping[GeoZone, BatchGateway] | None = None,
     notifier: Notifier | None = None,
     clock: Clock = utc_now,
+    resolver: HostResolver | None = None,
 ) -> Services:
     """Build every adapter from ``settings``.
 
@@ -63,13 +66,17 @@ def build_services(
         Replaces the SNS notifier (the local stack wraps it to also write its outbox).
     clock : Clock
         Source of "now".
+    resolver : HostResolver | None
+        Resolves webhook hosts (default: the C library's resolver).
     """
     session = session or boto3.Session()
     dynamodb = session.client("dynamodb", region_name=settings.home_region, config=_BOTO_CONFIG)
     store = DynamoJobStore(dynamodb, settings.jobs_table, settings.accounts_table, settings.ledger_table)
     sns = session.client("sns", region_name=settings.home_region, config=_BOTO_CONFIG)
+    resolver = resolver or SocketResolver()
     if notifier is None:
-        notifier = SnsNotifier(sns, settings.email_topic_arn)
+        webhooks = WebhookSender(resolver=resolver, local=settings.allow_http_webhooks)
+        notifier = SnsNotifier(sns, settings.email_topic_arn_prefix, webhooks)
     zones: dict[GeoZone, ZoneServices] = {}
     for zone, zone_settings in settings.zones.items():
         region = zone_settings.region
@@ -93,12 +100,14 @@ def build_services(
     return Services(
         store=store,
         notifier=notifier,
-        subscriptions=SnsEmailSubscriptions(sns, settings.email_topic_arn),
+        subscriptions=SnsEmailSubscriptions(sns, settings.email_topic_arn_prefix, settings.email_topic_key),
         zones=zones,
         clock=clock,
         idempotency_table=settings.idempotency_table,
         allowed_zones=tuple(zones),
         allow_http_webhooks=settings.allow_http_webhooks,
+        sms_per_account_per_hour=settings.sms_per_account_per_hour,
+        resolver=resolver,
     )
 
 

@@ -64,12 +64,17 @@ class JobRepository(Protocol):
         Returns the job after the write, or None when nothing was written.
         """
 
-    def claim_notification(self, job_id: str, key: str) -> bool:
-        """Add ``key`` to the job's sent set; True only for the writer that added it."""
+    def claim_notification(self, job_id: str, key: str, while_open: bool = False) -> bool:
+        """Add ``key`` to the job's sent set; True only for the writer that added it (and, with
+        ``while_open``, only while the job is not final)."""
 
-    def release_notification(self, job_id: str, key: str) -> None:
-        """Remove ``key`` after a failed publish, so a retry can claim it again; the key stays owed
-        and the job is listed for the meter's retries."""
+    def release_notification(self, job_id: str, key: str, failure: str) -> None:
+        """Remove ``key`` after a transient publish failure, so a retry can claim it again; the key
+        stays owed, ``failure`` (``notification_schedule.failure_record``) is added to the job's
+        publish failures and the job is listed for the meter's retries."""
+
+    def take_sms_allowance(self, account_id: str, hour: str, limit: int) -> bool:
+        """Count one SMS for the account in the clock hour ``hour``; False once ``limit`` were."""
 
     def list_notification_retries(self) -> Iterable[str]:
         """Ids of jobs with a notification whose publish failed (a sparse index)."""
@@ -235,24 +240,33 @@ class OutgoingNotification:
 
 
 class EmailSubscriptions(Protocol):
-    """The email topic's per-account subscriptions (SNS, filter policy on ``accountId``)."""
+    """Each account's email topic (one per account and address) and its email subscription."""
 
     def subscribe(self, account_id: str, email: str) -> str:
-        """Subscribe ``email`` to the account's notifications; returns the subscription ARN (pending
-        until the owner confirms). Raises ``DependencyFailed``."""
+        """Create the account's topic for ``email`` (idempotent) and subscribe the address; returns the
+        subscription ARN (pending until the owner confirms). Raises ``DependencyFailed``."""
 
-    def unsubscribe(self, subscription_arn: str) -> None:
-        """Remove a subscription (a pending one, which SNS cannot remove, expires by itself)."""
+    def remove(self, account_id: str, email: str) -> None:
+        """Delete the account's topic for ``email`` and its subscription, pending or confirmed
+        (nothing to do when it is gone). Raises ``DependencyFailed``."""
 
-    def status(self, subscription_arn: str) -> str:
-        """``pending`` or ``confirmed`` (``pending`` also when SNS no longer knows it)."""
+    def status(self, account_id: str, email: str) -> str:
+        """``pending`` or ``confirmed`` (``pending`` also when SNS no longer knows the topic)."""
+
+
+class HostResolver(Protocol):
+    """DNS: the addresses a host name (or a numeric spelling of one) resolves to."""
+
+    def resolve(self, host: str, port: int) -> list[str]:
+        """Every address ``host`` resolves to; [] when it does not resolve."""
 
 
 class Notifier(Protocol):
-    """SNS: Email through the topic filtered by ``accountId``, SMS straight to the phone."""
+    """SNS: Email through the account's own topic, SMS straight to the phone; webhooks by HTTPS."""
 
     def send(self, notification: OutgoingNotification) -> None:
-        """Publish. Raises ``DependencyFailed`` when SNS refuses."""
+        """Publish. Raises ``DeliveryRefused`` when it is refused for good, ``DependencyFailed`` when
+        the failure may pass."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -287,3 +301,7 @@ class Services:
     idempotency_table: str | None = None
     allowed_zones: Sequence[GeoZone] = ()
     allow_http_webhooks: bool = False
+    # SMS per account and clock hour; the rest are recorded skipped in the job's notificationLog.
+    sms_per_account_per_hour: int = 30
+    # Resolves webhook hosts (their addresses must be public); None refuses every webhook URL.
+    resolver: HostResolver | None = None

@@ -129,6 +129,7 @@ def job_to_item(job: Job) -> dict[str, Any]:
         "childStatusCounts": job.child_status_counts,
         "sentNotifications": set(job.sent_notifications) or None,
         "retryNotifications": set(job.retry_notifications) or None,
+        "publishFailures": set(job.publish_failures) or None,
         "notificationLog": [_record_to_item(r) for r in job.notification_log] or None,
         "dataDeletedAt": to_sortable(job.data_deleted_at) if job.data_deleted_at else None,
         "ttl": int((job.submitted_at + RECORD_TTL).timestamp()),
@@ -175,6 +176,7 @@ def job_from_item(item: dict[str, Any]) -> Job:
         child_status_counts={k: int(v) for k, v in counts.items()} if counts else None,
         sent_notifications=frozenset(item.get("sentNotifications", ())),
         retry_notifications=frozenset(item.get("retryNotifications", ())),
+        publish_failures=frozenset(item.get("publishFailures", ())),
         notification_log=tuple(_record_from_item(r) for r in item.get("notificationLog", [])),
         data_deleted_at=_opt_time(item.get("dataDeletedAt")),
     )
@@ -444,25 +446,33 @@ class DynamoJobStore:
         )
         return job_from_item(_plain(response["Attributes"])) if response else None
 
-    def claim_notification(self, job_id: str, key: str) -> bool:
-        """Add ``key`` to ``sentNotifications``; True only for the writer that added it."""
+    def claim_notification(self, job_id: str, key: str, while_open: bool = False) -> bool:
+        """Add ``key`` to ``sentNotifications``; True only for the writer that added it. With
+        ``while_open`` (progress notifications), only while the job is not final."""
+        condition = "attribute_exists(jobId) AND NOT contains(sentNotifications, :key)"
+        if while_open:
+            condition += " AND attribute_exists(openPartition)"
         added = self._update_if(
             {"jobId": job_id},
             UpdateExpression="ADD sentNotifications :k DELETE retryNotifications :k",
-            ConditionExpression="attribute_exists(jobId) AND NOT contains(sentNotifications, :key)",
+            ConditionExpression=condition,
             ExpressionAttributeValues={":k": _ser({key}), ":key": _ser(key)},
         )
         return added is not None
 
-    def release_notification(self, job_id: str, key: str) -> None:
-        """Remove ``key`` from ``sentNotifications`` after a failed publish and keep it owed
-        (``retryNotifications``), marking the job for the meter's retries (sparse ``notifyRetry``)."""
-        self._call(
-            "update_item",
-            TableName=self._jobs,
-            Key=_item({"jobId": job_id}),
-            UpdateExpression="DELETE sentNotifications :k ADD retryNotifications :k SET retryPartition = :r",
-            ExpressionAttributeValues={":k": _ser({key}), ":r": _ser(RETRY_PARTITION)},
+    def release_notification(self, job_id: str, key: str, failure: str) -> None:
+        """After a transient publish failure: remove ``key`` from ``sentNotifications``, keep it owed
+        (``retryNotifications``), record the attempt (``publishFailures``, see
+        ``notification_schedule.failure_record``) and list the job for the meter's retries (sparse
+        ``notifyRetry``). Nothing happens to a job that no longer exists."""
+        self._update_if(
+            {"jobId": job_id},
+            UpdateExpression=(
+                "DELETE sentNotifications :k ADD retryNotifications :k, publishFailures :f "
+                "SET retryPartition = :r"
+            ),
+            ConditionExpression="attribute_exists(jobId)",
+            ExpressionAttributeValues={":k": _ser({key}), ":f": _ser({failure}), ":r": _ser(RETRY_PARTITION)},
         )
 
     def list_notification_retries(self) -> Iterator[str]:
@@ -639,6 +649,41 @@ class DynamoJobStore:
         if stored is None:
             raise DependencyFailed("The account could not be created; try again.")
         return stored
+
+    def take_sms_allowance(self, account_id: str, hour: str, limit: int) -> bool:
+        """Count one SMS against the account's ``limit`` for the clock hour ``hour``
+        (``2026-11-29T17``); False, counting nothing, once ``limit`` were sent in that hour."""
+        key = _item({"accountId": account_id})
+        values = {":h": _ser(hour), ":one": _ser(1), ":limit": _ser(limit)}
+        if limit <= 0:
+            return False
+        try:
+            # The hour's first SMS starts a new count.
+            self._call(
+                "update_item",
+                TableName=self._accounts,
+                Key=key,
+                UpdateExpression="SET smsHour = :h, smsCount = :one",
+                ConditionExpression=(
+                    "attribute_exists(accountId) AND (attribute_not_exists(smsHour) OR smsHour <> :h)"
+                ),
+                ExpressionAttributeValues={":h": values[":h"], ":one": values[":one"]},
+            )
+            return True
+        except ConditionFailed:
+            pass
+        try:
+            self._call(
+                "update_item",
+                TableName=self._accounts,
+                Key=key,
+                UpdateExpression="ADD smsCount :one",
+                ConditionExpression="smsHour = :h AND smsCount < :limit",
+                ExpressionAttributeValues=values,
+            )
+        except ConditionFailed:
+            return False
+        return True
 
     def update_contacts(self, account: Account) -> Account:
         """Store the account's contacts: email, phone, email subscription, webhook URL and secret

@@ -113,6 +113,12 @@ class DependencyFailed(ServiceError):
     code = "InternalError"
 
 
+class DeliveryRefused(DependencyFailed):
+    """A notification the provider refused for good (SNS ``InvalidParameter``, ``EndpointDisabled``,
+    ``NotFound``, an opted-out phone; a webhook answering 4xx or pointing at a non-public address):
+    sending it again cannot succeed, so it is recorded failed and never retried."""
+
+
 class ConditionFailed(Exception):
     """A conditional write lost: the item was not in the state the write required.
 

@@ -101,7 +101,13 @@ class Job:
     time_constraint : int | None
         Seconds of Running time allowed.
     sent_notifications : frozenset[str]
-        Keys of notifications already claimed (``DueNotification.key``).
+        Keys of notifications already claimed (``DueNotification.key``): sent, skipped, or failed
+        for good.
+    retry_notifications : frozenset[str]
+        Keys whose publish failed and will be tried again.
+    publish_failures : frozenset[str]
+        One ``"{key}|{n}|{retryAt}"`` per failed publish attempt n (``notification_schedule``
+        reads them: attempts so far and when the next may go).
     """
 
     job_id: str
@@ -134,6 +140,7 @@ class Job:
     sent_notifications: frozenset[str] = field(default_factory=frozenset)
     notification_log: tuple[NotificationRecord, ...] = ()
     retry_notifications: frozenset[str] = field(default_factory=frozenset)
+    publish_failures: frozenset[str] = field(default_factory=frozenset)
     data_deleted_at: datetime | None = None
 
     @property

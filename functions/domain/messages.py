@@ -29,7 +29,16 @@ _HEADLINES = {
 
 
 def headline(due: DueNotification) -> str:
-    """A short phrase for the event (``HoursElapsed:2`` #3 → ``was submitted 6 h ago``)."""
+    """A short phrase for the event (``HoursElapsed:2`` #3 → ``was submitted 6 h ago``); a progress
+    message that stands for several thresholds says how many (``… (12 thresholds since the last
+    message)``)."""
+    phrase = _phrase(due)
+    if due.covers > 1:
+        return f"{phrase} ({due.covers} thresholds since the last message)"
+    return phrase
+
+
+def _phrase(due: DueNotification) -> str:
     name, _, parameter = due.event.partition(":")
     if name == "HoursElapsed" and parameter:
         hours = Decimal(parameter) * due.occurrence
@@ -71,6 +80,8 @@ def compose_message(job: Job, due: DueNotification, now: datetime) -> tuple[str,
         f"Event: {due.event}",
         f"Status: {due.status.value}",
     ]
+    if due.covers > 1:
+        lines.append(f"Thresholds reached since the last message: {due.covers}")
     if job.status_reason and due.status == job.status:
         lines.append(f"Reason: {job.status_reason}")
     lines += [
@@ -79,7 +90,8 @@ def compose_message(job: Job, due: DueNotification, now: datetime) -> tuple[str,
         f"Elapsed since submission: {elapsed}",
     ]
     if due.method == "SMS":
-        head = f"remote-batch {label[:40]}: {due.event} ({due.status.value})."
+        times = f" x{due.covers}" if due.covers > 1 else ""
+        head = f"remote-batch {label[:40]}: {due.event}{times} ({due.status.value})."
         tail = f" {job.credits_spent} credits, {elapsed}."
         reason = ""
         if job.status_reason and due.status == job.status:

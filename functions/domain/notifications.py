@@ -288,6 +288,8 @@ class DueNotification:
 
     ``key`` is ``"{event}#{occurrence}/{method}"``, e.g. ``JobStarting#1/Email``; occurrence is the
     index of the status entry in the job's history, so a retry's second start is a new occurrence.
+    For a progress event, occurrence is the highest threshold reached and ``covers`` how many
+    thresholds this one message stands for (those reached since the last message).
     """
 
     key: str
@@ -295,6 +297,7 @@ class DueNotification:
     method: str
     status: JobStatus
     occurrence: int
+    covers: int = 1
 
 
 def due_status_notifications(
