@@ -305,7 +305,15 @@ def submit_job(
     return Response(202, content_types.APPLICATION_JSON, job_view(job))
 
 
-@app.get("/jobs", summary="This account's jobs, newest first")
+@app.get(
+    "/jobs",
+    summary="This account's jobs, newest first",
+    description=(
+        "A page holds at most `limit` jobs and may hold fewer, even none, while `nextToken` is set: "
+        "jobs past their record retention (400 days) and, with `status`, jobs in other statuses are "
+        "left out after the index is read. Follow `nextToken` until it is null."
+    ),
+)
 def list_jobs(
     services: ServicesDep,
     caller: CallerDep,

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 import boto3
 import pytest
 
-from functions.domain.jobs import BatchJobState
+from functions.domain.jobs import MAX_TERMINATE_ATTEMPTS, BatchJobState
 from functions.domain.machine_classes import GeoZone
 from tests.events import batch_event
 
@@ -16,6 +17,10 @@ from tests.events import batch_event
 def start_job(stack, body, account_id="dev"):
     """Submit and deliver RUNNING at the clock's now; returns (job id, batch id, started ms)."""
     return stack.start_running(body, account_id)
+
+
+def started_datetime(ms):
+    return datetime.fromtimestamp(ms / 1000, tz=UTC)
 
 
 def fail_event(job_id, batch_id, started, stopped, reason):
@@ -138,14 +143,51 @@ def test_account_out_of_credits_terminates_all_its_running_jobs_and_balance_ends
     assert error["error"]["code"] == "InsufficientCredits"
 
 
-def test_termination_is_resent_each_tick_until_the_job_is_final(stack):
-    _, batch_id, _ = start_job(stack, {"code": "1", "timeConstraint": 1})
+def test_terminate_job_is_sent_once_per_job_until_the_failed_event_arrives(stack):
+    job_id, batch_id, started = start_job(stack, {"code": "1", "timeConstraint": 1})
+    gateway = stack.batch[GeoZone.UNITED_STATES]
     stack.clock.advance(2)
+    reports = []
+    for _ in range(5):  # 125 s of ticks with the FAILED event late
+        reports.append(stack.tick()["terminated"])
+        stack.clock.advance(25)
+    # A user's abort meanwhile does not send it again either.
+    status, body = stack.api("POST", f"/jobs/{job_id}/abort")
+    assert status == 202
+    assert body["status"] == "Running"
+    assert gateway.terminate_calls == [(batch_id, "TimeConstraint of 1 s reached")]
+    assert reports == [1, 0, 0, 0, 0]
+    job = stack.services.store.get_job(job_id)
+    assert job.termination_requested_at == started_datetime(started) + timedelta(seconds=2)
+    assert job.termination_attempts == 1
+    stack.deliver(fail_event(job_id, batch_id, started, started + 3_000, "Job terminated"))
+    assert stack.services.store.get_job(job_id).status_reason == "TimeConstraint of 1 s reached"
     stack.tick()
-    stack.tick()
-    assert (
-        stack.batch[GeoZone.UNITED_STATES].terminations == [(batch_id, "TimeConstraint of 1 s reached")] * 2
-    )
+    assert len(gateway.terminate_calls) == 1
+
+
+def test_a_failed_terminate_job_is_sent_again_on_a_later_tick(stack):
+    _, batch_id, _ = start_job(stack, {"code": "1", "timeConstraint": 1})
+    gateway = stack.batch[GeoZone.UNITED_STATES]
+    gateway.fail_terminate = 1
+    stack.clock.advance(2)
+    assert stack.tick()["terminated"] == 0  # refused: the request is released
+    assert stack.tick()["terminated"] == 1  # sent again, and it goes through
+    assert stack.tick()["terminated"] == 0
+    assert gateway.terminate_calls == [(batch_id, "TimeConstraint of 1 s reached")] * 2
+    assert gateway.terminations == [(batch_id, "TimeConstraint of 1 s reached")]
+
+
+def test_a_terminate_job_batch_keeps_refusing_is_tried_at_most_five_times(stack):
+    job_id, _, _ = start_job(stack, {"code": "1", "timeConstraint": 1})
+    gateway = stack.batch[GeoZone.UNITED_STATES]
+    gateway.fail_terminate = 100
+    stack.clock.advance(2)
+    for _ in range(8):
+        report = stack.tick()
+        assert report["skipped"] == 0  # a refused call is not a broken job
+    assert len(gateway.terminate_calls) == MAX_TERMINATE_ATTEMPTS == 5
+    assert stack.services.store.get_job(job_id).termination_attempts == 5
 
 
 def test_reconciliation_applies_what_batch_describes_for_a_job_with_lost_events(stack):

@@ -414,8 +414,15 @@ ESSENTIAL = "Essential container in task exited"
         ({}, BASIC, ESSENTIAL, 2, None, "Exited with code 2"),
         ({}, BASIC, None, 2, None, "Exited with code 2"),
         ({}, BASIC, "", 2, None, "Exited with code 2"),
-        # Otherwise what Batch said, or a default.
-        ({}, BASIC, "Host EC2 instance terminated", None, None, "Host EC2 instance terminated"),
+        # Otherwise what Batch said (one line, no trailing dots), or a default.
+        (
+            {},
+            BASIC,
+            "Job cancelled by the queue's\n state limit.",
+            None,
+            None,
+            "Job cancelled by the queue's state limit",
+        ),
         ({}, BASIC, None, None, None, "Terminated by AWS Batch"),
     ],
 )
