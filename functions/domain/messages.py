@@ -72,8 +72,9 @@ def compose_message(job: Job, due: DueNotification, now: datetime) -> tuple[str,
         f"Event: {due.event}",
         f"Status: {due.status.value}",
     ]
-    if job.status_reason and due.status == job.status:
-        lines.append(f"Reason: {job.status_reason}")
+    reason_line = normalize_reason(job.status_reason)
+    if reason_line and due.status == job.status:
+        lines.append(f"Reason: {reason_line}")
     warnings = job.warnings if due.status == job.status else ()
     lines += [f"Warning: {w}" for w in warnings]
     lines += [

@@ -474,3 +474,13 @@ def test_final_reason_is_what_a_failed_event_records():
     assert transition.after.exit_code == 137
     assert transition.after.status is T
     assert transition.after.credits_spent == Decimal("0.0000")  # settling is the caller's job
+
+
+def test_a_job_is_gone_from_its_record_ttl_on_whether_or_not_dynamodb_deleted_it():
+    job = make_job()
+    assert not job.is_gone(SUBMITTED_AT + timedelta(days=400) - timedelta(seconds=1))
+    assert job.is_gone(SUBMITTED_AT + timedelta(days=400))
+    # The stored ttl, when the item carries one, is what counts.
+    short = make_job(record_expires_at=SUBMITTED_AT + timedelta(hours=1))
+    assert not short.is_gone(SUBMITTED_AT + timedelta(minutes=59))
+    assert short.is_gone(SUBMITTED_AT + timedelta(hours=1))
