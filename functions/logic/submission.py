@@ -19,7 +19,13 @@ from typing import Any
 
 from aws_lambda_powertools import Logger
 
-from functions.domain.errors import DependencyFailed, InsufficientCredits, NotFound, ValidationFailed
+from functions.domain.errors import (
+    DependencyFailed,
+    InsufficientCredits,
+    NotFound,
+    UnreadableRecord,
+    ValidationFailed,
+)
 from functions.domain.jobs import ABORTED_BY_USER, Job, JobType, PayloadKind, credit_cap_seconds
 from functions.domain.machine_classes import GeoZone, MachineClass, machine_class, resolve_geo_zone
 from functions.domain.notifications import normalize_notifications
@@ -188,9 +194,14 @@ def get_owned_job(services: Services, account_id: str, job_id: str) -> Job:
     Raises
     ------
     NotFound
-        No such job, or another account's (tenant isolation: never 403).
+        No such job, another account's (tenant isolation: never 403), one past its record TTL, or an
+        item that is not a whole job (it belongs to nobody; logged).
     """
-    job = services.store.get_job(job_id) if job_id.startswith("job-") else None
+    try:
+        job = services.store.get_job(job_id) if job_id.startswith("job-") else None
+    except UnreadableRecord as exc:
+        logger.error("unreadable job item answered as not found", job_id=job_id, problem=exc.message)
+        job = None
     if job is None or job.account_id != account_id:
         raise NotFound(f"No job {job_id} in this account.")
     return job
