@@ -247,3 +247,129 @@ def test_running_time_past_the_time_constraint_is_not_billed(stack):
     job = stack.services.store.get_job(job_id)
     assert job.status_reason == "TimeConstraint of 100 s reached"
     assert job.credits_spent == Decimal("1.6667")  # 100 s × 60/3600, not 130 s
+
+
+# -- issue 9: one bad item never stops a tick; expired jobs are gone -------------------------------
+
+
+def put_raw(item):
+    boto3.client("dynamodb", region_name="us-east-1").put_item(TableName="test-jobs", Item=item)
+
+
+def expire(job_id, at_epoch):
+    boto3.client("dynamodb", region_name="us-east-1").update_item(
+        TableName="test-jobs",
+        Key={"jobId": {"S": job_id}},
+        UpdateExpression="SET #t = :t",
+        ExpressionAttributeNames={"#t": "ttl"},
+        ExpressionAttributeValues={":t": {"N": str(at_epoch)}},
+    )
+
+
+def test_stub_items_in_every_index_the_meter_reads_never_stop_a_tick(stack):
+    first, _, _ = start_job(stack, {"code": "1"})
+    second, _, _ = start_job(stack, {"code": "1"})
+    # Stubs as an unconditional update on a deleted job used to leave them (no accountId, no status).
+    put_raw({"jobId": {"S": "job-stub-metered"}, "meterPartition": {"S": "metered"}})
+    put_raw({"jobId": {"S": "job-stub-open"}, "openPartition": {"S": "open"}, "lastEventAt": {"S": "0"}})
+    put_raw(
+        {
+            "jobId": {"S": "job-stub-retry"},
+            "retryPartition": {"S": "retry"},
+            "retryNotifications": {"SS": ["k"]},
+        }
+    )
+    stack.clock.advance(60)
+
+    report = stack.tick()
+
+    assert report["skipped"] == 3
+    assert (report["metered"], report["updated"]) == (2, 2)
+    for job_id in (first, second):
+        assert stack.services.store.get_job(job_id).credits_spent == Decimal("1")
+    for stub in ("job-stub-metered", "job-stub-open", "job-stub-retry"):
+        status, error = stack.api("GET", f"/jobs/{stub}")
+        assert status == 404, error
+        assert error["error"]["code"] == "NotFound"
+
+
+def test_a_job_deleted_between_the_index_read_and_its_update_is_skipped_not_fatal(stack):
+    gone, _, _ = start_job(stack, {"code": "1"})
+    kept, _, _ = start_job(stack, {"code": "1"})
+    store = stack.services.store
+    original = store.raise_credits_spent
+
+    def delete_then_raise(job_id, credits):
+        if job_id == gone:
+            boto3.client("dynamodb", region_name="us-east-1").delete_item(
+                TableName="test-jobs", Key={"jobId": {"S": gone}}
+            )
+        return original(job_id, credits)
+
+    store.raise_credits_spent = delete_then_raise
+    stack.clock.advance(60)
+    report = stack.tick()
+
+    assert report["skipped"] == 1
+    assert store.get_job(gone) is None
+    assert stack.count_items("test-jobs") == 1  # nothing re-created the deleted job
+    assert store.get_job(kept).credits_spent == Decimal("1")
+
+
+def test_a_notification_retry_of_a_deleted_job_recreates_nothing(stack):
+    job_id, batch_id, started = start_job(stack, {"code": "1"})
+    stack.notifier.fail_next = 1
+    stack.deliver(
+        batch_event(
+            job_id,
+            batch_id,
+            "SUCCEEDED",
+            created_at=started,
+            started_at=started,
+            stopped_at=started + 5_000,
+            exit_code=0,
+        )
+    )
+    assert stack.services.store.get_job(job_id).retry_notifications
+    boto3.client("dynamodb", region_name="us-east-1").delete_item(
+        TableName="test-jobs", Key={"jobId": {"S": job_id}}
+    )
+    stack.notifier.fail_next = 1
+    report = stack.tick()
+    assert report["skipped"] == 0
+    assert stack.count_items("test-jobs") == 0
+
+
+def test_a_running_job_past_its_ttl_is_gone_for_every_route_the_meter_and_late_events(stack):
+    job_id, batch_id, started = start_job(stack, {"code": "1"})
+    other, _, _ = start_job(stack, {"code": "1"})
+    expire(job_id, int(stack.clock().timestamp()) - 1)  # past its TTL; DynamoDB has not deleted it
+    balance = stack.balance("dev")
+
+    status, error = stack.api("GET", f"/jobs/{job_id}")
+    assert status == 404
+    assert error["error"]["code"] == "NotFound"
+    _, listing = stack.api("GET", "/jobs")
+    assert [j["jobId"] for j in listing["jobs"]] == [other]
+    for route in ("/log", "/result", "/outputs", "/preview.png"):
+        assert stack.api("GET", f"/jobs/{job_id}{route}")[0] == 404
+    assert stack.api("POST", f"/jobs/{job_id}/abort")[0] == 404
+    assert stack.api("DELETE", f"/jobs/{job_id}")[0] == 404
+
+    stack.clock.advance(11 * 60)
+    report = stack.tick()
+    assert report["metered"] == 1  # only the other job
+    assert report["reconciled"] == 1  # only the other job
+
+    late = batch_event(
+        job_id,
+        batch_id,
+        "SUCCEEDED",
+        created_at=started,
+        started_at=started,
+        stopped_at=started + 600_000,
+        exit_code=0,
+    )
+    assert stack.deliver(late) == {"applied": False}
+    assert stack.balance("dev") == balance
+    assert stack.services.store.list_ledger("dev", None, None)[0].kind.value == "grant"
