@@ -78,10 +78,14 @@ def to_state(detail: BatchJobDetail, observed_at_ms: int) -> BatchJobState:
     final = detail.status in FINAL_BATCH_STATUSES
     started_at = detail.started_at
     stopped_at = detail.stopped_at
-    if final and started_at is None:
-        started_at = _int(last.get("startedAt"))
-    if final and stopped_at is None:
-        stopped_at = _int(last.get("stoppedAt"))
+    # The last attempt's times stand in for missing ones, when they are plausible (AWS Batch shows 0
+    # or nothing for an attempt whose container never started).
+    floor = max(detail.created_at or 0, 1)
+    attempt_start, attempt_stop = _int(last.get("startedAt")), _int(last.get("stoppedAt"))
+    if final and started_at is None and attempt_start is not None and attempt_start >= floor:
+        started_at = attempt_start
+    if final and stopped_at is None and attempt_stop is not None and attempt_stop >= floor:
+        stopped_at = attempt_stop
     if stopped_at is None and final and started_at is not None:
         stopped_at = observed_at_ms
     reasons = [container.reason, _text(last_container.get("reason")), _text(last.get("statusReason"))]

@@ -403,16 +403,19 @@ def _final_times(job: Job, state: BatchJobState) -> tuple[int | None, int | None
     """(start, stop) of the final attempt in ms: the event's, else what the job already knows.
 
     A missing ``startedAt`` takes the job's own when it was seen Running in this attempt; a missing
-    ``stoppedAt`` takes the event's time. A stop before the start (clocks disagree) takes the
-    event's time when that is not before the start, else the start: durations are never negative.
+    ``stoppedAt`` takes the event's time. A stop before the start (clocks disagree) keeps the stop
+    with the start the job knew when that is not after it, else takes the event's time when that is
+    not before the start, else the start: durations are never negative.
     """
-    started = state.started_at_ms
-    if started is None and job.status == JobStatus.RUNNING:
-        started = _ms(job.started_at)
+    known = _ms(job.started_at) if job.status == JobStatus.RUNNING else None
+    started = state.started_at_ms if state.started_at_ms is not None else known
     stopped = state.stopped_at_ms if state.stopped_at_ms is not None else state.observed_at_ms
     if started is not None and stopped is not None and stopped < started:
         observed = state.observed_at_ms
-        stopped = observed if observed is not None and observed >= started else started
+        if known is not None and known <= stopped:
+            started = known  # the RUNNING event's start agrees with the stop: the final's start is off
+        else:
+            stopped = observed if observed is not None and observed >= started else started
     if started is not None and stopped is None:
         stopped = started
     return started, stopped

@@ -19,6 +19,7 @@ from pydantic import (
     model_validator,
 )
 
+from functions.domain.batch_reasons import normalize_reason
 from functions.domain.credits import MAX_CREDITS
 from functions.domain.jobs import Account, Job, LedgerEntry
 from functions.domain.machine_classes import MachineClass
@@ -299,7 +300,7 @@ def job_view(job: Job) -> JobView:
         arrayIndex=job.array_index,
         arraySize=job.array_size,
         status=job.status.value,
-        statusReason=job.status_reason,
+        statusReason=normalize_reason(job.status_reason),
         machineClass=job.machine_class,
         geoZone=job.geo_zone.value,
         creditConstraint=job.credit_constraint,

@@ -539,3 +539,32 @@ def test_a_failed_event_with_a_stop_but_no_start_keeps_the_running_time_the_job_
     job = stack.services.store.get_job(job_id)
     assert job.credits_spent == Decimal("10.05")
     assert job.status_reason == "Exited with code 1"
+
+
+def test_an_attempt_with_a_zero_start_is_not_taken_for_a_run(stack):
+    job_id, batch_id = submit(stack)
+    attempt = {
+        "container": {"exitCode": 1},
+        "startedAt": 0,
+        "stoppedAt": T0 + 5_000,
+        "statusReason": "Cancelled",
+    }
+    stack.deliver(
+        batch_event(job_id, batch_id, "FAILED", created_at=T0, status_reason="Cancelled", attempts=[attempt])
+    )
+    job = stack.services.store.get_job(job_id)
+    assert job.status.value == "Terminated"
+    assert job.credits_spent == Decimal("0")
+    assert job.started_at is None
+    assert stack.balance("dev") == Decimal("10000")
+
+
+def test_a_final_event_without_times_takes_the_last_attempts(stack):
+    job_id, batch_id = submit(stack)
+    attempt = {"container": {"exitCode": 0}, "startedAt": T0 + 1_000, "stoppedAt": T0 + 121_000}
+    stack.deliver(batch_event(job_id, batch_id, "SUCCEEDED", created_at=T0, exit_code=0, attempts=[attempt]))
+    job = stack.services.store.get_job(job_id)
+    assert job.status.value == "Succeeded"
+    assert job.credits_spent == Decimal("2")  # 120 s of Basic1x8
+    assert job.started_at == ms_to_datetime(T0 + 1_000)
+    assert job.completed_at == ms_to_datetime(T0 + 121_000)

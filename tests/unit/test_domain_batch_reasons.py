@@ -394,3 +394,15 @@ def test_final_times_never_run_backwards(start, stop, observed, known, status):
     assert transition.running_ms is None or transition.running_ms >= 0
     if start is not None or known is not None:
         assert transition.running_ms is not None
+
+
+def test_a_final_start_after_its_stop_gives_way_to_the_start_the_running_event_gave():
+    job = running_job(T0)
+    odd = state("SUCCEEDED", started_at_ms=T0 + 60_000, stopped_at_ms=T0 + 20_000, exit_code=0)
+
+    transition = apply_batch_event(job, odd)
+
+    assert transition is not None
+    assert transition.after.started_at == ms_to_datetime(T0)
+    assert transition.after.completed_at == ms_to_datetime(T0 + 20_000)
+    assert transition.running_ms == 20_000
