@@ -348,8 +348,9 @@ def describe_failure(
 
     Precedence: the service's own reason (abort, caps) > the worker's error summary (the
     exception's last line) > what AWS Batch said, by family (out of memory, timeout, the machine
-    lost, the container not started; see ``batch_reasons``) > the exit code (137 killed, 139
-    segmentation fault, 128 + n a signal, else ``Exited with code N``) > Batch's text as it is.
+    lost, the container not started; see ``batch_reasons``) > a reason of Batch's the service does
+    not know, as it is > the exit code (137 killed, 139 segmentation fault, 128 + n a signal, else
+    ``Exited with code N``) > ``Terminated by AWS Batch``.
 
     Parameters
     ----------
@@ -360,7 +361,11 @@ def describe_failure(
         return normalize_reason(job.termination_reason) or job.termination_reason
     if error_summary and normalize_reason(error_summary):
         return normalize_reason(error_summary) or error_summary
-    reasons = _reasons(batch_reason)
+    return _batch_sentence(job, machine, _reasons(batch_reason), exit_code)
+
+
+def _batch_sentence(job: Job, machine: MachineClass, reasons: tuple[str, ...], exit_code: int | None) -> str:
+    """What AWS Batch's reasons and the exit code say, as ``describe_failure`` orders them."""
     family = family_of(reasons)
     if family is ReasonFamily.TIMEOUT:
         return timeout_cause(job, machine) or "The job ran longer than its AWS Batch time limit"
@@ -368,7 +373,12 @@ def describe_failure(
         sentence = family_sentence(family, reasons, machine.memory_gib)
         if sentence is not None:
             return sentence
-    if exit_code not in (None, 0) and (family is ReasonFamily.CONTAINER_EXITED or family is None):
+    # A reason the service does not know says more than an exit code; "Essential container in task
+    # exited" says less.
+    unknown = [r for r in reasons if family_of((r,)) is None]
+    if unknown:
+        return normalize_reason(unknown[0]) or "Terminated by AWS Batch"
+    if exit_code not in (None, 0):
         return exit_code_sentence(exit_code)
     return normalize_reason(reasons[0] if reasons else None) or "Terminated by AWS Batch"
 

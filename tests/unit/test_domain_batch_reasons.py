@@ -406,3 +406,16 @@ def test_a_final_start_after_its_stop_gives_way_to_the_start_the_running_event_g
     assert transition.after.started_at == ms_to_datetime(T0)
     assert transition.after.completed_at == ms_to_datetime(T0 + 20_000)
     assert transition.running_ms == 20_000
+
+
+@pytest.mark.parametrize(
+    ("reasons", "exit_code", "expected"),
+    [
+        (("Local stack stopped while the job ran",), 143, "Local stack stopped while the job ran"),
+        (("Terminated by the user.", ESSENTIAL), 143, "Terminated by the user"),
+        ((ESSENTIAL,), 143, "Killed by signal SIGTERM (exit code 143)"),
+        ((ESSENTIAL,), None, ESSENTIAL),
+    ],
+)
+def test_a_reason_the_service_does_not_know_says_more_than_an_exit_code(reasons, exit_code, expected):
+    assert describe_failure(make_job(), BASIC, reasons, exit_code, None) == expected
