@@ -71,7 +71,9 @@ def build_services(
     """
     session = session or boto3.Session()
     dynamodb = session.client("dynamodb", region_name=settings.home_region, config=_BOTO_CONFIG)
-    store = DynamoJobStore(dynamodb, settings.jobs_table, settings.accounts_table, settings.ledger_table)
+    store = DynamoJobStore(
+        dynamodb, settings.jobs_table, settings.accounts_table, settings.ledger_table, clock=clock
+    )
     sns = session.client("sns", region_name=settings.home_region, config=_BOTO_CONFIG)
     resolver = resolver or SocketResolver()
     if notifier is None:

@@ -13,6 +13,7 @@ from decimal import Decimal
 from typing import Protocol
 
 from functions.domain.credits import Charge
+from functions.domain.errors import UnreadableRecord
 from functions.domain.jobs import Account, BatchJobState, Job, LedgerEntry, NotificationRecord, Transition
 from functions.domain.machine_classes import GeoZone
 from functions.domain.status import JobStatus
@@ -22,7 +23,12 @@ Clock = Callable[[], datetime]
 
 
 class JobRepository(Protocol):
-    """Jobs, accounts and the ledger (one DynamoDB store, so money moves in one transaction)."""
+    """Jobs, accounts and the ledger (one DynamoDB store, so money moves in one transaction).
+
+    A job past its record TTL is gone: no read returns it, and every update of a job that is gone
+    (deleted or expired) raises ``RecordMissing`` instead of creating anything. Reads of a stored
+    item that is not a whole job raise ``UnreadableRecord`` (listings skip and report it).
+    """
 
     def create_job(self, job: Job) -> None:
         """Write a new job. Raises ``ConditionFailed`` when ``job_id`` exists."""
@@ -31,12 +37,15 @@ class JobRepository(Protocol):
         """Remove a job that never reached AWS Batch (compensation of a failed submit)."""
 
     def get_job(self, job_id: str) -> Job | None:
-        """The job, or None."""
+        """The job, or None (also past its TTL). Raises ``UnreadableRecord`` for a partial item."""
 
     def list_jobs(
         self, account_id: str, status: JobStatus | None, limit: int, next_token: str | None
     ) -> tuple[list[Job], str | None]:
         """An account's top-level jobs, newest first, and the token of the next page (or None).
+
+        A page may hold fewer than ``limit`` jobs (even none) while the token is set: expired jobs
+        and other statuses are filtered out after the index is read.
 
         Raises ``ValidationFailed`` (``field="nextToken"``) for a token this store did not issue.
         """
@@ -64,6 +73,13 @@ class JobRepository(Protocol):
         Returns the job after the write, or None when nothing was written.
         """
 
+    def claim_termination(self, job_id: str, now: datetime) -> bool:
+        """Record that TerminateJob is being sent for the job; True only for the writer that did
+        (none in flight, not final, attempts left)."""
+
+    def release_termination(self, job_id: str) -> None:
+        """Forget a TerminateJob request that failed, so it may be sent again later."""
+
     def claim_notification(self, job_id: str, key: str, while_open: bool = False) -> bool:
         """Add ``key`` to the job's sent set; True only for the writer that added it (and, with
         ``while_open``, only while the job is not final)."""
@@ -88,14 +104,20 @@ class JobRepository(Protocol):
     def append_notification_record(self, job_id: str, record: NotificationRecord) -> None:
         """Add a line to the job's ``notificationLog`` (the newest few hundred are kept)."""
 
-    def list_metered_jobs(self) -> Iterable[Job]:
-        """Jobs that are Starting or Running (a sparse index: cost grows with running jobs only)."""
+    def list_metered_jobs(
+        self, on_unreadable: Callable[[UnreadableRecord], None] | None = None
+    ) -> Iterable[Job]:
+        """Jobs that are Starting or Running (a sparse index: cost grows with running jobs only);
+        unreadable items are skipped and passed to ``on_unreadable``."""
 
     def mark_data_deleted(self, job_id: str, now: datetime) -> None:
         """Record that a final job's inputs, outputs and log were deleted at ``now``."""
 
-    def list_stale_jobs(self, last_event_before: datetime) -> Iterable[Job]:
-        """Jobs not final whose last event is older than ``last_event_before`` (events may be lost)."""
+    def list_stale_jobs(
+        self, last_event_before: datetime, on_unreadable: Callable[[UnreadableRecord], None] | None = None
+    ) -> Iterable[Job]:
+        """Jobs not final whose last event is older than ``last_event_before`` (events may be lost);
+        unreadable items are skipped and passed to ``on_unreadable``."""
 
     def mark_reconciled(self, job_id: str, now: datetime) -> None:
         """Record that the meter checked a non-final job with Batch at ``now``."""

@@ -30,13 +30,16 @@ class FakeLambdaContext:
 
 @dataclass
 class RecordingBatchGateway:
-    """A ``BatchGateway`` that records submissions and terminations; ``fail`` makes submit refuse."""
+    """A ``BatchGateway`` that records submissions and terminations; ``fail`` makes submit refuse,
+    ``fail_terminate`` refuses that many TerminateJob calls (all calls are in ``terminate_calls``)."""
 
     submissions: list[BatchSubmission] = field(default_factory=list)
     terminations: list[tuple[str, str]] = field(default_factory=list)
     fail: bool = False
     known: dict[str, BatchJobState] = field(default_factory=dict)
     described: list[list[str]] = field(default_factory=list)
+    fail_terminate: int = 0
+    terminate_calls: list[tuple[str, str]] = field(default_factory=list)
 
     def submit_job(self, submission: BatchSubmission) -> str:
         if self.fail:
@@ -45,6 +48,10 @@ class RecordingBatchGateway:
         return str(uuid.uuid4())
 
     def terminate_job(self, batch_job_id: str, reason: str) -> None:
+        self.terminate_calls.append((batch_job_id, reason))
+        if self.fail_terminate:
+            self.fail_terminate -= 1
+            raise DependencyFailed("AWS Batch refused TerminateJob (ThrottlingException)")
         self.terminations.append((batch_job_id, reason))
 
     def describe_jobs(self, batch_job_ids, observed_at_ms):

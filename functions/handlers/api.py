@@ -529,7 +529,14 @@ def create_upload(
 
 
 @app.get(
-    "/jobs", summary="This account's jobs, newest first", responses=_responses(200, _json(JobListView), 400)
+    "/jobs",
+    summary="This account's jobs, newest first",
+    description=(
+        "A page holds at most `limit` jobs and may hold fewer, even none, while `nextToken` is set: "
+        "jobs past their record retention (400 days) and, with `status`, jobs in other statuses are "
+        "left out after the index is read. Follow `nextToken` until it is null."
+    ),
+    responses=_responses(200, _json(JobListView), 400),
 )
 def list_jobs(
     services: ServicesDep,

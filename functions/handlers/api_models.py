@@ -20,6 +20,7 @@ from pydantic import (
     model_validator,
 )
 
+from functions.domain.batch_reasons import normalize_reason
 from functions.domain.credits import MAX_CREDITS
 from functions.domain.jobs import Account, Job, LedgerEntry
 from functions.domain.limits import MAX_UPLOAD_BYTES
@@ -233,13 +234,26 @@ class JobView(BaseModel):
     expiresAt: str
     childStatusCounts: dict[str, int] | None
     notificationLog: list[NotificationRecordView]
+    batchReason: str | None = Field(
+        default=None,
+        description="Extension: what AWS Batch said about how the job ended, verbatim (its reasons "
+        "joined by ' | '), for support; statusReason is the plain sentence made of it.",
+    )
+    warnings: list[str] = Field(
+        default_factory=list,
+        description="Extension: sentences about a job that ended well but not cleanly, e.g. a process "
+        "killed for memory while the job still succeeded.",
+    )
 
 
 class JobListView(BaseModel):
-    """``GET /jobs``: a page of jobs, newest first."""
+    """``GET /jobs``: a page of jobs, newest first (possibly short while ``nextToken`` is set)."""
 
     jobs: list[JobView]
-    nextToken: str | None
+    nextToken: str | None = Field(
+        description="Set while more jobs may follow; a page may hold fewer than `limit` jobs (even "
+        "none) while it is set. Null on the last page."
+    )
 
 
 class JobResultView(BaseModel):
@@ -426,7 +440,7 @@ def job_view(job: Job) -> JobView:
         arrayIndex=job.array_index,
         arraySize=job.array_size,
         status=job.status.value,
-        statusReason=job.status_reason,
+        statusReason=normalize_reason(job.status_reason),
         machineClass=job.machine_class,
         geoZone=job.geo_zone.value,
         creditConstraint=job.credit_constraint,
@@ -439,6 +453,8 @@ def job_view(job: Job) -> JobView:
         completedAt=to_api_time(job.completed_at),
         expiresAt=to_api_time(job.expires_at) or "",
         childStatusCounts=job.child_status_counts,
+        batchReason=job.batch_reason,
+        warnings=list(job.warnings),
         notificationLog=[
             NotificationRecordView.model_validate(
                 {

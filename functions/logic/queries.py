@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
+from functions.domain.batch_reasons import as_sentence
 from functions.domain.errors import Conflict, Expired, JobNotFinished, NoOutput, NotFound, ValidationFailed
 from functions.domain.jobs import Account, Job, is_credit_constraint_reason
 from functions.domain.limits import RESPONSE_BUDGET_BYTES, base64_bytes, presigned_seconds, wire_bytes
@@ -111,7 +112,7 @@ def get_result(services: Services, account_id: str, job_id: str, now: datetime, 
     url_seconds = presigned_seconds(job.expires_at, now)
     no_output = NoOutput(
         f"Job {job_id} ended {job.status.value} without output"
-        + (f": {job.status_reason}." if job.status_reason else ".")
+        + (f": {as_sentence(job.status_reason)}" if job.status_reason else ".")
     )
     if as_pickle:
         key = output_key(job_id, "result.pickle")

@@ -18,7 +18,13 @@ from typing import Any
 
 from aws_lambda_powertools import Logger
 
-from functions.domain.errors import DependencyFailed, InsufficientCredits, NotFound, ValidationFailed
+from functions.domain.errors import (
+    DependencyFailed,
+    InsufficientCredits,
+    NotFound,
+    UnreadableRecord,
+    ValidationFailed,
+)
 from functions.domain.ids import new_ulid
 from functions.domain.jobs import ABORTED_BY_USER, Job, JobType, PayloadKind, credit_cap_seconds
 from functions.domain.machine_classes import GeoZone, MachineClass, machine_class, resolve_geo_zone
@@ -193,22 +199,44 @@ def get_owned_job(services: Services, account_id: str, job_id: str) -> Job:
     Raises
     ------
     NotFound
-        No such job, or another account's (tenant isolation: never 403).
+        No such job, another account's (tenant isolation: never 403), one past its record TTL, or an
+        item that is not a whole job (it belongs to nobody; logged).
     """
     # An id this service never makes is not looked up (and never reaches a key expression).
-    job = services.store.get_job(job_id) if full_match(JOB_ID_PATTERN, job_id) else None
+    try:
+        job = services.store.get_job(job_id) if full_match(JOB_ID_PATTERN, job_id) else None
+    except UnreadableRecord as exc:
+        logger.error("unreadable job item answered as not found", job_id=job_id, problem=exc.message)
+        job = None
     if job is None or job.account_id != account_id:
         raise NotFound(f"No job {job_id} in this account.")
     return job
 
 
-def terminate(services: Services, job: Job, reason: str) -> Job:
-    """Record ``reason`` as why the service ends ``job`` and ask Batch to terminate it.
+def terminate(services: Services, job: Job, reason: str, now: datetime | None = None) -> Job:
+    """Record ``reason`` as why the service ends ``job`` and ask Batch to terminate it, once.
 
-    The reason is kept whatever reason the later FAILED event carries. Final jobs are returned as they are.
+    The reason is kept whatever reason the later FAILED event carries. TerminateJob is sent by the
+    one caller that records the request on the job (``claim_termination``, a conditional write):
+    an abort, the meter's ticks and a retried request never send it twice. When the call fails the
+    request is released, so a later tick may send it again (at most ``MAX_TERMINATE_ATTEMPTS``).
+    Final jobs are returned as they are.
+
+    Returns
+    -------
+    Job
+        The job as stored; ``termination_requested_at`` is ``now`` when this call sent TerminateJob.
+
+    Raises
+    ------
+    RecordMissing
+        The job no longer exists.
+    DependencyFailed
+        The job has no Batch id yet, or Batch refused (the request is released for a retry).
     """
     if job.is_final:
         return job
+    now = now or services.clock()
     updated = (
         services.store.set_termination_reason(job.job_id, reason) or services.store.get_job(job.job_id) or job
     )
@@ -217,11 +245,19 @@ def terminate(services: Services, job: Job, reason: str) -> Job:
     batch_job_id = updated.batch_job_id
     if batch_job_id is None:
         raise DependencyFailed(f"job {job.job_id} has no AWS Batch id yet; try again in a moment")
-    services.zones[GeoZone(updated.geo_zone)].batch.terminate_job(
-        batch_job_id, updated.termination_reason or reason
+    if not services.store.claim_termination(job.job_id, now):
+        logger.debug("termination already requested", job_id=job.job_id)
+        return updated
+    why = updated.termination_reason or reason
+    try:
+        services.zones[GeoZone(updated.geo_zone)].batch.terminate_job(batch_job_id, why)
+    except Exception:
+        services.store.release_termination(job.job_id)
+        raise
+    logger.info("job terminating", job_id=job.job_id, reason=why)
+    return replace(
+        updated, termination_requested_at=now, termination_attempts=updated.termination_attempts + 1
     )
-    logger.info("job terminating", job_id=job.job_id, reason=updated.termination_reason or reason)
-    return updated
 
 
 def abort_job(services: Services, account_id: str, job_id: str) -> Job:

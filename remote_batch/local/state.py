@@ -313,12 +313,19 @@ class StateSnapshots:
                     old = item["emailSubscription"].get("S", "")
                     if old in renamed:
                         key = {name: item[name] for name in ("accountId",) if name in item}
-                        dynamodb.update_item(
-                            TableName=table,
-                            Key=key,
-                            UpdateExpression="SET emailSubscription = :arn",
-                            ExpressionAttributeValues={":arn": {"S": renamed[old]}},
-                        )
+                        if not key:
+                            continue
+                        try:
+                            # Conditional: an account deleted since the scan is not re-created.
+                            dynamodb.update_item(
+                                TableName=table,
+                                Key=key,
+                                UpdateExpression="SET emailSubscription = :arn",
+                                ConditionExpression="attribute_exists(accountId)",
+                                ExpressionAttributeValues={":arn": {"S": renamed[old]}},
+                            )
+                        except dynamodb.exceptions.ConditionalCheckFailedException:
+                            logger.info("account gone before its subscription was renamed")
 
     # -- take --------------------------------------------------------------------------------------
     def take(self, hold: AbstractContextManager[Any] | None = None) -> bool:
