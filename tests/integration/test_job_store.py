@@ -25,6 +25,7 @@ from functions.domain.jobs import (
     apply_batch_event,
 )
 from functions.domain.machine_classes import GeoZone
+from functions.domain.notification_schedule import failure_record
 from functions.domain.notifications import AUTOMATIC_RULES
 from functions.domain.status import JobStatus
 
@@ -115,7 +116,9 @@ UPDATES = {
     "claim_termination": lambda s, job, now: s.claim_termination(job.job_id, now),
     "release_termination": lambda s, job, now: s.release_termination(job.job_id),
     "claim_notification": lambda s, job, now: s.claim_notification(job.job_id, "JobStarting#1/Email"),
-    "release_notification": lambda s, job, now: s.release_notification(job.job_id, "JobStarting#1/Email"),
+    "release_notification": lambda s, job, now: s.release_notification(
+        job.job_id, "JobStarting#1/Email", failure_record("JobStarting#1/Email", 1, now)
+    ),
     "request_notification_retry": lambda s, job, now: s.request_notification_retry(job.job_id),
     "clear_notification_retry": lambda s, job, now: s.clear_notification_retry(job.job_id),
     "append_notification_record": lambda s, job, now: s.append_notification_record(
