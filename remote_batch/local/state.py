@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from remote_batch.local.files import read_json, write_bytes_atomic, write_json_atomic
+from remote_batch.local.journal import JOURNALED, Journal, ReplayReport, rename_subscription, replay
 from remote_batch.local.resources import AwsClients
 
 logger = logging.getLogger(__name__)
@@ -87,6 +88,7 @@ class RestoreReport:
     objects: int = 0
     log_streams: int = 0
     subscriptions: int = 0
+    journal: ReplayReport = ReplayReport()
 
 
 def _now_ms() -> int:
@@ -132,6 +134,11 @@ class StateSnapshots:
     write_counts : Callable[[], Mapping[str, int]]
         The moto server's completed write requests so far, by service (``MotoServer.write_counts``);
         a service whose count did not move since the last export is not read again.
+    journal : Journal
+        The write-ahead journal of the acknowledged writes: replayed after the restore; a snapshot
+        records, per service, the last journal record it includes and lets older segments go.
+    moto_app : Callable[[], Callable]
+        moto's WSGI application (without the journaling middleware), for the replay.
     """
 
     def __init__(
@@ -141,12 +148,18 @@ class StateSnapshots:
         scope: SnapshotScope,
         clients: AwsClients,
         write_counts: Callable[[], Mapping[str, int]],
+        journal: Journal,
+        moto_app: Callable[..., Any],
     ) -> None:
         self._dir = state_dir
         self._objects = objects_dir
         self._scope = scope
         self._clients = clients
         self._write_counts = write_counts
+        self._journal = journal
+        self._moto_app = moto_app
+        # Per journaled service: the last journal record its snapshot files include.
+        self._covered: dict[str, int] = dict.fromkeys(JOURNALED, 0)
         self._exported: dict[str, int] = {}
         self._lock = threading.Lock()
         self._tables_digest = ""
@@ -168,22 +181,26 @@ class StateSnapshots:
 
     # -- restore -----------------------------------------------------------------------------------
     def restore(self) -> RestoreReport:
-        """Write the snapshot on disk into moto (tables, objects, log streams, subscriptions).
+        """Write the snapshot on disk into moto (tables, objects, log streams, subscriptions), then
+        replay the journal records it does not cover.
 
-        Call once, after ``provision`` and before anything else uses moto.
+        Call once, after ``provision``, before anything else uses moto and before the journaling
+        middleware is enabled (what is restored is on disk already).
         """
         with self._lock:
             taken_at = self.last_taken_at()
-            if taken_at is None:
-                return RestoreReport(taken_at=None)
-            items = self._restore_tables()
-            objects = self._restore_objects()
-            streams = self._restore_logs()
-            subscriptions = self._restore_subscriptions()
-            return RestoreReport(taken_at, items, objects, streams, subscriptions)
+            items = objects = streams = subscriptions = 0
+            if taken_at is not None:
+                items = self._restore_tables()
+                objects = self._restore_objects()
+                streams = self._restore_logs()
+                subscriptions = self._restore_subscriptions()
+            replayed = replay(self._journal.records(), self._moto_app, self._covered)
+            return RestoreReport(taken_at, items, objects, streams, subscriptions, replayed)
 
     def _restore_tables(self) -> int:
         stored = read_json(self._dir / "dynamodb.json") or {"tables": {}}
+        self._covered["dynamodb"] = int(stored.get("journalSeq", 0))
         dynamodb = self._clients.client("dynamodb", self._scope.home_region)
         count = 0
         for table, items in stored["tables"].items():
@@ -201,7 +218,11 @@ class StateSnapshots:
         return count
 
     def _restore_objects(self) -> int:
-        manifest: dict[str, dict[str, dict[str, Any]]] = read_json(self._dir / "s3.json") or {}
+        stored = read_json(self._dir / "s3.json") or {}
+        if "buckets" in stored:
+            self._covered["s3"] = int(stored.get("journalSeq", 0))
+            stored = stored["buckets"]
+        manifest: dict[str, dict[str, dict[str, Any]]] = stored
         count = 0
         for bucket, objects in manifest.items():
             region = self._scope.buckets.get(bucket)
@@ -256,9 +277,11 @@ class StateSnapshots:
         return count
 
     def _restore_subscriptions(self) -> int:
+        """Re-create the subscriptions under the ARNs they had (moto would make new random ones),
+        so accounts' ``emailSubscription`` and the journal's later records still name them."""
         stored = read_json(self._dir / "sns.json") or {"subscriptions": []}
+        self._covered["sns"] = int(stored.get("journalSeq", 0))
         sns = self._clients.client("sns", self._scope.home_region)
-        renamed: dict[str, str] = {}
         for subscription in stored["subscriptions"]:
             created = sns.subscribe(
                 TopicArn=self._scope.topic_arn,
@@ -267,33 +290,9 @@ class StateSnapshots:
                 Attributes=subscription.get("attributes") or {},
                 ReturnSubscriptionArn=True,
             )
-            if subscription.get("arn"):
-                renamed[subscription["arn"]] = created["SubscriptionArn"]
-        self._point_accounts_at(renamed)
+            if subscription.get("arn") and subscription["arn"] != created["SubscriptionArn"]:
+                rename_subscription(created["SubscriptionArn"], subscription["arn"])
         return len(stored["subscriptions"])
-
-    def _point_accounts_at(self, renamed: Mapping[str, str]) -> None:
-        """moto gives a re-created subscription a new ARN: accounts that stored the old one
-        (``emailSubscription``) are updated, so their email status and unsubscribe keep working."""
-        if not renamed:
-            return
-        dynamodb = self._clients.client("dynamodb", self._scope.home_region)
-        for table in self._scope.tables:
-            paginator = dynamodb.get_paginator("scan")
-            pages = paginator.paginate(
-                TableName=table, FilterExpression="attribute_exists(emailSubscription)"
-            )
-            for page in pages:
-                for item in page.get("Items", []):
-                    old = item["emailSubscription"].get("S", "")
-                    if old in renamed:
-                        key = {name: item[name] for name in ("accountId",) if name in item}
-                        dynamodb.update_item(
-                            TableName=table,
-                            Key=key,
-                            UpdateExpression="SET emailSubscription = :arn",
-                            ExpressionAttributeValues={":arn": {"S": renamed[old]}},
-                        )
 
     # -- take --------------------------------------------------------------------------------------
     def take(self, hold: AbstractContextManager[Any] | None = None) -> bool:
@@ -311,22 +310,30 @@ class StateSnapshots:
         """
         with self._lock:
             started = time.monotonic()
+            # Records from here on go to a new segment; the older ones can go once covered below.
+            self._journal.rotate()
             counts = self._write_counts()
             stale = {
                 s for s in ("dynamodb", "s3", "logs", "sns") if counts.get(s, 0) != self._exported.get(s)
             }
             changed = False
-            if "dynamodb" in stale:
-                with hold or nullcontext():
-                    changed |= self._take_tables()
-            if "s3" in stale:
-                changed |= self._take_objects()
+            if "dynamodb" in stale or self._journal.last_seq_of("dynamodb") > self._covered["dynamodb"]:
+                with hold or nullcontext(), self._journal.applying("dynamodb"):
+                    changed |= self._take_tables(self._journal.last_seq())
+            if "s3" in stale or self._journal.last_seq_of("s3") > self._covered["s3"]:
+                with self._journal.applying("s3"):
+                    taken = self._take_objects(self._journal.last_seq())
+                if taken is None:
+                    stale.discard("s3")  # an upload is in progress: export at a later tick
+                changed |= bool(taken)
             if "logs" in stale:
                 changed |= self._take_logs()
-            if "sns" in stale:
-                changed |= self._take_subscriptions()
+            if "sns" in stale or self._journal.last_seq_of("sns") > self._covered["sns"]:
+                with self._journal.applying("sns"):
+                    changed |= self._take_subscriptions(self._journal.last_seq())
             # Only what was exported is marked: a failed export above raises and is retried next tick.
             self._exported.update({service: counts.get(service, 0) for service in stale})
+            self._journal.discard(self._covered)
             now = _now_ms()
             write_json_atomic(
                 self._meta_path, {"version": SNAPSHOT_VERSION, "takenAt": _iso(now), "takenAtMs": now}
@@ -336,7 +343,8 @@ class StateSnapshots:
             log("snapshot taken changed=%s seconds=%.3f", changed, elapsed)
             return changed
 
-    def _take_tables(self) -> bool:
+    def _take_tables(self, cut: int) -> bool:
+        """Export every table; called with the table writes held, ``cut`` the last journal record."""
         dynamodb = self._clients.client("dynamodb", self._scope.home_region)
         tables: dict[str, list[dict[str, Any]]] = {}
         for table in self._scope.tables:
@@ -344,15 +352,22 @@ class StateSnapshots:
             for page in dynamodb.get_paginator("scan").paginate(TableName=table):
                 items += page.get("Items", [])
             tables[table] = items
-        data = json.dumps({"tables": tables}, sort_keys=True).encode()
-        digest = hashlib.sha256(data).hexdigest()
-        if digest == self._tables_digest:
+        digest = hashlib.sha256(json.dumps(tables, sort_keys=True).encode()).hexdigest()
+        if digest == self._tables_digest and cut == self._covered["dynamodb"]:
             return False
+        data = json.dumps({"journalSeq": cut, "tables": tables}, sort_keys=True).encode()
         write_bytes_atomic(self._dir / "dynamodb.json", data)
         self._tables_digest = digest
+        self._covered["dynamodb"] = cut
         return True
 
-    def _take_objects(self) -> bool:
+    def _take_objects(self, cut: int) -> bool | None:
+        """Export the changed objects; called with the object writes held, ``cut`` the last journal
+        record. None (nothing done) while a multipart upload is in progress: its parts are in no
+        snapshot, so the journal records that made them must stay."""
+        for bucket, region in self._scope.buckets.items():
+            if self._clients.client("s3", region).list_multipart_uploads(Bucket=bucket).get("Uploads"):
+                return None
         changed = False
         for bucket, region in self._scope.buckets.items():
             s3 = self._clients.client("s3", region)
@@ -377,8 +392,9 @@ class StateSnapshots:
             for key in set(known) - set(listed):
                 self._remove_object_file(known.pop(key)["path"])
                 changed = True
-        if changed:
-            write_json_atomic(self._dir / "s3.json", self._s3_manifest)
+        if changed or cut != self._covered["s3"]:
+            write_json_atomic(self._dir / "s3.json", {"journalSeq": cut, "buckets": self._s3_manifest})
+            self._covered["s3"] = cut
         return changed
 
     def _write_object(self, bucket: str, key: str, body: bytes, previous: dict[str, Any] | None) -> str:
@@ -451,7 +467,8 @@ class StateSnapshots:
                 return
             token = page["nextForwardToken"]
 
-    def _take_subscriptions(self) -> bool:
+    def _take_subscriptions(self, cut: int) -> bool:
+        """Export the subscriptions; called with the SNS writes held, ``cut`` the last journal record."""
         sns = self._clients.client("sns", self._scope.home_region)
         subscriptions = []
         paginator = sns.get_paginator("list_subscriptions_by_topic")
@@ -471,12 +488,13 @@ class StateSnapshots:
                         "attributes": kept,
                     }
                 )
-        data = json.dumps({"subscriptions": subscriptions}, sort_keys=True).encode()
-        digest = hashlib.sha256(data).hexdigest()
-        if digest == self._sns_digest:
+        digest = hashlib.sha256(json.dumps(subscriptions, sort_keys=True).encode()).hexdigest()
+        if digest == self._sns_digest and cut == self._covered["sns"]:
             return False
+        data = json.dumps({"journalSeq": cut, "subscriptions": subscriptions}, sort_keys=True).encode()
         write_bytes_atomic(self._dir / "sns.json", data)
         self._sns_digest = digest
+        self._covered["sns"] = cut
         return True
 
 
