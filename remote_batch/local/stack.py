@@ -130,40 +130,7 @@ class LocalStack:
         clients = AwsClients()
         provision(clients, settings)
 
-        if moto.journaling is None or moto.moto_app is None:
-            raise RuntimeError("moto's server did not start")
-        snapshots = StateSnapshots(
-            config.state_dir,
-            config.home / "s3",
-            _snapshot_scope(settings),
-            clients,
-            moto.write_counts,
-            moto.journaling.journal,
-            moto.moto_app,
-        )
-        report = snapshots.restore()
-        # From here on every acknowledged write is journaled before it is answered.
-        moto.journaling.enable()
-        self._snapshots = snapshots
-        if report.taken_at is not None or report.journal.applied:
-            logger.info(
-                "state restored items=%d objects=%d log_streams=%d subscriptions=%d taken_at=%s "
-                "journal_applied=%d journal_skipped=%d journal_refused=%d",
-                report.items,
-                report.objects,
-                report.log_streams,
-                report.subscriptions,
-                report.taken_at.isoformat() if report.taken_at else None,
-                report.journal.applied,
-                report.journal.skipped,
-                report.journal.refused,
-            )
-        # When the last run ended: its clean stop, else its last heartbeat (at most ALIVE_INTERVAL
-        # old at a crash), else its last snapshot.
-        last_alive = self._read_stamp(self._stopped_at_path) or self._read_stamp(self._alive_path)
-        last_alive = last_alive or report.taken_at
-        if last_alive is None and report.journal.applied:
-            last_alive = datetime.now(UTC)
+        snapshots, last_alive = self._restore_state(moto, clients, settings)
 
         outbox = OutboxNotifier(
             SnsNotifier(clients.client("sns", settings.home_region), settings.email_topic_arn),
@@ -198,7 +165,12 @@ class LocalStack:
         recovered: list[str] = []
         if last_alive is not None:
             recovered = recover_unfinished_jobs(
-                clients.client("dynamodb", settings.home_region), settings, bus.publish, last_alive
+                clients.client("dynamodb", settings.home_region),
+                settings,
+                bus.publish,
+                last_alive,
+                emitted_for=bus.emitted_for,
+                redeliver=bus.replay,
             )
             if recovered and not bus.wait_idle(RECOVERY_DRAIN_SECONDS):
                 logger.warning("recovered jobs not settled yet count=%d", len(recovered))
@@ -273,6 +245,46 @@ class LocalStack:
     def _tick_meter(self, services: Services, settings: Settings) -> None:
         if self._lambdas is not None:
             self._lambdas.tick_meter(scheduled_event(services.clock(), settings.home_region, METER_RULE))
+
+    def _restore_state(
+        self, moto: MotoServer, clients: AwsClients, settings: Settings
+    ) -> tuple[StateSnapshots, datetime | None]:
+        """Restore the last snapshot and replay the journal on it, then turn journaling on.
+
+        Returns the snapshots and when the last run was last known alive: its clean stop, else its
+        last "alive" stamp (at most ``ALIVE_INTERVAL`` before a crash), else its last snapshot.
+        """
+        config = self._config
+        if moto.journaling is None or moto.moto_app is None:
+            raise RuntimeError("moto's server did not start")
+        snapshots = StateSnapshots(
+            config.state_dir,
+            config.home / "s3",
+            _snapshot_scope(settings),
+            clients,
+            moto.write_counts,
+            journal=moto.journaling.journal,
+            moto_app=moto.moto_app,
+        )
+        report = snapshots.restore()
+        # From here on every acknowledged write is journaled before it is answered.
+        moto.journaling.enable()
+        self._snapshots = snapshots
+        if report.taken_at is not None or report.journal.applied:
+            logger.info(
+                "state restored items=%d objects=%d log_streams=%d subscriptions=%d taken_at=%s "
+                "journal_applied=%d journal_skipped=%d journal_refused=%d",
+                report.items,
+                report.objects,
+                report.log_streams,
+                report.subscriptions,
+                report.taken_at.isoformat() if report.taken_at else None,
+                report.journal.applied,
+                report.journal.skipped,
+                report.journal.refused,
+            )
+        last_alive = self._read_stamp(self._stopped_at_path) or self._read_stamp(self._alive_path)
+        return snapshots, last_alive or report.taken_at
 
     def _stamp_alive(self) -> None:
         """Record that the stack is alive now (read at the next start after a crash)."""

@@ -36,7 +36,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -88,7 +88,7 @@ class RestoreReport:
     objects: int = 0
     log_streams: int = 0
     subscriptions: int = 0
-    journal: ReplayReport = ReplayReport()
+    journal: ReplayReport = field(default_factory=ReplayReport)
 
 
 def _now_ms() -> int:
@@ -148,6 +148,7 @@ class StateSnapshots:
         scope: SnapshotScope,
         clients: AwsClients,
         write_counts: Callable[[], Mapping[str, int]],
+        *,
         journal: Journal,
         moto_app: Callable[..., Any],
     ) -> None:

@@ -16,6 +16,7 @@ import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -140,8 +141,7 @@ class _Workload:
 
 def _check(workload: _Workload, figures: _Figures) -> None:
     stack = workload.stack
-    outbox = [line for line in _outbox_lines(stack.home)]
-    sent = Counter((line["jobId"], line["event"], line["method"]) for line in outbox)
+    sent = Counter((line["jobId"], line["event"], line["method"]) for line in _outbox_lines(stack.home))
     figures.lost += [f"notification sent {n} times: {key}" for key, n in sent.items() if n > 1]
     for account_id, expected in workload.accounts.items():
         client = workload.client(account_id)
@@ -234,10 +234,48 @@ def test_kill_9_at_random_points_loses_nothing_acknowledged(tmp_path: Path) -> N
             if stack.process is not None and stack.process.poll() is None:
                 stack.kill_group()
     print(
-        f"\ncrash test: kills={figures.kills} seeds={len(SEEDS)} jobs_acknowledged={figures.acknowledged_jobs} "
+        f"\ncrash test: kills={figures.kills} seeds={len(SEEDS)} "
+        f"jobs_acknowledged={figures.acknowledged_jobs} "
         f"recovered={figures.recovered_jobs} double_charges={figures.double_charges} "
         f"lost_acknowledgements={len(figures.lost)}"
     )
     assert figures.kills == len(SEEDS) * KILLS_PER_SEED
     assert figures.double_charges == 0
     assert figures.lost == []
+
+
+def _instant(text: str) -> datetime:
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def test_a_job_running_at_a_crash_is_billed_to_the_crash_not_to_a_stale_stamp(tmp_path: Path) -> None:
+    # Given a stack whose snapshots are 60 s apart (so the last one is older than the job)
+    stack = LocalStackProcess(
+        tmp_path / "home", _free_port(), {"REMOTE_BATCH_SNAPSHOT_INTERVAL": "60"}, new_session=True
+    )
+    stack.home.parent.mkdir(parents=True, exist_ok=True)
+    stack.start()
+    try:
+        dev = stack.client("dev")
+        job = dev.submit({"code": "import time\ntime.sleep(300)"})
+        running = dev.wait_status(job["jobId"], ("Running",), timeout=30)
+        time.sleep(3)
+
+        # When the whole process group is killed, and the stack restarted 5 s later
+        crashed_at = datetime.now(UTC)
+        stack.kill_group()
+        time.sleep(5)
+        stack.start()
+
+        # Then the job ended at the crash (within the 1 s "alive" stamp), from its own start
+        done = dev.wait_status(job["jobId"], timeout=30)
+        assert done["status"] == "Terminated"
+        assert done["statusReason"] == "Local stack stopped while the job ran"
+        assert done["startedAt"] == running["startedAt"]
+        stopped = _instant(done["completedAt"])
+        assert crashed_at - timedelta(seconds=2) <= stopped <= crashed_at, (stopped, crashed_at)
+        assert stopped - _instant(done["startedAt"]) >= timedelta(seconds=2), done
+        assert Decimal(str(done["creditsSpent"])) == Decimal("1")
+    finally:
+        if stack.process is not None and stack.process.poll() is None:
+            stack.kill_group()
