@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from benchmarks import meter_scaling
+from benchmarks import journal_latency, meter_scaling
 
-BENCHMARKS = (meter_scaling,)
+BENCHMARKS = (meter_scaling, journal_latency)
 
 
 def main() -> None:

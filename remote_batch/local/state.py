@@ -322,8 +322,11 @@ class StateSnapshots:
                 with hold or nullcontext(), self._journal.applying("dynamodb"):
                     changed |= self._take_tables(self._journal.last_seq())
             if "s3" in stale or self._journal.last_seq_of("s3") > self._covered["s3"]:
+                # Object writes go on meanwhile: replaying the records after the cut on a snapshot
+                # that already has some of them ends the same (each puts or deletes a whole object).
                 with self._journal.applying("s3"):
-                    taken = self._take_objects(self._journal.last_seq())
+                    cut = self._journal.last_seq()
+                taken = self._take_objects(cut)
                 if taken is None:
                     stale.discard("s3")  # an upload is in progress: export at a later tick
                 changed |= bool(taken)
@@ -363,9 +366,9 @@ class StateSnapshots:
         return True
 
     def _take_objects(self, cut: int) -> bool | None:
-        """Export the changed objects; called with the object writes held, ``cut`` the last journal
-        record. None (nothing done) while a multipart upload is in progress: its parts are in no
-        snapshot, so the journal records that made them must stay."""
+        """Export the changed objects; ``cut`` is the last journal record applied before. None
+        (nothing done) while a multipart upload is in progress: its parts are in no snapshot, so
+        the journal records that made them must stay."""
         for bucket, region in self._scope.buckets.items():
             if self._clients.client("s3", region).list_multipart_uploads(Bucket=bucket).get("Uploads"):
                 return None
