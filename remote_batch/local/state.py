@@ -1,30 +1,62 @@
-"""Snapshots of what the local stack keeps in moto, so jobs, accounts and data survive a restart.
+"""What the local stack keeps of moto across restarts and crashes: snapshots plus a write-ahead journal.
 
-moto keeps everything in memory. Every few seconds (and at shutdown) the stack exports the current
-contents of the service's moto resources to ``<home>/state/`` and, at the next start, writes them
-back into a fresh moto before it serves:
+moto keeps everything in memory. Two things make it durable:
+
+- **The journal** (``journal.py``): every write to moto that changes what is kept (DynamoDB item
+  writes: jobs, accounts, ledger, contacts, idempotency records, notification claims; S3 object
+  writes: job inputs, outputs, results, presigned uploads; SNS topic and subscription changes) is
+  appended to ``<home>/state/journal/`` and ``fsync``-ed before moto's answer is returned (group
+  commit). The api Lambda answers its caller only after its writes returned, so whatever the API
+  acknowledged is on disk first. Tokens are kept in ``tokens.json``, written (fsync, rename) before
+  the response that shows the token.
+- **Snapshots**, every few seconds (and at shutdown): the current contents of the service's moto
+  resources, exported to ``<home>/state/`` so the journal can be cut short and a start does not
+  replay history.
+
+At the next start the snapshot is written back into a fresh moto, then the journal records it
+does not cover are replayed in order, then the stack serves.
+
+Snapshot files:
 
 - DynamoDB: every item of every table (low-level ``Scan``, DynamoDB JSON) in one file,
-  ``dynamodb.json``, read while the Lambdas are held idle, so accounts, ledger and jobs agree;
+  ``dynamodb.json``, read while the Lambdas are held idle and the table writes held, so accounts,
+  ledger and jobs agree and the file is exactly the journal up to its ``journalSeq``;
 - S3: every object of both buckets as a plain file ``<home>/s3/<bucket>/<key>``, and a manifest
-  ``s3.json`` (ETag, size, content type, user metadata); only objects whose ETag changed are read;
+  ``s3.json`` (``journalSeq``; per object ETag, size, content type, user metadata); only objects
+  whose ETag changed are read;
 - CloudWatch Logs: every stream of the job log groups, one file per stream under ``logs/``, read
-  again only when the stream's sequence token or size moved;
-- SNS: the email topic's subscriptions with their filter policies (the topic itself is recreated);
-- ``snapshot.json``: when the last snapshot was taken (rewritten at every tick: the time the stack
-  was last seen alive, used to settle jobs that were running when it died).
+  again only when the stream's sequence token or size moved (logs are not journaled: a crash loses
+  at most the last few seconds of a running job's log);
+- SNS: the email topic's subscriptions with their ARNs and filter policies (``journalSeq``);
+- ``snapshot.json``: when the last snapshot was taken.
 
-Every file is replaced atomically (temporary sibling, then ``os.replace``); a crash leaves each file
-either old or new. What to export is decided by the moto server's write counts per service
-(``WriteCounter``): a tick after which nothing was written reads nothing and only stamps
-``snapshot.json`` (about 5 ms, the fsync). After a write, that service is exported again; measured
-with 2,000 jobs, 500 objects and 200 log streams: tables 0.6 s, S3 0.1 s (only changed objects
-are downloaded), logs 0.04 s (only moved streams are read). Restoring all of that takes about 5 s.
+Each file says up to which journal record (``journalSeq``) it includes. DynamoDB and SNS records
+are not idempotent (``ADD`` to a balance, a second ``Subscribe``), so those files are read with the
+service's writes held (``Journal.applying``): the file is exactly the journal up to its cut. Object
+writes are not held while S3 is exported (that would stall submits behind large outputs): every
+S3 record puts or deletes a whole object, so replaying the records after the cut on objects that
+already include some of them ends in the same state. Every file is replaced atomically
+(temporary sibling, fsync, ``os.replace``); a crash leaves each file old or new, each with its own
+cut, so replay stays exact per service whatever file was replaced last. After a snapshot the
+journal segments all of whose records are covered are deleted (``Journal.discard``).
 
-Why a snapshot rather than moto's recorder: the recorder logs every request, reads included (each
-``GET /jobs`` poll, each meter tick), so its file grows with use, and each start replays the whole
-history, side effects and all (SNS publishes, log writes). A snapshot holds the current state only:
-its size is the data's size, and a restore is one write per item, object and stream.
+Why a journal of moto's requests rather than a persistence layer under moto's models: the journal
+sits at moto's HTTP boundary, which every writer already crosses (the in-process Lambdas, the
+executor and the job workers all use boto3 against the server's endpoint; nothing writes to moto's
+backends in process), so it needs no knowledge of moto's internal model classes and survives moto
+upgrades; replay reuses moto's own request handling. The cost is measured by
+``benchmarks/journal_latency.py`` (README, "Benchmarks").
+
+Why snapshots at all rather than moto's recorder or the journal alone: both log every write for
+ever, so the file grows with use and each start replays the whole history; a snapshot holds the
+current state only (its size is the data's size, a restore is one write per item, object and
+stream), and the journal holds only the few seconds since.
+
+What to export is decided by the moto server's write counts per service (``WriteCounter``) and by
+the journal's last record per service: a tick after which nothing was written reads nothing and
+only stamps ``snapshot.json``. Measured with 2,000 jobs, 500 objects and 200 log streams: tables
+0.6 s, S3 0.1 s (only changed objects are downloaded), logs 0.04 s (only moved streams are read).
+Restoring all of that takes about 5 s.
 """
 
 from __future__ import annotations
