@@ -229,7 +229,17 @@ class StateSnapshots:
                 streams = self._restore_logs()
                 subscriptions = self._restore_subscriptions()
             replayed = replay(self._journal.records(), self._moto_app, self._covered)
+            self._abort_uploads()
             return RestoreReport(taken_at, items, objects, streams, subscriptions, replayed)
+
+    def _abort_uploads(self) -> None:
+        """Abort the multipart uploads the replay brought back: their writers (job workers) died
+        with the last run, and an upload in progress keeps S3 out of the snapshots."""
+        for bucket, region in self._scope.buckets.items():
+            s3 = self._clients.client("s3", region)
+            for upload in s3.list_multipart_uploads(Bucket=bucket).get("Uploads", []):
+                s3.abort_multipart_upload(Bucket=bucket, Key=upload["Key"], UploadId=upload["UploadId"])
+                logger.info("upload left by the last run aborted bucket=%s key=%s", bucket, upload["Key"])
 
     def _restore_tables(self) -> int:
         stored = read_json(self._dir / "dynamodb.json") or {"tables": {}}

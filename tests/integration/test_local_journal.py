@@ -10,6 +10,7 @@ import requests
 
 from remote_batch.local.journal import Journal, replay
 from remote_batch.local.resources import AwsClients, MotoServer, local_settings, provision
+from remote_batch.local.state import SnapshotScope, StateSnapshots
 
 PART = 5 * 1024 * 1024  # S3's smallest part but the last
 
@@ -146,4 +147,73 @@ def test_answered_writes_replay_into_a_fresh_moto_with_the_same_ids(
     provision(fresh_clients, local_settings())
     covered = replay(records, fresh.moto_app, {"dynamodb": 7, "sns": 6, "s3": 0})
     assert (covered.applied, covered.skipped) == (7, 7)
+    fresh.stop()
+
+
+def _snapshots(home: Path, server: MotoServer, clients: AwsClients) -> StateSnapshots:
+    settings = local_settings()
+    assert server.journaling is not None and server.moto_app is not None
+    scope = SnapshotScope(
+        tables=(settings.accounts_table,),
+        buckets={zone.bucket: zone.region for zone in settings.zones.values()},
+        log_groups=(),
+        topic_arn=settings.email_topic_arn,
+        home_region=settings.home_region,
+    )
+    return StateSnapshots(
+        home / "state",
+        home / "s3",
+        scope,
+        clients,
+        server.write_counts,
+        journal=server.journaling.journal,
+        moto_app=server.moto_app,
+    )
+
+
+def _add(clients: AwsClients, credits: int) -> None:
+    clients.client("dynamodb").update_item(
+        TableName=local_settings().accounts_table,
+        Key={"accountId": {"S": "a"}},
+        UpdateExpression="ADD creditBalance :c",
+        ExpressionAttributeValues={":c": {"N": str(credits)}},
+    )
+
+
+def test_a_snapshot_and_the_journal_after_it_restore_each_write_exactly_once(
+    tmp_path: Path, aws_environment: None
+) -> None:
+    settings = local_settings()
+    bucket = settings.zones[next(iter(settings.zones))].bucket
+    server, clients = _fresh_moto(tmp_path / "state" / "journal")
+    snapshots = _snapshots(tmp_path, server, clients)
+    snapshots.restore()
+    assert server.journaling is not None
+    server.journaling.enable()
+
+    # Given additions before a snapshot, one after it, and an upload a crash leaves unfinished
+    _add(clients, 10)
+    _add(clients, 5)
+    clients.client("s3").put_object(Bucket=bucket, Key="inputs/a", Body=b"before")
+    covered_segments = sorted((tmp_path / "state" / "journal").glob("*.jsonl"))
+    snapshots.take()
+    assert covered_segments and not any(path.exists() for path in covered_segments)
+    _add(clients, 7)
+    clients.client("s3").put_object(Bucket=bucket, Key="inputs/a", Body=b"after")
+    clients.client("s3").create_multipart_upload(Bucket=bucket, Key="outputs/cut-short")
+    server.stop()  # no snapshot at the end: a crash
+
+    # When a fresh moto restores the snapshot and replays the journal after it
+    fresh, fresh_clients = _fresh_moto(tmp_path / "state" / "journal")
+    report = _snapshots(tmp_path, fresh, fresh_clients).restore()
+
+    # Then every addition counts once, the last object write wins, the upload is gone
+    # (and the journal segment the snapshot covered had been deleted, above)
+    item = fresh_clients.client("dynamodb").get_item(
+        TableName=settings.accounts_table, Key={"accountId": {"S": "a"}}
+    )["Item"]
+    assert item["creditBalance"] == {"N": "22"}
+    assert fresh_clients.client("s3").get_object(Bucket=bucket, Key="inputs/a")["Body"].read() == b"after"
+    assert not fresh_clients.client("s3").list_multipart_uploads(Bucket=bucket).get("Uploads")
+    assert (report.journal.applied, report.journal.refused) == (3, 0)
     fresh.stop()
