@@ -2,17 +2,25 @@
 
 When the stack stops, its job subprocesses stop with it. A clean stop ends them through the
 executor (each gets its FAILED event); after a crash, the jobs table still says Queued, Starting or
-Running. At the next start each such job gets the event AWS Batch would have sent for a job whose
-host vanished: FAILED, ``Local stack stopped while the job ran``, with the job's stored ``startedAt``
-and ``stoppedAt`` = when the stack was last alive (``Local stack stopped before the job ran`` for a
-job that has no ``startedAt``). The batch_events Lambda settles it like any other
-(charged for the time it ran, nothing if it never started).
+Running. At the next start each such job is settled by the batch_events Lambda like any other
+(charged for the time it ran, nothing if it never started), from the job's own times:
+
+1. If the executor had already emitted the job's final event (SUCCEEDED or FAILED, in the event
+   bus's journal) but the crash came before it was delivered, that event is delivered again: the
+   job is billed from its own start to its own stop, with its own exit code.
+2. Otherwise it gets the event AWS Batch would send for a job whose host vanished: FAILED,
+   ``Local stack stopped while the job ran``, ``startedAt`` = the job's own start (the jobs table's,
+   else the one of the RUNNING event the executor emitted), ``stoppedAt`` = the crash instant as
+   the stack recorded it: its clean-stop time, else its last "alive" stamp (rewritten every second
+   by its own thread, so at most about a second before the crash, never a stale snapshot time),
+   and never before ``startedAt``. A job with no start gets ``Local stack stopped before the job
+   ran`` and no charge.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
 from typing import Any
 
@@ -60,18 +68,25 @@ def unfinished_jobs(dynamodb: Any, jobs_table: str) -> Iterator[Job]:
                 yield job
 
 
-def stopped_event(job: Job, settings: Settings, stopped_at: datetime) -> dict[str, Any]:
+def stopped_event(
+    job: Job,
+    settings: Settings,
+    stopped_at: datetime,
+    started_at_ms: int | None = None,
+    batch_job_id: str | None = None,
+) -> dict[str, Any]:
     """The FAILED ``Batch Job State Change`` envelope of a job the stack stopped under.
 
-    ``stoppedAt`` is never before the job's ``startedAt`` (a job that started after the last
-    snapshot ran for no time we know of). The reason is ``STOPPED_REASON`` for a job that started,
+    ``startedAt`` is the job's stored start, else ``started_at_ms`` (ms since the epoch, from the
+    RUNNING event the executor emitted). ``stoppedAt`` is ``stopped_at`` (the crash instant), never
+    before ``startedAt``. The reason is ``STOPPED_REASON`` for a job that started,
     ``STOPPED_UNSTARTED_REASON`` for one that never did.
     """
     zone = settings.zones[job.geo_zone]
     route = zone.routes[job.machine_class]
     machine = machine_class(job.machine_class)
-    batch_job_id = job.batch_job_id or f"lost-{job.job_id}"
-    started_ms = _ms(job.started_at) if job.started_at else None
+    batch_job_id = job.batch_job_id or batch_job_id or f"lost-{job.job_id}"
+    started_ms = _ms(job.started_at) if job.started_at else started_at_ms
     stopped_ms = max(_ms(stopped_at), started_ms or 0)
     reason = STOPPED_REASON if started_ms is not None else STOPPED_UNSTARTED_REASON
     attempts: tuple[BatchAttempt, ...] = ()
@@ -107,9 +122,15 @@ def stopped_event(job: Job, settings: Settings, stopped_at: datetime) -> dict[st
 
 
 def recover_unfinished_jobs(
-    dynamodb: Any, settings: Settings, publish: Callable[[dict[str, Any]], None], stopped_at: datetime
+    dynamodb: Any,
+    settings: Settings,
+    publish: Callable[[dict[str, Any]], None],
+    stopped_at: datetime,
+    *,
+    emitted_for: Callable[[str], list[dict[str, Any]]] | None = None,
+    redeliver: Callable[[Iterable[dict[str, Any]]], None] | None = None,
 ) -> list[str]:
-    """Publish a FAILED event for every unfinished job; returns their ids.
+    """Settle every unfinished job by the rules of this module's docstring; returns their ids.
 
     Parameters
     ----------
@@ -120,11 +141,43 @@ def recover_unfinished_jobs(
     publish : Callable[[dict], None]
         The event bus's ``publish`` (the event is recorded as emitted, then delivered).
     stopped_at : datetime
-        When the stack was last alive.
+        The crash instant as recorded: the last clean-stop time or "alive" stamp.
+    emitted_for : Callable[[str], list[dict]] | None
+        The event bus's ``emitted_for``: the events the executor emitted for a top-level job id.
+    redeliver : Callable[[Iterable[dict]], None] | None
+        The event bus's ``replay``: delivers an emitted event again without recording it twice.
     """
     recovered = []
     for job in unfinished_jobs(dynamodb, settings.jobs_table):
-        publish(stopped_event(job, settings, stopped_at))
+        own = _own_events(job, emitted_for)
+        final = next((e for e in reversed(own) if e["detail"].get("status") in ("SUCCEEDED", "FAILED")), None)
+        if final is not None and redeliver is not None:
+            redeliver([final])
+            how = "its own final event delivered again"
+        else:
+            started = next(
+                (e["detail"]["startedAt"] for e in reversed(own) if e["detail"].get("startedAt")), None
+            )
+            batch_job_id = own[-1]["detail"].get("jobId") if own else None
+            publish(stopped_event(job, settings, stopped_at, started, batch_job_id))
+            how = f"stopped at {stopped_at.isoformat()}"
         recovered.append(job.job_id)
-        logger.info("job left unfinished by the last run settled job_id=%s status=%s", job.job_id, job.status)
+        logger.info(
+            "job left unfinished by the last run settled job_id=%s status=%s how=%s",
+            job.job_id,
+            job.status,
+            how,
+        )
     return recovered
+
+
+def _own_events(job: Job, emitted_for: Callable[[str], list[dict[str, Any]]] | None) -> list[dict[str, Any]]:
+    """The events the executor emitted for ``job`` itself (an array child's, not its siblings')."""
+    if emitted_for is None:
+        return []
+    top = job.job_id.split(":", 1)[0]
+    return [
+        envelope
+        for envelope in emitted_for(top)
+        if isinstance(envelope.get("detail"), dict) and envelope["detail"].get("jobName") == job.job_id
+    ]

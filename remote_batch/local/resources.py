@@ -23,6 +23,7 @@ from werkzeug.serving import make_server
 from functions.adapters.tables import ALL_TABLES, TableSpec, create_table_request
 from functions.domain.machine_classes import MACHINE_CLASSES, GeoZone
 from functions.settings import RouteSettings, Settings, ZoneSettings
+from remote_batch.local.journal import Journal, JournalingApp
 from remote_batch.local.lambda_context import LOCAL_ACCOUNT_ID
 
 logger = logging.getLogger(__name__)
@@ -155,24 +156,20 @@ class WriteCounter:
 
 
 class _CountingMotoServer(ThreadedMotoServer):  # type: ignore[misc]
-    """``ThreadedMotoServer`` with ``WriteCounter`` in front of moto's application.
+    """``ThreadedMotoServer`` serving ``app`` (moto's application behind our middlewares).
 
     Overrides the thread entry of moto 5's ThreadedMotoServer (same server, same handler), the only
     place the application can be wrapped.
     """
 
-    def __init__(self, counter_factory: Callable[[Callable[..., Any]], WriteCounter]) -> None:
+    def __init__(self, app: Callable[..., Any]) -> None:
         super().__init__(ip_address="127.0.0.1", port=0, verbose=False)
-        self._counter_factory = counter_factory
+        self._app = app
 
     def _server_entry(self) -> None:
-        from moto.moto_server.werkzeug_app import (
-            DomainDispatcherApplication,
-            MotoRequestHandler,
-            create_backend_app,
-        )
+        from moto.moto_server.werkzeug_app import MotoRequestHandler
 
-        app = self._counter_factory(DomainDispatcherApplication(create_backend_app))
+        app = self._app
         self._server = make_server(
             self._ip_address, self._port, app, threaded=True, request_handler=MotoRequestHandler
         )
@@ -181,21 +178,26 @@ class _CountingMotoServer(ThreadedMotoServer):  # type: ignore[misc]
 
 
 class MotoServer:
-    """moto's server in this process, on a free port of 127.0.0.1, counting writes.
+    """moto's server in this process, on a free port of 127.0.0.1, counting writes and journaling
+    the acknowledged ones (``journal.JournalingApp``, off until ``journaling.enable()``).
 
     ``start`` points every boto3 client of this process (and of the job subprocesses, which inherit
     the environment) at it: ``AWS_ENDPOINT_URL``, test credentials, the home region, and
     ``MOTO_ACCOUNT_ID`` so resources live in the local account.
+
+    Parameters
+    ----------
+    journal : Journal
+        Where acknowledged writes go.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, journal: Journal) -> None:
         self._server: Any = None
         self.endpoint = ""
+        self._journal = journal
         self.writes: WriteCounter | None = None
-
-    def _counter(self, app: Callable[..., Any]) -> WriteCounter:
-        self.writes = WriteCounter(app)
-        return self.writes
+        self.journaling: JournalingApp | None = None
+        self.moto_app: Callable[..., Any] | None = None
 
     def write_counts(self) -> dict[str, int]:
         """Writes seen by the server so far, by service."""
@@ -205,7 +207,12 @@ class MotoServer:
         """Start the server; returns its endpoint URL."""
         logging.getLogger("werkzeug").setLevel(logging.ERROR)
         os.environ["MOTO_ACCOUNT_ID"] = LOCAL_ACCOUNT_ID
-        self._server = _CountingMotoServer(self._counter)
+        from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
+
+        self.moto_app = DomainDispatcherApplication(create_backend_app)
+        self.journaling = JournalingApp(self.moto_app, self._journal)
+        self.writes = WriteCounter(self.journaling)
+        self._server = _CountingMotoServer(self.writes)
         self._server.start()
         host, port = self._server.get_host_and_port()
         self.endpoint = f"http://{host}:{port}"
@@ -223,10 +230,11 @@ class MotoServer:
         return self.endpoint
 
     def stop(self) -> None:
-        """Stop the server (everything it held is gone; the snapshot keeps what matters)."""
+        """Stop the server (everything it held is gone; the snapshot and journal keep what matters)."""
         if self._server is not None:
             self._server.stop()
             self._server = None
+            self._journal.close()
 
 
 class AwsClients:

@@ -31,6 +31,7 @@ from remote_batch.local.config import LocalConfig
 from remote_batch.local.executor import LocalBatchExecutor
 from remote_batch.local.files import write_bytes_atomic
 from remote_batch.local.gateway import ApiGateway
+from remote_batch.local.journal import Journal
 from remote_batch.local.lambda_context import LOCAL_ACCOUNT_ID
 from remote_batch.local.lambdas import LocalLambdas
 from remote_batch.local.outbox import OutboxNotifier
@@ -53,6 +54,8 @@ logger = logging.getLogger(__name__)
 METER_RULE = f"{NAME_PREFIX}-meter"
 RECOVERY_DRAIN_SECONDS = 30.0
 BUS_DRAIN_SECONDS = 30.0
+# Seconds between two "alive" stamps: how far a crash's time can be off when recovery bills a job.
+ALIVE_INTERVAL = 1.0
 EXECUTOR_STOP_SECONDS = 10.0
 # Powertools in the in-process Lambdas: no X-Ray daemon, no CloudWatch metrics; warnings only in the
 # console unless the person asks for more (POWERTOOLS_LOG_LEVEL=INFO).
@@ -89,7 +92,7 @@ class LocalStack:
 
     def __init__(self, config: LocalConfig) -> None:
         self._config = config
-        self._moto = MotoServer()
+        self._moto: MotoServer | None = None
         self._stopped = threading.Event()
         self._stop_lock = threading.Lock()
         self._server: BaseWSGIServer | None = None
@@ -106,6 +109,10 @@ class LocalStack:
     def _stopped_at_path(self) -> Path:
         return self._config.state_dir / "stopped_at"
 
+    @property
+    def _alive_path(self) -> Path:
+        return self._config.state_dir / "alive"
+
     def start(self) -> Started:
         """Bring the stack up; returns once ``GET /health`` can be answered."""
         config = self._config
@@ -113,7 +120,9 @@ class LocalStack:
         config.home.mkdir(mode=0o700, parents=True, exist_ok=True)
         config.state_dir.mkdir(exist_ok=True)
 
-        endpoint = self._moto.start()
+        moto = MotoServer(Journal(config.state_dir / "journal"))
+        self._moto = moto
+        endpoint = moto.start()
         logger.info("moto started endpoint=%s", endpoint)
         settings = local_settings()
         os.environ.update(settings.to_environment())
@@ -122,21 +131,7 @@ class LocalStack:
         clients = AwsClients()
         provision(clients, settings)
 
-        snapshots = StateSnapshots(
-            config.state_dir, config.home / "s3", _snapshot_scope(settings), clients, self._moto.write_counts
-        )
-        report = snapshots.restore()
-        self._snapshots = snapshots
-        if report.taken_at is not None:
-            logger.info(
-                "state restored items=%d objects=%d log_streams=%d subscriptions=%d taken_at=%s",
-                report.items,
-                report.objects,
-                report.log_streams,
-                report.subscriptions,
-                report.taken_at.isoformat(),
-            )
-        last_alive = self._read_stopped_at() or report.taken_at
+        snapshots, last_alive = self._restore_state(moto, clients, settings)
 
         outbox = OutboxNotifier(
             SnsNotifier(
@@ -176,14 +171,21 @@ class LocalStack:
         recovered: list[str] = []
         if last_alive is not None:
             recovered = recover_unfinished_jobs(
-                clients.client("dynamodb", settings.home_region), settings, bus.publish, last_alive
+                clients.client("dynamodb", settings.home_region),
+                settings,
+                bus.publish,
+                last_alive,
+                emitted_for=bus.emitted_for,
+                redeliver=bus.replay,
             )
             if recovered and not bus.wait_idle(RECOVERY_DRAIN_SECONDS):
                 logger.warning("recovered jobs not settled yet count=%d", len(recovered))
         self._stopped_at_path.unlink(missing_ok=True)
+        self._stamp_alive()
         self._recovered = True
 
         self._tickers = [
+            Ticker("alive", ALIVE_INTERVAL, self._stamp_alive),
             Ticker("meter", config.meter_interval, lambda: self._tick_meter(services, settings)),
             Ticker("snapshot", config.snapshot_interval, lambda: snapshots.take(lambdas.quiesced())),
         ]
@@ -236,7 +238,8 @@ class LocalStack:
                     write_bytes_atomic(self._stopped_at_path, datetime.now(UTC).isoformat().encode())
                 self._snapshots.take(self._lambdas.quiesced())
             install(None)
-            self._moto.stop()
+            if self._moto is not None:
+                self._moto.stop()
             logger.info("local stack stopped")
 
     # -- wiring ------------------------------------------------------------------------------------
@@ -249,15 +252,60 @@ class LocalStack:
         if self._lambdas is not None:
             self._lambdas.tick_meter(scheduled_event(services.clock(), settings.home_region, METER_RULE))
 
-    def _read_stopped_at(self) -> datetime | None:
+    def _restore_state(
+        self, moto: MotoServer, clients: AwsClients, settings: Settings
+    ) -> tuple[StateSnapshots, datetime | None]:
+        """Restore the last snapshot and replay the journal on it, then turn journaling on.
+
+        Returns the snapshots and when the last run was last known alive: its clean stop, else its
+        last "alive" stamp (at most ``ALIVE_INTERVAL`` before a crash), else its last snapshot.
+        """
+        config = self._config
+        if moto.journaling is None or moto.moto_app is None:
+            raise RuntimeError("moto's server did not start")
+        snapshots = StateSnapshots(
+            config.state_dir,
+            config.home / "s3",
+            _snapshot_scope(settings),
+            clients,
+            moto.write_counts,
+            journal=moto.journaling.journal,
+            moto_app=moto.moto_app,
+        )
+        report = snapshots.restore()
+        # From here on every acknowledged write is journaled before it is answered.
+        moto.journaling.enable()
+        self._snapshots = snapshots
+        if report.taken_at is not None or report.journal.applied:
+            logger.info(
+                "state restored items=%d objects=%d log_streams=%d subscriptions=%d taken_at=%s "
+                "journal_applied=%d journal_skipped=%d journal_refused=%d",
+                report.items,
+                report.objects,
+                report.log_streams,
+                report.subscriptions,
+                report.taken_at.isoformat() if report.taken_at else None,
+                report.journal.applied,
+                report.journal.skipped,
+                report.journal.refused,
+            )
+        last_alive = self._read_stamp(self._stopped_at_path) or self._read_stamp(self._alive_path)
+        return snapshots, last_alive or report.taken_at
+
+    def _stamp_alive(self) -> None:
+        """Record that the stack is alive now (read at the next start after a crash)."""
+        write_bytes_atomic(self._alive_path, datetime.now(UTC).isoformat().encode())
+
+    @staticmethod
+    def _read_stamp(path: Path) -> datetime | None:
         try:
-            text = self._stopped_at_path.read_text(encoding="utf-8").strip()
+            text = path.read_text(encoding="utf-8").strip()
         except FileNotFoundError:
             return None
         try:
             return datetime.fromisoformat(text).astimezone(UTC)
         except ValueError:
-            logger.warning("unreadable stopped_at ignored path=%s", self._stopped_at_path)
+            logger.warning("unreadable time stamp ignored path=%s", path)
             return None
 
 

@@ -1,30 +1,63 @@
-"""Snapshots of what the local stack keeps in moto, so jobs, accounts and data survive a restart.
+"""What the local stack keeps of moto across restarts and crashes: snapshots plus a write-ahead journal.
 
-moto keeps everything in memory. Every few seconds (and at shutdown) the stack exports the current
-contents of the service's moto resources to ``<home>/state/`` and, at the next start, writes them
-back into a fresh moto before it serves:
+moto keeps everything in memory. Two things make it durable:
+
+- **The journal** (``journal.py``): every write to moto that changes what is kept (DynamoDB item
+  writes: jobs, accounts, ledger, contacts, idempotency records, notification claims; S3 object
+  writes: job inputs, outputs, results, presigned uploads; SNS topic and subscription changes) is
+  appended to ``<home>/state/journal/`` and ``fsync``-ed before moto's answer is returned (group
+  commit). The api Lambda answers its caller only after its writes returned, so whatever the API
+  acknowledged is on disk first. Tokens are kept in ``tokens.json``, written (fsync, rename) before
+  the response that shows the token.
+- **Snapshots**, every few seconds (and at shutdown): the current contents of the service's moto
+  resources, exported to ``<home>/state/`` so the journal can be cut short and a start does not
+  replay history.
+
+At the next start the snapshot is written back into a fresh moto, then the journal records it
+does not cover are replayed in order, then the stack serves.
+
+Snapshot files:
 
 - DynamoDB: every item of every table (low-level ``Scan``, DynamoDB JSON) in one file,
-  ``dynamodb.json``, read while the Lambdas are held idle, so accounts, ledger and jobs agree;
+  ``dynamodb.json``, read while the Lambdas are held idle and the table writes held, so accounts,
+  ledger and jobs agree and the file is exactly the journal up to its ``journalSeq``;
 - S3: every object of both buckets as a plain file ``<home>/s3/<bucket>/<key>``, and a manifest
-  ``s3.json`` (ETag, size, content type, user metadata); only objects whose ETag changed are read;
+  ``s3.json`` (``journalSeq``; per object ETag, size, content type, user metadata); only objects
+  whose ETag changed are read;
 - CloudWatch Logs: every stream of the job log groups, one file per stream under ``logs/``, read
-  again only when the stream's sequence token or size moved;
-- SNS: every account's email topic (names under the deployment's prefix) with its subscriptions;
-- ``snapshot.json``: when the last snapshot was taken (rewritten at every tick: the time the stack
-  was last seen alive, used to settle jobs that were running when it died).
+  again only when the stream's sequence token or size moved (logs are not journaled: a crash loses
+  at most the last few seconds of a running job's log);
+- SNS: every account's email topic (names under the deployment's prefix) with its subscriptions,
+  their ARNs and attributes (``journalSeq``);
+- ``snapshot.json``: when the last snapshot was taken.
 
-Every file is replaced atomically (temporary sibling, then ``os.replace``); a crash leaves each file
-either old or new. What to export is decided by the moto server's write counts per service
-(``WriteCounter``): a tick after which nothing was written reads nothing and only stamps
-``snapshot.json`` (about 5 ms, the fsync). After a write, that service is exported again; measured
-with 2,000 jobs, 500 objects and 200 log streams: tables 0.6 s, S3 0.1 s (only changed objects
-are downloaded), logs 0.04 s (only moved streams are read). Restoring all of that takes about 5 s.
+Each file says up to which journal record (``journalSeq``) it includes. DynamoDB and SNS records
+are not idempotent (``ADD`` to a balance, a second ``Subscribe``), so those files are read with the
+service's writes held (``Journal.applying``): the file is exactly the journal up to its cut. Object
+writes are not held while S3 is exported (that would stall submits behind large outputs): every
+S3 record puts or deletes a whole object, so replaying the records after the cut on objects that
+already include some of them ends in the same state. Every file is replaced atomically
+(temporary sibling, fsync, ``os.replace``); a crash leaves each file old or new, each with its own
+cut, so replay stays exact per service whatever file was replaced last. After a snapshot the
+journal segments all of whose records are covered are deleted (``Journal.discard``).
 
-Why a snapshot rather than moto's recorder: the recorder logs every request, reads included (each
-``GET /jobs`` poll, each meter tick), so its file grows with use, and each start replays the whole
-history, side effects and all (SNS publishes, log writes). A snapshot holds the current state only:
-its size is the data's size, and a restore is one write per item, object and stream.
+Why a journal of moto's requests rather than a persistence layer under moto's models: the journal
+sits at moto's HTTP boundary, which every writer already crosses (the in-process Lambdas, the
+executor and the job workers all use boto3 against the server's endpoint; nothing writes to moto's
+backends in process), so it needs no knowledge of moto's internal model classes and survives moto
+upgrades; replay reuses moto's own request handling. The cost is measured by
+``benchmarks/journal_latency.py`` (README, "Benchmarks").
+
+Why snapshots at all rather than moto's recorder or the journal alone: both log every write for
+ever, so the file grows with use and each start replays the whole history; a snapshot holds the
+current state only (its size is the data's size, a restore is one write per item, object and
+stream), and the journal holds only the few seconds since.
+
+What to export is decided by the moto server's write counts per service (``WriteCounter``) and by
+the journal's last record per service: a tick after which nothing was written reads nothing and
+only stamps ``snapshot.json``. Measured with 2,000 jobs, 500 objects and 200 log streams: tables
+0.6 s, S3 0.1 s (only changed objects are downloaded), logs 0.04 s (only moved streams are read).
+Restoring all of that takes about 5 s.
 """
 
 from __future__ import annotations
@@ -36,13 +69,14 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from functions.adapters.sns import email_topic_arn
 from remote_batch.local.files import read_json, write_bytes_atomic, write_json_atomic
+from remote_batch.local.journal import JOURNALED, Journal, ReplayReport, rename_subscription, replay
 from remote_batch.local.resources import AwsClients
 
 logger = logging.getLogger(__name__)
@@ -88,6 +122,7 @@ class RestoreReport:
     objects: int = 0
     log_streams: int = 0
     subscriptions: int = 0
+    journal: ReplayReport = field(default_factory=ReplayReport)
 
 
 def _topic_of_shared(prefix: str, subscription: Mapping[str, Any]) -> str | None:
@@ -147,6 +182,11 @@ class StateSnapshots:
     write_counts : Callable[[], Mapping[str, int]]
         The moto server's completed write requests so far, by service (``MotoServer.write_counts``);
         a service whose count did not move since the last export is not read again.
+    journal : Journal
+        The write-ahead journal of the acknowledged writes: replayed after the restore; a snapshot
+        records, per service, the last journal record it includes and lets older segments go.
+    moto_app : Callable[[], Callable]
+        moto's WSGI application (without the journaling middleware), for the replay.
     """
 
     def __init__(
@@ -156,12 +196,19 @@ class StateSnapshots:
         scope: SnapshotScope,
         clients: AwsClients,
         write_counts: Callable[[], Mapping[str, int]],
+        *,
+        journal: Journal,
+        moto_app: Callable[..., Any],
     ) -> None:
         self._dir = state_dir
         self._objects = objects_dir
         self._scope = scope
         self._clients = clients
         self._write_counts = write_counts
+        self._journal = journal
+        self._moto_app = moto_app
+        # Per journaled service: the last journal record its snapshot files include.
+        self._covered: dict[str, int] = dict.fromkeys(JOURNALED, 0)
         self._exported: dict[str, int] = {}
         self._lock = threading.Lock()
         self._tables_digest = ""
@@ -183,22 +230,36 @@ class StateSnapshots:
 
     # -- restore -----------------------------------------------------------------------------------
     def restore(self) -> RestoreReport:
-        """Write the snapshot on disk into moto (tables, objects, log streams, subscriptions).
+        """Write the snapshot on disk into moto (tables, objects, log streams, subscriptions), then
+        replay the journal records it does not cover.
 
-        Call once, after ``provision`` and before anything else uses moto.
+        Call once, after ``provision``, before anything else uses moto and before the journaling
+        middleware is enabled (what is restored is on disk already).
         """
         with self._lock:
             taken_at = self.last_taken_at()
-            if taken_at is None:
-                return RestoreReport(taken_at=None)
-            items = self._restore_tables()
-            objects = self._restore_objects()
-            streams = self._restore_logs()
-            subscriptions = self._restore_subscriptions()
-            return RestoreReport(taken_at, items, objects, streams, subscriptions)
+            items = objects = streams = subscriptions = 0
+            if taken_at is not None:
+                items = self._restore_tables()
+                objects = self._restore_objects()
+                streams = self._restore_logs()
+                subscriptions = self._restore_subscriptions()
+            replayed = replay(self._journal.records(), self._moto_app, self._covered)
+            self._abort_uploads()
+            return RestoreReport(taken_at, items, objects, streams, subscriptions, replayed)
+
+    def _abort_uploads(self) -> None:
+        """Abort the multipart uploads the replay brought back: their writers (job workers) died
+        with the last run, and an upload in progress keeps S3 out of the snapshots."""
+        for bucket, region in self._scope.buckets.items():
+            s3 = self._clients.client("s3", region)
+            for upload in s3.list_multipart_uploads(Bucket=bucket).get("Uploads", []):
+                s3.abort_multipart_upload(Bucket=bucket, Key=upload["Key"], UploadId=upload["UploadId"])
+                logger.info("upload left by the last run aborted bucket=%s key=%s", bucket, upload["Key"])
 
     def _restore_tables(self) -> int:
         stored = read_json(self._dir / "dynamodb.json") or {"tables": {}}
+        self._covered["dynamodb"] = int(stored.get("journalSeq", 0))
         dynamodb = self._clients.client("dynamodb", self._scope.home_region)
         count = 0
         for table, items in stored["tables"].items():
@@ -216,7 +277,11 @@ class StateSnapshots:
         return count
 
     def _restore_objects(self) -> int:
-        manifest: dict[str, dict[str, dict[str, Any]]] = read_json(self._dir / "s3.json") or {}
+        stored = read_json(self._dir / "s3.json") or {}
+        if "buckets" in stored:
+            self._covered["s3"] = int(stored.get("journalSeq", 0))
+            stored = stored["buckets"]
+        manifest: dict[str, dict[str, dict[str, Any]]] = stored
         count = 0
         for bucket, objects in manifest.items():
             region = self._scope.buckets.get(bucket)
@@ -271,9 +336,12 @@ class StateSnapshots:
         return count
 
     def _restore_subscriptions(self) -> int:
+        """Re-create the subscriptions under the ARNs they had (moto would make new random ones),
+        so accounts' ``emailSubscription`` and the journal's later records still name them."""
         stored = read_json(self._dir / "sns.json") or {"subscriptions": []}
+        self._covered["sns"] = int(stored.get("journalSeq", 0))
         sns = self._clients.client("sns", self._scope.home_region)
-        renamed: dict[str, str] = {}
+        restored = 0
         for subscription in stored["subscriptions"]:
             topic_arn = subscription.get("topicArn") or _topic_of_shared(
                 self._scope.topic_arn_prefix, subscription
@@ -292,40 +360,10 @@ class StateSnapshots:
                 },
                 ReturnSubscriptionArn=True,
             )
-            if subscription.get("arn"):
-                renamed[subscription["arn"]] = created["SubscriptionArn"]
-        self._point_accounts_at(renamed)
-        return len(renamed)
-
-    def _point_accounts_at(self, renamed: Mapping[str, str]) -> None:
-        """moto gives a re-created subscription a new ARN: accounts that stored the old one
-        (``emailSubscription``) are updated, so their email status and unsubscribe keep working."""
-        if not renamed:
-            return
-        dynamodb = self._clients.client("dynamodb", self._scope.home_region)
-        for table in self._scope.tables:
-            paginator = dynamodb.get_paginator("scan")
-            pages = paginator.paginate(
-                TableName=table, FilterExpression="attribute_exists(emailSubscription)"
-            )
-            for page in pages:
-                for item in page.get("Items", []):
-                    old = item["emailSubscription"].get("S", "")
-                    if old in renamed:
-                        key = {name: item[name] for name in ("accountId",) if name in item}
-                        if not key:
-                            continue
-                        try:
-                            # Conditional: an account deleted since the scan is not re-created.
-                            dynamodb.update_item(
-                                TableName=table,
-                                Key=key,
-                                UpdateExpression="SET emailSubscription = :arn",
-                                ConditionExpression="attribute_exists(accountId)",
-                                ExpressionAttributeValues={":arn": {"S": renamed[old]}},
-                            )
-                        except dynamodb.exceptions.ConditionalCheckFailedException:
-                            logger.info("account gone before its subscription was renamed")
+            if subscription.get("arn") and subscription["arn"] != created["SubscriptionArn"]:
+                rename_subscription(created["SubscriptionArn"], subscription["arn"])
+            restored += 1
+        return restored
 
     # -- take --------------------------------------------------------------------------------------
     def take(self, hold: AbstractContextManager[Any] | None = None) -> bool:
@@ -343,22 +381,33 @@ class StateSnapshots:
         """
         with self._lock:
             started = time.monotonic()
+            # Records from here on go to a new segment; the older ones can go once covered below.
+            self._journal.rotate()
             counts = self._write_counts()
             stale = {
                 s for s in ("dynamodb", "s3", "logs", "sns") if counts.get(s, 0) != self._exported.get(s)
             }
             changed = False
-            if "dynamodb" in stale:
-                with hold or nullcontext():
-                    changed |= self._take_tables()
-            if "s3" in stale:
-                changed |= self._take_objects()
+            if "dynamodb" in stale or self._journal.last_seq_of("dynamodb") > self._covered["dynamodb"]:
+                with hold or nullcontext(), self._journal.applying("dynamodb"):
+                    changed |= self._take_tables(self._journal.last_seq())
+            if "s3" in stale or self._journal.last_seq_of("s3") > self._covered["s3"]:
+                # Object writes go on meanwhile: replaying the records after the cut on a snapshot
+                # that already has some of them ends the same (each puts or deletes a whole object).
+                with self._journal.applying("s3"):
+                    cut = self._journal.last_seq()
+                taken = self._take_objects(cut)
+                if taken is None:
+                    stale.discard("s3")  # an upload is in progress: export at a later tick
+                changed |= bool(taken)
             if "logs" in stale:
                 changed |= self._take_logs()
-            if "sns" in stale:
-                changed |= self._take_subscriptions()
+            if "sns" in stale or self._journal.last_seq_of("sns") > self._covered["sns"]:
+                with self._journal.applying("sns"):
+                    changed |= self._take_subscriptions(self._journal.last_seq())
             # Only what was exported is marked: a failed export above raises and is retried next tick.
             self._exported.update({service: counts.get(service, 0) for service in stale})
+            self._journal.discard(self._covered)
             now = _now_ms()
             write_json_atomic(
                 self._meta_path, {"version": SNAPSHOT_VERSION, "takenAt": _iso(now), "takenAtMs": now}
@@ -368,7 +417,8 @@ class StateSnapshots:
             log("snapshot taken changed=%s seconds=%.3f", changed, elapsed)
             return changed
 
-    def _take_tables(self) -> bool:
+    def _take_tables(self, cut: int) -> bool:
+        """Export every table; called with the table writes held, ``cut`` the last journal record."""
         dynamodb = self._clients.client("dynamodb", self._scope.home_region)
         tables: dict[str, list[dict[str, Any]]] = {}
         for table in self._scope.tables:
@@ -376,15 +426,22 @@ class StateSnapshots:
             for page in dynamodb.get_paginator("scan").paginate(TableName=table):
                 items += page.get("Items", [])
             tables[table] = items
-        data = json.dumps({"tables": tables}, sort_keys=True).encode()
-        digest = hashlib.sha256(data).hexdigest()
-        if digest == self._tables_digest:
+        digest = hashlib.sha256(json.dumps(tables, sort_keys=True).encode()).hexdigest()
+        if digest == self._tables_digest and cut == self._covered["dynamodb"]:
             return False
+        data = json.dumps({"journalSeq": cut, "tables": tables}, sort_keys=True).encode()
         write_bytes_atomic(self._dir / "dynamodb.json", data)
         self._tables_digest = digest
+        self._covered["dynamodb"] = cut
         return True
 
-    def _take_objects(self) -> bool:
+    def _take_objects(self, cut: int) -> bool | None:
+        """Export the changed objects; ``cut`` is the last journal record applied before. None
+        (nothing done) while a multipart upload is in progress: its parts are in no snapshot, so
+        the journal records that made them must stay."""
+        for bucket, region in self._scope.buckets.items():
+            if self._clients.client("s3", region).list_multipart_uploads(Bucket=bucket).get("Uploads"):
+                return None
         changed = False
         for bucket, region in self._scope.buckets.items():
             s3 = self._clients.client("s3", region)
@@ -409,8 +466,9 @@ class StateSnapshots:
             for key in set(known) - set(listed):
                 self._remove_object_file(known.pop(key)["path"])
                 changed = True
-        if changed:
-            write_json_atomic(self._dir / "s3.json", self._s3_manifest)
+        if changed or cut != self._covered["s3"]:
+            write_json_atomic(self._dir / "s3.json", {"journalSeq": cut, "buckets": self._s3_manifest})
+            self._covered["s3"] = cut
         return changed
 
     def _write_object(self, bucket: str, key: str, body: bytes, previous: dict[str, Any] | None) -> str:
@@ -483,7 +541,8 @@ class StateSnapshots:
                 return
             token = page["nextForwardToken"]
 
-    def _take_subscriptions(self) -> bool:
+    def _take_subscriptions(self, cut: int) -> bool:
+        """Export the subscriptions; called with the SNS writes held, ``cut`` the last journal record."""
         sns = self._clients.client("sns", self._scope.home_region)
         subscriptions = []
         for topics in sns.get_paginator("list_topics").paginate():
@@ -518,12 +577,13 @@ class StateSnapshots:
                                 "attributes": kept,
                             }
                         )
-        data = json.dumps({"subscriptions": subscriptions}, sort_keys=True).encode()
-        digest = hashlib.sha256(data).hexdigest()
-        if digest == self._sns_digest:
+        digest = hashlib.sha256(json.dumps(subscriptions, sort_keys=True).encode()).hexdigest()
+        if digest == self._sns_digest and cut == self._covered["sns"]:
             return False
+        data = json.dumps({"journalSeq": cut, "subscriptions": subscriptions}, sort_keys=True).encode()
         write_bytes_atomic(self._dir / "sns.json", data)
         self._sns_digest = digest
+        self._covered["sns"] = cut
         return True
 
 

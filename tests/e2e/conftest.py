@@ -117,10 +117,14 @@ class Client:
 class LocalStackProcess:
     """``python -m remote_batch.local`` in a subprocess, with its home, port and console log."""
 
-    def __init__(self, home: Path, port: int, extra_env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, home: Path, port: int, extra_env: dict[str, str] | None = None, new_session: bool = False
+    ) -> None:
         self.home = home
         self.port = port
         self.extra_env = dict(extra_env or {})
+        # In its own session (and process group), so ``kill_group`` can take down it and its jobs.
+        self.new_session = new_session
         self.endpoint = f"http://127.0.0.1:{port}"
         self.process: subprocess.Popen[bytes] | None = None
         self.tokens: dict[str, str] = {}
@@ -148,7 +152,12 @@ class LocalStackProcess:
             (self.home.parent / f"stack-{self.starts}.out").open("wb") as out,
         ):
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "remote_batch.local"], cwd=REPO_ROOT, env=env, stdout=out, stderr=err
+                [sys.executable, "-m", "remote_batch.local"],
+                cwd=REPO_ROOT,
+                env=env,
+                stdout=out,
+                stderr=err,
+                start_new_session=self.new_session,
             )
         wait_for(self._healthy, READY_SECONDS, "the local stack's /health")
         credentials = json.loads((self.home / "credentials.json").read_text())
@@ -175,6 +184,12 @@ class LocalStackProcess:
             self.process.kill()
             self.process.wait()
             pytest.fail(f"local stack did not exit within {STOP_SECONDS} s of {sig.name}")
+
+    def kill_group(self) -> None:
+        """``kill -9`` of the stack's whole process group (its job workers included): a crash."""
+        assert self.process is not None and self.new_session
+        os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait()
 
     def restart(self) -> None:
         assert self.stop() == 0

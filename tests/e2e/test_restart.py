@@ -25,6 +25,12 @@ def test_restart_keeps_jobs_balance_results_and_tokens(stack: LocalStackProcess,
     # Given a finished job with a result and a log, and a job still running
     job = dev.submit({"code": "print('kept')\n6 * 7"})
     assert dev.wait_status(job["jobId"])["status"] == "Succeeded"
+    # (its JobCompleted notification is recorded just after the status: wait for it too)
+    wait_for(
+        lambda: any(entry["event"] == "JobCompleted" for entry in dev.job(job["jobId"])["notificationLog"]),
+        10,
+        "the JobCompleted notification",
+    )
     before_job = dev.job(job["jobId"])
     running = dev.submit({"code": "import time\ntime.sleep(300)"})
     dev.wait_status(running["jobId"], ("Running",), timeout=30)
