@@ -188,21 +188,29 @@ def _on_not_found(exc: NotFoundError) -> Response[str]:
 
 
 @cache
-def _route_table() -> tuple[tuple[re.Pattern[str], tuple[str, ...]], ...]:
-    """Each path of the OpenAPI document (``/jobs/{jobId}``) as a pattern, with its methods."""
+def _route_table() -> tuple[tuple[re.Pattern[str], int, tuple[str, ...]], ...]:
+    """Each path of the OpenAPI document (``/jobs/{jobId}``) as a pattern, with its number of path
+    parameters and its methods."""
     document = app.get_openapi_schema(title=API_TITLE, version=API_VERSION)
     table = []
     for path, item in (document.paths or {}).items():
         pattern = re.sub(r"\\\{[^/]+?\\\}", "[^/]+", re.escape(path))
         methods = tuple(m.upper() for m in ("get", "put", "post", "delete", "patch") if getattr(item, m))
-        table.append((re.compile(pattern), methods))
+        table.append((re.compile(pattern), path.count("{"), methods))
     return tuple(table)
 
 
 def allowed_methods(path: str) -> list[str]:
-    """The methods some route takes at ``path`` (sorted), or [] when no route has that path."""
-    methods = {m for pattern, ms in _route_table() if pattern.fullmatch(path) for m in ms}
-    return sorted(methods)
+    """The methods the route at ``path`` takes (sorted), or [] when no route has that path.
+
+    A literal segment wins over a path parameter, as API Gateway picks the most specific resource:
+    ``/jobs/uploads`` is that resource, not ``/jobs/{jobId}`` with the id ``uploads``.
+    """
+    matches = [(params, ms) for pattern, params, ms in _route_table() if pattern.fullmatch(path)]
+    if not matches:
+        return []
+    fewest = min(params for params, _ in matches)
+    return sorted({m for params, ms in matches if params == fewest for m in ms})
 
 
 @app.exception_handler(Exception)

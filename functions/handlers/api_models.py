@@ -15,7 +15,6 @@ from pydantic import (
     ConfigDict,
     Field,
     PlainSerializer,
-    StrictInt,
     WithJsonSchema,
     model_validator,
 )
@@ -185,7 +184,7 @@ class UploadBody(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    size: StrictInt = Field(
+    size: Annotated[int, BeforeValidator(_json_integer)] = Field(
         ge=1, le=MAX_UPLOAD_BYTES, description="The object's exact size in bytes (≤ 5 GiB)."
     )
     contentType: Literal["text/x-python", "application/x-python-pickle"] = Field(
