@@ -460,8 +460,8 @@ def rename_subscription(current: str, wanted: str) -> None:
     """
     from moto.sns.models import sns_backends
 
-    region = current.split(":")[3]
-    subscriptions = sns_backends[LOCAL_ACCOUNT_ID][region].subscriptions
+    _, _, _, region, account, _ = current.split(":", 5)
+    subscriptions = sns_backends[account][region].subscriptions
     subscription = subscriptions.pop(current)
     subscription.arn = wanted
     subscriptions[wanted] = subscription

@@ -360,8 +360,11 @@ class StateSnapshots:
                 },
                 ReturnSubscriptionArn=True,
             )
-            if subscription.get("arn") and subscription["arn"] != created["SubscriptionArn"]:
-                rename_subscription(created["SubscriptionArn"], subscription["arn"])
+            recorded = subscription.get("arn")
+            # A subscription of the shared topic a migrated snapshot names stays new: its ARN named
+            # another topic.
+            if recorded and recorded != created["SubscriptionArn"] and recorded.startswith(topic_arn + ":"):
+                rename_subscription(created["SubscriptionArn"], recorded)
             restored += 1
         return restored
 

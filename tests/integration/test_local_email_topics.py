@@ -10,6 +10,7 @@ import boto3
 from moto import mock_aws
 
 from functions.adapters.sns import SnsEmailSubscriptions, email_topic_arn
+from remote_batch.local.journal import Journal
 from remote_batch.local.state import SnapshotScope, StateSnapshots
 
 PREFIX = "arn:aws:sns:us-east-1:123456789012:remote-batch-local-email-"
@@ -24,7 +25,19 @@ def snapshots(tmp_path) -> StateSnapshots:
     scope = SnapshotScope(
         tables=(), buckets={}, log_groups=(), topic_arn_prefix=PREFIX, home_region="us-east-1"
     )
-    return StateSnapshots(tmp_path / "state", tmp_path / "s3", scope, Clients(), lambda: {"sns": 1})  # type: ignore[arg-type]
+    return StateSnapshots(
+        tmp_path / "state",
+        tmp_path / "s3",
+        scope,
+        Clients(),  # type: ignore[arg-type]
+        lambda: {"sns": 1},
+        journal=Journal(tmp_path / "state" / "journal"),
+        moto_app=_no_replay,
+    )
+
+
+def _no_replay(*args: Any, **kwargs: Any) -> Any:
+    raise AssertionError("these snapshots have no journal records to replay")
 
 
 def subscriptions_of(topic_arn: str) -> list[tuple[str, str]]:

@@ -63,12 +63,14 @@ def test_answered_writes_replay_into_a_fresh_moto_with_the_same_ids(
     tmp_path: Path, aws_environment: None
 ) -> None:
     settings = local_settings()
-    table, topic = settings.accounts_table, settings.email_topic_arn
+    table = settings.accounts_table
     bucket = settings.zones[next(iter(settings.zones))].bucket
     server, clients = _fresh_moto(tmp_path)
     assert server.journaling is not None
     server.journaling.enable()
     dynamodb, s3, sns = clients.client("dynamodb"), clients.client("s3"), clients.client("sns")
+    # An account's email topic (made on demand under the deployment's prefix, so journaled too)
+    topic_name = settings.email_topic_arn_prefix.rsplit(":", 1)[1] + "a"
 
     # Given writes moto answered: items with an order-dependent condition and additions ...
     dynamodb.put_item(TableName=table, Item={"accountId": {"S": "a"}, "creditBalance": {"N": "10"}})
@@ -90,7 +92,8 @@ def test_answered_writes_replay_into_a_fresh_moto_with_the_same_ids(
             Item={"accountId": {"S": "b"}, "creditBalance": {"N": "999"}},
             ConditionExpression="attribute_not_exists(accountId)",
         )
-    # ... a subscription whose (random) ARN an item stores, with a filter policy ...
+    # ... a topic, and a subscription whose (random) ARN an item stores, with a filter policy ...
+    topic = sns.create_topic(Name=topic_name)["TopicArn"]
     arn = sns.subscribe(
         TopicArn=topic, Protocol="email", Endpoint="a@example.com", ReturnSubscriptionArn=True
     )["SubscriptionArn"]
@@ -133,8 +136,8 @@ def test_answered_writes_replay_into_a_fresh_moto_with_the_same_ids(
     report = replay(records, fresh.moto_app, {})
 
     # Then every answered write, and only those, was journaled and applied, with the same ids
-    assert [r["service"] for r in records] == ["dynamodb"] * 4 + ["sns"] * 2 + ["dynamodb"] + ["s3"] * 7
-    assert (report.applied, report.skipped, report.refused) == (14, 0, 0)
+    assert [r["service"] for r in records] == ["dynamodb"] * 4 + ["sns"] * 3 + ["dynamodb"] + ["s3"] * 7
+    assert (report.applied, report.skipped, report.refused) == (15, 0, 0)
     after = _state(fresh_clients, topic, table, bucket)
     assert after == before
     assert after["items"][0]["creditBalance"] == {"N": "20"}
@@ -145,8 +148,8 @@ def test_answered_writes_replay_into_a_fresh_moto_with_the_same_ids(
     # And records a snapshot covers are skipped
     requests.post(f"{fresh.endpoint}/moto-api/reset", timeout=10).raise_for_status()
     provision(fresh_clients, local_settings())
-    covered = replay(records, fresh.moto_app, {"dynamodb": 7, "sns": 6, "s3": 0})
-    assert (covered.applied, covered.skipped) == (7, 7)
+    covered = replay(records, fresh.moto_app, {"dynamodb": 8, "sns": 7, "s3": 0})
+    assert (covered.applied, covered.skipped) == (7, 8)
     fresh.stop()
 
 
@@ -157,7 +160,7 @@ def _snapshots(home: Path, server: MotoServer, clients: AwsClients) -> StateSnap
         tables=(settings.accounts_table,),
         buckets={zone.bucket: zone.region for zone in settings.zones.values()},
         log_groups=(),
-        topic_arn=settings.email_topic_arn,
+        topic_arn_prefix=settings.email_topic_arn_prefix,
         home_region=settings.home_region,
     )
     return StateSnapshots(
