@@ -114,6 +114,7 @@ def _settle(services: Services, transition: Transition, state: BatchJobState, no
             unbilled=charge.unbilled,
         )
     services.store.settle(transition, charge, entry, now)
+    services.events.count("CreditsCharged", float(charge.credits), amount=True)
     logger.info(
         "job settled",
         job_id=job.job_id,
