@@ -1,10 +1,10 @@
 """Environment variables of the Lambdas, as one pydantic-settings model validated at cold start.
 
 Every Lambda reads the same variables (the CDK app passes them from the constructs; the local stack
-sets them for its in-process Lambdas). Each field names its variable once (its alias). A missing or
-malformed variable fails the cold start with a message naming it and never its value (the values
-include ARNs and, in the future, secrets); there are no silent defaults: a boolean is ``true`` or
-``false``, JSON is parsed as JSON.
+sets them for its in-process Lambdas). Each field names its variable once (its ``validation_alias``).
+A missing or malformed variable fails the cold start with a message naming it and never its value
+(the values include ARNs and, in the future, secrets); there are no silent defaults: a boolean is
+``true`` or ``false``, JSON is parsed as JSON.
 """
 
 from __future__ import annotations
@@ -69,7 +69,8 @@ class ZoneSettings(BaseModel):
 class Settings(BaseSettings):
     """What every remote-batch Lambda is configured with.
 
-    Variables (each field's alias): ``REMOTE_BATCH_JOBS_TABLE``, ``REMOTE_BATCH_ACCOUNTS_TABLE``,
+    Variables (each field's ``validation_alias``): ``REMOTE_BATCH_JOBS_TABLE``,
+    ``REMOTE_BATCH_ACCOUNTS_TABLE``,
     ``REMOTE_BATCH_LEDGER_TABLE``, ``REMOTE_BATCH_IDEMPOTENCY_TABLE``,
     ``REMOTE_BATCH_EMAIL_TOPIC_ARN_PREFIX`` (the ARN every account's email topic starts with,
     ``arn:aws:sns:<region>:<account>:remote-batch-<stage>-email-``),
@@ -86,30 +87,33 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         frozen=True,
         case_sensitive=True,
-        validate_by_name=True,
-        validate_by_alias=True,
+        populate_by_name=True,
         hide_input_in_errors=True,
         extra="ignore",
     )
 
-    jobs_table: str = Field(alias="REMOTE_BATCH_JOBS_TABLE", min_length=3)
-    accounts_table: str = Field(alias="REMOTE_BATCH_ACCOUNTS_TABLE", min_length=3)
-    ledger_table: str = Field(alias="REMOTE_BATCH_LEDGER_TABLE", min_length=3)
-    idempotency_table: str = Field(alias="REMOTE_BATCH_IDEMPOTENCY_TABLE", min_length=3)
+    jobs_table: str = Field(validation_alias="REMOTE_BATCH_JOBS_TABLE", min_length=3)
+    accounts_table: str = Field(validation_alias="REMOTE_BATCH_ACCOUNTS_TABLE", min_length=3)
+    ledger_table: str = Field(validation_alias="REMOTE_BATCH_LEDGER_TABLE", min_length=3)
+    idempotency_table: str = Field(validation_alias="REMOTE_BATCH_IDEMPOTENCY_TABLE", min_length=3)
     email_topic_arn_prefix: str = Field(
-        alias="REMOTE_BATCH_EMAIL_TOPIC_ARN_PREFIX",
+        validation_alias="REMOTE_BATCH_EMAIL_TOPIC_ARN_PREFIX",
         min_length=1,
         pattern=r"^arn:[^:]+:sns:[^:]+:[^:]*:[A-Za-z0-9_-]+$",
     )
-    email_topic_key: str = Field(default="", alias="REMOTE_BATCH_EMAIL_TOPIC_KEY")
+    email_topic_key: str = Field(default="", validation_alias="REMOTE_BATCH_EMAIL_TOPIC_KEY")
     # At most this many SMS per account and clock hour (an SMS costs money; the rest are recorded skipped).
     sms_per_account_per_hour: int = Field(
-        default=30, alias="REMOTE_BATCH_SMS_PER_ACCOUNT_PER_HOUR", ge=0, le=10_000, strict=False
+        default=30, validation_alias="REMOTE_BATCH_SMS_PER_ACCOUNT_PER_HOUR", ge=0, le=10_000
     )
-    home_region: str = Field(alias="AWS_REGION", min_length=1)
-    zones: Annotated[dict[GeoZone, ZoneSettings], NoDecode] = Field(alias="REMOTE_BATCH_ZONES", min_length=1)
+    home_region: str = Field(validation_alias="AWS_REGION", min_length=1)
+    zones: Annotated[dict[GeoZone, ZoneSettings], NoDecode] = Field(
+        validation_alias="REMOTE_BATCH_ZONES", min_length=1
+    )
     # Webhooks must be HTTPS; only the local stack allows http:// (to a receiver on this machine).
-    allow_http_webhooks: StrictEnvBool = Field(default=False, alias="REMOTE_BATCH_ALLOW_HTTP_WEBHOOKS")
+    allow_http_webhooks: StrictEnvBool = Field(
+        default=False, validation_alias="REMOTE_BATCH_ALLOW_HTTP_WEBHOOKS"
+    )
 
     @field_validator("zones", mode="before")
     @classmethod

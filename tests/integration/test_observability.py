@@ -77,13 +77,14 @@ def logs() -> Iterator[LogLines]:
         if name == observability.SERVICE or name.startswith(observability.SERVICE + ".")
     ]
     levels = [each.level for each in loggers]
-    observability.logger.addHandler(handler)
+    service_logger = logging.getLogger(observability.SERVICE)
+    service_logger.addHandler(handler)
     for each in loggers:
         each.setLevel(logging.DEBUG)
     try:
         yield lines
     finally:
-        observability.logger.removeHandler(handler)
+        service_logger.removeHandler(handler)
         for each, level in zip(loggers, levels, strict=True):
             each.setLevel(level)
 
