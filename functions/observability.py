@@ -88,16 +88,17 @@ def get_tracer() -> Tracer | None:
 def lambda_entry(correlation_id_path: str, *, capture_error: bool = True) -> Callable[[Handler], Handler]:
     """Decorate a Lambda handler: EMF metrics flushed, the invocation traced without its response, and
     logs with the Lambda context and the correlation id found at ``correlation_id_path`` (a JMESPath
-    into the event, e.g. ``API_GATEWAY_REQUEST_ID``).
+    into the event, e.g. ``API_GATEWAY_REQUEST_ID``); the event itself is never logged.
 
     ``capture_error=False`` keeps exception messages out of traces (the api's, whose errors may quote
     what a caller sent); the batch_events and meter errors are AWS SDK errors and keep theirs.
     """
 
     def decorate(handler: Handler) -> Handler:
-        logged = logger.inject_lambda_context(correlation_id_path=correlation_id_path, clear_state=True)(
-            handler
-        )
+        # log_event=False whatever POWERTOOLS_LOGGER_LOG_EVENT says: an event holds request bodies.
+        logged = logger.inject_lambda_context(
+            correlation_id_path=correlation_id_path, clear_state=True, log_event=False
+        )(handler)
 
         @functools.wraps(handler)
         def traced(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:

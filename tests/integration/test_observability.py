@@ -133,6 +133,7 @@ def test_the_webhook_secret_and_presigned_urls_reach_no_trace_and_no_log(stack, 
     text = json.dumps(lines)
     for needle in (secret, secret.removeprefix("whsec_"), signature, "X-Amz-Credential"):
         assert needle not in text
+    assert "hooks.example.com/rb" not in text  # the request body was not logged
     # Every line names its API Gateway request.
     assert {line["correlation_id"] for line in lines} <= {contacts_id, upload_id}
     assert all(line.get("correlation_id") for line in lines)
@@ -257,3 +258,20 @@ def test_without_tracing_the_xray_sdk_is_never_imported() -> None:
 )
 def test_tracing_is_on_in_a_lambda_unless_disabled(environ: dict[str, str], enabled: bool) -> None:
     assert observability.tracing_enabled(environ) is enabled
+
+
+def test_events_are_never_logged_even_when_the_environment_asks(
+    monkeypatch: pytest.MonkeyPatch, logs
+) -> None:
+    monkeypatch.setenv("POWERTOOLS_LOGGER_LOG_EVENT", "true")  # read when a handler is decorated
+
+    @observability.lambda_entry(observability.EVENT_BRIDGE_EVENT_ID)
+    def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
+        observability.logger.info("handled")
+        return {}
+
+    handler({"id": "evt-1", "detail": {"webhookSecret": "whsec_canary"}}, FakeLambdaContext())
+    lines = logs.read()
+    assert [line["message"] for line in lines] == ["handled"]
+    assert lines[0]["correlation_id"] == "evt-1"
+    assert "whsec_canary" not in json.dumps(lines)
