@@ -21,7 +21,17 @@ from functions.adapters.s3 import S3BlobStore
 from functions.adapters.sns import SnsEmailSubscriptions, SnsNotifier
 from functions.adapters.webhook import WebhookSender
 from functions.domain.machine_classes import GeoZone
-from functions.ports import BatchGateway, BatchRoute, Clock, HostResolver, Notifier, Services, ZoneServices
+from functions.observability import MetricsEvents
+from functions.ports import (
+    BatchGateway,
+    BatchRoute,
+    Clock,
+    EventCounter,
+    HostResolver,
+    Notifier,
+    Services,
+    ZoneServices,
+)
 from functions.settings import Settings, load_settings
 
 # Standard retry mode: exponential backoff with jitter on throttling and 5xx (botocore's own).
@@ -51,6 +61,7 @@ def build_services(
     notifier: Notifier | None = None,
     clock: Clock = utc_now,
     resolver: HostResolver | None = None,
+    events: EventCounter | None = None,
 ) -> Services:
     """Build every adapter from ``settings``.
 
@@ -68,6 +79,8 @@ def build_services(
         Source of "now".
     resolver : HostResolver | None
         Resolves webhook hosts (default: the C library's resolver).
+    events : EventCounter | None
+        Where the logic counts its events (default: CloudWatch metrics through powertools).
     """
     session = session or boto3.Session()
     dynamodb = session.client("dynamodb", region_name=settings.home_region, config=_BOTO_CONFIG)
@@ -105,6 +118,7 @@ def build_services(
         subscriptions=SnsEmailSubscriptions(sns, settings.email_topic_arn_prefix, settings.email_topic_key),
         zones=zones,
         clock=clock,
+        events=events or MetricsEvents(),
         idempotency_table=settings.idempotency_table,
         allowed_zones=tuple(zones),
         allow_http_webhooks=settings.allow_http_webhooks,

@@ -311,6 +311,17 @@ class ZoneServices:
     region: str
 
 
+class EventCounter(Protocol):
+    """Counts what the service did, as operators watch it (CloudWatch metrics on AWS).
+
+    Events: ``JobsSubmitted``, ``JobsAborted``, ``CreditsCharged`` (an amount: the credits a settlement
+    took), ``NotificationsSent``, ``NotificationsFailed`` (refused or given up), ``StuckJobs``.
+    """
+
+    def count(self, name: str, value: float = 1, *, amount: bool = False) -> None:
+        """Add ``value`` to event ``name`` (``amount``: a quantity such as credits, not a count)."""
+
+
 @dataclass(frozen=True, slots=True)
 class Services:
     """Everything a handler needs, built once per Lambda cold start (or by the local stack / tests)."""
@@ -320,6 +331,7 @@ class Services:
     subscriptions: EmailSubscriptions
     zones: Mapping[GeoZone, ZoneServices]
     clock: Clock
+    events: EventCounter
     idempotency_table: str | None = None
     allowed_zones: Sequence[GeoZone] = ()
     allow_http_webhooks: bool = False

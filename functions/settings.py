@@ -1,8 +1,10 @@
-"""Environment variables of the Lambdas, as pydantic models validated at cold start.
+"""Environment variables of the Lambdas, as one pydantic-settings model validated at cold start.
 
 Every Lambda reads the same variables (the CDK app passes them from the constructs; the local stack
-sets them for its in-process Lambdas). A missing or malformed variable fails the cold start with a
-message naming it; there are no silent defaults.
+sets them for its in-process Lambdas). Each field names its variable once (its ``validation_alias``).
+A missing or malformed variable fails the cold start with a message naming it and never its value
+(the values include ARNs and, in the future, secrets); there are no silent defaults: a boolean is
+``true`` or ``false``, JSON is parsed as JSON.
 """
 
 from __future__ import annotations
@@ -10,10 +12,30 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
+from pydantic_settings import (
+    BaseSettings,
+    EnvSettingsSource,
+    NoDecode,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
 
 from functions.domain.machine_classes import MACHINE_CLASSES, GeoZone
+
+
+def _strict_bool(value: object) -> object:
+    """``true``/``false`` in any case (or a bool); anything else is an error, never False."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+        return value.strip().lower() == "true"
+    raise ValueError("must be true or false")
+
+
+StrictEnvBool = Annotated[bool, BeforeValidator(_strict_bool)]
 
 
 class RouteSettings(BaseModel):
@@ -44,32 +66,80 @@ class ZoneSettings(BaseModel):
         return routes
 
 
-class Settings(BaseModel):
+class Settings(BaseSettings):
     """What every remote-batch Lambda is configured with.
 
-    Variables: ``REMOTE_BATCH_JOBS_TABLE``, ``REMOTE_BATCH_ACCOUNTS_TABLE``, ``REMOTE_BATCH_LEDGER_TABLE``,
-    ``REMOTE_BATCH_IDEMPOTENCY_TABLE``, ``REMOTE_BATCH_EMAIL_TOPIC_ARN_PREFIX`` (the ARN every account's
-    email topic starts with, ``arn:aws:sns:<region>:<account>:remote-batch-<stage>-email-``),
+    Variables (each field's ``validation_alias``): ``REMOTE_BATCH_JOBS_TABLE``,
+    ``REMOTE_BATCH_ACCOUNTS_TABLE``,
+    ``REMOTE_BATCH_LEDGER_TABLE``, ``REMOTE_BATCH_IDEMPOTENCY_TABLE``,
+    ``REMOTE_BATCH_EMAIL_TOPIC_ARN_PREFIX`` (the ARN every account's email topic starts with,
+    ``arn:aws:sns:<region>:<account>:remote-batch-<stage>-email-``),
     ``REMOTE_BATCH_EMAIL_TOPIC_KEY`` (the KMS key those topics are encrypted with; optional: none locally),
     ``REMOTE_BATCH_SMS_PER_ACCOUNT_PER_HOUR`` (optional, default 30), ``REMOTE_BATCH_ZONES`` (JSON:
     ``{"UnitedStates": {"region", "bucket", "logGroup", "routes": {"Basic1x8": {"jobQueue",
-    "jobDefinition"}, ...}}, ...}``) and ``AWS_REGION`` (the home region).
+    "jobDefinition"}, ...}}, ...}``), ``REMOTE_BATCH_ALLOW_HTTP_WEBHOOKS`` (optional ``true``/``false``,
+    default false) and ``AWS_REGION`` (the home region).
+
+    Built from the environment by ``load_settings`` only; ``Settings(jobs_table=..., ...)`` (by field
+    name, as the local stack and tests do) reads nothing but its arguments.
     """
 
-    model_config = ConfigDict(frozen=True)
+    model_config = SettingsConfigDict(
+        frozen=True,
+        case_sensitive=True,
+        populate_by_name=True,
+        hide_input_in_errors=True,
+        extra="ignore",
+    )
 
-    jobs_table: str = Field(min_length=3)
-    accounts_table: str = Field(min_length=3)
-    ledger_table: str = Field(min_length=3)
-    idempotency_table: str = Field(min_length=3)
-    email_topic_arn_prefix: str = Field(min_length=1, pattern=r"^arn:[^:]+:sns:[^:]+:[^:]*:[A-Za-z0-9_-]+$")
-    email_topic_key: str = ""
+    jobs_table: str = Field(validation_alias="REMOTE_BATCH_JOBS_TABLE", min_length=3)
+    accounts_table: str = Field(validation_alias="REMOTE_BATCH_ACCOUNTS_TABLE", min_length=3)
+    ledger_table: str = Field(validation_alias="REMOTE_BATCH_LEDGER_TABLE", min_length=3)
+    idempotency_table: str = Field(validation_alias="REMOTE_BATCH_IDEMPOTENCY_TABLE", min_length=3)
+    email_topic_arn_prefix: str = Field(
+        validation_alias="REMOTE_BATCH_EMAIL_TOPIC_ARN_PREFIX",
+        min_length=1,
+        pattern=r"^arn:[^:]+:sns:[^:]+:[^:]*:[A-Za-z0-9_-]+$",
+    )
+    email_topic_key: str = Field(default="", validation_alias="REMOTE_BATCH_EMAIL_TOPIC_KEY")
     # At most this many SMS per account and clock hour (an SMS costs money; the rest are recorded skipped).
-    sms_per_account_per_hour: int = Field(default=30, ge=0, le=10_000)
-    home_region: str = Field(min_length=1)
-    zones: dict[GeoZone, ZoneSettings] = Field(min_length=1)
+    sms_per_account_per_hour: int = Field(
+        default=30, validation_alias="REMOTE_BATCH_SMS_PER_ACCOUNT_PER_HOUR", ge=0, le=10_000
+    )
+    home_region: str = Field(validation_alias="AWS_REGION", min_length=1)
+    zones: Annotated[dict[GeoZone, ZoneSettings], NoDecode] = Field(
+        validation_alias="REMOTE_BATCH_ZONES", min_length=1
+    )
     # Webhooks must be HTTPS; only the local stack allows http:// (to a receiver on this machine).
-    allow_http_webhooks: bool = False
+    allow_http_webhooks: StrictEnvBool = Field(
+        default=False, validation_alias="REMOTE_BATCH_ALLOW_HTTP_WEBHOOKS"
+    )
+
+    @field_validator("zones", mode="before")
+    @classmethod
+    def _zones_json(cls, value: Any) -> Any:
+        """The variable holds JSON (parsed here, so its error names the variable, not the value)."""
+        if isinstance(value, str):
+            try:
+                return json.loads(value)
+            except ValueError as exc:
+                raise ValueError(
+                    f"is not JSON ({exc.__class__.__name__} at character {_json_pos(exc)})"
+                ) from None
+        return value
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """Only the arguments: ``load_settings`` passes the environment it was given (one reader, no
+        leak of this process's variables into settings built by hand)."""
+        return (init_settings,)
 
     def to_environment(self) -> dict[str, str]:
         """The environment variables that ``from_environment`` reads back into these settings."""
@@ -93,34 +163,48 @@ class SettingsError(RuntimeError):
     """The Lambda's environment is missing or has a malformed variable (a deployment bug)."""
 
 
+def _json_pos(exc: ValueError) -> object:
+    return getattr(exc, "pos", "?")
+
+
+class _EnvironSource(EnvSettingsSource):
+    """pydantic-settings' environment source over a given mapping instead of ``os.environ``."""
+
+    def __init__(self, settings_cls: type[BaseSettings], environ: Mapping[str, str]) -> None:
+        self._environ = environ
+        super().__init__(settings_cls, case_sensitive=True)
+
+    def _load_env_vars(self) -> Mapping[str, str | None]:
+        return {name: value for name, value in self._environ.items() if value != ""}
+
+
+def _describe(error: Mapping[str, Any]) -> str:
+    """``VARIABLE[.path]: what is wrong`` for one validation error, without the value."""
+    loc = [str(part) for part in error.get("loc", ())]
+    where = ".".join(loc) if loc else "settings"
+    message = str(error.get("msg", "invalid"))
+    return f"{where}: {message.removeprefix('Value error, ')}"
+
+
 def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
     """Read and validate the settings from ``environ`` (default: ``os.environ``).
+
+    An empty variable counts as missing (the optional ones then take their defaults).
 
     Raises
     ------
     SettingsError
-        Naming each missing or malformed variable.
+        Naming each missing or malformed variable, never its value.
     """
     env = os.environ if environ is None else environ
-    names = {
-        "jobs_table": "REMOTE_BATCH_JOBS_TABLE",
-        "accounts_table": "REMOTE_BATCH_ACCOUNTS_TABLE",
-        "ledger_table": "REMOTE_BATCH_LEDGER_TABLE",
-        "idempotency_table": "REMOTE_BATCH_IDEMPOTENCY_TABLE",
-        "email_topic_arn_prefix": "REMOTE_BATCH_EMAIL_TOPIC_ARN_PREFIX",
-        "home_region": "AWS_REGION",
-        "zones": "REMOTE_BATCH_ZONES",
-    }
-    missing = [var for var in names.values() if not env.get(var)]
-    if missing:
-        raise SettingsError(f"missing environment variables: {', '.join(missing)}")
-    values: dict[str, object] = {key: env[var] for key, var in names.items()}
-    values["allow_http_webhooks"] = env.get("REMOTE_BATCH_ALLOW_HTTP_WEBHOOKS", "false").lower() == "true"
-    values["email_topic_key"] = env.get("REMOTE_BATCH_EMAIL_TOPIC_KEY", "")
-    if env.get("REMOTE_BATCH_SMS_PER_ACCOUNT_PER_HOUR"):
-        values["sms_per_account_per_hour"] = env["REMOTE_BATCH_SMS_PER_ACCOUNT_PER_HOUR"]
+    values = _EnvironSource(Settings, env)()
     try:
-        values["zones"] = json.loads(env["REMOTE_BATCH_ZONES"])
         return Settings.model_validate(values)
-    except (ValueError, ValidationError) as exc:
-        raise SettingsError(f"malformed remote-batch settings: {exc}") from exc
+    except ValidationError as exc:
+        errors = exc.errors(include_url=False, include_input=False, include_context=False)
+        missing = [str(e["loc"][0]) for e in errors if e["type"] == "missing" and len(e["loc"]) == 1]
+        if missing:
+            raise SettingsError(f"missing environment variables: {', '.join(missing)}") from None
+        raise SettingsError(
+            "malformed remote-batch settings: " + "; ".join(_describe(e) for e in errors)
+        ) from None

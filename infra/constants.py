@@ -90,6 +90,18 @@ LAMBDA_ENVIRONMENT_MAX_BYTES = 4096
 ALARM_PERIOD_MINUTES = 5
 DLQ_DEPTH_ALARM_THRESHOLD = 1
 FUNCTION_ERRORS_ALARM_THRESHOLD = 1
+# What callers see: the share of API requests answered 5xx (API Gateway's 5XXError averages 0/1 per
+# request), the API's p90 latency (ms; API Gateway ends a request at 29 s), each function's p90
+# duration (ms; half its timeout); the meter not invoked for 3 one-minute periods (it runs every
+# minute), and any job still Starting/Running past its Batch timeout plus the meter's margin.
+API_5XX_RATE_ALARM_THRESHOLD = 0.05
+API_LATENCY_P90_ALARM_MS = 5000
+FUNCTION_DURATION_P90_ALARM_MS = {"api": 5000, "batch_events": 30_000, "meter": 27_500}
+LATENCY_ALARM_EVALUATION_PERIODS = 2
+METER_SILENCE_MINUTES = 3
+STUCK_JOBS_ALARM_THRESHOLD = 0
+# The service's own CloudWatch metrics (functions/observability.py: powertools EMF, dimension ``service``).
+METRICS_NAMESPACE = "RemoteBatch"
 
 
 # AWS Batch, per geo zone. Physical names are deterministic (infra/naming.py) so the control plane

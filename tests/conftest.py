@@ -15,6 +15,7 @@ os.environ.update(
         "AWS_SECRET_ACCESS_KEY": "testing",
         "AWS_DEFAULT_REGION": "us-east-1",
         "AWS_REGION": "us-east-1",
+        "POWERTOOLS_SERVICE_NAME": "remote-batch",
         "POWERTOOLS_TRACE_DISABLED": "1",
         "POWERTOOLS_METRICS_NAMESPACE": "RemoteBatch",
         "POWERTOOLS_DEV": "0",

@@ -18,7 +18,6 @@ from datetime import UTC, datetime
 from functools import cache
 from typing import Annotated, Any, Literal
 
-from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Depends, Response, content_types
 from aws_lambda_powertools.event_handler.exceptions import NotFoundError
 from aws_lambda_powertools.event_handler.openapi.exceptions import (
@@ -82,11 +81,9 @@ from functions.handlers.api_models import (
     machine_class_view,
 )
 from functions.logic import accounts, queries, submission, uploads
+from functions.observability import API_GATEWAY_REQUEST_ID, lambda_entry, logger
 from functions.ports import Services
 
-logger = Logger(service="remote-batch")
-tracer = Tracer(service="remote-batch")
-metrics = Metrics(namespace="RemoteBatch", service="remote-batch")
 app = APIGatewayRestResolver(enable_validation=True)
 
 MAX_INLINE_BODY_BYTES = MAX_BODY_BYTES
@@ -762,9 +759,7 @@ def grant_credits(
 
 
 # -- entry point -------------------------------------------------------------------------------------
-@metrics.log_metrics
-@tracer.capture_lambda_handler
-@logger.inject_lambda_context(clear_state=True)
+@lambda_entry(API_GATEWAY_REQUEST_ID, capture_error=False)
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """API Gateway REST proxy event → proxy response."""
     body = event.get("body") or ""

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.parser import parse
 from aws_lambda_powertools.utilities.parser.models import EventBridgeModel
@@ -19,10 +18,7 @@ from pydantic import ValidationError
 from functions.adapters.batch_detail import BatchJobDetail, to_state
 from functions.bootstrap import get_services
 from functions.logic.job_events import apply_job_state_change
-
-logger = Logger(service="remote-batch")
-tracer = Tracer(service="remote-batch")
-metrics = Metrics(namespace="RemoteBatch", service="remote-batch")
+from functions.observability import EVENT_BRIDGE_EVENT_ID, lambda_entry, logger, metrics
 
 DETAIL_TYPE = "Batch Job State Change"
 
@@ -33,9 +29,7 @@ class BatchJobStateChange(EventBridgeModel):  # type: ignore[misc]
     detail: BatchJobDetail
 
 
-@metrics.log_metrics
-@tracer.capture_lambda_handler
-@logger.inject_lambda_context(clear_state=True)
+@lambda_entry(EVENT_BRIDGE_EVENT_ID)
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """Apply one EventBridge event. Returns a small summary (for logs and tests)."""
     if event.get("detail-type") != DETAIL_TYPE or event.get("source") != "aws.batch":

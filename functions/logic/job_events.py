@@ -123,6 +123,7 @@ def _settle(services: Services, transition: Transition, now: datetime) -> None:
             unbilled=charge.unbilled,
         )
     services.store.settle(transition, charge, entry, now)
+    services.events.count("CreditsCharged", float(charge.credits), amount=True)
     logger.info(
         "job settled",
         job_id=job.job_id,

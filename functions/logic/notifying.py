@@ -57,6 +57,10 @@ def mask_address(address: str) -> str:
     return address[:2] + "*" * max(0, len(address) - 6) + address[-4:]
 
 
+# The operator's metric of each delivery outcome (a "failed" attempt that will be retried counts too).
+_COUNTED_OUTCOMES = {"sent": "NotificationsSent", "failed": "NotificationsFailed"}
+
+
 def contact_for(account: Account | None, method: str) -> str | None:
     """The account's address for ``method`` (email, E.164 phone or webhook URL), or None."""
     if account is None:
@@ -82,6 +86,8 @@ def _record(
         to=mask_address(to) if to else None,
         detail=detail,
     )
+    if outcome in _COUNTED_OUTCOMES:
+        services.events.count(_COUNTED_OUTCOMES[outcome])
     try:
         services.store.append_notification_record(job.job_id, record)
     except DependencyFailed:

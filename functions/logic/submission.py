@@ -189,6 +189,7 @@ def submit_job(services: Services, account_id: str, request: JobRequest, now: da
         zone_services.blobs.delete_prefix(f"inputs/{job.job_id}/")
         raise
     services.store.set_batch_job_id(job.job_id, batch_job_id)
+    services.events.count("JobsSubmitted")
     logger.info("job submitted", job_id=job.job_id, batch_job_id=batch_job_id, machine_class=machine.name)
     return replace(job, batch_job_id=batch_job_id)
 
@@ -265,4 +266,8 @@ def abort_job(services: Services, account_id: str, job_id: str) -> Job:
 
     Aborting a final job is a no-op that returns it. Raises ``NotFound`` for another account's job.
     """
-    return terminate(services, get_owned_job(services, account_id, job_id), ABORTED_BY_USER)
+    job = get_owned_job(services, account_id, job_id)
+    aborted = terminate(services, job, ABORTED_BY_USER)
+    if not job.is_final:
+        services.events.count("JobsAborted")
+    return aborted

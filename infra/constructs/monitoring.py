@@ -1,4 +1,6 @@
-"""Alarms to the operator: anything in a dead-letter queue, any function error.
+"""Alarms to the operator: anything in a dead-letter queue, any function error, and what callers see:
+the API's 5xx rate and p90 latency, each function's p90 duration, a meter that stopped running, jobs
+stuck past their Batch timeout. README.md's "Operations" section has one runbook line per alarm.
 
 An alarm can only notify a topic in its own region, so every stack with something to watch has its
 own operator topic; the operator subscribes to each (docs/deploy.md).
@@ -9,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from aws_cdk import Duration, RemovalPolicy
+from aws_cdk import aws_apigateway as apigw
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_cloudwatch_actions as cloudwatch_actions
 from aws_cdk import aws_iam as iam
@@ -29,7 +32,14 @@ class Monitoring(Construct):
     dead_letter_queues : Mapping[str, sqs.IQueue]
         By a short name (``Events``): each alarms at one visible message.
     functions : Mapping[str, lambda_.IFunction]
-        By a short name (``Api``): each alarms at one error within the period.
+        By a short name (``Api``): each alarms at one error within the period, and at a p90 duration
+        over ``duration_thresholds_ms[name]``.
+    duration_thresholds_ms : Mapping[str, float]
+        p90 duration (milliseconds) each function alarms above, by the same short names.
+    api_stage : apigw.Stage | None
+        The API's stage: alarms on its 5xx rate and p90 latency.
+    meter : lambda_.IFunction | None
+        The meter: alarms when it has not run for ``METER_SILENCE_MINUTES``, and on ``StuckJobs``.
 
     Attributes
     ----------
@@ -37,7 +47,8 @@ class Monitoring(Construct):
         Encrypted with ``key``; CloudWatch may use the key to publish.
     key : kms.Key
     alarms : dict[str, cloudwatch.Alarm]
-        ``<Name>DeadLetterQueueDepth`` and ``<Name>FunctionErrors``.
+        ``<Name>DeadLetterQueueDepth``, ``<Name>FunctionErrors``, ``<Name>DurationP90``,
+        ``ApiServerErrorRate``, ``ApiLatencyP90``, ``MeterNotRunning``, ``StuckJobs``.
     """
 
     def __init__(
@@ -47,6 +58,9 @@ class Monitoring(Construct):
         *,
         dead_letter_queues: Mapping[str, sqs.IQueue],
         functions: Mapping[str, lambda_.IFunction] | None = None,
+        duration_thresholds_ms: Mapping[str, float] | None = None,
+        api_stage: apigw.Stage | None = None,
+        meter: lambda_.IFunction | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
         self.key = self._build_key()
@@ -56,6 +70,12 @@ class Monitoring(Construct):
             self._build_dead_letter_queue_alarm(name, queue)
         for name, function in (functions or {}).items():
             self._build_function_errors_alarm(name, function)
+            if duration_thresholds_ms is not None:
+                self._build_duration_alarm(name, function, duration_thresholds_ms[name])
+        if api_stage is not None:
+            self._build_api_alarms(api_stage)
+        if meter is not None:
+            self._build_meter_alarms(meter)
         action = cloudwatch_actions.SnsAction(self.operator_topic)
         for alarm in self.alarms.values():
             alarm.add_alarm_action(action)
@@ -110,5 +130,88 @@ class Monitoring(Construct):
             threshold=constants.FUNCTION_ERRORS_ALARM_THRESHOLD,
             evaluation_periods=1,
             comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+        )
+
+    def _build_duration_alarm(self, name: str, function: lambda_.IFunction, threshold_ms: float) -> None:
+        self.alarms[f"{name}DurationP90"] = cloudwatch.Alarm(
+            self,
+            f"{name}DurationP90Alarm",
+            alarm_description=(
+                f"{constants.SERVICE_NAME}: the {name} function's p90 duration is over {threshold_ms:g} ms; "
+                "see its X-Ray traces for the slow calls."
+            ),
+            metric=function.metric_duration(period=self._period(), statistic=cloudwatch.Stats.p(90)),
+            threshold=threshold_ms,
+            evaluation_periods=constants.LATENCY_ALARM_EVALUATION_PERIODS,
+            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
+            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+        )
+
+    def _build_api_alarms(self, stage: apigw.Stage) -> None:
+        # 5XXError is 1 for a request answered 5xx and 0 otherwise: its average is the 5xx rate.
+        self.alarms["ApiServerErrorRate"] = cloudwatch.Alarm(
+            self,
+            "ApiServerErrorRateAlarm",
+            alarm_description=(
+                f"{constants.SERVICE_NAME}: more than {constants.API_5XX_RATE_ALARM_THRESHOLD:.0%} of API "
+                "requests were answered 5xx; see the api function's errors in its log."
+            ),
+            metric=stage.metric_server_error(period=self._period(), statistic=cloudwatch.Stats.AVERAGE),
+            threshold=constants.API_5XX_RATE_ALARM_THRESHOLD,
+            evaluation_periods=1,
+            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
+            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+        )
+        self.alarms["ApiLatencyP90"] = cloudwatch.Alarm(
+            self,
+            "ApiLatencyP90Alarm",
+            alarm_description=(
+                f"{constants.SERVICE_NAME}: the API's p90 latency is over "
+                f"{constants.API_LATENCY_P90_ALARM_MS} ms; compare with the api function's duration."
+            ),
+            metric=stage.metric_latency(period=self._period(), statistic=cloudwatch.Stats.p(90)),
+            threshold=constants.API_LATENCY_P90_ALARM_MS,
+            evaluation_periods=constants.LATENCY_ALARM_EVALUATION_PERIODS,
+            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
+            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+        )
+
+    def _build_meter_alarms(self, meter: lambda_.IFunction) -> None:
+        # The schedule invokes the meter every minute: no invocation in 3 one-minute periods (no data
+        # counts as none) means no metering, no caps enforced, no reconciliation.
+        self.alarms["MeterNotRunning"] = cloudwatch.Alarm(
+            self,
+            "MeterNotRunningAlarm",
+            alarm_description=(
+                f"{constants.SERVICE_NAME}: the meter has not run for {constants.METER_SILENCE_MINUTES} "
+                "minutes; check its EventBridge schedule rule is enabled and the function's throttles."
+            ),
+            metric=meter.metric_invocations(period=Duration.minutes(1), statistic=cloudwatch.Stats.SUM),
+            threshold=1,
+            evaluation_periods=constants.METER_SILENCE_MINUTES,
+            comparison_operator=cloudwatch.ComparisonOperator.LESS_THAN_THRESHOLD,
+            treat_missing_data=cloudwatch.TreatMissingData.BREACHING,
+        )
+        # The meter's count of Starting/Running jobs past their Batch timeout plus a margin
+        # (functions/logic/health.py); with no data the meter alarm above speaks.
+        stuck = cloudwatch.Metric(
+            namespace=constants.METRICS_NAMESPACE,
+            metric_name="StuckJobs",
+            dimensions_map={"service": constants.SERVICE_NAME},
+            period=self._period(),
+            statistic=cloudwatch.Stats.MAXIMUM,
+        )
+        self.alarms["StuckJobs"] = cloudwatch.Alarm(
+            self,
+            "StuckJobsAlarm",
+            alarm_description=(
+                f"{constants.SERVICE_NAME}: jobs are still Starting or Running past their Batch timeout; "
+                'the meter logs each ("job stuck past its batch timeout"): compare with DescribeJobs.'
+            ),
+            metric=stuck,
+            threshold=constants.STUCK_JOBS_ALARM_THRESHOLD,
+            evaluation_periods=1,
+            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
             treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
         )

@@ -9,7 +9,7 @@ from typing import Any
 from aws_cdk import CfnOutput, Stack
 from constructs import Construct
 
-from infra import nag_suppressions
+from infra import constants, nag_suppressions
 from infra.constructs.api import Api
 from infra.constructs.auth import Auth
 from infra.constructs.data import Data
@@ -52,6 +52,7 @@ class ControlPlaneStack(Stack):
             meter=self.functions.meter,
             job_queue_arn_prefixes=[self.job_queue_arn_prefix(zone) for zone in self.zones],
         )
+        self.api = Api(self, "Api", handler=self.functions.api, user_pool=self.auth.user_pool)
         self.monitoring = Monitoring(
             self,
             "Monitoring",
@@ -61,8 +62,14 @@ class ControlPlaneStack(Stack):
                 "BatchEvents": self.functions.batch_events,
                 "Meter": self.functions.meter,
             },
+            duration_thresholds_ms={
+                "Api": constants.FUNCTION_DURATION_P90_ALARM_MS["api"],
+                "BatchEvents": constants.FUNCTION_DURATION_P90_ALARM_MS["batch_events"],
+                "Meter": constants.FUNCTION_DURATION_P90_ALARM_MS["meter"],
+            },
+            api_stage=self.api.rest_api.deployment_stage,
+            meter=self.functions.meter,
         )
-        self.api = Api(self, "Api", handler=self.functions.api, user_pool=self.auth.user_pool)
         self._build_outputs()
         nag_suppressions.acknowledge_control_plane(self)
 

@@ -87,3 +87,111 @@ def test_forwarding_dead_letter_queue_alarms_in_its_own_region(app_synth: SynthA
     )
     assert alarm["Threshold"] == 1
     assert alarm["AlarmActions"] == [_topic_ref(other)]
+
+
+def _alarm_named(synth: Synth, name: str) -> dict[str, Any]:
+    alarm = synth.stack.monitoring.alarms[name]
+    return synth.resources("AWS::CloudWatch::Alarm")[synth.logical_id(alarm)]["Properties"]
+
+
+def _stage_dimensions(synth: Synth) -> list[dict[str, Any]]:
+    stage = synth.stack.api.rest_api.deployment_stage
+    return [
+        {"Name": "ApiName", "Value": "remote-batch"},
+        {"Name": "Stage", "Value": {"Ref": synth.logical_id(stage)}},
+    ]
+
+
+def test_api_5xx_rate_alarms_above_five_percent(synth: Synth) -> None:
+    alarm = _alarm_named(synth, "ApiServerErrorRate")
+    assert (alarm["Namespace"], alarm["MetricName"], alarm["Statistic"]) == (
+        "AWS/ApiGateway",
+        "5XXError",
+        "Average",
+    )
+    assert alarm["Dimensions"] == _stage_dimensions(synth)
+    assert alarm["Threshold"] == 0.05
+    assert alarm["ComparisonOperator"] == "GreaterThanThreshold"
+    assert (alarm["Period"], alarm["EvaluationPeriods"]) == (300, 1)
+    assert alarm["AlarmActions"] == [_topic_ref(synth)]
+
+
+def test_api_p90_latency_alarms_above_five_seconds(synth: Synth) -> None:
+    alarm = _alarm_named(synth, "ApiLatencyP90")
+    assert (alarm["Namespace"], alarm["MetricName"], alarm["ExtendedStatistic"]) == (
+        "AWS/ApiGateway",
+        "Latency",
+        "p90",
+    )
+    assert alarm["Dimensions"] == _stage_dimensions(synth)
+    assert alarm["Threshold"] == 5000
+    assert alarm["ComparisonOperator"] == "GreaterThanThreshold"
+    assert alarm["EvaluationPeriods"] == 2
+    assert alarm["AlarmActions"] == [_topic_ref(synth)]
+
+
+@pytest.mark.parametrize(
+    ("name", "short", "threshold"),
+    [("api", "Api", 5000), ("batch_events", "BatchEvents", 30_000), ("meter", "Meter", 27_500)],
+)
+def test_each_function_alarms_on_its_p90_duration(
+    synth: Synth, name: str, short: str, threshold: int
+) -> None:
+    function = synth.logical_id(getattr(synth.stack.functions, name))
+    alarm = _alarm_named(synth, f"{short}DurationP90")
+    assert (alarm["Namespace"], alarm["MetricName"], alarm["ExtendedStatistic"]) == (
+        "AWS/Lambda",
+        "Duration",
+        "p90",
+    )
+    assert alarm["Dimensions"] == [{"Name": "FunctionName", "Value": {"Ref": function}}]
+    assert alarm["Threshold"] == threshold
+    assert alarm["ComparisonOperator"] == "GreaterThanThreshold"
+    assert alarm["AlarmActions"] == [_topic_ref(synth)]
+
+
+def test_a_meter_silent_for_three_minutes_alarms(synth: Synth) -> None:
+    meter = synth.logical_id(synth.stack.functions.meter)
+    alarm = _alarm_named(synth, "MeterNotRunning")
+    assert (alarm["Namespace"], alarm["MetricName"], alarm["Statistic"]) == (
+        "AWS/Lambda",
+        "Invocations",
+        "Sum",
+    )
+    assert alarm["Dimensions"] == [{"Name": "FunctionName", "Value": {"Ref": meter}}]
+    assert (alarm["Period"], alarm["EvaluationPeriods"]) == (60, 3)
+    assert alarm["Threshold"] == 1
+    assert alarm["ComparisonOperator"] == "LessThanThreshold"
+    assert alarm["TreatMissingData"] == "breaching"  # no invocation publishes no datapoint
+    assert alarm["AlarmActions"] == [_topic_ref(synth)]
+
+
+def test_any_stuck_job_alarms(synth: Synth) -> None:
+    alarm = _alarm_named(synth, "StuckJobs")
+    assert (alarm["Namespace"], alarm["MetricName"], alarm["Statistic"]) == (
+        "RemoteBatch",
+        "StuckJobs",
+        "Maximum",
+    )
+    # powertools Metrics(service="remote-batch") publishes with this one dimension.
+    assert alarm["Dimensions"] == [{"Name": "service", "Value": "remote-batch"}]
+    assert alarm["Threshold"] == 0
+    assert alarm["ComparisonOperator"] == "GreaterThanThreshold"
+    assert alarm["AlarmActions"] == [_topic_ref(synth)]
+
+
+def test_every_alarm_has_a_runbook_line() -> None:
+    from pathlib import Path
+
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    operations = readme.split("## Operations", 1)[1].split("\n## ", 1)[0]
+    for name in (
+        "DeadLetterQueueDepth",
+        "FunctionErrors",
+        "DurationP90",
+        "ApiServerErrorRate",
+        "ApiLatencyP90",
+        "MeterNotRunning",
+        "StuckJobs",
+    ):
+        assert f"`{name}`" in operations or f"`<Name>{name}`" in operations, name
