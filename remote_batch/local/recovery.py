@@ -7,6 +7,9 @@ host vanished: FAILED, ``Local stack stopped while the job ran``, with the job's
 and ``stoppedAt`` = when the stack was last alive (``Local stack stopped before the job ran`` for a
 job that has no ``startedAt``). The batch_events Lambda settles it like any other
 (charged for the time it ran, nothing if it never started).
+
+Before that, ``remove_leftover_jobs`` kills whatever the crashed run's jobs left alive (recorded in
+the ``ProcessRegistry``, by pid and start time) and removes their folders.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from functions.settings import Settings
 from remote_batch.local.events import BatchAttempt, batch_job_state_change, task_arn
 from remote_batch.local.executor import SHUTDOWN_REASON, SHUTDOWN_UNSTARTED_REASON
 from remote_batch.local.lambda_context import LOCAL_ACCOUNT_ID
+from remote_batch.local.sandbox import Leftovers, ProcessRegistry
 
 logger = logging.getLogger(__name__)
 
@@ -128,3 +132,13 @@ def recover_unfinished_jobs(
         recovered.append(job.job_id)
         logger.info("job left unfinished by the last run settled job_id=%s status=%s", job.job_id, job.status)
     return recovered
+
+
+def remove_leftover_jobs(registry: ProcessRegistry) -> Leftovers:
+    """Kill every process the last run's jobs left alive and remove their folders.
+
+    Run at start, before the executor runs any job. After a clean stop the registry is empty; after
+    a crash (``kill -9`` of the stack) the kernel has usually killed the jobs' PID namespaces already
+    (their sandboxes die with the stack), and this kills what a weaker sandbox let survive.
+    """
+    return registry.clean()

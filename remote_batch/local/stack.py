@@ -33,7 +33,7 @@ from remote_batch.local.gateway import ApiGateway
 from remote_batch.local.lambda_context import LOCAL_ACCOUNT_ID
 from remote_batch.local.lambdas import LocalLambdas
 from remote_batch.local.outbox import OutboxNotifier
-from remote_batch.local.recovery import recover_unfinished_jobs
+from remote_batch.local.recovery import recover_unfinished_jobs, remove_leftover_jobs
 from remote_batch.local.resources import (
     CREDENTIAL,
     NAME_PREFIX,
@@ -43,6 +43,7 @@ from remote_batch.local.resources import (
     provision,
     table_name,
 )
+from remote_batch.local.sandbox import ProcessRegistry
 from remote_batch.local.state import SnapshotScope, StateSnapshots
 from remote_batch.local.ticker import Ticker, scheduled_event
 from remote_batch.local.tokens import TokenStore
@@ -143,11 +144,14 @@ class LocalStack:
         )
         bus = EventBus(self._deliver_batch_event, config.home / "batch-events.jsonl", config.duplicate_events)
         self._bus = bus
+        registry = ProcessRegistry(config.home / "processes")
+        remove_leftover_jobs(registry)
         executor = LocalBatchExecutor(
             bus,
             lambda region: clients.client("logs", region),
             _worker_environment(endpoint),
             vcpus=config.vcpus,
+            registry=registry,
         )
         self._executor = executor
         services = build_services(

@@ -206,18 +206,36 @@ def _log_messages(logs, stream: str) -> list[str]:
     return [e["message"] for e in events["events"]]
 
 
-def _running_pid(stack: Stack, batch_job_id: str) -> int:
+def _running_pid(stack: Stack, batch_job_id: str, timeout: float = 5) -> int:
+    """The host pid of the job's fake worker (not the sandbox that runs it), once it runs."""
     stack.delivered.wait_for(batch_job_id, "RUNNING")
-    workers = _fake_workers()
-    assert workers, "the worker is not running"
-    # The newest fake worker whose environment names this job.
-    for process in workers:
-        try:
-            if process.environ().get("AWS_BATCH_JOB_ID") == batch_job_id:
-                return process.pid
-        except psutil.Error:
-            continue
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for process in _fake_workers():
+            try:
+                if process.cmdline()[0] != sys.executable:
+                    continue
+                if process.environ().get("AWS_BATCH_JOB_ID") == batch_job_id:
+                    return process.pid
+            except (psutil.Error, IndexError):
+                continue
+        time.sleep(0.02)
     raise AssertionError("no worker process for the job")
+
+
+def _job_process(batch_job_id: str, cmdline: list[str], timeout: float = 5) -> int:
+    """The host pid of the job's process running ``cmdline`` (found by the job id in its environment)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for process in psutil.process_iter(["cmdline"]):
+            with contextlib.suppress(psutil.Error):
+                if (
+                    process.info["cmdline"] == cmdline
+                    and process.environ().get("AWS_BATCH_JOB_ID") == batch_job_id
+                ):
+                    return process.pid
+        time.sleep(0.02)
+    raise AssertionError(f"no {cmdline} process for the job")
 
 
 def _ignores_sigterm(pid: int, timeout: float = 5) -> bool:
@@ -591,8 +609,11 @@ def test_an_error_handling_one_job_fails_it_and_scheduling_goes_on(make_stack, m
 def test_processes_that_left_the_process_group_end_with_the_job(make_stack, logs, ending):
     # Given a job that started a process in a new session (reparented to init when the worker dies)
     stack = make_stack()
-    job_id = stack.gateway.submit_job(_submission(ESCAPE="1", SLEEP="30" if ending == "terminated" else "0"))
-    pid = int(_wait_log_line(logs, job_id, "escaped ").split()[1])
+    job_id = stack.gateway.submit_job(
+        _submission(ESCAPE="1", SLEEP="30" if ending == "terminated" else "1.5")
+    )
+    _wait_log_line(logs, job_id, "escaped ")
+    pid = _job_process(job_id, ["sleep", "780"])
     try:
         assert os.getsid(pid) == pid  # it leads a session of its own
 
