@@ -124,6 +124,16 @@ _PR_SET_PDEATHSIG = 1
 _PRCTL = ctypes.CDLL(None, use_errno=True).prctl
 
 
+class CredentialIssuer(Protocol):
+    """Gives each job AWS credentials of its own (``remote_batch.local.iam.JobCredentials``)."""
+
+    def issue(self, batch_job_id: str, environment: Mapping[str, str]) -> dict[str, str]:
+        """The variables (``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``) of the job's credentials."""
+
+    def revoke(self, batch_job_id: str) -> None:
+        """Delete the job's credentials (once its processes are gone)."""
+
+
 class EventPublisher(Protocol):
     """Where the executor sends its events (``EventBus``)."""
 
@@ -498,6 +508,10 @@ class LocalBatchExecutor:
     registry : ProcessRegistry | None
         Where each running job's folder and processes are recorded, for the next start after a crash;
         default: none kept.
+    credentials : CredentialIssuer | None
+        Issues each job its own AWS credentials before it starts (they replace any in
+        ``worker_environment``) and revokes them after it ended; default: the job runs with
+        ``worker_environment``'s.
     """
 
     def __init__(
@@ -516,6 +530,7 @@ class LocalBatchExecutor:
         kill_grace_seconds: float = KILL_GRACE_SECONDS,
         sandbox: Sandbox | None = None,
         registry: ProcessRegistry | None = None,
+        credentials: CredentialIssuer | None = None,
     ) -> None:
         cpu_ids = sorted(os.sched_getaffinity(0))
         self.vcpus = max(1, vcpus if vcpus is not None else len(cpu_ids))
@@ -527,6 +542,7 @@ class LocalBatchExecutor:
         if self.sandbox.warning:
             logger.warning("JOBS ARE NOT SANDBOXED: %s", self.sandbox.warning)
         self._registry = registry
+        self._credentials = credentials
         self.account = account
         python = python or sys.executable
         self._command = list(worker_command) if worker_command is not None else [python, "-u", "-m", "worker"]
@@ -887,7 +903,7 @@ class LocalBatchExecutor:
             env["PATH"] = sandbox_path(env["PATH"])
         return env
 
-    def _spawn_locked(self, job: _Job) -> subprocess.Popen[bytes]:
+    def _spawn_locked(self, job: _Job, credentials: Mapping[str, str]) -> subprocess.Popen[bytes]:
         cpus = frozenset(self._cpu_of_slot[slot] for slot in job.slots)
         memory_bytes = job.memory_mib * MIB
         hard = resource.getrlimit(resource.RLIMIT_AS)[1]
@@ -896,6 +912,7 @@ class LocalBatchExecutor:
         job.workdir = workdir = Path(tempfile.mkdtemp(prefix=JOB_DIR_PREFIX))
         (workdir / "tmp").mkdir()
         env = self._environment(job, workdir)
+        env.update(credentials)
         # Inside a sandbox a missing program is only found missing after the sandbox started: look first.
         if shutil.which(self._command[0], path=env["PATH"]) is None:
             raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), self._command[0])
@@ -950,6 +967,8 @@ class LocalBatchExecutor:
                 shutil.rmtree(job.workdir, ignore_errors=True)
             if self._registry is not None:
                 self._registry.forget(job.job_id)
+            if self._credentials is not None:
+                self._credentials.revoke(job.job_id)
 
     def _abort_run(self, job: _Job, reason: str) -> None:
         """After a runner error: kill the worker and what it left, then fail the job if not final."""
@@ -972,16 +991,32 @@ class LocalBatchExecutor:
                     logger.exception("job failed without its event batch_job_id=%s", job.job_id)
                     job.status = "FAILED"
 
+    def _issue_credentials(self, job: _Job) -> dict[str, str] | None:
+        """The job's own AWS credentials ({} without an issuer); None when they could not be made
+        (the job then failed without starting)."""
+        if self._credentials is None:
+            return {}
+        try:
+            return self._credentials.issue(job.job_id, job.submission.environment)
+        except (ClientError, BotoCoreError) as exc:
+            logger.error("job credentials not issued batch_job_id=%s error=%s", job.job_id, exc)
+            with self._cond:
+                self._fail_unstarted_locked(job, f"CannotStartContainerError: no credentials: {exc}")
+            return None
+
     def _run_job(self, job: _Job) -> None:
         """Spawn the worker, ship its console, wait for it, kill what it left, publish the final event."""
         stream = job.log_stream
         logs_ready = job.gateway.open_log_stream(stream)
+        credentials = self._issue_credentials(job)
+        if credentials is None:
+            return
         with self._cond:
             if job.termination_reason is not None:
                 self._fail_unstarted_locked(job, job.termination_reason)
                 return
             try:
-                process = self._spawn_locked(job)
+                process = self._spawn_locked(job, credentials)
             except (OSError, subprocess.SubprocessError) as exc:
                 logger.error("worker not started batch_job_id=%s error=%s", job.job_id, exc)
                 self._fail_unstarted_locked(job, f"CannotStartContainerError: {exc}")

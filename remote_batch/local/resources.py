@@ -7,22 +7,27 @@ executor puts in its Batch ARNs.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
 import threading
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
 import boto3
 from botocore.config import Config
+from botocore.credentials import Credentials
 from moto.server import ThreadedMotoServer
 from werkzeug.serving import make_server
 
 from functions.adapters.tables import ALL_TABLES, TableSpec, create_table_request
 from functions.domain.machine_classes import MACHINE_CLASSES, GeoZone
 from functions.settings import RouteSettings, Settings, ZoneSettings
+from remote_batch.local.files import write_bytes_atomic
+from remote_batch.local.iam import MOTO_API_TOKEN_HEADER, IamGate, create_admin, new_api_token
 from remote_batch.local.lambda_context import LOCAL_ACCOUNT_ID
 
 logger = logging.getLogger(__name__)
@@ -160,9 +165,14 @@ class _CountingMotoServer(ThreadedMotoServer):  # type: ignore[misc]
     place the application can be wrapped.
     """
 
-    def __init__(self, counter_factory: Callable[[Callable[..., Any]], WriteCounter]) -> None:
+    def __init__(
+        self,
+        counter_factory: Callable[[Callable[..., Any]], WriteCounter],
+        gate_factory: Callable[[Callable[..., Any]], IamGate],
+    ) -> None:
         super().__init__(ip_address="127.0.0.1", port=0, verbose=False)
         self._counter_factory = counter_factory
+        self._gate_factory = gate_factory
 
     def _server_entry(self) -> None:
         from moto.moto_server.werkzeug_app import (
@@ -171,7 +181,7 @@ class _CountingMotoServer(ThreadedMotoServer):  # type: ignore[misc]
             create_backend_app,
         )
 
-        app = self._counter_factory(DomainDispatcherApplication(create_backend_app))
+        app = self._counter_factory(self._gate_factory(DomainDispatcherApplication(create_backend_app)))
         self._server = make_server(
             self._ip_address, self._port, app, threaded=True, request_handler=MotoRequestHandler
         )
@@ -182,44 +192,80 @@ class _CountingMotoServer(ThreadedMotoServer):  # type: ignore[misc]
 class MotoServer:
     """moto's server in this process, on a free port of 127.0.0.1, counting writes.
 
-    ``start`` points every boto3 client of this process (and of the job subprocesses, which inherit
-    the environment) at it: ``AWS_ENDPOINT_URL``, test credentials, the home region, and
-    ``MOTO_ACCOUNT_ID`` so resources live in the local account.
+    ``start`` points every boto3 client of this process at it: ``AWS_ENDPOINT_URL``, the keys of the
+    stack's own IAM user (allowed everything), the home region, and ``MOTO_ACCOUNT_ID`` so resources
+    live in the local account. From then on moto enforces IAM on every request (``IamGate``): jobs get
+    users of their own (``JobCredentials``), allowed only their own inputs and outputs.
     """
 
     def __init__(self) -> None:
         self._server: Any = None
         self.endpoint = ""
         self.writes: WriteCounter | None = None
+        self.gate: IamGate | None = None
+        self.admin: Credentials | None = None
+        self.api_token = ""
 
     def _counter(self, app: Callable[..., Any]) -> WriteCounter:
         self.writes = WriteCounter(app)
         return self.writes
 
+    def _gate(self, app: Callable[..., Any]) -> IamGate:
+        self.gate = IamGate(app)
+        return self.gate
+
     def write_counts(self) -> dict[str, int]:
         """Writes seen by the server so far, by service."""
         return self.writes.counts() if self.writes is not None else {}
 
-    def start(self) -> str:
-        """Start the server; returns its endpoint URL."""
+    def start(self, credentials_path: Path) -> str:
+        """Start the server, write ``credentials_path`` (``write_credentials``); returns its endpoint URL."""
         logging.getLogger("werkzeug").setLevel(logging.ERROR)
         os.environ["MOTO_ACCOUNT_ID"] = LOCAL_ACCOUNT_ID
-        self._server = _CountingMotoServer(self._counter)
+        self._server = _CountingMotoServer(self._counter, self._gate)
         self._server.start()
         host, port = self._server.get_host_and_port()
         self.endpoint = f"http://{host}:{port}"
         os.environ.pop("AWS_PROFILE", None)
         os.environ.pop("AWS_SESSION_TOKEN", None)
+        # Before enforcement, with moto's fake key: the stack's own user.
+        bootstrap = boto3.client(
+            "iam",
+            region_name=HOME_REGION,
+            endpoint_url=self.endpoint,
+            aws_access_key_id=CREDENTIAL,
+            aws_secret_access_key=CREDENTIAL,
+        )
+        self.admin = create_admin(bootstrap)
+        self.api_token = new_api_token()
+        assert self.gate is not None  # made by the server thread before it signalled ready
+        self.gate.enable(self.admin, self.api_token)
         os.environ.update(
             {
                 "AWS_ENDPOINT_URL": self.endpoint,
-                "AWS_ACCESS_KEY_ID": CREDENTIAL,
-                "AWS_SECRET_ACCESS_KEY": CREDENTIAL,
+                "AWS_ACCESS_KEY_ID": self.admin.access_key,
+                "AWS_SECRET_ACCESS_KEY": self.admin.secret_key,
                 "AWS_DEFAULT_REGION": HOME_REGION,
                 "AWS_REGION": HOME_REGION,
             }
         )
+        self.write_credentials(credentials_path)
         return self.endpoint
+
+    def write_credentials(self, path: Path) -> None:
+        """Write the endpoint, the stack's keys and the ``/moto-api/`` token to ``path`` (mode 0600),
+        for a person (or a test) inspecting moto: ``{"endpoint", "accessKeyId", "secretAccessKey",
+        "motoApiToken", "motoApiHeader"}``."""
+        if self.admin is None:
+            raise RuntimeError("the moto server is not started")
+        body = {
+            "endpoint": self.endpoint,
+            "accessKeyId": self.admin.access_key,
+            "secretAccessKey": self.admin.secret_key,
+            "motoApiToken": self.api_token,
+            "motoApiHeader": MOTO_API_TOKEN_HEADER,
+        }
+        write_bytes_atomic(path, json.dumps(body, indent=2).encode(), mode=0o600)
 
     def stop(self) -> None:
         """Stop the server (everything it held is gone; the snapshot keeps what matters)."""

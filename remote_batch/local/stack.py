@@ -30,12 +30,12 @@ from remote_batch.local.config import LocalConfig
 from remote_batch.local.executor import LocalBatchExecutor
 from remote_batch.local.files import write_bytes_atomic
 from remote_batch.local.gateway import ApiGateway
+from remote_batch.local.iam import JobCredentials
 from remote_batch.local.lambda_context import LOCAL_ACCOUNT_ID
 from remote_batch.local.lambdas import LocalLambdas
 from remote_batch.local.outbox import OutboxNotifier
 from remote_batch.local.recovery import recover_unfinished_jobs, remove_leftover_jobs
 from remote_batch.local.resources import (
-    CREDENTIAL,
     NAME_PREFIX,
     AwsClients,
     MotoServer,
@@ -113,7 +113,7 @@ class LocalStack:
         config.home.mkdir(mode=0o700, parents=True, exist_ok=True)
         config.state_dir.mkdir(exist_ok=True)
 
-        endpoint = self._moto.start()
+        endpoint = self._moto.start(config.home / "moto-credentials.json")
         logger.info("moto started endpoint=%s", endpoint)
         settings = local_settings()
         os.environ.update(settings.to_environment())
@@ -152,6 +152,7 @@ class LocalStack:
             _worker_environment(endpoint),
             vcpus=config.vcpus,
             registry=registry,
+            credentials=JobCredentials(clients.client("iam", settings.home_region)),
         )
         self._executor = executor
         services = build_services(
@@ -292,8 +293,6 @@ def _worker_environment(endpoint: str) -> dict[str, str]:
     environment.update(
         {
             "AWS_ENDPOINT_URL": endpoint,
-            "AWS_ACCESS_KEY_ID": CREDENTIAL,
-            "AWS_SECRET_ACCESS_KEY": CREDENTIAL,
             "MOTO_ACCOUNT_ID": LOCAL_ACCOUNT_ID,
             "PYTHONUNBUFFERED": "1",
             "MPLBACKEND": "Agg",

@@ -13,6 +13,7 @@ import signal
 import textwrap
 import uuid
 from collections.abc import Iterator
+from decimal import Decimal
 from pathlib import Path
 
 import psutil
@@ -122,3 +123,100 @@ def test_escaped_processes_die_after_kill_9_and_folders_are_removed_at_restart(
     assert [client.wait_status(job_id, timeout=30)["status"] for job_id in jobs.values()] == [
         "Terminated"
     ] * 5
+
+
+HOSTILE_JOB = textwrap.dedent(
+    """
+    import json, os, urllib.error, urllib.request
+    import boto3
+    from botocore.exceptions import ClientError
+
+    def attempt(action):
+        try:
+            return "ALLOWED: " + str(action())[:200]
+        except ClientError as exc:
+            return f"{exc.response['Error']['Code']}: {exc.response['Error'].get('Message', '')}"
+        except urllib.error.HTTPError as exc:
+            return f"HTTP {exc.code}: {exc.read().decode()[:200]}"
+        except OSError as exc:
+            return f"{type(exc).__name__}: {exc}"
+
+    def post(url, body):
+        request = urllib.request.Request(url, json.dumps(body).encode(), {"Content-Type": "application/json"})
+        return urllib.request.urlopen(request, timeout=10).read()
+
+    s3 = boto3.client("s3", region_name="us-east-1")
+    dynamodb = boto3.client("dynamodb", region_name="us-east-1")
+    moto = os.environ["AWS_ENDPOINT_URL"]
+    attempts = {
+        "read credentials.json": attempt(lambda: open(CREDENTIALS).read()),
+        "read another account's output": attempt(
+            lambda: s3.get_object(Bucket=BUCKET, Key=OTHER_OUTPUT)["Body"].read()
+        ),
+        "list the bucket": attempt(lambda: s3.list_objects_v2(Bucket=BUCKET)),
+        "write another job's output": attempt(
+            lambda: s3.put_object(Bucket=BUCKET, Key=OTHER_OUTPUT, Body=b"forged")
+        ),
+        "set own balance": attempt(
+            lambda: dynamodb.update_item(
+                TableName="remote-batch-local-accounts",
+                Key={"accountId": {"S": "dev"}},
+                UpdateExpression="SET creditBalance = :b",
+                ExpressionAttributeValues={":b": {"N": "777777"}},
+            )
+        ),
+        "call an admin route": attempt(
+            lambda: post(f"{GATEWAY}/admin/accounts/dev/credits", {"credits": 777777, "reason": "mine"})
+        ),
+        "reset moto": attempt(lambda: post(f"{moto}/moto-api/reset", {})),
+        "unsigned request": attempt(lambda: urllib.request.urlopen(f"{moto}/{BUCKET}/{OTHER_OUTPUT}").read()),
+        "read own input": attempt(lambda: s3.get_object(Bucket=BUCKET, Key=OWN_INPUT)["ContentLength"]),
+    }
+    print(json.dumps(attempts, indent=1))
+    attempts
+    """
+)
+
+
+def test_hostile_job_is_refused_everything_but_its_own_data(
+    stack: LocalStackProcess, dev: Client, admin: Client
+) -> None:
+    # Given another account's finished job, with an output
+    account = f"other-{uuid.uuid4().hex[:8]}"
+    created = admin.post("/admin/accounts", json={"accountId": account, "email": None, "credits": 100})
+    assert created.status_code == 201, created.text
+    other = Client(stack.endpoint, created.json()["token"])
+    secret = other.submit({"code": "'secret of another account'"})
+    assert other.wait_status(secret["jobId"])["status"] == "Succeeded"
+    balance = dev.balance()
+
+    # When a job of `dev` tries to take what is not its own
+    code = (
+        f"CREDENTIALS = {str(stack.home / 'credentials.json')!r}\n"
+        f"BUCKET = 'remote-batch-local-us-east-1'\n"
+        f"OTHER_OUTPUT = 'outputs/{secret['jobId']}/result.json'\n"
+        f"GATEWAY = {stack.endpoint!r}\n"
+        "OWN_INPUT = __import__('os').environ['REMOTE_BATCH_INPUT_KEY']\n"
+    )
+    job = dev.submit({"code": code + HOSTILE_JOB})
+    done = dev.wait_status(job["jobId"], timeout=60)
+    assert done["status"] == "Succeeded", done
+    attempts = dev.get(f"/jobs/{job['jobId']}/result").json()["result"]
+
+    # Then every attempt was refused, each with its error
+    print(json.dumps(attempts, indent=1))  # the evidence, with -s
+    assert attempts["read credentials.json"].startswith(
+        "FileNotFoundError: [Errno 2] No such file or directory"
+    )
+    assert attempts["read another account's output"].startswith("AccessDenied: ")
+    assert attempts["list the bucket"].startswith("AccessDenied: ")
+    assert attempts["write another job's output"].startswith("AccessDenied: ")
+    # (moto answers DynamoDB's JSON protocol with an XML error: botocore shows its status as the code)
+    assert "<Code>AccessDenied</Code>" in attempts["set own balance"]
+    assert "is not authorized to perform: dynamodb:UpdateItem" in attempts["set own balance"]
+    assert attempts["call an admin route"].startswith("HTTP 401: ")
+    assert attempts["reset moto"].startswith("HTTP 403: ")
+    assert attempts["unsigned request"].startswith("HTTP 403: ")
+    assert attempts["read own input"].startswith("ALLOWED: ")  # its own data, and only that
+    assert dev.balance() == balance - Decimal(str(done["creditsSpent"]))  # only its own charge
+    assert other.get(f"/jobs/{secret['jobId']}/result").json()["result"] == "secret of another account"
