@@ -28,9 +28,9 @@ from collections.abc import Callable, Iterable, Mapping
 from contextvars import ContextVar
 from datetime import UTC, datetime
 from typing import Any
-from urllib.parse import parse_qsl, quote, urlencode
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit
 
-from botocore.auth import S3SigV4QueryAuth
+from botocore.auth import HmacV1QueryAuth, S3SigV4QueryAuth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 from botocore.exceptions import ClientError
@@ -97,7 +97,54 @@ def _forbidden(start_response: Callable[..., Any], code: str, message: str) -> l
     return [body]
 
 
+class _ExpiringHmacV1QueryAuth(HmacV1QueryAuth):
+    """botocore's SigV2 query signer with the ``Expires`` of a received URL (not now + expires)."""
+
+    def __init__(self, credentials: Credentials, expires_at: str) -> None:
+        super().__init__(credentials)
+        self._expires_at = expires_at
+
+    def _get_date(self) -> str:
+        return self._expires_at
+
+
 def presigned_signature_valid(environ: Mapping[str, Any], credentials: Credentials, now: datetime) -> bool:
+    """Whether a presigned S3 URL was signed with ``credentials`` and has not expired at ``now``.
+
+    SigV2 (``AWSAccessKeyId``, ``Expires``, ``Signature``: what botocore makes in us-east-1) or
+    SigV4 (``X-Amz-*``), both recomputed with botocore's own signers (``presigned_v2_valid``,
+    ``presigned_v4_valid``).
+    """
+    if "X-Amz-Signature=" in environ.get("QUERY_STRING", ""):
+        return presigned_v4_valid(environ, credentials, now)
+    return presigned_v2_valid(environ, credentials, now)
+
+
+def presigned_v2_valid(environ: Mapping[str, Any], credentials: Credentials, now: datetime) -> bool:
+    """SigV2 query authentication ("Signing and Authenticating REST Requests", Amazon S3 API,
+    "Query String Request Authentication Alternative"): the signature of the method, Content-MD5,
+    Content-Type, ``Expires`` and the canonical resource, with the secret of ``credentials``."""
+    query = dict(parse_qsl(environ.get("QUERY_STRING", ""), keep_blank_values=True))
+    try:
+        key_id, expires, signature = query["AWSAccessKeyId"], query["Expires"], query["Signature"]
+        expired = int(expires) < now.timestamp()
+    except (KeyError, ValueError):
+        return False
+    if key_id != credentials.access_key or expired:
+        return False
+    headers = {
+        name: environ[variable]
+        for name, variable in (("Content-MD5", "HTTP_CONTENT_MD5"), ("Content-Type", "CONTENT_TYPE"))
+        if environ.get(variable)
+    }
+    raw_path = environ.get("RAW_URI", environ.get("PATH_INFO", "")).split("?", 1)[0]
+    split = urlsplit(f"http://{environ.get('HTTP_HOST', '')}{raw_path}?{environ.get('QUERY_STRING', '')}")
+    auth = _ExpiringHmacV1QueryAuth(credentials, expires)
+    expected = auth.get_signature(environ.get("REQUEST_METHOD", "GET"), split, headers)
+    return hmac.compare_digest(expected, signature)
+
+
+def presigned_v4_valid(environ: Mapping[str, Any], credentials: Credentials, now: datetime) -> bool:
     """Whether a presigned S3 URL (SigV4 query authentication) was signed with ``credentials`` and
     has not expired at ``now``.
 
@@ -186,7 +233,8 @@ class IamGate:
         if authorization:
             signed = authorization.startswith(SIGV4_ALGORITHM + " ")
             return None if signed else ("AccessDenied", "Only Signature Version 4 is accepted")
-        if "X-Amz-Signature=" not in environ.get("QUERY_STRING", ""):
+        query = environ.get("QUERY_STRING", "")
+        if "X-Amz-Signature=" not in query and "Signature=" not in query:
             return "AccessDenied", "Anonymous requests are not allowed"
         if not presigned_signature_valid(environ, admin, datetime.now(UTC)):
             return "SignatureDoesNotMatch", "The presigned URL is invalid or expired"

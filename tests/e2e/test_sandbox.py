@@ -18,6 +18,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+import requests
 
 from tests.e2e.conftest import Client, LocalStackProcess, _free_port, wait_for
 
@@ -220,3 +221,30 @@ def test_hostile_job_is_refused_everything_but_its_own_data(
     assert attempts["read own input"].startswith("ALLOWED: ")  # its own data, and only that
     assert dev.balance() == balance - Decimal(str(done["creditsSpent"]))  # only its own charge
     assert other.get(f"/jobs/{secret['jobId']}/result").json()["result"] == "secret of another account"
+
+
+def test_presigned_urls_work_and_forged_ones_are_refused(dev: Client) -> None:
+    # Given a finished job and its outputs' presigned URLs
+    code = (
+        "import os\nopen(os.path.join(os.environ['REMOTE_BATCH_OUTPUT_DIR'], 'note.txt'), 'w').write('mine')"
+    )
+    job = dev.submit({"code": code})
+    assert dev.wait_status(job["jobId"])["status"] == "Succeeded"
+    files = dev.get(f"/jobs/{job['jobId']}/outputs").json()["files"]
+    assert files, "the job has no output files"
+
+    # Then each URL works as signed
+    for file in files:
+        response = requests.get(file["url"], timeout=10)
+        assert response.status_code == 200, response.text
+        assert len(response.content) == file["size"]
+
+    # and a URL pointed at another key, or re-signed with a made-up signature, is refused
+    url = files[0]["url"]
+    other_key = url.replace(job["jobId"], "job-01AAAAAAAAAAAAAAAAAAAAAAAA", 1)
+    signature = url.split("X-Amz-Signature=")[1][:64]
+    forged = url.replace(signature, "0" * 64)
+    for bad in (other_key, forged):
+        response = requests.get(bad, timeout=10)
+        assert response.status_code == 403, response.text
+        assert "<Code>SignatureDoesNotMatch</Code>" in response.text
