@@ -15,6 +15,7 @@ import uuid
 from collections.abc import Iterator
 from decimal import Decimal
 from pathlib import Path
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import psutil
 import pytest
@@ -107,7 +108,7 @@ def test_escaped_processes_die_after_kill_9_and_folders_are_removed_at_restart(
     escape_stack: LocalStackProcess,
 ) -> None:
     client = escape_stack.client("dev")
-    jobs = _start_escapes(client)
+    _start_escapes(client)
     records = [json.loads(p.read_text()) for p in (escape_stack.home / "processes").glob("*.json")]
     folders = [Path(record["workdir"]) for record in records]
     assert len(records) == 5
@@ -120,10 +121,7 @@ def test_escaped_processes_die_after_kill_9_and_folders_are_removed_at_restart(
     assert escapees() == []
     assert [folder for folder in folders if folder.exists()] == []
     assert list((escape_stack.home / "processes").glob("*.json")) == []
-    # (settled by recovery: which reason depends on whether a snapshot saw them run)
-    assert [client.wait_status(job_id, timeout=30)["status"] for job_id in jobs.values()] == [
-        "Terminated"
-    ] * 5
+    # (how recovery settles the jobs themselves is test_restart's)
 
 
 HOSTILE_JOB = textwrap.dedent(
@@ -242,8 +240,12 @@ def test_presigned_urls_work_and_forged_ones_are_refused(dev: Client) -> None:
     # and a URL pointed at another key, or re-signed with a made-up signature, is refused
     url = files[0]["url"]
     other_key = url.replace(job["jobId"], "job-01AAAAAAAAAAAAAAAAAAAAAAAA", 1)
-    signature = url.split("X-Amz-Signature=")[1][:64]
-    forged = url.replace(signature, "0" * 64)
+    parts = urlsplit(url)
+    query = [
+        (k, "0" * len(v) if k in ("Signature", "X-Amz-Signature") else v) for k, v in parse_qsl(parts.query)
+    ]
+    forged = urlunsplit(parts._replace(query=urlencode(query)))
+    assert forged != url
     for bad in (other_key, forged):
         response = requests.get(bad, timeout=10)
         assert response.status_code == 403, response.text
