@@ -949,8 +949,13 @@ class LocalBatchExecutor:
                 job.init = init
                 job.namespace = pid_namespace(init.pid)
         if self._registry is not None and job.workdir is not None:
-            known = [psutil.Process(process.pid)] if process.poll() is None else []
-            self._registry.record(job.job_id, job.workdir, [*known, *([init] if init else [])])
+            known: list[psutil.Process] = []
+            with contextlib.suppress(psutil.Error):  # the sandbox may have exited already
+                known.append(psutil.Process(process.pid))
+            try:
+                self._registry.record(job.job_id, job.workdir, [*known, *([init] if init else [])])
+            except OSError as exc:  # the job runs on; only a crash's cleanup would miss it
+                logger.warning("job processes not recorded batch_job_id=%s error=%s", job.job_id, exc)
 
     def _run(self, job: _Job) -> None:
         """A running job's thread: run it (``_run_job``), then remove its working directory.
