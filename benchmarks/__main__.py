@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from benchmarks import meter_scaling
+from benchmarks import email_topics, meter_scaling
 
-BENCHMARKS = (meter_scaling,)
+BENCHMARKS = (meter_scaling, email_topics)
 
 
 def main() -> None:

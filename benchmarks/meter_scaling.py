@@ -125,7 +125,7 @@ def _settings(region: str) -> Any:
         accounts_table="bench-accounts",
         ledger_table="bench-ledger",
         idempotency_table="bench-idempotency",
-        email_topic_arn=f"arn:aws:sns:{region}:123456789012:bench-email",
+        email_topic_arn_prefix=f"arn:aws:sns:{region}:123456789012:bench-email-",
         home_region=region,
         zones={
             GeoZone.UNITED_STATES: ZoneSettings(

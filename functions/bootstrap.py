@@ -14,16 +14,28 @@ import boto3
 from botocore.config import Config
 
 from functions.adapters.batch import AwsBatchGateway
+from functions.adapters.dns import SocketResolver
 from functions.adapters.dynamodb import DynamoJobStore
 from functions.adapters.logs import CloudWatchLogReader
 from functions.adapters.s3 import S3BlobStore
 from functions.adapters.sns import SnsEmailSubscriptions, SnsNotifier
+from functions.adapters.webhook import WebhookSender
 from functions.domain.machine_classes import GeoZone
-from functions.ports import BatchGateway, BatchRoute, Clock, Notifier, Services, ZoneServices
+from functions.ports import BatchGateway, BatchRoute, Clock, HostResolver, Notifier, Services, ZoneServices
 from functions.settings import Settings, load_settings
 
 # Standard retry mode: exponential backoff with jitter on throttling and 5xx (botocore's own).
 _BOTO_CONFIG = Config(retries={"mode": "standard", "max_attempts": 5}, connect_timeout=5, read_timeout=30)
+# Presigned URLs: SigV4 (buckets made since mid-2020 refuse SigV2) on the region's virtual-hosted
+# endpoint, https://<bucket>.s3.<region>.amazonaws.com, us-east-1 included (botocore's default there is
+# the global endpoint). The endpoint is left to botocore's resolver so AWS_ENDPOINT_URL (the local
+# stack's moto server) still wins; an IP endpoint falls back to path style, which moto serves.
+S3_CONFIG = _BOTO_CONFIG.merge(
+    Config(
+        signature_version="s3v4",
+        s3={"addressing_style": "virtual", "us_east_1_regional_endpoint": "regional"},
+    )
+)
 
 
 def utc_now() -> datetime:
@@ -38,6 +50,7 @@ def build_services(
     batch_gateways: Mapping[GeoZone, BatchGateway] | None = None,
     notifier: Notifier | None = None,
     clock: Clock = utc_now,
+    resolver: HostResolver | None = None,
 ) -> Services:
     """Build every adapter from ``settings``.
 
@@ -53,17 +66,23 @@ def build_services(
         Replaces the SNS notifier (the local stack wraps it to also write its outbox).
     clock : Clock
         Source of "now".
+    resolver : HostResolver | None
+        Resolves webhook hosts (default: the C library's resolver).
     """
     session = session or boto3.Session()
     dynamodb = session.client("dynamodb", region_name=settings.home_region, config=_BOTO_CONFIG)
-    store = DynamoJobStore(dynamodb, settings.jobs_table, settings.accounts_table, settings.ledger_table)
+    store = DynamoJobStore(
+        dynamodb, settings.jobs_table, settings.accounts_table, settings.ledger_table, clock=clock
+    )
     sns = session.client("sns", region_name=settings.home_region, config=_BOTO_CONFIG)
+    resolver = resolver or SocketResolver()
     if notifier is None:
-        notifier = SnsNotifier(sns, settings.email_topic_arn)
+        webhooks = WebhookSender(resolver=resolver, local=settings.allow_http_webhooks)
+        notifier = SnsNotifier(sns, settings.email_topic_arn_prefix, webhooks)
     zones: dict[GeoZone, ZoneServices] = {}
     for zone, zone_settings in settings.zones.items():
         region = zone_settings.region
-        s3 = session.client("s3", region_name=region, config=_BOTO_CONFIG)
+        s3 = session.client("s3", region_name=region, config=S3_CONFIG)
         logs = session.client("logs", region_name=region, config=_BOTO_CONFIG)
         if batch_gateways is not None and zone in batch_gateways:
             gateway = batch_gateways[zone]
@@ -83,12 +102,14 @@ def build_services(
     return Services(
         store=store,
         notifier=notifier,
-        subscriptions=SnsEmailSubscriptions(sns, settings.email_topic_arn),
+        subscriptions=SnsEmailSubscriptions(sns, settings.email_topic_arn_prefix, settings.email_topic_key),
         zones=zones,
         clock=clock,
         idempotency_table=settings.idempotency_table,
         allowed_zones=tuple(zones),
         allow_http_webhooks=settings.allow_http_webhooks,
+        sms_per_account_per_hour=settings.sms_per_account_per_hour,
+        resolver=resolver,
     )
 
 

@@ -6,13 +6,14 @@ Every method documents the errors it raises; none returns a DynamoDB item or a b
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
 from typing import Protocol
 
 from functions.domain.credits import Charge
+from functions.domain.errors import UnreadableRecord
 from functions.domain.jobs import Account, BatchJobState, Job, LedgerEntry, NotificationRecord, Transition
 from functions.domain.machine_classes import GeoZone
 from functions.domain.status import JobStatus
@@ -22,7 +23,12 @@ Clock = Callable[[], datetime]
 
 
 class JobRepository(Protocol):
-    """Jobs, accounts and the ledger (one DynamoDB store, so money moves in one transaction)."""
+    """Jobs, accounts and the ledger (one DynamoDB store, so money moves in one transaction).
+
+    A job past its record TTL is gone: no read returns it, and every update of a job that is gone
+    (deleted or expired) raises ``RecordMissing`` instead of creating anything. Reads of a stored
+    item that is not a whole job raise ``UnreadableRecord`` (listings skip and report it).
+    """
 
     def create_job(self, job: Job) -> None:
         """Write a new job. Raises ``ConditionFailed`` when ``job_id`` exists."""
@@ -31,12 +37,15 @@ class JobRepository(Protocol):
         """Remove a job that never reached AWS Batch (compensation of a failed submit)."""
 
     def get_job(self, job_id: str) -> Job | None:
-        """The job, or None."""
+        """The job, or None (also past its TTL). Raises ``UnreadableRecord`` for a partial item."""
 
     def list_jobs(
         self, account_id: str, status: JobStatus | None, limit: int, next_token: str | None
     ) -> tuple[list[Job], str | None]:
         """An account's top-level jobs, newest first, and the token of the next page (or None).
+
+        A page may hold fewer than ``limit`` jobs (even none) while the token is set: expired jobs
+        and other statuses are filtered out after the index is read.
 
         Raises ``ValidationFailed`` (``field="nextToken"``) for a token this store did not issue.
         """
@@ -64,12 +73,24 @@ class JobRepository(Protocol):
         Returns the job after the write, or None when nothing was written.
         """
 
-    def claim_notification(self, job_id: str, key: str) -> bool:
-        """Add ``key`` to the job's sent set; True only for the writer that added it."""
+    def claim_termination(self, job_id: str, now: datetime) -> bool:
+        """Record that TerminateJob is being sent for the job; True only for the writer that did
+        (none in flight, not final, attempts left)."""
 
-    def release_notification(self, job_id: str, key: str) -> None:
-        """Remove ``key`` after a failed publish, so a retry can claim it again; the key stays owed
-        and the job is listed for the meter's retries."""
+    def release_termination(self, job_id: str) -> None:
+        """Forget a TerminateJob request that failed, so it may be sent again later."""
+
+    def claim_notification(self, job_id: str, key: str, while_open: bool = False) -> bool:
+        """Add ``key`` to the job's sent set; True only for the writer that added it (and, with
+        ``while_open``, only while the job is not final)."""
+
+    def release_notification(self, job_id: str, key: str, failure: str) -> None:
+        """Remove ``key`` after a transient publish failure, so a retry can claim it again; the key
+        stays owed, ``failure`` (``notification_schedule.failure_record``) is added to the job's
+        publish failures and the job is listed for the meter's retries."""
+
+    def take_sms_allowance(self, account_id: str, hour: str, limit: int) -> bool:
+        """Count one SMS for the account in the clock hour ``hour``; False once ``limit`` were."""
 
     def list_notification_retries(self) -> Iterable[str]:
         """Ids of jobs with a notification whose publish failed (a sparse index)."""
@@ -83,14 +104,20 @@ class JobRepository(Protocol):
     def append_notification_record(self, job_id: str, record: NotificationRecord) -> None:
         """Add a line to the job's ``notificationLog`` (the newest few hundred are kept)."""
 
-    def list_metered_jobs(self) -> Iterable[Job]:
-        """Jobs that are Starting or Running (a sparse index: cost grows with running jobs only)."""
+    def list_metered_jobs(
+        self, on_unreadable: Callable[[UnreadableRecord], None] | None = None
+    ) -> Iterable[Job]:
+        """Jobs that are Starting or Running (a sparse index: cost grows with running jobs only);
+        unreadable items are skipped and passed to ``on_unreadable``."""
 
     def mark_data_deleted(self, job_id: str, now: datetime) -> None:
         """Record that a final job's inputs, outputs and log were deleted at ``now``."""
 
-    def list_stale_jobs(self, last_event_before: datetime) -> Iterable[Job]:
-        """Jobs not final whose last event is older than ``last_event_before`` (events may be lost)."""
+    def list_stale_jobs(
+        self, last_event_before: datetime, on_unreadable: Callable[[UnreadableRecord], None] | None = None
+    ) -> Iterable[Job]:
+        """Jobs not final whose last event is older than ``last_event_before`` (events may be lost);
+        unreadable items are skipped and passed to ``on_unreadable``."""
 
     def mark_reconciled(self, job_id: str, now: datetime) -> None:
         """Record that the meter checked a non-final job with Batch at ``now``."""
@@ -123,6 +150,15 @@ class StoredObject:
     size: int
 
 
+@dataclass(frozen=True, slots=True)
+class ObjectInfo:
+    """An object's metadata: key, size in bytes, Content-Type as stored."""
+
+    key: str
+    size: int
+    content_type: str
+
+
 class BlobStore(Protocol):
     """A geo zone's S3 bucket (``inputs/``, ``outputs/``, each expiring after 14 days)."""
 
@@ -135,6 +171,9 @@ class BlobStore(Protocol):
     def size(self, key: str) -> int | None:
         """The object's size in bytes, or None when absent."""
 
+    def describe(self, key: str) -> ObjectInfo | None:
+        """The object's size and Content-Type, or None when absent."""
+
     def list(self, prefix: str) -> list[StoredObject]:
         """Objects under ``prefix``."""
 
@@ -143,6 +182,10 @@ class BlobStore(Protocol):
 
     def presigned_get(self, key: str, expires_seconds: int) -> str:
         """A presigned GET URL for ``key``, valid ``expires_seconds``."""
+
+    def presigned_put(self, key: str, expires_seconds: int, content_length: int, content_type: str) -> str:
+        """A presigned PUT URL for ``key`` that takes exactly ``content_length`` bytes of
+        ``content_type``, valid ``expires_seconds``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,8 +234,9 @@ class LogEvent:
 class LogReader(Protocol):
     """A geo zone's CloudWatch Logs group of job console output."""
 
-    def read(self, log_stream_name: str, since: datetime | None, limit: int) -> list[LogEvent]:
-        """Up to ``limit`` events of the stream from ``since`` on, oldest first ([] if no stream)."""
+    def events(self, log_stream_name: str, since: datetime | None) -> Iterator[LogEvent]:
+        """The stream's events from ``since`` on, oldest first, read lazily page by page as they are
+        consumed (nothing if the stream does not exist). Raises ``DependencyFailed`` while iterating."""
 
     def delete(self, log_stream_name: str) -> None:
         """Delete the stream (no-op when it does not exist)."""
@@ -218,24 +262,33 @@ class OutgoingNotification:
 
 
 class EmailSubscriptions(Protocol):
-    """The email topic's per-account subscriptions (SNS, filter policy on ``accountId``)."""
+    """Each account's email topic (one per account and address) and its email subscription."""
 
     def subscribe(self, account_id: str, email: str) -> str:
-        """Subscribe ``email`` to the account's notifications; returns the subscription ARN (pending
-        until the owner confirms). Raises ``DependencyFailed``."""
+        """Create the account's topic for ``email`` (idempotent) and subscribe the address; returns the
+        subscription ARN (pending until the owner confirms). Raises ``DependencyFailed``."""
 
-    def unsubscribe(self, subscription_arn: str) -> None:
-        """Remove a subscription (a pending one, which SNS cannot remove, expires by itself)."""
+    def remove(self, account_id: str, email: str) -> None:
+        """Delete the account's topic for ``email`` and its subscription, pending or confirmed
+        (nothing to do when it is gone). Raises ``DependencyFailed``."""
 
-    def status(self, subscription_arn: str) -> str:
-        """``pending`` or ``confirmed`` (``pending`` also when SNS no longer knows it)."""
+    def status(self, account_id: str, email: str) -> str:
+        """``pending`` or ``confirmed`` (``pending`` also when SNS no longer knows the topic)."""
+
+
+class HostResolver(Protocol):
+    """DNS: the addresses a host name (or a numeric spelling of one) resolves to."""
+
+    def resolve(self, host: str, port: int) -> list[str]:
+        """Every address ``host`` resolves to; [] when it does not resolve."""
 
 
 class Notifier(Protocol):
-    """SNS: Email through the topic filtered by ``accountId``, SMS straight to the phone."""
+    """SNS: Email through the account's own topic, SMS straight to the phone; webhooks by HTTPS."""
 
     def send(self, notification: OutgoingNotification) -> None:
-        """Publish. Raises ``DependencyFailed`` when SNS refuses."""
+        """Publish. Raises ``DeliveryRefused`` when it is refused for good, ``DependencyFailed`` when
+        the failure may pass."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -270,3 +323,7 @@ class Services:
     idempotency_table: str | None = None
     allowed_zones: Sequence[GeoZone] = ()
     allow_http_webhooks: bool = False
+    # SMS per account and clock hour; the rest are recorded skipped in the job's notificationLog.
+    sms_per_account_per_hour: int = 30
+    # Resolves webhook hosts (their addresses must be public); None refuses every webhook URL.
+    resolver: HostResolver | None = None

@@ -48,7 +48,10 @@ class Settings(BaseModel):
     """What every remote-batch Lambda is configured with.
 
     Variables: ``REMOTE_BATCH_JOBS_TABLE``, ``REMOTE_BATCH_ACCOUNTS_TABLE``, ``REMOTE_BATCH_LEDGER_TABLE``,
-    ``REMOTE_BATCH_IDEMPOTENCY_TABLE``, ``REMOTE_BATCH_EMAIL_TOPIC_ARN``, ``REMOTE_BATCH_ZONES`` (JSON:
+    ``REMOTE_BATCH_IDEMPOTENCY_TABLE``, ``REMOTE_BATCH_EMAIL_TOPIC_ARN_PREFIX`` (the ARN every account's
+    email topic starts with, ``arn:aws:sns:<region>:<account>:remote-batch-<stage>-email-``),
+    ``REMOTE_BATCH_EMAIL_TOPIC_KEY`` (the KMS key those topics are encrypted with; optional: none locally),
+    ``REMOTE_BATCH_SMS_PER_ACCOUNT_PER_HOUR`` (optional, default 30), ``REMOTE_BATCH_ZONES`` (JSON:
     ``{"UnitedStates": {"region", "bucket", "logGroup", "routes": {"Basic1x8": {"jobQueue",
     "jobDefinition"}, ...}}, ...}``) and ``AWS_REGION`` (the home region).
     """
@@ -59,7 +62,10 @@ class Settings(BaseModel):
     accounts_table: str = Field(min_length=3)
     ledger_table: str = Field(min_length=3)
     idempotency_table: str = Field(min_length=3)
-    email_topic_arn: str = Field(min_length=1)
+    email_topic_arn_prefix: str = Field(min_length=1, pattern=r"^arn:[^:]+:sns:[^:]+:[^:]*:[A-Za-z0-9_-]+$")
+    email_topic_key: str = ""
+    # At most this many SMS per account and clock hour (an SMS costs money; the rest are recorded skipped).
+    sms_per_account_per_hour: int = Field(default=30, ge=0, le=10_000)
     home_region: str = Field(min_length=1)
     zones: dict[GeoZone, ZoneSettings] = Field(min_length=1)
     # Webhooks must be HTTPS; only the local stack allows http:// (to a receiver on this machine).
@@ -72,7 +78,9 @@ class Settings(BaseModel):
             "REMOTE_BATCH_ACCOUNTS_TABLE": self.accounts_table,
             "REMOTE_BATCH_LEDGER_TABLE": self.ledger_table,
             "REMOTE_BATCH_IDEMPOTENCY_TABLE": self.idempotency_table,
-            "REMOTE_BATCH_EMAIL_TOPIC_ARN": self.email_topic_arn,
+            "REMOTE_BATCH_EMAIL_TOPIC_ARN_PREFIX": self.email_topic_arn_prefix,
+            "REMOTE_BATCH_EMAIL_TOPIC_KEY": self.email_topic_key,
+            "REMOTE_BATCH_SMS_PER_ACCOUNT_PER_HOUR": str(self.sms_per_account_per_hour),
             "AWS_REGION": self.home_region,
             "REMOTE_BATCH_ALLOW_HTTP_WEBHOOKS": "true" if self.allow_http_webhooks else "false",
             "REMOTE_BATCH_ZONES": json.dumps(
@@ -99,7 +107,7 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
         "accounts_table": "REMOTE_BATCH_ACCOUNTS_TABLE",
         "ledger_table": "REMOTE_BATCH_LEDGER_TABLE",
         "idempotency_table": "REMOTE_BATCH_IDEMPOTENCY_TABLE",
-        "email_topic_arn": "REMOTE_BATCH_EMAIL_TOPIC_ARN",
+        "email_topic_arn_prefix": "REMOTE_BATCH_EMAIL_TOPIC_ARN_PREFIX",
         "home_region": "AWS_REGION",
         "zones": "REMOTE_BATCH_ZONES",
     }
@@ -108,6 +116,9 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
         raise SettingsError(f"missing environment variables: {', '.join(missing)}")
     values: dict[str, object] = {key: env[var] for key, var in names.items()}
     values["allow_http_webhooks"] = env.get("REMOTE_BATCH_ALLOW_HTTP_WEBHOOKS", "false").lower() == "true"
+    values["email_topic_key"] = env.get("REMOTE_BATCH_EMAIL_TOPIC_KEY", "")
+    if env.get("REMOTE_BATCH_SMS_PER_ACCOUNT_PER_HOUR"):
+        values["sms_per_account_per_hour"] = env["REMOTE_BATCH_SMS_PER_ACCOUNT_PER_HOUR"]
     try:
         values["zones"] = json.loads(env["REMOTE_BATCH_ZONES"])
         return Settings.model_validate(values)

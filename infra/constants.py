@@ -35,6 +35,10 @@ OUTPUTS_PREFIX = "outputs/"
 ABORT_INCOMPLETE_UPLOAD_DAYS = 1
 ACCESS_LOG_RETENTION_DAYS = 90
 
+# The tags the api sets on every Batch job it submits (functions/logic/submission.py): the only keys
+# its role may tag with (aws:TagKeys); tests/infra/test_iam_flow.py submits with them under that role.
+JOB_TAG_KEYS = ("remote-batch:jobId", "remote-batch:accountId")
+
 # Lambdas.
 LAMBDA_CODE_DIR = "functions"
 # The interpreter and machine the functions run on, and the wheels their layer is built for.

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING
 
-from aws_cdk import Acknowledgment, CfnResource, Stack, Validations
+from aws_cdk import Acknowledgment, CfnResource, Stack, Token, Validations
 from constructs import IConstruct
 
 from functions.domain.machine_classes import MACHINE_CLASSES
@@ -27,36 +27,36 @@ Finding = tuple[str, str]
 _XRAY_DESCRIBE_SMS = (
     "Resource '*' only for actions that have no resource-level permissions: xray:PutTraceSegments and "
     "xray:PutTelemetryRecords (active tracing), batch:DescribeJobs, and sns:Publish to a phone number "
-    "(SMS has no ARN). Data actions are all scoped to the service's tables, bucket and topic."
+    "(SMS has no ARN). Data actions are all scoped to the service's tables, bucket and topics."
 )
 _S3_GRANT = (
-    "Action wildcards from bucket.grant_read_write/grant_delete (s3:GetObject*, s3:List*, "
-    "s3:DeleteObject*, s3:Abort*, ...) on the geo zones' data buckets and their objects: the function "
-    "presigns and reads/deletes any job's inputs/outputs, whose keys are job ids known only at run time."
+    "s3:GetObject/PutObject/DeleteObject on the geo zones' data buckets' objects: the function presigns "
+    "and reads/deletes any job's inputs/outputs, whose keys are job ids known only at run time."
 )
 _TABLE_INDEXES = (
     "grant_read_write_data adds '<table>/index/*' so Query can use the table's own indexes (byAccount, "
     "metered, byTime); it grants nothing beyond the service's tables."
 )
 _JOB_ARNS = (
-    "batch:TerminateJob (and batch:TagResource, only with batch:CreateAction=SubmitJob) are authorized "
-    "on the job's ARN, which exists only after SubmitJob; scoped to jobs in this account and the geo "
-    "zone's region."
+    "batch:SubmitJob, batch:TagResource (tag on create, only the service's tag keys) and "
+    "batch:TerminateJob are authorized on the job's ARN, which exists only after SubmitJob; scoped to "
+    "jobs in this account and the geo zone's region."
 )
 _JOB_DEFINITION_REVISIONS = (
-    "SubmitJob is authorized on the job definition's ARN with its revision (job-definition/<name>:<n>), "
-    "which grows with every deploy that changes it; ':*' allows every revision of this one definition."
+    "SubmitJob and its tag-on-create batch:TagResource are authorized on the job definition's ARN with "
+    "its revision (job-definition/<name>:<n>), which grows with every deploy that changes it; ':*' "
+    "allows every revision of this one definition."
 )
 _JOB_LOG_STREAMS = (
-    "'<job log group ARN>:*' is how CloudWatch Logs names the group's log streams (one per job attempt, "
-    "named by Batch at run time); reading and deleting them is limited to the one job log group."
+    "'<job log group>:log-stream:*' names the group's log streams (one per job attempt, named by Batch "
+    "at run time); reading and deleting them is limited to the one job log group."
 )
 _TOPIC_KEY = (
-    "grant_publish on the KMS-encrypted topic adds kms:GenerateDataKey* and kms:Decrypt on that one key."
+    "Publishing to the KMS-encrypted email topics needs kms:GenerateDataKey* and kms:Decrypt on that one key."
 )
-_SUBSCRIPTIONS = (
-    "sns:Unsubscribe and sns:GetSubscriptionAttributes on '<topic ARN>:*': the subscriptions of the one "
-    "email topic, whose ARNs (topic ARN plus a UUID) exist only once an account sets its email."
+_EMAIL_TOPICS = (
+    "One email topic per account (SNS allows 200 filter policies per shared topic), created when the "
+    "account sets its email, named '<stage prefix>-email-<digest>': the grant covers that prefix only."
 )
 _LAMBDA_RUNTIME = (
     "Python 3.12 is pinned on purpose: the public Powertools v3 layer (with pydantic) is built per "
@@ -142,10 +142,6 @@ def _acknowledge_functions(stack: ControlPlaneStack) -> None:
         (f"AwsSolutions-IAM5[Resource::{_arn_token(stack, table)}/index/*]", _TABLE_INDEXES)
         for table in (data.jobs_table, data.ledger_table)
     ]
-    s3_actions = [
-        (f"AwsSolutions-IAM5[Action::{action}]", _S3_GRANT)
-        for action in ("s3:GetObject*", "s3:GetBucket*", "s3:List*", "s3:DeleteObject*", "s3:Abort*")
-    ]
     bucket_objects = [
         (f"AwsSolutions-IAM5[Resource::arn:{partition}:s3:::{zone.bucket_name}/*]", _S3_GRANT)
         for zone in zones
@@ -166,38 +162,43 @@ def _acknowledge_functions(stack: ControlPlaneStack) -> None:
     job_log_streams = [
         (
             f"AwsSolutions-IAM5[Resource::arn:{partition}:logs:{zone.region}:<AWS::AccountId>:"
-            f"log-group:{zone.job_log_group_name}:*]",
+            f"log-group:{zone.job_log_group_name}:log-stream:*]",
             _JOB_LOG_STREAMS,
         )
         for zone in zones
     ]
     topic_key = ("AwsSolutions-IAM5[Action::kms:GenerateDataKey*]", _TOPIC_KEY)
 
-    subscriptions = (
-        f"AwsSolutions-IAM5[Resource::{_arn_token_ref(stack, stack.notifications.email_topic)}:*]",
-        _SUBSCRIPTIONS,
+    email_topics = (
+        f"AwsSolutions-IAM5[Resource::arn:{partition}:sns:{_home_region(stack)}:<AWS::AccountId>:"
+        f"{stack.notifications.topic_name_prefix}*]",
+        _EMAIL_TOPICS,
     )
     _acknowledge(
         functions.api.role,
         wildcard,
-        subscriptions,
+        email_topics,
         *jobs,
         *job_definitions,
         *job_log_streams,
         *bucket_objects,
-        *s3_actions,
         *table_indexes,
     )
     _acknowledge(
-        functions.batch_events.role, wildcard, topic_key, *bucket_objects, *s3_actions, *table_indexes
+        functions.batch_events.role,
+        wildcard,
+        topic_key,
+        email_topics,
+        *bucket_objects,
+        *table_indexes,
     )
     _acknowledge(
         functions.meter.role,
         wildcard,
         topic_key,
+        email_topics,
         *jobs,
         *bucket_objects,
-        *s3_actions,
         *table_indexes,
     )
     for function in (functions.api, functions.batch_events, functions.meter):
@@ -225,11 +226,6 @@ def _acknowledge_api(stack: ControlPlaneStack) -> None:
             "Requests are validated in the api Lambda (Powertools enable_validation), which answers "
             "API.md's 400 ValidationError body with the offending field; API Gateway's validator "
             "cannot produce that body.",
-        ),
-        (
-            "AwsSolutions-APIG3",
-            "No WAF web ACL yet: API Gateway stage throttling and Cognito auth guard the API; a WAF "
-            "(rate-based rules) is part of the production-hardening issue.",
         ),
     )
     cloud_watch_role = api.rest_api.node.try_find_child("CloudWatchRole")
@@ -278,12 +274,9 @@ def _batch_arn(partition: str, zone: ZoneNames, resource: str) -> str:
     return f"arn:{partition}:batch:{zone.region}:<AWS::AccountId>:{resource}"
 
 
-def _arn_token_ref(stack: Stack, construct: IConstruct) -> str:
-    """How cdk-nag spells a resource's ``Ref`` (an SNS topic's Ref is its ARN): ``<LogicalId>``."""
-    resource = construct.node.default_child
-    if not isinstance(resource, CfnResource):
-        raise TypeError(f"{construct.node.path} has no CloudFormation resource")
-    return f"<{stack.resolve(resource.logical_id)}>"
+def _home_region(stack: Stack) -> str:
+    """The stack's region as cdk-nag spells it: the name, or ``<AWS::Region>`` when env-agnostic."""
+    return "<AWS::Region>" if Token.is_unresolved(stack.region) else stack.region
 
 
 def _arn_token(stack: Stack, construct: IConstruct) -> str:

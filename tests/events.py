@@ -29,9 +29,13 @@ def batch_event(
     status_reason: str | None = None,
     attempts: list[dict[str, Any]] | None = None,
     log_stream_name: str | None = None,
+    container_reason: str | None = None,
+    time_ms: int | None = None,
 ) -> dict[str, Any]:
     """A ``Batch Job State Change`` EventBridge envelope for one job status (times in ms), built by
-    the same builder the local executor emits with. ``attempts`` are ``detail.attempts`` items."""
+    the same builder the local executor emits with. ``attempts`` are ``detail.attempts`` items
+    (``container.reason`` included); ``container_reason`` is ``detail.container.reason``;
+    ``time_ms`` is the envelope's time (default: the stop, else the start, else the creation)."""
     ended = [
         BatchAttempt(
             exit_code=a.get("container", {}).get("exitCode"),
@@ -40,10 +44,11 @@ def batch_event(
             started_at_ms=a["startedAt"],
             stopped_at_ms=a["stoppedAt"],
             status_reason=a.get("statusReason", "Essential container in task exited"),
+            container_reason=a.get("container", {}).get("reason"),
         )
         for i, a in enumerate(attempts or [])
     ]
-    stamp = stopped_at or started_at or created_at
+    stamp = time_ms or stopped_at or started_at or created_at
     return batch_job_state_change(
         region=REGION,
         account=ACCOUNT,
@@ -60,6 +65,7 @@ def batch_event(
         started_at_ms=started_at,
         stopped_at_ms=stopped_at,
         exit_code=exit_code,
+        container_reason=container_reason,
         log_stream=log_stream_name,
         attempts=ended,
         tags={"remote-batch:jobId": job_name},

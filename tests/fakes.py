@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import threading
 import uuid
 from dataclasses import dataclass, field
@@ -29,13 +30,16 @@ class FakeLambdaContext:
 
 @dataclass
 class RecordingBatchGateway:
-    """A ``BatchGateway`` that records submissions and terminations; ``fail`` makes submit refuse."""
+    """A ``BatchGateway`` that records submissions and terminations; ``fail`` makes submit refuse,
+    ``fail_terminate`` refuses that many TerminateJob calls (all calls are in ``terminate_calls``)."""
 
     submissions: list[BatchSubmission] = field(default_factory=list)
     terminations: list[tuple[str, str]] = field(default_factory=list)
     fail: bool = False
     known: dict[str, BatchJobState] = field(default_factory=dict)
     described: list[list[str]] = field(default_factory=list)
+    fail_terminate: int = 0
+    terminate_calls: list[tuple[str, str]] = field(default_factory=list)
 
     def submit_job(self, submission: BatchSubmission) -> str:
         if self.fail:
@@ -44,6 +48,10 @@ class RecordingBatchGateway:
         return str(uuid.uuid4())
 
     def terminate_job(self, batch_job_id: str, reason: str) -> None:
+        self.terminate_calls.append((batch_job_id, reason))
+        if self.fail_terminate:
+            self.fail_terminate -= 1
+            raise DependencyFailed("AWS Batch refused TerminateJob (ThrottlingException)")
         self.terminations.append((batch_job_id, reason))
 
     def describe_jobs(self, batch_job_ids, observed_at_ms):
@@ -65,3 +73,29 @@ class RecordingNotifier:
                 self.fail_next -= 1
                 raise DependencyFailed("SNS refused")
             self.sent.append(notification)
+
+
+@dataclass
+class FakeResolver:
+    """A ``HostResolver`` with made-up DNS records for names (no network in tests); numeric hosts in
+    any spelling are decoded by the real ``getaddrinfo`` (``AI_NUMERICHOST``: no lookup), and
+    ``localhost`` is this machine. Tests change ``names`` to make DNS change."""
+
+    names: dict[str, list[str]] = field(
+        default_factory=lambda: {
+            "hooks.example.com": ["93.184.215.14", "2606:2800:21f:cb07:6820:80da:af6b:8b2c"],
+            "metadata.example.com": ["169.254.169.254"],
+            "intranet.example.com": ["93.184.215.14", "10.0.0.7"],
+        }
+    )
+
+    def resolve(self, host: str, port: int) -> list[str]:
+        if host in self.names:
+            return list(self.names[host])
+        if host.rstrip(".") == "localhost":
+            return ["127.0.0.1", "::1"]
+        try:
+            infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_NUMERICHOST)
+        except (socket.gaierror, UnicodeError):
+            return []
+        return list(dict.fromkeys(str(info[4][0]) for info in infos))

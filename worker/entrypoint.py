@@ -24,7 +24,7 @@ from botocore.exceptions import ClientError
 
 from worker.encoding import encode_outcome, messages_document
 from worker.errors import InputNotFound, InvalidJobInput, StorageError, WorkerError
-from worker.runner import JobError, Outcome, parse_job_input, run_job
+from worker.runner import JobError, JobInput, Outcome, parse_job_input, payload_key, run_job
 from worker.settings import JOB_ID, WorkerSettings
 from worker.storage import JobStorage
 
@@ -85,7 +85,7 @@ def main(environ: Mapping[str, str] | None = None, s3_client: S3Client | None = 
 
 def _run(settings: WorkerSettings, storage: JobStorage, environ: Mapping[str, str]) -> int:
     try:
-        job = parse_job_input(storage.read(settings.input_key))
+        job = read_job_input(storage, settings.input_key)
     except WorkerError as exc:
         reason = rejection_reason(exc)
         _tell_user(f"{reason} ({exc})" if isinstance(exc, InputNotFound) else reason)
@@ -102,6 +102,26 @@ def _run(settings: WorkerSettings, storage: JobStorage, environ: Mapping[str, st
             _tell_operator(environ, storage, settings, "outputs not stored", exc)
             return EXIT_WORKER_ERROR
     return outcome.exit_code
+
+
+def read_job_input(storage: JobStorage, key: str) -> JobInput:
+    """Read and parse the job's input object; an uploaded payload (``payloadKey``, up to 5 GiB) is
+    streamed to a local file first and read from it once, so it is in memory a single time.
+
+    Raises
+    ------
+    InputNotFound, StorageError, InvalidJobInput
+        The input or its upload is missing, unreadable, or malformed.
+    """
+    raw = storage.read(key)
+    upload = payload_key(raw)
+    if upload is None:
+        return parse_job_input(raw)
+    with tempfile.TemporaryDirectory(prefix="remote-batch-input-", ignore_cleanup_errors=True) as tmp:
+        path = Path(tmp, "payload")
+        storage.download(upload, path)
+        payload = path.read_bytes()
+    return parse_job_input(raw, payload)
 
 
 def rejection_reason(exc: WorkerError) -> str:

@@ -168,14 +168,29 @@ class Outcome:
     exit_code: int = EXIT_SUCCESS
 
 
-def parse_job_input(raw: bytes) -> JobInput:
+def payload_key(raw: bytes) -> str | None:
+    """The ``payloadKey`` of an input object: the key of an uploaded object holding the payload
+    itself (Python source, or pickle bytes), or None when the payload is inline or the input is bad
+    (``parse_job_input`` says why)."""
+    try:
+        document = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        return None
+    key = document.get("payloadKey") if isinstance(document, dict) else None
+    return key if isinstance(key, str) and key else None
+
+
+def parse_job_input(raw: bytes, payload: bytes | None = None) -> JobInput:
     """Parse the input object (JSON, UTF-8) into a typed input.
 
     Parameters
     ----------
     raw : bytes
         The input object's body: ``{"kind": "code" | "command" | "pickle", ...}``, optionally with
-        ``"arrayItem"`` and ``"arrayIndex"``.
+        ``"arrayItem"`` and ``"arrayIndex"``. Instead of the ``code`` or ``pickle`` field it may
+        have ``"payloadKey"`` (an upload, see ``payload_key``); ``payload`` is then that object's bytes.
+    payload : bytes or None
+        The uploaded payload (UTF-8 source for code, raw cloudpickle bytes for pickle).
 
     Returns
     -------
@@ -194,6 +209,8 @@ def parse_job_input(raw: bytes) -> JobInput:
         raise InvalidJobInput("the input must be a JSON object")
     array_item = _parse_array_item(document)
     kind = document.get("kind")
+    if "payloadKey" in document:
+        return _uploaded_input(kind, payload, array_item)
     match kind:
         case "code":
             source = document.get("code")
@@ -218,6 +235,21 @@ def parse_job_input(raw: bytes) -> JobInput:
             return PickleInput(payload=payload, array_item=array_item)
         case _:
             raise InvalidJobInput(f"unknown input kind {kind!r}: expected 'code', 'command' or 'pickle'")
+
+
+def _uploaded_input(kind: Any, payload: bytes | None, array_item: ArrayItem | None) -> JobInput:
+    if payload is None:
+        raise InvalidJobInput("the input names a 'payloadKey' but its object was not read")
+    match kind:
+        case "code":
+            try:
+                return CodeInput(source=payload.decode("utf-8"), array_item=array_item)
+            except UnicodeDecodeError as exc:
+                raise InvalidJobInput(f"the uploaded code is not UTF-8 ({exc})") from exc
+        case "pickle":
+            return PickleInput(payload=payload, array_item=array_item)
+        case _:
+            raise InvalidJobInput(f"an uploaded input must be of kind 'code' or 'pickle', not {kind!r}")
 
 
 def _check_argument(index: int, arg: str) -> None:

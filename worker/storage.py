@@ -64,6 +64,39 @@ class JobStorage:
         except BotoCoreError as exc:
             raise StorageError(f"cannot read s3://{self._bucket}/{key}: {exc}") from exc
 
+    def download(self, key: str, path: Path) -> int:
+        """Stream an object to ``path`` (in parts, in parallel: boto3's managed transfer), never
+        holding it in memory; up to S3's 5 TiB, here uploads of up to 5 GiB.
+
+        Parameters
+        ----------
+        key : str
+            The object key.
+        path : Path
+            The file to write (replaced).
+
+        Returns
+        -------
+        int
+            The file's size in bytes.
+
+        Raises
+        ------
+        InputNotFound
+            No such object.
+        StorageError
+            Any other S3, network or disk failure.
+        """
+        try:
+            self._client.download_file(self._bucket, key, str(path))
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") in _MISSING_OBJECT_CODES:
+                raise InputNotFound(f"input not found: s3://{self._bucket}/{key}") from exc
+            raise StorageError(f"cannot read s3://{self._bucket}/{key}: {exc}") from exc
+        except (BotoCoreError, Boto3Error, OSError) as exc:
+            raise StorageError(f"cannot read s3://{self._bucket}/{key}: {exc}") from exc
+        return path.stat().st_size
+
     def write(self, key: str, body: bytes, content_type: str) -> None:
         """Write an object, replacing any object at that key (in parts when large, so a body over
         PutObject's 5 GB limit is stored too).

@@ -24,6 +24,7 @@ class BatchContainerDetail(BaseModel):
 
     exit_code: int | None = Field(default=None, alias="exitCode")
     log_stream_name: str | None = Field(default=None, alias="logStreamName")
+    reason: str | None = None
 
 
 class BatchJobDetail(BaseModel):
@@ -42,8 +43,23 @@ class BatchJobDetail(BaseModel):
     container: BatchContainerDetail | None = None
 
 
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) and value.strip() else None
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
 def to_state(detail: BatchJobDetail, observed_at_ms: int) -> BatchJobState:
     """The domain's view of a ``JobDetail``.
+
+    Reasons are read where AWS Batch puts them, most specific first: ``container.reason``
+    (``OutOfMemoryError: Container killed due to memory usage``), the last attempt's
+    ``container.reason`` and ``statusReason`` (``Host EC2 (instance i-…) terminated.``); the job's
+    ``statusReason`` stays ``status_reason``. A final detail without ``startedAt``/``stoppedAt``
+    takes the last attempt's; ``observed_at_ms`` is kept for the domain to use when a time is
+    still missing or runs backwards.
 
     Parameters
     ----------
@@ -54,19 +70,39 @@ def to_state(detail: BatchJobDetail, observed_at_ms: int) -> BatchJobState:
         detail's missing ``stoppedAt``.
     """
     container = detail.container or BatchContainerDetail()
+    last: dict[str, Any] = (
+        detail.attempts[-1] if detail.attempts and isinstance(detail.attempts[-1], dict) else {}
+    )
+    raw_container = last.get("container")
+    last_container: dict[str, Any] = raw_container if isinstance(raw_container, dict) else {}
+    final = detail.status in FINAL_BATCH_STATUSES
+    started_at = detail.started_at
     stopped_at = detail.stopped_at
-    if stopped_at is None and detail.status in FINAL_BATCH_STATUSES and detail.started_at is not None:
+    # The last attempt's times stand in for missing ones, when they are plausible (AWS Batch shows 0
+    # or nothing for an attempt whose container never started).
+    floor = max(detail.created_at or 0, 1)
+    attempt_start, attempt_stop = _int(last.get("startedAt")), _int(last.get("stoppedAt"))
+    if final and started_at is None and attempt_start is not None and attempt_start >= floor:
+        started_at = attempt_start
+    if final and stopped_at is None and attempt_stop is not None and attempt_stop >= floor:
+        stopped_at = attempt_stop
+    if stopped_at is None and final and started_at is not None:
         stopped_at = observed_at_ms
-    last_attempt: dict[str, Any] = detail.attempts[-1].get("container", {}) if detail.attempts else {}
+    reasons = [container.reason, _text(last_container.get("reason")), _text(last.get("statusReason"))]
+    exit_code = (
+        container.exit_code if container.exit_code is not None else _int(last_container.get("exitCode"))
+    )
     return BatchJobState(
         batch_job_id=detail.job_id,
         job_name=detail.job_name,
         status=detail.status,
         status_reason=detail.status_reason,
         created_at_ms=detail.created_at,
-        started_at_ms=detail.started_at,
+        started_at_ms=started_at,
         stopped_at_ms=stopped_at,
-        exit_code=container.exit_code if container.exit_code is not None else last_attempt.get("exitCode"),
-        log_stream_name=container.log_stream_name or last_attempt.get("logStreamName"),
+        exit_code=exit_code,
+        log_stream_name=container.log_stream_name or _text(last_container.get("logStreamName")),
         attempt_count=len(detail.attempts),
+        container_reasons=tuple(r for r in reasons if r and r.strip()) if final else (),
+        observed_at_ms=observed_at_ms,
     )

@@ -10,9 +10,9 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
-from datetime import datetime
+from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
@@ -21,8 +21,15 @@ from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 from botocore.exceptions import ClientError
 
 from functions.domain.credits import Charge, quantize_credits
-from functions.domain.errors import ConditionFailed, DependencyFailed, ValidationFailed
+from functions.domain.errors import (
+    ConditionFailed,
+    DependencyFailed,
+    RecordMissing,
+    UnreadableRecord,
+    ValidationFailed,
+)
 from functions.domain.jobs import (
+    MAX_TERMINATE_ATTEMPTS,
     RECORD_TTL,
     Account,
     Job,
@@ -36,12 +43,20 @@ from functions.domain.jobs import (
 from functions.domain.machine_classes import GeoZone
 from functions.domain.notifications import rules_from_json, rules_to_json
 from functions.domain.status import METERED_STATUSES, JobStatus
+from functions.domain.text import URLSAFE_BASE64_PATTERN, full_match
 from functions.domain.timefmt import from_sortable, to_sortable
 
 METER_PARTITION = "metered"
 OPEN_PARTITION = "open"
 RETRY_PARTITION = "retry"
 NOTIFICATION_LOG_LIMIT = 200
+# GET /jobs reads at most this many index pages per request: a span of expired or filtered-out jobs
+# then gives a short (even empty) page whose nextToken continues after it.
+MAX_LIST_QUERIES = 20
+# A job item is alive while it exists and its TTL has not passed (DynamoDB deletes expired items
+# days late, so every read and every write of an existing job checks it).
+_LIVE_JOB = "attribute_exists(jobId) AND (attribute_not_exists(#ttl) OR #ttl > :liveNow)"
+_NOT_EXPIRED = "(attribute_not_exists(#ttl) OR #ttl > :liveNow)"
 logger = Logger(child=True)
 _CONDITION_CODES = {
     "ConditionalCheckFailedException",
@@ -128,9 +143,16 @@ def job_to_item(job: Job) -> dict[str, Any]:
         "childStatusCounts": job.child_status_counts,
         "sentNotifications": set(job.sent_notifications) or None,
         "retryNotifications": set(job.retry_notifications) or None,
+        "publishFailures": set(job.publish_failures) or None,
         "notificationLog": [_record_to_item(r) for r in job.notification_log] or None,
         "dataDeletedAt": to_sortable(job.data_deleted_at) if job.data_deleted_at else None,
-        "ttl": int((job.submitted_at + RECORD_TTL).timestamp()),
+        "batchReason": job.batch_reason,
+        "warnings": list(job.warnings) or None,
+        "terminationRequestedAt": (
+            to_sortable(job.termination_requested_at) if job.termination_requested_at else None
+        ),
+        "terminationAttempts": job.termination_attempts or None,
+        "ttl": int((job.record_expires_at or job.submitted_at + RECORD_TTL).timestamp()),
     }
     if job.type != JobType.ARRAY_CHILD:
         values["listKey"] = f"{to_sortable(job.submitted_at)}#{job.job_id}"
@@ -142,8 +164,23 @@ def job_to_item(job: Job) -> dict[str, Any]:
 
 
 def job_from_item(item: dict[str, Any]) -> Job:
-    """The job of a plain (deserialized) DynamoDB item."""
+    """The job of a plain (deserialized) DynamoDB item.
+
+    Raises
+    ------
+    UnreadableRecord
+        For an item that is not a whole job (a stub an update made, a partial write).
+    """
+    try:
+        return _job_from_item(item)
+    except (KeyError, ValueError, TypeError, AttributeError) as exc:
+        job_id = str(item.get("jobId", "?"))
+        raise UnreadableRecord(f"job item {job_id} is not a whole job ({exc!r})", key=job_id) from exc
+
+
+def _job_from_item(item: dict[str, Any]) -> Job:
     counts = item.get("childStatusCounts")
+    ttl = item.get("ttl")
     return Job(
         job_id=item["jobId"],
         account_id=item["accountId"],
@@ -174,8 +211,14 @@ def job_from_item(item: dict[str, Any]) -> Job:
         child_status_counts={k: int(v) for k, v in counts.items()} if counts else None,
         sent_notifications=frozenset(item.get("sentNotifications", ())),
         retry_notifications=frozenset(item.get("retryNotifications", ())),
+        publish_failures=frozenset(item.get("publishFailures", ())),
         notification_log=tuple(_record_from_item(r) for r in item.get("notificationLog", [])),
         data_deleted_at=_opt_time(item.get("dataDeletedAt")),
+        batch_reason=item.get("batchReason"),
+        warnings=tuple(str(w) for w in item.get("warnings", [])),
+        termination_requested_at=_opt_time(item.get("terminationRequestedAt")),
+        termination_attempts=int(item.get("terminationAttempts", 0)),
+        record_expires_at=datetime.fromtimestamp(int(ttl), tz=UTC) if ttl is not None else None,
     )
 
 
@@ -224,19 +267,33 @@ def _entry_from_item(item: dict[str, Any]) -> LedgerEntry:
 class DynamoJobStore:
     """``JobRepository`` on three DynamoDB tables (see ``functions.adapters.tables``).
 
+    Every UpdateItem of a job is conditional on the job being alive (its key exists and its ``ttl``
+    has not passed): a write to a deleted or expired job raises ``RecordMissing`` instead of
+    creating a stub item. Every read leaves out jobs past their ``ttl``.
+
     Parameters
     ----------
     client :
         A boto3 DynamoDB client of the home region (built once per cold start).
     jobs_table, accounts_table, ledger_table : str
         Table names.
+    clock :
+        Source of "now" for the TTL checks (the service's clock; the wall clock by default).
     """
 
-    def __init__(self, client: Any, jobs_table: str, accounts_table: str, ledger_table: str) -> None:
+    def __init__(
+        self,
+        client: Any,
+        jobs_table: str,
+        accounts_table: str,
+        ledger_table: str,
+        clock: Callable[[], datetime] | None = None,
+    ) -> None:
         self._db = client
         self._jobs = jobs_table
         self._accounts = accounts_table
         self._ledger = ledger_table
+        self._clock = clock or (lambda: datetime.now(UTC))
 
     # -- helpers -----------------------------------------------------------------------------------
     def _call(self, operation: str, **kwargs: Any) -> Any:
@@ -248,6 +305,30 @@ class DynamoJobStore:
                 raise ConditionFailed(code) from exc
             raise DependencyFailed("The job store is unavailable; try again shortly.") from exc
 
+    def _now_epoch(self) -> int:
+        return int(self._clock().timestamp())
+
+    def _live_job(self, item: dict[str, Any] | None, where: str) -> Job | None:
+        """The job of a plain item, or None when it is past its TTL."""
+        if item is None:
+            return None
+        job = job_from_item(item)
+        if job.is_gone(self._clock()):
+            logger.debug("expired job left out", job_id=job.job_id, where=where)
+            return None
+        return job
+
+    def _not_expired_filter(self, kwargs: dict[str, Any]) -> dict[str, Any]:
+        """``kwargs`` of a Query with the not-past-TTL filter added (AND-ed to any filter given)."""
+        existing = kwargs.get("FilterExpression")
+        kwargs["FilterExpression"] = f"{_NOT_EXPIRED} AND ({existing})" if existing else _NOT_EXPIRED
+        kwargs["ExpressionAttributeNames"] = {**kwargs.get("ExpressionAttributeNames", {}), "#ttl": "ttl"}
+        kwargs["ExpressionAttributeValues"] = {
+            **kwargs.get("ExpressionAttributeValues", {}),
+            ":liveNow": _ser(self._now_epoch()),
+        }
+        return kwargs
+
     def _query(self, **kwargs: Any) -> Iterator[dict[str, Any]]:
         """Every item a Query returns, page after page, as plain Python values."""
         while True:
@@ -258,15 +339,80 @@ class DynamoJobStore:
                 return
             kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
 
-    def _update_if(self, key: dict[str, Any], **kwargs: Any) -> dict[str, Any] | None:
-        """A conditional UpdateItem on the jobs table: its response, or None when the condition failed."""
+    def _jobs_of(
+        self, items: Iterator[dict[str, Any]], on_unreadable: Callable[[UnreadableRecord], None] | None
+    ) -> Iterator[Job]:
+        """The live jobs of index items; an unreadable item is logged, reported and skipped, so one
+        bad item never stops a reader of many."""
+        for item in items:
+            try:
+                job = self._live_job(item, "index")
+            except UnreadableRecord as exc:
+                logger.error("unreadable job item skipped", job_id=exc.key, problem=exc.message)
+                if on_unreadable is not None:
+                    on_unreadable(exc)
+                continue
+            if job is not None:
+                yield job
+
+    def _update_job(
+        self,
+        job_id: str,
+        update: str,
+        *,
+        condition: str | None = None,
+        names: dict[str, str] | None = None,
+        values: dict[str, Any] | None = None,
+        return_new: bool = False,
+    ) -> dict[str, Any] | None:
+        """An UpdateItem of an existing, live job (never creates one).
+
+        Returns the response, or None when ``condition`` (beyond being alive) failed.
+
+        Raises
+        ------
+        RecordMissing
+            The job does not exist or is past its TTL.
+        """
+        kwargs: dict[str, Any] = {
+            "TableName": self._jobs,
+            "Key": _item({"jobId": job_id}),
+            "UpdateExpression": update,
+            "ConditionExpression": f"{_LIVE_JOB} AND ({condition})" if condition else _LIVE_JOB,
+            "ExpressionAttributeNames": {**(names or {}), "#ttl": "ttl"},
+            "ExpressionAttributeValues": {
+                **{k: _ser(v) for k, v in (values or {}).items()},
+                ":liveNow": _ser(self._now_epoch()),
+            },
+            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+        }
+        if return_new:
+            kwargs["ReturnValues"] = "ALL_NEW"
         try:
-            response: dict[str, Any] = self._call(
-                "update_item", TableName=self._jobs, Key=_item(key), **kwargs
-            )
-        except ConditionFailed:
+            response: dict[str, Any] = self._call("update_item", **kwargs)
+        except ConditionFailed as exc:
+            if self._missing(exc):
+                raise RecordMissing(f"Job {job_id} no longer exists.") from None
             return None
         return response
+
+    def _missing(self, exc: ConditionFailed) -> bool:
+        """True when a conditional write (asked for ``ALL_OLD`` on failure) failed because its job
+        item is absent or past its TTL, rather than on the rest of its condition."""
+        cause = exc.__cause__
+        if not isinstance(cause, ClientError):
+            return False
+        response: dict[str, Any] = dict(cause.response)
+        if "CancellationReasons" in response:  # TransactWriteItems: the job's update is the first item
+            reasons = response.get("CancellationReasons") or [{}]
+            if reasons[0].get("Code") != "ConditionalCheckFailed":
+                return False
+            response = reasons[0]
+        old = response.get("Item")
+        if not old:
+            return True
+        ttl = _plain(old).get("ttl")
+        return ttl is not None and int(ttl) <= self._now_epoch()
 
     # -- jobs --------------------------------------------------------------------------------------
     def create_job(self, job: Job) -> None:
@@ -283,21 +429,29 @@ class DynamoJobStore:
         self._call("delete_item", TableName=self._jobs, Key=_item({"jobId": job_id}))
 
     def get_job(self, job_id: str) -> Job | None:
-        """The job, read strongly consistent, or None."""
+        """The job, read strongly consistent, or None (also when past its TTL).
+
+        Raises ``UnreadableRecord`` for an item that is not a whole job.
+        """
         response = self._call(
             "get_item", TableName=self._jobs, Key=_item({"jobId": job_id}), ConsistentRead=True
         )
         item = response.get("Item")
-        return job_from_item(_plain(item)) if item else None
+        return self._live_job(_plain(item), "get") if item else None
 
     def list_jobs(
         self, account_id: str, status: JobStatus | None, limit: int, next_token: str | None
     ) -> tuple[list[Job], str | None]:
-        """An account's top-level jobs, newest first, through the sparse ``byAccount`` index."""
+        """An account's top-level live jobs, newest first, through the sparse ``byAccount`` index.
+
+        Jobs past their TTL and (with ``status``) other statuses are filtered out by DynamoDB after
+        it reads them, so a page may hold fewer than ``limit`` jobs while its token is set: at most
+        ``MAX_LIST_QUERIES`` index pages are read per call. Unreadable items are logged and skipped.
+        """
         start_key = self._decode_token(next_token, account_id) if next_token else None
         jobs: list[Job] = []
         last_key: dict[str, Any] | None = None
-        while len(jobs) < limit:
+        for _ in range(MAX_LIST_QUERIES):
             kwargs: dict[str, Any] = {
                 "TableName": self._jobs,
                 "IndexName": "byAccount",
@@ -312,10 +466,11 @@ class DynamoJobStore:
                 kwargs["ExpressionAttributeValues"][":s"] = _ser(status.value)
             if start_key:
                 kwargs["ExclusiveStartKey"] = start_key
-            page = self._call("query", **kwargs)
-            jobs += [job_from_item(_plain(item)) for item in page.get("Items", [])]
+            page = self._call("query", **self._not_expired_filter(kwargs))
+            items = (_plain(item) for item in page.get("Items", []))
+            jobs += list(self._jobs_of(items, None))
             last_key = page.get("LastEvaluatedKey")
-            if not last_key:
+            if not last_key or len(jobs) >= limit:
                 break
             start_key = last_key
         return jobs, self._encode_token(last_key) if last_key else None
@@ -327,6 +482,10 @@ class DynamoJobStore:
     @staticmethod
     def _decode_token(token: str, account_id: str) -> dict[str, Any]:
         try:
+            # b64decode drops characters outside the alphabet (a trailing newline, any Unicode)
+            # unless they are refused first.
+            if not full_match(URLSAFE_BASE64_PATTERN, token):
+                raise ValueError(token)
             key = json.loads(base64.urlsafe_b64decode(token.encode()))
             valid = isinstance(key, dict) and set(key) == {"jobId", "accountId", "listKey"}
         except (ValueError, binascii.Error):
@@ -338,12 +497,12 @@ class DynamoJobStore:
         return _item(key)
 
     def set_batch_job_id(self, job_id: str, batch_job_id: str) -> None:
-        """Record the Batch job id unless an event already did."""
-        self._update_if(
-            {"jobId": job_id},
-            UpdateExpression="SET batchJobId = :b",
-            ConditionExpression="attribute_exists(jobId) AND attribute_not_exists(batchJobId)",
-            ExpressionAttributeValues={":b": _ser(batch_job_id)},
+        """Record the Batch job id unless an event already did; ``RecordMissing`` if the job is gone."""
+        self._update_job(
+            job_id,
+            "SET batchJobId = :b",
+            condition="attribute_not_exists(batchJobId)",
+            values={":b": batch_job_id},
         )
 
     def _transition_update(self, transition: Transition, now: datetime) -> dict[str, Any]:
@@ -362,10 +521,13 @@ class DynamoJobStore:
             "lastEventAt",
             "meterPartition",
             "openPartition",
+            "batchReason",
+            "warnings",
         ]
         if after.is_final:
             fields.append("creditsSpent")
         names = {f"#{f}": f for f in fields}
+        names["#ttl"] = "ttl"
         sets = [f"#{f} = :{f}" for f in fields if item.get(f) is not None]
         removes = [f"#{f}" for f in fields if item.get(f) is None]
         expression = "SET " + ", ".join(sets) + (" REMOVE " + ", ".join(removes) if removes else "")
@@ -373,23 +535,38 @@ class DynamoJobStore:
         values[":before"] = _ser(transition.before.event_position)
         values[":succeeded"] = _ser(JobStatus.SUCCEEDED.value)
         values[":terminated"] = _ser(JobStatus.TERMINATED.value)
+        values[":liveNow"] = _ser(self._now_epoch())
         return {
             "TableName": self._jobs,
             "Key": _item({"jobId": after.job_id}),
             "UpdateExpression": expression,
-            "ConditionExpression": "#eventPosition = :before AND NOT #status IN (:succeeded, :terminated)",
+            "ConditionExpression": (
+                f"{_LIVE_JOB} AND #eventPosition = :before AND NOT #status IN (:succeeded, :terminated)"
+            ),
             "ExpressionAttributeNames": names,
             "ExpressionAttributeValues": values,
+            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
         }
 
     def save_transition(self, transition: Transition, now: datetime) -> None:
-        """Store a non-final transition (conditional on the position it was computed from)."""
-        self._call("update_item", **self._transition_update(transition, now))
+        """Store a non-final transition (conditional on the position it was computed from).
+
+        Raises ``RecordMissing`` when the job is gone, ``ConditionFailed`` when it moved since read.
+        """
+        try:
+            self._call("update_item", **self._transition_update(transition, now))
+        except ConditionFailed as exc:
+            if self._missing(exc):
+                raise RecordMissing(f"Job {transition.after.job_id} no longer exists.") from None
+            raise
 
     def settle(
         self, transition: Transition, charge: Charge, entry: LedgerEntry | None, now: datetime
     ) -> None:
-        """The final transition, the ledger entry and the balance change in one transaction."""
+        """The final transition, the ledger entry and the balance change in one transaction.
+
+        Raises ``RecordMissing`` when the job is gone, ``ConditionFailed`` on any other lost race.
+        """
         final = replace(transition, after=replace(transition.after, credits_spent=charge.credits))
         items: list[dict[str, Any]] = [{"Update": self._transition_update(final, now)}]
         if entry is not None:
@@ -410,7 +587,7 @@ class DynamoJobStore:
                         "TableName": self._accounts,
                         "Key": _item({"accountId": entry.account_id}),
                         "UpdateExpression": "SET creditBalance = :after",
-                        "ConditionExpression": "creditBalance = :before",
+                        "ConditionExpression": "attribute_exists(accountId) AND creditBalance = :before",
                         "ExpressionAttributeValues": {
                             ":after": _ser(entry.balance_after),
                             ":before": _ser(before),
@@ -418,50 +595,92 @@ class DynamoJobStore:
                     }
                 }
             )
-        self._call("transact_write_items", TransactItems=items)
+        try:
+            self._call("transact_write_items", TransactItems=items)
+        except ConditionFailed as exc:
+            if self._missing(exc):
+                raise RecordMissing(f"Job {transition.after.job_id} no longer exists.") from None
+            raise
 
     def set_termination_reason(self, job_id: str, reason: str) -> Job | None:
-        """Record the service's termination reason unless the job is final or has one."""
-        response = self._update_if(
-            {"jobId": job_id},
-            UpdateExpression="SET terminationReason = :r",
-            ConditionExpression=(
-                "attribute_exists(jobId) AND attribute_not_exists(terminationReason)"
-                " AND NOT #s IN (:succeeded, :terminated)"
-            ),
-            ExpressionAttributeNames={"#s": "status"},
-            ExpressionAttributeValues={
-                ":r": _ser(reason),
-                ":succeeded": _ser(JobStatus.SUCCEEDED.value),
-                ":terminated": _ser(JobStatus.TERMINATED.value),
+        """Record the service's termination reason unless the job is final or has one.
+
+        Returns the job after the write, or None when nothing was written; ``RecordMissing`` when
+        the job is gone.
+        """
+        response = self._update_job(
+            job_id,
+            "SET terminationReason = :r",
+            condition="attribute_not_exists(terminationReason) AND NOT #s IN (:succeeded, :terminated)",
+            names={"#s": "status"},
+            values={
+                ":r": reason,
+                ":succeeded": JobStatus.SUCCEEDED.value,
+                ":terminated": JobStatus.TERMINATED.value,
             },
-            ReturnValues="ALL_NEW",
+            return_new=True,
         )
         return job_from_item(_plain(response["Attributes"])) if response else None
 
-    def claim_notification(self, job_id: str, key: str) -> bool:
-        """Add ``key`` to ``sentNotifications``; True only for the writer that added it."""
-        added = self._update_if(
-            {"jobId": job_id},
-            UpdateExpression="ADD sentNotifications :k DELETE retryNotifications :k",
-            ConditionExpression="attribute_exists(jobId) AND NOT contains(sentNotifications, :key)",
-            ExpressionAttributeValues={":k": _ser({key}), ":key": _ser(key)},
+    def claim_termination(self, job_id: str, now: datetime) -> bool:
+        """Claim the right to send TerminateJob for a job: True for the one writer that recorded
+        ``terminationRequestedAt`` (none in flight, not final, fewer than ``MAX_TERMINATE_ATTEMPTS``
+        requests so far). ``RecordMissing`` when the job is gone."""
+        claimed = self._update_job(
+            job_id,
+            "SET terminationRequestedAt = :now ADD terminationAttempts :one",
+            condition=(
+                "attribute_not_exists(terminationRequestedAt) AND NOT #s IN (:succeeded, :terminated)"
+                " AND (attribute_not_exists(terminationAttempts) OR terminationAttempts < :max)"
+            ),
+            names={"#s": "status"},
+            values={
+                ":now": to_sortable(now),
+                ":one": 1,
+                ":max": MAX_TERMINATE_ATTEMPTS,
+                ":succeeded": JobStatus.SUCCEEDED.value,
+                ":terminated": JobStatus.TERMINATED.value,
+            },
+        )
+        return claimed is not None
+
+    def release_termination(self, job_id: str) -> None:
+        """Forget a TerminateJob request that failed, so a later tick may send it again (bounded by
+        ``terminationAttempts``). ``RecordMissing`` when the job is gone."""
+        self._update_job(
+            job_id, "REMOVE terminationRequestedAt", condition="attribute_exists(terminationRequestedAt)"
+        )
+
+    def claim_notification(self, job_id: str, key: str, while_open: bool = False) -> bool:
+        """Add ``key`` to ``sentNotifications``; True only for the writer that added it. With
+        ``while_open`` (progress notifications), only while the job is not final.
+        ``RecordMissing`` when the job is gone."""
+        condition = "NOT contains(sentNotifications, :key)"
+        if while_open:
+            condition += " AND attribute_exists(openPartition)"
+        added = self._update_job(
+            job_id,
+            "ADD sentNotifications :k DELETE retryNotifications :k",
+            condition=condition,
+            values={":k": {key}, ":key": key},
         )
         return added is not None
 
-    def release_notification(self, job_id: str, key: str) -> None:
-        """Remove ``key`` from ``sentNotifications`` after a failed publish and keep it owed
-        (``retryNotifications``), marking the job for the meter's retries (sparse ``notifyRetry``)."""
-        self._call(
-            "update_item",
-            TableName=self._jobs,
-            Key=_item({"jobId": job_id}),
-            UpdateExpression="DELETE sentNotifications :k ADD retryNotifications :k SET retryPartition = :r",
-            ExpressionAttributeValues={":k": _ser({key}), ":r": _ser(RETRY_PARTITION)},
+    def release_notification(self, job_id: str, key: str, failure: str) -> None:
+        """After a transient publish failure: remove ``key`` from ``sentNotifications``, keep it owed
+        (``retryNotifications``), record the attempt (``publishFailures``, see
+        ``notification_schedule.failure_record``) and list the job for the meter's retries (sparse
+        ``notifyRetry``). ``RecordMissing`` when the job is gone (nothing is created)."""
+        self._update_job(
+            job_id,
+            "DELETE sentNotifications :k ADD retryNotifications :k, publishFailures :f "
+            "SET retryPartition = :r",
+            values={":k": {key}, ":f": {failure}, ":r": RETRY_PARTITION},
         )
 
     def list_notification_retries(self) -> Iterator[str]:
-        """Ids of jobs with a notification to send again (the sparse ``notifyRetry`` index)."""
+        """Ids of jobs with a notification to send again (the sparse, keys-only ``notifyRetry``
+        index; callers read each job, which leaves out the expired ones)."""
         for item in self._query(
             TableName=self._jobs,
             IndexName="notifyRetry",
@@ -471,89 +690,75 @@ class DynamoJobStore:
             yield str(item["jobId"])
 
     def request_notification_retry(self, job_id: str) -> None:
-        """List the job for the meter's next tick (more is owed than one delivery sends)."""
-        self._update_if(
-            {"jobId": job_id},
-            UpdateExpression="SET retryPartition = :r",
-            ConditionExpression="attribute_exists(jobId)",
-            ExpressionAttributeValues={":r": _ser(RETRY_PARTITION)},
-        )
+        """List the job for the meter's next tick (more is owed than one delivery sends).
+        ``RecordMissing`` when the job is gone."""
+        self._update_job(job_id, "SET retryPartition = :r", values={":r": RETRY_PARTITION})
 
     def clear_notification_retry(self, job_id: str) -> None:
-        """Take the job out of ``notifyRetry`` once nothing is left to send again."""
-        self._update_if(
-            {"jobId": job_id},
-            UpdateExpression="REMOVE retryPartition",
-            ConditionExpression="attribute_exists(jobId) AND attribute_not_exists(retryNotifications)",
+        """Take the job out of ``notifyRetry`` once nothing is left to send again (no-op while some
+        is). ``RecordMissing`` when the job is gone."""
+        self._update_job(
+            job_id, "REMOVE retryPartition", condition="attribute_not_exists(retryNotifications)"
         )
 
     def append_notification_record(self, job_id: str, record: NotificationRecord) -> None:
         """Append to the job's ``notificationLog``, keeping the newest ``NOTIFICATION_LOG_LIMIT``
-        lines (a DynamoDB item is at most 400 KB; a year of Hourly would not fit)."""
-        entry = _ser([_record_to_item(record)])
+        lines (a DynamoDB item is at most 400 KB; a year of Hourly would not fit).
+        ``RecordMissing`` when the job is gone."""
+        entry = [_record_to_item(record)]
         for _ in range(5):
-            try:
-                self._call(
-                    "update_item",
-                    TableName=self._jobs,
-                    Key=_item({"jobId": job_id}),
-                    UpdateExpression=(
-                        "SET notificationLog = list_append(if_not_exists(notificationLog, :empty), :e)"
-                    ),
-                    ConditionExpression="attribute_exists(jobId) AND "
-                    "(attribute_not_exists(notificationLog) OR size(notificationLog) < :limit)",
-                    ExpressionAttributeValues={
-                        ":e": entry,
-                        ":empty": _ser([]),
-                        ":limit": _ser(NOTIFICATION_LOG_LIMIT),
-                    },
-                )
+            appended = self._update_job(
+                job_id,
+                "SET notificationLog = list_append(if_not_exists(notificationLog, :empty), :e)",
+                condition="attribute_not_exists(notificationLog) OR size(notificationLog) < :limit",
+                values={":e": entry, ":empty": [], ":limit": NOTIFICATION_LOG_LIMIT},
+            )
+            if appended is not None:
                 return
-            except ConditionFailed:
-                job = self.get_job(job_id)
-                if job is None:
-                    return
-                kept = [_record_to_item(r) for r in job.notification_log[-(NOTIFICATION_LOG_LIMIT // 2) :]]
-                try:
-                    self._call(
-                        "update_item",
-                        TableName=self._jobs,
-                        Key=_item({"jobId": job_id}),
-                        UpdateExpression="SET notificationLog = :kept",
-                        ConditionExpression="size(notificationLog) = :n",
-                        ExpressionAttributeValues={
-                            ":kept": _ser(kept),
-                            ":n": _ser(len(job.notification_log)),
-                        },
-                    )
-                except ConditionFailed:
-                    continue
+            job = self.get_job(job_id)
+            if job is None:
+                raise RecordMissing(f"Job {job_id} no longer exists.")
+            kept = [_record_to_item(r) for r in job.notification_log[-(NOTIFICATION_LOG_LIMIT // 2) :]]
+            self._update_job(
+                job_id,
+                "SET notificationLog = :kept",
+                condition="size(notificationLog) = :n",
+                values={":kept": kept, ":n": len(job.notification_log)},
+            )
         logger.warning("notification log line dropped", job_id=job_id)
 
-    def list_metered_jobs(self) -> Iterator[Job]:
-        """Starting/Running jobs from the sparse ``metered`` index, then read in full."""
-        for item in self._query(
-            TableName=self._jobs,
-            IndexName="metered",
-            KeyConditionExpression="meterPartition = :p",
-            ExpressionAttributeValues={":p": _ser(METER_PARTITION)},
-        ):
-            yield job_from_item(item)
+    def list_metered_jobs(
+        self, on_unreadable: Callable[[UnreadableRecord], None] | None = None
+    ) -> Iterator[Job]:
+        """Live Starting/Running jobs from the sparse ``metered`` index (past-TTL ones filtered out);
+        an unreadable item is logged, passed to ``on_unreadable`` and skipped."""
+        items = self._query(
+            **self._not_expired_filter(
+                {
+                    "TableName": self._jobs,
+                    "IndexName": "metered",
+                    "KeyConditionExpression": "meterPartition = :p",
+                    "ExpressionAttributeValues": {":p": _ser(METER_PARTITION)},
+                }
+            )
+        )
+        yield from self._jobs_of(items, on_unreadable)
 
     def mark_data_deleted(self, job_id: str, now: datetime) -> None:
-        """Record that a final job's data was deleted by its owner (its data routes answer 410)."""
-        self._call(
-            "update_item",
-            TableName=self._jobs,
-            Key=_item({"jobId": job_id}),
-            UpdateExpression="SET dataDeletedAt = if_not_exists(dataDeletedAt, :now)",
-            ConditionExpression="attribute_exists(jobId)",
-            ExpressionAttributeValues={":now": _ser(to_sortable(now))},
+        """Record that a final job's data was deleted by its owner (its data routes answer 410).
+        ``RecordMissing`` when the job is gone."""
+        self._update_job(
+            job_id,
+            "SET dataDeletedAt = if_not_exists(dataDeletedAt, :now)",
+            values={":now": to_sortable(now)},
         )
 
-    def list_stale_jobs(self, last_event_before: datetime) -> Iterator[Job]:
-        """Jobs that are not final and whose last event is older than ``last_event_before``
-        (the sparse ``unfinished`` index, one key-range query)."""
+    def list_stale_jobs(
+        self, last_event_before: datetime, on_unreadable: Callable[[UnreadableRecord], None] | None = None
+    ) -> Iterator[Job]:
+        """Live jobs that are not final and whose last event is older than ``last_event_before``
+        (the sparse ``unfinished`` index, one key-range query; past-TTL ones filtered out); an
+        unreadable item is logged, passed to ``on_unreadable`` and skipped."""
         kwargs: dict[str, Any] = {
             "TableName": self._jobs,
             "IndexName": "unfinished",
@@ -563,26 +768,27 @@ class DynamoJobStore:
                 ":t": _ser(to_sortable(last_event_before)),
             },
         }
-        for item in self._query(**kwargs):
-            yield job_from_item(item)
+        yield from self._jobs_of(self._query(**self._not_expired_filter(kwargs)), on_unreadable)
 
     def mark_reconciled(self, job_id: str, now: datetime) -> None:
-        """Set ``lastEventAt`` of a non-final job to ``now`` after the meter checked it with Batch."""
-        self._update_if(
-            {"jobId": job_id},
-            UpdateExpression="SET lastEventAt = :now",
-            ConditionExpression="attribute_exists(openPartition)",
-            ExpressionAttributeValues={":now": _ser(to_sortable(now))},
+        """Set ``lastEventAt`` of a non-final job to ``now`` after the meter checked it with Batch.
+        ``RecordMissing`` when the job is gone."""
+        self._update_job(
+            job_id,
+            "SET lastEventAt = :now",
+            condition="attribute_exists(openPartition)",
+            values={":now": to_sortable(now)},
         )
 
     def raise_credits_spent(self, job_id: str, credits: Decimal) -> bool:
-        """Raise ``creditsSpent`` of a Running job; never lowers it."""
-        raised = self._update_if(
-            {"jobId": job_id},
-            UpdateExpression="SET creditsSpent = :c",
-            ConditionExpression="#s = :running AND creditsSpent < :c",
-            ExpressionAttributeNames={"#s": "status"},
-            ExpressionAttributeValues={":c": _ser(credits), ":running": _ser(JobStatus.RUNNING.value)},
+        """Raise ``creditsSpent`` of a Running job; never lowers it. ``RecordMissing`` when the job
+        is gone."""
+        raised = self._update_job(
+            job_id,
+            "SET creditsSpent = :c",
+            condition="#s = :running AND creditsSpent < :c",
+            names={"#s": "status"},
+            values={":c": credits, ":running": JobStatus.RUNNING.value},
         )
         return raised is not None
 
@@ -635,11 +841,47 @@ class DynamoJobStore:
             raise DependencyFailed("The account could not be created; try again.")
         return stored
 
+    def take_sms_allowance(self, account_id: str, hour: str, limit: int) -> bool:
+        """Count one SMS against the account's ``limit`` for the clock hour ``hour``
+        (``2026-11-29T17``); False, counting nothing, once ``limit`` were sent in that hour."""
+        key = _item({"accountId": account_id})
+        values = {":h": _ser(hour), ":one": _ser(1), ":limit": _ser(limit)}
+        if limit <= 0:
+            return False
+        try:
+            # The hour's first SMS starts a new count.
+            self._call(
+                "update_item",
+                TableName=self._accounts,
+                Key=key,
+                UpdateExpression="SET smsHour = :h, smsCount = :one",
+                ConditionExpression=(
+                    "attribute_exists(accountId) AND (attribute_not_exists(smsHour) OR smsHour <> :h)"
+                ),
+                ExpressionAttributeValues={":h": values[":h"], ":one": values[":one"]},
+            )
+            return True
+        except ConditionFailed:
+            pass
+        try:
+            self._call(
+                "update_item",
+                TableName=self._accounts,
+                Key=key,
+                UpdateExpression="ADD smsCount :one",
+                ConditionExpression="smsHour = :h AND smsCount < :limit",
+                ExpressionAttributeValues=values,
+            )
+        except ConditionFailed:
+            return False
+        return True
+
     def update_contacts(self, account: Account) -> Account:
         """Store the account's contacts: email, phone, email subscription, webhook URL and secret
         (None removes each).
 
-        Raises ``ConditionFailed`` when the account does not exist.
+        Raises ``RecordMissing`` (a ``ConditionFailed``) when the account does not exist: the update
+        never creates one.
         """
         account_id = account.account_id
         values = {
@@ -665,7 +907,11 @@ class DynamoJobStore:
             kwargs["ExpressionAttributeValues"] = {
                 f":{k}": _ser(v) for k, v in values.items() if v is not None
             }
-        response = self._call("update_item", **kwargs)
+        kwargs["ReturnValuesOnConditionCheckFailure"] = "ALL_OLD"
+        try:
+            response = self._call("update_item", **kwargs)
+        except ConditionFailed as exc:
+            raise RecordMissing(f"No account {account_id}.") from exc
         return _account_from_item(_plain(response["Attributes"]))
 
     def grant_credits(self, entry: LedgerEntry) -> Account:
@@ -690,7 +936,7 @@ class DynamoJobStore:
                         "TableName": self._accounts,
                         "Key": _item({"accountId": entry.account_id}),
                         "UpdateExpression": "SET creditBalance = :after",
-                        "ConditionExpression": "creditBalance = :before",
+                        "ConditionExpression": "attribute_exists(accountId) AND creditBalance = :before",
                         "ExpressionAttributeValues": {
                             ":after": _ser(entry.balance_after),
                             ":before": _ser(before),

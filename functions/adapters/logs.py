@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -18,8 +19,16 @@ class CloudWatchLogReader:
         self._logs = client
         self.log_group = log_group
 
-    def read(self, log_stream_name: str, since: datetime | None, limit: int) -> list[LogEvent]:
-        """Up to ``limit`` events from ``since`` on, oldest first; [] when the stream does not exist."""
+    def events(self, log_stream_name: str, since: datetime | None) -> Iterator[LogEvent]:
+        """The stream's events from ``since`` on, oldest first; GetLogEvents is called page by page
+        (up to 1 MB or 10,000 events each) only as the caller consumes them. Nothing when the stream
+        does not exist.
+
+        Raises
+        ------
+        DependencyFailed
+            CloudWatch Logs failed (while iterating).
+        """
         kwargs: dict[str, Any] = {
             "logGroupName": self.log_group,
             "logStreamName": log_stream_name,
@@ -27,24 +36,22 @@ class CloudWatchLogReader:
         }
         if since is not None:
             kwargs["startTime"] = int(since.timestamp() * 1000)
-        events: list[LogEvent] = []
         token = None
-        try:
-            while len(events) < limit:
-                if token:
-                    kwargs["nextToken"] = token
+        while True:
+            if token:
+                kwargs["nextToken"] = token
+            try:
                 page = self._logs.get_log_events(**kwargs)
-                for event in page.get("events", []):
-                    stamp = datetime.fromtimestamp(event["timestamp"] / 1000, tz=UTC)
-                    events.append(LogEvent(stamp, event["message"]))
-                if not page.get("events") or page.get("nextForwardToken") in (None, token):
-                    break
-                token = page["nextForwardToken"]
-        except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") == "ResourceNotFoundException":
-                return []
-            raise DependencyFailed("The job's log could not be read; try again shortly.") from exc
-        return events[:limit]
+            except ClientError as exc:
+                if exc.response.get("Error", {}).get("Code") == "ResourceNotFoundException":
+                    return
+                raise DependencyFailed("The job's log could not be read; try again shortly.") from exc
+            for event in page.get("events", []):
+                yield LogEvent(datetime.fromtimestamp(event["timestamp"] / 1000, tz=UTC), event["message"])
+            # The forward token repeats at the stream's end (GetLogEvents' documented end marker).
+            if not page.get("events") or page.get("nextForwardToken") in (None, token):
+                return
+            token = page["nextForwardToken"]
 
     def delete(self, log_stream_name: str) -> None:
         """DeleteLogStream; a stream that does not exist is already deleted."""

@@ -7,7 +7,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from functions.domain.errors import DependencyFailed, PayloadTooLarge
-from functions.ports import StoredObject
+from functions.ports import ObjectInfo, StoredObject
 
 _MISSING = {"NoSuchKey", "404", "NotFound"}
 
@@ -50,13 +50,22 @@ class S3BlobStore:
 
     def size(self, key: str) -> int | None:
         """The object's size in bytes, or None."""
+        info = self.describe(key)
+        return None if info is None else info.size
+
+    def describe(self, key: str) -> ObjectInfo | None:
+        """HeadObject: the object's size (bytes) and Content-Type, or None when it does not exist."""
         try:
             response = self._s3.head_object(Bucket=self.bucket, Key=key)
         except ClientError as exc:
             if exc.response.get("Error", {}).get("Code") in _MISSING:
                 return None
             raise DependencyFailed("The job's data could not be read; try again shortly.") from exc
-        return int(response["ContentLength"])
+        return ObjectInfo(
+            key=key,
+            size=int(response["ContentLength"]),
+            content_type=str(response.get("ContentType") or "application/octet-stream"),
+        )
 
     def list(self, prefix: str) -> list[StoredObject]:
         """Objects under ``prefix`` (every page)."""
@@ -80,8 +89,31 @@ class S3BlobStore:
         return len(keys)
 
     def presigned_get(self, key: str, expires_seconds: int) -> str:
-        """A presigned GET URL valid ``expires_seconds``."""
+        """A presigned GET URL valid ``expires_seconds`` (``X-Amz-Expires``).
+
+        SigV4 on the region's virtual-hosted endpoint when the client is built with
+        ``functions.bootstrap.S3_CONFIG``. Signing is local: no request is made, nothing can fail.
+        """
         url: str = self._s3.generate_presigned_url(
             "get_object", Params={"Bucket": self.bucket, "Key": key}, ExpiresIn=expires_seconds
+        )
+        return url
+
+    def presigned_put(self, key: str, expires_seconds: int, content_length: int, content_type: str) -> str:
+        """A presigned PUT URL valid ``expires_seconds`` for exactly ``content_length`` bytes.
+
+        ``Content-Length`` and ``Content-Type`` are signed headers (``X-Amz-SignedHeaders``), so S3
+        refuses (403 SignatureDoesNotMatch) an upload of another size or type: the size limit is
+        the signature's. A single PUT takes up to 5 GiB (S3's limit for one request).
+        """
+        url: str = self._s3.generate_presigned_url(
+            "put_object",
+            Params={
+                "Bucket": self.bucket,
+                "Key": key,
+                "ContentLength": content_length,
+                "ContentType": content_type,
+            },
+            ExpiresIn=expires_seconds,
         )
         return url

@@ -1,18 +1,58 @@
-"""SNS: email through the topic (filtered per account), SMS straight to a phone (``Notifier``)."""
+"""SNS: email through one topic per account, SMS straight to a phone (``Notifier``, ``EmailSubscriptions``).
+
+Why one topic per account (and not one topic with a filter policy per account's subscription): SNS
+allows 200 filter policies per topic by default (and 10,000 per AWS account), so a shared topic
+stops taking email subscriptions at about 200 accounts. A topic per account needs no filter policy
+at all; the default quotas allow 100,000 standard topics per AWS account and 12,500,000
+subscriptions per topic (AWS General Reference, "Amazon SNS endpoints and quotas"), so 10,000
+accounts use a tenth of the topic quota with no increase. Publish on a topic is billed per request
+as on the shared topic; CreateTopic/DeleteTopic happen only when an account sets or changes its email.
+
+Each topic is named deterministically, ``<prefix><sha256(accountId, email)[:40]>`` under the
+deployment's prefix (``remote-batch-<stage>-email-``), so:
+
+- IAM scopes every topic action to ``arn:…:sns:<region>:<account>:<prefix>*``;
+- setting the same email again re-uses the topic (CreateTopic is idempotent for a name);
+- a replaced or cleared email deletes its topic, which also removes a subscription still pending
+  confirmation (SNS refuses to unsubscribe one): the old address can never confirm its way into the
+  new address's mail;
+- the name reveals neither the account nor the address.
+
+Publish failures are sorted into refused for good (``DeliveryRefused``: never retried) and
+transient (``DependencyFailed``: retried a bounded number of times by ``functions.logic.notifying``).
+"""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from typing import Any
 
-from botocore.exceptions import ClientError
+from botocore.exceptions import BotoCoreError, ClientError
 
 from functions.adapters.webhook import WebhookSender
-from functions.domain.errors import DependencyFailed
+from functions.domain.errors import DeliveryRefused, DependencyFailed
 from functions.ports import OutgoingNotification
 
 SMS_MAX_CHARS = 140
 EMAIL_SUBJECT_MAX_CHARS = 100
+TOPIC_DIGEST_CHARS = 40
+# SNS Publish error codes that mean the same request can never succeed (SNS API Reference, Publish
+# "Errors"): a malformed message or phone, a disabled endpoint, a topic or endpoint that no longer
+# exists, a phone number that opted out of SMS from this AWS account.
+PERMANENT_CODES = frozenset(
+    {
+        "InvalidParameter",
+        "InvalidParameterValue",
+        "ParameterValueInvalid",
+        "EndpointDisabled",
+        "PlatformApplicationDisabled",
+        "NotFound",
+        "OptedOut",
+        "OptedOutException",
+        "ValidationException",
+    }
+)
 
 
 def email_subject(text: str) -> str:
@@ -22,25 +62,60 @@ def email_subject(text: str) -> str:
     return cleaned[:EMAIL_SUBJECT_MAX_CHARS] or "remote-batch notification"
 
 
+def email_topic_arn(arn_prefix: str, account_id: str, email: str) -> str:
+    """The ARN of the topic that carries ``account_id``'s mail to ``email``.
+
+    ``arn_prefix`` is ``arn:aws:sns:<region>:<account>:<name prefix>``; the name adds 40 hex
+    characters of SHA-256 over the account id and the address (topic names allow 256 characters).
+    """
+    digest = hashlib.sha256(f"{account_id}\n{email}".encode()).hexdigest()[:TOPIC_DIGEST_CHARS]
+    return f"{arn_prefix}{digest}"
+
+
+def _topic_name(topic_arn: str) -> str:
+    return topic_arn.rsplit(":", 1)[1]
+
+
+def _error_code(exc: ClientError) -> str:
+    return str(exc.response.get("Error", {}).get("Code", ""))
+
+
 class SnsNotifier:
     """``Notifier`` on SNS (and HTTPS for webhooks).
 
-    Email is published to one topic with an ``accountId`` message attribute; each account's email
-    subscription has a filter policy on it, so only that account's address receives it. SMS is a
-    direct publish to the E.164 phone, ``Transactional``, at most 140 characters. Webhook is a
-    signed HTTPS POST (``functions.adapters.webhook``).
+    Email is published to the account's own topic (``email_topic_arn``), whose one subscription is
+    the account's address. SMS is a direct publish to the E.164 phone, ``Transactional``, at most
+    140 characters. Webhook is a signed HTTPS POST (``functions.adapters.webhook``).
+
+    Parameters
+    ----------
+    client : SNS client
+    email_topic_arn_prefix : str
+        ``arn:aws:sns:<region>:<account>:remote-batch-<stage>-email-``.
+    webhooks : WebhookSender | None
+        The webhook sender (default: one that posts to public addresses only).
     """
 
-    def __init__(self, client: Any, email_topic_arn: str, webhooks: WebhookSender | None = None) -> None:
+    def __init__(
+        self, client: Any, email_topic_arn_prefix: str, webhooks: WebhookSender | None = None
+    ) -> None:
         self._sns = client
-        self._topic = email_topic_arn
+        self._prefix = email_topic_arn_prefix
         self._webhooks = webhooks or WebhookSender()
 
     def send(self, notification: OutgoingNotification) -> None:
-        """Publish one notification; ``DependencyFailed`` when SNS (or the webhook endpoint) refuses."""
+        """Publish one notification.
+
+        Raises
+        ------
+        DeliveryRefused
+            SNS (or the webhook endpoint) refused it for good: see ``PERMANENT_CODES``.
+        DependencyFailed
+            A failure that may pass (throttling, a network error, an internal error).
+        """
         if notification.method == "Webhook":
             if not notification.secret:
-                raise DependencyFailed("the account's webhook has no signing secret")
+                raise DeliveryRefused("the account's webhook has no signing secret")
             self._webhooks.send(notification, notification.secret)
             return
         try:
@@ -54,54 +129,121 @@ class SnsNotifier:
                 )
             else:
                 self._sns.publish(
-                    TopicArn=self._topic,
+                    TopicArn=email_topic_arn(self._prefix, notification.account_id, notification.to),
                     Subject=email_subject(notification.subject),
                     Message=notification.message,
-                    MessageAttributes={
-                        "accountId": {"DataType": "String", "StringValue": notification.account_id},
-                        "event": {"DataType": "String", "StringValue": notification.event},
-                    },
                 )
         except ClientError as exc:
-            raise DependencyFailed(f"SNS refused a {notification.method} notification.") from exc
+            code = _error_code(exc)
+            if code in PERMANENT_CODES:
+                raise DeliveryRefused(
+                    f"SNS refused the {notification.method} notification ({code})."
+                ) from exc
+            raise DependencyFailed(
+                f"SNS did not take the {notification.method} notification ({code})."
+            ) from exc
+        except BotoCoreError as exc:
+            raise DependencyFailed(
+                f"SNS could not be reached for a {notification.method} notification."
+            ) from exc
 
 
 class SnsEmailSubscriptions:
-    """``EmailSubscriptions`` on the email topic: one subscription per account, whose filter policy
-    matches the ``accountId`` message attribute ``SnsNotifier`` sets on every email it publishes."""
+    """``EmailSubscriptions``: the account's email topic and its one email subscription.
 
-    def __init__(self, client: Any, email_topic_arn: str) -> None:
+    Parameters
+    ----------
+    client : SNS client
+    email_topic_arn_prefix : str
+        As for ``SnsNotifier``.
+    kms_key_id : str
+        The KMS key (ARN or alias) every topic is encrypted with; "" for none (the local stack).
+    """
+
+    def __init__(self, client: Any, email_topic_arn_prefix: str, kms_key_id: str = "") -> None:
         self._sns = client
-        self._topic = email_topic_arn
+        self._prefix = email_topic_arn_prefix
+        self._key = kms_key_id
+
+    def topic_arn(self, account_id: str, email: str) -> str:
+        """The account's topic for ``email`` (whether or not it exists yet)."""
+        return email_topic_arn(self._prefix, account_id, email)
+
+    def _attributes(self, topic_arn: str) -> dict[str, str]:
+        # Publishing without TLS is refused, as the CDK topics' enforceSSL policy does.
+        policy = {
+            "Version": "2012-10-17",
+            "Statement": [
+                {
+                    "Sid": "TlsOnly",
+                    "Effect": "Deny",
+                    "Principal": "*",
+                    "Action": "sns:Publish",
+                    "Resource": topic_arn,
+                    "Condition": {"Bool": {"aws:SecureTransport": "false"}},
+                }
+            ],
+        }
+        attributes = {"Policy": json.dumps(policy, separators=(",", ":"), sort_keys=True)}
+        if self._key:
+            attributes["KmsMasterKeyId"] = self._key
+        return attributes
+
+    def _create_topic(self, topic_arn: str) -> None:
+        attributes = self._attributes(topic_arn)
+        try:
+            created = self._sns.create_topic(Name=_topic_name(topic_arn), Attributes=attributes)
+        except ClientError as exc:
+            if _error_code(exc) != "InvalidParameter":
+                raise
+            # The topic exists with other attributes (a key or policy changed since): bring it up to date.
+            for name, value in attributes.items():
+                self._sns.set_topic_attributes(TopicArn=topic_arn, AttributeName=name, AttributeValue=value)
+            return
+        if created["TopicArn"] != topic_arn:
+            raise DependencyFailed(f"SNS made topic {created['TopicArn']}, expected {topic_arn}")
 
     def subscribe(self, account_id: str, email: str) -> str:
-        """Subscribe ``email``; returns the subscription ARN (pending until confirmed)."""
+        """Create the account's topic for ``email`` (idempotent) and subscribe the address to it.
+
+        Returns the subscription ARN (pending until its owner follows the confirmation link).
+        Raises ``DependencyFailed`` when SNS refuses either step.
+        """
+        topic_arn = self.topic_arn(account_id, email)
         try:
+            self._create_topic(topic_arn)
             response = self._sns.subscribe(
-                TopicArn=self._topic,
-                Protocol="email",
-                Endpoint=email,
-                Attributes={"FilterPolicy": json.dumps({"accountId": [account_id]})},
-                ReturnSubscriptionArn=True,
+                TopicArn=topic_arn, Protocol="email", Endpoint=email, ReturnSubscriptionArn=True
             )
-        except ClientError as exc:
+        except (ClientError, BotoCoreError) as exc:
             raise DependencyFailed("SNS did not accept the email subscription; try again.") from exc
         arn: str = response["SubscriptionArn"]
         return arn
 
-    def unsubscribe(self, subscription_arn: str) -> None:
-        """Remove a subscription; SNS refuses for a pending one, which then simply expires."""
+    def remove(self, account_id: str, email: str) -> None:
+        """Delete the account's topic for ``email`` with its subscription, pending or confirmed
+        (DeleteTopic is idempotent: a topic already gone is fine). Raises ``DependencyFailed``."""
         try:
-            self._sns.unsubscribe(SubscriptionArn=subscription_arn)
+            self._sns.delete_topic(TopicArn=self.topic_arn(account_id, email))
         except ClientError as exc:
-            code = exc.response.get("Error", {}).get("Code", "")
-            if code not in ("NotFound", "InvalidParameter"):
-                raise DependencyFailed("SNS did not remove the old email subscription; try again.") from exc
+            if _error_code(exc) != "NotFound":
+                raise DependencyFailed("SNS did not remove the old email topic; try again.") from exc
+        except BotoCoreError as exc:
+            raise DependencyFailed("SNS did not remove the old email topic; try again.") from exc
 
-    def status(self, subscription_arn: str) -> str:
-        """``pending`` or ``confirmed``, from the subscription's ``PendingConfirmation`` attribute."""
+    def status(self, account_id: str, email: str) -> str:
+        """``confirmed`` once the topic has a confirmed subscription for ``email``, else ``pending``.
+
+        Read with ListSubscriptionsByTopic on the account's own topic (a pending subscription is
+        listed with the ARN ``PendingConfirmation``), so IAM scopes it to the topic prefix.
+        """
         try:
-            attributes = self._sns.get_subscription_attributes(SubscriptionArn=subscription_arn)["Attributes"]
-        except ClientError:
+            paginator = self._sns.get_paginator("list_subscriptions_by_topic")
+            for page in paginator.paginate(TopicArn=self.topic_arn(account_id, email)):
+                for subscription in page.get("Subscriptions", []):
+                    arn = subscription.get("SubscriptionArn", "")
+                    if subscription.get("Endpoint") == email and arn.startswith("arn:"):
+                        return "confirmed"
+        except (ClientError, BotoCoreError):
             return "pending"
-        return "pending" if attributes.get("PendingConfirmation", "false") == "true" else "confirmed"
+        return "pending"

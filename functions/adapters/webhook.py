@@ -4,7 +4,8 @@ Each account that sets a ``webhookUrl`` gets a secret (shown once, in the ``PUT 
 answer). Every POST carries ``X-RemoteBatch-Timestamp`` (seconds since the epoch) and
 ``X-RemoteBatch-Signature: sha256=<hex>``, the HMAC-SHA256 of ``"{timestamp}.{body}"`` under that
 secret, so the receiver can check origin and freshness (the scheme Stripe and GitHub webhooks use).
-Retries with exponential backoff come from urllib3's ``Retry`` (urllib3 ships with botocore).
+Retries with exponential backoff come from urllib3's ``Retry`` (urllib3 ships with botocore). Only
+public addresses are posted to, checked at every delivery (``WebhookSender``).
 """
 
 from __future__ import annotations
@@ -14,13 +15,16 @@ import hmac
 import json
 import time
 from typing import Any
+from urllib.parse import urlsplit
 
 import urllib3
 from urllib3.exceptions import HTTPError
 from urllib3.util.retry import Retry
 
-from functions.domain.errors import DependencyFailed
-from functions.ports import OutgoingNotification
+from functions.adapters.dns import SocketResolver
+from functions.domain.errors import DeliveryRefused, DependencyFailed
+from functions.domain.webhook_addresses import is_this_machine, non_public_reason
+from functions.ports import HostResolver, OutgoingNotification
 
 SIGNATURE_HEADER = "X-RemoteBatch-Signature"
 TIMESTAMP_HEADER = "X-RemoteBatch-Timestamp"
@@ -56,30 +60,93 @@ def webhook_body(notification: OutgoingNotification) -> bytes:
 
 
 class WebhookSender:
-    """POSTs signed webhook notifications (one connection pool per Lambda container)."""
+    """POSTs signed webhook notifications, to the address it checked.
 
-    def __init__(self, pool: urllib3.PoolManager | None = None) -> None:
-        self._http = pool or urllib3.PoolManager(retries=RETRY, timeout=TIMEOUT)
+    At every delivery the URL's host is resolved again (DNS can change after ``PUT /account/contacts``
+    checked it) and every address must be public unicast (``functions.domain.webhook_addresses``);
+    the connection then goes to the checked address, with the host name for ``Host``, TLS SNI and
+    certificate checks, so a second DNS answer cannot redirect it (DNS rebinding). On the local stack
+    (``local``) http:// is allowed and the addresses must be this machine's instead.
+
+    Parameters
+    ----------
+    resolver : HostResolver | None
+        Default: the C library's resolver.
+    local : bool
+        The local stack's rule: this machine only.
+    """
+
+    def __init__(self, resolver: HostResolver | None = None, local: bool = False) -> None:
+        self._resolver = resolver or SocketResolver()
+        self._local = local
+
+    def _checked_address(self, host: str, port: int) -> str:
+        addresses = self._resolver.resolve(host, port)
+        if not addresses:
+            raise DependencyFailed(f"the webhook host {host} does not resolve")
+        for address in addresses:
+            if self._local:
+                if not is_this_machine(address):
+                    raise DeliveryRefused(
+                        f"the local stack only posts webhooks to this machine, not {address}"
+                    )
+            elif (problem := non_public_reason(address)) is not None:
+                raise DeliveryRefused(f"the webhook host {host} resolves to a non-public address ({problem})")
+        return addresses[0]
 
     def send(self, notification: OutgoingNotification, secret: str) -> None:
         """POST the notification to ``notification.to``.
 
         Raises
         ------
+        DeliveryRefused
+            The host resolves to a non-public address, or the endpoint answered a 4xx other than
+            408/429: sending again cannot help.
         DependencyFailed
-            When the endpoint did not answer 2xx after the retries.
+            No answer, a 5xx, 408 or 429 after the retries, or a host that does not resolve now.
         """
+        parsed = urlsplit(notification.to)
+        host = (parsed.hostname or "").rstrip(".")
+        schemes = ("https", "http") if self._local else ("https",)
+        if parsed.scheme not in schemes or not host:
+            raise DeliveryRefused(f"the webhook URL is not {' or '.join(schemes)}")
+        try:
+            port = parsed.port or (443 if parsed.scheme == "https" else 80)
+        except ValueError:
+            raise DeliveryRefused("the webhook URL has an invalid port") from None
+        address = self._checked_address(host, port)
         body = webhook_body(notification)
         timestamp = int(time.time())
         headers = {
+            "Host": parsed.netloc.rsplit("@", 1)[-1],
             "Content-Type": "application/json",
             "User-Agent": "remote-batch-webhook/1",
             TIMESTAMP_HEADER: str(timestamp),
             SIGNATURE_HEADER: sign(secret, timestamp, body),
         }
+        pool: urllib3.HTTPConnectionPool
+        if parsed.scheme == "https":
+            pool = urllib3.HTTPSConnectionPool(
+                address,
+                port,
+                server_hostname=host,
+                assert_hostname=host,
+                cert_reqs="CERT_REQUIRED",
+                retries=RETRY,
+                timeout=TIMEOUT,
+            )
+        else:
+            pool = urllib3.HTTPConnectionPool(address, port, retries=RETRY, timeout=TIMEOUT)
+        target = parsed.path or "/"
+        if parsed.query:
+            target += f"?{parsed.query}"
         try:
-            response = self._http.request("POST", notification.to, body=body, headers=headers, redirect=False)
+            with pool:
+                response = pool.urlopen("POST", target, body=body, headers=headers, redirect=False)
         except HTTPError as exc:
             raise DependencyFailed("the webhook endpoint did not answer") from exc
-        if not 200 <= response.status < 300:
-            raise DependencyFailed(f"the webhook endpoint answered HTTP {response.status}")
+        if 200 <= response.status < 300:
+            return
+        if 400 <= response.status < 500 and response.status not in (408, 429):
+            raise DeliveryRefused(f"the webhook endpoint answered HTTP {response.status}")
+        raise DependencyFailed(f"the webhook endpoint answered HTTP {response.status}")

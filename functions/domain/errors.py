@@ -113,8 +113,34 @@ class DependencyFailed(ServiceError):
     code = "InternalError"
 
 
+class DeliveryRefused(DependencyFailed):
+    """A notification the provider refused for good (SNS ``InvalidParameter``, ``EndpointDisabled``,
+    ``NotFound``, an opted-out phone; a webhook answering 4xx or pointing at a non-public address):
+    sending it again cannot succeed, so it is recorded failed and never retried."""
+
+
 class ConditionFailed(Exception):
     """A conditional write lost: the item was not in the state the write required.
 
     Not a client error: logic catches it (a replayed event, a concurrent writer).
     """
+
+
+class RecordMissing(NotFound, ConditionFailed):
+    """A write targeted a record that does not exist: deleted, never written, or past its TTL.
+
+    The store raises it instead of letting an update create a stub item. It is a ``NotFound``
+    (a route answers 404) and a ``ConditionFailed`` (event logic re-reads, finds nothing, and
+    ignores the event).
+    """
+
+
+class UnreadableRecord(DependencyFailed):
+    """A stored item lacks what a record of its kind must have (a stub, a partial write).
+
+    ``key`` names it; readers that list many records log it, count it, and skip it.
+    """
+
+    def __init__(self, message: str, key: str) -> None:
+        super().__init__(message)
+        self.key = key

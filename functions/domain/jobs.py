@@ -5,12 +5,23 @@ Times are timezone-aware UTC ``datetime``s; the domain never reads a clock.
 
 from __future__ import annotations
 
-import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from enum import StrEnum
 
+from functions.domain.batch_reasons import (
+    INFRASTRUCTURE_FAMILIES,
+    MAX_REASON,
+    ReasonFamily,
+    exit_code_sentence,
+    family_of,
+    family_sentence,
+    memory_sentence,
+    normalize_reason,
+    raw_batch_reason,
+)
 from functions.domain.credits import ZERO
 from functions.domain.machine_classes import GeoZone, MachineClass
 from functions.domain.notifications import NotificationRule
@@ -24,7 +35,7 @@ from functions.domain.status import (
 
 RETENTION = timedelta(days=14)
 RECORD_TTL = timedelta(days=400)
-MAX_STATUS_REASON = 1000
+MAX_STATUS_REASON = MAX_REASON
 
 ABORTED_BY_USER = "Aborted by user"
 OUT_OF_CREDITS = "Account out of credits"
@@ -101,7 +112,26 @@ class Job:
     time_constraint : int | None
         Seconds of Running time allowed.
     sent_notifications : frozenset[str]
-        Keys of notifications already claimed (``DueNotification.key``).
+        Keys of notifications already claimed (``DueNotification.key``): sent, skipped, or failed
+        for good.
+    retry_notifications : frozenset[str]
+        Keys whose publish failed and will be tried again.
+    publish_failures : frozenset[str]
+        One ``"{key}|{n}|{retryAt}"`` per failed publish attempt n (``notification_schedule``
+        reads them: attempts so far and when the next may go).
+    batch_reason : str | None
+        What AWS Batch said about the end, verbatim (its reasons joined by `` | ``), for support;
+        ``status_reason`` is the plain sentence made of it.
+    warnings : tuple[str, ...]
+        Sentences about a job that ended well but not cleanly (a process killed for memory while
+        the job still succeeded).
+    termination_requested_at, termination_attempts :
+        When the service last asked AWS Batch to terminate the job (None when no request is in
+        flight) and how many times it asked: TerminateJob is sent once per job, again only after a
+        failed call, at most ``MAX_TERMINATE_ATTEMPTS`` times.
+    record_expires_at : datetime | None
+        The record's DynamoDB TTL: from then on the job is gone for every route and event, even
+        while DynamoDB has not deleted it yet (it deletes expired items days late).
     """
 
     job_id: str
@@ -134,7 +164,13 @@ class Job:
     sent_notifications: frozenset[str] = field(default_factory=frozenset)
     notification_log: tuple[NotificationRecord, ...] = ()
     retry_notifications: frozenset[str] = field(default_factory=frozenset)
+    publish_failures: frozenset[str] = field(default_factory=frozenset)
     data_deleted_at: datetime | None = None
+    batch_reason: str | None = None
+    warnings: tuple[str, ...] = ()
+    termination_requested_at: datetime | None = None
+    termination_attempts: int = 0
+    record_expires_at: datetime | None = None
 
     @property
     def expires_at(self) -> datetime:
@@ -149,6 +185,17 @@ class Job:
     def is_expired(self, now: datetime) -> bool:
         """True from ``expiresAt`` on, or once its owner deleted its data (``DELETE /jobs/{jobId}``)."""
         return now >= self.expires_at or self.data_deleted_at is not None
+
+    def is_gone(self, now: datetime) -> bool:
+        """True from the record's TTL on (``record_expires_at``, else ``submittedAt`` + 400 days): the
+        job no longer exists for any route, listing or event, deleted by DynamoDB yet or not."""
+        return record_is_gone(self.record_expires_at or self.submitted_at + RECORD_TTL, now)
+
+
+def record_is_gone(expires_at: datetime, now: datetime) -> bool:
+    """True when a record whose TTL is ``expires_at`` must be treated as deleted at ``now``
+    (DynamoDB TTL deletes an expired item within days, not at once: readers filter)."""
+    return now >= expires_at
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,6 +264,16 @@ class BatchJobState:
     exit_code: int | None
     log_stream_name: str | None
     attempt_count: int
+    container_reasons: tuple[str, ...] = ()
+    observed_at_ms: int | None = None
+
+    @property
+    def reasons(self) -> tuple[str, ...]:
+        """Every reason the event gives, most specific first: ``container.reason``, the last
+        attempt's ``container.reason`` and ``statusReason`` (``container_reasons``), then the job's
+        ``statusReason``."""
+        given = [*self.container_reasons, self.status_reason or ""]
+        return tuple(r for r in given if r and r.strip())
 
     @property
     def position(self) -> int:
@@ -241,12 +298,14 @@ class Transition:
     """The result of applying an event: the job after it and what changed.
 
     ``entered`` lists the statuses newly entered (oldest first); ``settles`` is True when the job
-    becomes final with this event, so the caller must settle its charge in the same write.
+    becomes final with this event, so the caller must settle its charge in the same write;
+    ``running_ms`` is the final attempt's chargeable Running time (None: nothing to charge).
     """
 
     before: Job
     after: Job
     entered: tuple[JobStatus, ...]
+    running_ms: int | None = None
 
     @property
     def settles(self) -> bool:
@@ -254,8 +313,7 @@ class Transition:
         return self.after.is_final and not self.before.is_final
 
 
-_OOM = re.compile(r"OutOfMemory|out of memory|memory usage", re.IGNORECASE)
-_TIMEOUT = re.compile(r"attempt duration exceeded timeout", re.IGNORECASE)
+MAX_TERMINATE_ATTEMPTS = 5
 
 
 def credit_cap_seconds(credit_constraint: Decimal, machine: MachineClass) -> int:
@@ -279,38 +337,122 @@ def timeout_cause(job: Job, machine: MachineClass) -> str | None:
     return None
 
 
+def _reasons(batch_reason: str | Sequence[str] | None) -> tuple[str, ...]:
+    if batch_reason is None:
+        return ()
+    if isinstance(batch_reason, str):
+        return (batch_reason,) if batch_reason.strip() else ()
+    return tuple(r for r in batch_reason if r and r.strip())
+
+
 def describe_failure(
     job: Job,
     machine: MachineClass,
-    batch_reason: str | None,
+    batch_reason: str | Sequence[str] | None,
     exit_code: int | None,
     error_summary: str | None,
 ) -> str:
-    """The ``statusReason`` of a job that ended Terminated.
+    """The ``statusReason`` of a job that ended Terminated: a plain sentence, never ending in ``.``.
 
     Precedence: the service's own reason (abort, caps) > a queue time limit's cancel (no capacity,
-    ``functions/domain/queue_limits.py``) > the worker's error summary (the exception's last line)
-    > what AWS Batch said, made readable (out of memory, timeout) > the exit code.
+    ``functions/domain/queue_limits.py``) > the worker's error summary (the
+    exception's last line) > what AWS Batch said, by family (out of memory, timeout, the machine
+    lost, the container not started; see ``batch_reasons``) > a reason of Batch's the service does
+    not know, as it is > the exit code (137 killed, 139 segmentation fault, 128 + n a signal, else
+    ``Exited with code N``) > ``Terminated by AWS Batch``.
+
+    Parameters
+    ----------
+    batch_reason : str | Sequence[str] | None
+        Batch's reasons, most specific first (``BatchJobState.reasons``), or one of them.
     """
-    service_reason = job.termination_reason or describe_queue_limit(
-        batch_reason, machine.name, job.geo_zone.value
-    )
-    if service_reason:
-        return service_reason
-    if error_summary:
-        return error_summary[:MAX_STATUS_REASON]
-    if batch_reason and _OOM.search(batch_reason):
-        return f"Memory limit of {machine.memory_gib} GiB exceeded"
-    if batch_reason and _TIMEOUT.search(batch_reason):
-        cap = timeout_cause(job, machine)
-        if cap is not None:
-            return cap
-    if exit_code not in (None, 0) and (not batch_reason or "Essential container" in batch_reason):
-        return f"Exited with code {exit_code}"
-    return (batch_reason or "Terminated by AWS Batch")[:MAX_STATUS_REASON]
+    if job.termination_reason:
+        return normalize_reason(job.termination_reason) or job.termination_reason
+    reasons = _reasons(batch_reason)
+    for reason in reasons:
+        queue_limit = describe_queue_limit(reason, machine.name, job.geo_zone.value)
+        if queue_limit:
+            return queue_limit
+    if error_summary and normalize_reason(error_summary):
+        return normalize_reason(error_summary) or error_summary
+    return _batch_sentence(job, machine, reasons, exit_code)
 
 
-def apply_batch_event(job: Job, state: BatchJobState, final_reason: str | None = None) -> Transition | None:
+def _batch_sentence(job: Job, machine: MachineClass, reasons: tuple[str, ...], exit_code: int | None) -> str:
+    """What AWS Batch's reasons and the exit code say, as ``describe_failure`` orders them."""
+    family = family_of(reasons)
+    if family is ReasonFamily.TIMEOUT:
+        return timeout_cause(job, machine) or "The job ran longer than its AWS Batch time limit"
+    if family is not None and family is not ReasonFamily.CONTAINER_EXITED:
+        sentence = family_sentence(family, reasons, machine.memory_gib)
+        if sentence is not None:
+            return sentence
+    # A reason the service does not know says more than an exit code; "Essential container in task
+    # exited" says less.
+    unknown = [r for r in reasons if family_of((r,)) is None]
+    if unknown:
+        return normalize_reason(unknown[0]) or "Terminated by AWS Batch"
+    if exit_code not in (None, 0):
+        return exit_code_sentence(exit_code)
+    return normalize_reason(reasons[0] if reasons else None) or "Terminated by AWS Batch"
+
+
+def is_infrastructure_loss(
+    job: Job, batch_reason: str | Sequence[str] | None, error_summary: str | None
+) -> bool:
+    """True when the final attempt was lost to infrastructure (the machine went away, the service's
+    container could not start): such an attempt is free (DESIGN.md "Credits"). The service's own
+    termination and an error of the user's code are never infrastructure."""
+    if job.termination_reason or (error_summary and error_summary.strip()):
+        return False
+    return family_of(_reasons(batch_reason)) in INFRASTRUCTURE_FAMILIES
+
+
+def success_warnings(machine: MachineClass, batch_reason: str | Sequence[str] | None) -> tuple[str, ...]:
+    """Warnings of a job that SUCCEEDED although Batch reports trouble: a process killed for memory
+    (the job's main process survived it)."""
+    if family_of(_reasons(batch_reason)) is ReasonFamily.OUT_OF_MEMORY:
+        limit = memory_sentence(machine.memory_gib)
+        return (
+            f"A process of the job was killed for using too much memory ({limit}); the job still succeeded",
+        )
+    return ()
+
+
+def _ms(moment: datetime | None) -> int | None:
+    return round(moment.timestamp() * 1000) if moment is not None else None
+
+
+def _final_times(job: Job, state: BatchJobState) -> tuple[int | None, int | None]:
+    """(start, stop) of the final attempt in ms: the event's, else what the job already knows.
+
+    A missing ``startedAt`` takes the job's own when it was seen Running in this attempt; a missing
+    ``stoppedAt`` takes the event's time. A stop before the start (clocks disagree) keeps the stop
+    with the start the job knew when that is not after it, else takes the event's time when that is
+    not before the start, else the start: durations are never negative.
+    """
+    known = _ms(job.started_at) if job.status == JobStatus.RUNNING else None
+    started = state.started_at_ms if state.started_at_ms is not None else known
+    stopped = state.stopped_at_ms if state.stopped_at_ms is not None else state.observed_at_ms
+    if started is not None and stopped is not None and stopped < started:
+        observed = state.observed_at_ms
+        if known is not None and known <= stopped:
+            started = known  # the RUNNING event's start agrees with the stop: the final's start is off
+        else:
+            stopped = observed if observed is not None and observed >= started else started
+    if started is not None and stopped is None:
+        stopped = started
+    return started, stopped
+
+
+def apply_batch_event(
+    job: Job,
+    state: BatchJobState,
+    final_reason: str | None = None,
+    *,
+    warnings: tuple[str, ...] = (),
+    charged: bool = True,
+) -> Transition | None:
     """Apply one Batch event to a job, forward only.
 
     Parameters
@@ -321,24 +463,44 @@ def apply_batch_event(job: Job, state: BatchJobState, final_reason: str | None =
         The event's detail.
     final_reason : str | None
         For a FAILED event, the ``statusReason`` to record (see ``describe_failure``).
+    warnings : tuple[str, ...]
+        For a SUCCEEDED event, its warnings (see ``success_warnings``).
+    charged : bool
+        False when the final attempt was lost to infrastructure (``is_infrastructure_loss``):
+        the transition then has no running time to charge.
 
     Returns
     -------
     Transition | None
         None when the event changes nothing: the job is final, the event is older than what was
-        applied (by attempt count, then status), or a duplicate.
+        applied (by attempt count, then status), or a duplicate. A final transition's
+        ``running_ms`` is the final attempt's Running time (``completedAt - startedAt``, never
+        negative), or None when it never ran or is not charged.
     """
     if job.is_final or state.position <= job.event_position:
         return None
     target = BATCH_TO_JOB_STATUS[state.status]
-    entered = statuses_between(job.status, target, ever_ran=state.started_at_ms is not None)
-    started_at = ms_to_datetime(state.started_at_ms) if state.started_at_ms is not None else job.started_at
+    running_ms: int | None = None
+    batch_reason = job.batch_reason
+    job_warnings = job.warnings
     if target.is_final:
-        reason = final_reason if target == JobStatus.TERMINATED else None
-        completed_at = ms_to_datetime(state.stopped_at_ms) if state.stopped_at_ms is not None else None
+        start_ms, stop_ms = _final_times(job, state)
+        ever_ran = start_ms is not None
+        started_at = ms_to_datetime(start_ms) if start_ms is not None else job.started_at
+        completed_at = ms_to_datetime(stop_ms) if stop_ms is not None else None
+        reason = normalize_reason(final_reason) if target == JobStatus.TERMINATED else None
+        if start_ms is not None and stop_ms is not None and charged:
+            running_ms = max(0, stop_ms - start_ms)
+        batch_reason = raw_batch_reason(state.reasons)
+        job_warnings = tuple(warnings) if target == JobStatus.SUCCEEDED else ()
     else:
-        reason = state.status_reason[:MAX_STATUS_REASON] if state.status_reason else None
+        ever_ran = state.started_at_ms is not None
+        started_at = (
+            ms_to_datetime(state.started_at_ms) if state.started_at_ms is not None else job.started_at
+        )
+        reason = normalize_reason(state.status_reason)
         completed_at = None
+    entered = statuses_between(job.status, target, ever_ran=ever_ran)
     after = replace(
         job,
         status=target,
@@ -350,5 +512,7 @@ def apply_batch_event(job: Job, state: BatchJobState, final_reason: str | None =
         exit_code=state.exit_code if state.exit_code is not None else job.exit_code,
         batch_job_id=job.batch_job_id or state.batch_job_id,
         log_stream_name=state.log_stream_name or job.log_stream_name,
+        batch_reason=batch_reason,
+        warnings=job_warnings,
     )
-    return Transition(before=job, after=after, entered=tuple(entered))
+    return Transition(before=job, after=after, entered=tuple(entered), running_ms=running_ms)

@@ -8,6 +8,7 @@ from __future__ import annotations
 from datetime import datetime
 from decimal import Decimal
 
+from functions.domain.batch_reasons import as_sentence, normalize_reason
 from functions.domain.jobs import Job
 from functions.domain.notifications import DueNotification
 
@@ -29,7 +30,16 @@ _HEADLINES = {
 
 
 def headline(due: DueNotification) -> str:
-    """A short phrase for the event (``HoursElapsed:2`` #3 → ``was submitted 6 h ago``)."""
+    """A short phrase for the event (``HoursElapsed:2`` #3 → ``was submitted 6 h ago``); a progress
+    message that stands for several thresholds says how many (``… (12 thresholds since the last
+    message)``)."""
+    phrase = _phrase(due)
+    if due.covers > 1:
+        return f"{phrase} ({due.covers} thresholds since the last message)"
+    return phrase
+
+
+def _phrase(due: DueNotification) -> str:
     name, _, parameter = due.event.partition(":")
     if name == "HoursElapsed" and parameter:
         hours = Decimal(parameter) * due.occurrence
@@ -71,23 +81,29 @@ def compose_message(job: Job, due: DueNotification, now: datetime) -> tuple[str,
         f"Event: {due.event}",
         f"Status: {due.status.value}",
     ]
-    if job.status_reason and due.status == job.status:
-        lines.append(f"Reason: {job.status_reason}")
+    if due.covers > 1:
+        lines.append(f"Thresholds reached since the last message: {due.covers}")
+    reason_line = normalize_reason(job.status_reason)
+    if reason_line and due.status == job.status:
+        lines.append(f"Reason: {reason_line}")
+    warnings = job.warnings if due.status == job.status else ()
+    lines += [f"Warning: {w}" for w in warnings]
     lines += [
         f"Machine class: {job.machine_class} in {job.geo_zone.value}",
         f"Credits spent: {job.credits_spent}",
         f"Elapsed since submission: {elapsed}",
     ]
     if due.method == "SMS":
-        head = f"remote-batch {label[:40]}: {due.event} ({due.status.value})."
+        times = f" x{due.covers}" if due.covers > 1 else ""
+        head = f"remote-batch {label[:40]}: {due.event}{times} ({due.status.value})."
         tail = f" {job.credits_spent} credits, {elapsed}."
         reason = ""
-        if job.status_reason and due.status == job.status:
+        note = normalize_reason(job.status_reason or (f"Warning: {warnings[0]}" if warnings else None))
+        if note and due.status == job.status:
+            note = as_sentence(note)
             # The reason is what gets shortened: credits and elapsed time always fit.
             room = SMS_LIMIT - len(head) - len(tail) - 1
-            reason = " " + (
-                job.status_reason if len(job.status_reason) <= room else job.status_reason[: room - 1] + "…"
-            )
+            reason = " " + (note if len(note) <= room else note[: room - 1] + "…")
             reason = reason if room > 1 else ""
         return subject, (head + reason + tail)[:SMS_LIMIT]
     return subject, "\n".join(lines) + "\n"

@@ -24,6 +24,7 @@ from typing import Any
 
 from functions.domain.errors import ValidationFailed
 from functions.domain.status import JobStatus
+from functions.domain.text import ASCII_DECIMAL
 
 STATUS_EVENTS = (
     "JobStarting",
@@ -115,7 +116,13 @@ def _parse_event(raw: Any, path: str) -> EventSpec:
                 f"Unknown notification event {name!r}; valid events are: {valid}.", field=path
             )
         field = f"{path}.{name}"
-        if isinstance(value, bool) or not isinstance(value, int | float | str | Decimal):
+        # A string is read as the number it spells in ASCII ("3", "0.5"); Decimal() alone would also
+        # take Arabic-Indic or full-width digits and surrounding whitespace.
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int | float | str | Decimal)
+            or (isinstance(value, str) and ASCII_DECIMAL.fullmatch(value) is None)
+        ):
             raise ValidationFailed(f"{name} must be a number greater than 0, got {value!r}.", field=field)
         try:
             number = Decimal(str(value))
@@ -125,9 +132,11 @@ def _parse_event(raw: Any, path: str) -> EventSpec:
             ) from None
         if not number.is_finite() or number <= 0:
             raise ValidationFailed(f"{name} must be a number greater than 0, got {value!r}.", field=field)
-        if number != number.quantize(PARAMETER_QUANTUM) or number >= PARAMETER_LIMIT:
+        # Bound first: quantize raises InvalidOperation once the result needs more digits than the
+        # context's precision (28), e.g. 1e24 to 4 places.
+        if number >= PARAMETER_LIMIT or number != number.quantize(PARAMETER_QUANTUM):
             raise ValidationFailed(
-                f"{name} takes at most 4 decimal places and less than {PARAMETER_LIMIT}, got {value!r}.",
+                f"{name} takes at most 4 decimal places and less than {PARAMETER_LIMIT:,}, got {value!r}.",
                 field=field,
             )
         return EventSpec(name, number)
@@ -211,6 +220,58 @@ def normalize_notifications(spec: Any, field: str = "notifications") -> tuple[No
     )
 
 
+def notifications_json_schema() -> dict[str, Any]:
+    """The JSON Schema (2020-12, as OpenAPI 3.1 uses) of every form ``normalize_notifications`` takes.
+
+    Parameters are numbers > 0 and < ``PARAMETER_LIMIT`` with at most 4 decimal places (``multipleOf``
+    0.0001); rules and events per rule are bounded by ``MAX_RULES`` and ``MAX_EVENTS_PER_RULE``.
+    """
+    names = [*STATUS_EVENTS, *PERIODIC_EVENTS]
+    parameter = {
+        "type": "number",
+        "exclusiveMinimum": 0,
+        "exclusiveMaximum": int(PARAMETER_LIMIT),
+        "multipleOf": float(PARAMETER_QUANTUM),
+    }
+    event: dict[str, Any] = {
+        "anyOf": [
+            {"type": "string", "enum": names},
+            *(
+                {
+                    "type": "object",
+                    "properties": {p: parameter},
+                    "required": [p],
+                    "additionalProperties": False,
+                }
+                for p in PARAMETERIZED_EVENTS
+            ),
+        ]
+    }
+    method = {"type": "string", "enum": list(METHODS)}
+    rule = {
+        "type": "object",
+        "properties": {
+            "events": {
+                "anyOf": [
+                    event,
+                    {"type": "array", "items": event, "minItems": 1, "maxItems": MAX_EVENTS_PER_RULE},
+                ]
+            },
+            "methods": {"anyOf": [method, {"type": "array", "items": method, "minItems": 1}]},
+        },
+        "required": ["events"],
+        "additionalProperties": False,
+    }
+    return {
+        "anyOf": [
+            {"type": "null"},
+            {"type": "string", "enum": [AUTOMATIC, NONE, *names]},
+            rule,
+            {"type": "array", "items": rule, "maxItems": MAX_RULES},
+        ]
+    }
+
+
 def rules_to_json(rules: Sequence[NotificationRule]) -> list[dict[str, list[Any]]]:
     """The normalized JSON form of ``rules`` that the API returns and the job record stores."""
     return [rule.to_json() for rule in rules]
@@ -227,6 +288,8 @@ class DueNotification:
 
     ``key`` is ``"{event}#{occurrence}/{method}"``, e.g. ``JobStarting#1/Email``; occurrence is the
     index of the status entry in the job's history, so a retry's second start is a new occurrence.
+    For a progress event, occurrence is the highest threshold reached and ``covers`` how many
+    thresholds this one message stands for (those reached since the last message).
     """
 
     key: str
@@ -234,6 +297,7 @@ class DueNotification:
     method: str
     status: JobStatus
     occurrence: int
+    covers: int = 1
 
 
 def due_status_notifications(

@@ -33,8 +33,15 @@ def parse_query_time(text: str, field: str) -> datetime:
     ValidationFailed
         Naming ``field`` when ``text`` is not an ISO 8601 time.
     """
+    # Printable ASCII only (spaces around are dropped): str.strip() would let a trailing newline
+    # through, and full-width digits are not a time.
     try:
-        value = datetime.fromisoformat(text.strip().replace("Z", "+00:00").replace(" ", "+"))
+        if not text.isascii() or not text.isprintable():
+            raise ValueError(text)
+        text = text.strip(" ")
+        # A "+" in a query string arrives as a space ("...T17:20:00 01:00"): it is the offset's sign.
+        # RFC 3339 allows a lower-case t and z.
+        value = datetime.fromisoformat(text.upper().replace("Z", "+00:00").replace(" ", "+"))
     except ValueError:
         raise ValidationFailed(
             f"{field} must be an ISO 8601 time like 2026-11-29T17:20:00Z, got {text!r}.", field=field

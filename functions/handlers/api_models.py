@@ -16,13 +16,24 @@ from pydantic import (
     Field,
     PlainSerializer,
     StrictInt,
+    WithJsonSchema,
     model_validator,
 )
 
+from functions.domain.batch_reasons import normalize_reason
 from functions.domain.credits import MAX_CREDITS
 from functions.domain.jobs import Account, Job, LedgerEntry
-from functions.domain.machine_classes import MachineClass
-from functions.domain.notifications import rules_to_json
+from functions.domain.limits import MAX_UPLOAD_BYTES
+from functions.domain.machine_classes import MACHINE_CLASSES, GeoZone, MachineClass
+from functions.domain.notifications import notifications_json_schema, rules_to_json
+from functions.domain.text import (
+    BASE64_PATTERN,
+    E164_PATTERN,
+    EMAIL_PATTERN,
+    LABEL_PATTERN,
+    MAX_ARG_BYTES,
+    URL_CHARS_PATTERN,
+)
 from functions.domain.timefmt import to_api_time
 from functions.ports import LogEvent
 
@@ -46,53 +57,157 @@ def _json_number(value: Any) -> Any:
     return Decimal(str(value))
 
 
+def _json_integer(value: Any) -> Any:
+    """Whole numbers arrive as JSON numbers: ``600`` and ``600.0`` are the same number (JSON has one
+    number type); a string, a boolean or a fraction is refused, not converted."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError("must be a whole number")
+    if isinstance(value, float):
+        if not value.is_integer():
+            raise ValueError("must be a whole number")
+        return int(value)
+    return value
+
+
+def _program_first(schema: dict[str, Any]) -> None:
+    """JSON Schema of ``command``: the first element, the program, is not empty."""
+    for branch in schema.get("anyOf", [schema]):
+        if branch.get("type") == "array":
+            branch["prefixItems"] = [{**branch["items"], "minLength": 1}]
+
+
+# A process argument: any text without NUL (the rest, bytes and the total, is checked by
+# functions.domain.text.check_argv, which the JSON schema cannot say).
+CommandArg = Annotated[str, Field(max_length=MAX_ARG_BYTES, pattern=r"^[^\x00]*$")]
+
+# Credits in a request: a JSON number > 0, < MAX_CREDITS, at most 4 decimal places (API.md).
+CreditsIn = Annotated[
+    Decimal,
+    BeforeValidator(_json_number),
+    WithJsonSchema(
+        {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": int(MAX_CREDITS), "multipleOf": 0.0001}
+    ),
+]
+
 JobStatusName = Literal["Queued", "Starting", "Running", "Succeeded", "Terminated"]
 
 
 class SubmitJobBody(BaseModel):
-    """``POST /jobs`` body: exactly one of ``code``, ``command``, ``pickle``."""
+    """``POST /jobs`` body: exactly one of ``code``, ``command``, ``pickle``, ``inputKey``."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(
+        extra="forbid",
+        # Exactly one of code, command, pickle, inputKey, as JSON Schema says it: one branch per payload.
+        json_schema_extra={
+            "oneOf": [
+                {"required": ["code"], "properties": {"code": {"type": "string"}}},
+                {"required": ["command"], "properties": {"command": {"type": "array"}}},
+                {"required": ["pickle"], "properties": {"pickle": {"type": "string"}}},
+                {"required": ["inputKey"], "properties": {"inputKey": {"type": "string"}}},
+            ]
+        },
+    )
 
     code: str | None = Field(default=None, description="Python source; its last expression is the result.")
-    command: list[str] | None = Field(
-        default=None, min_length=1, description="argv run in the job container."
+    command: list[CommandArg] | None = Field(
+        default=None,
+        min_length=1,
+        json_schema_extra=_program_first,
+        description="argv run in the job container: no NUL, each argument at most 131,071 bytes of "
+        "UTF-8, 1 MiB in all, a non-empty program name.",
     )
     pickle: str | None = Field(
-        default=None, min_length=1, description="base64 cloudpickle of (fn, args, kwargs)."
+        default=None,
+        min_length=1,
+        pattern=BASE64_PATTERN,
+        description="base64 cloudpickle of (fn, args, kwargs), standard alphabet, padded.",
     )
     name: str | None = Field(
         default=None,
         min_length=1,
         max_length=128,
-        pattern=r"^[^\x00-\x1f\x7f]*\S[^\x00-\x1f\x7f]*$",
-        description="A label: 1..128 characters, no control characters, not only spaces.",
+        pattern=LABEL_PATTERN,
+        description="A label: 1..128 characters on one line, no control or bidirectional formatting "
+        "characters, not only spaces.",
     )
-    machineClass: str = Field(default="Basic1x8", description="A name from GET /machine-classes.")
-    geoZone: str = Field(default="Automatic", description="Automatic | UnitedStates | EuropeanUnion.")
-    creditConstraint: Annotated[Decimal, BeforeValidator(_json_number)] | None = Field(
+    machineClass: str = Field(
+        default="Basic1x8",
+        description="A name from GET /machine-classes.",
+        json_schema_extra={"enum": list(MACHINE_CLASSES)},
+    )
+    geoZone: str = Field(
+        default="Automatic",
+        description="Automatic | UnitedStates | EuropeanUnion.",
+        json_schema_extra={"enum": ["Automatic", *(zone.value for zone in GeoZone)]},
+    )
+    creditConstraint: CreditsIn | None = Field(
         default=None,
         gt=0,
         lt=MAX_CREDITS,
         decimal_places=4,
         description="Most credits the job may spend (null: no cap).",
     )
-    timeConstraint: StrictInt | None = Field(
-        default=None,
-        gt=0,
-        le=MAX_TIME_CONSTRAINT_SECONDS,
-        description="Most seconds of Running time (≤ 30 days).",
+    timeConstraint: (
+        Annotated[int, BeforeValidator(_json_integer), Field(gt=0, le=MAX_TIME_CONSTRAINT_SECONDS)] | None
+    ) = Field(default=None, description="Most seconds of Running time (≤ 30 days).")
+    notifications: Any = Field(
+        default="Automatic",
+        description="See API.md Notifications.",
+        json_schema_extra=notifications_json_schema(),
     )
-    notifications: Any = Field(default="Automatic", description="See API.md Notifications.")
-    arrayItems: list[Any] | None = Field(default=None, description="Array jobs: not supported yet.")
+    arrayItems: Annotated[
+        list[Any] | None,
+        WithJsonSchema({"type": "null", "description": "Array jobs: not supported yet (null only)."}),
+    ] = Field(default=None, description="Array jobs: not supported yet.")
+    inputKey: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=512,
+        description="Extension: instead of code or pickle, the inputKey of an upload (POST /jobs/uploads) "
+        "of this account in the job's zone; its Content-Type says whether it is code or a pickle.",
+    )
 
     @model_validator(mode="after")
     def _exactly_one_payload(self) -> SubmitJobBody:
-        given = [name for name in ("code", "command", "pickle") if getattr(self, name) is not None]
+        names = ("code", "command", "pickle", "inputKey")
+        given = [name for name in names if getattr(self, name) is not None]
         if len(given) != 1:
             found = ", ".join(given) if given else "none of them"
-            raise ValueError(f"give exactly one of code, command or pickle (found: {found})")
+            raise ValueError(
+                f"give exactly one of code, command or pickle, or an inputKey from POST /jobs/uploads "
+                f"(found: {found})"
+            )
         return self
+
+
+class UploadBody(BaseModel):
+    """``POST /jobs/uploads`` body: what will be uploaded (API.md version 2 additions)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    size: StrictInt = Field(
+        ge=1, le=MAX_UPLOAD_BYTES, description="The object's exact size in bytes (≤ 5 GiB)."
+    )
+    contentType: Literal["text/x-python", "application/x-python-pickle"] = Field(
+        description="text/x-python: Python source run as code; application/x-python-pickle: a "
+        "cloudpickle payload as the SDK makes it."
+    )
+    geoZone: str = Field(
+        default="Automatic",
+        description="Extension: the zone of the jobs that will use it (data stays there).",
+    )
+
+
+class UploadView(BaseModel):
+    """``POST /jobs/uploads`` → 201: PUT the bytes to ``uploadUrl`` with ``headers``, then submit
+    with ``inputKey``."""
+
+    inputKey: str
+    uploadUrl: str = Field(description="Presigned SigV4 PUT; Content-Length and Content-Type are signed.")
+    expiresAt: str = Field(description="When uploadUrl stops working (15 min).")
+    method: Literal["PUT"] = "PUT"
+    headers: dict[str, str] = Field(description="Extension: the headers the PUT must send, exactly.")
+    geoZone: str = Field(description="Extension: the zone the object is stored in.")
 
 
 class JobView(BaseModel):
@@ -119,13 +234,26 @@ class JobView(BaseModel):
     expiresAt: str
     childStatusCounts: dict[str, int] | None
     notificationLog: list[NotificationRecordView]
+    batchReason: str | None = Field(
+        default=None,
+        description="Extension: what AWS Batch said about how the job ended, verbatim (its reasons "
+        "joined by ' | '), for support; statusReason is the plain sentence made of it.",
+    )
+    warnings: list[str] = Field(
+        default_factory=list,
+        description="Extension: sentences about a job that ended well but not cleanly, e.g. a process "
+        "killed for memory while the job still succeeded.",
+    )
 
 
 class JobListView(BaseModel):
-    """``GET /jobs``: a page of jobs, newest first."""
+    """``GET /jobs``: a page of jobs, newest first (possibly short while ``nextToken`` is set)."""
 
     jobs: list[JobView]
-    nextToken: str | None
+    nextToken: str | None = Field(
+        description="Set while more jobs may follow; a page may hold fewer than `limit` jobs (even "
+        "none) while it is set. Null on the last page."
+    )
 
 
 class JobResultView(BaseModel):
@@ -137,6 +265,25 @@ class JobResultView(BaseModel):
     result: Any = None
     resultRepr: str | None = None
     messages: list[str] = Field(default_factory=list)
+    resultUrl: str | None = Field(
+        default=None,
+        description="Instead of result when inlining it would take the body over 5 MiB: a presigned "
+        "GET of result.json (or result.pickle), at most 15 min and never past expiresAt.",
+    )
+    messagesUrl: str | None = Field(
+        default=None,
+        description="Extension: instead of messages when they are over 512 KiB, a presigned GET of "
+        "messages.json.",
+    )
+
+
+class PreviewLinkView(BaseModel):
+    """``GET /jobs/{jobId}/preview.png``'s 303 body (extension): the link its ``Location`` holds."""
+
+    jobId: str
+    url: str = Field(description="Presigned SigV4 GET of the PNG.")
+    size: int = Field(description="The PNG's size in bytes.")
+    expiresIn: int = Field(description="Seconds the URL stays valid (≤ 900, never past expiresAt).")
 
 
 class OutputFileView(BaseModel):
@@ -209,9 +356,16 @@ class ContactsBody(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    email: str | None = Field(default=None, max_length=254)
-    phone: str | None = Field(default=None, max_length=16, description="E.164, e.g. +15555550100")
-    webhookUrl: str | None = Field(default=None, max_length=2048, description="https:// endpoint (extension)")
+    email: str | None = Field(default=None, max_length=254, pattern=EMAIL_PATTERN)
+    phone: str | None = Field(
+        default=None, max_length=16, pattern=E164_PATTERN, description="E.164, e.g. +15555550100"
+    )
+    webhookUrl: str | None = Field(
+        default=None,
+        max_length=2048,
+        pattern=URL_CHARS_PATTERN,
+        description="https:// endpoint (extension); visible ASCII (an internationalized host as xn--)",
+    )
 
 
 class NotificationRecordView(BaseModel):
@@ -250,10 +404,10 @@ class GrantCreditsBody(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    credits: Annotated[Decimal, BeforeValidator(_json_number)] = Field(
-        gt=0, lt=MAX_CREDITS, decimal_places=4, description="Credits to add."
+    credits: CreditsIn = Field(gt=0, lt=MAX_CREDITS, decimal_places=4, description="Credits to add.")
+    reason: str = Field(
+        min_length=1, max_length=500, pattern=LABEL_PATTERN, description="Why, for the ledger (one line)."
     )
-    reason: str = Field(min_length=1, max_length=500, description="Why, for the ledger.")
 
 
 class HealthView(BaseModel):
@@ -286,7 +440,7 @@ def job_view(job: Job) -> JobView:
         arrayIndex=job.array_index,
         arraySize=job.array_size,
         status=job.status.value,
-        statusReason=job.status_reason,
+        statusReason=normalize_reason(job.status_reason),
         machineClass=job.machine_class,
         geoZone=job.geo_zone.value,
         creditConstraint=job.credit_constraint,
@@ -299,6 +453,8 @@ def job_view(job: Job) -> JobView:
         completedAt=to_api_time(job.completed_at),
         expiresAt=to_api_time(job.expires_at) or "",
         childStatusCounts=job.child_status_counts,
+        batchReason=job.batch_reason,
+        warnings=list(job.warnings),
         notificationLog=[
             NotificationRecordView.model_validate(
                 {

@@ -22,14 +22,18 @@ metrics = Metrics(namespace="RemoteBatch", service="remote-batch")
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """One meter tick (the event's content is not used: the tick reads its own clock).
 
-    Returns counts: jobs metered, ``creditsSpent`` raised, terminations sent, stale jobs reconciled.
+    Returns counts: jobs metered, ``creditsSpent`` raised, terminations sent, stale jobs reconciled,
+    jobs skipped (unreadable or failing; also the ``SkippedJobs`` metric).
     """
     services = get_services()
     report = meter_tick(services, services.clock())
     metrics.add_metric(name="MeteredJobs", unit=MetricUnit.Count, value=report.metered)
+    # Jobs whose item could not be read or written this tick (logged with their ids; alarm on it).
+    metrics.add_metric(name="SkippedJobs", unit=MetricUnit.Count, value=report.skipped)
     return {
         "metered": report.metered,
         "updated": report.updated,
         "terminated": report.terminated,
         "reconciled": report.reconciled,
+        "skipped": report.skipped,
     }

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import ipaddress
 import random
-import re
 import secrets
 import time
 from dataclasses import dataclass, replace
@@ -17,20 +15,19 @@ from aws_lambda_powertools import Logger
 from functions.domain.credits import MAX_CREDITS, ZERO, quantize_credits
 from functions.domain.errors import ConditionFailed, DependencyFailed, NotFound, ValidationFailed
 from functions.domain.jobs import Account, LedgerEntry, LedgerKind
-from functions.ports import Services
+from functions.domain.text import E164_PATTERN, EMAIL_PATTERN, full_match
+from functions.domain.webhook_addresses import is_this_machine, non_public_reason
+from functions.ports import HostResolver, Services
 
 logger = Logger(child=True)
 
 MAX_GRANT_ATTEMPTS = 20
-# E.164: a plus, a country code not starting with 0, at most 15 digits in all (ITU-T E.164).
-E164 = re.compile(r"^\+[1-9]\d{1,14}$")
-EMAIL = re.compile(r"^[^@\s]{1,64}@[^@\s]+\.[^@\s]+$")
 NOT_GIVEN = object()
 
 
 def validate_phone(phone: str) -> str:
     """Return ``phone`` if it is E.164 (``+15555550100``). Raises ``ValidationFailed`` (field phone)."""
-    if not E164.match(phone):
+    if not full_match(E164_PATTERN, phone):
         raise ValidationFailed(
             f"phone must be E.164: a + then the country code and number, 15 digits at most (got {phone!r}).",
             field="phone",
@@ -40,42 +37,60 @@ def validate_phone(phone: str) -> str:
 
 def validate_email(email: str) -> str:
     """Return ``email`` if it looks like an address. Raises ``ValidationFailed`` (field email)."""
-    if len(email) > 254 or not EMAIL.match(email):
+    if len(email) > 254 or not full_match(EMAIL_PATTERN, email):
         raise ValidationFailed(f"email is not an email address: {email!r}.", field="email")
     return email
 
 
-def validate_webhook_url(url: str, allow_http: bool) -> str:
-    """Return ``url`` if it is an absolute HTTPS URL (http:// only where ``allow_http``: the local
-    stack). Raises ``ValidationFailed`` (field webhookUrl)."""
+LOCAL_HOST_SUFFIXES = (".localhost", ".internal", ".local", ".localdomain", ".home.arpa")
+
+
+def validate_webhook_url(url: str, allow_http: bool, resolver: HostResolver | None) -> str:
+    """Return ``url`` if it is an absolute HTTPS URL without credentials whose host resolves only to
+    public addresses (http:// to this machine only where ``allow_http``: the local stack).
+
+    The host is resolved, so every spelling of a private address is refused by what it IS, not by
+    how it is written: ``https://2852039166/``, ``https://0xa9.0xfe.0xa9.0xfe/``,
+    ``https://0251.0376.0251.0376/``, ``https://[::ffff:169.254.169.254]/``, ``https://0.0.0.0/``,
+    ``https://localhost./`` and a DNS name resolving to a private, loopback, link-local, multicast
+    or reserved address (``functions.domain.webhook_addresses``). Delivery checks again.
+
+    Raises
+    ------
+    ValidationFailed
+        Field ``webhookUrl``.
+    """
     parsed = urlsplit(url)
     schemes = ("https", "http") if allow_http else ("https",)
-    host = (parsed.hostname or "").lower()
+    host = (parsed.hostname or "").lower().rstrip(".")
     if parsed.scheme not in schemes or not host or len(url) > 2048 or parsed.username or parsed.password:
         raise ValidationFailed(
             f"webhookUrl must be an https:// URL without credentials, got {url!r}.", field="webhookUrl"
         )
-    if allow_http:
-        # The local stack: a receiver on this machine only.
-        if host not in ("localhost", "::1") and not host.startswith("127."):
-            raise ValidationFailed("The local stack only posts webhooks to this machine.", field="webhookUrl")
-        return url
-    if host == "localhost" or host.endswith((".localhost", ".internal", ".local")) or _is_private_ip(host):
+    if any(ord(c) <= 32 or ord(c) == 127 for c in url):
         raise ValidationFailed(
-            f"webhookUrl must reach a public host; {host!r} is private, local or link-local.",
-            field="webhookUrl",
+            "webhookUrl must not contain spaces or control characters.", field="webhookUrl"
         )
-    return url
-
-
-def _is_private_ip(host: str) -> bool:
-    """True for an IP literal that is not a public address (loopback, private, link-local such as
-    the instance metadata 169.254.169.254, reserved, multicast)."""
     try:
-        address = ipaddress.ip_address(host.strip("[]"))
+        port = parsed.port or (443 if parsed.scheme == "https" else 80)
     except ValueError:
-        return False
-    return not address.is_global
+        raise ValidationFailed(f"webhookUrl has an invalid port: {url!r}.", field="webhookUrl") from None
+    if not allow_http and (host == "localhost" or host.endswith(LOCAL_HOST_SUFFIXES)):
+        raise ValidationFailed(f"webhookUrl must reach a public host; {host!r} is local.", field="webhookUrl")
+    addresses = resolver.resolve(host, port) if resolver is not None else []
+    if not addresses:
+        raise ValidationFailed(f"webhookUrl's host {host!r} does not resolve.", field="webhookUrl")
+    for address in addresses:
+        if allow_http:
+            if not is_this_machine(address):
+                raise ValidationFailed(
+                    "The local stack only posts webhooks to this machine.", field="webhookUrl"
+                )
+        elif (problem := non_public_reason(address)) is not None:
+            raise ValidationFailed(
+                f"webhookUrl must reach a public host; {host!r} resolves to {problem}.", field="webhookUrl"
+            )
+    return url
 
 
 def set_contacts(
@@ -90,9 +105,10 @@ def set_contacts(
     """``PUT /account/contacts``: set or clear the email, phone and webhook URL (``NOT_GIVEN`` leaves
     one as it is).
 
-    A new email replaces the account's SNS email subscription (pending until its owner confirms);
-    a cleared email removes it. A new webhook URL gets a new signing secret (``webhook_secret`` on
-    the returned account: shown once, by the route that set it).
+    A new email gets its own SNS topic with one email subscription (pending until its owner
+    confirms); the replaced or cleared address's topic is deleted with its subscription
+    (``functions.adapters.sns`` says why a topic per account). A new webhook URL gets a new signing
+    secret (``webhook_secret`` on the returned account: shown once, by the route that set it).
 
     Raises
     ------
@@ -107,16 +123,22 @@ def set_contacts(
     new_webhook = (
         account.webhook_url
         if webhook_url is NOT_GIVEN
-        else (validate_webhook_url(str(webhook_url), services.allow_http_webhooks) if webhook_url else None)
+        else (
+            validate_webhook_url(str(webhook_url), services.allow_http_webhooks, services.resolver)
+            if webhook_url
+            else None
+        )
     )
     secret = account.webhook_secret if new_webhook == account.webhook_url else None
     if new_webhook and not secret:
         secret = f"whsec_{secrets.token_urlsafe(32)}"
     subscription = account.email_subscription
     if new_email != account.email or (new_email and not subscription):
-        if subscription:
-            services.subscriptions.unsubscribe(subscription)
+        # The new address first: when SNS refuses it, the old one still gets the account's mail.
         subscription = services.subscriptions.subscribe(account_id, new_email) if new_email else None
+        if account.email and new_email != account.email:
+            # Deleting the old address's topic also removes its subscription if still pending.
+            services.subscriptions.remove(account_id, account.email)
     changed = replace(
         account,
         email=new_email,
@@ -141,7 +163,7 @@ def email_status(services: Services, account: Account) -> str:
         return "none"
     if not account.email_subscription:
         return "pending"
-    return services.subscriptions.status(account.email_subscription)
+    return services.subscriptions.status(account.account_id, account.email)
 
 
 @dataclass(frozen=True, slots=True)

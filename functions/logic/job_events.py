@@ -16,7 +16,13 @@ from datetime import datetime
 from aws_lambda_powertools import Logger
 
 from functions.domain.credits import settle_charge
-from functions.domain.errors import ConditionFailed, DependencyFailed, PayloadTooLarge
+from functions.domain.errors import (
+    ConditionFailed,
+    DependencyFailed,
+    PayloadTooLarge,
+    RecordMissing,
+    UnreadableRecord,
+)
 from functions.domain.jobs import (
     BatchJobState,
     Job,
@@ -27,7 +33,8 @@ from functions.domain.jobs import (
     charge_entry_id,
     describe_failure,
     is_credit_constraint_reason,
-    ms_to_datetime,
+    is_infrastructure_loss,
+    success_warnings,
 )
 from functions.domain.machine_classes import machine_class
 from functions.domain.status import is_known_batch_status
@@ -86,12 +93,14 @@ def discard_outputs(services: Services, job: Job) -> None:
     logger.info("outputs discarded", job_id=job.job_id, objects=removed)
 
 
-def _settle(services: Services, transition: Transition, state: BatchJobState, now: datetime) -> None:
+def _settle(services: Services, transition: Transition, now: datetime) -> None:
     job = transition.after
     account = services.store.get_account(job.account_id)
     if account is None:
         raise DependencyFailed(f"account {job.account_id} of job {job.job_id} is missing")
-    running_ms = state.running_ms if state.started_at_ms is not None else None
+    # The final attempt's Running time as the domain resolved it (the event's times, else what the
+    # job knew; never negative); None when it never ran or was lost to infrastructure (free).
+    running_ms = transition.running_ms
     if running_ms is not None and job.time_constraint is not None:
         # Time past the job's timeConstraint is the enforcement's latency (a meter tick, the Batch
         # timeout's 60 s minimum), not the user's: it is not billed.
@@ -102,7 +111,7 @@ def _settle(services: Services, transition: Transition, state: BatchJobState, no
     # A charge the balance could not cover still gets its entry (credits 0, the rest unbilled), so
     # every running cost is explained in the ledger.
     if charge.credits > 0 or charge.unbilled > 0:
-        at = ms_to_datetime(state.stopped_at_ms) if state.stopped_at_ms is not None else now
+        at = job.completed_at or now
         entry = LedgerEntry(
             entry_id=charge_entry_id(job.job_id),
             account_id=job.account_id,
@@ -121,6 +130,22 @@ def _settle(services: Services, transition: Transition, state: BatchJobState, no
         credits=str(charge.credits),
         unbilled=str(charge.unbilled),
     )
+
+
+def _final_outcome(
+    services: Services, job: Job, state: BatchJobState
+) -> tuple[str | None, tuple[str, ...], bool]:
+    """(statusReason, warnings, charged) of a final event: the plain sentence of a FAILED event and
+    whether its attempt is charged (an attempt lost to infrastructure is free); the warnings of a
+    SUCCEEDED one. Nothing for other events, or for a job already final."""
+    if job.is_final or state.status not in ("FAILED", "SUCCEEDED"):
+        return None, (), True
+    machine = machine_class(job.machine_class)
+    if state.status == "SUCCEEDED":
+        return None, success_warnings(machine, state.reasons), True
+    summary = None if job.termination_reason else read_error_summary(services, job)
+    reason = describe_failure(job, machine, state.reasons, state.exit_code, summary)
+    return reason, (), not is_infrastructure_loss(job, state.reasons, summary)
 
 
 def apply_job_state_change(services: Services, state: BatchJobState, now: datetime) -> Job | None:
@@ -149,8 +174,15 @@ def apply_job_state_change(services: Services, state: BatchJobState, now: dateti
         logger.warning("unknown batch status ignored", status=state.status, batch_job_id=state.batch_job_id)
         return None
     for _ in range(MAX_WRITE_ATTEMPTS):
-        job = services.store.get_job(state.job_name)
+        try:
+            job = services.store.get_job(state.job_name)
+        except UnreadableRecord as exc:
+            logger.error(
+                "event for an unreadable job item ignored", job_name=state.job_name, problem=exc.message
+            )
+            return None
         if job is None:
+            # Unknown, deleted, or past its record TTL: a late event is neither applied nor charged.
             logger.warning(
                 "event for unknown job ignored", job_name=state.job_name, batch_job_id=state.batch_job_id
             )
@@ -160,18 +192,13 @@ def apply_job_state_change(services: Services, state: BatchJobState, now: dateti
                 "event for another batch job ignored", job_id=job.job_id, batch_job_id=state.batch_job_id
             )
             return job
-        final_reason = None
-        if state.status == "FAILED" and not job.is_final:
-            summary = None if job.termination_reason else read_error_summary(services, job)
-            final_reason = describe_failure(
-                job, machine_class(job.machine_class), state.status_reason, state.exit_code, summary
-            )
-        transition = apply_batch_event(job, state, final_reason)
+        final_reason, warnings, charged = _final_outcome(services, job, state)
+        transition = apply_batch_event(job, state, final_reason, warnings=warnings, charged=charged)
         if transition is None:
             break
         try:
             if transition.settles:
-                _settle(services, transition, state, now)
+                _settle(services, transition, now)
             else:
                 services.store.save_transition(transition, now)
         except ConditionFailed:
@@ -186,7 +213,11 @@ def apply_job_state_change(services: Services, state: BatchJobState, now: dateti
         break
     else:
         raise DependencyFailed(f"job {state.job_name} kept changing; the event will be retried")
-    fresh = services.store.get_job(job.job_id) or job
-    # A failed publish stays owed and is sent again by the meter: the event itself succeeded.
-    deliver_due_notifications(services, fresh, now, raise_on_failure=False)
+    try:
+        fresh = services.store.get_job(job.job_id) or job
+        # A failed publish stays owed and is sent again by the meter: the event itself succeeded.
+        deliver_due_notifications(services, fresh, now, raise_on_failure=False)
+    except (RecordMissing, UnreadableRecord):
+        logger.warning("job gone before its notifications were sent", job_id=job.job_id)
+        return job
     return fresh

@@ -8,17 +8,23 @@
    can be lost), applying what it finds exactly as an event would be applied.
 
 Running jobs come from a sparse index, so a tick's cost grows with running jobs, not with history.
+TerminateJob is sent once per job (the request is recorded on the job by a conditional write; only
+a failed call is sent again, on a later tick, at most ``MAX_TERMINATE_ATTEMPTS`` times). One job
+that cannot be read or written (a partial item, a job deleted meanwhile, a failing dependency)
+never stops a tick for the others: it is logged, counted in ``MeterReport.skipped``, and skipped.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass, replace
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
+from typing import TypeVar
 
 from aws_lambda_powertools import Logger
 
-from functions.domain.errors import DependencyFailed
+from functions.domain.errors import DependencyFailed, UnreadableRecord
 from functions.domain.jobs import OUT_OF_CREDITS, BatchJobState, Job
 from functions.domain.machine_classes import GeoZone
 from functions.domain.metering import MeterReading, balance_exhausted, read_meter
@@ -38,25 +44,52 @@ UNKNOWN_TO_BATCH_REASON = "AWS Batch has no record of the job"
 SYNTHETIC_ATTEMPT_COUNT = 1000
 
 
+T = TypeVar("T")
+
+
 @dataclass(frozen=True, slots=True)
 class MeterReport:
-    """What one tick did: jobs metered, ``creditsSpent`` raised, jobs terminated, jobs reconciled."""
+    """What one tick did: jobs metered, ``creditsSpent`` raised, TerminateJob requests sent, jobs
+    reconciled, and jobs skipped because they could not be read or written (each counted once)."""
 
     metered: int
     updated: int
     terminated: int = 0
     reconciled: int = 0
+    skipped: int = 0
 
 
-def _terminate(services: Services, reading: MeterReading, reason: str) -> bool:
+@dataclass
+class _Skips:
+    """The jobs one tick skipped (by id; an unreadable item by its key)."""
+
+    job_ids: set[str] = field(default_factory=set)
+
+    def unreadable(self, problem: UnreadableRecord) -> None:
+        self.job_ids.add(problem.key)
+
+    def guard(self, job_id: str, what: str, action: Callable[[], T]) -> T | None:
+        """Run one job's ``action``; a failure is logged and counted, and the tick goes on."""
+        try:
+            return action()
+        except Exception:
+            # Deliberately broad: whatever one job's item or dependency does, the others are metered.
+            logger.exception("job skipped by the meter", job_id=job_id, step=what)
+            self.job_ids.add(job_id)
+            return None
+
+
+def _terminate(services: Services, reading: MeterReading, reason: str, now: datetime) -> bool:
+    """Ask Batch to terminate the job unless that was already asked; True when this call sent it."""
     job = reading.job
+    if job.termination_requested_at is not None:
+        return False  # sent once already; the FAILED event (or reconciliation) ends it
     try:
-        terminate(services, job, job.termination_reason or reason)
+        return terminate(services, job, job.termination_reason or reason, now).termination_requested_at == now
     except DependencyFailed:
-        # Recorded reason stays; the next tick sends TerminateJob again (it is idempotent).
+        # The request was released: a later tick sends it again (bounded by MAX_TERMINATE_ATTEMPTS).
         logger.exception("termination not sent", job_id=job.job_id, reason=reason)
         return False
-    return True
 
 
 def meter_tick(services: Services, now: datetime) -> MeterReport:
@@ -69,36 +102,72 @@ def meter_tick(services: Services, now: datetime) -> MeterReport:
     now : datetime
         The tick's time; a job's running time is ``now - startedAt``.
     """
+    skips = _Skips()
     # First what earlier deliveries failed to publish (this tick's failures wait for the next one).
-    retry_failed_notifications(services, now)
+    retry_failed_notifications(services, now, skips)
     by_account: dict[str, list[MeterReading]] = defaultdict(list)
-    for job in services.store.list_metered_jobs():
-        by_account[job.account_id].append(read_meter(job, now))
+    for job in services.store.list_metered_jobs(on_unreadable=skips.unreadable):
+        reading = skips.guard(job.job_id, "read", lambda job=job: read_meter(job, now))  # type: ignore[misc]
+        if reading is not None:
+            by_account[job.account_id].append(reading)
     metered = sum(len(readings) for readings in by_account.values())
     updated = terminated = 0
     for account_id, readings in by_account.items():
-        for reading in readings:
-            if reading.spent > reading.job.credits_spent and services.store.raise_credits_spent(
-                reading.job.job_id, reading.spent
-            ):
-                updated += 1
-        stopping: set[str] = set()
-        for reading in readings:
-            reason = reading.cap_reached or reading.job.termination_reason
-            if reason and _terminate(services, reading, reason):
-                stopping.add(reading.job.job_id)
-                terminated += 1
-        account = services.store.get_account(account_id)
-        if account is not None and balance_exhausted(account.credit_balance, readings):
-            for reading in readings:
-                if reading.job.job_id not in stopping and _terminate(services, reading, OUT_OF_CREDITS):
-                    terminated += 1
+        account_updated, account_terminated = _enforce(services, account_id, readings, skips, now)
+        updated += account_updated
+        terminated += account_terminated
     for readings in by_account.values():
         for reading in readings:
-            notify_progress(services, reading, now)
-    reconciled = reconcile_stale_jobs(services, now)
-    logger.info("meter tick", metered=metered, updated=updated, terminated=terminated, reconciled=reconciled)
-    return MeterReport(metered=metered, updated=updated, terminated=terminated, reconciled=reconciled)
+            skips.guard(reading.job.job_id, "notify", lambda r=reading: notify_progress(services, r, now))  # type: ignore[misc]
+    reconciled = reconcile_stale_jobs(services, now, skips)
+    skipped = len(skips.job_ids)
+    logger.info(
+        "meter tick",
+        metered=metered,
+        updated=updated,
+        terminated=terminated,
+        reconciled=reconciled,
+        skipped=skipped,
+    )
+    return MeterReport(
+        metered=metered, updated=updated, terminated=terminated, reconciled=reconciled, skipped=skipped
+    )
+
+
+def _enforce(
+    services: Services, account_id: str, readings: list[MeterReading], skips: _Skips, now: datetime
+) -> tuple[int, int]:
+    """One account's running jobs: raise their ``creditsSpent``, then stop those at a cap, then all
+    of them when the balance is used up. Returns (credits raised, terminations sent)."""
+    updated = terminated = 0
+    for reading in readings:
+        if reading.spent > reading.job.credits_spent and skips.guard(
+            reading.job.job_id,
+            "credits",
+            lambda r=reading: services.store.raise_credits_spent(r.job.job_id, r.spent),  # type: ignore[misc]
+        ):
+            updated += 1
+    stopping: set[str] = set()
+    for reading in readings:
+        reason = reading.cap_reached or reading.job.termination_reason
+        if reason:
+            stopping.add(reading.job.job_id)
+            if skips.guard(
+                reading.job.job_id,
+                "terminate",
+                lambda r=reading, why=reason: _terminate(services, r, why, now),  # type: ignore[misc]
+            ):
+                terminated += 1
+    account = skips.guard(account_id, "account", lambda: services.store.get_account(account_id))
+    if account is not None and balance_exhausted(account.credit_balance, readings):
+        for reading in readings:
+            if reading.job.job_id not in stopping and skips.guard(
+                reading.job.job_id,
+                "terminate",
+                lambda r=reading: _terminate(services, r, OUT_OF_CREDITS, now),  # type: ignore[misc]
+            ):
+                terminated += 1
+    return updated, terminated
 
 
 def notify_progress(services: Services, reading: MeterReading, now: datetime) -> None:
@@ -112,21 +181,30 @@ def notify_progress(services: Services, reading: MeterReading, now: datetime) ->
         logger.exception("notifications not delivered", job_id=job.job_id)
 
 
-def retry_failed_notifications(services: Services, now: datetime) -> None:
-    """Send again what failed to publish (for final jobs too: the meter is their only retry)."""
+def retry_failed_notifications(services: Services, now: datetime, skips: _Skips | None = None) -> None:
+    """Send again what failed to publish (for final jobs too: the meter is their only retry).
+
+    A job that is gone (deleted, past its TTL) is left alone; one whose item cannot be read or
+    written is logged, counted in ``skips`` and skipped: the others are still retried.
+    """
+    guard = skips or _Skips()
     for job_id in list(services.store.list_notification_retries()):
-        job = services.store.get_job(job_id)
-        if job is None:
-            continue
-        try:
-            deliver_due_notifications(services, job, now, raise_on_failure=False)
-        except DependencyFailed:
-            logger.exception("notification retry failed", job_id=job_id)
-            continue
-        after = services.store.get_job(job_id)
-        if after is not None and not due_notifications(after, now):
-            # Conditional too: a publish that failed meanwhile keeps the job listed.
-            services.store.clear_notification_retry(job_id)
+        guard.guard(job_id, "notification retry", lambda j=job_id: _retry_notifications(services, j, now))  # type: ignore[misc]
+
+
+def _retry_notifications(services: Services, job_id: str, now: datetime) -> None:
+    job = services.store.get_job(job_id)
+    if job is None:
+        return
+    try:
+        deliver_due_notifications(services, job, now, raise_on_failure=False)
+    except DependencyFailed:
+        logger.exception("notification retry failed", job_id=job_id)
+        return
+    after = services.store.get_job(job_id)
+    if after is not None and not due_notifications(after, now):
+        # Conditional too: a publish that failed meanwhile keeps the job listed.
+        services.store.clear_notification_retry(job_id)
 
 
 def _synthetic_failure(job: Job, reason: str, now: datetime) -> BatchJobState:
@@ -145,13 +223,15 @@ def _synthetic_failure(job: Job, reason: str, now: datetime) -> BatchJobState:
     )
 
 
-def reconcile_stale_jobs(services: Services, now: datetime) -> int:
+def reconcile_stale_jobs(services: Services, now: datetime, skips: _Skips | None = None) -> int:
     """Ask Batch about non-final jobs with no event for 10 minutes; apply what it says.
 
     Returns how many jobs were checked. A job Batch does not know (never submitted, or past
-    Batch's retention) is ended ``Terminated`` with a reason saying so.
+    Batch's retention) is ended ``Terminated`` with a reason saying so. A job that cannot be read
+    or written is logged, counted in ``skips`` and skipped.
     """
-    stale = list(services.store.list_stale_jobs(now - STALE_AFTER))
+    guard = skips or _Skips()
+    stale = list(services.store.list_stale_jobs(now - STALE_AFTER, on_unreadable=guard.unreadable))
     by_zone: dict[GeoZone, list[Job]] = defaultdict(list)
     for job in stale:
         by_zone[job.geo_zone].append(job)
@@ -176,14 +256,14 @@ def reconcile_stale_jobs(services: Services, now: datetime) -> int:
             if state is None:
                 reason = UNKNOWN_TO_BATCH_REASON if job.batch_job_id else UNSUBMITTED_REASON
                 state = _synthetic_failure(job, reason, now)
-            try:
-                applied = apply_job_state_change(services, state, now)
-            except DependencyFailed:
-                # A store or publish failure for one job must not stop the tick for the others:
-                # what was not written is still stale next tick; a failed publish released its key.
-                logger.exception("reconciliation incomplete", job_id=job.job_id)
-                continue
-            if applied is not None and not applied.is_final:
-                services.store.mark_reconciled(job.job_id, now)
-            logger.info("job reconciled", job_id=job.job_id, batch_status=state.status)
+            # A store or publish failure for one job must not stop the tick for the others: what was
+            # not written is still stale next tick; a failed publish released its key.
+            guard.guard(job.job_id, "reconcile", lambda j=job, s=state: _reconcile(services, j, s, now))  # type: ignore[misc]
     return len(stale)
+
+
+def _reconcile(services: Services, job: Job, state: BatchJobState, now: datetime) -> None:
+    applied = apply_job_state_change(services, state, now)
+    if applied is not None and not applied.is_final:
+        services.store.mark_reconciled(job.job_id, now)
+    logger.info("job reconciled", job_id=job.job_id, batch_status=state.status)

@@ -1,22 +1,41 @@
 """Sending what a job owes, each (job, event occurrence, method) at most once.
 
 A key per notification is added to the job by a conditional update before publishing; only the
-writer that added it publishes (DESIGN.md "Notifications"). A publish that fails releases the key
-and is recorded as failed in the job's ``notificationLog``: the event's redelivery (EventBridge
-retries the batch_events Lambda) or the meter's next tick sends it then. A method whose contact is
-missing is skipped and recorded, never an error.
+writer that added it publishes (DESIGN.md "Notifications"). Every outcome is a line of the job's
+``notificationLog``:
+
+- ``sent``;
+- ``skipped``: no contact for the method, the account's hourly SMS ceiling reached, or a failed
+  progress message superseded by a newer one or outlived by its job;
+- ``failed`` for good (the key stays claimed, never sent again): the provider refused it for good
+  (``DeliveryRefused``: SNS ``InvalidParameter``, ``EndpointDisabled``, ``NotFound``, an opted-out
+  phone, a webhook 4xx or a non-public webhook address), or ``MAX_PUBLISH_ATTEMPTS`` transient
+  failures;
+- ``failed`` and retried: a transient failure releases the key with its attempt count and the time
+  of the next attempt (1, 2, 4, 8 minutes later, ``notification_schedule.next_attempt_at``); the
+  meter's ticks (or the event's redelivery) send it then.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
 
 from aws_lambda_powertools import Logger
 
-from functions.domain.errors import DependencyFailed
+from functions.domain.errors import DeliveryRefused, DependencyFailed
 from functions.domain.jobs import Account, Job, NotificationRecord
 from functions.domain.messages import compose_message
-from functions.domain.notification_schedule import due_notifications
+from functions.domain.notification_schedule import (
+    MAX_PUBLISH_ATTEMPTS,
+    PublishAttempts,
+    abandoned_retries,
+    due_notifications,
+    failure_record,
+    is_progress,
+    next_attempt_at,
+    publish_attempts,
+)
 from functions.domain.notifications import DueNotification
 from functions.ports import OutgoingNotification, Services
 
@@ -69,6 +88,16 @@ def _record(
         logger.exception("notification log not written", job_id=job.job_id, key=due.key)
 
 
+def _drop_abandoned(services: Services, job: Job, now: datetime) -> None:
+    """Claim, without sending, failed progress messages that a newer one supersedes or whose job ended."""
+    for due in abandoned_retries(job, now):
+        if not services.store.claim_notification(job.job_id, due.key):
+            continue
+        why = "the job ended" if job.is_final else "a later message covers it"
+        detail = f"{due.method} skipped: not sent again, {why}"
+        _record(services, job=job, due=due, outcome="skipped", to=None, detail=detail, now=now)
+
+
 def deliver_due_notifications(
     services: Services, job: Job, now: datetime, raise_on_failure: bool = True
 ) -> int:
@@ -83,8 +112,8 @@ def deliver_due_notifications(
     now : datetime
         Time of the delivery (progress events are due relative to it).
     raise_on_failure : bool
-        Re-raise a failed publish (batch_events: EventBridge retries) or leave it to the next
-        meter tick (meter).
+        Re-raise a transient publish failure (batch_events: EventBridge retries) or leave it to the
+        meter's ticks (meter).
 
     Returns
     -------
@@ -94,21 +123,24 @@ def deliver_due_notifications(
     Raises
     ------
     DependencyFailed
-        When SNS refused one and ``raise_on_failure`` (after the rest were attempted).
+        When a publish failed transiently and ``raise_on_failure`` (after the rest were attempted).
+        A publish refused for good is recorded, never raised.
     """
+    _drop_abandoned(services, job, now)
     pending = due_notifications(job, now)
     if not pending:
         return 0
     if len(pending) > MAX_SENDS_PER_DELIVERY:
-        # A burst (a tick crossing many JobCreditsUsed multiples) goes out over several ticks: the
-        # meter comes back for the rest, so one job never holds up the others for long.
+        # Many owed at once (a status burst, many rules): the rest go out over the next ticks, so
+        # one job never holds up the others for long.
         pending = pending[:MAX_SENDS_PER_DELIVERY]
         services.store.request_notification_retry(job.job_id)
     account = services.store.get_account(job.account_id)
+    attempts = publish_attempts(job)
     sent = 0
     failure: DependencyFailed | None = None
     for due in pending:
-        if not services.store.claim_notification(job.job_id, due.key):
+        if not services.store.claim_notification(job.job_id, due.key, while_open=is_progress(due.event)):
             continue
         address = contact_for(account, due.method)
         if not address:
@@ -116,30 +148,80 @@ def deliver_due_notifications(
             _record(services, job=job, due=due, outcome="skipped", to=None, detail=detail, now=now)
             logger.info("notification skipped", job_id=job.job_id, key=due.key, why=detail)
             continue
-        subject, message = compose_message(job, due, now)
-        notification = OutgoingNotification(
-            job_id=job.job_id,
-            account_id=job.account_id,
-            event=due.event,
-            method=due.method,
-            to=address,
-            subject=subject,
-            message=message,
-            at=now,
-            secret=account.webhook_secret if account is not None and due.method == "Webhook" else None,
-        )
-        try:
-            services.notifier.send(notification)
-        except DependencyFailed as exc:
-            services.store.release_notification(job.job_id, due.key)
-            detail = f"{due.method} failed: {exc.message} (will retry)"
-            _record(services, job=job, due=due, outcome="failed", to=address, detail=detail, now=now)
-            logger.exception("notification failed", job_id=job.job_id, key=due.key, to=mask_address(address))
-            failure = exc
+        if due.method == "SMS" and not _sms_allowed(services, job.account_id, now):
+            limit = services.sms_per_account_per_hour
+            detail = f"SMS skipped: the account's ceiling of {limit} SMS per hour was reached"
+            _record(services, job=job, due=due, outcome="skipped", to=address, detail=detail, now=now)
+            logger.warning("sms ceiling reached", job_id=job.job_id, key=due.key, account_id=job.account_id)
             continue
-        _record(services, job=job, due=due, outcome="sent", to=address, detail=f"{due.method} sent", now=now)
-        logger.info("notification sent", job_id=job.job_id, key=due.key, to=mask_address(address))
-        sent += 1
+        outcome = _publish(
+            services, job, due=due, account=account, address=address, attempts=attempts, now=now
+        )
+        if isinstance(outcome, DependencyFailed):
+            failure = outcome
+        elif outcome:
+            sent += 1
     if failure is not None and raise_on_failure:
         raise failure
     return sent
+
+
+def _sms_allowed(services: Services, account_id: str, now: datetime) -> bool:
+    """One SMS counted against the account's hourly ceiling; False when the hour's ceiling is reached."""
+    return services.store.take_sms_allowance(
+        account_id, now.strftime("%Y-%m-%dT%H"), services.sms_per_account_per_hour
+    )
+
+
+def _publish(
+    services: Services,
+    job: Job,
+    *,
+    due: DueNotification,
+    account: Account | None,
+    address: str,
+    attempts: Mapping[str, PublishAttempts],
+    now: datetime,
+) -> bool | DependencyFailed:
+    """Send one claimed notification and record the outcome: True when sent, False when refused or
+    given up (the key stays claimed), the failure when it will be tried again (the key released)."""
+    subject, message = compose_message(job, due, now)
+    notification = OutgoingNotification(
+        job_id=job.job_id,
+        account_id=job.account_id,
+        event=due.event,
+        method=due.method,
+        to=address,
+        subject=subject,
+        message=message,
+        at=now,
+        secret=account.webhook_secret if account is not None and due.method == "Webhook" else None,
+    )
+    try:
+        services.notifier.send(notification)
+    except DeliveryRefused as exc:
+        # The key stays claimed: the same message can never succeed.
+        detail = f"{due.method} failed: {exc.message} Not retried."
+        _record(services, job=job, due=due, outcome="failed", to=address, detail=detail, now=now)
+        logger.warning("notification refused", job_id=job.job_id, key=due.key, to=mask_address(address))
+        return False
+    except DependencyFailed as exc:
+        previous = attempts.get(due.key)
+        failures = (previous.failures if previous else 0) + 1
+        retry_at = next_attempt_at(failures, now)
+        if retry_at is None:
+            detail = f"{due.method} failed: {exc.message} Gave up after {MAX_PUBLISH_ATTEMPTS} attempts."
+            _record(services, job=job, due=due, outcome="failed", to=address, detail=detail, now=now)
+            logger.error("notification given up", job_id=job.job_id, key=due.key, attempts=failures)
+            return False
+        services.store.release_notification(job.job_id, due.key, failure_record(due.key, failures, retry_at))
+        detail = (
+            f"{due.method} failed: {exc.message} Attempt {failures} of {MAX_PUBLISH_ATTEMPTS}; "
+            f"next at {retry_at.strftime('%Y-%m-%dT%H:%M:%SZ')}."
+        )
+        _record(services, job=job, due=due, outcome="failed", to=address, detail=detail, now=now)
+        logger.exception("notification failed", job_id=job.job_id, key=due.key, to=mask_address(address))
+        return exc
+    _record(services, job=job, due=due, outcome="sent", to=address, detail=f"{due.method} sent", now=now)
+    logger.info("notification sent", job_id=job.job_id, key=due.key, to=mask_address(address))
+    return True

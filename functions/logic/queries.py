@@ -10,16 +10,21 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
+from functions.domain.batch_reasons import as_sentence
 from functions.domain.errors import Conflict, Expired, JobNotFinished, NoOutput, NotFound, ValidationFailed
 from functions.domain.jobs import Account, Job, is_credit_constraint_reason
+from functions.domain.limits import RESPONSE_BUDGET_BYTES, base64_bytes, presigned_seconds, wire_bytes
+from functions.domain.log_lines import PartJoiner, event_cost
 from functions.domain.status import JobStatus
 from functions.logic.job_events import output_key
 from functions.logic.submission import get_owned_job
 from functions.ports import LogEvent, Services
 
-INLINE_LIMIT_BYTES = 5 * 1024 * 1024
-PRESIGNED_SECONDS = 15 * 60
 MAX_LOG_EVENTS = 10_000
+#: ``messages`` of a result are inlined up to this cost on the wire; longer, ``messagesUrl`` links them.
+MESSAGES_BUDGET_BYTES = 512 * 1024
+#: A result (``result.json``) is inlined up to this cost on the wire, with its messages.
+RESULT_BUDGET_BYTES = RESPONSE_BUDGET_BYTES - MESSAGES_BUDGET_BYTES
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,7 +32,9 @@ class JobResult:
     """A final job's ``EvaluationResult``.
 
     Exactly one of ``result`` (when ``inline``), ``result_url`` or ``pickle`` is meaningful:
-    ``result_url`` is a presigned GET (15 min) for a result over 5 MiB; ``pickle`` is base64.
+    ``result_url`` is a presigned GET (≤ 15 min, never past ``expiresAt``) of ``result.json`` (or
+    ``result.pickle``) when inlining it would take the response over its 5 MiB; ``pickle`` is base64.
+    ``messages_url`` replaces ``messages`` the same way (then ``messages`` is empty).
     """
 
     job_id: str
@@ -37,6 +44,7 @@ class JobResult:
     inline: bool = True
     result_url: str | None = None
     pickle: str | None = None
+    messages_url: str | None = None
 
 
 def expired(job_id: str) -> Expired:
@@ -55,15 +63,35 @@ def _final_job_with_data(services: Services, account_id: str, job_id: str, now: 
     return job
 
 
-def _messages(services: Services, job: Job) -> tuple[str, ...]:
-    raw = services.zones[job.geo_zone].blobs.get(output_key(job.job_id, "messages.json"), INLINE_LIMIT_BYTES)
-    if raw is None:
-        return ()
+def _messages(services: Services, job: Job, now: datetime) -> tuple[tuple[str, ...], str | None]:
+    """The job's messages, or () and a presigned URL of ``messages.json`` when they would take
+    more than ``MESSAGES_BUDGET_BYTES`` of the response."""
+    blobs = services.zones[job.geo_zone].blobs
+    key = output_key(job.job_id, "messages.json")
+    size = blobs.size(key)
+    if size is None:
+        return (), None
+    link = (), blobs.presigned_get(key, presigned_seconds(job.expires_at, now))
+    if size > MESSAGES_BUDGET_BYTES:
+        return link
     try:
-        messages = json.loads(raw).get("messages", [])
+        messages = json.loads(blobs.get(key) or b"{}").get("messages", [])
     except (ValueError, AttributeError):
-        return ()
-    return tuple(str(m) for m in messages) if isinstance(messages, list) else ()
+        return (), None
+    if not isinstance(messages, list):
+        return (), None
+    texts = tuple(str(m) for m in messages)
+    if sum(wire_bytes(json.dumps(m)) + 1 for m in texts) > MESSAGES_BUDGET_BYTES:
+        return link
+    return texts, None
+
+
+def _inline_result(document: Any) -> bool:
+    """Whether ``result.json``'s result and repr fit the response's budget as they travel."""
+    if not isinstance(document, dict):
+        return True
+    body = json.dumps({"result": document.get("result"), "resultRepr": document.get("resultRepr")})
+    return wire_bytes(body) <= RESULT_BUDGET_BYTES
 
 
 def get_result(services: Services, account_id: str, job_id: str, now: datetime, as_pickle: bool) -> JobResult:
@@ -81,61 +109,80 @@ def get_result(services: Services, account_id: str, job_id: str, now: datetime, 
         cap = job.status_reason.removesuffix(" reached")
         raise NoOutput(f"Job {job_id} reached its {cap}; its output was discarded.")
     blobs = services.zones[job.geo_zone].blobs
+    url_seconds = presigned_seconds(job.expires_at, now)
     no_output = NoOutput(
         f"Job {job_id} ended {job.status.value} without output"
-        + (f": {job.status_reason}." if job.status_reason else ".")
+        + (f": {as_sentence(job.status_reason)}" if job.status_reason else ".")
     )
     if as_pickle:
         key = output_key(job_id, "result.pickle")
         size = blobs.size(key)
         if size is None:
             raise no_output
-        if size > INLINE_LIMIT_BYTES:
-            return JobResult(
-                job_id=job_id, inline=False, result_url=blobs.presigned_get(key, PRESIGNED_SECONDS)
-            )
+        # base64 is ASCII without characters JSON escapes: its length is its cost on the wire.
+        if base64_bytes(size) > RESPONSE_BUDGET_BYTES:
+            return JobResult(job_id=job_id, inline=False, result_url=blobs.presigned_get(key, url_seconds))
         data = blobs.get(key) or b""
         return JobResult(job_id=job_id, pickle=base64.b64encode(data).decode())
     key = output_key(job_id, "result.json")
     size = blobs.size(key)
+    messages, messages_url = _messages(services, job, now)
     if size is None:
         if job.status == JobStatus.TERMINATED:
             raise no_output
-        return JobResult(job_id=job_id, result=None, result_repr="None", messages=_messages(services, job))
-    messages = _messages(services, job)
-    if size > INLINE_LIMIT_BYTES:
-        url = blobs.presigned_get(key, PRESIGNED_SECONDS)
-        return JobResult(job_id=job_id, inline=False, result_url=url, messages=messages)
-    document = json.loads(blobs.get(key) or b"{}")
+        return JobResult(
+            job_id=job_id, result=None, result_repr="None", messages=messages, messages_url=messages_url
+        )
+    # A file over the budget can only grow once escaped: link it without reading it.
+    document = None if size > RESULT_BUDGET_BYTES else json.loads(blobs.get(key) or b"{}")
+    if document is None or not _inline_result(document):
+        url = blobs.presigned_get(key, url_seconds)
+        return JobResult(
+            job_id=job_id, inline=False, result_url=url, messages=messages, messages_url=messages_url
+        )
     return JobResult(
         job_id=job_id,
         result=document.get("result"),
         result_repr=document.get("resultRepr"),
         messages=messages,
+        messages_url=messages_url,
     )
 
 
 @dataclass(frozen=True, slots=True)
 class LogPage:
-    """Up to ``MAX_LOG_EVENTS`` lines of a job's log, and the token of the next page (or None)."""
+    """Up to ``MAX_LOG_EVENTS`` lines of a job's log, at most ``LOG_PAGE_BYTES`` of them on the
+    wire, and the token of the next page (or None)."""
 
     events: list[LogEvent]
     next_token: str | None
 
 
-def _encode_log_token(after_ms: int, skip: int) -> str:
-    return base64.urlsafe_b64encode(json.dumps({"after": after_ms, "skip": skip}).encode()).decode()
+#: What one page's lines may cost in the response (``log_lines.event_cost``), below the 5 MiB cap.
+LOG_PAGE_BYTES = RESPONSE_BUDGET_BYTES
+#: Parts of a cut line read (and dropped) per request at most: 64 × 256 KiB = 16 MiB of reading.
+MAX_DROPPED_PARTS = 64
+_MAX_TOKEN_SKIP = 10**9
 
 
-def _decode_log_token(token: str) -> tuple[int, int]:
+def _encode_log_token(after_ms: int, skip: int, dropping: bool) -> str:
+    data = {"after": after_ms, "skip": skip, **({"cut": 1} if dropping else {})}
+    return base64.urlsafe_b64encode(json.dumps(data).encode()).decode()
+
+
+def _decode_log_token(token: str) -> tuple[int, int, bool]:
     try:
         data = json.loads(base64.urlsafe_b64decode(token.encode()))
-        after, skip = int(data["after"]), int(data["skip"])
-    except (ValueError, KeyError, TypeError, binascii.Error):
+        after, skip, dropping = int(data["after"]), int(data["skip"]), bool(data.get("cut", 0))
+    except (ValueError, KeyError, TypeError, AttributeError, binascii.Error):
         raise ValidationFailed("nextToken is not one this API issued.", field="nextToken") from None
-    if after < 0 or not 0 <= skip <= MAX_LOG_EVENTS:
+    if after < 0 or not 0 <= skip <= _MAX_TOKEN_SKIP:
         raise ValidationFailed("nextToken is not one this API issued.", field="nextToken")
-    return after, skip
+    return after, skip, dropping
+
+
+def _ms(stamp: datetime) -> int:
+    return round(stamp.timestamp() * 1000)
 
 
 def get_log(
@@ -147,8 +194,17 @@ def get_log(
     *,
     next_token: str | None = None,
 ) -> LogPage:
-    """``GET /jobs/{jobId}/log``: the job container's console output, oldest first, a page of at
-    most ``MAX_LOG_EVENTS`` lines; ``next_token`` (from the previous page) continues after it.
+    """``GET /jobs/{jobId}/log``: the job container's console output, oldest first.
+
+    A page holds at most ``MAX_LOG_EVENTS`` lines and at most ``LOG_PAGE_BYTES`` of them as the
+    response carries them (so no response is over 5 MiB, whatever the lines hold); ``next_token``
+    (from the previous page) continues after it. A line CloudWatch holds in several events (the
+    awslogs driver's 256 KiB parts) comes back whole; one over 1 MiB is cut and marked
+    (``functions.domain.log_lines``). A page may come back short, even empty, while it has a token
+    (a cut line's parts take a bounded amount of reading per request).
+
+    The token is the millisecond of the last line returned and how many events of that millisecond
+    were read, so lines written later in the same millisecond are not lost.
 
     Raises ``NotFound``, ``Expired`` (after ``expiresAt``), ``ValidationFailed`` for a bad token.
     A job with no log stream yet has no lines.
@@ -158,22 +214,39 @@ def get_log(
         raise expired(job_id)
     if not job.log_stream_name:
         return LogPage([], None)
-    skip = 0
+    skip, dropping, position_ms = 0, False, -1
     if next_token:
-        after_ms, skip = _decode_log_token(next_token)
-        since = datetime.fromtimestamp(after_ms / 1000, tz=UTC)
-    read = services.zones[job.geo_zone].logs.read(job.log_stream_name, since, skip + MAX_LOG_EVENTS + 1)[
-        skip:
-    ]
-    if len(read) <= MAX_LOG_EVENTS:
-        return LogPage(read, None)
-    events = read[:MAX_LOG_EVENTS]
-    last = events[-1].timestamp
-    # The next page starts at the last line's millisecond, skipping the lines of it already shown.
-    same = sum(1 for e in events if e.timestamp == last)
-    if next_token and events[0].timestamp == last:
-        same += skip
-    return LogPage(events, _encode_log_token(round(last.timestamp() * 1000), same))
+        position_ms, skip, dropping = _decode_log_token(next_token)
+        since = datetime.fromtimestamp(position_ms / 1000, tz=UTC)
+    events = services.zones[job.geo_zone].logs.events(job.log_stream_name, since)
+    for _ in zip(range(skip), events, strict=False):
+        pass
+    joiner = PartJoiner(events, dropping=dropping)
+    position_skip = skip
+    if not joiner.drop_continuation(MAX_DROPPED_PARTS):
+        return LogPage([], _encode_log_token(position_ms, skip + joiner.consumed, True))
+    position_skip += joiner.consumed
+    lines: list[LogEvent] = []
+    cost = 0
+    while True:
+        if len(lines) == MAX_LOG_EVENTS:
+            more = joiner.has_more()
+            return LogPage(lines, _encode_log_token(position_ms, position_skip, False) if more else None)
+        consumed = joiner.consumed
+        line = joiner.next_line(MAX_DROPPED_PARTS)
+        if line is None:
+            return LogPage(lines, None)
+        line_cost = event_cost(line.message)
+        if lines and cost + line_cost > LOG_PAGE_BYTES:
+            return LogPage(lines, _encode_log_token(position_ms, position_skip, False))
+        lines.append(LogEvent(line.timestamp, line.message))
+        cost += line_cost
+        read = joiner.consumed - consumed
+        line_ms = _ms(line.timestamp)
+        position_skip = position_skip + read if line_ms == position_ms else read
+        position_ms = line_ms
+        if joiner.dropping:
+            return LogPage(lines, _encode_log_token(position_ms, position_skip, True))
 
 
 def get_or_create_account(
@@ -211,26 +284,43 @@ def list_outputs(services: Services, account_id: str, job_id: str, now: datetime
         return []
     blobs = services.zones[job.geo_zone].blobs
     prefix = output_key(job_id, "files/")
+    seconds = presigned_seconds(job.expires_at, now)
     return [
-        OutputFile(name=o.key[len(prefix) :], size=o.size, url=blobs.presigned_get(o.key, PRESIGNED_SECONDS))
+        OutputFile(name=o.key[len(prefix) :], size=o.size, url=blobs.presigned_get(o.key, seconds))
         for o in sorted(blobs.list(prefix), key=lambda o: o.key)
     ]
 
 
-def get_preview(services: Services, account_id: str, job_id: str, now: datetime) -> bytes:
-    """``GET /jobs/{jobId}/preview.png``: the PNG the worker drew of the result.
+@dataclass(frozen=True, slots=True)
+class PreviewLink:
+    """Where the preview PNG is: a presigned GET (``expires_seconds`` ≤ 900, never past the job's
+    ``expiresAt``) and its size in bytes."""
+
+    url: str
+    size: int
+    expires_seconds: int
+
+
+def get_preview(services: Services, account_id: str, job_id: str, now: datetime) -> PreviewLink:
+    """``GET /jobs/{jobId}/preview.png``: a link to the PNG the worker drew of the result.
+
+    Served as a link whatever its size: the PNG never passes through API Gateway and Lambda (no
+    binary media types, no 6 MB limit), and the client gets it straight from S3.
 
     Raises ``NotFound`` (no such job, or no preview: a None result, a job not finished), ``Expired``.
     """
     job = get_owned_job(services, account_id, job_id)
     if job.is_expired(now):
         raise expired(job_id)
-    data = None
+    blobs = services.zones[job.geo_zone].blobs
+    key = output_key(job_id, "preview.png")
+    size = None
     if not (job.status_reason and is_credit_constraint_reason(job.status_reason)):
-        data = services.zones[job.geo_zone].blobs.get(output_key(job_id, "preview.png"), INLINE_LIMIT_BYTES)
-    if data is None:
+        size = blobs.size(key)
+    if size is None:
         raise NotFound(f"Job {job_id} has no preview image.")
-    return data
+    seconds = presigned_seconds(job.expires_at, now)
+    return PreviewLink(url=blobs.presigned_get(key, seconds), size=size, expires_seconds=seconds)
 
 
 def delete_job_data(services: Services, account_id: str, job_id: str, now: datetime) -> int:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-import secrets
 import time
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -19,10 +18,19 @@ from typing import Any
 
 from aws_lambda_powertools import Logger
 
-from functions.domain.errors import DependencyFailed, InsufficientCredits, NotFound, ValidationFailed
+from functions.domain.errors import (
+    DependencyFailed,
+    InsufficientCredits,
+    NotFound,
+    UnreadableRecord,
+    ValidationFailed,
+)
+from functions.domain.ids import new_ulid
 from functions.domain.jobs import ABORTED_BY_USER, Job, JobType, PayloadKind, credit_cap_seconds
 from functions.domain.machine_classes import GeoZone, MachineClass, machine_class, resolve_geo_zone
 from functions.domain.notifications import normalize_notifications
+from functions.domain.text import JOB_ID_PATTERN, full_match
+from functions.logic.uploads import uploaded_input
 from functions.ports import BatchSubmission, Services
 
 logger = Logger(child=True)
@@ -36,11 +44,13 @@ CREDIT_TIMEOUT_MARGIN_SECONDS = 120
 class JobRequest:
     """A validated submit request, in the domain's terms.
 
-    ``payload`` is the Python source (code), the argv (command) or the base64 cloudpickle (pickle).
+    ``payload`` is the Python source (code), the argv (command) or the base64 cloudpickle (pickle);
+    or ``input_key`` names an upload (``functions.logic.uploads``) whose Content-Type tells its kind,
+    and ``payload_kind`` is None until submit reads it.
     ``time_constraint`` is seconds of Running time; ``credit_constraint`` credits.
     """
 
-    payload_kind: PayloadKind
+    payload_kind: PayloadKind | None
     payload: str | list[str]
     name: str | None = None
     machine_class: str = "Basic1x8"
@@ -48,22 +58,13 @@ class JobRequest:
     credit_constraint: Decimal | None = None
     time_constraint: int | None = None
     notifications: Any = "Automatic"
-
-
-_CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+    input_key: str | None = None
 
 
 def new_job_id(now_ms: int | None = None) -> str:
-    """``job-<ULID>``: 48 bits of milliseconds then 80 random bits in Crockford base32 (the ULID
-    spec, https://github.com/ulid/spec), so ids sort by creation time; a valid AWS Batch job name.
-
-    Written here rather than taken from a package because the Lambda asset ships only
-    ``functions/`` and the runtime (boto3, the powertools layer); the format is 12 lines.
-    """
-    millis = time.time_ns() // 1_000_000 if now_ms is None else now_ms
-    value = (millis << 80) | int.from_bytes(secrets.token_bytes(10), "big")
-    chars = [_CROCKFORD[(value >> shift) & 31] for shift in range(125, -1, -5)]
-    return "job-" + "".join(chars)
+    """``job-<ULID>`` (``functions.domain.ids.new_ulid``): ids sort by creation time; a valid AWS
+    Batch job name."""
+    return "job-" + new_ulid(time.time_ns() // 1_000_000 if now_ms is None else now_ms)
 
 
 def input_key(job_id: str) -> str:
@@ -76,15 +77,19 @@ def output_prefix(job_id: str) -> str:
     return f"outputs/{job_id}/"
 
 
-def _input_document(request: JobRequest) -> dict[str, Any]:
-    if request.payload_kind == PayloadKind.PICKLE:
+def _input_document(request: JobRequest, kind: PayloadKind) -> dict[str, Any]:
+    """The input object the worker reads (``worker.runner.parse_job_input``): the payload inline,
+    or ``payloadKey``, the key of an uploaded object that is the payload (source text, pickle bytes)."""
+    if request.input_key is not None:
+        return {"kind": kind.value, "payloadKey": request.input_key}
+    if kind == PayloadKind.PICKLE:
         try:
             base64.b64decode(str(request.payload), validate=True)
         except (binascii.Error, ValueError):
             raise ValidationFailed(
                 "pickle must be base64 (standard alphabet, padded).", field="pickle"
             ) from None
-    return {"kind": request.payload_kind.value, request.payload_kind.value: request.payload}
+    return {"kind": kind.value, kind.value: request.payload}
 
 
 def batch_timeout(
@@ -110,7 +115,8 @@ def submit_job(services: Services, account_id: str, request: JobRequest, now: da
     Raises
     ------
     ValidationFailed
-        Unknown machine class or geo zone, a zone this deployment lacks, a bad notifications spec.
+        Unknown machine class or geo zone, a zone this deployment lacks, a bad notifications spec,
+        an ``inputKey`` that is not the caller's upload in the job's zone.
     InsufficientCredits
         The account's balance is not positive.
     DependencyFailed
@@ -125,7 +131,12 @@ def submit_job(services: Services, account_id: str, request: JobRequest, now: da
             field="geoZone",
         )
     rules = normalize_notifications(request.notifications)
-    document = _input_document(request)
+    kind = request.payload_kind
+    if request.input_key is not None:
+        kind, _ = uploaded_input(services, account_id, request.input_key, zone)
+    if kind is None:
+        raise ValidationFailed("Give one of code, command, pickle or inputKey.", field="inputKey")
+    document = _input_document(request, kind)
     account = services.store.get_account(account_id)
     if account is None or account.credit_balance <= 0:
         balance = account.credit_balance if account else Decimal(0)
@@ -136,7 +147,7 @@ def submit_job(services: Services, account_id: str, request: JobRequest, now: da
         account_id=account_id,
         name=request.name,
         type=JobType.SINGLE,
-        payload_kind=request.payload_kind,
+        payload_kind=kind,
         machine_class=machine.name,
         geo_zone=zone,
         credit_constraint=request.credit_constraint,
@@ -188,21 +199,44 @@ def get_owned_job(services: Services, account_id: str, job_id: str) -> Job:
     Raises
     ------
     NotFound
-        No such job, or another account's (tenant isolation: never 403).
+        No such job, another account's (tenant isolation: never 403), one past its record TTL, or an
+        item that is not a whole job (it belongs to nobody; logged).
     """
-    job = services.store.get_job(job_id) if job_id.startswith("job-") else None
+    # An id this service never makes is not looked up (and never reaches a key expression).
+    try:
+        job = services.store.get_job(job_id) if full_match(JOB_ID_PATTERN, job_id) else None
+    except UnreadableRecord as exc:
+        logger.error("unreadable job item answered as not found", job_id=job_id, problem=exc.message)
+        job = None
     if job is None or job.account_id != account_id:
         raise NotFound(f"No job {job_id} in this account.")
     return job
 
 
-def terminate(services: Services, job: Job, reason: str) -> Job:
-    """Record ``reason`` as why the service ends ``job`` and ask Batch to terminate it.
+def terminate(services: Services, job: Job, reason: str, now: datetime | None = None) -> Job:
+    """Record ``reason`` as why the service ends ``job`` and ask Batch to terminate it, once.
 
-    The reason is kept whatever reason the later FAILED event carries. Final jobs are returned as they are.
+    The reason is kept whatever reason the later FAILED event carries. TerminateJob is sent by the
+    one caller that records the request on the job (``claim_termination``, a conditional write):
+    an abort, the meter's ticks and a retried request never send it twice. When the call fails the
+    request is released, so a later tick may send it again (at most ``MAX_TERMINATE_ATTEMPTS``).
+    Final jobs are returned as they are.
+
+    Returns
+    -------
+    Job
+        The job as stored; ``termination_requested_at`` is ``now`` when this call sent TerminateJob.
+
+    Raises
+    ------
+    RecordMissing
+        The job no longer exists.
+    DependencyFailed
+        The job has no Batch id yet, or Batch refused (the request is released for a retry).
     """
     if job.is_final:
         return job
+    now = now or services.clock()
     updated = (
         services.store.set_termination_reason(job.job_id, reason) or services.store.get_job(job.job_id) or job
     )
@@ -211,11 +245,19 @@ def terminate(services: Services, job: Job, reason: str) -> Job:
     batch_job_id = updated.batch_job_id
     if batch_job_id is None:
         raise DependencyFailed(f"job {job.job_id} has no AWS Batch id yet; try again in a moment")
-    services.zones[GeoZone(updated.geo_zone)].batch.terminate_job(
-        batch_job_id, updated.termination_reason or reason
+    if not services.store.claim_termination(job.job_id, now):
+        logger.debug("termination already requested", job_id=job.job_id)
+        return updated
+    why = updated.termination_reason or reason
+    try:
+        services.zones[GeoZone(updated.geo_zone)].batch.terminate_job(batch_job_id, why)
+    except Exception:
+        services.store.release_termination(job.job_id)
+        raise
+    logger.info("job terminating", job_id=job.job_id, reason=why)
+    return replace(
+        updated, termination_requested_at=now, termination_attempts=updated.termination_attempts + 1
     )
-    logger.info("job terminating", job_id=job.job_id, reason=updated.termination_reason or reason)
-    return updated
 
 
 def abort_job(services: Services, account_id: str, job_id: str) -> Job:

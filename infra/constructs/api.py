@@ -3,17 +3,27 @@
 Routing lives in the Lambda (Powertools resolver); API Gateway has one ``{proxy+}`` resource that
 requires a Cognito ID token, plus ``GET /health`` without auth. Errors that API Gateway answers
 itself (bad token, throttling, its own 5XX) use API.md's error body through gateway responses.
+
+A WAF web ACL on the stage answers API.md's 413 to bodies the api Lambda could not even receive:
+Lambda's invoke payload is at most 6 MB, so a 6–10 MB body (under API Gateway's own 10 MiB) would
+otherwise fail the invoke and reach the client as a 502. The rule reads the ``Content-Length``
+header (WAF sees only the first 8–64 KB of a body, but every header), and a chunked body, whose size
+no header tells, is refused with the same 413 asking for a Content-Length.
 """
 
 from __future__ import annotations
+
+import json
 
 from aws_cdk import RemovalPolicy
 from aws_cdk import aws_apigateway as apigw
 from aws_cdk import aws_cognito as cognito
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
+from aws_cdk import aws_wafv2 as wafv2
 from constructs import Construct
 
+from functions.domain.limits import BODY_TOO_LARGE_MESSAGE, BODY_WITHOUT_LENGTH_MESSAGE
 from infra import constants
 
 _JSON = "application/json"
@@ -67,6 +77,13 @@ _GATEWAY_RESPONSES: tuple[tuple[apigw.ResponseType, str | None, str, str], ...] 
 )
 
 
+# A decimal Content-Length over functions.domain.limits.MAX_BODY_BYTES (5,242,880): digit by digit
+# from the limit up, and any number of 8 digits or more (tests/infra/test_api.py checks the boundaries).
+CONTENT_LENGTH_OVER_LIMIT_REGEX = (
+    r"^0*([1-9]\d{7,}|[6-9]\d{6}|5[3-9]\d{5}|52[5-9]\d{4}|524[3-9]\d{3}|5242[9]\d{2}|52428[9]\d|524288[1-9])$"
+)
+
+
 class Api(Construct):
     """The public HTTP API.
 
@@ -98,6 +115,7 @@ class Api(Construct):
         self.authorizer = self._build_authorizer(user_pool)
         self._build_routes(handler)
         self._build_gateway_responses()
+        self.web_acl = self._build_body_size_guard()
 
     @property
     def url(self) -> str:
@@ -119,8 +137,8 @@ class Api(Construct):
             rest_api_name=constants.SERVICE_NAME,
             description=f"{constants.SERVICE_NAME} HTTP API, version 1 (API.md)",
             endpoint_types=[apigw.EndpointType.REGIONAL],
-            # GET /jobs/{jobId}/preview.png answers bytes (base64 from the Lambda, binary to clients).
-            binary_media_types=["image/png"],
+            # No binary media types: no route answers bytes (preview.png is a 303 to S3), so no
+            # response depends on the client's Accept header being exactly a binary type.
             cloud_watch_role=True,
             cloud_watch_role_removal_policy=RemovalPolicy.RETAIN,
             deploy_options=apigw.StageOptions(
@@ -176,3 +194,94 @@ class Api(Construct):
                 status_code=status_code,
                 templates={_JSON: error_body(code, message)},
             )
+
+    def _build_body_size_guard(self) -> wafv2.CfnWebACL:
+        """The regional web ACL on the stage: 413 with API.md's body for a Content-Length over 5 MiB
+        and for a chunked body; everything else goes on to API Gateway."""
+        bodies = {
+            "PayloadTooLarge": BODY_TOO_LARGE_MESSAGE,
+            "LengthRequired": BODY_WITHOUT_LENGTH_MESSAGE,
+        }
+        rules = [
+            self._block_413(
+                "BodyOverLimit",
+                0,
+                "PayloadTooLarge",
+                wafv2.CfnWebACL.StatementProperty(
+                    regex_match_statement=wafv2.CfnWebACL.RegexMatchStatementProperty(
+                        regex_string=CONTENT_LENGTH_OVER_LIMIT_REGEX,
+                        field_to_match=wafv2.CfnWebACL.FieldToMatchProperty(
+                            single_header={"Name": "content-length"}
+                        ),
+                        text_transformations=[
+                            wafv2.CfnWebACL.TextTransformationProperty(priority=0, type="NONE")
+                        ],
+                    )
+                ),
+            ),
+            self._block_413(
+                "ChunkedBody",
+                1,
+                "LengthRequired",
+                wafv2.CfnWebACL.StatementProperty(
+                    byte_match_statement=wafv2.CfnWebACL.ByteMatchStatementProperty(
+                        search_string="chunked",
+                        positional_constraint="CONTAINS",
+                        field_to_match=wafv2.CfnWebACL.FieldToMatchProperty(
+                            single_header={"Name": "transfer-encoding"}
+                        ),
+                        text_transformations=[
+                            wafv2.CfnWebACL.TextTransformationProperty(priority=0, type="LOWERCASE")
+                        ],
+                    )
+                ),
+            ),
+        ]
+        web_acl = wafv2.CfnWebACL(
+            self,
+            "BodySizeGuard",
+            scope="REGIONAL",
+            description=f"{constants.SERVICE_NAME} - 413 PayloadTooLarge for request bodies over 5 MiB",
+            default_action=wafv2.CfnWebACL.DefaultActionProperty(allow={}),
+            custom_response_bodies={
+                key: wafv2.CfnWebACL.CustomResponseBodyProperty(
+                    content_type="APPLICATION_JSON", content=error_body("PayloadTooLarge", json.dumps(text))
+                )
+                for key, text in bodies.items()
+            },
+            rules=rules,
+            visibility_config=wafv2.CfnWebACL.VisibilityConfigProperty(
+                cloud_watch_metrics_enabled=True,
+                metric_name=f"{constants.SERVICE_NAME}-body-size-guard",
+                sampled_requests_enabled=True,
+            ),
+        )
+        wafv2.CfnWebACLAssociation(
+            self,
+            "BodySizeGuardAssociation",
+            resource_arn=self.rest_api.deployment_stage.stage_arn,
+            web_acl_arn=web_acl.attr_arn,
+        )
+        return web_acl
+
+    @staticmethod
+    def _block_413(
+        name: str, priority: int, body_key: str, statement: wafv2.CfnWebACL.StatementProperty
+    ) -> wafv2.CfnWebACL.RuleProperty:
+        return wafv2.CfnWebACL.RuleProperty(
+            name=name,
+            priority=priority,
+            statement=statement,
+            action=wafv2.CfnWebACL.RuleActionProperty(
+                block=wafv2.CfnWebACL.BlockActionProperty(
+                    custom_response=wafv2.CfnWebACL.CustomResponseProperty(
+                        response_code=413, custom_response_body_key=body_key
+                    )
+                )
+            ),
+            visibility_config=wafv2.CfnWebACL.VisibilityConfigProperty(
+                cloud_watch_metrics_enabled=True,
+                metric_name=f"{constants.SERVICE_NAME}-{name}",
+                sampled_requests_enabled=True,
+            ),
+        )

@@ -55,7 +55,7 @@ class Functions(Construct):
     data : Data
         The tables the functions read and write.
     notifications : Notifications
-        The email topic they publish to (and the api subscribes accounts' emails to).
+        The accounts' email topics (by name prefix) they publish to and the api creates.
     zones : Sequence[ZoneNames]
         Each geo zone's resource names; they become ``REMOTE_BATCH_ZONES``.
 
@@ -135,7 +135,8 @@ class Functions(Construct):
             "REMOTE_BATCH_ACCOUNTS_TABLE": data.accounts_table.table_name,
             "REMOTE_BATCH_LEDGER_TABLE": data.ledger_table.table_name,
             "REMOTE_BATCH_IDEMPOTENCY_TABLE": data.idempotency_table.table_name,
-            "REMOTE_BATCH_EMAIL_TOPIC_ARN": self._notifications.email_topic.topic_arn,
+            "REMOTE_BATCH_EMAIL_TOPIC_ARN_PREFIX": self._notifications.topic_arn_prefix,
+            "REMOTE_BATCH_EMAIL_TOPIC_KEY": self._notifications.key.key_arn,
             "REMOTE_BATCH_ZONES": self._zones_json(),
         }
 
@@ -198,51 +199,73 @@ class Functions(Construct):
             raise ValueError(f"{function.node.path} has no role")
         return role
 
-    # Grants: what each function's code does, and nothing more
+    # Grants: what each function's code does, and nothing more. Each action is granted on the resource
+    # types AWS authorizes it against (the Service Authorization Reference, "Actions, resources, and
+    # condition keys" for S3, DynamoDB, SNS, AWS Batch, CloudWatch Logs); tests/infra/test_iam_lint.py
+    # lints every statement with parliament and tests/infra/test_iam_flow.py runs the whole flow under
+    # each role in moto with IAM enforced.
 
     def _grant_api(self, role: iam.IRole) -> None:
         """Submit, query, abort jobs; presign inputs/outputs; read and delete job logs; subscribe emails."""
         for table in self._data.tables.values():
             table.grant_read_write_data(role)
-        for bucket in self._buckets.values():
-            bucket.grant_read_write(role)  # includes s3:DeleteObject* (DELETE /jobs/{jobId})
-        self._notifications.email_topic.grant_subscribe(role)
-        # Replacing an account's email removes its old subscription; GET /account shows its state.
-        role.add_to_principal_policy(
-            iam.PolicyStatement(
-                actions=["sns:Unsubscribe", "sns:GetSubscriptionAttributes"],
-                resources=[f"{self._notifications.email_topic.topic_arn}:*"],
-            )
-        )
+        self._grant_objects(role, write=True)
+        # An account's email gets its own topic; a replaced one's topic is deleted; GET /account reads
+        # whether the subscription is confirmed.
+        self._notifications.grant_manage_topics(role)
         self._grant_batch(role, submit=True)
-        for log_group in self._job_log_groups.values():
-            log_group.grant(role, "logs:GetLogEvents", "logs:FilterLogEvents", "logs:DeleteLogStream")
+        self._grant_job_logs(role)
 
     def _grant_batch_events(self, role: iam.IRole) -> None:
         """Apply status changes, settle charges, roll arrays up, notify, discard a capped job's output."""
         for table in (self._data.jobs_table, self._data.accounts_table, self._data.ledger_table):
             table.grant_read_write_data(role)
-        for bucket in self._buckets.values():
-            bucket.grant_read_write(role)  # includes s3:DeleteObject*
+        self._grant_objects(role, write=False)
         self._grant_notify(role)
 
     def _grant_meter(self, role: iam.IRole) -> None:
         """Meter running jobs, terminate those over their caps, reconcile lost events, notify."""
         for table in (self._data.jobs_table, self._data.accounts_table, self._data.ledger_table):
             table.grant_read_write_data(role)
-        # Discarding a capped job's output deletes outputs/<jobId>/: list the prefix, delete its objects;
-        # reconciling a failed job reads its messages.json for the statusReason.
-        for bucket in self._buckets.values():
-            bucket.grant_delete(role)
-            bucket.grant_read(role)
-            role.add_to_principal_policy(
-                iam.PolicyStatement(actions=["s3:ListBucket"], resources=[bucket.bucket_arn])
-            )
+        self._grant_objects(role, write=False)
         self._grant_notify(role)
         self._grant_batch(role, submit=False)
 
+    def _grant_objects(self, role: iam.IRole, *, write: bool) -> None:
+        """The zone buckets: read an object (GetObject also covers HeadObject and presigned GETs), list
+        a job's prefix (ListObjectsV2 is ``s3:ListBucket`` on the bucket), delete a job's objects
+        (DeleteObjects is ``s3:DeleteObject`` per key); ``write`` adds PutObject (the api stores inputs).
+        Explicit actions, not ``grant_read_write``'s ``s3:List*``/``s3:GetObject*`` wildcards, which also
+        name actions that have no bucket or object resource type."""
+        object_actions = ["s3:GetObject", "s3:DeleteObject", *(["s3:PutObject"] if write else [])]
+        for bucket in self._buckets.values():
+            role.add_to_principal_policy(
+                iam.PolicyStatement(actions=object_actions, resources=[bucket.arn_for_objects("*")])
+            )
+            role.add_to_principal_policy(
+                iam.PolicyStatement(actions=["s3:ListBucket"], resources=[bucket.bucket_arn])
+            )
+
+    def _grant_job_logs(self, role: iam.IRole) -> None:
+        """GetLogEvents and DeleteLogStream are authorized on the log stream
+        (``log-group:<name>:log-stream:<stream>``); streams are named by Batch per attempt."""
+        streams = [
+            Stack.of(self).format_arn(
+                service="logs",
+                region=zone.region,
+                resource="log-group",
+                resource_name=f"{zone.job_log_group_name}:log-stream:*",
+                arn_format=ArnFormat.COLON_RESOURCE_NAME,
+            )
+            for zone in self._zones
+        ]
+        role.add_to_principal_policy(
+            iam.PolicyStatement(actions=["logs:GetLogEvents", "logs:DeleteLogStream"], resources=streams)
+        )
+
     def _grant_notify(self, role: iam.IRole) -> None:
-        self._notifications.email_topic.grant_publish(role)
+        # Email: to the accounts' own topics, all under one name prefix.
+        self._notifications.grant_publish(role)
         # SMS goes to a phone number, which has no ARN: SNS authorizes it on Resource "*".
         role.add_to_principal_policy(iam.PolicyStatement(actions=["sns:Publish"], resources=["*"]))
 
@@ -255,28 +278,43 @@ class Functions(Construct):
         """Every Batch job of this account in the zones' regions (job ARNs exist only once submitted)."""
         return [self._batch_arn(zone, "job", "*") for zone in self._zones]
 
+    def _job_definition_arns(self, *, unversioned: bool) -> list[str]:
+        """The service's job definitions: ``<name>:*`` (every revision, resource type
+        ``job-definition-revision``) and, with ``unversioned``, ``<name>`` (type ``job-definition``,
+        what SubmitJob is authorized on when the definition is named without a revision)."""
+        names = [
+            (zone, zone.job_definition_name(machine_class))
+            for zone in self._zones
+            for machine_class in MACHINE_CLASSES
+        ]
+        arns = [self._batch_arn(zone, "job-definition", f"{name}:*") for zone, name in names]
+        if unversioned:
+            arns += [self._batch_arn(zone, "job-definition", name) for zone, name in names]
+        return arns
+
     def _grant_batch(self, role: iam.IRole, *, submit: bool) -> None:
         if submit:
-            # SubmitJob is authorized on the queue and on the definition's ARN with its revision.
+            # SubmitJob requires the job (job/*: its id exists only once submitted) and the job queue,
+            # and is authorized on the job definition too (with or without its revision).
             queues = [
                 self._batch_arn(zone, "job-queue", zone.job_queue_name(machine_class))
                 for zone in self._zones
                 for machine_class in MACHINE_CLASSES
             ]
-            definitions = [
-                self._batch_arn(zone, "job-definition", f"{zone.job_definition_name(machine_class)}:*")
-                for zone in self._zones
-                for machine_class in MACHINE_CLASSES
-            ]
             role.add_to_principal_policy(
-                iam.PolicyStatement(actions=["batch:SubmitJob"], resources=[*queues, *definitions])
+                iam.PolicyStatement(
+                    actions=["batch:SubmitJob"],
+                    resources=[*self._job_arns(), *queues, *self._job_definition_arns(unversioned=True)],
+                )
             )
-            # SubmitJob with tags (the batch adapter sends them, propagated to the ECS task).
+            # SubmitJob with tags (propagated to the ECS task) is also authorized as batch:TagResource
+            # (tag on create) on the new job and on the job definition's revision. Only the service's
+            # own tag keys may be set (aws:TagKeys; Batch has no condition key naming the creating call).
             role.add_to_principal_policy(
                 iam.PolicyStatement(
                     actions=["batch:TagResource"],
-                    resources=self._job_arns(),
-                    conditions={"StringEquals": {"batch:CreateAction": "SubmitJob"}},
+                    resources=[*self._job_arns(), *self._job_definition_arns(unversioned=False)],
+                    conditions={"ForAllValues:StringEquals": {"aws:TagKeys": list(constants.JOB_TAG_KEYS)}},
                 )
             )
         # TerminateJob is authorized on the job's ARN, which exists only once submitted.

@@ -37,7 +37,10 @@ class ControlPlaneStack(Stack):
         super().__init__(scope, construct_id, **kwargs)
         self.zones = list(zones)
         self.data = Data(self, "Data")
-        self.notifications = Notifications(self, "Notifications")
+        stages = {zone.stage for zone in self.zones}
+        if len(stages) != 1:
+            raise ValueError(f"every zone belongs to one stage, got {sorted(stages)}")
+        self.notifications = Notifications(self, "Notifications", stage=stages.pop())
         self.auth = Auth(self, "Auth")
         self.functions = Functions(
             self, "Functions", data=self.data, notifications=self.notifications, zones=self.zones

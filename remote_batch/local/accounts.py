@@ -6,7 +6,6 @@ plus a token minted by ``TokenStore``.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
@@ -15,13 +14,11 @@ from typing import Any
 from functions.domain.credits import parse_credits, quantize_credits
 from functions.domain.errors import Conflict, ValidationFailed
 from functions.domain.jobs import Account
+from functions.domain.text import ACCOUNT_ID_PATTERN, EMAIL_PATTERN, full_match
 from functions.logic.accounts import set_contacts
 from functions.ports import Clock, Services
 from remote_batch.local.files import read_json, write_json_atomic
 from remote_batch.local.tokens import PRIVATE, TokenStore
-
-ACCOUNT_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,127}$")
-EMAIL_PATTERN = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,13 +55,13 @@ def parse_new_account(body: Any) -> NewAccount:
             f"Unknown field {unknown[0]!r}; this route takes accountId, email, credits.", unknown[0]
         )
     account_id = body.get("accountId")
-    if not isinstance(account_id, str) or not ACCOUNT_ID_PATTERN.match(account_id):
+    if not isinstance(account_id, str) or not full_match(ACCOUNT_ID_PATTERN, account_id):
         raise ValidationFailed(
             "accountId must be 1 to 128 letters, digits or . _ @ - (starting with a letter or digit).",
             field="accountId",
         )
     email = body.get("email")
-    if email is not None and (not isinstance(email, str) or not EMAIL_PATTERN.match(email)):
+    if email is not None and (not isinstance(email, str) or not full_match(EMAIL_PATTERN, email)):
         raise ValidationFailed("email must be an email address like a@example.com, or null.", field="email")
     return NewAccount(account_id, _parse_credits(body.get("credits", 0)), email)
 

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+
+from functions.domain.text import ASCII_DECIMAL, is_ascii_digits
 
 DEFAULT_PORT = 8787
 DEFAULT_METER_INTERVAL_SECONDS = 60.0
@@ -78,10 +81,10 @@ def _number(
     text = environ.get(name)
     if not text:
         return default
-    try:
-        value = float(text)
-    except ValueError:
-        raise LocalConfigError(f"{name} must be a number, got {text!r}") from None
+    # float() alone takes " 5\n", Unicode digits, "nan" and "inf".
+    value = float(text) if ASCII_DECIMAL.fullmatch(text) else math.nan
+    if not math.isfinite(value):
+        raise LocalConfigError(f"{name} must be a number, got {text!r}")
     if value < minimum or (maximum is not None and value > maximum):
         bounds = f"at least {minimum}" if maximum is None else f"between {minimum} and {maximum}"
         raise LocalConfigError(f"{name} must be {bounds}, got {text!r}")
@@ -92,7 +95,7 @@ def _optional_int(environ: Mapping[str, str], name: str) -> int | None:
     text = environ.get(name)
     if not text:
         return None
-    if not text.isdigit() or int(text) < 1:
+    if not is_ascii_digits(text) or int(text) < 1:
         raise LocalConfigError(f"{name} must be a positive integer, got {text!r}")
     return int(text)
 

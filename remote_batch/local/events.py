@@ -39,6 +39,9 @@ class BatchAttempt:
         When the attempt's container stopped, ms since the epoch.
     status_reason : str
         Why the attempt ended.
+    container_reason : str | None
+        The container's own reason (``container.reason``, e.g. ``OutOfMemoryError: Container
+        killed due to memory usage``), when it has one.
     """
 
     exit_code: int | None
@@ -47,6 +50,7 @@ class BatchAttempt:
     started_at_ms: int
     stopped_at_ms: int
     status_reason: str
+    container_reason: str | None = None
 
     def as_detail(self) -> dict[str, Any]:
         """The attempt as it appears in ``detail.attempts``."""
@@ -55,6 +59,8 @@ class BatchAttempt:
             container["exitCode"] = self.exit_code
         if self.log_stream_name is not None:
             container["logStreamName"] = self.log_stream_name
+        if self.container_reason is not None:
+            container["reason"] = self.container_reason
         return {
             "container": container,
             "startedAt": self.started_at_ms,
@@ -123,6 +129,7 @@ def batch_job_state_change(
     started_at_ms: int | None = None,
     stopped_at_ms: int | None = None,
     exit_code: int | None = None,
+    container_reason: str | None = None,
     log_stream: str | None = None,
     task: str | None = None,
     attempts: Sequence[BatchAttempt] = (),
@@ -162,6 +169,8 @@ def batch_job_state_change(
         When the job stopped (ms); give it on the final event only.
     exit_code : int | None
         The container's exit code; give it on the final event of a job that ran.
+    container_reason : str | None
+        ``container.reason``: the container's own reason (out of memory, could not start, ...).
     log_stream : str | None
         The CloudWatch Logs stream name; give it from RUNNING on.
     task : str | None
@@ -207,6 +216,8 @@ def batch_job_state_change(
         container["logStreamName"] = log_stream
     if exit_code is not None:
         container["exitCode"] = exit_code
+    if container_reason is not None:
+        container["reason"] = container_reason
 
     arn = job_arn(region, account, job_id)
     detail: dict[str, Any] = {

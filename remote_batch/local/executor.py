@@ -52,6 +52,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from functions.adapters.batch_detail import BatchJobDetail, to_state
 from functions.domain.errors import DependencyFailed
 from functions.domain.jobs import BatchJobState
+from functions.domain.log_lines import AWSLOGS_PART_BYTES
 from functions.ports import BatchSubmission
 from remote_batch.local.events import (
     BatchAttempt,
@@ -97,7 +98,8 @@ LOG_FLUSH_SECONDS = 0.2
 LOG_FLUSH_LINES = 100
 LOG_BATCH_BYTES = 1_048_576
 LOG_EVENT_OVERHEAD_BYTES = 26
-LOG_LINE_MAX_BYTES = 256 * 1024 - LOG_EVENT_OVERHEAD_BYTES
+# A longer line is shipped as several events of this many bytes, as Docker's awslogs driver does.
+LOG_LINE_MAX_BYTES = AWSLOGS_PART_BYTES
 LOG_PUT_ATTEMPTS = 3
 # How long to wait for the pipes to close after the worker exits (a daemonized grandchild may hold them).
 READER_JOIN_SECONDS = 2.0
@@ -284,10 +286,12 @@ class _LogShipper:
         self._thread = threading.Thread(target=self._run, name=f"logs-{job_id[:8]}", daemon=True)
         self._thread.start()
 
-    def append(self, message: str) -> None:
-        """Queue one line (without its newline), timestamped now."""
+    def append(self, message: str, *, continues_line: bool = False) -> None:
+        """Queue one line (without its newline), timestamped now; a part that ``continues_line``
+        (the rest of a line over ``LOG_LINE_MAX_BYTES``) takes the previous part's timestamp."""
         with self._cond:
-            self._last_ms = max(self._last_ms, _now_ms())
+            if not continues_line:
+                self._last_ms = max(self._last_ms, _now_ms())
             self._buffer.append((self._last_ms, message, time.monotonic()))
             if len(self._buffer) == 1 or len(self._buffer) >= LOG_FLUSH_LINES:
                 self._cond.notify_all()
@@ -355,12 +359,39 @@ class _LogShipper:
 
 
 def _read_lines(stream: IO[bytes], shipper: _LogShipper) -> None:
-    """Forward a pipe to ``shipper`` line by line until EOF (empty lines are skipped, as awslogs does)."""
+    """Forward a pipe to ``shipper`` line by line until EOF (empty lines are skipped, as awslogs does).
+
+    A line over ``LOG_LINE_MAX_BYTES`` goes as several events the way Docker's awslogs driver
+    ships it on AWS Batch: parts of ``LOG_LINE_MAX_BYTES`` cut at a UTF-8 character boundary, all
+    with the line's timestamp (``functions.domain.log_lines``, whose reader joins them back).
+    """
     with stream:
-        while raw := stream.readline(LOG_LINE_MAX_BYTES):
-            line = raw.decode("utf-8", "replace").removesuffix("\n").removesuffix("\r")
+        carry = b""
+        continuing = False
+        while raw := stream.readline(LOG_LINE_MAX_BYTES - len(carry)):
+            chunk = carry + raw
+            ends = chunk.endswith(b"\n")
+            if ends:
+                body, carry = chunk[:-1].removesuffix(b"\r"), b""
+            else:
+                boundary = _utf8_boundary(chunk)
+                body, carry = chunk[:boundary], chunk[boundary:]
+            line = body.decode("utf-8", "replace")
             if line:
-                shipper.append(line)
+                shipper.append(line, continues_line=continuing)
+            continuing = not ends
+        if carry:
+            shipper.append(carry.decode("utf-8", "replace"), continues_line=continuing)
+
+
+def _utf8_boundary(data: bytes) -> int:
+    """The length of the longest prefix of ``data`` that does not end inside a UTF-8 character."""
+    for back in range(1, min(4, len(data)) + 1):
+        byte = data[-back]
+        if byte & 0xC0 != 0x80:  # ASCII or a lead byte: the last character starts here
+            width = 1 if byte < 0x80 else 2 if byte < 0xE0 else 3 if byte < 0xF0 else 4
+            return len(data) if width <= back else len(data) - back
+    return len(data)
 
 
 @dataclass(eq=False)

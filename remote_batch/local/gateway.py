@@ -2,7 +2,8 @@
 
 It does what the deployed API Gateway does around the api function: the authorizer (here a
 lookup of the local bearer tokens instead of Cognito's JWT check: ``/health`` is open, every other
-route needs a known token), the 10 MiB payload limit, the proxy event with the caller's claims in
+route needs a known token), the payload limits (API Gateway's 10 MiB, and the deployed WAF rule's
+5 MiB and no chunked bodies, ``infra.constructs.api``), the proxy event with the caller's claims in
 ``requestContext.authorizer.claims``, and the proxy response back to HTTP. It also serves the
 local-only routes of API.md (admin token): ``GET``/``POST /local/batch-events`` and
 ``POST /admin/accounts``.
@@ -24,13 +25,15 @@ from werkzeug.datastructures import Headers
 from werkzeug.wrappers import Request, Response
 
 from functions.domain.errors import Forbidden, PayloadTooLarge, ServiceError, Unauthorized, ValidationFailed
+from functions.domain.limits import BODY_TOO_LARGE_MESSAGE, BODY_WITHOUT_LENGTH_MESSAGE, MAX_BODY_BYTES
 from remote_batch.local.accounts import LocalAccounts, parse_new_account
 from remote_batch.local.lambda_context import LOCAL_ACCOUNT_ID
 from remote_batch.local.tokens import Principal, TokenStore
 
 logger = logging.getLogger(__name__)
 
-MAX_BODY_BYTES = 10 * 1024 * 1024
+# API Gateway's own limit (10 MiB); the deployed WAF web ACL refuses above API.md's 5 MiB first.
+MAX_GATEWAY_BODY_BYTES = 10 * 1024 * 1024
 STAGE = "local"
 HEALTH_PATH = "/health"
 BEARER = "bearer "
@@ -232,14 +235,15 @@ class ApiGateway:
 
     @staticmethod
     def _read_body(request: Request) -> bytes:
-        too_large = PayloadTooLarge(
-            "The request body is over 10 MiB; upload large inputs through an upload URL."
-        )
+        """The body, refused as the deployed stack refuses it: the WAF web ACL answers 413 to a
+        Content-Length over 5 MiB and to a chunked body; API Gateway to anything over 10 MiB."""
+        if "chunked" in request.headers.get("Transfer-Encoding", "").lower():
+            raise PayloadTooLarge(BODY_WITHOUT_LENGTH_MESSAGE)
         if request.content_length is not None and request.content_length > MAX_BODY_BYTES:
-            raise too_large
-        body = request.stream.read(MAX_BODY_BYTES + 1)
-        if len(body) > MAX_BODY_BYTES:
-            raise too_large
+            raise PayloadTooLarge(BODY_TOO_LARGE_MESSAGE)
+        body = request.stream.read(MAX_GATEWAY_BODY_BYTES + 1)
+        if len(body) > MAX_GATEWAY_BODY_BYTES:
+            raise PayloadTooLarge(BODY_TOO_LARGE_MESSAGE)
         return body
 
     # -- local-only routes ---------------------------------------------------------------------------
@@ -275,3 +279,5 @@ def _parse_json(body: bytes) -> Any:
         return json.loads(body)
     except (ValueError, binascii.Error):
         raise ValidationFailed("The request body is not valid JSON.", field=None) from None
+    except RecursionError:
+        raise ValidationFailed("The request body nests JSON too deeply.", field=None) from None

@@ -41,7 +41,8 @@ ZONE_REGIONS: Mapping[GeoZone, str] = {
 JOB_LOG_GROUP = "/aws/batch/job"
 JOB_QUEUE_NAME = NAME_PREFIX
 JOB_DEFINITION = "remote-batch-worker:1"
-EMAIL_TOPIC_NAME = f"{NAME_PREFIX}-email"
+# Each account's email topic is named <this><digest> (functions/adapters/sns.py), made when its email is set.
+EMAIL_TOPIC_NAME_PREFIX = f"{NAME_PREFIX}-email-"
 RETENTION_DAYS = 14
 DATA_PREFIXES = ("inputs/", "outputs/")
 CREDENTIAL = "testing"
@@ -83,7 +84,7 @@ def local_settings() -> Settings:
         accounts_table=tables["Accounts"],
         ledger_table=tables["Ledger"],
         idempotency_table=tables["Idempotency"],
-        email_topic_arn=f"arn:aws:sns:{HOME_REGION}:{LOCAL_ACCOUNT_ID}:{EMAIL_TOPIC_NAME}",
+        email_topic_arn_prefix=f"arn:aws:sns:{HOME_REGION}:{LOCAL_ACCOUNT_ID}:{EMAIL_TOPIC_NAME_PREFIX}",
         home_region=HOME_REGION,
         zones=zones,
         # Locally a webhook receiver is a process on this machine, without a TLS certificate.
@@ -112,7 +113,7 @@ _JSON_WRITES = {
         frozenset({"PutLogEvents", "CreateLogStream", "DeleteLogStream", "DeleteLogGroup"}),
     ),
 }
-_CREDENTIAL_SCOPE = re.compile(r"Credential=[^/]+/\d{8}/[^/]+/([a-z0-9-]+)/aws4_request")
+_CREDENTIAL_SCOPE = re.compile(r"Credential=[^/]+/[0-9]{8}/[^/]+/([a-z0-9-]+)/aws4_request")
 
 
 def _written_service(environ: Mapping[str, Any]) -> str | None:
@@ -301,7 +302,8 @@ class AwsClients:
 
 
 def provision(clients: AwsClients, settings: Settings) -> None:
-    """Create the tables, buckets (with the 14-day lifecycle), job log groups and email topic.
+    """Create the tables, buckets (with the 14-day lifecycle) and job log groups; each account's email
+    topic is made when its email is set.
 
     Run once per start, on a fresh moto server.
     """
@@ -338,6 +340,3 @@ def provision(clients: AwsClients, settings: Settings) -> None:
         logs = clients.client("logs", zone.region)
         logs.create_log_group(logGroupName=zone.log_group)
         logs.put_retention_policy(logGroupName=zone.log_group, retentionInDays=RETENTION_DAYS)
-    topic_arn = clients.client("sns", settings.home_region).create_topic(Name=EMAIL_TOPIC_NAME)["TopicArn"]
-    if topic_arn != settings.email_topic_arn:
-        raise RuntimeError(f"moto made topic {topic_arn}, the settings expect {settings.email_topic_arn}")

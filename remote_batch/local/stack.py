@@ -21,6 +21,7 @@ from werkzeug.serving import BaseWSGIServer, make_server
 
 from functions.adapters.sns import SnsNotifier
 from functions.adapters.tables import ALL_TABLES
+from functions.adapters.webhook import WebhookSender
 from functions.bootstrap import build_services, install, utc_now
 from functions.ports import Services
 from functions.settings import Settings
@@ -139,7 +140,12 @@ class LocalStack:
         last_alive = self._read_stopped_at() or report.taken_at
 
         outbox = OutboxNotifier(
-            SnsNotifier(clients.client("sns", settings.home_region), settings.email_topic_arn),
+            SnsNotifier(
+                clients.client("sns", settings.home_region),
+                settings.email_topic_arn_prefix,
+                # Locally a webhook receiver is a process on this machine (http:// allowed).
+                WebhookSender(local=settings.allow_http_webhooks),
+            ),
             config.home / "outbox.jsonl",
         )
         bus = EventBus(self._deliver_batch_event, config.home / "batch-events.jsonl", config.duplicate_events)
@@ -283,7 +289,7 @@ def _snapshot_scope(settings: Settings) -> SnapshotScope:
         tables=tuple(table_name(spec) for spec in ALL_TABLES),
         buckets={zone.bucket: zone.region for zone in settings.zones.values()},
         log_groups=tuple(sorted({(zone.region, zone.log_group) for zone in settings.zones.values()})),
-        topic_arn=settings.email_topic_arn,
+        topic_arn_prefix=settings.email_topic_arn_prefix,
         home_region=settings.home_region,
     )
 

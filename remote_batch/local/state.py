@@ -10,7 +10,7 @@ back into a fresh moto before it serves:
   ``s3.json`` (ETag, size, content type, user metadata); only objects whose ETag changed are read;
 - CloudWatch Logs: every stream of the job log groups, one file per stream under ``logs/``, read
   again only when the stream's sequence token or size moved;
-- SNS: the email topic's subscriptions with their filter policies (the topic itself is recreated);
+- SNS: every account's email topic (names under the deployment's prefix) with its subscriptions;
 - ``snapshot.json``: when the last snapshot was taken (rewritten at every tick: the time the stack
   was last seen alive, used to settle jobs that were running when it died).
 
@@ -41,6 +41,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from functions.adapters.sns import email_topic_arn
 from remote_batch.local.files import read_json, write_bytes_atomic, write_json_atomic
 from remote_batch.local.resources import AwsClients
 
@@ -65,8 +66,8 @@ class SnapshotScope:
         Bucket name → its region.
     log_groups : tuple[tuple[str, str], ...]
         (region, log group name) pairs.
-    topic_arn : str
-        The SNS topic whose subscriptions are kept.
+    topic_arn_prefix : str
+        The email topics kept are those whose ARN starts with it (one per account and address).
     home_region : str
         Region of the tables and the topic.
     """
@@ -74,7 +75,7 @@ class SnapshotScope:
     tables: tuple[str, ...]
     buckets: Mapping[str, str]
     log_groups: tuple[tuple[str, str], ...]
-    topic_arn: str
+    topic_arn_prefix: str
     home_region: str
 
 
@@ -87,6 +88,20 @@ class RestoreReport:
     objects: int = 0
     log_streams: int = 0
     subscriptions: int = 0
+
+
+def _topic_of_shared(prefix: str, subscription: Mapping[str, Any]) -> str | None:
+    """A subscription of a snapshot taken when email went through one shared topic (filter policy
+    ``{"accountId": [id]}``): the topic of that account and address now, or None."""
+    try:
+        account_ids = json.loads((subscription.get("attributes") or {}).get("FilterPolicy", "{}"))[
+            "accountId"
+        ]
+    except (ValueError, KeyError, TypeError):
+        return None
+    if not isinstance(account_ids, list) or len(account_ids) != 1 or not subscription.get("endpoint"):
+        return None
+    return email_topic_arn(prefix, str(account_ids[0]), str(subscription["endpoint"]))
 
 
 def _now_ms() -> int:
@@ -260,17 +275,27 @@ class StateSnapshots:
         sns = self._clients.client("sns", self._scope.home_region)
         renamed: dict[str, str] = {}
         for subscription in stored["subscriptions"]:
+            topic_arn = subscription.get("topicArn") or _topic_of_shared(
+                self._scope.topic_arn_prefix, subscription
+            )
+            if not topic_arn or not topic_arn.startswith(self._scope.topic_arn_prefix):
+                continue
+            sns.create_topic(
+                Name=topic_arn.rsplit(":", 1)[1], Attributes=subscription.get("topicAttributes") or {}
+            )
             created = sns.subscribe(
-                TopicArn=self._scope.topic_arn,
+                TopicArn=topic_arn,
                 Protocol=subscription["protocol"],
                 Endpoint=subscription["endpoint"],
-                Attributes=subscription.get("attributes") or {},
+                Attributes={
+                    k: v for k, v in (subscription.get("attributes") or {}).items() if k != "FilterPolicy"
+                },
                 ReturnSubscriptionArn=True,
             )
             if subscription.get("arn"):
                 renamed[subscription["arn"]] = created["SubscriptionArn"]
         self._point_accounts_at(renamed)
-        return len(stored["subscriptions"])
+        return len(renamed)
 
     def _point_accounts_at(self, renamed: Mapping[str, str]) -> None:
         """moto gives a re-created subscription a new ARN: accounts that stored the old one
@@ -288,12 +313,19 @@ class StateSnapshots:
                     old = item["emailSubscription"].get("S", "")
                     if old in renamed:
                         key = {name: item[name] for name in ("accountId",) if name in item}
-                        dynamodb.update_item(
-                            TableName=table,
-                            Key=key,
-                            UpdateExpression="SET emailSubscription = :arn",
-                            ExpressionAttributeValues={":arn": {"S": renamed[old]}},
-                        )
+                        if not key:
+                            continue
+                        try:
+                            # Conditional: an account deleted since the scan is not re-created.
+                            dynamodb.update_item(
+                                TableName=table,
+                                Key=key,
+                                UpdateExpression="SET emailSubscription = :arn",
+                                ConditionExpression="attribute_exists(accountId)",
+                                ExpressionAttributeValues={":arn": {"S": renamed[old]}},
+                            )
+                        except dynamodb.exceptions.ConditionalCheckFailedException:
+                            logger.info("account gone before its subscription was renamed")
 
     # -- take --------------------------------------------------------------------------------------
     def take(self, hold: AbstractContextManager[Any] | None = None) -> bool:
@@ -454,23 +486,38 @@ class StateSnapshots:
     def _take_subscriptions(self) -> bool:
         sns = self._clients.client("sns", self._scope.home_region)
         subscriptions = []
-        paginator = sns.get_paginator("list_subscriptions_by_topic")
-        for page in paginator.paginate(TopicArn=self._scope.topic_arn):
-            for summary in page.get("Subscriptions", []):
-                attributes = sns.get_subscription_attributes(SubscriptionArn=summary["SubscriptionArn"])
-                kept = {
+        for topics in sns.get_paginator("list_topics").paginate():
+            for topic in topics.get("Topics", []):
+                topic_arn = topic["TopicArn"]
+                if not topic_arn.startswith(self._scope.topic_arn_prefix):
+                    continue
+                topic_attributes = sns.get_topic_attributes(TopicArn=topic_arn).get("Attributes", {})
+                kept_topic = {
                     name: value
-                    for name, value in attributes.get("Attributes", {}).items()
-                    if name in ("FilterPolicy", "FilterPolicyScope", "RawMessageDelivery")
+                    for name, value in topic_attributes.items()
+                    if name in ("Policy", "KmsMasterKeyId")
                 }
-                subscriptions.append(
-                    {
-                        "arn": summary["SubscriptionArn"],
-                        "protocol": summary["Protocol"],
-                        "endpoint": summary["Endpoint"],
-                        "attributes": kept,
-                    }
-                )
+                paginator = sns.get_paginator("list_subscriptions_by_topic")
+                for page in paginator.paginate(TopicArn=topic_arn):
+                    for summary in page.get("Subscriptions", []):
+                        attributes = sns.get_subscription_attributes(
+                            SubscriptionArn=summary["SubscriptionArn"]
+                        )
+                        kept = {
+                            name: value
+                            for name, value in attributes.get("Attributes", {}).items()
+                            if name in ("FilterPolicy", "FilterPolicyScope", "RawMessageDelivery")
+                        }
+                        subscriptions.append(
+                            {
+                                "topicArn": topic_arn,
+                                "topicAttributes": kept_topic,
+                                "arn": summary["SubscriptionArn"],
+                                "protocol": summary["Protocol"],
+                                "endpoint": summary["Endpoint"],
+                                "attributes": kept,
+                            }
+                        )
         data = json.dumps({"subscriptions": subscriptions}, sort_keys=True).encode()
         digest = hashlib.sha256(data).hexdigest()
         if digest == self._sns_digest:

@@ -16,9 +16,17 @@ EMITTED_ORDER = ["PENDING", "RUNNABLE", "STARTING", "RUNNING", "SUCCEEDED"]
 def test_replayed_events_change_nothing(stack: LocalStackProcess, dev: Client, admin: Client) -> None:
     # Given a job that succeeded and sent its two emails
     job = dev.submit({"code": "2 + 2"})
-    done = dev.wait_status(job["jobId"], timeout=30)
-    assert done["status"] == "Succeeded"
+    assert dev.wait_status(job["jobId"], timeout=30)["status"] == "Succeeded"
     wait_for(lambda: len(stack.outbox(job["jobId"])) >= 2, 5, "the job's notifications")
+
+    # The job as it is once both are logged (the status is stored a few ms before the JobCompleted
+    # line is appended to notificationLog: a snapshot taken in between is not the final state).
+    def both_logged() -> dict | None:
+        current = dev.job(job["jobId"])
+        return current if len(current["notificationLog"]) >= 2 else None
+
+    done = wait_for(both_logged, 5, "the job's notificationLog")
+    assert done["status"] == "Succeeded"
     balance = dev.balance()
     outbox = stack.outbox(job["jobId"])
 

@@ -107,3 +107,29 @@ def test_account_without_phone_gets_email_and_sms_is_skipped(duplicating_stack: 
         ("JobCompleted", "Email", "sent", "b***@example.com", "Email sent"),
         ("JobCompleted", "SMS", "skipped", None, "SMS skipped: no phone"),
     ]
+
+
+def test_a_tiny_job_credits_used_threshold_does_not_flood(
+    duplicating_stack: LocalStackProcess, ana: Client
+) -> None:
+    # Issue 9 item 11: an 8-second job with {"JobCreditsUsed": 0.0001} (10,000 thresholds per credit)
+    # on a stack whose meter ticks every second
+    rules = [{"events": [{"JobCreditsUsed": 0.0001}], "methods": ["Email"]}]
+    job = ana.submit({"code": "import time\ntime.sleep(8)\n1", "notifications": rules})
+
+    done = ana.wait_status(job["jobId"], timeout=60)
+    lines = settled_outbox(duplicating_stack, job["jobId"])
+    time.sleep(3)  # a few more meter ticks after the end
+
+    # Then at most one message per meter tick while it ran (each saying how many thresholds it
+    # covers), none stamped after the job completed, and nothing more later
+    assert done["status"] == "Succeeded", done
+    assert 1 <= len(lines) <= 12, [line["subject"] for line in lines]
+    assert all(
+        "thresholds since the last message" in line["subject"] for line in lines if line is not lines[0]
+    )
+    assert all(line["at"] <= done["completedAt"] for line in lines), (lines, done["completedAt"])
+    assert duplicating_stack.outbox(job["jobId"]) == lines
+    log = ana.job(job["jobId"])["notificationLog"]
+    assert {(e["event"], e["outcome"]) for e in log} == {("JobCreditsUsed:0.0001", "sent")}
+    assert len(log) == len(lines)

@@ -114,3 +114,52 @@ def test_stage_logs_access_and_throttles(synth: Synth) -> None:
     assert settings["ThrottlingRateLimit"] > 0
     assert settings["ThrottlingBurstLimit"] > 0
     assert settings["LoggingLevel"] == "ERROR"
+
+
+def test_a_waf_web_acl_on_the_stage_answers_413_to_bodies_over_5_mib(synth: Synth) -> None:
+    import re
+
+    from functions.domain.limits import BODY_TOO_LARGE_MESSAGE, MAX_BODY_BYTES
+    from infra.constructs.api import CONTENT_LENGTH_OVER_LIMIT_REGEX
+
+    acls = synth.resources("AWS::WAFv2::WebACL")
+    assert len(acls) == 1
+    ((acl_id, acl),) = acls.items()
+    properties = acl["Properties"]
+    assert properties["Scope"] == "REGIONAL"
+    assert properties["DefaultAction"] == {"Allow": {}}
+    body = json.loads(properties["CustomResponseBodies"]["PayloadTooLarge"]["Content"])
+    assert body == {"error": {"code": "PayloadTooLarge", "message": BODY_TOO_LARGE_MESSAGE, "field": None}}
+    rules = {rule["Name"]: rule for rule in properties["Rules"]}
+    over = rules["BodyOverLimit"]
+    assert over["Action"]["Block"]["CustomResponse"] == {
+        "ResponseCode": 413,
+        "CustomResponseBodyKey": "PayloadTooLarge",
+    }
+    statement = over["Statement"]["RegexMatchStatement"]
+    assert statement["FieldToMatch"] == {"SingleHeader": {"Name": "content-length"}}
+    chunked = rules["ChunkedBody"]
+    assert chunked["Action"]["Block"]["CustomResponse"]["ResponseCode"] == 413
+    assert chunked["Statement"]["ByteMatchStatement"]["FieldToMatch"] == {
+        "SingleHeader": {"Name": "transfer-encoding"}
+    }
+    associations = synth.resources("AWS::WAFv2::WebACLAssociation")
+    assert [a["Properties"]["WebACLArn"] for a in associations.values()] == [{"Fn::GetAtt": [acl_id, "Arn"]}]
+    stage = synth.logical_id(synth.stack.api.rest_api.deployment_stage)
+    arn = json.dumps(next(iter(associations.values()))["Properties"]["ResourceArn"])
+    assert f'"/stages/", {{"Ref": "{stage}"}}' in arn
+
+    # The regex is exactly "a decimal number over the limit".
+    pattern = re.compile(statement["RegexString"])
+    assert statement["RegexString"] == CONTENT_LENGTH_OVER_LIMIT_REGEX
+    samples = {0, 1, 7_000_000, 10**7, 10**12, *range(MAX_BODY_BYTES - 1200, MAX_BODY_BYTES + 1200)}
+    samples |= {int(str(MAX_BODY_BYTES)[:i] + "9" * (7 - i)) for i in range(8)}
+    samples |= {int(str(MAX_BODY_BYTES)[:i] + "0" * (7 - i)) for i in range(1, 8)}
+    for value in sorted(samples):
+        assert bool(pattern.fullmatch(str(value))) == (value > MAX_BODY_BYTES), value
+    assert pattern.fullmatch("0005242881") and not pattern.fullmatch("05242880")
+
+
+def test_no_binary_media_types(synth: Synth) -> None:
+    (rest_api,) = synth.resources("AWS::ApiGateway::RestApi").values()
+    assert "BinaryMediaTypes" not in rest_api["Properties"]

@@ -78,11 +78,16 @@ def test_only_api_submits_and_only_to_the_service_queues_and_definitions(synth: 
 
     (submit,) = [s for s in _policy_of(synth, functions.api) if "batch:SubmitJob" in _listed(s["Action"])]
     queues = [_batch_arn(r, f"job-queue/remote-batch-dev-{mc}") for r in regions for mc in MACHINE_CLASSES]
-    # SubmitJob is authorized on the definition's ARN with its revision.
+    # SubmitJob requires the job (job/*) and the queue; it is authorized on the definition with its
+    # revision, or without one when the definition is named without a revision.
     definitions = [
-        _batch_arn(r, f"job-definition/remote-batch-dev-{mc}:*") for r in regions for mc in MACHINE_CLASSES
+        _batch_arn(r, f"job-definition/remote-batch-dev-{mc}{revision}")
+        for r in regions
+        for mc in MACHINE_CLASSES
+        for revision in (":*", "")
     ]
-    assert sorted(map(json.dumps, submit["Resource"])) == sorted(map(json.dumps, queues + definitions))
+    jobs = [_batch_arn(r, "job/*") for r in regions]
+    assert sorted(map(json.dumps, submit["Resource"])) == sorted(map(json.dumps, jobs + queues + definitions))
     for other in (functions.batch_events, functions.meter):
         assert not [s for s in _policy_of(synth, other) if "batch:SubmitJob" in _listed(s["Action"])]
 
@@ -128,3 +133,49 @@ def test_functions_reach_only_their_tables(synth: Synth, name: str, tables: set[
         if arn in _listed(statement["Resource"])
     }
     assert reached == tables
+
+
+EMAIL_TOPICS = {
+    "Fn::Join": ["", ["arn:aws:sns:us-east-1:", {"Ref": "AWS::AccountId"}, ":remote-batch-dev-email-*"]]
+}
+TOPIC_ACTIONS = {
+    "sns:CreateTopic",
+    "sns:SetTopicAttributes",
+    "sns:Subscribe",
+    "sns:ListSubscriptionsByTopic",
+    "sns:DeleteTopic",
+}
+
+
+def _sns_grants(synth: Synth, name: str) -> dict[str, list[Any]]:
+    """SNS action → the resources the function's role allows it on."""
+    grants: dict[str, list[Any]] = {}
+    for statement in _policy_of(synth, getattr(synth.stack.functions, name)):
+        for action in _listed(statement["Action"]):
+            if action.startswith("sns:"):
+                grants.setdefault(action, []).extend(_listed(statement["Resource"]))
+    return grants
+
+
+def test_email_topics_are_managed_by_the_api_only_under_the_stage_prefix(synth: Synth) -> None:
+    # One topic per account: the api creates, subscribes, reads and deletes them, on the prefix only;
+    # no action that supports no resource type (Unsubscribe, GetSubscriptionAttributes) is needed.
+    grants = _sns_grants(synth, "api")
+    assert set(grants) == TOPIC_ACTIONS
+    assert all(resources == [EMAIL_TOPICS] for resources in grants.values()), grants
+    assert synth.stack.notifications.topic_name_prefix == "remote-batch-dev-email-"
+
+
+@pytest.mark.parametrize("name", ["batch_events", "meter"])
+def test_notifying_functions_publish_to_the_email_topics_and_to_phones(synth: Synth, name: str) -> None:
+    # Email to the accounts' topics (prefix), SMS to a phone number (no ARN: "*"); nothing else.
+    grants = _sns_grants(synth, name)
+    assert set(grants) == {"sns:Publish"}
+    assert sorted(map(json.dumps, grants["sns:Publish"])) == sorted(map(json.dumps, [EMAIL_TOPICS, "*"]))
+    key = synth.logical_id(synth.stack.notifications.key)
+    kms = [
+        s
+        for s in _policy_of(synth, getattr(synth.stack.functions, name))
+        if "kms:Decrypt" in _listed(s["Action"])
+    ]
+    assert [s["Resource"] for s in kms] == [{"Fn::GetAtt": [key, "Arn"]}]

@@ -21,7 +21,7 @@ from functions.domain.machine_classes import MACHINE_CLASSES, GeoZone
 from functions.ports import Services
 from functions.settings import RouteSettings, Settings, ZoneSettings
 from tests.events import JOB_DEFINITION_ARN, QUEUE_ARN, api_event, batch_event
-from tests.fakes import FakeLambdaContext, RecordingBatchGateway, RecordingNotifier
+from tests.fakes import FakeLambdaContext, FakeResolver, RecordingBatchGateway, RecordingNotifier
 
 ZONE_REGIONS = {GeoZone.UNITED_STATES: "us-east-1", GeoZone.EUROPEAN_UNION: "eu-central-1"}
 
@@ -131,7 +131,7 @@ def make_settings() -> Settings:
         accounts_table="test-accounts",
         ledger_table="test-ledger",
         idempotency_table="test-idempotency",
-        email_topic_arn="arn:aws:sns:us-east-1:123456789012:test-email",
+        email_topic_arn_prefix="arn:aws:sns:us-east-1:123456789012:test-email-",
         home_region="us-east-1",
         zones={
             zone: ZoneSettings(
@@ -143,7 +143,7 @@ def make_settings() -> Settings:
 
 
 def create_resources(settings: Settings) -> None:
-    """Tables, buckets, topic and log groups on moto, as the CDK app / local stack make them."""
+    """Tables, buckets and log groups on moto, as the CDK app / local stack make them."""
     dynamodb = boto3.client("dynamodb", region_name=settings.home_region)
     names = {
         "Jobs": settings.jobs_table,
@@ -153,7 +153,6 @@ def create_resources(settings: Settings) -> None:
     }
     for spec in ALL_TABLES:
         dynamodb.create_table(**create_table_request(spec, names[spec.logical_name]))
-    boto3.client("sns", region_name=settings.home_region).create_topic(Name="test-email")
     for zone_settings in settings.zones.values():
         s3 = boto3.client("s3", region_name=zone_settings.region)
         if zone_settings.region == "us-east-1":
@@ -177,7 +176,9 @@ def stack() -> Iterator[Stack]:
         clock = Clock()
         gateways = {zone: RecordingBatchGateway() for zone in ZONE_REGIONS}
         notifier = RecordingNotifier()
-        services = bootstrap.build_services(settings, batch_gateways=gateways, notifier=notifier, clock=clock)
+        services = bootstrap.build_services(
+            settings, batch_gateways=gateways, notifier=notifier, clock=clock, resolver=FakeResolver()
+        )
         bootstrap.install(services)
         for var, value in settings.to_environment().items():
             if var != "AWS_REGION":

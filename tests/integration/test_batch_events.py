@@ -10,6 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from functions.domain.jobs import ms_to_datetime
 from functions.domain.machine_classes import GeoZone
 from tests.events import batch_event, job_lifecycle
 
@@ -253,7 +254,11 @@ def test_failed_publish_is_retried_by_the_meter_even_for_a_final_job(stack):
     assert stack.deliver(batch_event(job_id, batch_id, "STARTING", created_at=T0))["status"] == "Starting"
     assert stack.notifier.sent == []
     assert stack.services.store.get_job(job_id).retry_notifications == {"JobStarting#1/Email"}
-    # The meter's next tick sends it, once; ticks after that send nothing more.
+    # A tick before its backoff (1 minute after the failure) is over does not send it
+    stack.tick()
+    assert stack.notifier.sent == []
+    # The meter's next tick (a minute later) sends it, once; ticks after that send nothing more.
+    stack.clock.advance(60)
     stack.tick()
     assert [n.event for n in stack.notifier.sent] == ["JobStarting"]
     stack.tick()
@@ -270,10 +275,11 @@ def test_a_failed_notification_of_a_job_that_ended_is_still_sent(stack):
     job_id, batch_id = submit(stack)
     stack.notifier.fail_next = 1
     stack.deliver(batch_event(job_id, batch_id, "STARTING", created_at=T0))
-    stack.notifier.fail_next = 1  # the final event's delivery retries JobStarting first: it fails again
+    # The final event's delivery, within JobStarting's backoff, sends JobCompleted only
     stack.deliver(batch_event(job_id, batch_id, "FAILED", created_at=T0, status_reason="Cancelled"))
     assert [n.event for n in stack.notifier.sent] == ["JobCompleted"]
     assert stack.services.store.get_job(job_id).retry_notifications == {"JobStarting#1/Email"}
+    stack.clock.advance(60)
     stack.tick()
     stack.tick()
     assert sorted(n.event for n in stack.notifier.sent) == ["JobCompleted", "JobStarting"]
@@ -359,17 +365,261 @@ def test_replays_in_any_order_with_duplicates_end_like_one_in_order_delivery(sta
     assert len(sent_for_job) == len(set(zip(sent_for_job, range(len(sent_for_job)), strict=True)))
 
 
-def test_a_burst_of_owed_messages_goes_out_25_per_delivery_each_exactly_once(stack):
+def test_thresholds_crossed_by_the_final_settlement_send_no_progress_message(stack):
+    # Issue 9 item 11: 150 multiples of 0.01 crossed at once, after the job ended, used to send 150
+    # emails with stale amounts; a final job owes no progress message (its JobCompleted tells).
     rules = [{"events": [{"JobCreditsUsed": 0.01}], "methods": ["Email"]}]
     job_id, batch_id = submit(stack, {"code": "1", "notifications": rules})
-    # 90 s of Basic1x8 settles at 1.5 credits: 150 multiples of 0.01 owed at once.
+    # 90 s of Basic1x8 settles at 1.5 credits.
     for event in job_lifecycle(job_id, batch_id, created_at=T0, started_at=T0, stopped_at=T0 + 90_000):
         stack.deliver(event)
-    assert len(stack.notifier.sent) == 25
-    for _ in range(6):
+    job = stack.services.store.get_job(job_id)
+    assert (job.status.value, job.credits_spent) == ("Succeeded", Decimal("1.5"))
+    for _ in range(3):
+        stack.clock.advance(60)
         stack.tick()
-    keys = [n.subject for n in stack.notifier.sent]
-    assert len(keys) == 150
-    assert len(set(keys)) == 150
+    assert stack.notifier.sent == []
+    assert stack.services.store.get_job(job_id).notification_log == ()
+
+
+# -- issue 9: Batch's own reasons, infrastructure losses, times ------------------------------------
+
+OOM = "OutOfMemoryError: Container killed due to memory usage"
+THROTTLED_START = "CannotStartContainerError: Error response from daemon: ThrottlingException: Rate exceeded"
+HOST = "Host EC2 (instance i-0fedcba9876543210) terminated."
+ESSENTIAL = "Essential container in task exited"
+
+
+def run_then(stack, job_id, batch_id, final_event):
+    stack.deliver(batch_event(job_id, batch_id, "RUNNING", created_at=T0, started_at=T0))
+    stack.deliver(final_event)
+    status, job = stack.api("GET", f"/jobs/{job_id}")
+    assert status == 200
+    return job
+
+
+@pytest.mark.parametrize("where", ["container", "attempt_container", "attempt_status", "status"])
+def test_an_oom_reason_is_read_wherever_batch_puts_it(stack, where):
+    job_id, batch_id = submit(stack)
+    attempt = {"container": {"exitCode": 1}, "startedAt": T0, "stoppedAt": T0 + 30_000}
+    kwargs = {"status_reason": ESSENTIAL}
+    if where == "container":
+        kwargs["container_reason"] = OOM
+    elif where == "attempt_container":
+        attempt["container"]["reason"] = OOM
+    elif where == "attempt_status":
+        attempt["statusReason"] = OOM
+    else:
+        kwargs["status_reason"] = OOM
+    final = batch_event(
+        job_id,
+        batch_id,
+        "FAILED",
+        created_at=T0,
+        started_at=T0,
+        stopped_at=T0 + 30_000,
+        exit_code=1,
+        attempts=[attempt],
+        **kwargs,
+    )
+    job = run_then(stack, job_id, batch_id, final)
+    assert job["status"] == "Terminated"
+    assert job["statusReason"] == "Memory limit of 8 GiB exceeded"
+    assert OOM in job["batchReason"]
+    assert job["creditsSpent"] == Decimal("1")  # the user's memory: charged (30 s → the 60 s minimum)
+
+
+def test_a_container_that_could_not_start_says_so_and_keeps_batchs_words(stack):
+    job_id, batch_id = submit(stack)
+    stack.deliver(
+        batch_event(
+            job_id,
+            batch_id,
+            "FAILED",
+            created_at=T0,
+            stopped_at=T0 + 5_000,
+            status_reason="Task failed to start",
+            attempts=[],
+            container_reason=THROTTLED_START,
+        )
+    )
+    _, job = stack.api("GET", f"/jobs/{job_id}")
+    assert job["statusReason"] == (
+        "AWS Batch could not start the job's container (an AWS rate limit); its running time was not charged"
+    )
+    assert job["batchReason"] == f"{THROTTLED_START} | Task failed to start"
+    assert job["creditsSpent"] == Decimal("0")
+    status, error = stack.api("GET", f"/jobs/{job_id}/result")
+    assert status == 409
+    assert ".." not in error["error"]["message"]
+    assert error["error"]["message"].endswith("not charged.")
+
+
+def test_a_final_attempt_lost_with_its_host_after_1200_s_is_free_and_says_why(stack):
+    rules = [{"events": ["JobCompleted"], "methods": ["Email"]}]
+    job_id, batch_id, started = stack.start_running({"code": "1", "notifications": rules})
+    stack.clock.advance(1200)
+    assert stack.tick()["updated"] == 1  # the meter had shown 20 credits in flight
+    assert stack.services.store.get_job(job_id).credits_spent == Decimal("20")
+    attempt = {"container": {}, "startedAt": started, "stoppedAt": started + 1_200_000, "statusReason": HOST}
+    stack.deliver(
+        batch_event(
+            job_id,
+            batch_id,
+            "FAILED",
+            created_at=started,
+            started_at=started,
+            stopped_at=started + 1_200_000,
+            status_reason=HOST,
+            attempts=[attempt],
+        )
+    )
+    _, job = stack.api("GET", f"/jobs/{job_id}")
+    assert job["status"] == "Terminated"
+    assert job["creditsSpent"] == Decimal("0")
+    assert job["statusReason"] == (
+        "AWS took away the machine running the job (EC2 instance i-0fedcba9876543210): the machine was shut "
+        "down; its running time was not charged"
+    )
+    assert job["batchReason"] == "Host EC2 (instance i-0fedcba9876543210) terminated."
+    assert stack.balance("dev") == Decimal("10000")
+    assert ledger_items() == []
+    (completed,) = [n for n in stack.notifier.sent if n.event == "JobCompleted"]
+    assert "not charged" in completed.message
+    assert ".." not in completed.message
+
+
+def test_a_job_that_succeeded_while_a_process_was_oom_killed_stays_succeeded_with_a_warning(stack):
+    job_id, batch_id = submit(stack)
+    attempt = {"container": {"exitCode": 0, "reason": OOM}, "startedAt": T0, "stoppedAt": T0 + 90_000}
+    final = batch_event(
+        job_id,
+        batch_id,
+        "SUCCEEDED",
+        created_at=T0,
+        started_at=T0,
+        stopped_at=T0 + 90_000,
+        exit_code=0,
+        attempts=[attempt],
+        container_reason=OOM,
+    )
+    job = run_then(stack, job_id, batch_id, final)
+    assert job["status"] == "Succeeded"
+    assert job["statusReason"] is None
+    assert job["creditsSpent"] == Decimal("1.5")
+    (warning,) = job["warnings"]
+    assert "Memory limit of 8 GiB exceeded" in warning
+    (completed,) = [n for n in stack.notifier.sent if n.event == "JobCompleted"]
+    assert f"Warning: {warning}" in completed.message
+
+
+def test_a_plain_success_has_no_warnings_and_no_batch_reason_text_but_batchs(stack):
+    job_id, batch_id = submit(stack)
+    for event in job_lifecycle(job_id, batch_id, created_at=T0, started_at=T0, stopped_at=T0 + 5_000):
+        stack.deliver(event)
+    _, job = stack.api("GET", f"/jobs/{job_id}")
+    assert job["warnings"] == []
+    assert job["batchReason"] == ESSENTIAL
+
+
+def test_exit_137_without_a_reason_is_reported_as_killed(stack):
+    job_id, batch_id = submit(stack)
+    final = batch_event(
+        job_id,
+        batch_id,
+        "FAILED",
+        created_at=T0,
+        started_at=T0,
+        stopped_at=T0 + 10_000,
+        exit_code=137,
+        status_reason=ESSENTIAL,
+    )
+    job = run_then(stack, job_id, batch_id, final)
+    assert job["statusReason"].startswith("Killed (SIGKILL, exit code 137)")
+    assert job["exitCode"] == 137
+
+
+def test_a_success_whose_stop_is_before_its_start_never_completes_before_it_started(stack):
+    job_id, batch_id = submit(stack)
+    final = batch_event(
+        job_id,
+        batch_id,
+        "SUCCEEDED",
+        created_at=T0,
+        started_at=T0 + 60_000,
+        stopped_at=T0 + 20_000,
+        exit_code=0,
+        time_ms=T0 + 20_000,
+    )
+    stack.deliver(batch_event(job_id, batch_id, "RUNNING", created_at=T0, started_at=T0 + 60_000))
+    stack.deliver(final)
+    _, job = stack.api("GET", f"/jobs/{job_id}")
+    assert job["status"] == "Succeeded"
+    assert job["completedAt"] >= job["startedAt"] == "2026-11-30T00:54:20Z"
+    assert job["creditsSpent"] == Decimal("1")  # no running time known: the 60-second minimum
+
+
+def test_a_failed_event_without_started_at_keeps_the_running_time_the_job_knows(stack):
+    job_id, batch_id, started = stack.start_running({"code": "1"})
+    stack.clock.advance(603)
     stack.tick()
-    assert len(stack.notifier.sent) == 150
+    assert stack.services.store.get_job(job_id).credits_spent == Decimal("10.05")
+    # FAILED with neither startedAt nor stoppedAt: the known start and the event's time.
+    stack.deliver(
+        batch_event(
+            job_id,
+            batch_id,
+            "FAILED",
+            created_at=started,
+            exit_code=1,
+            status_reason=ESSENTIAL,
+            time_ms=started + 603_000,
+        )
+    )
+    job = stack.services.store.get_job(job_id)
+    assert job.status.value == "Terminated"
+    assert job.credits_spent == Decimal("10.05")
+    assert job.started_at == ms_to_datetime(started)
+    assert job.completed_at == ms_to_datetime(started + 603_000)
+    assert stack.balance("dev") == Decimal("9989.95")
+
+
+def test_a_failed_event_with_a_stop_but_no_start_keeps_the_running_time_the_job_knows(stack):
+    job_id, batch_id, started = stack.start_running({"code": "1"})
+    stack.clock.advance(600)
+    stack.tick()
+    stack.deliver(
+        batch_event(job_id, batch_id, "FAILED", created_at=started, stopped_at=started + 603_000, exit_code=1)
+    )
+    job = stack.services.store.get_job(job_id)
+    assert job.credits_spent == Decimal("10.05")
+    assert job.status_reason == "Exited with code 1"
+
+
+def test_an_attempt_with_a_zero_start_is_not_taken_for_a_run(stack):
+    job_id, batch_id = submit(stack)
+    attempt = {
+        "container": {"exitCode": 1},
+        "startedAt": 0,
+        "stoppedAt": T0 + 5_000,
+        "statusReason": "Cancelled",
+    }
+    stack.deliver(
+        batch_event(job_id, batch_id, "FAILED", created_at=T0, status_reason="Cancelled", attempts=[attempt])
+    )
+    job = stack.services.store.get_job(job_id)
+    assert job.status.value == "Terminated"
+    assert job.credits_spent == Decimal("0")
+    assert job.started_at is None
+    assert stack.balance("dev") == Decimal("10000")
+
+
+def test_a_final_event_without_times_takes_the_last_attempts(stack):
+    job_id, batch_id = submit(stack)
+    attempt = {"container": {"exitCode": 0}, "startedAt": T0 + 1_000, "stoppedAt": T0 + 121_000}
+    stack.deliver(batch_event(job_id, batch_id, "SUCCEEDED", created_at=T0, exit_code=0, attempts=[attempt]))
+    job = stack.services.store.get_job(job_id)
+    assert job.status.value == "Succeeded"
+    assert job.credits_spent == Decimal("2")  # 120 s of Basic1x8
+    assert job.started_at == ms_to_datetime(T0 + 1_000)
+    assert job.completed_at == ms_to_datetime(T0 + 121_000)

@@ -66,6 +66,9 @@ FAKE_WORKER = textwrap.dedent(
         print("escaped", subprocess.Popen(["setsid", "sleep", "780"]).pid)
     if os.environ.get("GRANDCHILD"):
         subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)  # {MARKER}"])
+    if os.environ.get("LONG_LINE"):
+        sys.stdout.write("B" * 262117 + "\\u00e9" + "B" * 40000 + "\\n")
+        sys.stdout.flush()
     for i in range(int(os.environ.get("LINES", "1"))):
         print("line", i)
     if os.environ.get("STDERR"):
@@ -384,6 +387,26 @@ def test_console_lines_reach_cloudwatch_in_order_before_the_final_event(make_sta
     )["events"]
     stamps = [e["timestamp"] for e in events]
     assert stamps == sorted(stamps)
+
+
+def test_a_line_over_256_kib_is_shipped_in_awslogs_parts_that_the_reader_joins(make_stack, logs):
+    from functions.domain.log_lines import PartJoiner
+    from functions.ports import LogEvent
+
+    stack = make_stack()
+    job_id = stack.gateway.submit_job(_submission(LONG_LINE="1"))
+    stack.delivered.wait_for(job_id, "SUCCEEDED")
+    events = logs.get_log_events(
+        logGroupName=LOG_GROUP, logStreamName=f"remote-batch-worker/default/{job_id}", startFromHead=True
+    )["events"]
+    line = "B" * 262117 + "\u00e9" + "B" * 40000
+    # As Docker's awslogs driver does: cut before the character that would straddle 262,118 bytes,
+    # both parts with the line's timestamp.
+    assert [len(e["message"].encode()) for e in events[:2]] == [262117, 40002]
+    assert events[0]["timestamp"] == events[1]["timestamp"]
+    assert events[2]["message"] == "line 0"
+    joiner = PartJoiner(LogEvent(e["timestamp"], e["message"]) for e in events)
+    assert [line_.message for line_ in iter(lambda: joiner.next_line(64), None)][:2] == [line, "line 0"]
 
 
 def test_the_workers_operator_report_goes_to_the_executor_log_not_the_job_log(make_stack, logs, caplog):

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 import boto3
 import pytest
 
-from functions.domain.jobs import BatchJobState
+from functions.domain.jobs import MAX_TERMINATE_ATTEMPTS, BatchJobState
 from functions.domain.machine_classes import GeoZone
 from tests.events import batch_event
 
@@ -16,6 +17,10 @@ from tests.events import batch_event
 def start_job(stack, body, account_id="dev"):
     """Submit and deliver RUNNING at the clock's now; returns (job id, batch id, started ms)."""
     return stack.start_running(body, account_id)
+
+
+def started_datetime(ms):
+    return datetime.fromtimestamp(ms / 1000, tz=UTC)
 
 
 def fail_event(job_id, batch_id, started, stopped, reason):
@@ -138,14 +143,51 @@ def test_account_out_of_credits_terminates_all_its_running_jobs_and_balance_ends
     assert error["error"]["code"] == "InsufficientCredits"
 
 
-def test_termination_is_resent_each_tick_until_the_job_is_final(stack):
-    _, batch_id, _ = start_job(stack, {"code": "1", "timeConstraint": 1})
+def test_terminate_job_is_sent_once_per_job_until_the_failed_event_arrives(stack):
+    job_id, batch_id, started = start_job(stack, {"code": "1", "timeConstraint": 1})
+    gateway = stack.batch[GeoZone.UNITED_STATES]
     stack.clock.advance(2)
+    reports = []
+    for _ in range(5):  # 125 s of ticks with the FAILED event late
+        reports.append(stack.tick()["terminated"])
+        stack.clock.advance(25)
+    # A user's abort meanwhile does not send it again either.
+    status, body = stack.api("POST", f"/jobs/{job_id}/abort")
+    assert status == 202
+    assert body["status"] == "Running"
+    assert gateway.terminate_calls == [(batch_id, "TimeConstraint of 1 s reached")]
+    assert reports == [1, 0, 0, 0, 0]
+    job = stack.services.store.get_job(job_id)
+    assert job.termination_requested_at == started_datetime(started) + timedelta(seconds=2)
+    assert job.termination_attempts == 1
+    stack.deliver(fail_event(job_id, batch_id, started, started + 3_000, "Job terminated"))
+    assert stack.services.store.get_job(job_id).status_reason == "TimeConstraint of 1 s reached"
     stack.tick()
-    stack.tick()
-    assert (
-        stack.batch[GeoZone.UNITED_STATES].terminations == [(batch_id, "TimeConstraint of 1 s reached")] * 2
-    )
+    assert len(gateway.terminate_calls) == 1
+
+
+def test_a_failed_terminate_job_is_sent_again_on_a_later_tick(stack):
+    _, batch_id, _ = start_job(stack, {"code": "1", "timeConstraint": 1})
+    gateway = stack.batch[GeoZone.UNITED_STATES]
+    gateway.fail_terminate = 1
+    stack.clock.advance(2)
+    assert stack.tick()["terminated"] == 0  # refused: the request is released
+    assert stack.tick()["terminated"] == 1  # sent again, and it goes through
+    assert stack.tick()["terminated"] == 0
+    assert gateway.terminate_calls == [(batch_id, "TimeConstraint of 1 s reached")] * 2
+    assert gateway.terminations == [(batch_id, "TimeConstraint of 1 s reached")]
+
+
+def test_a_terminate_job_batch_keeps_refusing_is_tried_at_most_five_times(stack):
+    job_id, _, _ = start_job(stack, {"code": "1", "timeConstraint": 1})
+    gateway = stack.batch[GeoZone.UNITED_STATES]
+    gateway.fail_terminate = 100
+    stack.clock.advance(2)
+    for _ in range(8):
+        report = stack.tick()
+        assert report["skipped"] == 0  # a refused call is not a broken job
+    assert len(gateway.terminate_calls) == MAX_TERMINATE_ATTEMPTS == 5
+    assert stack.services.store.get_job(job_id).termination_attempts == 5
 
 
 def test_reconciliation_applies_what_batch_describes_for_a_job_with_lost_events(stack):
@@ -205,3 +247,129 @@ def test_running_time_past_the_time_constraint_is_not_billed(stack):
     job = stack.services.store.get_job(job_id)
     assert job.status_reason == "TimeConstraint of 100 s reached"
     assert job.credits_spent == Decimal("1.6667")  # 100 s × 60/3600, not 130 s
+
+
+# -- issue 9: one bad item never stops a tick; expired jobs are gone -------------------------------
+
+
+def put_raw(item):
+    boto3.client("dynamodb", region_name="us-east-1").put_item(TableName="test-jobs", Item=item)
+
+
+def expire(job_id, at_epoch):
+    boto3.client("dynamodb", region_name="us-east-1").update_item(
+        TableName="test-jobs",
+        Key={"jobId": {"S": job_id}},
+        UpdateExpression="SET #t = :t",
+        ExpressionAttributeNames={"#t": "ttl"},
+        ExpressionAttributeValues={":t": {"N": str(at_epoch)}},
+    )
+
+
+def test_stub_items_in_every_index_the_meter_reads_never_stop_a_tick(stack):
+    first, _, _ = start_job(stack, {"code": "1"})
+    second, _, _ = start_job(stack, {"code": "1"})
+    # Stubs as an unconditional update on a deleted job used to leave them (no accountId, no status).
+    put_raw({"jobId": {"S": "job-stub-metered"}, "meterPartition": {"S": "metered"}})
+    put_raw({"jobId": {"S": "job-stub-open"}, "openPartition": {"S": "open"}, "lastEventAt": {"S": "0"}})
+    put_raw(
+        {
+            "jobId": {"S": "job-stub-retry"},
+            "retryPartition": {"S": "retry"},
+            "retryNotifications": {"SS": ["k"]},
+        }
+    )
+    stack.clock.advance(60)
+
+    report = stack.tick()
+
+    assert report["skipped"] == 3
+    assert (report["metered"], report["updated"]) == (2, 2)
+    for job_id in (first, second):
+        assert stack.services.store.get_job(job_id).credits_spent == Decimal("1")
+    for stub in ("job-stub-metered", "job-stub-open", "job-stub-retry"):
+        status, error = stack.api("GET", f"/jobs/{stub}")
+        assert status == 404, error
+        assert error["error"]["code"] == "NotFound"
+
+
+def test_a_job_deleted_between_the_index_read_and_its_update_is_skipped_not_fatal(stack):
+    gone, _, _ = start_job(stack, {"code": "1"})
+    kept, _, _ = start_job(stack, {"code": "1"})
+    store = stack.services.store
+    original = store.raise_credits_spent
+
+    def delete_then_raise(job_id, credits):
+        if job_id == gone:
+            boto3.client("dynamodb", region_name="us-east-1").delete_item(
+                TableName="test-jobs", Key={"jobId": {"S": gone}}
+            )
+        return original(job_id, credits)
+
+    store.raise_credits_spent = delete_then_raise
+    stack.clock.advance(60)
+    report = stack.tick()
+
+    assert report["skipped"] == 1
+    assert store.get_job(gone) is None
+    assert stack.count_items("test-jobs") == 1  # nothing re-created the deleted job
+    assert store.get_job(kept).credits_spent == Decimal("1")
+
+
+def test_a_notification_retry_of_a_deleted_job_recreates_nothing(stack):
+    job_id, batch_id, started = start_job(stack, {"code": "1"})
+    stack.notifier.fail_next = 1
+    stack.deliver(
+        batch_event(
+            job_id,
+            batch_id,
+            "SUCCEEDED",
+            created_at=started,
+            started_at=started,
+            stopped_at=started + 5_000,
+            exit_code=0,
+        )
+    )
+    assert stack.services.store.get_job(job_id).retry_notifications
+    boto3.client("dynamodb", region_name="us-east-1").delete_item(
+        TableName="test-jobs", Key={"jobId": {"S": job_id}}
+    )
+    stack.notifier.fail_next = 1
+    report = stack.tick()
+    assert report["skipped"] == 0
+    assert stack.count_items("test-jobs") == 0
+
+
+def test_a_running_job_past_its_ttl_is_gone_for_every_route_the_meter_and_late_events(stack):
+    job_id, batch_id, started = start_job(stack, {"code": "1"})
+    other, _, _ = start_job(stack, {"code": "1"})
+    expire(job_id, int(stack.clock().timestamp()) - 1)  # past its TTL; DynamoDB has not deleted it
+    balance = stack.balance("dev")
+
+    status, error = stack.api("GET", f"/jobs/{job_id}")
+    assert status == 404
+    assert error["error"]["code"] == "NotFound"
+    _, listing = stack.api("GET", "/jobs")
+    assert [j["jobId"] for j in listing["jobs"]] == [other]
+    for route in ("/log", "/result", "/outputs", "/preview.png"):
+        assert stack.api("GET", f"/jobs/{job_id}{route}")[0] == 404
+    assert stack.api("POST", f"/jobs/{job_id}/abort")[0] == 404
+    assert stack.api("DELETE", f"/jobs/{job_id}")[0] == 404
+
+    stack.clock.advance(11 * 60)
+    report = stack.tick()
+    assert report["metered"] == 1  # only the other job
+    assert report["reconciled"] == 1  # only the other job
+
+    late = batch_event(
+        job_id,
+        batch_id,
+        "SUCCEEDED",
+        created_at=started,
+        started_at=started,
+        stopped_at=started + 600_000,
+        exit_code=0,
+    )
+    assert stack.deliver(late) == {"applied": False}
+    assert stack.balance("dev") == balance
+    assert stack.services.store.list_ledger("dev", None, None)[0].kind.value == "grant"

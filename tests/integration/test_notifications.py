@@ -11,6 +11,7 @@ from decimal import Decimal
 import boto3
 import pytest
 
+from functions.adapters.sns import email_topic_arn
 from functions.domain.jobs import BatchJobState
 from functions.domain.machine_classes import GeoZone
 from tests.events import job_lifecycle
@@ -126,13 +127,14 @@ def test_failed_sends_on_a_reconciling_tick_are_left_to_the_next_tick(stack):
     other_id = start_running(stack, {"code": "1", "notifications": "None"}, "ana")
     stack.clock.advance(3600)
 
-    # When SNS refuses the meter's two sends and the reconciliation's retry of the first
-    stack.notifier.fail_next = 3
+    # When SNS refuses the meter's two sends
+    stack.notifier.fail_next = 2
     report = stack.tick()
 
-    # Then the tick still completes and reconciles both jobs; the failed email waits for the next tick
+    # Then the tick still completes and reconciles both jobs; the reconciliation does not send the
+    # failed ones again at once (they wait their backoff, 1 minute): the next tick sends them
     assert report["reconciled"] == 2
-    assert [(n.event, n.method) for n in stack.notifier.sent] == [("Hourly", "SMS")]
+    assert stack.notifier.sent == []
     assert stack.services.store.get_job(other_id).last_event_at == stack.clock()
     stack.clock.advance(FIVE_MINUTES)
     stack.tick()
@@ -208,17 +210,23 @@ def test_missing_phone_skips_sms_and_records_it(stack):
 
 # -- contacts ---------------------------------------------------------------------------------------------
 def email_subscriptions(stack, account_id):
-    """The topic's subscriptions whose filter policy is this account's: (endpoint, policy) pairs."""
+    """The account's email topics (one per address) and their subscriptions: (protocol, endpoint,
+    filter policy) triples, from every topic under the deployment's prefix whose name is the account's."""
     sns = boto3.client("sns", region_name=stack.settings.home_region)
+    prefix = stack.settings.email_topic_arn_prefix
     found = []
-    listed = sns.list_subscriptions_by_topic(TopicArn=stack.settings.email_topic_arn)["Subscriptions"]
-    for subscription in listed:
-        attributes = sns.get_subscription_attributes(SubscriptionArn=subscription["SubscriptionArn"])[
-            "Attributes"
-        ]
-        policy = json.loads(attributes.get("FilterPolicy", "{}"))
-        if policy.get("accountId") == [account_id]:
-            found.append((subscription["Protocol"], subscription["Endpoint"], policy))
+    for page in sns.get_paginator("list_topics").paginate():
+        for topic in page["Topics"]:
+            arn = topic["TopicArn"]
+            if not arn.startswith(prefix):
+                continue
+            listed = sns.list_subscriptions_by_topic(TopicArn=arn)["Subscriptions"]
+            for subscription in listed:
+                if arn != email_topic_arn(prefix, account_id, subscription["Endpoint"]):
+                    continue
+                attributes = sns.get_subscription_attributes(SubscriptionArn=subscription["SubscriptionArn"])
+                policy = json.loads(attributes["Attributes"].get("FilterPolicy", "{}"))
+                found.append((subscription["Protocol"], subscription["Endpoint"], policy))
     return found
 
 
@@ -244,11 +252,11 @@ def test_contacts_set_keep_and_clear_with_the_email_subscription(stack):
         "PUT", "/account/contacts", body={"email": EMAIL, "phone": PHONE}, account_id="ana"
     )
 
-    # Then the account says so, its email subscription exists, filtered on its id
+    # Then the account says so, and its own topic has one email subscription, with no filter policy
     assert status == 200, account
     assert (account["accountId"], account["email"], account["phone"]) == ("ana", EMAIL, PHONE)
     assert account["emailStatus"] in ("pending", "confirmed")
-    assert email_subscriptions(stack, "ana") == [("email", EMAIL, {"accountId": ["ana"]})]
+    assert email_subscriptions(stack, "ana") == [("email", EMAIL, {})]
     status, shown = stack.api("GET", "/account", account_id="ana")
     assert status == 200
     assert (shown["email"], shown["phone"]) == (EMAIL, PHONE)
@@ -258,7 +266,7 @@ def test_contacts_set_keep_and_clear_with_the_email_subscription(stack):
     status, account = stack.api("PUT", "/account/contacts", body={"phone": "+447700900123"}, account_id="ana")
     assert status == 200, account
     assert (account["email"], account["phone"]) == (EMAIL, "+447700900123")
-    assert email_subscriptions(stack, "ana") == [("email", EMAIL, {"accountId": ["ana"]})]
+    assert email_subscriptions(stack, "ana") == [("email", EMAIL, {})]
     status, account = stack.api("PUT", "/account/contacts", body={}, account_id="ana")
     assert (account["email"], account["phone"]) == (EMAIL, "+447700900123")
 
@@ -290,3 +298,65 @@ def test_bad_notification_spec_is_400_pointing_into_it(stack, notifications, fie
     assert error["error"]["code"] == "ValidationError"
     assert error["error"]["field"] == field
     assert stack.batch[GeoZone.UNITED_STATES].submissions == []
+
+
+# -- email at scale: a topic per account ------------------------------------------------------------------
+def test_email_contacts_of_more_accounts_than_a_topic_has_filter_policies_need_none(stack):
+    # SNS allows 200 filter policies per topic by default; 250 accounts set an email
+    from functions.logic.accounts import set_contacts
+
+    accounts = [f"user{i:03d}" for i in range(250)]
+    for account_id in accounts:
+        set_contacts(stack.services, account_id, now=stack.clock(), email=f"{account_id}@example.com")
+
+    # Then each account has its own topic under the prefix with exactly its one address, and no
+    # subscription anywhere carries a filter policy
+    sns = boto3.client("sns", region_name=stack.settings.home_region)
+    prefix = stack.settings.email_topic_arn_prefix
+    topics = [
+        t["TopicArn"]
+        for page in sns.get_paginator("list_topics").paginate()
+        for t in page["Topics"]
+        if t["TopicArn"].startswith(prefix)
+    ]
+    assert sorted(topics) == sorted(email_topic_arn(prefix, a, f"{a}@example.com") for a in accounts)
+    endpoints = []
+    for arn in topics:
+        listed = sns.list_subscriptions_by_topic(TopicArn=arn)["Subscriptions"]
+        assert len(listed) == 1
+        attributes = sns.get_subscription_attributes(SubscriptionArn=listed[0]["SubscriptionArn"])[
+            "Attributes"
+        ]
+        assert "FilterPolicy" not in attributes
+        endpoints.append(listed[0]["Endpoint"])
+    assert sorted(endpoints) == sorted(f"{a}@example.com" for a in accounts)
+
+
+def test_email_goes_only_to_the_accounts_own_topic_and_a_replaced_address_loses_its_topic(stack):
+    from moto.sns import sns_backends
+
+    from functions.adapters.sns import SnsNotifier
+    from functions.logic.accounts import set_contacts
+    from functions.ports import OutgoingNotification
+
+    prefix = stack.settings.email_topic_arn_prefix
+    set_contacts(stack.services, "ana", now=stack.clock(), email="ana@example.com")
+    set_contacts(stack.services, "bob", now=stack.clock(), email="bob@example.com")
+    notifier = SnsNotifier(boto3.client("sns", region_name="us-east-1"), prefix)
+    notifier.send(
+        OutgoingNotification("j1", "ana", "JobStarted", "Email", "ana@example.com", "s", "m", stack.clock())
+    )
+    backend = sns_backends["123456789012"]["us-east-1"]
+    ana_topic = email_topic_arn(prefix, "ana", "ana@example.com")
+    bob_topic = email_topic_arn(prefix, "bob", "bob@example.com")
+    assert len(backend.topics[ana_topic].sent_notifications) == 1
+    assert backend.topics[bob_topic].sent_notifications == []
+
+    # When ana replaces her address, the old topic (and any pending subscription on it) is gone
+    set_contacts(stack.services, "ana", now=stack.clock(), email="ana2@example.com")
+    assert ana_topic not in backend.topics
+    assert email_subscriptions(stack, "ana") == [("email", "ana2@example.com", {})]
+    # Clearing it removes the new one too
+    set_contacts(stack.services, "ana", now=stack.clock(), email=None)
+    assert email_topic_arn(prefix, "ana", "ana2@example.com") not in backend.topics
+    assert email_subscriptions(stack, "bob") == [("email", "bob@example.com", {})]

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import base64
+import json
 
 import boto3
+import requests
 
 from functions.handlers import api
 from tests.events import api_event, batch_event, job_lifecycle
@@ -38,17 +39,20 @@ def test_outputs_list_files_with_presigned_urls(stack):
     assert stack.api("GET", "/jobs/job-nope/outputs")[0] == 404
 
 
-def test_preview_png_is_binary_and_404_when_there_is_none(stack):
+def test_preview_png_is_a_303_to_its_presigned_url_and_404_when_there_is_none(stack):
     job_id = finished(stack, {"preview.png": PNG})
     response = api.handler(api_event("GET", f"/jobs/{job_id}/preview.png"), FakeLambdaContext())
-    assert response["statusCode"] == 200
-    assert response["isBase64Encoded"] is True
-    assert base64.b64decode(response["body"]) == PNG
-    headers = response.get("multiValueHeaders") or {}
-    assert (
-        headers.get("Content-Type") == ["image/png"]
-        or (response.get("headers") or {}).get("Content-Type") == "image/png"
-    )
+    assert response["statusCode"] == 303
+    assert response["isBase64Encoded"] is False
+    headers = {k: v[0] for k, v in (response.get("multiValueHeaders") or {}).items()}
+    headers.update(response.get("headers") or {})
+    location = headers["Location"]
+    assert location.startswith(f"https://{BUCKET}.s3.us-east-1.amazonaws.com/outputs/{job_id}/preview.png?")
+    assert "X-Amz-Algorithm=AWS4-HMAC-SHA256" in location
+    body = json.loads(response["body"])
+    assert body == {"jobId": job_id, "url": location, "size": len(PNG), "expiresIn": 900}
+    # The link serves the PNG (moto answers the presigned GET in-process).
+    assert requests.get(location, timeout=10).content == PNG
     other = finished(stack, {})
     status, error = stack.api("GET", f"/jobs/{other}/preview.png")
     assert status == 404

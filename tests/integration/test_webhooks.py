@@ -2,17 +2,25 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import hmac
 import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+import boto3
 import pytest
 
+from functions import bootstrap
+from functions.adapters.dns import SocketResolver
+from functions.adapters.sns import SnsNotifier
 from functions.adapters.webhook import WebhookSender, sign
-from functions.domain.errors import DependencyFailed
+from functions.domain.errors import DeliveryRefused, DependencyFailed
+from functions.domain.webhook_addresses import non_public_reason
 from functions.ports import OutgoingNotification
+from tests.events import batch_event
+from tests.fakes import FakeResolver
 from tests.integration.conftest import Clock
 
 
@@ -73,7 +81,7 @@ def notification(url):
 
 def test_signature_is_hmac_sha256_of_timestamp_and_body(receiver):
     endpoint = receiver()
-    WebhookSender().send(notification(endpoint.url), "whsec_test")
+    WebhookSender(local=True).send(notification(endpoint.url), "whsec_test")
     ((headers, body),) = endpoint.requests
     timestamp = headers["X-RemoteBatch-Timestamp"]
     expected = hmac.new(b"whsec_test", f"{timestamp}.".encode() + body, hashlib.sha256).hexdigest()
@@ -91,18 +99,18 @@ def test_signature_is_hmac_sha256_of_timestamp_and_body(receiver):
 
 def test_server_errors_are_retried_with_backoff_then_reported(receiver):
     flaky = receiver(503, 500)
-    WebhookSender().send(notification(flaky.url), "whsec_test")
+    WebhookSender(local=True).send(notification(flaky.url), "whsec_test")
     assert len(flaky.requests) == 3  # two failures, then 200
     broken = receiver(503, 503, 503, 503, 503)
     with pytest.raises(DependencyFailed, match="503"):
-        WebhookSender().send(notification(broken.url), "whsec_test")
+        WebhookSender(local=True).send(notification(broken.url), "whsec_test")
     assert len(broken.requests) == 3  # the first try and 2 retries; the meter's next tick tries again
 
 
 def test_a_client_error_is_not_retried(receiver):
     gone = receiver(410)
     with pytest.raises(DependencyFailed, match="410"):
-        WebhookSender().send(notification(gone.url), "whsec_test")
+        WebhookSender(local=True).send(notification(gone.url), "whsec_test")
     assert len(gone.requests) == 1
 
 
@@ -121,20 +129,160 @@ def test_webhook_url_secret_shown_once_and_https_required(stack):
     assert "webhookSecret" not in stack.api("GET", "/account")[1]
 
 
-@pytest.mark.parametrize(
-    "url",
-    [
-        "https://169.254.169.254/latest/meta-data",
-        "https://10.0.0.5/hook",
-        "https://127.0.0.1/hook",
-        "https://[::1]/hook",
-        "https://localhost/hook",
-        "https://metadata.google.internal/x",
-        "https://user:pw@hooks.example.com/x",
-        "ftp://hooks.example.com/x",
-    ],
-)
+# Issue 9 item 9: every spelling of a non-public address, resolved, refused with 400 field webhookUrl.
+NON_PUBLIC_URLS = [
+    "https://169.254.169.254/latest/meta-data",
+    "https://2852039166/",  # 169.254.169.254 as one decimal number
+    "https://0251.0376.0251.0376/",  # octal dotted
+    "https://0xa9.0xfe.0xa9.0xfe/",  # hex dotted
+    "https://0xa9fea9fe/",  # one hex number
+    "https://169.254.43518/",  # a.b.c with a 16-bit last part
+    "https://[::ffff:169.254.169.254]/",  # IPv4-mapped IPv6
+    "https://[::ffff:a9fe:a9fe]/",
+    "https://[64:ff9b::a9fe:a9fe]/",  # NAT64
+    "https://[2002:a9fe:a9fe::1]/",  # 6to4 around a link-local address
+    "https://[fe80::1]/",
+    "https://0.0.0.0/",
+    "https://0/",
+    "https://10.0.0.5/hook",
+    "https://192.168.1.1/",
+    "https://100.64.0.1/",  # carrier-grade NAT
+    "https://127.0.0.1/hook",
+    "https://127.1/",
+    "https://017700000001/",
+    "https://[::1]/hook",
+    "https://224.0.0.1/",  # multicast
+    "https://240.0.0.1/",  # reserved
+    "https://255.255.255.255/",
+    "https://localhost/hook",
+    "https://localhost./hook",
+    "https://LOCALHOST/hook",
+    "https://metadata.google.internal/x",
+    "https://metadata.example.com/x",  # a DNS name for 169.254.169.254
+    "https://intranet.example.com/x",  # one public and one private record
+    "https://no-such-host.example.com/x",  # does not resolve
+    "https://user:pw@hooks.example.com/x",
+    "https://hooks.example.com:99999/x",
+    "https://hooks.example.com/a b",
+    "ftp://hooks.example.com/x",
+    "http://hooks.example.com/x",
+]
+
+
+@pytest.mark.parametrize("url", NON_PUBLIC_URLS)
 def test_webhook_urls_must_reach_a_public_https_host(stack, url):
     status, error = stack.api("PUT", "/account/contacts", body={"webhookUrl": url})
-    assert status == 400, url
+    assert status == 400, (url, error)
     assert error["error"]["field"] == "webhookUrl"
+    assert stack.services.store.get_account("dev").webhook_url is None
+
+
+@pytest.mark.parametrize(
+    "url", ["https://hooks.example.com/rb", "https://93.184.215.14/rb", "https://[2606:4700::1111]/x"]
+)
+def test_public_webhook_urls_are_accepted(stack, url):
+    status, account = stack.api("PUT", "/account/contacts", body={"webhookUrl": url})
+    assert status == 200, account
+    assert account["webhookUrl"] == url
+
+
+def test_delivery_checks_the_address_again_since_dns_can_change(stack):
+    # Given a webhook URL accepted while its host was public
+    resolver = stack.services.resolver
+    status, _ = stack.api("PUT", "/account/contacts", body={"webhookUrl": "https://hooks.example.com/rb"})
+    assert status == 200
+    # When its DNS record later points at the metadata service, delivery refuses it for good
+    resolver.names["hooks.example.com"] = ["169.254.169.254"]
+    sender = WebhookSender(resolver=resolver)
+    with pytest.raises(DeliveryRefused, match=r"non-public address \(169.254.169.254 is link-local\)"):
+        sender.send(notification("https://hooks.example.com/rb"), "whsec_test")
+    resolver.names["hooks.example.com"] = ["::ffff:10.0.0.1"]
+    with pytest.raises(DeliveryRefused, match=r"\(10\.0\.0\.1 is private\)"):
+        sender.send(notification("https://hooks.example.com/rb"), "whsec_test")
+
+
+def test_a_deployed_sender_never_posts_to_this_machine(receiver):
+    endpoint = receiver()
+    with pytest.raises(DeliveryRefused, match=r"127\.0\.0\.1 is loopback"):
+        WebhookSender(resolver=FakeResolver()).send(
+            notification(endpoint.url.replace("http:", "https:")), "x"
+        )
+    assert endpoint.requests == []
+
+
+def test_the_local_sender_posts_only_to_this_machine():
+    with pytest.raises(DeliveryRefused, match="only posts webhooks to this machine"):
+        WebhookSender(resolver=FakeResolver(), local=True).send(
+            notification("http://hooks.example.com/x"), "x"
+        )
+
+
+def test_the_local_stack_accepts_http_to_this_machine_only(stack):
+    local = dataclasses.replace(stack.services, allow_http_webhooks=True)
+    bootstrap.install(local)
+    try:
+        for url in ("http://127.0.0.1:8080/hook", "http://localhost:9000/x", "http://[::1]:9000/x"):
+            status, account = stack.api("PUT", "/account/contacts", body={"webhookUrl": url})
+            assert status == 200, (url, account)
+        for url in ("http://hooks.example.com/x", "http://10.0.0.5/x", "http://2852039166/"):
+            status, error = stack.api("PUT", "/account/contacts", body={"webhookUrl": url})
+            assert (status, error["error"]["field"]) == (400, "webhookUrl"), url
+    finally:
+        bootstrap.install(stack.services)
+
+
+def test_a_refused_webhook_is_recorded_failed_and_not_retried(stack):
+    # Given dev's webhook whose host now resolves to a private address, and a real SNS notifier
+    resolver = stack.services.resolver
+    status, _ = stack.api("PUT", "/account/contacts", body={"webhookUrl": "https://hooks.example.com/rb"})
+    assert status == 200
+    resolver.names["hooks.example.com"] = ["10.0.0.9"]
+    sns = boto3.client("sns", region_name="us-east-1")
+    notifier = SnsNotifier(sns, stack.settings.email_topic_arn_prefix, WebhookSender(resolver=resolver))
+    services = dataclasses.replace(stack.services, notifier=notifier)
+    bootstrap.install(services)
+    try:
+        status, job = stack.api(
+            "POST",
+            "/jobs",
+            body={"code": "1", "notifications": [{"events": ["JobStarting"], "methods": ["Webhook"]}]},
+        )
+        assert status == 202
+        job_id = job["jobId"]
+        batch_id = stack.services.store.get_job(job_id).batch_job_id
+        stack.deliver(batch_event(job_id, batch_id, "STARTING"))
+        for _ in range(5):
+            stack.clock.advance(120)
+            stack.tick()
+    finally:
+        bootstrap.install(stack.services)
+    log = stack.services.store.get_job(job_id).notification_log
+    assert [(r.method, r.outcome, r.detail) for r in log] == [
+        (
+            "Webhook",
+            "failed",
+            "Webhook failed: the webhook host hooks.example.com resolves to a non-public address "
+            "(10.0.0.9 is private) Not retried.",
+        )
+    ]
+
+
+# getaddrinfo decodes every numeric spelling (no network: the C library does it).
+@pytest.mark.parametrize(
+    ("host", "address"),
+    [
+        ("2852039166", "169.254.169.254"),
+        ("0251.0376.0251.0376", "169.254.169.254"),
+        ("0xa9.0xfe.0xa9.0xfe", "169.254.169.254"),
+        ("0xa9fea9fe", "169.254.169.254"),
+        ("169.254.43518", "169.254.169.254"),
+        ("127.1", "127.0.0.1"),
+        ("017700000001", "127.0.0.1"),
+        ("0", "0.0.0.0"),
+        ("::ffff:a9fe:a9fe", "::ffff:169.254.169.254"),
+    ],
+)
+def test_every_numeric_spelling_resolves_to_the_address_it_reaches(host, address):
+    (resolved,) = SocketResolver().resolve(host, 443)
+    assert resolved == address
+    assert non_public_reason(resolved) is not None

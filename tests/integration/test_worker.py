@@ -165,6 +165,27 @@ def test_pickle_with_an_array_item(s3):
     assert job.output_json("result.json")["result"] == 41
 
 
+def test_an_uploaded_pickle_and_uploaded_code_are_read_from_their_payload_key(s3):
+    payload = cloudpickle.dumps((len, (b"x" * 3_000_000,), {}))
+    s3.put_object(Bucket=BUCKET, Key="inputs/uploads/dev/upl-1", Body=payload)
+    job = Job(s3).put_input({"kind": "pickle", "payloadKey": "inputs/uploads/dev/upl-1"})
+    assert main(job.env, s3) == 0
+    assert job.output_json("result.json")["result"] == 3_000_000
+
+    s3.put_object(Bucket=BUCKET, Key="inputs/uploads/dev/upl-2", Body=b"x = 6\nx * 7")
+    job = Job(s3).put_input({"kind": "code", "payloadKey": "inputs/uploads/dev/upl-2"})
+    assert main(job.env, s3) == 0
+    assert job.output_json("result.json")["result"] == 42
+
+
+def test_a_missing_upload_is_a_worker_error(s3, capfd):
+    job = Job(s3).put_input({"kind": "code", "payloadKey": "inputs/uploads/dev/upl-gone"})
+    assert main(job.env, s3) == 2
+    assert (
+        "input not found: s3://remote-batch-test-data/inputs/uploads/dev/upl-gone" in capfd.readouterr().err
+    )
+
+
 def test_code_with_an_array_item(s3):
     job = Job(s3).put_input(
         {"kind": "code", "code": "item['n'] ** 2", "arrayItem": {"n": 7}, "arrayIndex": 3}

@@ -414,8 +414,15 @@ ESSENTIAL = "Essential container in task exited"
         ({}, BASIC, ESSENTIAL, 2, None, "Exited with code 2"),
         ({}, BASIC, None, 2, None, "Exited with code 2"),
         ({}, BASIC, "", 2, None, "Exited with code 2"),
-        # Otherwise what Batch said, or a default.
-        ({}, BASIC, "Host EC2 instance terminated", None, None, "Host EC2 instance terminated"),
+        # Otherwise what Batch said (one line, no trailing dots), or a default.
+        (
+            {},
+            BASIC,
+            "Job cancelled by the queue's\n state limit.",
+            None,
+            None,
+            "Job cancelled by the queue's state limit",
+        ),
         ({}, BASIC, None, None, None, "Terminated by AWS Batch"),
     ],
 )
@@ -467,3 +474,13 @@ def test_final_reason_is_what_a_failed_event_records():
     assert transition.after.exit_code == 137
     assert transition.after.status is T
     assert transition.after.credits_spent == Decimal("0.0000")  # settling is the caller's job
+
+
+def test_a_job_is_gone_from_its_record_ttl_on_whether_or_not_dynamodb_deleted_it():
+    job = make_job()
+    assert not job.is_gone(SUBMITTED_AT + timedelta(days=400) - timedelta(seconds=1))
+    assert job.is_gone(SUBMITTED_AT + timedelta(days=400))
+    # The stored ttl, when the item carries one, is what counts.
+    short = make_job(record_expires_at=SUBMITTED_AT + timedelta(hours=1))
+    assert not short.is_gone(SUBMITTED_AT + timedelta(minutes=59))
+    assert short.is_gone(SUBMITTED_AT + timedelta(hours=1))

@@ -163,3 +163,31 @@ def test_sms_never_exceeds_140_characters(name, reason, credits, status):
     _, body = compose_message(job, due("JobStatusChanged", status, "SMS"), SUBMITTED_AT + timedelta(days=400))
 
     assert len(body) <= 140
+
+
+WARNING = "A process of the job was killed for using too much memory (Memory limit of 8 GiB exceeded)"
+
+
+@pytest.mark.parametrize("method", ["Email", "SMS"])
+def test_the_completion_of_a_job_that_succeeded_with_a_warning_says_so(method):
+    job = terminated_job(reason=None, status=JobStatus.SUCCEEDED, warnings=(WARNING,))
+
+    _, body = compose_message(job, due("JobCompleted", JobStatus.SUCCEEDED, method), SUBMITTED_AT)
+
+    assert "Succeeded" in body
+    assert "killed for using too much memory" in body
+    if method == "Email":
+        assert f"Warning: {WARNING}" in body.splitlines()
+    assert len(body) <= SMS_LIMIT or method == "Email"
+
+
+@pytest.mark.parametrize(
+    "reason", ["Host EC2 (instance i-1) terminated.", "Job cancelled. .", "ValueError: bad value.."]
+)
+def test_no_notification_ends_a_reason_with_two_stops(reason):
+    job = terminated_job(reason=reason)
+
+    for method in ("Email", "SMS"):
+        _, body = compose_message(job, due("JobCompleted", JobStatus.TERMINATED, method), SUBMITTED_AT)
+        assert ".." not in body
+        assert ". ." not in body

