@@ -14,6 +14,8 @@ from typing import Any
 
 INPUTS_PREFIX = "inputs/"
 OUTPUTS_PREFIX = "outputs/"
+# Where ``POST /jobs/uploads`` puts an account's uploads (``functions.logic.uploads``).
+UPLOADS_PREFIX = f"{INPUTS_PREFIX}uploads/"
 # CDK's BUCKET_PUT_ACTIONS (aws-cdk-lib/aws-s3/lib/perms.ts), what ``Bucket.grant_put`` grants.
 JOB_INPUT_ACTIONS = ("s3:GetObject",)
 JOB_OUTPUT_ACTIONS = (
@@ -26,7 +28,9 @@ JOB_OUTPUT_ACTIONS = (
 )
 
 
-def job_policy_statements(bucket_arn: str, job_id: str | None = None) -> list[dict[str, Any]]:
+def job_policy_statements(
+    bucket_arn: str, job_id: str | None = None, account_id: str | None = None
+) -> list[dict[str, Any]]:
     """The IAM policy statements of a job's role, as JSON-shaped dicts.
 
     Parameters
@@ -36,27 +40,31 @@ def job_policy_statements(bucket_arn: str, job_id: str | None = None) -> list[di
     job_id : str | None
         Narrows the resources to this job's ``inputs/<jobId>/*`` and ``outputs/<jobId>/*``; None (the
         cloud job role, shared by every job of the zone) allows ``inputs/*`` and ``outputs/*``.
+    account_id : str | None
+        With ``job_id``: the job's account, whose uploads (``inputs/uploads/<accountId>/*``, which a
+        job's input may name, ``POST /jobs/uploads``) it may read too.
 
     Returns
     -------
     list[dict]
-        ``[{"Effect": "Allow", "Action": [...], "Resource": "<bucket arn>/inputs/..."}, {... outputs ...}]``.
+        ``[{"Effect": "Allow", "Action": [...], "Resource": ...inputs...}, {... outputs ...}]``.
     """
-    scope = f"{job_id}/*" if job_id is not None else "*"
+    if job_id is None:
+        inputs: str | list[str] = f"{bucket_arn}/{INPUTS_PREFIX}*"
+        outputs = f"{bucket_arn}/{OUTPUTS_PREFIX}*"
+    else:
+        inputs = [f"{bucket_arn}/{INPUTS_PREFIX}{job_id}/*"]
+        if account_id:
+            inputs.append(f"{bucket_arn}/{UPLOADS_PREFIX}{account_id}/*")
+        outputs = f"{bucket_arn}/{OUTPUTS_PREFIX}{job_id}/*"
     return [
-        {
-            "Effect": "Allow",
-            "Action": list(JOB_INPUT_ACTIONS),
-            "Resource": f"{bucket_arn}/{INPUTS_PREFIX}{scope}",
-        },
-        {
-            "Effect": "Allow",
-            "Action": list(JOB_OUTPUT_ACTIONS),
-            "Resource": f"{bucket_arn}/{OUTPUTS_PREFIX}{scope}",
-        },
+        {"Effect": "Allow", "Action": list(JOB_INPUT_ACTIONS), "Resource": inputs},
+        {"Effect": "Allow", "Action": list(JOB_OUTPUT_ACTIONS), "Resource": outputs},
     ]
 
 
-def job_policy_document(bucket_arn: str, job_id: str | None = None) -> dict[str, Any]:
+def job_policy_document(
+    bucket_arn: str, job_id: str | None = None, account_id: str | None = None
+) -> dict[str, Any]:
     """``job_policy_statements`` as a whole policy document (``{"Version": "2012-10-17", ...}``)."""
-    return {"Version": "2012-10-17", "Statement": job_policy_statements(bucket_arn, job_id)}
+    return {"Version": "2012-10-17", "Statement": job_policy_statements(bucket_arn, job_id, account_id)}

@@ -129,7 +129,7 @@ _PRCTL = ctypes.CDLL(None, use_errno=True).prctl
 class CredentialIssuer(Protocol):
     """Gives each job AWS credentials of its own (``remote_batch.local.iam.JobCredentials``)."""
 
-    def issue(self, batch_job_id: str, environment: Mapping[str, str]) -> dict[str, str]:
+    def issue(self, batch_job_id: str, submission: BatchSubmission) -> dict[str, str]:
         """The variables (``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``) of the job's credentials."""
 
     def revoke(self, batch_job_id: str) -> None:
@@ -1033,7 +1033,7 @@ class LocalBatchExecutor:
         if self._credentials is None:
             return {}
         try:
-            return self._credentials.issue(job.job_id, job.submission.environment)
+            return self._credentials.issue(job.job_id, job.submission)
         except (ClientError, BotoCoreError) as exc:
             logger.error("job credentials not issued batch_job_id=%s error=%s", job.job_id, exc)
             with self._cond:

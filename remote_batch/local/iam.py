@@ -36,6 +36,7 @@ from botocore.credentials import Credentials
 from botocore.exceptions import ClientError
 
 from functions.domain.job_policy import job_policy_document
+from functions.ports import BatchSubmission
 
 logger = logging.getLogger(__name__)
 
@@ -43,6 +44,8 @@ ADMIN_USER = "remote-batch-local-admin"
 ADMIN_POLICY = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}
 JOB_USER_PREFIX = "remote-batch-job-"
 JOB_POLICY_NAME = "job"
+# The submission tag naming the job's account (functions.logic.submission).
+ACCOUNT_TAG = "remote-batch:accountId"
 MOTO_API_PREFIX = "/moto-api"
 MOTO_API_TOKEN_HEADER = "X-Remote-Batch-Moto-Api-Token"  # noqa: S105 - a header name
 SIGV4_ALGORITHM = "AWS4-HMAC-SHA256"
@@ -169,9 +172,9 @@ def presigned_v4_valid(environ: Mapping[str, Any], credentials: Credentials, now
         return False
     headers = {}
     for name in signed_headers:
-        value = environ.get("HTTP_" + name.upper().replace("-", "_"))
-        if value is None and name == "content-type":
-            value = environ.get("CONTENT_TYPE")
+        # WSGI keeps these two out of the HTTP_ variables (PEP 3333).
+        variable = {"content-type": "CONTENT_TYPE", "content-length": "CONTENT_LENGTH"}.get(name)
+        value = environ.get(variable or "HTTP_" + name.upper().replace("-", "_"))
         if value is None:
             return False
         headers[name] = value
@@ -271,11 +274,13 @@ class JobCredentials:
         """The job's IAM user: ``remote-batch-job-<Batch job id>`` (at most 64 characters)."""
         return f"{JOB_USER_PREFIX}{batch_job_id}"[:64]
 
-    def issue(self, batch_job_id: str, environment: Mapping[str, str]) -> dict[str, str]:
+    def issue(self, batch_job_id: str, submission: BatchSubmission) -> dict[str, str]:
         """Create the job's user and keys; returns ``AWS_ACCESS_KEY_ID`` and ``AWS_SECRET_ACCESS_KEY``.
 
-        Its policy is ``job_policy_document`` for the job's bucket and id (``REMOTE_BATCH_BUCKET``,
-        ``REMOTE_BATCH_JOB_ID`` of ``environment``); without them the user may do nothing.
+        Its policy is ``job_policy_document`` for the job's bucket, id and account
+        (``REMOTE_BATCH_BUCKET`` and ``REMOTE_BATCH_JOB_ID`` of the submission's environment, its
+        ``remote-batch:accountId`` tag: set by the service, not the user); without them the user may
+        do nothing.
 
         Raises
         ------
@@ -285,9 +290,11 @@ class JobCredentials:
         user = self.user_name(batch_job_id)
         self._iam.create_user(UserName=user, Tags=[{"Key": "remote-batch:batchJobId", "Value": batch_job_id}])
         try:
+            environment = submission.environment
             bucket, job_id = environment.get("REMOTE_BATCH_BUCKET"), environment.get("REMOTE_BATCH_JOB_ID")
             if bucket and job_id:
-                document = job_policy_document(f"arn:aws:s3:::{bucket}", job_id)
+                account_id = (submission.tags or {}).get(ACCOUNT_TAG)
+                document = job_policy_document(f"arn:aws:s3:::{bucket}", job_id, account_id)
                 self._iam.put_user_policy(
                     UserName=user, PolicyName=JOB_POLICY_NAME, PolicyDocument=json.dumps(document)
                 )

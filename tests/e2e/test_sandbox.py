@@ -152,6 +152,9 @@ HOSTILE_JOB = textwrap.dedent(
         "read another account's output": attempt(
             lambda: s3.get_object(Bucket=BUCKET, Key=OTHER_OUTPUT)["Body"].read()
         ),
+        "read another account's upload": attempt(
+            lambda: s3.get_object(Bucket=BUCKET, Key=OTHER_UPLOAD)["Body"].read()
+        ),
         "list the bucket": attempt(lambda: s3.list_objects_v2(Bucket=BUCKET)),
         "write another job's output": attempt(
             lambda: s3.put_object(Bucket=BUCKET, Key=OTHER_OUTPUT, Body=b"forged")
@@ -194,6 +197,7 @@ def test_hostile_job_is_refused_everything_but_its_own_data(
         f"CREDENTIALS = {str(stack.home / 'credentials.json')!r}\n"
         f"BUCKET = 'remote-batch-local-us-east-1'\n"
         f"OTHER_OUTPUT = 'outputs/{secret['jobId']}/result.json'\n"
+        f"OTHER_UPLOAD = 'inputs/uploads/{account}/upl-01M8QNC6S7CZYCD2DX3CPV8RJ7'\n"
         f"GATEWAY = {stack.endpoint!r}\n"
         "OWN_INPUT = __import__('os').environ['REMOTE_BATCH_INPUT_KEY']\n"
     )
@@ -208,6 +212,7 @@ def test_hostile_job_is_refused_everything_but_its_own_data(
         "FileNotFoundError: [Errno 2] No such file or directory"
     )
     assert attempts["read another account's output"].startswith("AccessDenied: ")
+    assert attempts["read another account's upload"].startswith("AccessDenied: ")
     assert attempts["list the bucket"].startswith("AccessDenied: ")
     assert attempts["write another job's output"].startswith("AccessDenied: ")
     # (moto answers DynamoDB's JSON protocol with an XML error: botocore shows its status as the code)

@@ -53,3 +53,24 @@ def test_botocores_presigned_urls_pass_and_altered_ones_fail(region, version, ke
     assert not presigned_signature_valid(_environ(url, method="PUT"), ADMIN, now)
     assert not presigned_signature_valid(_environ(url), Credentials(ADMIN.access_key, "other"), now)
     assert not presigned_signature_valid(_environ(url), ADMIN, now + timedelta(seconds=901))
+
+
+def test_a_presigned_put_needs_the_signed_length_and_type():
+    s3 = boto3.client(
+        "s3",
+        region_name="eu-central-1",
+        endpoint_url=f"http://{HOST}",
+        aws_access_key_id=ADMIN.access_key,
+        aws_secret_access_key=ADMIN.secret_key,
+    )
+    url = s3.generate_presigned_url(
+        "put_object",
+        Params={"Bucket": "b", "Key": "inputs/u/payload", "ContentLength": 10, "ContentType": "text/plain"},
+        ExpiresIn=900,
+    )
+    environ = {**_environ(url, method="PUT"), "CONTENT_LENGTH": "10", "CONTENT_TYPE": "text/plain"}
+    now = datetime.now(UTC)
+
+    assert presigned_signature_valid(environ, ADMIN, now)
+    assert not presigned_signature_valid({**environ, "CONTENT_LENGTH": "11"}, ADMIN, now)
+    assert not presigned_signature_valid({**environ, "CONTENT_TYPE": "text/html"}, ADMIN, now)
