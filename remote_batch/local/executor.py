@@ -164,7 +164,7 @@ def host_note(
     Example: ``Machine class needs 8 vCPUs and 64 GiB; this host runs it with 2 vCPUs and 23 GiB``.
     A GPU class always gets one: the local stack has no GPU and runs it on the CPU (``Machine class
     needs 8 vCPUs, 64 GiB and 1 GPU; this host runs it on CPU only, with 8 vCPUs and 64 GiB``).
-    ``memory_basis`` (e.g. ``the host's free memory less 3 GiB kept for the local stack``) is added
+    ``memory_basis`` (e.g. ``the host's free memory less 3.0 GiB kept for the local stack``) is added
     in parentheses when the memory was cut down.
     """
     if submission.vcpus <= host_vcpus and submission.memory_mib <= host_memory_mib and not submission.gpus:
@@ -186,13 +186,13 @@ def job_memory_ceiling_mib(memory: Any = None) -> tuple[int, str]:
     The host's available memory now less a headroom for the local stack (an eighth of the total, at
     least ``MEMORY_HEADROOM_MIN_MIB``), never below ``MEMORY_FLOOR_MIB``. ``memory`` is a
     ``psutil.virtual_memory()`` result (default: read now). Example on a 24 GiB host with 17 GiB
-    available: ``(14336, "the host's free memory less 3 GiB kept for the local stack")``.
+    available: ``(14336, "the host's free memory less 3.0 GiB kept for the local stack")``.
     """
     memory = memory if memory is not None else psutil.virtual_memory()
     total = int(memory.total) // MIB
     headroom = max(MEMORY_HEADROOM_MIN_MIB, int(total * MEMORY_HEADROOM_FRACTION))
     ceiling = max(MEMORY_FLOOR_MIB, min(total, int(memory.available) // MIB - headroom))
-    return ceiling, f"the host's free memory less {_gib(headroom)} GiB kept for the local stack"
+    return ceiling, f"the host's free memory less {headroom / 1024:.1f} GiB kept for the local stack"
 
 
 def _join(parts: Sequence[str]) -> str:

@@ -244,10 +244,11 @@ class _Memory:
 @pytest.mark.parametrize(
     ("total_gib", "available_gib", "ceiling_mib", "headroom"),
     [
-        (24, 17, 17 * 1024 - 3 * 1024, "3"),  # an eighth of 24 GiB kept for the stack
-        (24, 24, 21 * 1024, "3"),  # never the whole host, even when all of it is free
-        (4, 3, 2 * 1024, "1"),  # at least 1 GiB kept
-        (2, 1, 256, "1"),  # a floor: a job always gets 256 MiB
+        (24, 17, 17 * 1024 - 3 * 1024, "3.0"),  # an eighth of 24 GiB kept for the stack
+        (24, 24, 21 * 1024, "3.0"),  # never the whole host, even when all of it is free
+        (4, 3, 2 * 1024, "1.0"),  # at least 1 GiB kept
+        (2, 1, 256, "1.0"),  # a floor: a job always gets 256 MiB
+        (23.54, 14, 14 * 1024 - 3013, "2.9"),  # this host: 24,105 MiB
     ],
 )
 def test_job_memory_ceiling_keeps_headroom_for_the_stack(total_gib, available_gib, ceiling_mib, headroom):
@@ -258,11 +259,11 @@ def test_job_memory_ceiling_keeps_headroom_for_the_stack(total_gib, available_gi
 
 
 def test_host_note_says_why_memory_was_cut():
-    basis = "the host's free memory less 3 GiB kept for the local stack"
+    basis = "the host's free memory less 3.0 GiB kept for the local stack"
 
     assert host_note(_submission("Memory8x64"), 2, 14 * 1024, basis) == (
         "Machine class needs 8 vCPUs and 64 GiB; this host runs it with 2 vCPUs and 14 GiB "
-        "(the host's free memory less 3 GiB kept for the local stack)"
+        "(the host's free memory less 3.0 GiB kept for the local stack)"
     )
     # a class cut for its vCPUs only says nothing about memory
     assert host_note(_submission("Memory8x64"), 2, 128 * 1024, basis) == (
