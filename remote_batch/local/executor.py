@@ -12,9 +12,11 @@ flushed before the final event is published.
 
 Each job runs in its own working directory (``remote-batch-job-*`` in the system temp dir, also its
 ``TMPDIR``), removed once its final event is published; ``worker`` imports through ``PYTHONPATH``.
-When the worker ends, so does everything it started: its process group, and any process that left
-the group (``setsid``) but still carries the job's ``AWS_BATCH_JOB_ID`` in its environment. The
-local stack runs jobs as its own user: a job can still read any file that user can, by absolute path.
+Each job runs in a sandbox (``remote_batch.local.sandbox``): with bubblewrap, a box that sees its
+folder, the interpreter and the worker's code, in its own PID namespace; when the worker ends, or the
+job is killed, the kernel kills every process of that namespace, whatever they did to escape. The
+memory of a job is capped below the host's free memory, with headroom for the stack. A
+``ProcessRegistry`` records each running job's processes and folder for the next start after a crash.
 
 Threads: one scheduler (announces, starts queued jobs, enforces timeouts and kill deadlines), and per
 running job a runner that forks the worker and waits for it (it must outlive the worker:
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
 import logging
 import os
 import resource
@@ -56,6 +59,19 @@ from remote_batch.local.events import (
     batch_job_state_change,
     log_stream_name,
     task_arn,
+)
+from remote_batch.local.sandbox import (
+    JOB_DIR_PREFIX,
+    JOB_MARKER_VARIABLE,
+    ProcessRegistry,
+    Sandbox,
+    SandboxKind,
+    detect_sandbox,
+    kill_marked_processes,
+    namespace_init,
+    namespace_members,
+    pid_namespace,
+    sandbox_path,
 )
 
 logger = logging.getLogger("remote_batch.local.executor")
@@ -91,11 +107,11 @@ READER_JOIN_SECONDS = 2.0
 # (Condition.wait overflows beyond threading.TIMEOUT_MAX), and a scheduler error is retried after 1 s.
 MAX_WAIT_SECONDS = 3600.0
 SCHEDULER_RETRY_SECONDS = 1.0
-# The prefix of a job's working directory, and the variable that marks the job's processes.
-JOB_DIR_PREFIX = "remote-batch-job-"
-JOB_MARKER_VARIABLE = "AWS_BATCH_JOB_ID"
-# Rounds of "find the job's leftover processes and kill them" (a round catches what forked during the last).
-MARKED_KILL_ROUNDS = 5
+# Memory kept for the local stack itself: a job's address space is capped at the host's available
+# memory at start less this share of its total (at least MEMORY_HEADROOM_MIN_MIB).
+MEMORY_HEADROOM_FRACTION = 0.125
+MEMORY_HEADROOM_MIN_MIB = 1024
+MEMORY_FLOOR_MIB = 256
 # The file (in the job's directory) the worker appends the details of its own errors to, named by this
 # variable: they go to this process's log for the operator, never to the job's log.
 OPERATOR_LOG_VARIABLE = "REMOTE_BATCH_OPERATOR_LOG"
@@ -108,6 +124,16 @@ FINAL_STATUSES = frozenset({"SUCCEEDED", "FAILED"})
 _PR_SET_PDEATHSIG = 1
 # Resolved once here: the forked child must not build ctypes objects before exec.
 _PRCTL = ctypes.CDLL(None, use_errno=True).prctl
+
+
+class CredentialIssuer(Protocol):
+    """Gives each job AWS credentials of its own (``remote_batch.local.iam.JobCredentials``)."""
+
+    def issue(self, batch_job_id: str, submission: BatchSubmission) -> dict[str, str]:
+        """The variables (``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``) of the job's credentials."""
+
+    def revoke(self, batch_job_id: str) -> None:
+        """Delete the job's credentials (once its processes are gone)."""
 
 
 class EventPublisher(Protocol):
@@ -130,12 +156,16 @@ def _plural(count: int, word: str) -> str:
     return f"{count} {word}" if count == 1 else f"{count} {word}s"
 
 
-def host_note(submission: BatchSubmission, host_vcpus: int, host_memory_mib: int) -> str | None:
+def host_note(
+    submission: BatchSubmission, host_vcpus: int, host_memory_mib: int, memory_basis: str | None = None
+) -> str | None:
     """The sentence saying a machine class is bigger than this host, or None when it fits.
 
     Example: ``Machine class needs 8 vCPUs and 64 GiB; this host runs it with 2 vCPUs and 23 GiB``.
     A GPU class always gets one: the local stack has no GPU and runs it on the CPU (``Machine class
     needs 8 vCPUs, 64 GiB and 1 GPU; this host runs it on CPU only, with 8 vCPUs and 64 GiB``).
+    ``memory_basis`` (e.g. ``the host's free memory less 3.0 GiB kept for the local stack``) is added
+    in parentheses when the memory was cut down.
     """
     if submission.vcpus <= host_vcpus and submission.memory_mib <= host_memory_mib and not submission.gpus:
         return None
@@ -143,10 +173,26 @@ def host_note(submission: BatchSubmission, host_vcpus: int, host_memory_mib: int
     memory = min(submission.memory_mib, host_memory_mib)
     needs = [_plural(submission.vcpus, "vCPU"), f"{_gib(submission.memory_mib)} GiB"]
     gets = [_plural(vcpus, "vCPU"), f"{_gib(memory)} GiB"]
+    basis = f" ({memory_basis})" if memory_basis and memory < submission.memory_mib else ""
     if submission.gpus:
         needs.append(_plural(submission.gpus, "GPU"))
-        return f"Machine class needs {_join(needs)}; this host runs it on CPU only, with {_join(gets)}"
-    return f"Machine class needs {_join(needs)}; this host runs it with {_join(gets)}"
+        return f"Machine class needs {_join(needs)}; this host runs it on CPU only, with {_join(gets)}{basis}"
+    return f"Machine class needs {_join(needs)}; this host runs it with {_join(gets)}{basis}"
+
+
+def job_memory_ceiling_mib(memory: Any = None) -> tuple[int, str]:
+    """The most memory (MiB) one job may have on this host, and the sentence saying why.
+
+    The host's available memory now less a headroom for the local stack (an eighth of the total, at
+    least ``MEMORY_HEADROOM_MIN_MIB``), never below ``MEMORY_FLOOR_MIB``. ``memory`` is a
+    ``psutil.virtual_memory()`` result (default: read now). Example on a 24 GiB host with 17 GiB
+    available: ``(14336, "the host's free memory less 3.0 GiB kept for the local stack")``.
+    """
+    memory = memory if memory is not None else psutil.virtual_memory()
+    total = int(memory.total) // MIB
+    headroom = max(MEMORY_HEADROOM_MIN_MIB, int(total * MEMORY_HEADROOM_FRACTION))
+    ceiling = max(MEMORY_FLOOR_MIB, min(total, int(memory.available) // MIB - headroom))
+    return ceiling, f"the host's free memory less {headroom / 1024:.1f} GiB kept for the local stack"
 
 
 def _join(parts: Sequence[str]) -> str:
@@ -163,47 +209,31 @@ def _signal_group(pgid: int, signum: int) -> None:
         os.killpg(pgid, signum)
 
 
+def _signal_job(job: _Job, signum: int) -> None:
+    """Signal a running job's processes.
+
+    SIGKILL: the sandbox's process group and its namespace init (the kernel then kills every process
+    of the namespace). Other signals (SIGTERM) go to every process of the job's PID namespace but its
+    init, as ``killpg`` would to a process group; without a namespace, to the process group.
+    """
+    if job.process is None:
+        return
+    if signum == signal.SIGKILL or job.namespace is None:
+        _signal_group(job.process.pid, signum)
+    if job.init is not None and signum == signal.SIGKILL:
+        with contextlib.suppress(psutil.Error):
+            job.init.kill()
+    if job.namespace is not None and signum != signal.SIGKILL:
+        init_pid = job.init.pid if job.init is not None else None
+        for member in namespace_members(job.namespace):
+            if member.pid != init_pid:
+                with contextlib.suppress(psutil.Error):
+                    member.send_signal(signum)
+
+
 def _clamp_wait(seconds: float | None) -> float:
     """A ``Condition.wait`` timeout: at most ``MAX_WAIT_SECONDS`` (None, "no deadline", too)."""
     return MAX_WAIT_SECONDS if seconds is None else max(0.0, min(seconds, MAX_WAIT_SECONDS))
-
-
-def _marked_processes(job_ids: frozenset[str]) -> list[psutil.Process]:
-    """Live processes whose environment has ``AWS_BATCH_JOB_ID`` set to one of ``job_ids``."""
-    found = []
-    own_pid = os.getpid()
-    for process in psutil.process_iter():
-        if process.pid == own_pid:
-            continue
-        try:
-            if process.environ().get(JOB_MARKER_VARIABLE) in job_ids:
-                found.append(process)
-        except (psutil.AccessDenied, psutil.NoSuchProcess, psutil.ZombieProcess, OSError):
-            continue
-    return found
-
-
-def kill_marked_processes(job_ids: frozenset[str]) -> list[int]:
-    """SIGKILL every process still carrying one of ``job_ids`` as ``AWS_BATCH_JOB_ID``.
-
-    Catches what ``killpg`` misses: processes a job moved to a new session or process group
-    (``setsid``, daemons). Scans until a round finds nothing new (at most ``MARKED_KILL_ROUNDS``).
-    Returns the pids signalled.
-    """
-    killed: list[int] = []
-    if not job_ids:
-        return killed
-    for _ in range(MARKED_KILL_ROUNDS):
-        fresh = [p for p in _marked_processes(job_ids) if p.pid not in killed]
-        if not fresh:
-            break
-        for process in fresh:
-            with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):
-                process.kill()
-                killed.append(process.pid)
-    if killed:
-        logger.info("leftover job processes killed pids=%s", killed)
-    return killed
 
 
 def _log_operator_report(job: _Job) -> None:
@@ -379,6 +409,9 @@ class _Job:
     status: str = "SUBMITTED"
     slots: tuple[int, ...] = ()
     process: subprocess.Popen[bytes] | None = None
+    # The init of the job's PID namespace (seen from here) and the namespace, once known.
+    init: psutil.Process | None = None
+    namespace: str | None = None
     exited: bool = False
     started_at_ms: int | None = None
     timeout_at: float | None = None
@@ -484,7 +517,9 @@ class LocalBatchExecutor:
     vcpus : int | None
         Host capacity in vCPUs shared by all jobs; default: the CPUs this process may run on.
     memory_mib : int | None
-        Host memory in MiB (the ceiling of a job's address-space limit); default: physical memory.
+        The ceiling of a job's address-space limit in MiB; default: the host's available memory at
+        start less a headroom for the stack (``job_memory_ceiling_mib``), said in the ``statusReason``
+        of a job whose class it cuts down.
     account : str
         The 12-digit AWS account id in ARNs.
     python : str | None
@@ -498,6 +533,16 @@ class LocalBatchExecutor:
         Timeouts below this are raised to it, as AWS Batch's minimum ``attemptDurationSeconds`` (60 s).
     kill_grace_seconds : float
         Seconds between SIGTERM and SIGKILL when a running job is terminated or times out.
+    sandbox : Sandbox | None
+        How each job is isolated (``remote_batch.local.sandbox``); default: the strongest that works
+        here (``detect_sandbox``). Its warning, if any, is logged now and ends each job's statusReason.
+    registry : ProcessRegistry | None
+        Where each running job's folder and processes are recorded, for the next start after a crash;
+        default: none kept.
+    credentials : CredentialIssuer | None
+        Issues each job its own AWS credentials before it starts (they replace any in
+        ``worker_environment``) and revokes them after it ended; default: the job runs with
+        ``worker_environment``'s.
     """
 
     def __init__(
@@ -514,10 +559,21 @@ class LocalBatchExecutor:
         import_root: Path | None = None,
         min_timeout_seconds: int = AWS_MIN_TIMEOUT_SECONDS,
         kill_grace_seconds: float = KILL_GRACE_SECONDS,
+        sandbox: Sandbox | None = None,
+        registry: ProcessRegistry | None = None,
+        credentials: CredentialIssuer | None = None,
     ) -> None:
         cpu_ids = sorted(os.sched_getaffinity(0))
         self.vcpus = max(1, vcpus if vcpus is not None else len(cpu_ids))
-        self.memory_mib = memory_mib if memory_mib is not None else psutil.virtual_memory().total // MIB
+        self._memory_basis: str | None = None
+        if memory_mib is None:
+            memory_mib, self._memory_basis = job_memory_ceiling_mib()
+        self.memory_mib = memory_mib
+        self.sandbox = sandbox if sandbox is not None else detect_sandbox()
+        if self.sandbox.warning:
+            logger.warning("JOBS ARE NOT SANDBOXED: %s", self.sandbox.warning)
+        self._registry = registry
+        self._credentials = credentials
         self.account = account
         python = python or sys.executable
         self._command = list(worker_command) if worker_command is not None else [python, "-u", "-m", "worker"]
@@ -539,7 +595,12 @@ class LocalBatchExecutor:
         self._stopped = False
         self._scheduler = threading.Thread(target=self._schedule, name="batch-scheduler", daemon=True)
         self._scheduler.start()
-        logger.info("executor started vcpus=%d memory_mib=%d", self.vcpus, self.memory_mib)
+        logger.info(
+            "executor started vcpus=%d memory_mib=%d sandbox=%s",
+            self.vcpus,
+            self.memory_mib,
+            self.sandbox.kind,
+        )
 
     # -- public API ------------------------------------------------------------------------------
 
@@ -570,7 +631,16 @@ class LocalBatchExecutor:
             created_at_ms=_now_ms(),
             vcpus=max(1, min(submission.vcpus, self.vcpus)),
             memory_mib=min(submission.memory_mib, self.memory_mib),
-            note=host_note(submission, self.vcpus, self.memory_mib),
+            note=". ".join(
+                filter(
+                    None,
+                    (
+                        host_note(submission, self.vcpus, self.memory_mib, self._memory_basis),
+                        self.sandbox.warning,
+                    ),
+                )
+            )
+            or None,
             timeout_seconds=None if timeout is None else max(self._min_timeout_seconds, timeout),
         )
         with self._cond:
@@ -644,7 +714,7 @@ class LocalBatchExecutor:
                     logger.warning(
                         "worker killed at shutdown batch_job_id=%s pid=%d", job.job_id, job.process.pid
                     )
-                    _signal_group(job.process.pid, signal.SIGKILL)
+                    _signal_job(job, signal.SIGKILL)
                     killed = True
             started = frozenset(job.job_id for job in self._jobs.values() if job.process is not None)
         kill_marked_processes(started)
@@ -813,7 +883,7 @@ class LocalBatchExecutor:
         if job.kill_at is not None and job.process is not None:
             if job.kill_at <= now:
                 logger.info("worker killed batch_job_id=%s pid=%d", job.job_id, job.process.pid)
-                _signal_group(job.process.pid, signal.SIGKILL)
+                _signal_job(job, signal.SIGKILL)
                 job.kill_at = None
             else:
                 next_due = job.kill_at if next_due is None else min(next_due, job.kill_at)
@@ -829,7 +899,7 @@ class LocalBatchExecutor:
             # STARTING without a process: the runner sees the reason before it spawns.
             job.termination_reason = reason
             if job.process is not None:
-                _signal_group(job.process.pid, signal.SIGTERM)
+                _signal_job(job, signal.SIGTERM)
                 job.kill_at = time.monotonic() + self._kill_grace_seconds
             logger.info("job terminating batch_job_id=%s reason=%s", job.job_id, reason)
             self._cond.notify_all()
@@ -860,9 +930,11 @@ class LocalBatchExecutor:
             }
         )
         env.setdefault("PATH", os.environ.get("PATH", os.defpath))
+        if self.sandbox.kind is SandboxKind.BUBBLEWRAP:
+            env["PATH"] = sandbox_path(env["PATH"])
         return env
 
-    def _spawn_locked(self, job: _Job) -> subprocess.Popen[bytes]:
+    def _spawn_locked(self, job: _Job, credentials: Mapping[str, str]) -> subprocess.Popen[bytes]:
         cpus = frozenset(self._cpu_of_slot[slot] for slot in job.slots)
         memory_bytes = job.memory_mib * MIB
         hard = resource.getrlimit(resource.RLIMIT_AS)[1]
@@ -870,10 +942,17 @@ class LocalBatchExecutor:
             memory_bytes = min(memory_bytes, hard)
         job.workdir = workdir = Path(tempfile.mkdtemp(prefix=JOB_DIR_PREFIX))
         (workdir / "tmp").mkdir()
+        env = self._environment(job, workdir)
+        env.update(credentials)
+        # Inside a sandbox a missing program is only found missing after the sandbox started: look first.
+        if shutil.which(self._command[0], path=env["PATH"]) is None:
+            raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), self._command[0])
+        if self._registry is not None:  # before any process exists: a crash from here on is cleaned up
+            self._registry.record(job.job_id, workdir)
         return subprocess.Popen(  # noqa: S603 - the command is the executor's own worker command
-            self._command,
+            self.sandbox.command(self._command, workdir, self._read_only_paths()),
             cwd=workdir,
-            env=self._environment(job, workdir),
+            env=env,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             # One pipe for both streams: the log keeps the order the program wrote its lines in
@@ -883,6 +962,31 @@ class LocalBatchExecutor:
             close_fds=True,
             preexec_fn=_limit_worker(cpus, memory_bytes, os.getpid()),  # noqa: PLW1509
         )
+
+    def _read_only_paths(self) -> list[Path]:
+        """What a sandboxed job sees read-only besides the system directories: the interpreter's
+        installation and virtualenv, the worker command's own installation, the worker package."""
+        paths = [Path(sys.base_prefix), Path(sys.prefix), self._import_root / "worker"]
+        program = Path(self._command[0])
+        if program.is_absolute() and not str(program).startswith(("/usr/", "/bin/", "/sbin/")):
+            paths.append(program.parent.parent)
+        return paths
+
+    def _watch_namespace(self, job: _Job, process: subprocess.Popen[bytes]) -> None:
+        """Find the init of the job's PID namespace and record it with the sandbox's pid."""
+        init = namespace_init(process.pid) if self.sandbox.kind is not SandboxKind.NONE else None
+        with self._cond:
+            if init is not None:
+                job.init = init
+                job.namespace = pid_namespace(init.pid)
+        if self._registry is not None and job.workdir is not None:
+            known: list[psutil.Process] = []
+            with contextlib.suppress(psutil.Error):  # the sandbox may have exited already
+                known.append(psutil.Process(process.pid))
+            try:
+                self._registry.record(job.job_id, job.workdir, [*known, *([init] if init else [])])
+            except OSError as exc:  # the job runs on; only a crash's cleanup would miss it
+                logger.warning("job processes not recorded batch_job_id=%s error=%s", job.job_id, exc)
 
     def _run(self, job: _Job) -> None:
         """A running job's thread: run it (``_run_job``), then remove its working directory.
@@ -897,13 +1001,17 @@ class LocalBatchExecutor:
         finally:
             if job.workdir is not None:
                 shutil.rmtree(job.workdir, ignore_errors=True)
+            if self._registry is not None:
+                self._registry.forget(job.job_id)
+            if self._credentials is not None:
+                self._credentials.revoke(job.job_id)
 
     def _abort_run(self, job: _Job, reason: str) -> None:
         """After a runner error: kill the worker and what it left, then fail the job if not final."""
         with self._cond:
             process = job.process
         if process is not None:
-            _signal_group(process.pid, signal.SIGKILL)
+            _signal_job(job, signal.SIGKILL)
             with contextlib.suppress(OSError, subprocess.SubprocessError):
                 process.wait(READER_JOIN_SECONDS)
             kill_marked_processes(frozenset({job.job_id}))
@@ -919,16 +1027,32 @@ class LocalBatchExecutor:
                     logger.exception("job failed without its event batch_job_id=%s", job.job_id)
                     job.status = "FAILED"
 
+    def _issue_credentials(self, job: _Job) -> dict[str, str] | None:
+        """The job's own AWS credentials ({} without an issuer); None when they could not be made
+        (the job then failed without starting)."""
+        if self._credentials is None:
+            return {}
+        try:
+            return self._credentials.issue(job.job_id, job.submission)
+        except (ClientError, BotoCoreError) as exc:
+            logger.error("job credentials not issued batch_job_id=%s error=%s", job.job_id, exc)
+            with self._cond:
+                self._fail_unstarted_locked(job, f"CannotStartContainerError: no credentials: {exc}")
+            return None
+
     def _run_job(self, job: _Job) -> None:
         """Spawn the worker, ship its console, wait for it, kill what it left, publish the final event."""
         stream = job.log_stream
         logs_ready = job.gateway.open_log_stream(stream)
+        credentials = self._issue_credentials(job)
+        if credentials is None:
+            return
         with self._cond:
             if job.termination_reason is not None:
                 self._fail_unstarted_locked(job, job.termination_reason)
                 return
             try:
-                process = self._spawn_locked(job)
+                process = self._spawn_locked(job, credentials)
             except (OSError, subprocess.SubprocessError) as exc:
                 logger.error("worker not started batch_job_id=%s error=%s", job.job_id, exc)
                 self._fail_unstarted_locked(job, f"CannotStartContainerError: {exc}")
@@ -939,6 +1063,7 @@ class LocalBatchExecutor:
                 job.timeout_at = time.monotonic() + job.timeout_seconds
             self._publish_locked(job, "RUNNING", job.note, log_stream=stream, task=job.task)
             self._cond.notify_all()
+        self._watch_namespace(job, process)
 
         shipper = _LogShipper(job.gateway.logs, job.gateway.log_group, stream, job.job_id)
         readers = [
@@ -955,10 +1080,12 @@ class LocalBatchExecutor:
         with self._cond:
             job.exited = True
             job.kill_at = None
-        # The container stops with its essential process: nothing it started survives it, not even
-        # what left its process group (found by the job id in its environment).
-        _signal_group(process.pid, signal.SIGKILL)
-        kill_marked_processes(frozenset({job.job_id}))
+        # The container stops with its essential process: nothing it started survives it. In a PID
+        # namespace the kernel killed them all with its init; otherwise kill what is left of the
+        # process group and what left it (found by the job id in its environment).
+        _signal_job(job, signal.SIGKILL)
+        if self.sandbox.kind is SandboxKind.NONE:
+            kill_marked_processes(frozenset({job.job_id}))
         for reader in readers:
             reader.join(READER_JOIN_SECONDS)
         shipper.close()  # the whole log is readable before the final status is

@@ -31,13 +31,13 @@ from remote_batch.local.config import LocalConfig
 from remote_batch.local.executor import LocalBatchExecutor
 from remote_batch.local.files import write_bytes_atomic
 from remote_batch.local.gateway import ApiGateway
+from remote_batch.local.iam import JobCredentials
 from remote_batch.local.journal import Journal
 from remote_batch.local.lambda_context import LOCAL_ACCOUNT_ID
 from remote_batch.local.lambdas import LocalLambdas
 from remote_batch.local.outbox import OutboxNotifier
-from remote_batch.local.recovery import recover_unfinished_jobs
+from remote_batch.local.recovery import recover_unfinished_jobs, remove_leftover_jobs
 from remote_batch.local.resources import (
-    CREDENTIAL,
     NAME_PREFIX,
     AwsClients,
     MotoServer,
@@ -45,6 +45,7 @@ from remote_batch.local.resources import (
     provision,
     table_name,
 )
+from remote_batch.local.sandbox import ProcessRegistry
 from remote_batch.local.state import SnapshotScope, StateSnapshots
 from remote_batch.local.ticker import Ticker, scheduled_event
 from remote_batch.local.tokens import TokenStore
@@ -122,7 +123,7 @@ class LocalStack:
 
         moto = MotoServer(Journal(config.state_dir / "journal"))
         self._moto = moto
-        endpoint = moto.start()
+        endpoint = moto.start(config.home / "moto-credentials.json")
         logger.info("moto started endpoint=%s", endpoint)
         settings = local_settings()
         os.environ.update(settings.to_environment())
@@ -144,11 +145,15 @@ class LocalStack:
         )
         bus = EventBus(self._deliver_batch_event, config.home / "batch-events.jsonl", config.duplicate_events)
         self._bus = bus
+        registry = ProcessRegistry(config.home / "processes")
+        remove_leftover_jobs(registry)
         executor = LocalBatchExecutor(
             bus,
             lambda region: clients.client("logs", region),
             _worker_environment(endpoint),
             vcpus=config.vcpus,
+            registry=registry,
+            credentials=JobCredentials(clients.client("iam", settings.home_region)),
         )
         self._executor = executor
         services = build_services(
@@ -342,8 +347,6 @@ def _worker_environment(endpoint: str) -> dict[str, str]:
     environment.update(
         {
             "AWS_ENDPOINT_URL": endpoint,
-            "AWS_ACCESS_KEY_ID": CREDENTIAL,
-            "AWS_SECRET_ACCESS_KEY": CREDENTIAL,
             "MOTO_ACCOUNT_ID": LOCAL_ACCOUNT_ID,
             "PYTHONUNBUFFERED": "1",
             "MPLBACKEND": "Agg",
