@@ -33,6 +33,7 @@ from remote_batch.local.files import write_bytes_atomic
 from remote_batch.local.gateway import ApiGateway
 from remote_batch.local.lambda_context import LOCAL_ACCOUNT_ID
 from remote_batch.local.lambdas import LocalLambdas
+from remote_batch.local.logstore import LogStore
 from remote_batch.local.outbox import OutboxNotifier
 from remote_batch.local.recovery import recover_unfinished_jobs
 from remote_batch.local.resources import (
@@ -99,6 +100,7 @@ class LocalStack:
         self._bus: EventBus | None = None
         self._lambdas: LocalLambdas | None = None
         self._snapshots: StateSnapshots | None = None
+        self._log_store: LogStore | None = None
         # Set once the last run's leftovers are settled: from then on, a stop is this run's to record.
         self._recovered = False
 
@@ -122,9 +124,7 @@ class LocalStack:
         clients = AwsClients()
         provision(clients, settings)
 
-        snapshots = StateSnapshots(
-            config.state_dir, config.home / "s3", _snapshot_scope(settings), clients, self._moto.write_counts
-        )
+        snapshots = self._open_state(settings, clients)
         report = snapshots.restore()
         self._snapshots = snapshots
         if report.taken_at is not None:
@@ -154,6 +154,8 @@ class LocalStack:
             lambda region: clients.client("logs", region),
             _worker_environment(endpoint),
             vcpus=config.vcpus,
+            log_limit_bytes=config.log_limit_bytes,
+            output_limit_bytes=config.output_limit_bytes,
         )
         self._executor = executor
         services = build_services(
@@ -237,9 +239,27 @@ class LocalStack:
                 self._snapshots.take(self._lambdas.quiesced())
             install(None)
             self._moto.stop()
+            if self._log_store is not None:
+                self._log_store.close()
             logger.info("local stack stopped")
 
     # -- wiring ------------------------------------------------------------------------------------
+    def _open_state(self, settings: Settings, clients: AwsClients) -> StateSnapshots:
+        """Install the job log store in moto (before any stream is created: job logs live on disk,
+        not in moto's memory) and build the snapshots of the rest."""
+        config = self._config
+        scope = _snapshot_scope(settings)
+        self._log_store = LogStore(config.home / "logs", set(scope.log_groups))
+        self._log_store.install()
+        return StateSnapshots(
+            config.state_dir,
+            config.home / "s3",
+            scope,
+            clients,
+            self._moto.write_counts,
+            log_store=self._log_store,
+        )
+
     def _deliver_batch_event(self, envelope: dict[str, Any]) -> None:
         if self._lambdas is None:
             raise RuntimeError("the batch_events function is not loaded yet")
