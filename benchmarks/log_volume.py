@@ -158,7 +158,9 @@ def main(argv: Sequence[str] | None = None) -> None:
             print(f"startedAt..completed  {job['startedAt']} .. {job['completedAt']}")
             print(f"wall time to final    {wall:.1f} s")
             print(f"stack RSS baseline    {sampler.baseline / MIB:.0f} MiB")
-            print(f"stack RSS peak        {sampler.peak / MIB:.0f} MiB (+{(sampler.peak - sampler.baseline) / MIB:.0f})")
+            print(
+                f"stack RSS peak        {sampler.peak / MIB:.0f} MiB (+{(sampler.peak - sampler.baseline) / MIB:.0f})"
+            )
             print(f"max snapshot lag      {sampler.max_lag:.1f} s (interval 5 s)")
             print(f"log store on disk     {stored / MIB:.0f} MiB")
         finally:

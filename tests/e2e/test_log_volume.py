@@ -54,9 +54,15 @@ def limited_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalSta
     process = LocalStackProcess(
         root / "home",
         _free_port(),
-        {"REMOTE_BATCH_LOG_LIMIT_BYTES": str(LOG_LIMIT), "REMOTE_BATCH_OUTPUT_LIMIT_BYTES": str(OUTPUT_LIMIT)},
+        {
+            "REMOTE_BATCH_LOG_LIMIT_BYTES": str(LOG_LIMIT),
+            "REMOTE_BATCH_OUTPUT_LIMIT_BYTES": str(OUTPUT_LIMIT),
+        },
     )
     process.start()
+    # A first job loads the Lambdas and clients: the memory baseline is taken after it.
+    warm = process.client("dev")
+    assert warm.wait_status(warm.submit({"code": "print('warm')"})["jobId"], timeout=30)["status"] == "Succeeded"
     yield process
     assert process.stop() == 0
 
