@@ -67,7 +67,7 @@ class _Stack:
             }
         )
         self._log = (home.parent / "stack.err").open("wb")
-        self.process = subprocess.Popen(  # noqa: S603 - this interpreter, the stack's module
+        self.process = subprocess.Popen(
             [sys.executable, "-m", "remote_batch.local"],
             cwd=REPO_ROOT,
             env=env,
@@ -159,7 +159,8 @@ def main(argv: Sequence[str] | None = None) -> None:
             print(f"wall time to final    {wall:.1f} s")
             print(f"stack RSS baseline    {sampler.baseline / MIB:.0f} MiB")
             print(
-                f"stack RSS peak        {sampler.peak / MIB:.0f} MiB (+{(sampler.peak - sampler.baseline) / MIB:.0f})"
+                f"stack RSS peak        {sampler.peak / MIB:.0f} MiB "
+                f"(+{(sampler.peak - sampler.baseline) / MIB:.0f})"
             )
             print(f"max snapshot lag      {sampler.max_lag:.1f} s (interval 5 s)")
             print(f"log store on disk     {stored / MIB:.0f} MiB")

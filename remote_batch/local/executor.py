@@ -6,9 +6,13 @@ RUNNING → SUCCEEDED | FAILED, and each transition is published once, in order,
 ``Batch Job State Change`` event (AWS sends none for SUBMITTED). The worker runs with the machine
 class's limits, cut to the host's: CPU affinity, an address-space limit, the Batch timeout
 (``attemptDurationSeconds``, counted from RUNNING). Its stdout and stderr (one pipe, so lines keep
-the order they were written in) go line by line to the
-zone's CloudWatch Logs group, in the awslogs driver's stream ``{job definition name}/default/{job id}``,
-flushed before the final event is published.
+the order they were written in) are read in 64 KiB chunks and go line by line to the zone's
+CloudWatch Logs group, in the awslogs driver's stream ``{job definition name}/default/{job id}``,
+flushed before the final event is published; at most ``LOG_BUFFER_BYTES`` wait between the pipe and
+the store (beyond, the job's writes wait on its pipe). The job's ``stoppedAt`` is when its process
+ended, whatever shipping still takes. Past its machine class's log volume (console bytes) or output
+volume (bytes of files in its working directory, measured every second) the job is terminated with
+``Log limit of 1 GiB exceeded`` / ``Output limit of 10 GiB exceeded``.
 
 Each job runs in its own working directory (``remote-batch-job-*`` in the system temp dir, also its
 ``TMPDIR``), removed once its final event is published; ``worker`` imports through ``PYTHONPATH``.

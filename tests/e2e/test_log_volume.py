@@ -62,7 +62,8 @@ def limited_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalSta
     process.start()
     # A first job loads the Lambdas and clients: the memory baseline is taken after it.
     warm = process.client("dev")
-    assert warm.wait_status(warm.submit({"code": "print('warm')"})["jobId"], timeout=30)["status"] == "Succeeded"
+    warm_job = warm.submit({"code": "print('warm')"})
+    assert warm.wait_status(warm_job["jobId"], timeout=30)["status"] == "Succeeded"
     yield process
     assert process.stop() == 0
 
