@@ -327,7 +327,10 @@ class _LogShipper:
                     self._cond.wait(remaining)
                 batch = self._take_batch_locked()
                 self._cond.notify_all()  # room in the buffer: a waiting reader goes on
-            self._put(batch)
+            try:
+                self._put(batch)
+            except Exception:  # the thread must live on: a reader may be waiting for buffer room
+                logger.exception("log lines dropped job_id=%s lines=%d", self._job_id, len(batch))
             self.shipped += len(batch)
 
     def _take_batch_locked(self) -> list[dict[str, Any]]:
