@@ -6,9 +6,13 @@ RUNNING → SUCCEEDED | FAILED, and each transition is published once, in order,
 ``Batch Job State Change`` event (AWS sends none for SUBMITTED). The worker runs with the machine
 class's limits, cut to the host's: CPU affinity, an address-space limit, the Batch timeout
 (``attemptDurationSeconds``, counted from RUNNING). Its stdout and stderr (one pipe, so lines keep
-the order they were written in) go line by line to the
-zone's CloudWatch Logs group, in the awslogs driver's stream ``{job definition name}/default/{job id}``,
-flushed before the final event is published.
+the order they were written in) are read in 64 KiB chunks and go line by line to the zone's
+CloudWatch Logs group, in the awslogs driver's stream ``{job definition name}/default/{job id}``,
+flushed before the final event is published; at most ``LOG_BUFFER_BYTES`` wait between the pipe and
+the store (beyond, the job's writes wait on its pipe). The job's ``stoppedAt`` is when its process
+ended, whatever shipping still takes. Past its machine class's log volume (console bytes) or output
+volume (bytes of files in its working directory, measured every second) the job is terminated with
+``Log limit of 1 GiB exceeded`` / ``Output limit of 10 GiB exceeded``.
 
 Each job runs in its own working directory (``remote-batch-job-*`` in the system temp dir, also its
 ``TMPDIR``), removed once its final event is published; ``worker`` imports through ``PYTHONPATH``.
@@ -53,6 +57,7 @@ from functions.adapters.batch_detail import BatchJobDetail, to_state
 from functions.domain.errors import DependencyFailed
 from functions.domain.jobs import BatchJobState
 from functions.domain.log_lines import AWSLOGS_PART_BYTES
+from functions.domain.machine_classes import GIB, machine_class_of, volume_limit_text
 from functions.ports import BatchSubmission
 from remote_batch.local.events import (
     BatchAttempt,
@@ -92,11 +97,16 @@ AWS_MIN_TIMEOUT_SECONDS = 60
 # Seconds between SIGTERM and SIGKILL when a running job is terminated or times out.
 KILL_GRACE_SECONDS = 2.0
 
-# Log shipping: flush at least this often (s) or at this many lines. PutLogEvents takes at most
-# 1,048,576 bytes per call counting 26 bytes per event, and 256 KiB per event.
+# Log shipping: flush at least this often (s) or when a batch is full. PutLogEvents takes at most
+# 10,000 events and 1,048,576 bytes per call counting 26 bytes per event, and 256 KiB per event
+# (CloudWatch Logs API reference, PutLogEvents).
 LOG_FLUSH_SECONDS = 0.2
-LOG_FLUSH_LINES = 100
+LOG_BATCH_EVENTS = 10_000
 LOG_BATCH_BYTES = 1_048_576
+# The most console output held per job between its pipe and the log store (bytes, events' costs), and
+# the size of one read from the pipe: the job's writes wait on its pipe beyond that.
+LOG_BUFFER_BYTES = 4 * MIB
+LOG_READ_BYTES = 64 * 1024
 LOG_EVENT_OVERHEAD_BYTES = 26
 # A longer line is shipped as several events of this many bytes, as Docker's awslogs driver does.
 LOG_LINE_MAX_BYTES = AWSLOGS_PART_BYTES
@@ -117,6 +127,12 @@ MEMORY_FLOOR_MIB = 256
 OPERATOR_LOG_VARIABLE = "REMOTE_BATCH_OPERATOR_LOG"
 OPERATOR_LOG_NAME = "worker-operator.log"
 OPERATOR_LOG_MAX_BYTES = 64 * 1024
+
+# How often (s) the files in a running job's working directory are measured against its output limit.
+OUTPUT_CHECK_SECONDS = 1.0
+# The limits of a job whose resources match no machine class (the Basic classes').
+DEFAULT_LOG_LIMIT_BYTES = GIB
+DEFAULT_OUTPUT_LIMIT_BYTES = 10 * GIB
 
 QUEUED_STATUSES = frozenset({"SUBMITTED", "PENDING", "RUNNABLE"})
 FINAL_STATUSES = frozenset({"SUCCEEDED", "FAILED"})
@@ -268,10 +284,13 @@ def _limit_worker(cpus: frozenset[int], memory_bytes: int, parent_pid: int) -> C
 
 
 class _LogShipper:
-    """Batches a job's console lines into PutLogEvents calls on its own thread.
+    """Ships a job's console lines in PutLogEvents batches on its own thread, holding at most
+    ``LOG_BUFFER_BYTES`` of them: ``append`` waits while the buffer is full (so a job that prints
+    faster than the store takes waits on its pipe, as a container waits on its log driver).
 
-    Lines are timestamped (ms, never decreasing) when appended; a batch is sent when it has
-    ``LOG_FLUSH_LINES`` lines, ``LOG_FLUSH_SECONDS`` after its first line, or on ``close``.
+    Lines are timestamped (ms, never decreasing) when appended; a batch (at most
+    ``LOG_BATCH_EVENTS`` events and ``LOG_BATCH_BYTES``, PutLogEvents' bounds) is sent when full,
+    ``LOG_FLUSH_SECONDS`` after its first line, or on ``close``.
     """
 
     def __init__(self, client: Any, group: str, stream: str, job_id: str) -> None:
@@ -280,57 +299,81 @@ class _LogShipper:
         self._stream = stream
         self._job_id = job_id
         self._cond = threading.Condition()
-        self._buffer: deque[tuple[int, str, float]] = deque()
+        self._buffer: deque[tuple[int, str, float, int]] = deque()
+        self._buffered_bytes = 0
         self._last_ms = 0
+        self._closing = False
         self._closed = False
+        self._dropped = 0
+        self.shipped = 0
         self._thread = threading.Thread(target=self._run, name=f"logs-{job_id[:8]}", daemon=True)
         self._thread.start()
 
     def append(self, message: str, *, continues_line: bool = False) -> None:
         """Queue one line (without its newline), timestamped now; a part that ``continues_line``
-        (the rest of a line over ``LOG_LINE_MAX_BYTES``) takes the previous part's timestamp."""
+        (the rest of a line over ``LOG_LINE_MAX_BYTES``) takes the previous part's timestamp.
+
+        Waits while ``LOG_BUFFER_BYTES`` are buffered; after ``close`` the line is dropped (counted).
+        """
+        cost = len(message.encode("utf-8")) + LOG_EVENT_OVERHEAD_BYTES
         with self._cond:
+            self._cond.wait_for(lambda: self._closed or self._buffered_bytes < LOG_BUFFER_BYTES)
+            if self._closed:
+                self._dropped += 1
+                return
             if not continues_line:
                 self._last_ms = max(self._last_ms, _now_ms())
-            self._buffer.append((self._last_ms, message, time.monotonic()))
-            if len(self._buffer) == 1 or len(self._buffer) >= LOG_FLUSH_LINES:
+            self._buffer.append((self._last_ms, message, time.monotonic(), cost))
+            self._buffered_bytes += cost
+            if len(self._buffer) == 1 or self._buffered_bytes >= LOG_BATCH_BYTES:
                 self._cond.notify_all()
 
     def close(self) -> None:
         """Send what is buffered and stop; returns after the last PutLogEvents call."""
         with self._cond:
-            self._closed = True
+            self._closing = True
             self._cond.notify_all()
         self._thread.join()
+        with self._cond:
+            if self._dropped:
+                logger.error("log lines dropped after close job_id=%s lines=%d", self._job_id, self._dropped)
+
+    def _full_locked(self) -> bool:
+        return len(self._buffer) >= LOG_BATCH_EVENTS or self._buffered_bytes >= LOG_BATCH_BYTES
 
     def _run(self) -> None:
         while True:
             with self._cond:
-                self._cond.wait_for(lambda: self._buffer or self._closed)
+                self._cond.wait_for(lambda: self._buffer or self._closing)
                 if not self._buffer:
+                    self._closed = True  # from now on, a late line is dropped rather than left unsent
+                    self._cond.notify_all()
                     return
                 due = self._buffer[0][2] + LOG_FLUSH_SECONDS
-                while len(self._buffer) < LOG_FLUSH_LINES and not self._closed:
+                while not self._full_locked() and not self._closing:
                     remaining = due - time.monotonic()
                     if remaining <= 0:
                         break
                     self._cond.wait(remaining)
                 batch = self._take_batch_locked()
-            self._put(batch)
+                self._cond.notify_all()  # room in the buffer: a waiting reader goes on
+            try:
+                self._put(batch)
+            except Exception:  # the thread must live on: a reader may be waiting for buffer room
+                logger.exception("log lines dropped job_id=%s lines=%d", self._job_id, len(batch))
+            self.shipped += len(batch)
 
     def _take_batch_locked(self) -> list[dict[str, Any]]:
         batch: list[dict[str, Any]] = []
         size = 0
-        while self._buffer and len(batch) < LOG_FLUSH_LINES:
-            timestamp, message, _ = self._buffer[0]
-            encoded = message.encode("utf-8")
-            if len(encoded) > LOG_LINE_MAX_BYTES:
-                message = encoded[:LOG_LINE_MAX_BYTES].decode("utf-8", "ignore")
-                encoded = message.encode("utf-8")
-            cost = len(encoded) + LOG_EVENT_OVERHEAD_BYTES
+        while self._buffer and len(batch) < LOG_BATCH_EVENTS:
+            timestamp, message, _, cost = self._buffer[0]
+            if len(message.encode("utf-8")) > LOG_LINE_MAX_BYTES:
+                message = message.encode("utf-8")[:LOG_LINE_MAX_BYTES].decode("utf-8", "ignore")
             if batch and size + cost > LOG_BATCH_BYTES:
                 break
             self._buffer.popleft()
+            self._buffered_bytes -= cost
             batch.append({"timestamp": timestamp, "message": message})
             size += cost
         return batch
@@ -358,30 +401,94 @@ class _LogShipper:
         logger.error("log lines dropped job_id=%s lines=%d", self._job_id, len(batch))
 
 
-def _read_lines(stream: IO[bytes], shipper: _LogShipper) -> None:
+def _line_parts(body: bytes) -> list[bytes]:
+    """``body`` cut into parts of at most ``LOG_LINE_MAX_BYTES`` at UTF-8 character boundaries."""
+    parts = []
+    while len(body) > LOG_LINE_MAX_BYTES:
+        boundary = _utf8_boundary(body[:LOG_LINE_MAX_BYTES]) or LOG_LINE_MAX_BYTES
+        parts.append(body[:boundary])
+        body = body[boundary:]
+    parts.append(body)
+    return parts
+
+
+def _read_lines(
+    stream: IO[bytes],
+    shipper: _LogShipper,
+    limit_bytes: int | None = None,
+    on_limit: Callable[[], None] | None = None,
+) -> None:
     """Forward a pipe to ``shipper`` line by line until EOF (empty lines are skipped, as awslogs does).
 
-    A line over ``LOG_LINE_MAX_BYTES`` goes as several events the way Docker's awslogs driver
-    ships it on AWS Batch: parts of ``LOG_LINE_MAX_BYTES`` cut at a UTF-8 character boundary, all
-    with the line's timestamp (``functions.domain.log_lines``, whose reader joins them back).
+    The pipe is read in chunks of at most ``LOG_READ_BYTES``; what is held at once is one chunk, one
+    unfinished line part (under ``LOG_LINE_MAX_BYTES``) and the shipper's bounded buffer. A line over
+    ``LOG_LINE_MAX_BYTES`` goes as several events the way Docker's awslogs driver ships it on AWS
+    Batch: parts of ``LOG_LINE_MAX_BYTES`` cut at a UTF-8 character boundary, all with the line's
+    timestamp (``functions.domain.log_lines``, whose reader joins them back).
+
+    After ``limit_bytes`` bytes (when given), ``on_limit`` is called once and the rest of the pipe is
+    read and dropped, so the job never waits on a pipe no one reads while it is being ended.
     """
+    read = getattr(stream, "read1", stream.read)
     with stream:
         carry = b""
         continuing = False
-        while raw := stream.readline(LOG_LINE_MAX_BYTES - len(carry)):
-            chunk = carry + raw
-            ends = chunk.endswith(b"\n")
-            if ends:
-                body, carry = chunk[:-1].removesuffix(b"\r"), b""
-            else:
-                boundary = _utf8_boundary(chunk)
-                body, carry = chunk[:boundary], chunk[boundary:]
-            line = body.decode("utf-8", "replace")
-            if line:
-                shipper.append(line, continues_line=continuing)
-            continuing = not ends
+        total = 0
+        while chunk := read(LOG_READ_BYTES):
+            if limit_bytes is not None and total >= limit_bytes:
+                continue  # over the limit: drained and dropped
+            total += len(chunk)
+            if limit_bytes is not None and total >= limit_bytes:
+                chunk = chunk[: len(chunk) - (total - limit_bytes)]
+                if on_limit is not None:
+                    on_limit()
+            lines = (carry + chunk).split(b"\n")
+            carry = lines.pop()
+            for line in lines:
+                for part in _line_parts(line.removesuffix(b"\r")):
+                    if part:
+                        shipper.append(part.decode("utf-8", "replace"), continues_line=continuing)
+                        continuing = True
+                continuing = False
+            while len(carry) >= LOG_LINE_MAX_BYTES:
+                boundary = _utf8_boundary(carry[:LOG_LINE_MAX_BYTES]) or LOG_LINE_MAX_BYTES
+                shipper.append(carry[:boundary].decode("utf-8", "replace"), continues_line=continuing)
+                continuing = True
+                carry = carry[boundary:]
         if carry:
             shipper.append(carry.decode("utf-8", "replace"), continues_line=continuing)
+
+
+def _join_reader(reader: threading.Thread, shipper: _LogShipper) -> None:
+    """Wait for a console reader to reach EOF and hand its last lines over, as long as the log is
+    still being shipped (a slow store); give up after ``READER_JOIN_SECONDS`` without progress
+    (a process that escaped the job's kill holds the pipe open)."""
+    shipped = -1
+    while reader.is_alive() and shipper.shipped != shipped:
+        shipped = shipper.shipped
+        reader.join(READER_JOIN_SECONDS)
+
+
+def _tree_bytes(root: Path) -> int:
+    """Bytes of the regular files under ``root`` (``st_size``, what an upload would read), not
+    following links; files and folders that vanish while it walks are skipped."""
+    total = 0
+    pending = [root]
+    while pending:
+        folder = pending.pop()
+        try:
+            with os.scandir(folder) as entries:
+                for entry in entries:
+                    try:
+                        if entry.is_dir(follow_symlinks=False):
+                            pending.append(Path(entry.path))
+                        elif entry.is_file(follow_symlinks=False):
+                            total += entry.stat(follow_symlinks=False).st_size
+                    except OSError:
+                        continue
+        except OSError:
+            continue
+    return total
 
 
 def _utf8_boundary(data: bytes) -> int:
@@ -419,6 +526,8 @@ class _Job:
     kill_at: float | None = None
     runner: threading.Thread | None = None
     workdir: Path | None = None
+    log_limit_bytes: int | None = None
+    output_limit_bytes: int | None = None
     attempts: list[BatchAttempt] = field(default_factory=list)
     last_detail: dict[str, Any] | None = None
 
@@ -543,6 +652,12 @@ class LocalBatchExecutor:
         Issues each job its own AWS credentials before it starts (they replace any in
         ``worker_environment``) and revokes them after it ended; default: the job runs with
         ``worker_environment``'s.
+    log_limit_bytes : int | None
+        Caps every job's console output (bytes) below its machine class's ``log_limit_bytes``; past
+        it the job is terminated with ``Log limit of <size> exceeded``. None: the class's limit.
+    output_limit_bytes : int | None
+        Caps the bytes of files every job keeps in its working directory (outputs, temporary files)
+        below its class's ``output_limit_bytes``; past it: ``Output limit of <size> exceeded``.
     """
 
     def __init__(
@@ -562,6 +677,8 @@ class LocalBatchExecutor:
         sandbox: Sandbox | None = None,
         registry: ProcessRegistry | None = None,
         credentials: CredentialIssuer | None = None,
+        log_limit_bytes: int | None = None,
+        output_limit_bytes: int | None = None,
     ) -> None:
         cpu_ids = sorted(os.sched_getaffinity(0))
         self.vcpus = max(1, vcpus if vcpus is not None else len(cpu_ids))
@@ -581,6 +698,8 @@ class LocalBatchExecutor:
         self._worker_environment = dict(worker_environment)
         self._min_timeout_seconds = min_timeout_seconds
         self._kill_grace_seconds = kill_grace_seconds
+        self._log_limit_cap = log_limit_bytes
+        self._output_limit_cap = output_limit_bytes
         self._bus = bus
         self._logs_client = logs_client
         # vCPU slot i runs on CPU id _cpu_of_slot[i]; more slots than CPUs share them round-robin.
@@ -643,6 +762,7 @@ class LocalBatchExecutor:
             or None,
             timeout_seconds=None if timeout is None else max(self._min_timeout_seconds, timeout),
         )
+        job.log_limit_bytes, job.output_limit_bytes = self._volume_limits(submission)
         with self._cond:
             if self._closed:
                 raise DependencyFailed("The local Batch executor is stopped; restart the local stack.")
@@ -653,6 +773,17 @@ class LocalBatchExecutor:
             "job submitted batch_job_id=%s job_name=%s vcpus=%d", job_id, submission.job_name, job.vcpus
         )
         return job_id
+
+    def _volume_limits(self, submission: BatchSubmission) -> tuple[int, int]:
+        """The job's log and output limits (bytes): its machine class's, cut to this executor's caps."""
+        machine = machine_class_of(submission.vcpus, submission.memory_mib, submission.gpus)
+        log_limit = machine.log_limit_bytes if machine else DEFAULT_LOG_LIMIT_BYTES
+        output_limit = machine.output_limit_bytes if machine else DEFAULT_OUTPUT_LIMIT_BYTES
+        if self._log_limit_cap is not None:
+            log_limit = min(log_limit, self._log_limit_cap)
+        if self._output_limit_cap is not None:
+            output_limit = min(output_limit, self._output_limit_cap)
+        return log_limit, output_limit
 
     def terminate_job(self, batch_job_id: str, reason: str) -> None:
         """Terminate a job in any non-final status; no-op for a final or unknown id.
@@ -988,6 +1119,32 @@ class LocalBatchExecutor:
             except OSError as exc:  # the job runs on; only a crash's cleanup would miss it
                 logger.warning("job processes not recorded batch_job_id=%s error=%s", job.job_id, exc)
 
+    def _over_limit(self, job: _Job, what: str, limit_bytes: int | None) -> None:
+        """Terminate ``job``: its ``what`` (``Log``, ``Output``) volume passed ``limit_bytes``."""
+        reason = f"{what} limit of {volume_limit_text(limit_bytes or 0)} exceeded"
+        logger.info("job over its limit batch_job_id=%s reason=%s", job.job_id, reason)
+        with self._cond:
+            if job.status not in FINAL_STATUSES:
+                self._terminate_locked(job, reason)
+
+    def _watch_outputs(self, job: _Job) -> None:
+        """While the job runs, measure the files in its working directory every
+        ``OUTPUT_CHECK_SECONDS``; past ``output_limit_bytes``, terminate it."""
+        limit = job.output_limit_bytes
+        workdir = job.workdir
+        if limit is None or workdir is None:
+            return
+        while True:
+            with self._cond:
+                if job.exited or self._stopped:
+                    return
+                self._cond.wait(OUTPUT_CHECK_SECONDS)
+                if job.exited:
+                    return
+            if _tree_bytes(workdir) > limit:
+                self._over_limit(job, "Output", limit)
+                return
+
     def _run(self, job: _Job) -> None:
         """A running job's thread: run it (``_run_job``), then remove its working directory.
 
@@ -1040,6 +1197,30 @@ class LocalBatchExecutor:
                 self._fail_unstarted_locked(job, f"CannotStartContainerError: no credentials: {exc}")
             return None
 
+    def _start_watchers(
+        self, job: _Job, process: subprocess.Popen[bytes], shipper: _LogShipper
+    ) -> list[threading.Thread]:
+        """Start the console reader (which ships the log, up to the job's log limit) and the output
+        watcher of a job that just started; returns the readers, to join once the job exited."""
+        log_limit = job.log_limit_bytes
+        readers = [
+            threading.Thread(
+                target=_read_lines,
+                args=(pipe, shipper, log_limit, lambda: self._over_limit(job, "Log", log_limit)),
+                name=f"{name}-{job.job_id[:8]}",
+                daemon=True,
+            )
+            for name, pipe in (("console", process.stdout),)
+            if pipe is not None
+        ]
+        for reader in readers:
+            reader.start()
+        watcher = threading.Thread(
+            target=self._watch_outputs, args=(job,), name=f"files-{job.job_id[:8]}", daemon=True
+        )
+        watcher.start()
+        return readers
+
     def _run_job(self, job: _Job) -> None:
         """Spawn the worker, ship its console, wait for it, kill what it left, publish the final event."""
         stream = job.log_stream
@@ -1066,20 +1247,14 @@ class LocalBatchExecutor:
         self._watch_namespace(job, process)
 
         shipper = _LogShipper(job.gateway.logs, job.gateway.log_group, stream, job.job_id)
-        readers = [
-            threading.Thread(
-                target=_read_lines, args=(pipe, shipper), name=f"{name}-{job.job_id[:8]}", daemon=True
-            )
-            for name, pipe in (("console", process.stdout),)
-            if pipe is not None
-        ]
-        for reader in readers:
-            reader.start()
+        readers = self._start_watchers(job, process, shipper)
         returncode = process.wait()
+        # The job's own end: its billed Running time stops here, whatever shipping its log still takes.
         stopped_at_ms = _now_ms()
         with self._cond:
             job.exited = True
             job.kill_at = None
+            self._cond.notify_all()  # the output watcher stops
         # The container stops with its essential process: nothing it started survives it. In a PID
         # namespace the kernel killed them all with its init; otherwise kill what is left of the
         # process group and what left it (found by the job id in its environment).
@@ -1087,7 +1262,7 @@ class LocalBatchExecutor:
         if self.sandbox.kind is SandboxKind.NONE:
             kill_marked_processes(frozenset({job.job_id}))
         for reader in readers:
-            reader.join(READER_JOIN_SECONDS)
+            _join_reader(reader, shipper)
         shipper.close()  # the whole log is readable before the final status is
         if not logs_ready:
             logger.warning("job log incomplete batch_job_id=%s", job.job_id)

@@ -888,3 +888,85 @@ def test_registry_kills_a_crashed_runs_leftovers_and_removes_its_folders(tmp_pat
             process.kill()
             process.wait()
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+class _SlowLogs:
+    """A CloudWatch Logs client whose PutLogEvents takes ``delay`` seconds (a slow log store)."""
+
+    def __init__(self, client, delay: float) -> None:
+        self._client = client
+        self._delay = delay
+        self.last_put_at = 0.0
+
+    def __getattr__(self, name: str):
+        return getattr(self._client, name)
+
+    def put_log_events(self, **kwargs):
+        time.sleep(self._delay)
+        response = self._client.put_log_events(**kwargs)
+        self.last_put_at = time.time()
+        return response
+
+
+def _printer(megabytes: int, then_sleep: float = 0) -> list[str]:
+    code = (
+        f"# {MARKER}\n"
+        "import sys, time\n"
+        "block = ''.join(f'{i:07d} ' + 'x' * 91 + '\\n' for i in range(10_000))\n"
+        f"for _ in range({megabytes}):\n"
+        "    sys.stdout.write(block)\n"
+        "sys.stdout.flush()\n"
+        f"time.sleep({then_sleep})\n"
+    )
+    return [sys.executable, "-c", code]
+
+
+def test_a_slow_log_store_holds_the_job_on_its_pipe_and_shipping_after_its_exit_is_not_billed(
+    make_stack, moto_endpoint, logs
+):
+    # Given a log store taking 0.3 s per PutLogEvents (about 1 MB)
+    slow = _SlowLogs(_logs_client(moto_endpoint, REGION), 0.3)
+    stack = make_stack(worker_command=_printer(12))
+    stack.gateway.logs = slow
+
+    # When a job prints 12 MB (100-byte lines) and exits
+    job_id = stack.gateway.submit_job(_submission())
+    final = stack.delivered.wait_for(job_id, "SUCCEEDED", timeout=60)
+
+    # Then every line reached the log, and the job's stoppedAt (its billed end) is its own exit:
+    # the last seconds of shipping came after it
+    stream = final["detail"]["container"]["logStreamName"]
+    count = 0
+    token = None
+    while True:
+        page = logs.get_log_events(
+            logGroupName=LOG_GROUP,
+            logStreamName=stream,
+            startFromHead=True,
+            **({"nextToken": token} if token else {}),
+        )
+        count += len(page["events"])
+        if not page["events"] or page["nextForwardToken"] == token:
+            break
+        token = page["nextForwardToken"]
+    assert count == 120_000
+    stopped_at = final["detail"]["stoppedAt"] / 1000
+    assert slow.last_put_at - stopped_at >= 0.6, (slow.last_put_at, stopped_at)
+
+
+def test_a_job_past_its_log_limit_is_ended_with_the_reason(make_stack, logs):
+    # Given an executor capping job logs at 1 MiB
+    stack = make_stack(worker_command=_printer(6, then_sleep=60), log_limit_bytes=1024 * 1024)
+
+    # When a job prints 6 MB and then waits
+    job_id = stack.gateway.submit_job(_submission())
+    final = stack.delivered.wait_for(job_id, "FAILED", timeout=30)
+
+    # Then it is ended for its log volume at once (SIGTERM), and the log holds the first 1 MiB
+    assert final["detail"]["statusReason"] == "Log limit of 1 MiB exceeded"
+    assert final["detail"]["stoppedAt"] - final["detail"]["startedAt"] < 20_000
+    stream = final["detail"]["container"]["logStreamName"]
+    stored = logs.describe_log_streams(logGroupName=LOG_GROUP, logStreamNamePrefix=stream)["logStreams"][0]
+    # 10,485 whole 100-byte lines (99 bytes each without the newline) and the first 76 bytes of the next
+    full, partial = divmod(1024 * 1024, 100)
+    assert stored["storedBytes"] == full * 99 + partial
