@@ -13,7 +13,7 @@ LAMBDA_LOCKS := functions/requirements.lock functions/runtime.lock
 LAMBDA_CONSTRAINTS := build/lambda/constraints.txt
 LAMBDA_BUNDLE := build/lambda/.built
 
-.PHONY: dev venv test lint unit integration infra bundle e2e synth format clean bench lock lambda-bundle instance-offerings
+.PHONY: dev venv test lint unit integration infra bundle e2e synth format clean bench lock lambda-bundle instance-offerings sandbox-tools
 
 # The lock's pins without hashes, for `pip install -c` (stdlib-only script: runs before the venv exists).
 $(LAMBDA_CONSTRAINTS): functions/requirements.lock infra/lambda_bundle.py
@@ -44,12 +44,23 @@ node_modules/.installed: package.json
 ## and the Lambda layer built from the lock.
 venv: $(STAMP) node_modules/.installed $(LAMBDA_BUNDLE)
 
+## The local stack runs each job in a bubblewrap box (README, "The local stack's limits"): install
+## bubblewrap where it is missing (as root with apt-get, as CI on Debian runs); elsewhere say how, loudly.
+sandbox-tools:
+	@command -v bwrap >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null; \
+	  else \
+	    echo "WARNING: bubblewrap (bwrap) is missing: local jobs will NOT be sandboxed." \
+	      "Install it (Debian/Ubuntu: sudo apt-get install bubblewrap; Fedora: sudo dnf install bubblewrap)." >&2; \
+	  fi; }
+
 ## Start the whole service on this machine (moto + local Batch executor) at 127.0.0.1:8787.
-dev: $(STAMP)
+dev: $(STAMP) sandbox-tools
 	$(BIN)/python -m remote_batch.local
 
 ## Lint, type-check, then every test tier: unit, integration (moto), infra (CDK), e2e (local stack).
-test: $(STAMP) node_modules/.installed $(LAMBDA_BUNDLE)
+test: $(STAMP) node_modules/.installed $(LAMBDA_BUNDLE) sandbox-tools
 	$(MAKE) --no-print-directory lint
 	$(BIN)/python -m pytest tests
 
@@ -64,14 +75,14 @@ format: $(STAMP)
 
 unit: $(STAMP)
 	$(BIN)/python -m pytest tests/unit
-integration: $(STAMP)
+integration: $(STAMP) sandbox-tools
 	$(BIN)/python -m pytest tests/integration
 infra: $(STAMP) node_modules/.installed $(LAMBDA_BUNDLE)
 	$(BIN)/python -m pytest tests/infra
 ## The deployed-bundle tests alone (each handler run on the synthesized assets in a fresh interpreter).
 bundle: $(STAMP) node_modules/.installed $(LAMBDA_BUNDLE)
 	$(BIN)/python -m pytest tests/infra -m bundle -v
-e2e: $(STAMP)
+e2e: $(STAMP) sandbox-tools
 	$(BIN)/python -m pytest tests/e2e
 
 ## Synthesize the CDK app offline into cdk.out/.

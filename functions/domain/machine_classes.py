@@ -13,6 +13,8 @@ from enum import StrEnum
 
 from functions.domain.errors import ValidationFailed
 
+GIB = 1024**3
+
 
 class GeoZone(StrEnum):
     """Where a job's compute, inputs, outputs and logs live."""
@@ -57,6 +59,22 @@ class MachineClass:
         """Memory in MiB, the unit AWS Batch's ``MEMORY`` resource requirement takes."""
         return self.memory_gib * 1024
 
+    @property
+    def log_limit_bytes(self) -> int:
+        """Most console output (bytes, stdout and stderr together) one job of this class may write
+        before it is ended with ``Log limit of … exceeded``: 1 GiB for the Basic classes, 4 GiB for the
+        larger ones (their jobs run longer on more cores). A bound of the service, not of AWS:
+        CloudWatch Logs itself takes any volume, billed per GB ingested."""
+        return (1 if self.name.startswith("Basic") else 4) * GIB
+
+    @property
+    def output_limit_bytes(self) -> int:
+        """Most bytes of files one job of this class may keep in its working directory (its outputs
+        and temporary files) before it is ended with ``Output limit of … exceeded``: 10 GiB for the
+        Basic classes, 50 GiB for the larger ones (AWS Batch's default 30 GiB container storage
+        grows with the instance's volume; these bound what one job may leave for upload)."""
+        return (10 if self.name.startswith("Basic") else 50) * GIB
+
 
 _CLASSES: tuple[MachineClass, ...] = (
     MachineClass("Basic1x8", 1, 8, 0, None, Decimal(60)),
@@ -90,6 +108,27 @@ def machine_class(name: str) -> MachineClass:
         raise ValidationFailed(
             f"Unknown machine class {name!r}; valid machine classes are: {valid}.", field="machineClass"
         ) from None
+
+
+def machine_class_of(vcpus: int, memory_mib: int, gpus: int) -> MachineClass | None:
+    """The machine class with exactly these resources (what a Batch submission carries), or None.
+
+    Every class has its own (vCPUs, MiB, GPUs) triple, so the answer is unique.
+    """
+    for candidate in _CLASSES:
+        if (candidate.vcpus, candidate.memory_mib, candidate.gpus) == (vcpus, memory_mib, gpus):
+            return candidate
+    return None
+
+
+def volume_limit_text(limit_bytes: int) -> str:
+    """A volume limit as ``statusReason`` shows it: ``1 GiB``, ``1.5 GiB``, ``300 MiB``, ``512 KiB``,
+    ``100 bytes`` (binary units, at most one decimal, trailing ``.0`` dropped)."""
+    for unit, size in (("GiB", GIB), ("MiB", 1024**2), ("KiB", 1024)):
+        if limit_bytes >= size:
+            text = f"{limit_bytes / size:.1f}".removesuffix(".0")
+            return f"{text} {unit}"
+    return f"{limit_bytes} bytes"
 
 
 def resolve_geo_zone(requested: str) -> GeoZone:

@@ -18,12 +18,12 @@ from datetime import datetime, timedelta
 
 from functions.domain.errors import ValidationFailed
 from functions.domain.ids import new_ulid
+from functions.domain.job_policy import UPLOADS_PREFIX
 from functions.domain.jobs import PayloadKind
 from functions.domain.limits import PRESIGNED_SECONDS
 from functions.domain.machine_classes import GeoZone, resolve_geo_zone
 from functions.ports import ObjectInfo, Services
 
-UPLOADS_PREFIX = "inputs/uploads/"
 #: Content-Type of an upload → the job input it is (``POST /jobs`` ``inputKey``).
 INPUT_CONTENT_TYPES: dict[str, PayloadKind] = {
     "text/x-python": PayloadKind.CODE,

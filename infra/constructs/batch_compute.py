@@ -28,6 +28,7 @@ from aws_cdk import aws_logs as logs
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
+from functions.domain.job_policy import job_policy_statements
 from functions.domain.machine_classes import MACHINE_CLASSES, MachineClass
 from functions.domain.queue_limits import QUEUE_LIMITS
 from infra import constants
@@ -275,15 +276,10 @@ class BatchCompute(Construct):
             assumed_by=iam.ServicePrincipal("ecs-tasks.amazonaws.com"),
             description=f"{constants.SERVICE_NAME} {self.names.zone} job: reads inputs/, writes outputs/",
         )
-        # Object reads only, no s3:List*: a job fetches its own input by key and never needs to
-        # see which other jobs exist.
-        role.add_to_policy(
-            iam.PolicyStatement(
-                actions=["s3:GetObject"],
-                resources=[bucket.arn_for_objects(f"{constants.INPUTS_PREFIX}*")],
-            )
-        )
-        bucket.grant_put(role, f"{constants.OUTPUTS_PREFIX}*")
+        # Object reads of inputs/ and puts to outputs/ only (no s3:List*): the same statements the
+        # local stack gives each job's user, narrowed there to the job's own keys.
+        for statement in job_policy_statements(bucket.bucket_arn):
+            role.add_to_policy(iam.PolicyStatement.from_json(statement))
         return role
 
     def _build_execution_role(self) -> iam.Role:

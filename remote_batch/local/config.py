@@ -38,6 +38,12 @@ class LocalConfig:
         Cap on the vCPUs the executor uses at once (``REMOTE_BATCH_LOCAL_VCPUS``; default: the host's).
     snapshot_interval : float
         Seconds between state snapshots (``REMOTE_BATCH_SNAPSHOT_INTERVAL``, default 5).
+    log_limit_bytes : int | None
+        Caps every job's console output below its machine class's log limit
+        (``REMOTE_BATCH_LOG_LIMIT_BYTES``; default: the class's, 1 GiB for Basic classes).
+    output_limit_bytes : int | None
+        Caps every job's files below its machine class's output limit
+        (``REMOTE_BATCH_OUTPUT_LIMIT_BYTES``; default: the class's, 10 GiB for Basic classes).
     """
 
     home: Path
@@ -47,6 +53,8 @@ class LocalConfig:
     vcpus: int | None
     snapshot_interval: float = DEFAULT_SNAPSHOT_INTERVAL_SECONDS
     host: str = HOST
+    log_limit_bytes: int | None = None
+    output_limit_bytes: int | None = None
 
     @property
     def state_dir(self) -> Path:
@@ -72,6 +80,8 @@ class LocalConfig:
             snapshot_interval=_number(
                 environ, "REMOTE_BATCH_SNAPSHOT_INTERVAL", DEFAULT_SNAPSHOT_INTERVAL_SECONDS
             ),
+            log_limit_bytes=_optional_int(environ, "REMOTE_BATCH_LOG_LIMIT_BYTES"),
+            output_limit_bytes=_optional_int(environ, "REMOTE_BATCH_OUTPUT_LIMIT_BYTES"),
         )
 
 

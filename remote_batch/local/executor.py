@@ -6,15 +6,21 @@ RUNNING → SUCCEEDED | FAILED, and each transition is published once, in order,
 ``Batch Job State Change`` event (AWS sends none for SUBMITTED). The worker runs with the machine
 class's limits, cut to the host's: CPU affinity, an address-space limit, the Batch timeout
 (``attemptDurationSeconds``, counted from RUNNING). Its stdout and stderr (one pipe, so lines keep
-the order they were written in) go line by line to the
-zone's CloudWatch Logs group, in the awslogs driver's stream ``{job definition name}/default/{job id}``,
-flushed before the final event is published.
+the order they were written in) are read in 64 KiB chunks and go line by line to the zone's
+CloudWatch Logs group, in the awslogs driver's stream ``{job definition name}/default/{job id}``,
+flushed before the final event is published; at most ``LOG_BUFFER_BYTES`` wait between the pipe and
+the store (beyond, the job's writes wait on its pipe). The job's ``stoppedAt`` is when its process
+ended, whatever shipping still takes. Past its machine class's log volume (console bytes) or output
+volume (bytes of files in its working directory, measured every second) the job is terminated with
+``Log limit of 1 GiB exceeded`` / ``Output limit of 10 GiB exceeded``.
 
 Each job runs in its own working directory (``remote-batch-job-*`` in the system temp dir, also its
 ``TMPDIR``), removed once its final event is published; ``worker`` imports through ``PYTHONPATH``.
-When the worker ends, so does everything it started: its process group, and any process that left
-the group (``setsid``) but still carries the job's ``AWS_BATCH_JOB_ID`` in its environment. The
-local stack runs jobs as its own user: a job can still read any file that user can, by absolute path.
+Each job runs in a sandbox (``remote_batch.local.sandbox``): with bubblewrap, a box that sees its
+folder, the interpreter and the worker's code, in its own PID namespace; when the worker ends, or the
+job is killed, the kernel kills every process of that namespace, whatever they did to escape. The
+memory of a job is capped below the host's free memory, with headroom for the stack. A
+``ProcessRegistry`` records each running job's processes and folder for the next start after a crash.
 
 Threads: one scheduler (announces, starts queued jobs, enforces timeouts and kill deadlines), and per
 running job a runner that forks the worker and waits for it (it must outlive the worker:
@@ -25,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
 import logging
 import os
 import resource
@@ -50,12 +57,26 @@ from functions.adapters.batch_detail import BatchJobDetail, to_state
 from functions.domain.errors import DependencyFailed
 from functions.domain.jobs import BatchJobState
 from functions.domain.log_lines import AWSLOGS_PART_BYTES
+from functions.domain.machine_classes import GIB, machine_class_of, volume_limit_text
 from functions.ports import BatchSubmission
 from remote_batch.local.events import (
     BatchAttempt,
     batch_job_state_change,
     log_stream_name,
     task_arn,
+)
+from remote_batch.local.sandbox import (
+    JOB_DIR_PREFIX,
+    JOB_MARKER_VARIABLE,
+    ProcessRegistry,
+    Sandbox,
+    SandboxKind,
+    detect_sandbox,
+    kill_marked_processes,
+    namespace_init,
+    namespace_members,
+    pid_namespace,
+    sandbox_path,
 )
 
 logger = logging.getLogger("remote_batch.local.executor")
@@ -76,11 +97,16 @@ AWS_MIN_TIMEOUT_SECONDS = 60
 # Seconds between SIGTERM and SIGKILL when a running job is terminated or times out.
 KILL_GRACE_SECONDS = 2.0
 
-# Log shipping: flush at least this often (s) or at this many lines. PutLogEvents takes at most
-# 1,048,576 bytes per call counting 26 bytes per event, and 256 KiB per event.
+# Log shipping: flush at least this often (s) or when a batch is full. PutLogEvents takes at most
+# 10,000 events and 1,048,576 bytes per call counting 26 bytes per event, and 256 KiB per event
+# (CloudWatch Logs API reference, PutLogEvents).
 LOG_FLUSH_SECONDS = 0.2
-LOG_FLUSH_LINES = 100
+LOG_BATCH_EVENTS = 10_000
 LOG_BATCH_BYTES = 1_048_576
+# The most console output held per job between its pipe and the log store (bytes, events' costs), and
+# the size of one read from the pipe: the job's writes wait on its pipe beyond that.
+LOG_BUFFER_BYTES = 4 * MIB
+LOG_READ_BYTES = 64 * 1024
 LOG_EVENT_OVERHEAD_BYTES = 26
 # A longer line is shipped as several events of this many bytes, as Docker's awslogs driver does.
 LOG_LINE_MAX_BYTES = AWSLOGS_PART_BYTES
@@ -91,16 +117,22 @@ READER_JOIN_SECONDS = 2.0
 # (Condition.wait overflows beyond threading.TIMEOUT_MAX), and a scheduler error is retried after 1 s.
 MAX_WAIT_SECONDS = 3600.0
 SCHEDULER_RETRY_SECONDS = 1.0
-# The prefix of a job's working directory, and the variable that marks the job's processes.
-JOB_DIR_PREFIX = "remote-batch-job-"
-JOB_MARKER_VARIABLE = "AWS_BATCH_JOB_ID"
-# Rounds of "find the job's leftover processes and kill them" (a round catches what forked during the last).
-MARKED_KILL_ROUNDS = 5
+# Memory kept for the local stack itself: a job's address space is capped at the host's available
+# memory at start less this share of its total (at least MEMORY_HEADROOM_MIN_MIB).
+MEMORY_HEADROOM_FRACTION = 0.125
+MEMORY_HEADROOM_MIN_MIB = 1024
+MEMORY_FLOOR_MIB = 256
 # The file (in the job's directory) the worker appends the details of its own errors to, named by this
 # variable: they go to this process's log for the operator, never to the job's log.
 OPERATOR_LOG_VARIABLE = "REMOTE_BATCH_OPERATOR_LOG"
 OPERATOR_LOG_NAME = "worker-operator.log"
 OPERATOR_LOG_MAX_BYTES = 64 * 1024
+
+# How often (s) the files in a running job's working directory are measured against its output limit.
+OUTPUT_CHECK_SECONDS = 1.0
+# The limits of a job whose resources match no machine class (the Basic classes').
+DEFAULT_LOG_LIMIT_BYTES = GIB
+DEFAULT_OUTPUT_LIMIT_BYTES = 10 * GIB
 
 QUEUED_STATUSES = frozenset({"SUBMITTED", "PENDING", "RUNNABLE"})
 FINAL_STATUSES = frozenset({"SUCCEEDED", "FAILED"})
@@ -108,6 +140,16 @@ FINAL_STATUSES = frozenset({"SUCCEEDED", "FAILED"})
 _PR_SET_PDEATHSIG = 1
 # Resolved once here: the forked child must not build ctypes objects before exec.
 _PRCTL = ctypes.CDLL(None, use_errno=True).prctl
+
+
+class CredentialIssuer(Protocol):
+    """Gives each job AWS credentials of its own (``remote_batch.local.iam.JobCredentials``)."""
+
+    def issue(self, batch_job_id: str, submission: BatchSubmission) -> dict[str, str]:
+        """The variables (``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``) of the job's credentials."""
+
+    def revoke(self, batch_job_id: str) -> None:
+        """Delete the job's credentials (once its processes are gone)."""
 
 
 class EventPublisher(Protocol):
@@ -130,12 +172,16 @@ def _plural(count: int, word: str) -> str:
     return f"{count} {word}" if count == 1 else f"{count} {word}s"
 
 
-def host_note(submission: BatchSubmission, host_vcpus: int, host_memory_mib: int) -> str | None:
+def host_note(
+    submission: BatchSubmission, host_vcpus: int, host_memory_mib: int, memory_basis: str | None = None
+) -> str | None:
     """The sentence saying a machine class is bigger than this host, or None when it fits.
 
     Example: ``Machine class needs 8 vCPUs and 64 GiB; this host runs it with 2 vCPUs and 23 GiB``.
     A GPU class always gets one: the local stack has no GPU and runs it on the CPU (``Machine class
     needs 8 vCPUs, 64 GiB and 1 GPU; this host runs it on CPU only, with 8 vCPUs and 64 GiB``).
+    ``memory_basis`` (e.g. ``the host's free memory less 3.0 GiB kept for the local stack``) is added
+    in parentheses when the memory was cut down.
     """
     if submission.vcpus <= host_vcpus and submission.memory_mib <= host_memory_mib and not submission.gpus:
         return None
@@ -143,10 +189,26 @@ def host_note(submission: BatchSubmission, host_vcpus: int, host_memory_mib: int
     memory = min(submission.memory_mib, host_memory_mib)
     needs = [_plural(submission.vcpus, "vCPU"), f"{_gib(submission.memory_mib)} GiB"]
     gets = [_plural(vcpus, "vCPU"), f"{_gib(memory)} GiB"]
+    basis = f" ({memory_basis})" if memory_basis and memory < submission.memory_mib else ""
     if submission.gpus:
         needs.append(_plural(submission.gpus, "GPU"))
-        return f"Machine class needs {_join(needs)}; this host runs it on CPU only, with {_join(gets)}"
-    return f"Machine class needs {_join(needs)}; this host runs it with {_join(gets)}"
+        return f"Machine class needs {_join(needs)}; this host runs it on CPU only, with {_join(gets)}{basis}"
+    return f"Machine class needs {_join(needs)}; this host runs it with {_join(gets)}{basis}"
+
+
+def job_memory_ceiling_mib(memory: Any = None) -> tuple[int, str]:
+    """The most memory (MiB) one job may have on this host, and the sentence saying why.
+
+    The host's available memory now less a headroom for the local stack (an eighth of the total, at
+    least ``MEMORY_HEADROOM_MIN_MIB``), never below ``MEMORY_FLOOR_MIB``. ``memory`` is a
+    ``psutil.virtual_memory()`` result (default: read now). Example on a 24 GiB host with 17 GiB
+    available: ``(14336, "the host's free memory less 3.0 GiB kept for the local stack")``.
+    """
+    memory = memory if memory is not None else psutil.virtual_memory()
+    total = int(memory.total) // MIB
+    headroom = max(MEMORY_HEADROOM_MIN_MIB, int(total * MEMORY_HEADROOM_FRACTION))
+    ceiling = max(MEMORY_FLOOR_MIB, min(total, int(memory.available) // MIB - headroom))
+    return ceiling, f"the host's free memory less {headroom / 1024:.1f} GiB kept for the local stack"
 
 
 def _join(parts: Sequence[str]) -> str:
@@ -163,47 +225,31 @@ def _signal_group(pgid: int, signum: int) -> None:
         os.killpg(pgid, signum)
 
 
+def _signal_job(job: _Job, signum: int) -> None:
+    """Signal a running job's processes.
+
+    SIGKILL: the sandbox's process group and its namespace init (the kernel then kills every process
+    of the namespace). Other signals (SIGTERM) go to every process of the job's PID namespace but its
+    init, as ``killpg`` would to a process group; without a namespace, to the process group.
+    """
+    if job.process is None:
+        return
+    if signum == signal.SIGKILL or job.namespace is None:
+        _signal_group(job.process.pid, signum)
+    if job.init is not None and signum == signal.SIGKILL:
+        with contextlib.suppress(psutil.Error):
+            job.init.kill()
+    if job.namespace is not None and signum != signal.SIGKILL:
+        init_pid = job.init.pid if job.init is not None else None
+        for member in namespace_members(job.namespace):
+            if member.pid != init_pid:
+                with contextlib.suppress(psutil.Error):
+                    member.send_signal(signum)
+
+
 def _clamp_wait(seconds: float | None) -> float:
     """A ``Condition.wait`` timeout: at most ``MAX_WAIT_SECONDS`` (None, "no deadline", too)."""
     return MAX_WAIT_SECONDS if seconds is None else max(0.0, min(seconds, MAX_WAIT_SECONDS))
-
-
-def _marked_processes(job_ids: frozenset[str]) -> list[psutil.Process]:
-    """Live processes whose environment has ``AWS_BATCH_JOB_ID`` set to one of ``job_ids``."""
-    found = []
-    own_pid = os.getpid()
-    for process in psutil.process_iter():
-        if process.pid == own_pid:
-            continue
-        try:
-            if process.environ().get(JOB_MARKER_VARIABLE) in job_ids:
-                found.append(process)
-        except (psutil.AccessDenied, psutil.NoSuchProcess, psutil.ZombieProcess, OSError):
-            continue
-    return found
-
-
-def kill_marked_processes(job_ids: frozenset[str]) -> list[int]:
-    """SIGKILL every process still carrying one of ``job_ids`` as ``AWS_BATCH_JOB_ID``.
-
-    Catches what ``killpg`` misses: processes a job moved to a new session or process group
-    (``setsid``, daemons). Scans until a round finds nothing new (at most ``MARKED_KILL_ROUNDS``).
-    Returns the pids signalled.
-    """
-    killed: list[int] = []
-    if not job_ids:
-        return killed
-    for _ in range(MARKED_KILL_ROUNDS):
-        fresh = [p for p in _marked_processes(job_ids) if p.pid not in killed]
-        if not fresh:
-            break
-        for process in fresh:
-            with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):
-                process.kill()
-                killed.append(process.pid)
-    if killed:
-        logger.info("leftover job processes killed pids=%s", killed)
-    return killed
 
 
 def _log_operator_report(job: _Job) -> None:
@@ -238,10 +284,13 @@ def _limit_worker(cpus: frozenset[int], memory_bytes: int, parent_pid: int) -> C
 
 
 class _LogShipper:
-    """Batches a job's console lines into PutLogEvents calls on its own thread.
+    """Ships a job's console lines in PutLogEvents batches on its own thread, holding at most
+    ``LOG_BUFFER_BYTES`` of them: ``append`` waits while the buffer is full (so a job that prints
+    faster than the store takes waits on its pipe, as a container waits on its log driver).
 
-    Lines are timestamped (ms, never decreasing) when appended; a batch is sent when it has
-    ``LOG_FLUSH_LINES`` lines, ``LOG_FLUSH_SECONDS`` after its first line, or on ``close``.
+    Lines are timestamped (ms, never decreasing) when appended; a batch (at most
+    ``LOG_BATCH_EVENTS`` events and ``LOG_BATCH_BYTES``, PutLogEvents' bounds) is sent when full,
+    ``LOG_FLUSH_SECONDS`` after its first line, or on ``close``.
     """
 
     def __init__(self, client: Any, group: str, stream: str, job_id: str) -> None:
@@ -250,57 +299,81 @@ class _LogShipper:
         self._stream = stream
         self._job_id = job_id
         self._cond = threading.Condition()
-        self._buffer: deque[tuple[int, str, float]] = deque()
+        self._buffer: deque[tuple[int, str, float, int]] = deque()
+        self._buffered_bytes = 0
         self._last_ms = 0
+        self._closing = False
         self._closed = False
+        self._dropped = 0
+        self.shipped = 0
         self._thread = threading.Thread(target=self._run, name=f"logs-{job_id[:8]}", daemon=True)
         self._thread.start()
 
     def append(self, message: str, *, continues_line: bool = False) -> None:
         """Queue one line (without its newline), timestamped now; a part that ``continues_line``
-        (the rest of a line over ``LOG_LINE_MAX_BYTES``) takes the previous part's timestamp."""
+        (the rest of a line over ``LOG_LINE_MAX_BYTES``) takes the previous part's timestamp.
+
+        Waits while ``LOG_BUFFER_BYTES`` are buffered; after ``close`` the line is dropped (counted).
+        """
+        cost = len(message.encode("utf-8")) + LOG_EVENT_OVERHEAD_BYTES
         with self._cond:
+            self._cond.wait_for(lambda: self._closed or self._buffered_bytes < LOG_BUFFER_BYTES)
+            if self._closed:
+                self._dropped += 1
+                return
             if not continues_line:
                 self._last_ms = max(self._last_ms, _now_ms())
-            self._buffer.append((self._last_ms, message, time.monotonic()))
-            if len(self._buffer) == 1 or len(self._buffer) >= LOG_FLUSH_LINES:
+            self._buffer.append((self._last_ms, message, time.monotonic(), cost))
+            self._buffered_bytes += cost
+            if len(self._buffer) == 1 or self._buffered_bytes >= LOG_BATCH_BYTES:
                 self._cond.notify_all()
 
     def close(self) -> None:
         """Send what is buffered and stop; returns after the last PutLogEvents call."""
         with self._cond:
-            self._closed = True
+            self._closing = True
             self._cond.notify_all()
         self._thread.join()
+        with self._cond:
+            if self._dropped:
+                logger.error("log lines dropped after close job_id=%s lines=%d", self._job_id, self._dropped)
+
+    def _full_locked(self) -> bool:
+        return len(self._buffer) >= LOG_BATCH_EVENTS or self._buffered_bytes >= LOG_BATCH_BYTES
 
     def _run(self) -> None:
         while True:
             with self._cond:
-                self._cond.wait_for(lambda: self._buffer or self._closed)
+                self._cond.wait_for(lambda: self._buffer or self._closing)
                 if not self._buffer:
+                    self._closed = True  # from now on, a late line is dropped rather than left unsent
+                    self._cond.notify_all()
                     return
                 due = self._buffer[0][2] + LOG_FLUSH_SECONDS
-                while len(self._buffer) < LOG_FLUSH_LINES and not self._closed:
+                while not self._full_locked() and not self._closing:
                     remaining = due - time.monotonic()
                     if remaining <= 0:
                         break
                     self._cond.wait(remaining)
                 batch = self._take_batch_locked()
-            self._put(batch)
+                self._cond.notify_all()  # room in the buffer: a waiting reader goes on
+            try:
+                self._put(batch)
+            except Exception:  # the thread must live on: a reader may be waiting for buffer room
+                logger.exception("log lines dropped job_id=%s lines=%d", self._job_id, len(batch))
+            self.shipped += len(batch)
 
     def _take_batch_locked(self) -> list[dict[str, Any]]:
         batch: list[dict[str, Any]] = []
         size = 0
-        while self._buffer and len(batch) < LOG_FLUSH_LINES:
-            timestamp, message, _ = self._buffer[0]
-            encoded = message.encode("utf-8")
-            if len(encoded) > LOG_LINE_MAX_BYTES:
-                message = encoded[:LOG_LINE_MAX_BYTES].decode("utf-8", "ignore")
-                encoded = message.encode("utf-8")
-            cost = len(encoded) + LOG_EVENT_OVERHEAD_BYTES
+        while self._buffer and len(batch) < LOG_BATCH_EVENTS:
+            timestamp, message, _, cost = self._buffer[0]
+            if len(message.encode("utf-8")) > LOG_LINE_MAX_BYTES:
+                message = message.encode("utf-8")[:LOG_LINE_MAX_BYTES].decode("utf-8", "ignore")
             if batch and size + cost > LOG_BATCH_BYTES:
                 break
             self._buffer.popleft()
+            self._buffered_bytes -= cost
             batch.append({"timestamp": timestamp, "message": message})
             size += cost
         return batch
@@ -328,30 +401,94 @@ class _LogShipper:
         logger.error("log lines dropped job_id=%s lines=%d", self._job_id, len(batch))
 
 
-def _read_lines(stream: IO[bytes], shipper: _LogShipper) -> None:
+def _line_parts(body: bytes) -> list[bytes]:
+    """``body`` cut into parts of at most ``LOG_LINE_MAX_BYTES`` at UTF-8 character boundaries."""
+    parts = []
+    while len(body) > LOG_LINE_MAX_BYTES:
+        boundary = _utf8_boundary(body[:LOG_LINE_MAX_BYTES]) or LOG_LINE_MAX_BYTES
+        parts.append(body[:boundary])
+        body = body[boundary:]
+    parts.append(body)
+    return parts
+
+
+def _read_lines(
+    stream: IO[bytes],
+    shipper: _LogShipper,
+    limit_bytes: int | None = None,
+    on_limit: Callable[[], None] | None = None,
+) -> None:
     """Forward a pipe to ``shipper`` line by line until EOF (empty lines are skipped, as awslogs does).
 
-    A line over ``LOG_LINE_MAX_BYTES`` goes as several events the way Docker's awslogs driver
-    ships it on AWS Batch: parts of ``LOG_LINE_MAX_BYTES`` cut at a UTF-8 character boundary, all
-    with the line's timestamp (``functions.domain.log_lines``, whose reader joins them back).
+    The pipe is read in chunks of at most ``LOG_READ_BYTES``; what is held at once is one chunk, one
+    unfinished line part (under ``LOG_LINE_MAX_BYTES``) and the shipper's bounded buffer. A line over
+    ``LOG_LINE_MAX_BYTES`` goes as several events the way Docker's awslogs driver ships it on AWS
+    Batch: parts of ``LOG_LINE_MAX_BYTES`` cut at a UTF-8 character boundary, all with the line's
+    timestamp (``functions.domain.log_lines``, whose reader joins them back).
+
+    After ``limit_bytes`` bytes (when given), ``on_limit`` is called once and the rest of the pipe is
+    read and dropped, so the job never waits on a pipe no one reads while it is being ended.
     """
+    read = getattr(stream, "read1", stream.read)
     with stream:
         carry = b""
         continuing = False
-        while raw := stream.readline(LOG_LINE_MAX_BYTES - len(carry)):
-            chunk = carry + raw
-            ends = chunk.endswith(b"\n")
-            if ends:
-                body, carry = chunk[:-1].removesuffix(b"\r"), b""
-            else:
-                boundary = _utf8_boundary(chunk)
-                body, carry = chunk[:boundary], chunk[boundary:]
-            line = body.decode("utf-8", "replace")
-            if line:
-                shipper.append(line, continues_line=continuing)
-            continuing = not ends
+        total = 0
+        while chunk := read(LOG_READ_BYTES):
+            if limit_bytes is not None and total >= limit_bytes:
+                continue  # over the limit: drained and dropped
+            total += len(chunk)
+            if limit_bytes is not None and total >= limit_bytes:
+                chunk = chunk[: len(chunk) - (total - limit_bytes)]
+                if on_limit is not None:
+                    on_limit()
+            lines = (carry + chunk).split(b"\n")
+            carry = lines.pop()
+            for line in lines:
+                for part in _line_parts(line.removesuffix(b"\r")):
+                    if part:
+                        shipper.append(part.decode("utf-8", "replace"), continues_line=continuing)
+                        continuing = True
+                continuing = False
+            while len(carry) >= LOG_LINE_MAX_BYTES:
+                boundary = _utf8_boundary(carry[:LOG_LINE_MAX_BYTES]) or LOG_LINE_MAX_BYTES
+                shipper.append(carry[:boundary].decode("utf-8", "replace"), continues_line=continuing)
+                continuing = True
+                carry = carry[boundary:]
         if carry:
             shipper.append(carry.decode("utf-8", "replace"), continues_line=continuing)
+
+
+def _join_reader(reader: threading.Thread, shipper: _LogShipper) -> None:
+    """Wait for a console reader to reach EOF and hand its last lines over, as long as the log is
+    still being shipped (a slow store); give up after ``READER_JOIN_SECONDS`` without progress
+    (a process that escaped the job's kill holds the pipe open)."""
+    shipped = -1
+    while reader.is_alive() and shipper.shipped != shipped:
+        shipped = shipper.shipped
+        reader.join(READER_JOIN_SECONDS)
+
+
+def _tree_bytes(root: Path) -> int:
+    """Bytes of the regular files under ``root`` (``st_size``, what an upload would read), not
+    following links; files and folders that vanish while it walks are skipped."""
+    total = 0
+    pending = [root]
+    while pending:
+        folder = pending.pop()
+        try:
+            with os.scandir(folder) as entries:
+                for entry in entries:
+                    try:
+                        if entry.is_dir(follow_symlinks=False):
+                            pending.append(Path(entry.path))
+                        elif entry.is_file(follow_symlinks=False):
+                            total += entry.stat(follow_symlinks=False).st_size
+                    except OSError:
+                        continue
+        except OSError:
+            continue
+    return total
 
 
 def _utf8_boundary(data: bytes) -> int:
@@ -379,6 +516,9 @@ class _Job:
     status: str = "SUBMITTED"
     slots: tuple[int, ...] = ()
     process: subprocess.Popen[bytes] | None = None
+    # The init of the job's PID namespace (seen from here) and the namespace, once known.
+    init: psutil.Process | None = None
+    namespace: str | None = None
     exited: bool = False
     started_at_ms: int | None = None
     timeout_at: float | None = None
@@ -386,6 +526,8 @@ class _Job:
     kill_at: float | None = None
     runner: threading.Thread | None = None
     workdir: Path | None = None
+    log_limit_bytes: int | None = None
+    output_limit_bytes: int | None = None
     attempts: list[BatchAttempt] = field(default_factory=list)
     last_detail: dict[str, Any] | None = None
 
@@ -484,7 +626,9 @@ class LocalBatchExecutor:
     vcpus : int | None
         Host capacity in vCPUs shared by all jobs; default: the CPUs this process may run on.
     memory_mib : int | None
-        Host memory in MiB (the ceiling of a job's address-space limit); default: physical memory.
+        The ceiling of a job's address-space limit in MiB; default: the host's available memory at
+        start less a headroom for the stack (``job_memory_ceiling_mib``), said in the ``statusReason``
+        of a job whose class it cuts down.
     account : str
         The 12-digit AWS account id in ARNs.
     python : str | None
@@ -498,6 +642,22 @@ class LocalBatchExecutor:
         Timeouts below this are raised to it, as AWS Batch's minimum ``attemptDurationSeconds`` (60 s).
     kill_grace_seconds : float
         Seconds between SIGTERM and SIGKILL when a running job is terminated or times out.
+    sandbox : Sandbox | None
+        How each job is isolated (``remote_batch.local.sandbox``); default: the strongest that works
+        here (``detect_sandbox``). Its warning, if any, is logged now and ends each job's statusReason.
+    registry : ProcessRegistry | None
+        Where each running job's folder and processes are recorded, for the next start after a crash;
+        default: none kept.
+    credentials : CredentialIssuer | None
+        Issues each job its own AWS credentials before it starts (they replace any in
+        ``worker_environment``) and revokes them after it ended; default: the job runs with
+        ``worker_environment``'s.
+    log_limit_bytes : int | None
+        Caps every job's console output (bytes) below its machine class's ``log_limit_bytes``; past
+        it the job is terminated with ``Log limit of <size> exceeded``. None: the class's limit.
+    output_limit_bytes : int | None
+        Caps the bytes of files every job keeps in its working directory (outputs, temporary files)
+        below its class's ``output_limit_bytes``; past it: ``Output limit of <size> exceeded``.
     """
 
     def __init__(
@@ -514,10 +674,23 @@ class LocalBatchExecutor:
         import_root: Path | None = None,
         min_timeout_seconds: int = AWS_MIN_TIMEOUT_SECONDS,
         kill_grace_seconds: float = KILL_GRACE_SECONDS,
+        sandbox: Sandbox | None = None,
+        registry: ProcessRegistry | None = None,
+        credentials: CredentialIssuer | None = None,
+        log_limit_bytes: int | None = None,
+        output_limit_bytes: int | None = None,
     ) -> None:
         cpu_ids = sorted(os.sched_getaffinity(0))
         self.vcpus = max(1, vcpus if vcpus is not None else len(cpu_ids))
-        self.memory_mib = memory_mib if memory_mib is not None else psutil.virtual_memory().total // MIB
+        self._memory_basis: str | None = None
+        if memory_mib is None:
+            memory_mib, self._memory_basis = job_memory_ceiling_mib()
+        self.memory_mib = memory_mib
+        self.sandbox = sandbox if sandbox is not None else detect_sandbox()
+        if self.sandbox.warning:
+            logger.warning("JOBS ARE NOT SANDBOXED: %s", self.sandbox.warning)
+        self._registry = registry
+        self._credentials = credentials
         self.account = account
         python = python or sys.executable
         self._command = list(worker_command) if worker_command is not None else [python, "-u", "-m", "worker"]
@@ -525,6 +698,8 @@ class LocalBatchExecutor:
         self._worker_environment = dict(worker_environment)
         self._min_timeout_seconds = min_timeout_seconds
         self._kill_grace_seconds = kill_grace_seconds
+        self._log_limit_cap = log_limit_bytes
+        self._output_limit_cap = output_limit_bytes
         self._bus = bus
         self._logs_client = logs_client
         # vCPU slot i runs on CPU id _cpu_of_slot[i]; more slots than CPUs share them round-robin.
@@ -539,7 +714,12 @@ class LocalBatchExecutor:
         self._stopped = False
         self._scheduler = threading.Thread(target=self._schedule, name="batch-scheduler", daemon=True)
         self._scheduler.start()
-        logger.info("executor started vcpus=%d memory_mib=%d", self.vcpus, self.memory_mib)
+        logger.info(
+            "executor started vcpus=%d memory_mib=%d sandbox=%s",
+            self.vcpus,
+            self.memory_mib,
+            self.sandbox.kind,
+        )
 
     # -- public API ------------------------------------------------------------------------------
 
@@ -570,9 +750,19 @@ class LocalBatchExecutor:
             created_at_ms=_now_ms(),
             vcpus=max(1, min(submission.vcpus, self.vcpus)),
             memory_mib=min(submission.memory_mib, self.memory_mib),
-            note=host_note(submission, self.vcpus, self.memory_mib),
+            note=". ".join(
+                filter(
+                    None,
+                    (
+                        host_note(submission, self.vcpus, self.memory_mib, self._memory_basis),
+                        self.sandbox.warning,
+                    ),
+                )
+            )
+            or None,
             timeout_seconds=None if timeout is None else max(self._min_timeout_seconds, timeout),
         )
+        job.log_limit_bytes, job.output_limit_bytes = self._volume_limits(submission)
         with self._cond:
             if self._closed:
                 raise DependencyFailed("The local Batch executor is stopped; restart the local stack.")
@@ -583,6 +773,17 @@ class LocalBatchExecutor:
             "job submitted batch_job_id=%s job_name=%s vcpus=%d", job_id, submission.job_name, job.vcpus
         )
         return job_id
+
+    def _volume_limits(self, submission: BatchSubmission) -> tuple[int, int]:
+        """The job's log and output limits (bytes): its machine class's, cut to this executor's caps."""
+        machine = machine_class_of(submission.vcpus, submission.memory_mib, submission.gpus)
+        log_limit = machine.log_limit_bytes if machine else DEFAULT_LOG_LIMIT_BYTES
+        output_limit = machine.output_limit_bytes if machine else DEFAULT_OUTPUT_LIMIT_BYTES
+        if self._log_limit_cap is not None:
+            log_limit = min(log_limit, self._log_limit_cap)
+        if self._output_limit_cap is not None:
+            output_limit = min(output_limit, self._output_limit_cap)
+        return log_limit, output_limit
 
     def terminate_job(self, batch_job_id: str, reason: str) -> None:
         """Terminate a job in any non-final status; no-op for a final or unknown id.
@@ -644,7 +845,7 @@ class LocalBatchExecutor:
                     logger.warning(
                         "worker killed at shutdown batch_job_id=%s pid=%d", job.job_id, job.process.pid
                     )
-                    _signal_group(job.process.pid, signal.SIGKILL)
+                    _signal_job(job, signal.SIGKILL)
                     killed = True
             started = frozenset(job.job_id for job in self._jobs.values() if job.process is not None)
         kill_marked_processes(started)
@@ -813,7 +1014,7 @@ class LocalBatchExecutor:
         if job.kill_at is not None and job.process is not None:
             if job.kill_at <= now:
                 logger.info("worker killed batch_job_id=%s pid=%d", job.job_id, job.process.pid)
-                _signal_group(job.process.pid, signal.SIGKILL)
+                _signal_job(job, signal.SIGKILL)
                 job.kill_at = None
             else:
                 next_due = job.kill_at if next_due is None else min(next_due, job.kill_at)
@@ -829,7 +1030,7 @@ class LocalBatchExecutor:
             # STARTING without a process: the runner sees the reason before it spawns.
             job.termination_reason = reason
             if job.process is not None:
-                _signal_group(job.process.pid, signal.SIGTERM)
+                _signal_job(job, signal.SIGTERM)
                 job.kill_at = time.monotonic() + self._kill_grace_seconds
             logger.info("job terminating batch_job_id=%s reason=%s", job.job_id, reason)
             self._cond.notify_all()
@@ -860,9 +1061,11 @@ class LocalBatchExecutor:
             }
         )
         env.setdefault("PATH", os.environ.get("PATH", os.defpath))
+        if self.sandbox.kind is SandboxKind.BUBBLEWRAP:
+            env["PATH"] = sandbox_path(env["PATH"])
         return env
 
-    def _spawn_locked(self, job: _Job) -> subprocess.Popen[bytes]:
+    def _spawn_locked(self, job: _Job, credentials: Mapping[str, str]) -> subprocess.Popen[bytes]:
         cpus = frozenset(self._cpu_of_slot[slot] for slot in job.slots)
         memory_bytes = job.memory_mib * MIB
         hard = resource.getrlimit(resource.RLIMIT_AS)[1]
@@ -870,10 +1073,17 @@ class LocalBatchExecutor:
             memory_bytes = min(memory_bytes, hard)
         job.workdir = workdir = Path(tempfile.mkdtemp(prefix=JOB_DIR_PREFIX))
         (workdir / "tmp").mkdir()
+        env = self._environment(job, workdir)
+        env.update(credentials)
+        # Inside a sandbox a missing program is only found missing after the sandbox started: look first.
+        if shutil.which(self._command[0], path=env["PATH"]) is None:
+            raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), self._command[0])
+        if self._registry is not None:  # before any process exists: a crash from here on is cleaned up
+            self._registry.record(job.job_id, workdir)
         return subprocess.Popen(  # noqa: S603 - the command is the executor's own worker command
-            self._command,
+            self.sandbox.command(self._command, workdir, self._read_only_paths()),
             cwd=workdir,
-            env=self._environment(job, workdir),
+            env=env,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             # One pipe for both streams: the log keeps the order the program wrote its lines in
@@ -883,6 +1093,57 @@ class LocalBatchExecutor:
             close_fds=True,
             preexec_fn=_limit_worker(cpus, memory_bytes, os.getpid()),  # noqa: PLW1509
         )
+
+    def _read_only_paths(self) -> list[Path]:
+        """What a sandboxed job sees read-only besides the system directories: the interpreter's
+        installation and virtualenv, the worker command's own installation, the worker package."""
+        paths = [Path(sys.base_prefix), Path(sys.prefix), self._import_root / "worker"]
+        program = Path(self._command[0])
+        if program.is_absolute() and not str(program).startswith(("/usr/", "/bin/", "/sbin/")):
+            paths.append(program.parent.parent)
+        return paths
+
+    def _watch_namespace(self, job: _Job, process: subprocess.Popen[bytes]) -> None:
+        """Find the init of the job's PID namespace and record it with the sandbox's pid."""
+        init = namespace_init(process.pid) if self.sandbox.kind is not SandboxKind.NONE else None
+        with self._cond:
+            if init is not None:
+                job.init = init
+                job.namespace = pid_namespace(init.pid)
+        if self._registry is not None and job.workdir is not None:
+            known: list[psutil.Process] = []
+            with contextlib.suppress(psutil.Error):  # the sandbox may have exited already
+                known.append(psutil.Process(process.pid))
+            try:
+                self._registry.record(job.job_id, job.workdir, [*known, *([init] if init else [])])
+            except OSError as exc:  # the job runs on; only a crash's cleanup would miss it
+                logger.warning("job processes not recorded batch_job_id=%s error=%s", job.job_id, exc)
+
+    def _over_limit(self, job: _Job, what: str, limit_bytes: int | None) -> None:
+        """Terminate ``job``: its ``what`` (``Log``, ``Output``) volume passed ``limit_bytes``."""
+        reason = f"{what} limit of {volume_limit_text(limit_bytes or 0)} exceeded"
+        logger.info("job over its limit batch_job_id=%s reason=%s", job.job_id, reason)
+        with self._cond:
+            if job.status not in FINAL_STATUSES:
+                self._terminate_locked(job, reason)
+
+    def _watch_outputs(self, job: _Job) -> None:
+        """While the job runs, measure the files in its working directory every
+        ``OUTPUT_CHECK_SECONDS``; past ``output_limit_bytes``, terminate it."""
+        limit = job.output_limit_bytes
+        workdir = job.workdir
+        if limit is None or workdir is None:
+            return
+        while True:
+            with self._cond:
+                if job.exited or self._stopped:
+                    return
+                self._cond.wait(OUTPUT_CHECK_SECONDS)
+                if job.exited:
+                    return
+            if _tree_bytes(workdir) > limit:
+                self._over_limit(job, "Output", limit)
+                return
 
     def _run(self, job: _Job) -> None:
         """A running job's thread: run it (``_run_job``), then remove its working directory.
@@ -897,13 +1158,17 @@ class LocalBatchExecutor:
         finally:
             if job.workdir is not None:
                 shutil.rmtree(job.workdir, ignore_errors=True)
+            if self._registry is not None:
+                self._registry.forget(job.job_id)
+            if self._credentials is not None:
+                self._credentials.revoke(job.job_id)
 
     def _abort_run(self, job: _Job, reason: str) -> None:
         """After a runner error: kill the worker and what it left, then fail the job if not final."""
         with self._cond:
             process = job.process
         if process is not None:
-            _signal_group(process.pid, signal.SIGKILL)
+            _signal_job(job, signal.SIGKILL)
             with contextlib.suppress(OSError, subprocess.SubprocessError):
                 process.wait(READER_JOIN_SECONDS)
             kill_marked_processes(frozenset({job.job_id}))
@@ -919,16 +1184,56 @@ class LocalBatchExecutor:
                     logger.exception("job failed without its event batch_job_id=%s", job.job_id)
                     job.status = "FAILED"
 
+    def _issue_credentials(self, job: _Job) -> dict[str, str] | None:
+        """The job's own AWS credentials ({} without an issuer); None when they could not be made
+        (the job then failed without starting)."""
+        if self._credentials is None:
+            return {}
+        try:
+            return self._credentials.issue(job.job_id, job.submission)
+        except (ClientError, BotoCoreError) as exc:
+            logger.error("job credentials not issued batch_job_id=%s error=%s", job.job_id, exc)
+            with self._cond:
+                self._fail_unstarted_locked(job, f"CannotStartContainerError: no credentials: {exc}")
+            return None
+
+    def _start_watchers(
+        self, job: _Job, process: subprocess.Popen[bytes], shipper: _LogShipper
+    ) -> list[threading.Thread]:
+        """Start the console reader (which ships the log, up to the job's log limit) and the output
+        watcher of a job that just started; returns the readers, to join once the job exited."""
+        log_limit = job.log_limit_bytes
+        readers = [
+            threading.Thread(
+                target=_read_lines,
+                args=(pipe, shipper, log_limit, lambda: self._over_limit(job, "Log", log_limit)),
+                name=f"{name}-{job.job_id[:8]}",
+                daemon=True,
+            )
+            for name, pipe in (("console", process.stdout),)
+            if pipe is not None
+        ]
+        for reader in readers:
+            reader.start()
+        watcher = threading.Thread(
+            target=self._watch_outputs, args=(job,), name=f"files-{job.job_id[:8]}", daemon=True
+        )
+        watcher.start()
+        return readers
+
     def _run_job(self, job: _Job) -> None:
         """Spawn the worker, ship its console, wait for it, kill what it left, publish the final event."""
         stream = job.log_stream
         logs_ready = job.gateway.open_log_stream(stream)
+        credentials = self._issue_credentials(job)
+        if credentials is None:
+            return
         with self._cond:
             if job.termination_reason is not None:
                 self._fail_unstarted_locked(job, job.termination_reason)
                 return
             try:
-                process = self._spawn_locked(job)
+                process = self._spawn_locked(job, credentials)
             except (OSError, subprocess.SubprocessError) as exc:
                 logger.error("worker not started batch_job_id=%s error=%s", job.job_id, exc)
                 self._fail_unstarted_locked(job, f"CannotStartContainerError: {exc}")
@@ -939,28 +1244,25 @@ class LocalBatchExecutor:
                 job.timeout_at = time.monotonic() + job.timeout_seconds
             self._publish_locked(job, "RUNNING", job.note, log_stream=stream, task=job.task)
             self._cond.notify_all()
+        self._watch_namespace(job, process)
 
         shipper = _LogShipper(job.gateway.logs, job.gateway.log_group, stream, job.job_id)
-        readers = [
-            threading.Thread(
-                target=_read_lines, args=(pipe, shipper), name=f"{name}-{job.job_id[:8]}", daemon=True
-            )
-            for name, pipe in (("console", process.stdout),)
-            if pipe is not None
-        ]
-        for reader in readers:
-            reader.start()
+        readers = self._start_watchers(job, process, shipper)
         returncode = process.wait()
+        # The job's own end: its billed Running time stops here, whatever shipping its log still takes.
         stopped_at_ms = _now_ms()
         with self._cond:
             job.exited = True
             job.kill_at = None
-        # The container stops with its essential process: nothing it started survives it, not even
-        # what left its process group (found by the job id in its environment).
-        _signal_group(process.pid, signal.SIGKILL)
-        kill_marked_processes(frozenset({job.job_id}))
+            self._cond.notify_all()  # the output watcher stops
+        # The container stops with its essential process: nothing it started survives it. In a PID
+        # namespace the kernel killed them all with its init; otherwise kill what is left of the
+        # process group and what left it (found by the job id in its environment).
+        _signal_job(job, signal.SIGKILL)
+        if self.sandbox.kind is SandboxKind.NONE:
+            kill_marked_processes(frozenset({job.job_id}))
         for reader in readers:
-            reader.join(READER_JOIN_SECONDS)
+            _join_reader(reader, shipper)
         shipper.close()  # the whole log is readable before the final status is
         if not logs_ready:
             logger.warning("job log incomplete batch_job_id=%s", job.job_id)

@@ -15,6 +15,9 @@ Running. At the next start each such job is settled by the batch_events Lambda l
    by its own thread, so at most about a second before the crash, never a stale snapshot time),
    and never before ``startedAt``. A job with no start gets ``Local stack stopped before the job
    ran`` and no charge.
+
+Before that, ``remove_leftover_jobs`` kills whatever the crashed run's jobs left alive (recorded in
+the ``ProcessRegistry``, by pid and start time) and removes their folders.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from functions.settings import Settings
 from remote_batch.local.events import BatchAttempt, batch_job_state_change, task_arn
 from remote_batch.local.executor import SHUTDOWN_REASON, SHUTDOWN_UNSTARTED_REASON
 from remote_batch.local.lambda_context import LOCAL_ACCOUNT_ID
+from remote_batch.local.sandbox import Leftovers, ProcessRegistry
 
 logger = logging.getLogger(__name__)
 
@@ -181,3 +185,13 @@ def _own_events(job: Job, emitted_for: Callable[[str], list[dict[str, Any]]] | N
         for envelope in emitted_for(top)
         if isinstance(envelope.get("detail"), dict) and envelope["detail"].get("jobName") == job.job_id
     ]
+
+
+def remove_leftover_jobs(registry: ProcessRegistry) -> Leftovers:
+    """Kill every process the last run's jobs left alive and remove their folders.
+
+    Run at start, before the executor runs any job. After a clean stop the registry is empty; after
+    a crash (``kill -9`` of the stack) the kernel has usually killed the jobs' PID namespaces already
+    (their sandboxes die with the stack), and this kills what a weaker sandbox let survive.
+    """
+    return registry.clean()

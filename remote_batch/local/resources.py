@@ -7,22 +7,27 @@ executor puts in its Batch ARNs.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
 import threading
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
 import boto3
 from botocore.config import Config
+from botocore.credentials import Credentials
 from moto.server import ThreadedMotoServer
 from werkzeug.serving import make_server
 
 from functions.adapters.tables import ALL_TABLES, TableSpec, create_table_request
 from functions.domain.machine_classes import MACHINE_CLASSES, GeoZone
 from functions.settings import RouteSettings, Settings, ZoneSettings
+from remote_batch.local.files import write_bytes_atomic
+from remote_batch.local.iam import MOTO_API_TOKEN_HEADER, IamGate, create_admin, new_api_token
 from remote_batch.local.journal import Journal, JournalingApp
 from remote_batch.local.lambda_context import LOCAL_ACCOUNT_ID
 
@@ -181,9 +186,14 @@ class MotoServer:
     """moto's server in this process, on a free port of 127.0.0.1, counting writes and journaling
     the acknowledged ones (``journal.JournalingApp``, off until ``journaling.enable()``).
 
-    ``start`` points every boto3 client of this process (and of the job subprocesses, which inherit
-    the environment) at it: ``AWS_ENDPOINT_URL``, test credentials, the home region, and
-    ``MOTO_ACCOUNT_ID`` so resources live in the local account.
+    ``start`` points every boto3 client of this process at it: ``AWS_ENDPOINT_URL``, the keys of the
+    stack's own IAM user (allowed everything), the home region, and ``MOTO_ACCOUNT_ID`` so resources
+    live in the local account. From then on moto enforces IAM on every request (``IamGate``): jobs get
+    users of their own (``JobCredentials``), allowed only their own inputs and outputs.
+
+    Requests pass, in order: the write counter, the IAM gate (refused requests reach nothing
+    further), the journal (which records the writes moto acknowledged), moto. A journal replay
+    goes straight to moto (``moto_app``): its records were authorized when first answered.
 
     Parameters
     ----------
@@ -198,36 +208,67 @@ class MotoServer:
         self.writes: WriteCounter | None = None
         self.journaling: JournalingApp | None = None
         self.moto_app: Callable[..., Any] | None = None
+        self.gate: IamGate | None = None
+        self.admin: Credentials | None = None
+        self.api_token = ""
 
     def write_counts(self) -> dict[str, int]:
         """Writes seen by the server so far, by service."""
         return self.writes.counts() if self.writes is not None else {}
 
-    def start(self) -> str:
-        """Start the server; returns its endpoint URL."""
+    def start(self, credentials_path: Path) -> str:
+        """Start the server, write ``credentials_path`` (``write_credentials``); returns its endpoint URL."""
         logging.getLogger("werkzeug").setLevel(logging.ERROR)
         os.environ["MOTO_ACCOUNT_ID"] = LOCAL_ACCOUNT_ID
         from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
 
         self.moto_app = DomainDispatcherApplication(create_backend_app)
         self.journaling = JournalingApp(self.moto_app, self._journal)
-        self.writes = WriteCounter(self.journaling)
+        self.gate = IamGate(self.journaling)
+        self.writes = WriteCounter(self.gate)
         self._server = _CountingMotoServer(self.writes)
         self._server.start()
         host, port = self._server.get_host_and_port()
         self.endpoint = f"http://{host}:{port}"
         os.environ.pop("AWS_PROFILE", None)
         os.environ.pop("AWS_SESSION_TOKEN", None)
+        # Before enforcement, with moto's fake key: the stack's own user.
+        bootstrap = boto3.client(
+            "iam",
+            region_name=HOME_REGION,
+            endpoint_url=self.endpoint,
+            aws_access_key_id=CREDENTIAL,
+            aws_secret_access_key=CREDENTIAL,
+        )
+        self.admin = create_admin(bootstrap)
+        self.api_token = new_api_token()
+        self.gate.enable(self.admin, self.api_token)
         os.environ.update(
             {
                 "AWS_ENDPOINT_URL": self.endpoint,
-                "AWS_ACCESS_KEY_ID": CREDENTIAL,
-                "AWS_SECRET_ACCESS_KEY": CREDENTIAL,
+                "AWS_ACCESS_KEY_ID": self.admin.access_key,
+                "AWS_SECRET_ACCESS_KEY": self.admin.secret_key,
                 "AWS_DEFAULT_REGION": HOME_REGION,
                 "AWS_REGION": HOME_REGION,
             }
         )
+        self.write_credentials(credentials_path)
         return self.endpoint
+
+    def write_credentials(self, path: Path) -> None:
+        """Write the endpoint, the stack's keys and the ``/moto-api/`` token to ``path`` (mode 0600),
+        for a person (or a test) inspecting moto: ``{"endpoint", "accessKeyId", "secretAccessKey",
+        "motoApiToken", "motoApiHeader"}``."""
+        if self.admin is None:
+            raise RuntimeError("the moto server is not started")
+        body = {
+            "endpoint": self.endpoint,
+            "accessKeyId": self.admin.access_key,
+            "secretAccessKey": self.admin.secret_key,
+            "motoApiToken": self.api_token,
+            "motoApiHeader": MOTO_API_TOKEN_HEADER,
+        }
+        write_bytes_atomic(path, json.dumps(body, indent=2).encode(), mode=0o600)
 
     def stop(self) -> None:
         """Stop the server (everything it held is gone; the snapshot and journal keep what matters)."""

@@ -31,13 +31,14 @@ from remote_batch.local.config import LocalConfig
 from remote_batch.local.executor import LocalBatchExecutor
 from remote_batch.local.files import write_bytes_atomic
 from remote_batch.local.gateway import ApiGateway
+from remote_batch.local.iam import JobCredentials
 from remote_batch.local.journal import Journal
 from remote_batch.local.lambda_context import LOCAL_ACCOUNT_ID
 from remote_batch.local.lambdas import LocalLambdas
+from remote_batch.local.logstore import LogStore
 from remote_batch.local.outbox import OutboxNotifier
-from remote_batch.local.recovery import recover_unfinished_jobs
+from remote_batch.local.recovery import recover_unfinished_jobs, remove_leftover_jobs
 from remote_batch.local.resources import (
-    CREDENTIAL,
     NAME_PREFIX,
     AwsClients,
     MotoServer,
@@ -45,6 +46,7 @@ from remote_batch.local.resources import (
     provision,
     table_name,
 )
+from remote_batch.local.sandbox import ProcessRegistry
 from remote_batch.local.state import SnapshotScope, StateSnapshots
 from remote_batch.local.ticker import Ticker, scheduled_event
 from remote_batch.local.tokens import TokenStore
@@ -102,6 +104,7 @@ class LocalStack:
         self._bus: EventBus | None = None
         self._lambdas: LocalLambdas | None = None
         self._snapshots: StateSnapshots | None = None
+        self._log_store: LogStore | None = None
         # Set once the last run's leftovers are settled: from then on, a stop is this run's to record.
         self._recovered = False
 
@@ -122,7 +125,7 @@ class LocalStack:
 
         moto = MotoServer(Journal(config.state_dir / "journal"))
         self._moto = moto
-        endpoint = moto.start()
+        endpoint = moto.start(config.home / "moto-credentials.json")
         logger.info("moto started endpoint=%s", endpoint)
         settings = local_settings()
         os.environ.update(settings.to_environment())
@@ -144,11 +147,17 @@ class LocalStack:
         )
         bus = EventBus(self._deliver_batch_event, config.home / "batch-events.jsonl", config.duplicate_events)
         self._bus = bus
+        registry = ProcessRegistry(config.home / "processes")
+        remove_leftover_jobs(registry)
         executor = LocalBatchExecutor(
             bus,
             lambda region: clients.client("logs", region),
             _worker_environment(endpoint),
             vcpus=config.vcpus,
+            registry=registry,
+            credentials=JobCredentials(clients.client("iam", settings.home_region)),
+            log_limit_bytes=config.log_limit_bytes,
+            output_limit_bytes=config.output_limit_bytes,
         )
         self._executor = executor
         services = build_services(
@@ -240,6 +249,8 @@ class LocalStack:
             install(None)
             if self._moto is not None:
                 self._moto.stop()
+            if self._log_store is not None:
+                self._log_store.close()
             logger.info("local stack stopped")
 
     # -- wiring ------------------------------------------------------------------------------------
@@ -255,7 +266,8 @@ class LocalStack:
     def _restore_state(
         self, moto: MotoServer, clients: AwsClients, settings: Settings
     ) -> tuple[StateSnapshots, datetime | None]:
-        """Restore the last snapshot and replay the journal on it, then turn journaling on.
+        """Install the job log store, restore the last snapshot and replay the journal on it, then
+        turn journaling on.
 
         Returns the snapshots and when the last run was last known alive: its clean stop, else its
         last "alive" stamp (at most ``ALIVE_INTERVAL`` before a crash), else its last snapshot.
@@ -263,14 +275,20 @@ class LocalStack:
         config = self._config
         if moto.journaling is None or moto.moto_app is None:
             raise RuntimeError("moto's server did not start")
+        scope = _snapshot_scope(settings)
+        # The job log store goes into moto before any stream is created: job logs live on disk, not
+        # in moto's memory.
+        self._log_store = LogStore(config.home / "logs", set(scope.log_groups))
+        self._log_store.install()
         snapshots = StateSnapshots(
             config.state_dir,
             config.home / "s3",
-            _snapshot_scope(settings),
+            scope,
             clients,
             moto.write_counts,
             journal=moto.journaling.journal,
             moto_app=moto.moto_app,
+            log_store=self._log_store,
         )
         report = snapshots.restore()
         # From here on every acknowledged write is journaled before it is answered.
@@ -342,8 +360,6 @@ def _worker_environment(endpoint: str) -> dict[str, str]:
     environment.update(
         {
             "AWS_ENDPOINT_URL": endpoint,
-            "AWS_ACCESS_KEY_ID": CREDENTIAL,
-            "AWS_SECRET_ACCESS_KEY": CREDENTIAL,
             "MOTO_ACCOUNT_ID": LOCAL_ACCOUNT_ID,
             "PYTHONUNBUFFERED": "1",
             "MPLBACKEND": "Agg",

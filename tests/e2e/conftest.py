@@ -201,6 +201,10 @@ class LocalStackProcess:
         assert match, "the stack's log names no moto endpoint"
         return match.group(1)
 
+    def moto_credentials(self) -> dict[str, str]:
+        """The current run's moto endpoint and the stack's own IAM keys (``moto-credentials.json``)."""
+        return dict(json.loads((self.home / "moto-credentials.json").read_text()))
+
     def client(self, account: str) -> Client:
         return Client(self.endpoint, self.tokens[account])
 

@@ -44,12 +44,13 @@ def _job_count(client: Client) -> int:
 def _object_count(stack: LocalStackProcess) -> int:
     total = 0
     for bucket, region in BUCKETS.items():
+        moto = stack.moto_credentials()
         s3 = boto3.client(
             "s3",
             region_name=region,
-            endpoint_url=stack.moto_endpoint(),
-            aws_access_key_id="testing",
-            aws_secret_access_key="testing",
+            endpoint_url=moto["endpoint"],
+            aws_access_key_id=moto["accessKeyId"],
+            aws_secret_access_key=moto["secretAccessKey"],
         )
         for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket):
             total += len(page.get("Contents", []))

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import logging
 import os
 import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import threading
 import time
@@ -30,6 +32,8 @@ from functions.domain.errors import DependencyFailed
 from functions.ports import BatchSubmission
 from remote_batch.local.bus import EventBus
 from remote_batch.local.executor import LocalBatchExecutor
+from remote_batch.local.recovery import remove_leftover_jobs
+from remote_batch.local.sandbox import ProcessRegistry, Sandbox, SandboxKind
 
 REGION = "eu-central-1"
 LOG_GROUP = "/remote-batch/jobs"
@@ -173,7 +177,9 @@ def make_stack(moto_endpoint, tmp_path) -> Iterator[Callable[..., Stack]]:
     for stack in stacks:
         stack.executor.shutdown(timeout=5)
         stack.bus.stop(timeout=5)
-    assert _fake_workers() == []
+    # A sandbox's outer bwrap may still be on its way out when shutdown returns (the kernel ends it
+    # once its namespace's init is gone): give it the same 5 s a job's processes get.
+    assert _eventually(lambda: _fake_workers() == []), _fake_workers()
 
 
 def _submission(
@@ -209,18 +215,36 @@ def _log_messages(logs, stream: str) -> list[str]:
     return [e["message"] for e in events["events"]]
 
 
-def _running_pid(stack: Stack, batch_job_id: str) -> int:
+def _running_pid(stack: Stack, batch_job_id: str, timeout: float = 5) -> int:
+    """The host pid of the job's fake worker (not the sandbox that runs it), once it runs."""
     stack.delivered.wait_for(batch_job_id, "RUNNING")
-    workers = _fake_workers()
-    assert workers, "the worker is not running"
-    # The newest fake worker whose environment names this job.
-    for process in workers:
-        try:
-            if process.environ().get("AWS_BATCH_JOB_ID") == batch_job_id:
-                return process.pid
-        except psutil.Error:
-            continue
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for process in _fake_workers():
+            try:
+                if process.cmdline()[0] != sys.executable:
+                    continue
+                if process.environ().get("AWS_BATCH_JOB_ID") == batch_job_id:
+                    return process.pid
+            except (psutil.Error, IndexError):
+                continue
+        time.sleep(0.02)
     raise AssertionError("no worker process for the job")
+
+
+def _job_process(batch_job_id: str, cmdline: list[str], timeout: float = 5) -> int:
+    """The host pid of the job's process running ``cmdline`` (found by the job id in its environment)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for process in psutil.process_iter(["cmdline"]):
+            with contextlib.suppress(psutil.Error):
+                if (
+                    process.info["cmdline"] == cmdline
+                    and process.environ().get("AWS_BATCH_JOB_ID") == batch_job_id
+                ):
+                    return process.pid
+        time.sleep(0.02)
+    raise AssertionError(f"no {cmdline} process for the job")
 
 
 def _ignores_sigterm(pid: int, timeout: float = 5) -> bool:
@@ -614,8 +638,11 @@ def test_an_error_handling_one_job_fails_it_and_scheduling_goes_on(make_stack, m
 def test_processes_that_left_the_process_group_end_with_the_job(make_stack, logs, ending):
     # Given a job that started a process in a new session (reparented to init when the worker dies)
     stack = make_stack()
-    job_id = stack.gateway.submit_job(_submission(ESCAPE="1", SLEEP="30" if ending == "terminated" else "0"))
-    pid = int(_wait_log_line(logs, job_id, "escaped ").split()[1])
+    job_id = stack.gateway.submit_job(
+        _submission(ESCAPE="1", SLEEP="30" if ending == "terminated" else "1.5")
+    )
+    _wait_log_line(logs, job_id, "escaped ")
+    pid = _job_process(job_id, ["sleep", "780"])
     try:
         assert os.getsid(pid) == pid  # it leads a session of its own
 
@@ -769,3 +796,179 @@ def test_worker_dies_with_a_killed_executor():
         host.wait(5)
         if host.stdout is not None:
             host.stdout.close()
+
+
+def test_class_bigger_than_free_memory_is_capped_below_it_with_a_reason(make_stack, logs):
+    # Given an executor sized from this host's memory (no memory_mib): free memory less a headroom
+    stack = make_stack(vcpus=1)
+    ceiling = stack.executor.memory_mib
+    total_mib = psutil.virtual_memory().total // (1024 * 1024)
+    assert ceiling < total_mib
+
+    # When a class bigger than the host runs
+    job_id = stack.gateway.submit_job(_submission(vcpus=1, memory_mib=1024 * 1024, SHOW_LIMITS="1"))
+    final = stack.delivered.wait_for(job_id, "SUCCEEDED")["detail"]
+
+    # Then its address space is capped at the ceiling, and its reason says so
+    assert f"as {ceiling * 1024 * 1024}" in _log_messages(logs, f"remote-batch-worker/default/{job_id}")
+    running = stack.delivered.wait_for(job_id, "RUNNING")["detail"]["statusReason"]
+    assert running.startswith("Machine class needs 1 vCPU and 1024 GiB; this host runs it with 1 vCPU and ")
+    assert running.endswith("GiB kept for the local stack)")
+    assert final["statusReason"] == "Essential container in task exited"
+
+
+ESCAPES = {
+    # each starts `sleep 781` (its marker) so that it outlives the worker, if it can
+    "new session": "subprocess.Popen(['setsid', 'sleep', '781'])",
+    "env -i": "subprocess.Popen(['env', '-i', 'sleep', '781'], start_new_session=True)",
+    "double fork": "subprocess.Popen(['sh', '-c', '(sleep 781 &) ; exit 0']).wait()",
+    "SIGTERM ignored": (
+        "subprocess.Popen(['sh', '-c', 'trap \"\" TERM; sleep 781; :'], start_new_session=True)"
+    ),
+}
+
+
+def _sleep_781() -> list[psutil.Process]:
+    return [
+        p
+        for p in psutil.process_iter(["cmdline", "status"])
+        if (p.info["cmdline"] or [])[-2:] == ["sleep", "781"] and p.info["status"] != psutil.STATUS_ZOMBIE
+    ]
+
+
+@pytest.mark.parametrize("kind", [SandboxKind.BUBBLEWRAP, SandboxKind.UNSHARE])
+def test_escaped_processes_die_with_the_job_in_each_sandbox(make_stack, logs, kind):
+    # Given jobs that each escape in one way, run in bubblewrap, or in the unshare fallback
+    escape = "import subprocess\n" + "\n".join(ESCAPES.values()) + "\nprint('escaped', flush=True)\n"
+    worker = [sys.executable, "-c", escape + "import time; time.sleep(30)"]
+    stack = make_stack(vcpus=len(ESCAPES), sandbox=Sandbox(kind), worker_command=worker)
+    try:
+        jobs = [stack.gateway.submit_job(_submission()) for _ in range(2)]
+        for job_id in jobs:
+            _wait_log_line(logs, job_id, "escaped")
+        assert _eventually(lambda: len(_sleep_781()) == 2 * len(ESCAPES))
+
+        # When one is terminated and the other's worker is killed outright
+        stack.gateway.terminate_job(jobs[0], "Terminated by the user")
+        stack.delivered.wait_for(jobs[0], "FAILED")
+        assert len(_sleep_781()) == len(ESCAPES)
+        stack.gateway.terminate_job(jobs[1], "Terminated by the user")
+        stack.delivered.wait_for(jobs[1], "FAILED")
+
+        # Then nothing they started is left
+        assert _sleep_781() == []
+    finally:
+        for process in _sleep_781():
+            process.kill()
+
+
+def test_registry_kills_a_crashed_runs_leftovers_and_removes_its_folders(tmp_path):
+    # Given a record of a job whose process outlived a crash, and one whose pid was reused since
+    registry = ProcessRegistry(tmp_path / "processes")
+    workdir = Path(tempfile.mkdtemp(prefix="remote-batch-job-"))
+    leftover = subprocess.Popen(["sleep", "782"], start_new_session=True)
+    bystander = subprocess.Popen(["sleep", "783"], start_new_session=True)
+    try:
+        registry.record("job-a", workdir, [psutil.Process(leftover.pid)])
+        (tmp_path / "processes" / "job-b.json").write_text(
+            json.dumps({"workdir": str(tmp_path / "not-a-job-folder"), "processes": [[bystander.pid, 1.0]]})
+        )
+
+        # When the next start cleans up
+        found = remove_leftover_jobs(registry)
+
+        # Then the recorded process is killed, the reused pid is not, the job's folder is gone
+        assert leftover.wait(5) == -signal.SIGKILL
+        assert bystander.poll() is None
+        assert found.jobs == ("job-a", "job-b")
+        assert found.killed == (leftover.pid,)
+        assert found.removed == (str(workdir),)
+        assert not workdir.exists()
+        assert list((tmp_path / "processes").iterdir()) == []
+    finally:
+        for process in (leftover, bystander):
+            process.kill()
+            process.wait()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+class _SlowLogs:
+    """A CloudWatch Logs client whose PutLogEvents takes ``delay`` seconds (a slow log store)."""
+
+    def __init__(self, client, delay: float) -> None:
+        self._client = client
+        self._delay = delay
+        self.last_put_at = 0.0
+
+    def __getattr__(self, name: str):
+        return getattr(self._client, name)
+
+    def put_log_events(self, **kwargs):
+        time.sleep(self._delay)
+        response = self._client.put_log_events(**kwargs)
+        self.last_put_at = time.time()
+        return response
+
+
+def _printer(megabytes: int, then_sleep: float = 0) -> list[str]:
+    code = (
+        f"# {MARKER}\n"
+        "import sys, time\n"
+        "block = ''.join(f'{i:07d} ' + 'x' * 91 + '\\n' for i in range(10_000))\n"
+        f"for _ in range({megabytes}):\n"
+        "    sys.stdout.write(block)\n"
+        "sys.stdout.flush()\n"
+        f"time.sleep({then_sleep})\n"
+    )
+    return [sys.executable, "-c", code]
+
+
+def test_a_slow_log_store_holds_the_job_on_its_pipe_and_shipping_after_its_exit_is_not_billed(
+    make_stack, moto_endpoint, logs
+):
+    # Given a log store taking 0.3 s per PutLogEvents (about 1 MB)
+    slow = _SlowLogs(_logs_client(moto_endpoint, REGION), 0.3)
+    stack = make_stack(worker_command=_printer(12))
+    stack.gateway.logs = slow
+
+    # When a job prints 12 MB (100-byte lines) and exits
+    job_id = stack.gateway.submit_job(_submission())
+    final = stack.delivered.wait_for(job_id, "SUCCEEDED", timeout=60)
+
+    # Then every line reached the log, and the job's stoppedAt (its billed end) is its own exit:
+    # the last seconds of shipping came after it
+    stream = final["detail"]["container"]["logStreamName"]
+    count = 0
+    token = None
+    while True:
+        page = logs.get_log_events(
+            logGroupName=LOG_GROUP,
+            logStreamName=stream,
+            startFromHead=True,
+            **({"nextToken": token} if token else {}),
+        )
+        count += len(page["events"])
+        if not page["events"] or page["nextForwardToken"] == token:
+            break
+        token = page["nextForwardToken"]
+    assert count == 120_000
+    stopped_at = final["detail"]["stoppedAt"] / 1000
+    assert slow.last_put_at - stopped_at >= 0.6, (slow.last_put_at, stopped_at)
+
+
+def test_a_job_past_its_log_limit_is_ended_with_the_reason(make_stack, logs):
+    # Given an executor capping job logs at 1 MiB
+    stack = make_stack(worker_command=_printer(6, then_sleep=60), log_limit_bytes=1024 * 1024)
+
+    # When a job prints 6 MB and then waits
+    job_id = stack.gateway.submit_job(_submission())
+    final = stack.delivered.wait_for(job_id, "FAILED", timeout=30)
+
+    # Then it is ended for its log volume at once (SIGTERM), and the log holds the first 1 MiB
+    assert final["detail"]["statusReason"] == "Log limit of 1 MiB exceeded"
+    assert final["detail"]["stoppedAt"] - final["detail"]["startedAt"] < 20_000
+    stream = final["detail"]["container"]["logStreamName"]
+    stored = logs.describe_log_streams(logGroupName=LOG_GROUP, logStreamNamePrefix=stream)["logStreams"][0]
+    # 10,485 whole 100-byte lines (99 bytes each without the newline) and the first 76 bytes of the next
+    full, partial = divmod(1024 * 1024, 100)
+    assert stored["storedBytes"] == full * 99 + partial

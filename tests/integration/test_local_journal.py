@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import requests
+from moto.moto_api._internal.models import moto_api_backend
 
 from remote_batch.local.journal import Journal, replay
 from remote_batch.local.resources import AwsClients, MotoServer, local_settings, provision
@@ -27,9 +27,11 @@ def aws_environment(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _fresh_moto(journal_dir: Path) -> tuple[MotoServer, AwsClients]:
+    """A moto server of the stack's own on empty backends (the servers of one test share moto's
+    backends in this process: they are reset before the stack makes its IAM user)."""
+    moto_api_backend.reset()
     server = MotoServer(Journal(journal_dir))
-    endpoint = server.start()
-    requests.post(f"{endpoint}/moto-api/reset", timeout=10).raise_for_status()
+    server.start(journal_dir.parent / "moto-credentials.json")
     clients = AwsClients()
     provision(clients, local_settings())
     return server, clients
@@ -146,8 +148,9 @@ def test_answered_writes_replay_into_a_fresh_moto_with_the_same_ids(
     assert set(after["objects"]) == {"inputs/j1/code.py", "outputs/j1/big.bin"}
 
     # And records a snapshot covers are skipped
-    requests.post(f"{fresh.endpoint}/moto-api/reset", timeout=10).raise_for_status()
-    provision(fresh_clients, local_settings())
+    fresh.stop()
+    fresh, fresh_clients = _fresh_moto(tmp_path / "unused-again")
+    assert fresh.moto_app is not None
     covered = replay(records, fresh.moto_app, {"dynamodb": 8, "sns": 7, "s3": 0})
     assert (covered.applied, covered.skipped) == (7, 8)
     fresh.stop()

@@ -86,3 +86,22 @@ def test_unknown_geo_zone_is_a_validation_error(requested):
     assert caught.value.field == "geoZone"
     for valid in ("Automatic", "UnitedStates", "EuropeanUnion"):
         assert valid in caught.value.message
+
+
+def test_volume_limits_by_class_and_their_text() -> None:
+    from functions.domain.machine_classes import GIB, machine_class_of, volume_limit_text
+
+    basic = MACHINE_CLASSES["Basic1x8"]
+    assert (basic.log_limit_bytes, basic.output_limit_bytes) == (GIB, 10 * GIB)
+    memory = MACHINE_CLASSES["Memory8x64"]
+    assert (memory.log_limit_bytes, memory.output_limit_bytes) == (4 * GIB, 50 * GIB)
+    assert machine_class_of(8, 64 * 1024, 1) is MACHINE_CLASSES["GPU1xL40S"]
+    assert machine_class_of(8, 64 * 1024, 0) is memory
+    assert machine_class_of(3, 1024, 0) is None
+    assert [volume_limit_text(n) for n in (GIB, 3 * GIB // 2, 48 * 1024**2, 512 * 1024, 100)] == [
+        "1 GiB",
+        "1.5 GiB",
+        "48 MiB",
+        "512 KiB",
+        "100 bytes",
+    ]

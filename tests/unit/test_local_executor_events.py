@@ -22,7 +22,12 @@ from remote_batch.local.events import (
     job_queue_arn,
     log_stream_name,
 )
-from remote_batch.local.executor import SHUTDOWN_REASON, SHUTDOWN_UNSTARTED_REASON, host_note
+from remote_batch.local.executor import (
+    SHUTDOWN_REASON,
+    SHUTDOWN_UNSTARTED_REASON,
+    host_note,
+    job_memory_ceiling_mib,
+)
 from remote_batch.local.recovery import stopped_event
 from remote_batch.local.resources import local_settings
 
@@ -226,6 +231,44 @@ def _submission(class_name: str) -> BatchSubmission:
 )
 def test_host_note(class_name, host_vcpus, host_mib, expected):
     assert host_note(_submission(class_name), host_vcpus, host_mib) == expected
+
+
+class _Memory:
+    """A ``psutil.virtual_memory()`` result: bytes in total and available now."""
+
+    def __init__(self, total_gib: float, available_gib: float) -> None:
+        self.total = int(total_gib * 1024**3)
+        self.available = int(available_gib * 1024**3)
+
+
+@pytest.mark.parametrize(
+    ("total_gib", "available_gib", "ceiling_mib", "headroom"),
+    [
+        (24, 17, 17 * 1024 - 3 * 1024, "3.0"),  # an eighth of 24 GiB kept for the stack
+        (24, 24, 21 * 1024, "3.0"),  # never the whole host, even when all of it is free
+        (4, 3, 2 * 1024, "1.0"),  # at least 1 GiB kept
+        (2, 1, 256, "1.0"),  # a floor: a job always gets 256 MiB
+        (23.54, 14, 14 * 1024 - 3013, "2.9"),  # this host: 24,105 MiB
+    ],
+)
+def test_job_memory_ceiling_keeps_headroom_for_the_stack(total_gib, available_gib, ceiling_mib, headroom):
+    ceiling, basis = job_memory_ceiling_mib(_Memory(total_gib, available_gib))
+
+    assert ceiling == ceiling_mib
+    assert basis == f"the host's free memory less {headroom} GiB kept for the local stack"
+
+
+def test_host_note_says_why_memory_was_cut():
+    basis = "the host's free memory less 3.0 GiB kept for the local stack"
+
+    assert host_note(_submission("Memory8x64"), 2, 14 * 1024, basis) == (
+        "Machine class needs 8 vCPUs and 64 GiB; this host runs it with 2 vCPUs and 14 GiB "
+        "(the host's free memory less 3.0 GiB kept for the local stack)"
+    )
+    # a class cut for its vCPUs only says nothing about memory
+    assert host_note(_submission("Memory8x64"), 2, 128 * 1024, basis) == (
+        "Machine class needs 8 vCPUs and 64 GiB; this host runs it with 2 vCPUs and 64 GiB"
+    )
 
 
 def _unfinished_job(status: JobStatus, started_at: datetime | None) -> Job:
