@@ -48,7 +48,7 @@ class Monitoring(Construct):
     key : kms.Key
     alarms : dict[str, cloudwatch.Alarm]
         ``<Name>DeadLetterQueueDepth``, ``<Name>FunctionErrors``, ``<Name>DurationP90``,
-        ``ApiServerErrorRate``, ``ApiLatencyP90``, ``MeterNotRunning``, ``StuckJobs``.
+        ``ApiServerErrorRate``, ``ApiLatencyP90``, ``MeterNotRunning``, ``StuckJobs``, ``SkippedJobs``.
     """
 
     def __init__(
@@ -211,6 +211,28 @@ class Monitoring(Construct):
             ),
             metric=stuck,
             threshold=constants.STUCK_JOBS_ALARM_THRESHOLD,
+            evaluation_periods=1,
+            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
+            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+        )
+        # Jobs a meter tick could not read or update (functions/logic/metering.py): logged with
+        # their ids and skipped, so one bad item never stops the tick for the others.
+        skipped = cloudwatch.Metric(
+            namespace=constants.METRICS_NAMESPACE,
+            metric_name="SkippedJobs",
+            dimensions_map={"service": constants.SERVICE_NAME},
+            period=self._period(),
+            statistic=cloudwatch.Stats.MAXIMUM,
+        )
+        self.alarms["SkippedJobs"] = cloudwatch.Alarm(
+            self,
+            "SkippedJobsAlarm",
+            alarm_description=(
+                f"{constants.SERVICE_NAME}: the meter skipped jobs it could not read or update; the "
+                'meter logs each with its id ("job skipped by the meter"): inspect those items.'
+            ),
+            metric=skipped,
+            threshold=0,
             evaluation_periods=1,
             comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
             treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,

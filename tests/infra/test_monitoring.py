@@ -180,6 +180,19 @@ def test_any_stuck_job_alarms(synth: Synth) -> None:
     assert alarm["AlarmActions"] == [_topic_ref(synth)]
 
 
+def test_jobs_the_meter_skipped_alarm(synth: Synth) -> None:
+    alarm = _alarm_named(synth, "SkippedJobs")
+    assert (alarm["Namespace"], alarm["MetricName"], alarm["Statistic"]) == (
+        "RemoteBatch",
+        "SkippedJobs",
+        "Maximum",
+    )
+    assert alarm["Dimensions"] == [{"Name": "service", "Value": "remote-batch"}]
+    assert alarm["Threshold"] == 0
+    assert alarm["ComparisonOperator"] == "GreaterThanThreshold"
+    assert alarm["AlarmActions"] == [_topic_ref(synth)]
+
+
 def test_every_alarm_has_a_runbook_line() -> None:
     from pathlib import Path
 
@@ -193,5 +206,6 @@ def test_every_alarm_has_a_runbook_line() -> None:
         "ApiLatencyP90",
         "MeterNotRunning",
         "StuckJobs",
+        "SkippedJobs",
     ):
         assert f"`{name}`" in operations or f"`<Name>{name}`" in operations, name
