@@ -70,3 +70,34 @@ def test_time_constraint_is_reached_at_exactly_its_seconds(seconds, cap):
 def test_the_credit_constraint_is_reported_before_the_time_constraint():
     reading = reading_after(120, credit_constraint=Decimal("1"), time_constraint=10)
     assert reading.cap_reached == "CreditConstraint of 1 credits reached"
+
+
+# Mutants the mutation run (`make mutation`) found surviving, killed here.
+
+
+def test_a_job_read_at_its_start_has_run_0_ms():
+    assert reading_after(0).running_ms == 0
+    assert reading_after(0).spent == Decimal("0.0000")
+
+
+def test_spent_is_capped_by_the_credit_constraint():
+    # 120 s of Basic1x8 cost 2 credits; the job's cap is 1.
+    assert reading_after(120, credit_constraint=Decimal("1")).spent == Decimal("1")
+
+
+def test_a_job_not_running_is_read_as_it_is():
+    job = make_job(status=JobStatus.STARTING, credits_spent=Decimal("0.2500"))
+    reading = read_meter(job, STARTED)
+    assert reading.job is job
+    assert reading.spent == Decimal("0.2500")
+
+
+def test_a_running_job_whose_start_time_is_unknown_has_spent_nothing_new():
+    job = make_job(status=JobStatus.RUNNING, started_at=None, credits_spent=Decimal("0.1000"))
+    reading = read_meter(job, STARTED + timedelta(hours=1))
+    assert (reading.job, reading.running_ms, reading.spent, reading.cap_reached) == (
+        job,
+        0,
+        Decimal("0.1000"),
+        None,
+    )
