@@ -12,7 +12,7 @@ import pytest
 from aws_lambda_powertools.utilities.parser import parse
 
 from functions.adapters.batch_detail import to_state
-from functions.domain.jobs import BatchJobState
+from functions.domain.jobs import BatchJobState, ms_to_datetime
 from functions.domain.status import JobStatus
 from functions.handlers.batch_events import BatchJobStateChange
 
@@ -117,6 +117,13 @@ def test_a_documented_succeeded_event_settles_the_job_through_the_handler(stack)
     # 90.25 s of Running time: 91 s billed at Basic1x8's 60 credits an hour.
     assert (job.exit_code, job.credits_spent) == (0, Decimal("1.5167"))
     assert stack.balance("dev") == Decimal("9998.4833")
+    [entry] = [e for e in stack.services.store.list_ledger("dev", None, None) if e.kind.value == "charge"]
+    # The charge is dated when the job stopped (the event's stoppedAt), not when the event arrived.
+    assert (entry.job_id, entry.credits, entry.at) == (
+        job_id,
+        Decimal("1.5167"),
+        ms_to_datetime(1_764_436_920_500),
+    )
 
 
 def test_a_documented_failure_after_a_retry_bills_the_final_attempt(stack):
