@@ -108,6 +108,7 @@ def submitted(stack):
 
 def test_a_documented_succeeded_event_settles_the_job_through_the_handler(stack):
     job_id, batch_id = submitted(stack)
+    stack.clock.advance(120)
     assert stack.deliver(retarget(sample("succeeded"), job_id, batch_id)) == {
         "applied": True,
         "jobId": job_id,
@@ -116,6 +117,7 @@ def test_a_documented_succeeded_event_settles_the_job_through_the_handler(stack)
     job = stack.services.store.get_job(job_id)
     # 90.25 s of Running time: 91 s billed at Basic1x8's 60 credits an hour.
     assert (job.exit_code, job.credits_spent) == (0, Decimal("1.5167"))
+    assert job.last_event_at == stack.clock()  # the handler's clock, written with the settlement
     assert stack.balance("dev") == Decimal("9998.4833")
     [entry] = [e for e in stack.services.store.list_ledger("dev", None, None) if e.kind.value == "charge"]
     # The charge is dated when the job stopped (the event's stoppedAt), not when the event arrived.
