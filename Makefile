@@ -13,7 +13,7 @@ LAMBDA_LOCKS := functions/requirements.lock functions/runtime.lock
 LAMBDA_CONSTRAINTS := build/lambda/constraints.txt
 LAMBDA_BUNDLE := build/lambda/.built
 
-.PHONY: dev venv test lint unit integration infra bundle e2e synth format clean bench lock lambda-bundle instance-offerings sandbox-tools
+.PHONY: dev venv test lint unit integration infra bundle e2e synth format clean bench lock lambda-bundle instance-offerings sandbox-tools mutation
 
 # The lock's pins without hashes, for `pip install -c` (stdlib-only script: runs before the venv exists).
 $(LAMBDA_CONSTRAINTS): functions/requirements.lock infra/lambda_bundle.py
@@ -84,6 +84,16 @@ bundle: $(STAMP) node_modules/.installed $(LAMBDA_BUNDLE)
 	$(BIN)/python -m pytest tests/infra -m bundle -v
 e2e: $(STAMP) sandbox-tools
 	$(BIN)/python -m pytest tests/e2e
+
+## Mutation run over the money code (mutmut, [tool.mutmut] in pyproject.toml; not part of `make test`):
+## the credit and metering rules, the settlement and the meter's balance/cap checks, each mutant tested by
+## the tests that reach it. Results are cached in mutants/ (a re-run tests only what changed);
+## `make mutation MUTATION_SCOPE='functions.domain.credits*'` narrows it. Survivors: README "Testing".
+MUTATION_SCOPE ?= functions.domain.credits* functions.domain.metering* functions.logic.job_events.x__settle* \
+	functions.logic.job_events.x_apply_job_state_change* functions.logic.metering.x_meter_tick*
+mutation: $(STAMP)
+	env -u PYTHONPATH $(BIN)/mutmut run --max-children 2 $(MUTATION_SCOPE)
+	env -u PYTHONPATH $(BIN)/mutmut results
 
 ## Synthesize the CDK app offline into cdk.out/.
 synth: $(STAMP) node_modules/.installed $(LAMBDA_BUNDLE)

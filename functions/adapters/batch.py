@@ -2,16 +2,34 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
-from botocore.exceptions import ClientError
+from aws_lambda_powertools import Logger
+from botocore.exceptions import BotoCoreError, ClientError
 from pydantic import ValidationError
 
 from functions.adapters.batch_detail import BatchJobDetail, to_state
 from functions.domain.errors import DependencyFailed
 from functions.domain.jobs import BatchJobState
 from functions.ports import BatchSubmission
+
+if TYPE_CHECKING:  # the stubs are a dev dependency; the Lambda runtime has no need of them
+    from mypy_boto3_batch import BatchClient
+    from mypy_boto3_batch.type_defs import (
+        KeyValuePairTypeDef,
+        ResourceRequirementTypeDef,
+        SubmitJobRequestTypeDef,
+    )
+
+logger = Logger(child=True)
+
+# Error codes AWS Batch (and the SDK's retry layer) return when the caller is being rate-limited
+# (botocore's retry handlers treat these as throttling; AWS Batch API reference, "Common errors").
+THROTTLING_CODES = frozenset(
+    {"ThrottlingException", "Throttling", "TooManyRequestsException", "RequestLimitExceeded"}
+)
 
 # DescribeJobs takes at most 100 job ids (AWS Batch API reference).
 DESCRIBE_BATCH_SIZE = 100
@@ -20,21 +38,26 @@ DESCRIBE_BATCH_SIZE = 100
 MIN_TIMEOUT_SECONDS = 60
 
 
-def submit_job_request(submission: BatchSubmission) -> dict[str, Any]:
+def submit_job_request(submission: BatchSubmission) -> SubmitJobRequestTypeDef:
     """The SubmitJob parameters for a submission: resource requirements per machine class as
-    ``containerOverrides``, the worker's environment, the timeout and tags."""
-    requirements = [
+    ``containerOverrides`` (vCPUs, MiB of memory, GPUs when asked), the worker's environment sorted by
+    name, ``propagateTags`` (the job's tags reach its ECS task), the tags, and the timeout
+    (``attemptDurationSeconds``, raised to AWS Batch's 60-second minimum)."""
+    requirements: list[ResourceRequirementTypeDef] = [
         {"type": "VCPU", "value": str(submission.vcpus)},
         {"type": "MEMORY", "value": str(submission.memory_mib)},
     ]
     if submission.gpus:
         requirements.append({"type": "GPU", "value": str(submission.gpus)})
-    request: dict[str, Any] = {
+    environment: list[KeyValuePairTypeDef] = [
+        {"name": k, "value": v} for k, v in sorted(submission.environment.items())
+    ]
+    request: SubmitJobRequestTypeDef = {
         "jobName": submission.job_name,
         "jobQueue": submission.job_queue,
         "jobDefinition": submission.job_definition,
         "containerOverrides": {
-            "environment": [{"name": k, "value": v} for k, v in sorted(submission.environment.items())],
+            "environment": environment,
             "resourceRequirements": requirements,
         },
         "propagateTags": True,
@@ -46,42 +69,82 @@ def submit_job_request(submission: BatchSubmission) -> dict[str, Any]:
     return request
 
 
-class AwsBatchGateway:
-    """``BatchGateway`` on the AWS Batch API of one region."""
+@contextmanager
+def translated_errors(action: str, consequence: str) -> Iterator[None]:
+    """Turn what boto3 raises for one AWS Batch call into the domain's ``DependencyFailed``.
 
-    def __init__(self, client: Any) -> None:
+    Parameters
+    ----------
+    action : str
+        What was asked, for the message and the log (``"accept the job"``).
+    consequence : str
+        What happens next, told to the caller (``"nothing was charged. Try again."``).
+
+    Raises
+    ------
+    DependencyFailed
+        Throttling (``ThrottlingException``, ``TooManyRequestsException``...): "AWS Batch is busy";
+        ``ClientException`` (AWS Batch's 400: a job, queue or definition it does not know, bad
+        parameters): "AWS Batch refused to ..."; ``ServerException`` and any other error code, and
+        errors reaching the endpoint at all (``EndpointConnectionError``, timeouts: botocore's
+        ``BotoCoreError``): "AWS Batch did not ...". The original error is the ``__cause__``; its
+        code is logged, never shown to the caller.
+    """
+    try:
+        yield
+    except ClientError as exc:
+        code = str(exc.response.get("Error", {}).get("Code", ""))
+        logger.warning("aws batch error", action=action, code=code)
+        if code in THROTTLING_CODES:
+            raise DependencyFailed(f"AWS Batch is busy and did not {action}; {consequence}") from exc
+        if code == "ClientException":
+            raise DependencyFailed(f"AWS Batch refused to {action}; {consequence}") from exc
+        raise DependencyFailed(f"AWS Batch did not {action}; {consequence}") from exc
+    except BotoCoreError as exc:
+        logger.warning("aws batch unreachable", action=action, error=type(exc).__name__)
+        raise DependencyFailed(f"AWS Batch could not be reached to {action}; {consequence}") from exc
+
+
+class AwsBatchGateway:
+    """``BatchGateway`` on the AWS Batch API of one region (a typed boto3 ``batch`` client)."""
+
+    def __init__(self, client: BatchClient) -> None:
         self._batch = client
 
     def submit_job(self, submission: BatchSubmission) -> str:
-        """SubmitJob; returns the Batch job id. ``DependencyFailed`` when Batch refuses."""
-        try:
+        """SubmitJob (``submit_job_request``); returns the Batch job id.
+
+        Raises ``DependencyFailed`` when Batch refuses, throttles or cannot be reached.
+        """
+        with translated_errors("accept the job", "nothing was charged. Try again."):
             response = self._batch.submit_job(**submit_job_request(submission))
-        except ClientError as exc:
-            raise DependencyFailed(
-                "AWS Batch did not accept the job; nothing was charged. Try again."
-            ) from exc
-        job_id: str = response["jobId"]
-        return job_id
+        return response["jobId"]
 
     def terminate_job(self, batch_job_id: str, reason: str) -> None:
-        """TerminateJob (works in every non-final Batch status)."""
-        try:
+        """TerminateJob (works in every non-final Batch status; a final job is left as it is).
+
+        Raises ``DependencyFailed`` when Batch refuses (a job id it does not know is a
+        ``ClientException``), throttles or cannot be reached: the caller sends it again later.
+        """
+        with translated_errors("accept the termination", "try again."):
             self._batch.terminate_job(jobId=batch_job_id, reason=reason)
-        except ClientError as exc:
-            raise DependencyFailed("AWS Batch did not accept the termination; try again.") from exc
 
     def describe_jobs(self, batch_job_ids: Sequence[str], observed_at_ms: int) -> list[BatchJobState]:
-        """DescribeJobs, 100 ids a call; details that do not parse are skipped."""
+        """DescribeJobs, at most 100 ids a call (``DESCRIBE_BATCH_SIZE``), in the order given.
+
+        A job Batch does not know (never submitted, or past its retention) is simply absent from
+        the result; details that do not parse are skipped. Raises ``DependencyFailed`` when a call
+        fails (nothing is returned then: the meter retries the whole set next tick).
+        """
         states: list[BatchJobState] = []
         for start in range(0, len(batch_job_ids), DESCRIBE_BATCH_SIZE):
             chunk = list(batch_job_ids[start : start + DESCRIBE_BATCH_SIZE])
-            try:
+            with translated_errors("describe the jobs", "the meter retries."):
                 response = self._batch.describe_jobs(jobs=chunk)
-            except ClientError as exc:
-                raise DependencyFailed("AWS Batch did not describe the jobs; the meter retries.") from exc
             for raw in response.get("jobs", []):
                 try:
                     states.append(to_state(BatchJobDetail.model_validate(raw), observed_at_ms))
                 except ValidationError:
+                    logger.warning("job detail not understood", batch_job_id=raw.get("jobId"))
                     continue
         return states
