@@ -40,6 +40,9 @@ EXPECTED = {
         exit_code=0,
         log_stream_name="remote-batch/default/0a1b2c3d4e5f60718293a4b5c6d7e8f9",
         attempt_count=1,
+        # the last attempt's statusReason
+        container_reasons=("Essential container in task exited",),
+        observed_at_ms=1_764_436_920_000,  # the envelope's time
     ),
     "failed_with_attempts": BatchJobState(
         batch_job_id="8d2e4f6a-1b3c-4d5e-8f70-9a1b2c3d4e5f",
@@ -52,6 +55,9 @@ EXPECTED = {
         exit_code=1,
         log_stream_name="remote-batch/default/22222222222222222222222222222222",
         attempt_count=2,
+        # the last attempt's statusReason
+        container_reasons=("Essential container in task exited",),
+        observed_at_ms=1_764_436_916_000,  # the envelope's time
     ),
     "array_child": BatchJobState(
         batch_job_id="3e4f5a6b-7c8d-4e9f-a0b1-c2d3e4f5a6b7:3",
@@ -64,6 +70,9 @@ EXPECTED = {
         exit_code=0,
         log_stream_name="remote-batch/default/33333333333333333333333333333333",
         attempt_count=1,
+        # the last attempt's statusReason
+        container_reasons=("Essential container in task exited",),
+        observed_at_ms=1_764_436_920_000,  # the envelope's time
     ),
     "never_started": BatchJobState(
         batch_job_id="6f7a8b9c-0d1e-4f2a-b3c4-d5e6f7a8b9c0",
@@ -76,6 +85,7 @@ EXPECTED = {
         exit_code=None,
         log_stream_name=None,
         attempt_count=0,
+        observed_at_ms=1_764_437_100_000,  # the envelope's time
     ),
 }
 

@@ -211,8 +211,12 @@ def test_a_terminate_batch_refuses_is_recorded_and_sent_again_next_tick(stack, m
     assert stack.services.store.get_job(other_id).termination_reason == "TimeConstraint of 1 s reached"
 
     monkeypatch.setattr(gateway, "terminate_job", real)
-    assert stack.tick()["terminated"] == 2
-    assert (batch_id, "TimeConstraint of 1 s reached") in gateway.terminations
+    # Only the refused one is sent again: TerminateJob goes once per job (issue 9 item 4).
+    assert stack.tick()["terminated"] == 1
+    assert gateway.terminations == [
+        (other_batch, "TimeConstraint of 1 s reached"),
+        (batch_id, "TimeConstraint of 1 s reached"),
+    ]
 
 
 def test_describe_jobs_failing_skips_reconciliation_until_batch_answers(stack, monkeypatch):

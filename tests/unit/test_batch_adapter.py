@@ -175,6 +175,7 @@ def test_describe_jobs_asks_100_ids_a_call_and_returns_every_state(stubber, gate
         exit_code=None,
         log_stream_name=None,
         attempt_count=0,
+        observed_at_ms=OBSERVED_MS,  # when DescribeJobs was asked, for the times Batch leaves out
     )
 
 
