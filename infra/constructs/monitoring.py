@@ -101,6 +101,27 @@ class Monitoring(Construct):
             enforce_ssl=True,
         )
 
+    def _meter_count_alarm(self, name: str, description: str, *, threshold: float) -> None:
+        """An alarm when the meter's count metric ``name`` (namespace ``RemoteBatch``, dimension
+        ``service``; the largest value in a period) is over ``threshold``; no data is not breaching."""
+        metric = cloudwatch.Metric(
+            namespace=constants.METRICS_NAMESPACE,
+            metric_name=name,
+            dimensions_map={"service": constants.SERVICE_NAME},
+            period=self._period(),
+            statistic=cloudwatch.Stats.MAXIMUM,
+        )
+        self.alarms[name] = cloudwatch.Alarm(
+            self,
+            f"{name}Alarm",
+            alarm_description=f"{constants.SERVICE_NAME}: {description}",
+            metric=metric,
+            threshold=threshold,
+            evaluation_periods=1,
+            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
+            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+        )
+
     def _period(self) -> Duration:
         return Duration.minutes(constants.ALARM_PERIOD_MINUTES)
 
@@ -195,45 +216,17 @@ class Monitoring(Construct):
         )
         # The meter's count of Starting/Running jobs past their Batch timeout plus a margin
         # (functions/logic/health.py); with no data the meter alarm above speaks.
-        stuck = cloudwatch.Metric(
-            namespace=constants.METRICS_NAMESPACE,
-            metric_name="StuckJobs",
-            dimensions_map={"service": constants.SERVICE_NAME},
-            period=self._period(),
-            statistic=cloudwatch.Stats.MAXIMUM,
-        )
-        self.alarms["StuckJobs"] = cloudwatch.Alarm(
-            self,
-            "StuckJobsAlarm",
-            alarm_description=(
-                f"{constants.SERVICE_NAME}: jobs are still Starting or Running past their Batch timeout; "
-                'the meter logs each ("job stuck past its batch timeout"): compare with DescribeJobs.'
-            ),
-            metric=stuck,
+        self._meter_count_alarm(
+            "StuckJobs",
+            "jobs are still Starting or Running past their Batch timeout; the meter logs each "
+            '("job stuck past its batch timeout"): compare with DescribeJobs.',
             threshold=constants.STUCK_JOBS_ALARM_THRESHOLD,
-            evaluation_periods=1,
-            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
-            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
         )
         # Jobs a meter tick could not read or update (functions/logic/metering.py): logged with
         # their ids and skipped, so one bad item never stops the tick for the others.
-        skipped = cloudwatch.Metric(
-            namespace=constants.METRICS_NAMESPACE,
-            metric_name="SkippedJobs",
-            dimensions_map={"service": constants.SERVICE_NAME},
-            period=self._period(),
-            statistic=cloudwatch.Stats.MAXIMUM,
-        )
-        self.alarms["SkippedJobs"] = cloudwatch.Alarm(
-            self,
-            "SkippedJobsAlarm",
-            alarm_description=(
-                f"{constants.SERVICE_NAME}: the meter skipped jobs it could not read or update; the "
-                'meter logs each with its id ("job skipped by the meter"): inspect those items.'
-            ),
-            metric=skipped,
+        self._meter_count_alarm(
+            "SkippedJobs",
+            "the meter skipped jobs it could not read or update; it logs each with its id "
+            '("job skipped by the meter"): inspect those items.',
             threshold=0,
-            evaluation_periods=1,
-            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
-            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
         )
