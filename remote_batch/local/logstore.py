@@ -531,3 +531,55 @@ class LogStore:
             ).exists():
                 found.append(meta)
         return found
+
+
+class InProcessLogs:
+    """The local executor's CloudWatch Logs client: ``PutLogEvents`` goes straight to moto's Logs
+    backend in this process (the log store's write-through streams behind it), without an HTTP round
+    trip and two JSON encodings per batch; every other call goes to ``client`` (boto3, over HTTP).
+
+    Shipping a verbose job's console through moto's HTTP API ran at about 2.5–5 MB/s on 2 cores, and
+    the job's writes wait on its pipe while shipping lags, so that time was its Running time. The
+    backend call takes the same path moto's own PutLogEvents handler takes after parsing (timestamps
+    checked, the stream's ``put_log_events``), so what readers see is unchanged.
+
+    Parameters
+    ----------
+    client : Any
+        A boto3 ``logs`` client of the local moto server (create calls, reads).
+    account, region : str
+        Where the job log groups live in moto (``LOCAL_ACCOUNT_ID``, the zone's region).
+    """
+
+    def __init__(self, client: Any, account: str, region: str) -> None:
+        self._client = client
+        self._account = account
+        self._region = region
+
+    def put_log_events(
+        self, *, logGroupName: str, logStreamName: str, logEvents: list[dict[str, Any]]
+    ) -> dict[str, Any]:
+        """PutLogEvents' answer (``nextSequenceToken``, ``rejectedLogEventsInfo`` when some were).
+
+        Raises
+        ------
+        botocore.exceptions.ClientError
+            What the API would answer (``ResourceNotFoundException``, ``InvalidParameterException``).
+        """
+        from botocore.exceptions import ClientError
+        from moto.core.exceptions import JsonRESTError
+        from moto.logs.models import logs_backends
+
+        backend = logs_backends[self._account][self._region]
+        try:
+            token, rejected = backend.put_log_events(logGroupName, logStreamName, logEvents)
+        except JsonRESTError as exc:
+            error = {"Error": {"Code": exc.relative_error_type, "Message": exc.message}}
+            raise ClientError(error, "PutLogEvents") from exc  # type: ignore[arg-type]
+        response: dict[str, Any] = {"nextSequenceToken": token}
+        if rejected:
+            response["rejectedLogEventsInfo"] = rejected
+        return response
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._client, name)

@@ -35,7 +35,7 @@ from remote_batch.local.iam import JobCredentials
 from remote_batch.local.journal import Journal
 from remote_batch.local.lambda_context import LOCAL_ACCOUNT_ID
 from remote_batch.local.lambdas import LocalLambdas
-from remote_batch.local.logstore import LogStore
+from remote_batch.local.logstore import InProcessLogs, LogStore
 from remote_batch.local.outbox import OutboxNotifier
 from remote_batch.local.recovery import recover_unfinished_jobs, remove_leftover_jobs
 from remote_batch.local.resources import (
@@ -151,7 +151,7 @@ class LocalStack:
         remove_leftover_jobs(registry)
         executor = LocalBatchExecutor(
             bus,
-            lambda region: clients.client("logs", region),
+            lambda region: InProcessLogs(clients.client("logs", region), LOCAL_ACCOUNT_ID, region),
             _worker_environment(endpoint),
             vcpus=config.vcpus,
             registry=registry,

@@ -420,7 +420,9 @@ class StateSnapshots:
                 if taken is None:
                     stale.discard("s3")  # an upload is in progress: export at a later tick
                 changed |= bool(taken)
-            if "logs" in stale:
+            # The executor appends job logs in process (``logstore.InProcessLogs``): the write counts
+            # do not see them, and the store knows which streams it wrote since its last sync.
+            if "logs" in stale or self._log_store is not None:
                 changed |= self._take_logs()
             if "sns" in stale or self._journal.last_seq_of("sns") > self._covered["sns"]:
                 with self._journal.applying("sns"):
