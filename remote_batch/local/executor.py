@@ -1256,11 +1256,12 @@ class LocalBatchExecutor:
             job.kill_at = None
             self._cond.notify_all()  # the output watcher stops
         # The container stops with its essential process: nothing it started survives it. In a PID
-        # namespace the kernel killed them all with its init; otherwise kill what is left of the
-        # process group and what left it (found by the job id in its environment).
+        # namespace the kernel killed them all with its init; then kill what is left of the process
+        # group and what left it (found by the job id in its environment): without a namespace, the
+        # job's escaped processes; with one, a sandbox's inner bwrap orphaned before it could arrange
+        # to die with its parent (seen once under load: it would have slept on, holding the namespace).
         _signal_job(job, signal.SIGKILL)
-        if self.sandbox.kind is SandboxKind.NONE:
-            kill_marked_processes(frozenset({job.job_id}))
+        kill_marked_processes(frozenset({job.job_id}))
         for reader in readers:
             _join_reader(reader, shipper)
         shipper.close()  # the whole log is readable before the final status is
