@@ -53,6 +53,8 @@ def main() -> int:
     )
     # boto3 announces every client it makes; only its problems belong on the console.
     logging.getLogger("botocore").setLevel(logging.WARNING)
+    # The Lambdas' loggers take their service name when their modules are imported (below).
+    os.environ.setdefault("POWERTOOLS_SERVICE_NAME", "remote-batch")
     # Metrics are off locally (no CloudWatch); Powertools still warns at each empty flush.
     warnings.filterwarnings("ignore", message="No application metrics to publish", category=UserWarning)
     try:
