@@ -13,7 +13,7 @@ LAMBDA_LOCKS := functions/requirements.lock functions/runtime.lock
 LAMBDA_CONSTRAINTS := build/lambda/constraints.txt
 LAMBDA_BUNDLE := build/lambda/.built
 
-.PHONY: dev venv test lint unit integration infra bundle e2e synth format clean bench lock lambda-bundle instance-offerings sandbox-tools mutation
+.PHONY: dev venv test lint unit integration infra bundle e2e synth format clean bench lock lambda-bundle instance-offerings sandbox-tools mutation openapi
 
 # The lock's pins without hashes, for `pip install -c` (stdlib-only script: runs before the venv exists).
 $(LAMBDA_CONSTRAINTS): functions/requirements.lock infra/lambda_bundle.py
@@ -94,6 +94,13 @@ MUTATION_SCOPE ?= functions.domain.credits* functions.domain.metering* functions
 mutation: $(STAMP)
 	env -u PYTHONPATH $(BIN)/mutmut run --max-children 2 $(MUTATION_SCOPE)
 	env -u PYTHONPATH $(BIN)/mutmut results
+
+## Write the HTTP contract as served (GET /openapi.json) to docs/openapi.json: commit it with the change
+## that made it differ (tests/integration/test_openapi_snapshot.py fails until then) and say so in CHANGELOG.md.
+openapi: $(STAMP)
+	$(BIN)/python -c 'import json, sys; from functions.handlers.api import openapi_json; \
+	  sys.stdout.write(json.dumps(json.loads(openapi_json()), indent=2, sort_keys=True, ensure_ascii=False) + "\n")' \
+	  > docs/openapi.json.tmp && mv docs/openapi.json.tmp docs/openapi.json
 
 ## Synthesize the CDK app offline into cdk.out/.
 synth: $(STAMP) node_modules/.installed $(LAMBDA_BUNDLE)
