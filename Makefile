@@ -67,7 +67,7 @@ test: $(STAMP) node_modules/.installed $(LAMBDA_BUNDLE) sandbox-tools
 lint: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/ruff check .
-	$(BIN)/mypy functions worker remote_batch infra
+	$(BIN)/mypy functions worker remote_batch infra tests benchmarks
 
 format: $(STAMP)
 	$(BIN)/ruff format .
