@@ -111,7 +111,7 @@ def test_sns_codes_that_can_never_succeed_are_refused_for_good(code, method):
 @pytest.mark.parametrize("code", ["Throttled", "ThrottlingException", "InternalError", "KMSThrottling"])
 def test_sns_codes_that_may_pass_are_transient(code):
     notifier = SnsNotifier(RefusingSns(code), "arn:aws:sns:us-east-1:123456789012:test-email-")
-    notification = OutgoingNotification("j", "ana", "JobStarting", "SMS", PHONE, "s", "m", None)  # type: ignore[arg-type]
+    notification = OutgoingNotification("j", "ana", "JobStarting", "SMS", PHONE, "s", "m", AT)
     with pytest.raises(DependencyFailed) as raised:
         notifier.send(notification)
     assert not isinstance(raised.value, DeliveryRefused)
