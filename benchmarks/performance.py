@@ -60,7 +60,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 RESULTS_DIR = REPO_ROOT / "benchmarks" / "results"
 PARTS = ("life", "rate", "imports", "local")
 HANDLERS = ("api", "batch_events", "meter")
-IMPORT_RUNS = 9
+IMPORT_RUNS = 7
 RATE_JOBS = 40
 RAW_UPDATES = 200
 ROUND_TRIPS = 5
@@ -268,58 +268,148 @@ def part_rate() -> dict[str, Any]:
     }
 
 
-# -- cold imports ---------------------------------------------------------------------------------------
-_IMPORT_CHILD = (
-    "import importlib, sys, time\n"
-    "started = time.perf_counter()\n"
-    "importlib.import_module(sys.argv[1])\n"
-    "print(time.perf_counter() - started)\n"
-)
+# -- cold imports and cold starts --------------------------------------------------------------------------
+_IMPORT_CHILD = """
+import importlib, json, sys, time, uuid
+started = time.perf_counter()
+module = importlib.import_module(sys.argv[1])
+imported = time.perf_counter()
+if sys.argv[1] == "boto3":
+    client = module.client("dynamodb")
+    client.get_item(TableName=sys.argv[2], Key={"jobId": {"S": "none"}})
+else:
+    class Context:
+        function_name = "remote-batch-bench"
+        function_version = "$LATEST"
+        invoked_function_arn = "arn:aws:lambda:us-east-1:123456789012:function:remote-batch-bench"
+        memory_limit_in_mb = 1024
+        aws_request_id = str(uuid.uuid4())
+        log_group_name = "/aws/lambda/remote-batch-bench"
+        log_stream_name = "bench"
+        def get_remaining_time_in_millis(self):
+            return 30_000
+    module.handler(json.loads(sys.argv[2]), Context())
+answered = time.perf_counter()
+print(json.dumps({"import": imported - started, "firstCall": answered - started}))
+"""
 
 
-def part_imports(tree: Path) -> dict[str, Any]:
-    """Median cold import (seconds) of boto3 and of each handler of ``tree``, and their ratios."""
-    with tempfile.TemporaryDirectory(prefix="rb-code-") as code:
-        shutil.copytree(
-            tree / "functions", Path(code) / "functions", ignore=shutil.ignore_patterns("__pycache__")
-        )
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "AWS_", "POWERTOOLS_"))}
+def _first_events() -> dict[str, dict[str, Any]]:
+    """Each handler's first event: an authorized ``GET /jobs``, a RUNNING event of an unknown job, a tick."""
+    from tests.events import api_event, batch_event, scheduled_event
+
+    return {
+        "api": api_event("GET", "/jobs"),
+        "batch_events": batch_event("j-unknown", "b-unknown", "RUNNING", started_at=1_764_000_000_000),
+        "meter": scheduled_event(),
+    }
+
+
+@contextmanager
+def _moto_server() -> Iterator[tuple[str, dict[str, str]]]:
+    """A moto server in this process with the service's tables, buckets and log groups; yields its
+    endpoint and the settings' environment variables."""
+    import logging
+
+    from moto.server import ThreadedMotoServer
+
+    from tests.integration.conftest import create_resources, make_settings
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    endpoint = f"http://{host}:{port}"
+    os.environ["AWS_ENDPOINT_URL"] = endpoint
+    try:
+        settings = make_settings()
+        create_resources(settings)
+        yield endpoint, settings.to_environment()
+    finally:
+        os.environ.pop("AWS_ENDPOINT_URL", None)
+        server.stop()
+
+
+def part_imports(trees: Sequence[Path]) -> list[dict[str, Any]]:
+    """Medians (seconds) of each handler's cold import as deployed and of its cold start (import and
+    first invocation, against a moto server), vs ``import boto3`` (and boto3's import, one client made
+    and one ``GetItem``), in fresh interpreters; ``IMPORT_RUNS`` rounds, each running every module of
+    every tree in turn (so a change of the machine's load falls on all alike). One result per tree."""
+    _offline_environment()
+    events = _first_events()
+    with tempfile.TemporaryDirectory(prefix="rb-code-") as scratch, _moto_server() as (endpoint, settings):
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(("PYTHON", "AWS_", "POWERTOOLS_", "REMOTE_"))
+        }
+        env.update(settings)
         env.update(
             {
-                "PYTHONPATH": code,
                 "PYTHONDONTWRITEBYTECODE": "1",
                 "AWS_REGION": "us-east-1",
+                "AWS_DEFAULT_REGION": "us-east-1",
+                "AWS_ACCESS_KEY_ID": "testing",
+                "AWS_SECRET_ACCESS_KEY": "testing",
+                "AWS_ENDPOINT_URL": endpoint,
                 "AWS_LAMBDA_FUNCTION_NAME": "remote-batch-bench",
                 "POWERTOOLS_SERVICE_NAME": "remote-batch",
+                "POWERTOOLS_METRICS_NAMESPACE": "RemoteBatch",
+                "POWERTOOLS_TRACE_DISABLED": "true",
+                "POWERTOOLS_LOG_LEVEL": "ERROR",
             }
         )
-        modules = ["boto3", *(f"functions.handlers.{name}" for name in HANDLERS)]
-        samples: dict[str, list[float]] = {m: [] for m in modules}
+        codes = []
+        for index, tree in enumerate(trees):
+            code = Path(scratch) / str(index)
+            shutil.copytree(
+                tree / "functions", code / "functions", ignore=shutil.ignore_patterns("__pycache__")
+            )
+            codes.append(code)
+        modules = [("boto3", settings["REMOTE_BATCH_JOBS_TABLE"])]
+        modules += [(f"functions.handlers.{name}", json.dumps(events[name])) for name in HANDLERS]
+        samples: dict[tuple[int, str], list[dict[str, float]]] = {}
         for _ in range(IMPORT_RUNS):
-            for module in modules:
-                done = subprocess.run(
-                    [sys.executable, "-c", _IMPORT_CHILD, module],
-                    env=env,
-                    cwd=code,
-                    capture_output=True,
-                    text=True,
-                    check=True,
-                )
-                samples[module].append(float(done.stdout.strip()))
-        assert not list(Path(code).rglob("*.pyc")), "a .pyc was written"
-    medians = {m: statistics.median(v) for m, v in samples.items()}
-    boto3 = medians["boto3"]
-    return {
-        "boto3Seconds": boto3,
-        "handlers": {
-            name: {
-                "seconds": medians[f"functions.handlers.{name}"],
-                "ratio": medians[f"functions.handlers.{name}"] / boto3,
+            for index, code in enumerate(codes):
+                for module, argument in modules:
+                    done = subprocess.run(
+                        [sys.executable, "-c", _IMPORT_CHILD, module, argument],
+                        env={**env, "PYTHONPATH": str(code)},
+                        cwd=code,
+                        capture_output=True,
+                        text=True,
+                        check=True,
+                    )
+                    samples.setdefault((index, module), []).append(
+                        json.loads(done.stdout.strip().splitlines()[-1])
+                    )
+        assert not list(Path(scratch).rglob("*.pyc")), "a .pyc was written"
+
+    def median(index: int, module: str, key: str) -> float:
+        return statistics.median(sample[key] for sample in samples[(index, module)])
+
+    results = []
+    for index in range(len(trees)):
+        boto3_import, boto3_start = median(index, "boto3", "import"), median(index, "boto3", "firstCall")
+        handlers = {}
+        for name in HANDLERS:
+            module = f"functions.handlers.{name}"
+            imported, started = median(index, module, "import"), median(index, module, "firstCall")
+            handlers[name] = {
+                "seconds": imported,
+                "ratio": imported / boto3_import,
+                "coldStartSeconds": started,
+                "coldStartRatio": started / boto3_start,
             }
-            for name in HANDLERS
-        },
-        "runs": IMPORT_RUNS,
-    }
+        results.append(
+            {
+                "boto3Seconds": boto3_import,
+                "boto3ColdStartSeconds": boto3_start,
+                "handlers": handlers,
+                "runs": IMPORT_RUNS,
+            }
+        )
+    return results
 
 
 # -- the local stack -----------------------------------------------------------------------------------
@@ -650,19 +740,16 @@ def _tree_of(revision: str, into: Path) -> Path:
     return into
 
 
-def _run_part(part: str, tree: Path, burst: int) -> dict[str, Any]:
-    """Run one part in a fresh interpreter importing ``tree``'s code first; returns its figures."""
+def _run_part(part: str, trees: Sequence[Path], burst: int) -> dict[str, Any]:
+    """Run one part in a fresh interpreter importing the first of ``trees``' code first; returns its
+    figures (``imports`` measures every tree, in children of its own)."""
     with tempfile.NamedTemporaryFile(suffix=".json") as out:
         env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys([str(tree), str(REPO_ROOT)]))
-        command = [
-            sys.executable,
-            "-m",
-            "benchmarks.performance",
-            "--part",
-            part,
-            "--tree",
-            str(tree),
+        env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys([str(trees[0]), str(REPO_ROOT)]))
+        command = [sys.executable, "-m", "benchmarks.performance", "--part", part]
+        for tree in trees:
+            command += ["--tree", str(tree)]
+        command += [
             "--burst",
             str(burst),
             "--json",
@@ -673,13 +760,14 @@ def _run_part(part: str, tree: Path, burst: int) -> dict[str, Any]:
         return dict(json.loads(Path(out.name).read_text()))
 
 
-def _part_in_process(part: str, tree: Path, burst: int) -> dict[str, Any]:
+def _part_in_process(part: str, trees: Sequence[Path], burst: int) -> dict[str, Any]:
+    tree = trees[0]
     if part == "life":
         return part_life()
     if part == "rate":
         return part_rate()
     if part == "imports":
-        return part_imports(tree)
+        return {"trees": part_imports(trees)}
     if part == "local":
         return part_local(tree, burst)
     raise ValueError(part)
@@ -740,6 +828,16 @@ def table_rows(figures: dict[str, Any]) -> list[tuple[str, str]]:
             (
                 "cold import vs `import boto3` (as deployed: sources without .pyc)",
                 f"{parts}; boto3 {imports['boto3Seconds'] * 1000:.0f} ms",
+            )
+        )
+        starts = ", ".join(
+            f"{name} {v['coldStartRatio']:.2f}× ({v['coldStartSeconds'] * 1000:.0f} ms)"
+            for name, v in imports["handlers"].items()
+        )
+        rows.append(
+            (
+                "cold start: import + first invocation on a moto server vs boto3 import + client + GetItem",
+                f"{starts}; boto3 {imports['boto3ColdStartSeconds'] * 1000:.0f} ms",
             )
         )
     if local:
@@ -808,7 +906,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--parts", default=",".join(PARTS))
     parser.add_argument("--out", type=Path, default=RESULTS_DIR)
     parser.add_argument("--part", choices=PARTS, help=argparse.SUPPRESS)
-    parser.add_argument("--tree", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--tree", type=Path, action="append", help=argparse.SUPPRESS)
     parser.add_argument("--json", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--serve", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -845,12 +943,21 @@ def main(argv: Sequence[str] | None = None) -> None:
         )
         for label, _ in trees:
             results["trees"][label] = {}
-        # Part by part, each on every tree in turn, so both see the same load.
+        # Part by part, each on every tree in turn, so both see the same load (the cold imports
+        # interleave the trees' runs in one part).
         for part in parts:
+            if part == "imports":
+                print(f"== {part}: {', '.join(label for label, _ in trees)}", flush=True)
+                started = time.perf_counter()
+                figures = _run_part(part, [tree for _, tree in trees], args.burst)["trees"]
+                for (label, _), tree_figures in zip(trees, figures, strict=True):
+                    results["trees"][label][part] = tree_figures
+                print(f"   {time.perf_counter() - started:.0f} s", flush=True)
+                continue
             for label, tree in trees:
                 print(f"== {part}: {label}", flush=True)
                 started = time.perf_counter()
-                results["trees"][label][part] = _run_part(part, tree, args.burst)
+                results["trees"][label][part] = _run_part(part, [tree], args.burst)
                 print(f"   {time.perf_counter() - started:.0f} s", flush=True)
     from benchmarks.costing import load_prices
 
