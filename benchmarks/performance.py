@@ -13,17 +13,25 @@ ratios of two things measured side by side vary much less):
    and the tables' indexes (moto answers ``ReturnConsumedCapacity`` with a constant). Batch and SNS are
    fakes: notifications are counted as the sends the notifier was asked for.
 2. **batch_events rate**: 40 jobs submitted, then their 200 events applied through the handler, timed,
-   against conditional ``UpdateItem`` calls on the same moto table from the same client.
+   against conditional ``UpdateItem`` calls on the same moto table, timed before and after.
 3. **Cold import** of each handler as deployed: a fresh interpreter, ``PYTHONDONTWRITEBYTECODE=1``, the
    ``functions/`` sources copied to an empty folder (no ``.pyc``, as in the code asset; the third-party
-   packages keep their ``.pyc``, as the layer does), vs ``import boto3`` the same way; medians of 9
-   interleaved runs, the import itself timed inside the child.
+   packages keep their ``.pyc``, as the layer does), vs ``import boto3`` the same way; and its **cold
+   start**: the import and the first invocation (``GET /jobs``, a RUNNING event of an unknown job, a
+   tick) against a moto server, vs boto3's import, one client made and one ``GetItem``. Medians of 7
+   rounds, each running every module of every tree in turn, timed inside the child (interpreter start
+   excluded); the working tree once more with ``functions/`` compiled (what shipping ``.pyc`` would give).
 4. **Local stack** (``python -m remote_batch.local`` in a child, fresh home, 2 vCPUs, every request
    moto answers counted by a wrapper on moto's WSGI application): the ``2 + 2`` round trip (POST →
    Succeeded → result) vs a bare ``python -c "print(2 + 2)"``; the S3 PUT-class requests for the keys
-   of one ``4`` job; 200 concurrent ``2 + 2`` submits, wall time until all are final, submit latency
-   p50/p99, HTTP 5xx answered to clients and 5xx moto answered to the stack (hidden by retries).
-5. **Cost** of the cheapest job (1 credit): the job life's counts × ``benchmarks/aws_prices.toml``.
+   of one ``4`` job; 200 concurrent ``2 + 2`` submits (``notifications: "None"``), wall time until all
+   are final, submit latency p50/p99, HTTP 5xx answered to clients and 5xx moto answered to the stack
+   (hidden by retries).
+5. **Cost** of the cheapest job (1 credit): the job life's counts × ``benchmarks/aws_prices.toml``,
+   with the worker's S3 PUTs of part 4, each Lambda call's duration as measured in part 1 (on moto,
+   rounded up to the millisecond, × the function's memory from ``infra/constants.py``), an API Gateway
+   request per api call, Batch's events free (AWS service events), one SNS publish and one email per
+   email notification sent.
 
 ``--baseline REV`` runs every part twice in the same run: on ``git archive REV`` (``functions``,
 ``remote_batch``, ``worker``) and on the working tree, so "before" and "after" share the machine's load.
