@@ -72,3 +72,21 @@ def test_credits_raised_in_every_account_are_summed_in_the_report(stack):
 
     assert (report["metered"], report["updated"], report["terminated"], report["skipped"]) == (3, 3, 0, 0)
     assert [stack.services.store.get_job(j).credits_spent for j in jobs] == [Decimal("0.5")] * 3
+
+
+def test_a_tick_sends_what_a_running_job_owes_at_the_ticks_time(stack):
+    stack.add_account("ana", "100000", email="ana@example.com")
+    rules = [{"events": ["Hourly"], "methods": ["Email"]}]
+    job_id, _, _ = stack.start_running({"code": "1", "notifications": rules}, account_id="ana")
+    stack.clock.advance(55 * 60)  # this tick also reconciles the quiet job; not an hour yet
+    assert stack.tick()["skipped"] == 0
+    assert stack.notifier.sent == []
+    stack.clock.advance(5 * 60)
+
+    report = stack.tick()
+
+    assert (report["metered"], report["skipped"]) == (1, 0)
+    assert [(n.job_id, n.event, n.method, n.to) for n in stack.notifier.sent] == [
+        (job_id, "Hourly", "Email", "ana@example.com")
+    ]
+    assert stack.services.store.get_job(job_id).sent_notifications == {"Hourly#1/Email"}
