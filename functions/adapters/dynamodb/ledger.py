@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from datetime import datetime
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from functions.adapters.dynamodb.base import StoreBase, logger, store_errors
@@ -49,21 +50,7 @@ class AccountsAndLedger(StoreBase):
                 }
             )
         if entry is not None and entry.credits > 0:
-            before = quantize_credits(entry.balance_after + entry.credits)
-            items.append(
-                {
-                    "Update": {
-                        "TableName": self._accounts,
-                        "Key": serialize_item({"accountId": entry.account_id}),
-                        "UpdateExpression": "SET creditBalance = :after",
-                        "ConditionExpression": "attribute_exists(accountId) AND creditBalance = :before",
-                        "ExpressionAttributeValues": {
-                            ":after": serialize_value(entry.balance_after),
-                            ":before": serialize_value(before),
-                        },
-                    }
-                }
-            )
+            items.append(self._balance_change(entry, quantize_credits(entry.balance_after + entry.credits)))
         try:
             with store_errors("TransactWriteItems"):
                 self._db.transact_write_items(TransactItems=items)
@@ -71,6 +58,22 @@ class AccountsAndLedger(StoreBase):
             if self._missing(exc):
                 raise RecordMissing(f"Job {transition.after.job_id} no longer exists.") from None
             raise
+
+    def _balance_change(self, entry: LedgerEntry, before: Decimal) -> TransactWriteItemTypeDef:
+        """The transaction item that sets the account's balance to ``entry.balance_after`` (credits)
+        only while it is exactly ``before``: a concurrent change cancels the whole transaction."""
+        return {
+            "Update": {
+                "TableName": self._accounts,
+                "Key": serialize_item({"accountId": entry.account_id}),
+                "UpdateExpression": "SET creditBalance = :after",
+                "ConditionExpression": "attribute_exists(accountId) AND creditBalance = :before",
+                "ExpressionAttributeValues": {
+                    ":after": serialize_value(entry.balance_after),
+                    ":before": serialize_value(before),
+                },
+            }
+        }
 
     def get_account(self, account_id: str) -> Account | None:
         """The account, read strongly consistent, or None."""
@@ -213,18 +216,7 @@ class AccountsAndLedger(StoreBase):
                             "ConditionExpression": "attribute_not_exists(entryId)",
                         }
                     },
-                    {
-                        "Update": {
-                            "TableName": self._accounts,
-                            "Key": serialize_item({"accountId": entry.account_id}),
-                            "UpdateExpression": "SET creditBalance = :after",
-                            "ConditionExpression": "attribute_exists(accountId) AND creditBalance = :before",
-                            "ExpressionAttributeValues": {
-                                ":after": serialize_value(entry.balance_after),
-                                ":before": serialize_value(before),
-                            },
-                        }
-                    },
+                    self._balance_change(entry, before),
                 ],
             )
         stored = self.get_account(entry.account_id)
