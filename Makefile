@@ -88,7 +88,8 @@ e2e: $(STAMP) sandbox-tools
 ## Mutation run over the money code (mutmut, [tool.mutmut] in pyproject.toml; not part of `make test`):
 ## the credit and metering rules, the settlement and the meter's balance/cap checks, each mutant tested by
 ## the tests that reach it. Results are cached in mutants/ (a re-run tests only what changed);
-## `make mutation MUTATION_SCOPE='functions.domain.credits*'` narrows it. Survivors: README "Testing".
+## `make mutation MUTATION_SCOPE='functions.domain.credits*'` narrows it (one function a run keeps it under
+## ~25 minutes on 2 loaded cores; the whole scope takes hours there). Survivors: README "Testing".
 MUTATION_SCOPE ?= functions.domain.credits* functions.domain.metering* functions.logic.job_events.x__settle* \
 	functions.logic.job_events.x_apply_job_state_change* functions.logic.metering.x_meter_tick*
 mutation: $(STAMP)

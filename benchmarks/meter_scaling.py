@@ -137,25 +137,17 @@ def _settings(region: str) -> Any:
 
 def _job(account_id: str, submitted: datetime, running: bool) -> Any:
     """A Basic1x8 job that started 30 s after submission: Running, or Succeeded after 90 s."""
-    from functions.domain.jobs import Job, JobType, PayloadKind
-    from functions.domain.machine_classes import GeoZone
     from functions.domain.notifications import normalize_notifications
     from functions.domain.status import JobStatus
     from functions.logic.submission import new_job_id
+    from tests.builders import build_job
 
     started = submitted + timedelta(seconds=30)
     history = (JobStatus.QUEUED, JobStatus.STARTING, JobStatus.RUNNING)
     job_id = new_job_id(int(submitted.timestamp() * 1000))
-    return Job(
-        job_id=job_id,
+    return build_job(
+        job_id,
         account_id=account_id,
-        name=None,
-        type=JobType.SINGLE,
-        payload_kind=PayloadKind.CODE,
-        machine_class="Basic1x8",
-        geo_zone=GeoZone.UNITED_STATES,
-        credit_constraint=None,
-        time_constraint=None,
         notifications=normalize_notifications("Automatic"),
         submitted_at=submitted,
         status=JobStatus.RUNNING if running else JobStatus.SUCCEEDED,
@@ -165,7 +157,6 @@ def _job(account_id: str, submitted: datetime, running: bool) -> Any:
         exit_code=None if running else 0,
         started_at=started,
         completed_at=None if running else started + timedelta(seconds=90),
-        batch_job_id=f"batch-{job_id}",
         log_stream_name=f"remote-batch-worker/default/batch-{job_id}",
         last_event_at=started if running else started + timedelta(seconds=90),
         sent_notifications=frozenset(

@@ -7,10 +7,10 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from aws_lambda_powertools import Logger
-from botocore.exceptions import BotoCoreError, ClientError
 from pydantic import ValidationError
 
 from functions.adapters.batch_detail import BatchJobDetail, to_state
+from functions.adapters.errors import translate_errors
 from functions.domain.errors import DependencyFailed
 from functions.domain.jobs import BatchJobState
 from functions.ports import BatchSubmission
@@ -25,11 +25,9 @@ if TYPE_CHECKING:  # the stubs are a dev dependency; the Lambda runtime has no n
 
 logger = Logger(child=True)
 
-# Error codes AWS Batch (and the SDK's retry layer) return when the caller is being rate-limited
-# (botocore's retry handlers treat these as throttling; AWS Batch API reference, "Common errors").
-THROTTLING_CODES = frozenset(
-    {"ThrottlingException", "Throttling", "TooManyRequestsException", "RequestLimitExceeded"}
-)
+# AWS Batch's 400 (a job, queue or definition it does not know, bad parameters): the same request
+# never succeeds (AWS Batch API reference, "Common errors").
+CLIENT_ERROR_CODES = frozenset({"ClientException"})
 
 # DescribeJobs takes at most 100 job ids (AWS Batch API reference).
 DESCRIBE_BATCH_SIZE = 100
@@ -71,7 +69,8 @@ def submit_job_request(submission: BatchSubmission) -> SubmitJobRequestTypeDef:
 
 @contextmanager
 def translated_errors(action: str, consequence: str) -> Iterator[None]:
-    """Turn what boto3 raises for one AWS Batch call into the domain's ``DependencyFailed``.
+    """Turn what boto3 raises for one AWS Batch call into the domain's ``DependencyFailed``
+    (through the adapters' shared ``translate_errors``).
 
     Parameters
     ----------
@@ -90,19 +89,17 @@ def translated_errors(action: str, consequence: str) -> Iterator[None]:
         ``BotoCoreError``): "AWS Batch did not ...". The original error is the ``__cause__``; its
         code is logged, never shown to the caller.
     """
-    try:
+    with translate_errors(
+        "batch",
+        action,
+        failed=f"AWS Batch did not {action}; {consequence}",
+        busy=f"AWS Batch is busy and did not {action}; {consequence}",
+        unreachable=f"AWS Batch could not be reached to {action}; {consequence}",
+        permanent=CLIENT_ERROR_CODES,
+        refused=f"AWS Batch refused to {action}; {consequence}",
+        refusal=DependencyFailed,
+    ):
         yield
-    except ClientError as exc:
-        code = str(exc.response.get("Error", {}).get("Code", ""))
-        logger.warning("aws batch error", action=action, code=code)
-        if code in THROTTLING_CODES:
-            raise DependencyFailed(f"AWS Batch is busy and did not {action}; {consequence}") from exc
-        if code == "ClientException":
-            raise DependencyFailed(f"AWS Batch refused to {action}; {consequence}") from exc
-        raise DependencyFailed(f"AWS Batch did not {action}; {consequence}") from exc
-    except BotoCoreError as exc:
-        logger.warning("aws batch unreachable", action=action, error=type(exc).__name__)
-        raise DependencyFailed(f"AWS Batch could not be reached to {action}; {consequence}") from exc
 
 
 class AwsBatchGateway:

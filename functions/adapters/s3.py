@@ -2,51 +2,61 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
-from botocore.exceptions import ClientError
-
-from functions.domain.errors import DependencyFailed, PayloadTooLarge
+from functions.adapters.errors import Absent, translate_errors
+from functions.domain.errors import PayloadTooLarge
 from functions.ports import ObjectInfo, StoredObject
 
-_MISSING = {"NoSuchKey", "404", "NotFound"}
+if TYPE_CHECKING:  # the stubs are a dev dependency; the Lambda runtime has no need of them
+    from mypy_boto3_s3 import S3Client
+    from mypy_boto3_s3.type_defs import ObjectIdentifierTypeDef
+
+# DeleteObjects takes at most 1000 keys a request (Amazon S3 API reference, DeleteObjects).
+DELETE_BATCH_SIZE = 1000
+STORE_FAILED = "The job's data could not be stored; try again shortly."
+READ_FAILED = "The job's data could not be read; try again shortly."
+LIST_FAILED = "The job's data could not be listed; try again shortly."
+DELETE_FAILED = "The job's data could not be deleted; try again shortly."
 
 
 class S3BlobStore:
     """``BlobStore`` on one bucket.
 
+    Every call raises ``DependencyFailed`` when S3 fails, throttles (``SlowDown``) or cannot be
+    reached (``functions.adapters.errors.translate_errors``); a missing object (GetObject's
+    ``NoSuchKey``, HeadObject's ``404``) is None, not an error.
+
     Parameters
     ----------
-    client :
+    client : S3Client
         A boto3 S3 client of the bucket's region.
     bucket : str
         The bucket's name.
     """
 
-    def __init__(self, client: Any, bucket: str) -> None:
+    def __init__(self, client: S3Client, bucket: str) -> None:
         self._s3 = client
         self.bucket = bucket
 
     def put(self, key: str, data: bytes, content_type: str) -> None:
-        """Store ``data`` (bytes) at ``key``, encrypted at rest by the bucket's default."""
-        try:
+        """PutObject: store ``data`` (bytes) at ``key``, encrypted at rest by the bucket's default."""
+        with translate_errors("s3", "PutObject", failed=STORE_FAILED):
             self._s3.put_object(Bucket=self.bucket, Key=key, Body=data, ContentType=content_type)
-        except ClientError as exc:
-            raise DependencyFailed("The job's data could not be stored; try again shortly.") from exc
 
     def get(self, key: str, max_bytes: int | None = None) -> bytes | None:
-        """The object's bytes or None; ``PayloadTooLarge`` when it is over ``max_bytes``."""
+        """GetObject: the object's bytes or None; ``PayloadTooLarge`` when it is over ``max_bytes``
+        (the body is closed unread)."""
         try:
-            response = self._s3.get_object(Bucket=self.bucket, Key=key)
-        except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") in _MISSING:
-                return None
-            raise DependencyFailed("The job's data could not be read; try again shortly.") from exc
+            with translate_errors("s3", "GetObject", failed=READ_FAILED, absent_ok=True):
+                response = self._s3.get_object(Bucket=self.bucket, Key=key)
+        except Absent:
+            return None
         if max_bytes is not None and response["ContentLength"] > max_bytes:
             response["Body"].close()
             raise PayloadTooLarge(f"{key.rsplit('/', 1)[-1]} is over {max_bytes} bytes.")
-        data: bytes = response["Body"].read()
-        return data
+        with translate_errors("s3", "GetObject", failed=READ_FAILED):
+            return response["Body"].read()
 
     def size(self, key: str) -> int | None:
         """The object's size in bytes, or None."""
@@ -56,11 +66,10 @@ class S3BlobStore:
     def describe(self, key: str) -> ObjectInfo | None:
         """HeadObject: the object's size (bytes) and Content-Type, or None when it does not exist."""
         try:
-            response = self._s3.head_object(Bucket=self.bucket, Key=key)
-        except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") in _MISSING:
-                return None
-            raise DependencyFailed("The job's data could not be read; try again shortly.") from exc
+            with translate_errors("s3", "HeadObject", failed=READ_FAILED, absent_ok=True):
+                response = self._s3.head_object(Bucket=self.bucket, Key=key)
+        except Absent:
+            return None
         return ObjectInfo(
             key=key,
             size=int(response["ContentLength"]),
@@ -68,24 +77,23 @@ class S3BlobStore:
         )
 
     def list(self, prefix: str) -> list[StoredObject]:
-        """Objects under ``prefix`` (every page)."""
+        """ListObjectsV2: the objects under ``prefix`` (every page)."""
         objects: list[StoredObject] = []
-        try:
+        with translate_errors("s3", "ListObjectsV2", failed=LIST_FAILED):
             for page in self._s3.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=prefix):
                 objects += [StoredObject(o["Key"], int(o["Size"])) for o in page.get("Contents", [])]
-        except ClientError as exc:
-            raise DependencyFailed("The job's data could not be listed; try again shortly.") from exc
         return objects
 
     def delete_prefix(self, prefix: str) -> int:
-        """Delete every object under ``prefix`` (1000 a request); returns how many."""
+        """Delete every object under ``prefix`` (DeleteObjects, ``DELETE_BATCH_SIZE`` keys a request,
+        quiet); returns how many."""
         keys = [o.key for o in self.list(prefix)]
-        try:
-            for start in range(0, len(keys), 1000):
-                batch = [{"Key": k} for k in keys[start : start + 1000]]
+        with translate_errors("s3", "DeleteObjects", failed=DELETE_FAILED):
+            for start in range(0, len(keys), DELETE_BATCH_SIZE):
+                batch: list[ObjectIdentifierTypeDef] = [
+                    {"Key": k} for k in keys[start : start + DELETE_BATCH_SIZE]
+                ]
                 self._s3.delete_objects(Bucket=self.bucket, Delete={"Objects": batch, "Quiet": True})
-        except ClientError as exc:
-            raise DependencyFailed("The job's data could not be deleted; try again shortly.") from exc
         return len(keys)
 
     def presigned_get(self, key: str, expires_seconds: int) -> str:
@@ -94,10 +102,9 @@ class S3BlobStore:
         SigV4 on the region's virtual-hosted endpoint when the client is built with
         ``functions.bootstrap.S3_CONFIG``. Signing is local: no request is made, nothing can fail.
         """
-        url: str = self._s3.generate_presigned_url(
+        return self._s3.generate_presigned_url(
             "get_object", Params={"Bucket": self.bucket, "Key": key}, ExpiresIn=expires_seconds
         )
-        return url
 
     def presigned_put(self, key: str, expires_seconds: int, content_length: int, content_type: str) -> str:
         """A presigned PUT URL valid ``expires_seconds`` for exactly ``content_length`` bytes.
@@ -106,7 +113,7 @@ class S3BlobStore:
         refuses (403 SignatureDoesNotMatch) an upload of another size or type: the size limit is
         the signature's. A single PUT takes up to 5 GiB (S3's limit for one request).
         """
-        url: str = self._s3.generate_presigned_url(
+        return self._s3.generate_presigned_url(
             "put_object",
             Params={
                 "Bucket": self.bucket,
@@ -116,4 +123,3 @@ class S3BlobStore:
             },
             ExpiresIn=expires_seconds,
         )
-        return url

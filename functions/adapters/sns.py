@@ -26,13 +26,15 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any
+from typing import TYPE_CHECKING
 
-from botocore.exceptions import BotoCoreError, ClientError
-
+from functions.adapters.errors import Absent, translate_errors
 from functions.adapters.webhook import WebhookSender
 from functions.domain.errors import DeliveryRefused, DependencyFailed
 from functions.ports import OutgoingNotification
+
+if TYPE_CHECKING:  # the stubs are a dev dependency; the Lambda runtime has no need of them
+    from mypy_boto3_sns import SNSClient
 
 SMS_MAX_CHARS = 140
 EMAIL_SUBJECT_MAX_CHARS = 100
@@ -53,6 +55,10 @@ PERMANENT_CODES = frozenset(
         "ValidationException",
     }
 )
+
+SUBSCRIBE_FAILED = "SNS did not accept the email subscription; try again."
+REMOVE_FAILED = "SNS did not remove the old email topic; try again."
+STATUS_FAILED = "SNS could not tell the email subscription's status."
 
 
 def email_subject(text: str) -> str:
@@ -76,10 +82,6 @@ def _topic_name(topic_arn: str) -> str:
     return topic_arn.rsplit(":", 1)[1]
 
 
-def _error_code(exc: ClientError) -> str:
-    return str(exc.response.get("Error", {}).get("Code", ""))
-
-
 class SnsNotifier:
     """``Notifier`` on SNS (and HTTPS for webhooks).
 
@@ -89,7 +91,7 @@ class SnsNotifier:
 
     Parameters
     ----------
-    client : SNS client
+    client : SNSClient
     email_topic_arn_prefix : str
         ``arn:aws:sns:<region>:<account>:remote-batch-<stage>-email-``.
     webhooks : WebhookSender | None
@@ -97,7 +99,7 @@ class SnsNotifier:
     """
 
     def __init__(
-        self, client: Any, email_topic_arn_prefix: str, webhooks: WebhookSender | None = None
+        self, client: SNSClient, email_topic_arn_prefix: str, webhooks: WebhookSender | None = None
     ) -> None:
         self._sns = client
         self._prefix = email_topic_arn_prefix
@@ -118,7 +120,14 @@ class SnsNotifier:
                 raise DeliveryRefused("the account's webhook has no signing secret")
             self._webhooks.send(notification, notification.secret)
             return
-        try:
+        with translate_errors(
+            "sns",
+            "Publish",
+            failed=f"SNS did not take the {notification.method} notification ({{code}}).",
+            unreachable=f"SNS could not be reached for a {notification.method} notification.",
+            permanent=PERMANENT_CODES,
+            refused=f"SNS refused the {notification.method} notification ({{code}}).",
+        ):
             if notification.method == "SMS":
                 self._sns.publish(
                     PhoneNumber=notification.to,
@@ -133,19 +142,6 @@ class SnsNotifier:
                     Subject=email_subject(notification.subject),
                     Message=notification.message,
                 )
-        except ClientError as exc:
-            code = _error_code(exc)
-            if code in PERMANENT_CODES:
-                raise DeliveryRefused(
-                    f"SNS refused the {notification.method} notification ({code})."
-                ) from exc
-            raise DependencyFailed(
-                f"SNS did not take the {notification.method} notification ({code})."
-            ) from exc
-        except BotoCoreError as exc:
-            raise DependencyFailed(
-                f"SNS could not be reached for a {notification.method} notification."
-            ) from exc
 
 
 class SnsEmailSubscriptions:
@@ -153,14 +149,14 @@ class SnsEmailSubscriptions:
 
     Parameters
     ----------
-    client : SNS client
+    client : SNSClient
     email_topic_arn_prefix : str
         As for ``SnsNotifier``.
     kms_key_id : str
         The KMS key (ARN or alias) every topic is encrypted with; "" for none (the local stack).
     """
 
-    def __init__(self, client: Any, email_topic_arn_prefix: str, kms_key_id: str = "") -> None:
+    def __init__(self, client: SNSClient, email_topic_arn_prefix: str, kms_key_id: str = "") -> None:
         self._sns = client
         self._prefix = email_topic_arn_prefix
         self._key = kms_key_id
@@ -192,58 +188,62 @@ class SnsEmailSubscriptions:
     def _create_topic(self, topic_arn: str) -> None:
         attributes = self._attributes(topic_arn)
         try:
-            created = self._sns.create_topic(Name=_topic_name(topic_arn), Attributes=attributes)
-        except ClientError as exc:
-            if _error_code(exc) != "InvalidParameter":
-                raise
-            # The topic exists with other attributes (a key or policy changed since): bring it up to date.
-            for name, value in attributes.items():
-                self._sns.set_topic_attributes(TopicArn=topic_arn, AttributeName=name, AttributeValue=value)
+            # InvalidParameter: the topic exists with other attributes (a key or policy changed since).
+            with translate_errors(
+                "sns", "CreateTopic", failed=SUBSCRIBE_FAILED, permanent={"InvalidParameter"}
+            ):
+                created = self._sns.create_topic(Name=_topic_name(topic_arn), Attributes=attributes)
+        except DeliveryRefused:
+            # Bring the existing topic up to date.
+            with translate_errors("sns", "SetTopicAttributes", failed=SUBSCRIBE_FAILED):
+                for name, value in attributes.items():
+                    self._sns.set_topic_attributes(
+                        TopicArn=topic_arn, AttributeName=name, AttributeValue=value
+                    )
             return
         if created["TopicArn"] != topic_arn:
             raise DependencyFailed(f"SNS made topic {created['TopicArn']}, expected {topic_arn}")
 
     def subscribe(self, account_id: str, email: str) -> str:
-        """Create the account's topic for ``email`` (idempotent) and subscribe the address to it.
+        """Create the account's topic for ``email`` (CreateTopic, idempotent; SetTopicAttributes when
+        it exists with other attributes) and subscribe the address to it.
 
         Returns the subscription ARN (pending until its owner follows the confirmation link).
         Raises ``DependencyFailed`` when SNS refuses either step.
         """
         topic_arn = self.topic_arn(account_id, email)
-        try:
-            self._create_topic(topic_arn)
+        self._create_topic(topic_arn)
+        with translate_errors("sns", "Subscribe", failed=SUBSCRIBE_FAILED):
             response = self._sns.subscribe(
                 TopicArn=topic_arn, Protocol="email", Endpoint=email, ReturnSubscriptionArn=True
             )
-        except (ClientError, BotoCoreError) as exc:
-            raise DependencyFailed("SNS did not accept the email subscription; try again.") from exc
-        arn: str = response["SubscriptionArn"]
-        return arn
+        return response["SubscriptionArn"]
 
     def remove(self, account_id: str, email: str) -> None:
         """Delete the account's topic for ``email`` with its subscription, pending or confirmed
-        (DeleteTopic is idempotent: a topic already gone is fine). Raises ``DependencyFailed``."""
+        (DeleteTopic is idempotent: a topic already gone, ``NotFound``, is fine). Raises
+        ``DependencyFailed``."""
         try:
-            self._sns.delete_topic(TopicArn=self.topic_arn(account_id, email))
-        except ClientError as exc:
-            if _error_code(exc) != "NotFound":
-                raise DependencyFailed("SNS did not remove the old email topic; try again.") from exc
-        except BotoCoreError as exc:
-            raise DependencyFailed("SNS did not remove the old email topic; try again.") from exc
+            with translate_errors("sns", "DeleteTopic", failed=REMOVE_FAILED, absent_ok=True):
+                self._sns.delete_topic(TopicArn=self.topic_arn(account_id, email))
+        except Absent:
+            return
 
     def status(self, account_id: str, email: str) -> str:
-        """``confirmed`` once the topic has a confirmed subscription for ``email``, else ``pending``.
+        """``confirmed`` once the topic has a confirmed subscription for ``email``, else ``pending``
+        (also when SNS cannot say: the topic is missing, or the call fails).
 
         Read with ListSubscriptionsByTopic on the account's own topic (a pending subscription is
         listed with the ARN ``PendingConfirmation``), so IAM scopes it to the topic prefix.
         """
         try:
-            paginator = self._sns.get_paginator("list_subscriptions_by_topic")
-            for page in paginator.paginate(TopicArn=self.topic_arn(account_id, email)):
-                for subscription in page.get("Subscriptions", []):
-                    arn = subscription.get("SubscriptionArn", "")
-                    if subscription.get("Endpoint") == email and arn.startswith("arn:"):
-                        return "confirmed"
-        except (ClientError, BotoCoreError):
+            with translate_errors("sns", "ListSubscriptionsByTopic", failed=STATUS_FAILED):
+                paginator = self._sns.get_paginator("list_subscriptions_by_topic")
+                for page in paginator.paginate(TopicArn=self.topic_arn(account_id, email)):
+                    for subscription in page.get("Subscriptions", []):
+                        arn = subscription.get("SubscriptionArn", "")
+                        if subscription.get("Endpoint") == email and arn.startswith("arn:"):
+                            return "confirmed"
+        except DependencyFailed:
             return "pending"
         return "pending"

@@ -172,26 +172,34 @@ def apply_job_state_change(services: Services, state: BatchJobState, now: dateti
         When DynamoDB/SNS fail, or the write kept losing races (the event is retried by EventBridge).
     """
     if not is_known_batch_status(state.status):
+        # pragma: no mutate start (a log line or the retry jitter: README "Testing")
         logger.warning("unknown batch status ignored", status=state.status, batch_job_id=state.batch_job_id)
+        # pragma: no mutate end
         return None
     for _ in range(MAX_WRITE_ATTEMPTS):
         try:
             job = services.store.get_job(state.job_name)
         except UnreadableRecord as exc:
+            # pragma: no mutate start (a log line or the retry jitter: README "Testing")
             logger.error(
                 "event for an unreadable job item ignored", job_name=state.job_name, problem=exc.message
             )
+            # pragma: no mutate end
             return None
         if job is None:
             # Unknown, deleted, or past its record TTL: a late event is neither applied nor charged.
+            # pragma: no mutate start (a log line or the retry jitter: README "Testing")
             logger.warning(
                 "event for unknown job ignored", job_name=state.job_name, batch_job_id=state.batch_job_id
             )
+            # pragma: no mutate end
             return None
         if job.batch_job_id and job.batch_job_id != state.batch_job_id:
+            # pragma: no mutate start (a log line or the retry jitter: README "Testing")
             logger.warning(
                 "event for another batch job ignored", job_id=job.job_id, batch_job_id=state.batch_job_id
             )
+            # pragma: no mutate end
             return job
         final_reason, warnings, charged = _final_outcome(services, job, state)
         transition = apply_batch_event(job, state, final_reason, warnings=warnings, charged=charged)
@@ -204,11 +212,15 @@ def apply_job_state_change(services: Services, state: BatchJobState, now: dateti
                 services.store.save_transition(transition, now)
         except ConditionFailed:
             # Another event or a settlement of the same account won; back off with jitter, re-read.
+            # pragma: no mutate start (a log line or the retry jitter: README "Testing")
             logger.debug("transition lost a race; re-reading", job_id=job.job_id)
             time.sleep(random.uniform(0, 0.02))  # noqa: S311 - jitter, not cryptography
+            # pragma: no mutate end
             continue
         job = transition.after
+        # pragma: no mutate start (a log line or the retry jitter: README "Testing")
         logger.info("job status", job_id=job.job_id, status=job.status.value, batch_status=state.status)
+        # pragma: no mutate end
         if transition.settles and is_credit_constraint_reason(job.status_reason):
             discard_outputs(services, job)
         break
@@ -219,6 +231,8 @@ def apply_job_state_change(services: Services, state: BatchJobState, now: dateti
         # A failed publish stays owed and is sent again by the meter: the event itself succeeded.
         deliver_due_notifications(services, fresh, now, raise_on_failure=False)
     except (RecordMissing, UnreadableRecord):
+        # pragma: no mutate start (a log line or the retry jitter: README "Testing")
         logger.warning("job gone before its notifications were sent", job_id=job.job_id)
+        # pragma: no mutate end
         return job
     return fresh

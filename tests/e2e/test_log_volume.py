@@ -8,16 +8,13 @@ default 1 GiB limit.
 
 from __future__ import annotations
 
-import json
-import threading
-import time
 from collections.abc import Iterator
 from decimal import Decimal
 
-import psutil
 import pytest
 
 from tests.e2e.conftest import Client, LocalStackProcess, _free_port
+from tests.local_stack import StackSampler
 
 pytestmark = pytest.mark.e2e
 
@@ -68,40 +65,12 @@ def limited_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalSta
     assert process.stop() == 0
 
 
-class _Sampler:
-    """Samples the stack's RSS and its snapshot's age every 0.1 s on a thread."""
-
-    def __init__(self, stack: LocalStackProcess) -> None:
-        assert stack.process is not None
-        self._process = psutil.Process(stack.process.pid)
-        self._meta = stack.home / "state" / "snapshot.json"
-        self.baseline = self._process.memory_info().rss
-        self.peak = self.baseline
-        self.max_lag = 0.0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.wait(0.1):
-            self.peak = max(self.peak, self._process.memory_info().rss)
-            try:
-                taken = json.loads(self._meta.read_text())["takenAtMs"] / 1000
-            except (OSError, ValueError, KeyError):
-                continue
-            self.max_lag = max(self.max_lag, time.time() - taken)
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join()
-
-
 def test_a_job_printing_four_times_its_log_limit_is_ended_and_the_stack_stays_bounded(
     limited_stack: LocalStackProcess,
 ) -> None:
     dev: Client = limited_stack.client("dev")
     before = dev.balance()
-    sampler = _Sampler(limited_stack)
+    sampler = StackSampler(limited_stack)
 
     # When a Basic1x8 job prints ~200 MB against a 48 MiB log limit
     job = dev.submit({"code": PRINTER})

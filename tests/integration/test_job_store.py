@@ -19,15 +19,12 @@ from functions.domain.jobs import (
     Account,
     BatchJobState,
     Job,
-    JobType,
     NotificationRecord,
-    PayloadKind,
     apply_batch_event,
 )
-from functions.domain.machine_classes import GeoZone
 from functions.domain.notification_schedule import failure_record
-from functions.domain.notifications import AUTOMATIC_RULES
 from functions.domain.status import JobStatus
+from tests.builders import build_job
 
 JOBS = "test-jobs"
 
@@ -47,23 +44,13 @@ def make_job(
     stack, job_id: str, *, status: JobStatus = JobStatus.RUNNING, ttl_in: timedelta | None = None
 ) -> Job:
     now = stack.clock()
-    job = Job(
-        job_id=job_id,
-        account_id="dev",
-        name=None,
-        type=JobType.SINGLE,
-        payload_kind=PayloadKind.CODE,
-        machine_class="Basic1x8",
-        geo_zone=GeoZone.UNITED_STATES,
-        credit_constraint=None,
-        time_constraint=None,
-        notifications=AUTOMATIC_RULES,
+    job = build_job(
+        job_id,
         submitted_at=now - timedelta(minutes=5),
         status=status,
         status_history=(JobStatus.QUEUED, JobStatus.STARTING, JobStatus.RUNNING)[: 1 + status.rank],
         event_position=4 if status == JobStatus.RUNNING else -1,
         started_at=now - timedelta(minutes=4) if status == JobStatus.RUNNING else None,
-        batch_job_id=f"batch-{job_id}",
         record_expires_at=now + ttl_in if ttl_in is not None else None,
     )
     stack.services.store.create_job(job)

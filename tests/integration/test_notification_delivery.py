@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 from datetime import UTC, datetime
 from itertools import pairwise
-from typing import Any
+from typing import Any, cast
 
 import boto3
 import pytest
@@ -100,7 +100,7 @@ class RefusingSns:
 )
 @pytest.mark.parametrize("method", ["Email", "SMS"])
 def test_sns_codes_that_can_never_succeed_are_refused_for_good(code, method):
-    notifier = SnsNotifier(RefusingSns(code), "arn:aws:sns:us-east-1:123456789012:test-email-")
+    notifier = SnsNotifier(cast(Any, RefusingSns(code)), "arn:aws:sns:us-east-1:123456789012:test-email-")
     notification = OutgoingNotification(
         "j", "ana", "JobStarting", method, EMAIL if method == "Email" else PHONE, "s", "m", AT
     )
@@ -110,7 +110,7 @@ def test_sns_codes_that_can_never_succeed_are_refused_for_good(code, method):
 
 @pytest.mark.parametrize("code", ["Throttled", "ThrottlingException", "InternalError", "KMSThrottling"])
 def test_sns_codes_that_may_pass_are_transient(code):
-    notifier = SnsNotifier(RefusingSns(code), "arn:aws:sns:us-east-1:123456789012:test-email-")
+    notifier = SnsNotifier(cast(Any, RefusingSns(code)), "arn:aws:sns:us-east-1:123456789012:test-email-")
     notification = OutgoingNotification("j", "ana", "JobStarting", "SMS", PHONE, "s", "m", AT)
     with pytest.raises(DependencyFailed) as raised:
         notifier.send(notification)

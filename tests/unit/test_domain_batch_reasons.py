@@ -20,17 +20,15 @@ from functions.domain.batch_reasons import (
 from functions.domain.jobs import (
     BatchJobState,
     Job,
-    JobType,
-    PayloadKind,
     apply_batch_event,
     describe_failure,
     is_infrastructure_loss,
     ms_to_datetime,
     success_warnings,
 )
-from functions.domain.machine_classes import MACHINE_CLASSES, GeoZone
-from functions.domain.notifications import AUTOMATIC_RULES
+from functions.domain.machine_classes import MACHINE_CLASSES
 from functions.domain.status import JobStatus
+from tests.builders import build_job
 
 SUBMITTED_AT = datetime(2026, 11, 29, 17, 20, tzinfo=UTC)
 T0 = int(SUBMITTED_AT.timestamp() * 1000)
@@ -52,20 +50,13 @@ ESSENTIAL = "Essential container in task exited"
 
 
 def make_job(**overrides) -> Job:
-    fields = {
-        "job_id": "job-01JDXYZ0000000000000000000",
+    fields: dict[str, Any] = {
         "account_id": "alice",
         "name": "factor",
-        "type": JobType.SINGLE,
-        "payload_kind": PayloadKind.CODE,
-        "machine_class": "Basic1x8",
-        "geo_zone": GeoZone.UNITED_STATES,
-        "credit_constraint": None,
-        "time_constraint": None,
-        "notifications": AUTOMATIC_RULES,
         "submitted_at": SUBMITTED_AT,
+        "batch_job_id": None,
     }
-    return Job(**(fields | overrides))
+    return build_job(**(fields | overrides))
 
 
 def state(status: str, attempts: int = 1, **fields) -> BatchJobState:

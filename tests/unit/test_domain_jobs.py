@@ -2,6 +2,7 @@
 
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -11,16 +12,14 @@ from functions.domain.jobs import (
     MAX_STATUS_REASON,
     BatchJobState,
     Job,
-    JobType,
-    PayloadKind,
     apply_batch_event,
     charge_entry_id,
     describe_failure,
     ms_to_datetime,
 )
-from functions.domain.machine_classes import MACHINE_CLASSES, GeoZone
-from functions.domain.notifications import AUTOMATIC_RULES
+from functions.domain.machine_classes import MACHINE_CLASSES
 from functions.domain.status import JobStatus, event_position
+from tests.builders import build_job
 
 Q, ST, R, S, T = (
     JobStatus.QUEUED,
@@ -39,20 +38,13 @@ FAILED_REASON = "Exited with code 1"
 
 
 def make_job(**overrides) -> Job:
-    fields = {
-        "job_id": "job-01JDXYZ0000000000000000000",
+    fields: dict[str, Any] = {
         "account_id": "alice",
         "name": "factor",
-        "type": JobType.SINGLE,
-        "payload_kind": PayloadKind.CODE,
-        "machine_class": "Basic1x8",
-        "geo_zone": GeoZone.UNITED_STATES,
-        "credit_constraint": None,
-        "time_constraint": None,
-        "notifications": AUTOMATIC_RULES,
         "submitted_at": SUBMITTED_AT,
+        "batch_job_id": None,
     }
-    return Job(**(fields | overrides))
+    return build_job(**(fields | overrides))
 
 
 def event(

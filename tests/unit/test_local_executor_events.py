@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from functions.domain.jobs import Job, JobType, PayloadKind
-from functions.domain.machine_classes import GeoZone, machine_class
+from functions.domain.jobs import Job
+from functions.domain.machine_classes import machine_class
 from functions.domain.status import JobStatus
 from functions.ports import BatchSubmission
 from remote_batch.local.events import (
@@ -31,6 +31,7 @@ from remote_batch.local.executor import (
 )
 from remote_batch.local.recovery import stopped_event
 from remote_batch.local.resources import local_settings
+from tests.builders import build_job
 
 REGION = "us-east-1"
 ACCOUNT = "000000000000"
@@ -273,16 +274,9 @@ def test_host_note_says_why_memory_was_cut():
 
 
 def _unfinished_job(status: JobStatus, started_at: datetime | None) -> Job:
-    return Job(
-        job_id="job-01JDXYZ0000000000000000000",
+    return build_job(
+        "job-01JDXYZ0000000000000000000",
         account_id="alice",
-        name=None,
-        type=JobType.SINGLE,
-        payload_kind=PayloadKind.CODE,
-        machine_class="Basic1x8",
-        geo_zone=GeoZone.UNITED_STATES,
-        credit_constraint=None,
-        time_constraint=None,
         notifications=(),
         submitted_at=datetime(2026, 1, 1, 12, 0, tzinfo=UTC),
         status=status,

@@ -8,12 +8,11 @@ from typing import Any
 from boto3.dynamodb.types import TypeSerializer
 
 from functions.adapters.dynamodb import job_to_item
-from functions.domain.jobs import Job, JobType, PayloadKind
-from functions.domain.machine_classes import GeoZone
-from functions.domain.notifications import AUTOMATIC_RULES
+from functions.domain.jobs import Job
 from functions.domain.status import JobStatus
 from remote_batch.local.recovery import STOPPED_REASON, STOPPED_UNSTARTED_REASON, recover_unfinished_jobs
 from remote_batch.local.resources import local_settings
+from tests.builders import build_job
 
 SUBMITTED = datetime(2026, 12, 1, 1, 0, tzinfo=UTC)
 CRASH = SUBMITTED + timedelta(minutes=10)
@@ -21,22 +20,7 @@ _serializer = TypeSerializer()
 
 
 def _job(job_id: str, status: JobStatus, started_at: datetime | None = None) -> Job:
-    return Job(
-        job_id=job_id,
-        account_id="dev",
-        name=None,
-        type=JobType.SINGLE,
-        payload_kind=PayloadKind.CODE,
-        machine_class="Basic1x8",
-        geo_zone=GeoZone.UNITED_STATES,
-        credit_constraint=None,
-        time_constraint=None,
-        notifications=AUTOMATIC_RULES,
-        submitted_at=SUBMITTED,
-        status=status,
-        started_at=started_at,
-        batch_job_id=f"batch-{job_id}",
-    )
+    return build_job(job_id, submitted_at=SUBMITTED, status=status, started_at=started_at)
 
 
 class _Table:

@@ -1,0 +1,238 @@
+"""The DynamoDB items of jobs, accounts and ledger entries (plain Python values) and the low-level
+(de)serialization of attribute values (boto3's ``TypeSerializer``: numbers are ``Decimal``)."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import Any
+
+from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
+
+from functions.domain.credits import quantize_credits
+from functions.domain.errors import UnreadableRecord
+from functions.domain.jobs import (
+    RECORD_TTL,
+    Account,
+    Job,
+    JobType,
+    LedgerEntry,
+    LedgerKind,
+    NotificationRecord,
+    PayloadKind,
+)
+from functions.domain.machine_classes import GeoZone
+from functions.domain.notifications import rules_from_json, rules_to_json
+from functions.domain.status import METERED_STATUSES, JobStatus
+from functions.domain.timefmt import from_sortable, to_sortable
+
+METER_PARTITION = "metered"
+OPEN_PARTITION = "open"
+RETRY_PARTITION = "retry"
+
+_serializer = TypeSerializer()
+_deserializer = TypeDeserializer()
+
+
+def serialize_value(value: Any) -> dict[str, Any]:
+    """One attribute value in DynamoDB's wire form (``"x"`` → ``{"S": "x"}``, numbers as ``{"N": ...}``)."""
+    serialized: dict[str, Any] = dict(_serializer.serialize(value))
+    return serialized
+
+
+def serialize_item(values: dict[str, Any]) -> dict[str, Any]:
+    """An item (or key) in DynamoDB's wire form; attributes whose value is None are left out."""
+    return {k: serialize_value(v) for k, v in values.items() if v is not None}
+
+
+def deserialize_item(item: dict[str, Any]) -> dict[str, Any]:
+    """An item in plain Python values (numbers as ``Decimal``, string sets as ``set``)."""
+    return {k: _deserializer.deserialize(v) for k, v in item.items()}
+
+
+def _opt_time(value: str | None) -> datetime | None:
+    return from_sortable(value) if value else None
+
+
+def _opt_int(value: Decimal | None) -> int | None:
+    return int(value) if value is not None else None
+
+
+def record_to_item(record: NotificationRecord) -> dict[str, Any]:
+    """One ``notificationLog`` line as a map."""
+    return {
+        "at": to_sortable(record.at),
+        "event": record.event,
+        "method": record.method,
+        "outcome": record.outcome,
+        "to": record.to,
+        "detail": record.detail,
+    }
+
+
+def _record_from_item(item: dict[str, Any]) -> NotificationRecord:
+    return NotificationRecord(
+        at=from_sortable(item["at"]),
+        event=item["event"],
+        method=item["method"],
+        outcome=item["outcome"],
+        to=item.get("to"),
+        detail=item.get("detail", ""),
+    )
+
+
+def job_to_item(job: Job) -> dict[str, Any]:
+    """The DynamoDB item (plain Python values) of a job."""
+    values: dict[str, Any] = {
+        "jobId": job.job_id,
+        "accountId": job.account_id,
+        "name": job.name,
+        "type": job.type.value,
+        "payloadKind": job.payload_kind.value,
+        "machineClass": job.machine_class,
+        "geoZone": job.geo_zone.value,
+        "creditConstraint": job.credit_constraint,
+        "timeConstraint": job.time_constraint,
+        "notifications": json.dumps(rules_to_json(job.notifications)),
+        "submittedAt": to_sortable(job.submitted_at),
+        "status": job.status.value,
+        "statusReason": job.status_reason,
+        "statusHistory": [s.value for s in job.status_history],
+        "eventPosition": job.event_position,
+        "terminationReason": job.termination_reason,
+        "creditsSpent": job.credits_spent,
+        "exitCode": job.exit_code,
+        "startedAt": to_sortable(job.started_at) if job.started_at else None,
+        "completedAt": to_sortable(job.completed_at) if job.completed_at else None,
+        "batchJobId": job.batch_job_id,
+        "logStreamName": job.log_stream_name,
+        "lastEventAt": to_sortable(job.last_event_at or job.submitted_at),
+        "parentJobId": job.parent_job_id,
+        "arrayIndex": job.array_index,
+        "arraySize": job.array_size,
+        "childStatusCounts": job.child_status_counts,
+        "sentNotifications": set(job.sent_notifications) or None,
+        "retryNotifications": set(job.retry_notifications) or None,
+        "publishFailures": set(job.publish_failures) or None,
+        "notificationLog": [record_to_item(r) for r in job.notification_log] or None,
+        "dataDeletedAt": to_sortable(job.data_deleted_at) if job.data_deleted_at else None,
+        "batchReason": job.batch_reason,
+        "warnings": list(job.warnings) or None,
+        "terminationRequestedAt": (
+            to_sortable(job.termination_requested_at) if job.termination_requested_at else None
+        ),
+        "terminationAttempts": job.termination_attempts or None,
+        "ttl": int((job.record_expires_at or job.submitted_at + RECORD_TTL).timestamp()),
+    }
+    if job.type != JobType.ARRAY_CHILD:
+        values["listKey"] = f"{to_sortable(job.submitted_at)}#{job.job_id}"
+    if job.status in METERED_STATUSES:
+        values["meterPartition"] = METER_PARTITION
+    if not job.is_final:
+        values["openPartition"] = OPEN_PARTITION
+    return values
+
+
+def job_from_item(item: dict[str, Any]) -> Job:
+    """The job of a plain (deserialized) DynamoDB item.
+
+    Raises
+    ------
+    UnreadableRecord
+        For an item that is not a whole job (a stub an update made, a partial write).
+    """
+    try:
+        return _job_from_item(item)
+    except (KeyError, ValueError, TypeError, AttributeError) as exc:
+        job_id = str(item.get("jobId", "?"))
+        raise UnreadableRecord(f"job item {job_id} is not a whole job ({exc!r})", key=job_id) from exc
+
+
+def _job_from_item(item: dict[str, Any]) -> Job:
+    counts = item.get("childStatusCounts")
+    ttl = item.get("ttl")
+    return Job(
+        job_id=item["jobId"],
+        account_id=item["accountId"],
+        name=item.get("name"),
+        type=JobType(item["type"]),
+        payload_kind=PayloadKind(item["payloadKind"]),
+        machine_class=item["machineClass"],
+        geo_zone=GeoZone(item["geoZone"]),
+        credit_constraint=item.get("creditConstraint"),
+        time_constraint=_opt_int(item.get("timeConstraint")),
+        notifications=rules_from_json(json.loads(item["notifications"])),
+        submitted_at=from_sortable(item["submittedAt"]),
+        status=JobStatus(item["status"]),
+        status_reason=item.get("statusReason"),
+        status_history=tuple(JobStatus(s) for s in item.get("statusHistory", ["Queued"])),
+        event_position=int(item.get("eventPosition", -1)),
+        termination_reason=item.get("terminationReason"),
+        credits_spent=quantize_credits(item.get("creditsSpent", Decimal(0))),
+        exit_code=_opt_int(item.get("exitCode")),
+        started_at=_opt_time(item.get("startedAt")),
+        completed_at=_opt_time(item.get("completedAt")),
+        batch_job_id=item.get("batchJobId"),
+        log_stream_name=item.get("logStreamName"),
+        last_event_at=_opt_time(item.get("lastEventAt")),
+        parent_job_id=item.get("parentJobId"),
+        array_index=_opt_int(item.get("arrayIndex")),
+        array_size=_opt_int(item.get("arraySize")),
+        child_status_counts={k: int(v) for k, v in counts.items()} if counts else None,
+        sent_notifications=frozenset(item.get("sentNotifications", ())),
+        retry_notifications=frozenset(item.get("retryNotifications", ())),
+        publish_failures=frozenset(item.get("publishFailures", ())),
+        notification_log=tuple(_record_from_item(r) for r in item.get("notificationLog", [])),
+        data_deleted_at=_opt_time(item.get("dataDeletedAt")),
+        batch_reason=item.get("batchReason"),
+        warnings=tuple(str(w) for w in item.get("warnings", [])),
+        termination_requested_at=_opt_time(item.get("terminationRequestedAt")),
+        termination_attempts=int(item.get("terminationAttempts", 0)),
+        record_expires_at=datetime.fromtimestamp(int(ttl), tz=UTC) if ttl is not None else None,
+    )
+
+
+def account_from_item(item: dict[str, Any]) -> Account:
+    """The account of a plain Accounts item (``KeyError`` for one without ``creditBalance``)."""
+    return Account(
+        account_id=item["accountId"],
+        credit_balance=quantize_credits(item["creditBalance"]),
+        email=item.get("email"),
+        phone=item.get("phone"),
+        roles=tuple(item.get("roles", ["user"])),
+        created_at=_opt_time(item.get("createdAt")),
+        email_subscription=item.get("emailSubscription"),
+        webhook_url=item.get("webhookUrl"),
+        webhook_secret=item.get("webhookSecret"),
+    )
+
+
+def entry_to_item(entry: LedgerEntry) -> dict[str, Any]:
+    """The Ledger item (plain values) of an entry; ``unbilled`` only when not 0."""
+    return {
+        "accountId": entry.account_id,
+        "entryId": entry.entry_id,
+        "at": to_sortable(entry.at),
+        "kind": entry.kind.value,
+        "credits": entry.credits,
+        "balanceAfter": entry.balance_after,
+        "jobId": entry.job_id,
+        "unbilled": entry.unbilled if entry.unbilled else None,
+        "reason": entry.reason,
+    }
+
+
+def entry_from_item(item: dict[str, Any]) -> LedgerEntry:
+    """The entry of a plain Ledger item."""
+    return LedgerEntry(
+        entry_id=item["entryId"],
+        account_id=item["accountId"],
+        at=from_sortable(item["at"]),
+        kind=LedgerKind(item["kind"]),
+        credits=quantize_credits(item["credits"]),
+        balance_after=quantize_credits(item["balanceAfter"]),
+        job_id=item.get("jobId"),
+        unbilled=quantize_credits(item.get("unbilled", Decimal(0))),
+        reason=item.get("reason"),
+    )

@@ -1,0 +1,244 @@
+"""Job records: create, read, list, conditional status transitions, termination requests, and
+the meter's sparse indexes (``metered``, ``unfinished``)."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from collections.abc import Callable, Iterator
+from datetime import datetime
+from decimal import Decimal
+from typing import Any
+
+from functions.adapters.dynamodb.base import StoreBase, store_errors
+from functions.adapters.dynamodb.items import (
+    METER_PARTITION,
+    OPEN_PARTITION,
+    deserialize_item,
+    job_from_item,
+    job_to_item,
+    serialize_item,
+    serialize_value,
+)
+from functions.domain.errors import ConditionFailed, RecordMissing, UnreadableRecord, ValidationFailed
+from functions.domain.jobs import MAX_TERMINATE_ATTEMPTS, Job, Transition
+from functions.domain.status import JobStatus
+from functions.domain.text import URLSAFE_BASE64_PATTERN, full_match
+from functions.domain.timefmt import to_sortable
+
+# GET /jobs reads at most this many index pages per request: a span of expired or filtered-out jobs
+# then gives a short (even empty) page whose nextToken continues after it.
+MAX_LIST_QUERIES = 20
+
+
+class JobRecords(StoreBase):
+    """The job half of ``JobRepository``."""
+
+    def create_job(self, job: Job) -> None:
+        """Write a new job; ``ConditionFailed`` if its id exists."""
+        with store_errors("PutItem"):
+            self._db.put_item(
+                TableName=self._jobs,
+                Item=serialize_item(job_to_item(job)),
+                ConditionExpression="attribute_not_exists(jobId)",
+            )
+
+    def delete_job(self, job_id: str) -> None:
+        """Delete a job record (compensation of a submit that never reached AWS Batch)."""
+        with store_errors("DeleteItem"):
+            self._db.delete_item(TableName=self._jobs, Key=serialize_item({"jobId": job_id}))
+
+    def list_jobs(
+        self, account_id: str, status: JobStatus | None, limit: int, next_token: str | None
+    ) -> tuple[list[Job], str | None]:
+        """An account's top-level live jobs, newest first, through the sparse ``byAccount`` index.
+
+        Jobs past their TTL and (with ``status``) other statuses are filtered out by DynamoDB after
+        it reads them, so a page may hold fewer than ``limit`` jobs while its token is set: at most
+        ``MAX_LIST_QUERIES`` index pages are read per call. Unreadable items are logged and skipped.
+        """
+        start_key = self._decode_token(next_token, account_id) if next_token else None
+        jobs: list[Job] = []
+        last_key: dict[str, Any] | None = None
+        for _ in range(MAX_LIST_QUERIES):
+            kwargs: dict[str, Any] = {
+                "TableName": self._jobs,
+                "IndexName": "byAccount",
+                "KeyConditionExpression": "accountId = :a",
+                "ExpressionAttributeValues": {":a": serialize_value(account_id)},
+                "ScanIndexForward": False,
+                "Limit": limit - len(jobs),
+            }
+            if status is not None:
+                kwargs["FilterExpression"] = "#s = :s"
+                kwargs["ExpressionAttributeNames"] = {"#s": "status"}
+                kwargs["ExpressionAttributeValues"][":s"] = serialize_value(status.value)
+            if start_key:
+                kwargs["ExclusiveStartKey"] = start_key
+            with store_errors("Query"):
+                page = self._db.query(**self._not_expired_filter(kwargs))
+            items = (deserialize_item(item) for item in page.get("Items", []))
+            jobs += list(self._jobs_of(items, None))
+            last_key = page.get("LastEvaluatedKey")
+            if not last_key or len(jobs) >= limit:
+                break
+            start_key = last_key
+        return jobs, self._encode_token(last_key) if last_key else None
+
+    @staticmethod
+    def _encode_token(key: dict[str, Any]) -> str:
+        return base64.urlsafe_b64encode(json.dumps(deserialize_item(key)).encode()).decode()
+
+    @staticmethod
+    def _decode_token(token: str, account_id: str) -> dict[str, Any]:
+        try:
+            # b64decode drops characters outside the alphabet (a trailing newline, any Unicode)
+            # unless they are refused first.
+            if not full_match(URLSAFE_BASE64_PATTERN, token):
+                raise ValueError(token)
+            key = json.loads(base64.urlsafe_b64decode(token.encode()))
+            valid = isinstance(key, dict) and set(key) == {"jobId", "accountId", "listKey"}
+        except (ValueError, binascii.Error):
+            valid = False
+        if not valid or key["accountId"] != account_id:
+            raise ValidationFailed(
+                "nextToken is not one this API issued for this account.", field="nextToken"
+            )
+        return serialize_item(key)
+
+    def set_batch_job_id(self, job_id: str, batch_job_id: str) -> None:
+        """Record the Batch job id unless an event already did; ``RecordMissing`` if the job is gone."""
+        self._update_job(
+            job_id,
+            "SET batchJobId = :b",
+            condition="attribute_not_exists(batchJobId)",
+            values={":b": batch_job_id},
+        )
+
+    def save_transition(self, transition: Transition, now: datetime) -> None:
+        """Store a non-final transition (conditional on the position it was computed from).
+
+        Raises ``RecordMissing`` when the job is gone, ``ConditionFailed`` when it moved since read.
+        """
+        try:
+            with store_errors("UpdateItem"):
+                self._db.update_item(**self._transition_update(transition, now))
+        except ConditionFailed as exc:
+            if self._missing(exc):
+                raise RecordMissing(f"Job {transition.after.job_id} no longer exists.") from None
+            raise
+
+    def set_termination_reason(self, job_id: str, reason: str) -> Job | None:
+        """Record the service's termination reason unless the job is final or has one.
+
+        Returns the job after the write, or None when nothing was written; ``RecordMissing`` when
+        the job is gone.
+        """
+        response = self._update_job(
+            job_id,
+            "SET terminationReason = :r",
+            condition="attribute_not_exists(terminationReason) AND NOT #s IN (:succeeded, :terminated)",
+            names={"#s": "status"},
+            values={
+                ":r": reason,
+                ":succeeded": JobStatus.SUCCEEDED.value,
+                ":terminated": JobStatus.TERMINATED.value,
+            },
+            return_new=True,
+        )
+        return job_from_item(deserialize_item(response["Attributes"])) if response else None
+
+    def claim_termination(self, job_id: str, now: datetime) -> bool:
+        """Claim the right to send TerminateJob for a job: True for the one writer that recorded
+        ``terminationRequestedAt`` (none in flight, not final, fewer than ``MAX_TERMINATE_ATTEMPTS``
+        requests so far). ``RecordMissing`` when the job is gone."""
+        claimed = self._update_job(
+            job_id,
+            "SET terminationRequestedAt = :now ADD terminationAttempts :one",
+            condition=(
+                "attribute_not_exists(terminationRequestedAt) AND NOT #s IN (:succeeded, :terminated)"
+                " AND (attribute_not_exists(terminationAttempts) OR terminationAttempts < :max)"
+            ),
+            names={"#s": "status"},
+            values={
+                ":now": to_sortable(now),
+                ":one": 1,
+                ":max": MAX_TERMINATE_ATTEMPTS,
+                ":succeeded": JobStatus.SUCCEEDED.value,
+                ":terminated": JobStatus.TERMINATED.value,
+            },
+        )
+        return claimed is not None
+
+    def release_termination(self, job_id: str) -> None:
+        """Forget a TerminateJob request that failed, so a later tick may send it again (bounded by
+        ``terminationAttempts``). ``RecordMissing`` when the job is gone."""
+        self._update_job(
+            job_id, "REMOVE terminationRequestedAt", condition="attribute_exists(terminationRequestedAt)"
+        )
+
+    def list_metered_jobs(
+        self, on_unreadable: Callable[[UnreadableRecord], None] | None = None
+    ) -> Iterator[Job]:
+        """Live Starting/Running jobs from the sparse ``metered`` index (past-TTL ones filtered out);
+        an unreadable item is logged, passed to ``on_unreadable`` and skipped."""
+        items = self._query(
+            **self._not_expired_filter(
+                {
+                    "TableName": self._jobs,
+                    "IndexName": "metered",
+                    "KeyConditionExpression": "meterPartition = :p",
+                    "ExpressionAttributeValues": {":p": serialize_value(METER_PARTITION)},
+                }
+            )
+        )
+        yield from self._jobs_of(items, on_unreadable)
+
+    def mark_data_deleted(self, job_id: str, now: datetime) -> None:
+        """Record that a final job's data was deleted by its owner (its data routes answer 410).
+        ``RecordMissing`` when the job is gone."""
+        self._update_job(
+            job_id,
+            "SET dataDeletedAt = if_not_exists(dataDeletedAt, :now)",
+            values={":now": to_sortable(now)},
+        )
+
+    def list_stale_jobs(
+        self, last_event_before: datetime, on_unreadable: Callable[[UnreadableRecord], None] | None = None
+    ) -> Iterator[Job]:
+        """Live jobs that are not final and whose last event is older than ``last_event_before``
+        (the sparse ``unfinished`` index, one key-range query; past-TTL ones filtered out); an
+        unreadable item is logged, passed to ``on_unreadable`` and skipped."""
+        kwargs: dict[str, Any] = {
+            "TableName": self._jobs,
+            "IndexName": "unfinished",
+            "KeyConditionExpression": "openPartition = :p AND lastEventAt < :t",
+            "ExpressionAttributeValues": {
+                ":p": serialize_value(OPEN_PARTITION),
+                ":t": serialize_value(to_sortable(last_event_before)),
+            },
+        }
+        yield from self._jobs_of(self._query(**self._not_expired_filter(kwargs)), on_unreadable)
+
+    def mark_reconciled(self, job_id: str, now: datetime) -> None:
+        """Set ``lastEventAt`` of a non-final job to ``now`` after the meter checked it with Batch.
+        ``RecordMissing`` when the job is gone."""
+        self._update_job(
+            job_id,
+            "SET lastEventAt = :now",
+            condition="attribute_exists(openPartition)",
+            values={":now": to_sortable(now)},
+        )
+
+    def raise_credits_spent(self, job_id: str, credits: Decimal) -> bool:
+        """Raise ``creditsSpent`` of a Running job; never lowers it. ``RecordMissing`` when the job
+        is gone."""
+        raised = self._update_job(
+            job_id,
+            "SET creditsSpent = :c",
+            condition="#s = :running AND creditsSpent < :c",
+            names={"#s": "status"},
+            values={":c": credits, ":running": JobStatus.RUNNING.value},
+        )
+        return raised is not None
