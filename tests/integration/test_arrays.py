@@ -12,7 +12,7 @@ import pytest
 
 from functions import bootstrap
 from functions.domain.errors import DependencyFailed, NotFound
-from functions.domain.jobs import Job, JobType, PayloadKind
+from functions.domain.jobs import Job, JobType
 from functions.domain.machine_classes import GeoZone
 from functions.domain.status import JobStatus
 from functions.logic import arrays, queries
@@ -449,7 +449,7 @@ def test_a_meter_tick_costs_the_same_with_or_without_finished_children(stack):
     stack.tick()
     running_only = list(calls)
 
-    for event in run_children(stack, parent, {i: 5 for i in range(3, 30)}):
+    for event in run_children(stack, parent, dict.fromkeys(range(3, 30), 5)):
         stack.deliver(event)
     stack.clock.advance(30)
     calls.clear()
