@@ -12,7 +12,7 @@ import pytest
 
 from functions import bootstrap
 from functions.domain.errors import DependencyFailed, NotFound
-from functions.domain.jobs import BatchJobState, Job, JobType
+from functions.domain.jobs import BatchJobState, Job, JobType, PayloadKind
 from functions.domain.machine_classes import GeoZone
 from functions.domain.status import JobStatus
 from functions.logic import arrays, queries
@@ -27,14 +27,13 @@ T0 = 1_764_436_800_000  # 2025-11-29T17:20:00Z
 def submit(stack: Any, items: list[Any] | None = None, *, items_key: str | None = None, **fields: Any) -> Job:
     """Submit an array for dev (code ``item`` unless given)."""
     request = JobRequest(
-        payload_kind=fields.pop("payload_kind", None)
-        or __import__("functions.domain.jobs").domain.jobs.PayloadKind.CODE,
+        payload_kind=fields.pop("payload_kind", PayloadKind.CODE),
         payload=fields.pop("payload", "item"),
+        array_items=items,
+        array_items_key=items_key,
         **fields,
     )
-    return arrays.submit_array(
-        stack.services, "dev", request, items=items, items_key=items_key, now=stack.clock()
-    )
+    return arrays.submit(stack.services, "dev", request, stack.clock())
 
 
 def with_span_size(stack: Any, size: int) -> None:
