@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from functions import bootstrap
-from functions.domain.errors import DependencyFailed, NotFound
+from functions.domain.errors import DependencyFailed, NotFound, ValidationFailed
 from functions.domain.jobs import BatchJobState, Job, JobType, PayloadKind
 from functions.domain.machine_classes import GeoZone
 from functions.domain.status import JobStatus
@@ -529,3 +529,53 @@ def test_children_batch_has_no_record_of_end_terminated_without_charge(stack):
         == "2 of 2 children terminated (first: index 0, AWS Batch has no record of the job)"
     )
     assert charges(stack) == {}
+
+
+# -- arrayItemsKey ----------------------------------------------------------------------------------
+def upload_items(stack: Any, data: bytes, content_type: str = "application/jsonl") -> str:
+    key = "inputs/uploads/dev/upl-01JDXYZ0000000000000000000"
+    stack.services.zones[US].blobs.put(key, data, content_type)
+    return key
+
+
+def test_an_uploaded_json_lines_map_runs_in_spans_with_every_item_in_order(stack):
+    with_span_size(stack, 100)
+    key = upload_items(stack, b"".join(f'{{"n": {i}}}\n'.encode() for i in range(250)))
+    parent = submit(stack, items_key=key, payload="item['n'] + 1")
+
+    assert [s.array_size for s in span_submissions(stack)] == [100, 100, 50]
+    assert stack.services.store.get_job(parent.job_id).array_size == 250
+    items = stack.services.zones[US].blobs.get(f"inputs/{parent.job_id}/items.jsonl")
+    assert items.splitlines()[249] == b'{"n":249}'
+
+
+@pytest.mark.parametrize(
+    ("data", "content_type", "message"),
+    [
+        (b'1\n2\n{"broken": \n4\n', "application/jsonl", "line 3 is not JSON"),
+        (b"1\n\n3\n", "application/x-ndjson", "line 2 is empty"),
+        (b"1\n2\n", "text/x-python", "not JSON Lines"),
+    ],
+)
+def test_a_bad_items_upload_is_refused_naming_the_line_and_nothing_is_written(
+    stack, data, content_type, message
+):
+    key = upload_items(stack, data, content_type)
+    with pytest.raises(ValidationFailed, match=message) as caught:
+        submit(stack, items_key=key)
+    assert caught.value.field == "arrayItemsKey"
+    assert stack.count_items("test-jobs") == 0
+    assert stack.count_objects() == 1  # the upload only
+    assert span_submissions(stack) == []
+
+
+def test_another_accounts_upload_is_not_an_items_key(stack):
+    with pytest.raises(ValidationFailed, match="arrayItemsKey must be an inputKey") as caught:
+        submit(stack, items_key="inputs/uploads/mallory/upl-01JDXYZ0000000000000000000")
+    assert caught.value.field == "arrayItemsKey"
+
+
+@pytest.mark.parametrize("count", [0, 10_001])
+def test_inline_items_take_one_to_ten_thousand(stack, count):
+    with pytest.raises(ValidationFailed, match=f"not {count}"):
+        submit(stack, list(range(count)))
