@@ -579,3 +579,88 @@ def test_another_accounts_upload_is_not_an_items_key(stack):
 def test_inline_items_take_one_to_ten_thousand(stack, count):
     with pytest.raises(ValidationFailed, match=f"not {count}"):
         submit(stack, list(range(count)))
+
+
+# -- over HTTP (the api Lambda) ---------------------------------------------------------------------
+def test_the_api_submits_an_array_and_serves_parent_children_and_result(stack):
+    status, job = stack.api("POST", "/jobs", body={"code": "1 / item", "arrayItems": [1, 0, 2]})
+    assert status == 202, job
+    assert (job["type"], job["arraySize"], job["childStatusCounts"], job["parentJobId"]) == (
+        "Array",
+        3,
+        {"Queued": 3},
+        None,
+    )
+    parent = stack.services.store.get_job(job["jobId"])
+    child_result(stack, parent, 0, 1.0)
+    child_result(stack, parent, 2, 0.5)
+    child_error(stack, parent, 1, "ZeroDivisionError", "division by zero")
+    for event in run_children(stack, parent, {0: 1, 1: 1, 2: 1}, failed=frozenset({1})):
+        stack.deliver(event)
+
+    status, view = stack.api("GET", f"/jobs/{parent.job_id}")
+    assert (view["status"], view["childStatusCounts"], view["creditsSpent"]) == (
+        "Terminated",
+        {"Succeeded": 2, "Terminated": 1},
+        Decimal("3"),
+    )
+    assert (
+        view["statusReason"]
+        == "1 of 3 children terminated (first: index 1, ZeroDivisionError: division by zero)"
+    )
+    status, child = stack.api("GET", f"/jobs/{parent.job_id}:1")
+    assert status == 200
+    assert (
+        child["type"],
+        child["parentJobId"],
+        child["arrayIndex"],
+        child["arraySize"],
+        child["status"],
+    ) == (
+        "ArrayChild",
+        parent.job_id,
+        1,
+        3,
+        "Terminated",
+    )
+    status, result = stack.api("GET", f"/jobs/{parent.job_id}/result")
+    assert status == 200
+    assert result["result"] == [Decimal("1.0"), None, Decimal("0.5")]
+    assert result["errors"] == [{"index": 1, "message": "ZeroDivisionError: division by zero"}]
+    status, page = stack.api("GET", f"/jobs/{parent.job_id}/children", query={"status": "Succeeded"})
+    assert [c["arrayIndex"] for c in page["jobs"]] == [0, 2]
+    status, error = stack.api("GET", f"/jobs/{parent.job_id}/log")
+    assert (status, error["error"]["field"]) == (400, "jobId")
+    status, listing = stack.api("GET", "/jobs")
+    assert [j["jobId"] for j in listing["jobs"]] == [parent.job_id]  # parents only
+
+
+def test_another_accounts_array_child_is_404_over_http(stack):
+    stack.add_account("mallory", "100")
+    status, job = stack.api("POST", "/jobs", body={"code": "item", "arrayItems": [1, 2]})
+    assert status == 202
+    for path in (
+        f"/jobs/{job['jobId']}:0",
+        f"/jobs/{job['jobId']}:0/result",
+        f"/jobs/{job['jobId']}/children",
+    ):
+        status, error = stack.api("GET", path, account_id="mallory")
+        assert (status, error["error"]["code"]) == (404, "NotFound"), path
+
+
+def test_an_idempotent_array_submit_makes_one_array(stack):
+    body = {"code": "item", "arrayItems": [1, 2, 3]}
+    first = stack.api("POST", "/jobs", body=body, headers={"Idempotency-Key": "map-1"})
+    again = stack.api("POST", "/jobs", body=body, headers={"Idempotency-Key": "map-1"})
+    other = stack.api(
+        "POST", "/jobs", body={**body, "arrayItems": [1, 2]}, headers={"Idempotency-Key": "map-1"}
+    )
+    assert first[1]["jobId"] == again[1]["jobId"]
+    assert len(span_submissions(stack)) == 1
+    assert other[0] == 409
+
+
+def test_a_json_lines_upload_is_signed_for_arrays(stack):
+    status, upload = stack.api("POST", "/jobs/uploads", body={"size": 12, "contentType": "application/jsonl"})
+    assert status == 201, upload
+    assert upload["headers"]["Content-Type"] == "application/jsonl"
