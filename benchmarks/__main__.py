@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from benchmarks import array_meter, email_topics, journal_latency, meter_scaling
+from benchmarks import email_topics, journal_latency, meter_scaling
 
-BENCHMARKS = (meter_scaling, array_meter, email_topics, journal_latency)
+BENCHMARKS = (meter_scaling, email_topics, journal_latency)
 
 
 def main() -> None:
