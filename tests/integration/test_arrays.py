@@ -664,3 +664,22 @@ def test_a_json_lines_upload_is_signed_for_arrays(stack):
     status, upload = stack.api("POST", "/jobs/uploads", body={"size": 12, "contentType": "application/jsonl"})
     assert status == 201, upload
     assert upload["headers"]["Content-Type"] == "application/jsonl"
+
+
+def test_credits_used_notifications_count_the_arrays_sum_not_each_child(stack):
+    parent = submit(
+        stack, list(range(4)), notifications=[{"events": [{"JobCreditsUsed": 1}], "methods": ["Email"]}]
+    )
+    span = parent.array_spans[0]
+    start = int(stack.clock().timestamp() * 1000)
+    for i in range(4):
+        stack.deliver(
+            batch_event(
+                parent.job_id, f"{span}:{i}", "RUNNING", created_at=start, started_at=start, array_index=i
+            )
+        )
+    stack.clock.advance(20)  # 4 children × 20 s of Basic1x8, 0.3333 each: one threshold of 1 credit
+    stack.tick()
+    sent = [(n.job_id, n.event) for n in stack.notifier.sent]
+    assert sent == [(parent.job_id, "JobCreditsUsed:1")]
+    assert stack.services.store.get_job(parent.job_id).credits_spent == Decimal("1.3332")
