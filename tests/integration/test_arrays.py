@@ -683,3 +683,15 @@ def test_credits_used_notifications_count_the_arrays_sum_not_each_child(stack):
     sent = [(n.job_id, n.event) for n in stack.notifier.sent]
     assert sent == [(parent.job_id, "JobCreditsUsed:1")]
     assert stack.services.store.get_job(parent.job_id).credits_spent == Decimal("1.3332")
+
+
+def test_children_that_settle_up_to_the_cap_stop_the_array_without_waiting_for_the_meter(stack):
+    parent = submit(stack, list(range(5)), credit_constraint=Decimal("2"))
+    events = run_children(stack, parent, {0: 1, 1: 1})  # 1 s each: the 60 s minimum, 1 credit each
+    for event in events[:5]:
+        stack.deliver(event)
+    assert stack.batch[US].terminations == []  # 1 credit settled: under the cap
+    for event in events[5:]:
+        stack.deliver(event)
+    assert stack.batch[US].terminations == [(parent.array_spans[0], "CreditConstraint of 2 credits reached")]
+    assert sum(charges(stack).values()) == Decimal("2.0000")
