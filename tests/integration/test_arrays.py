@@ -695,3 +695,13 @@ def test_children_that_settle_up_to_the_cap_stop_the_array_without_waiting_for_t
         stack.deliver(event)
     assert stack.batch[US].terminations == [(parent.array_spans[0], "CreditConstraint of 2 credits reached")]
     assert sum(charges(stack).values()) == Decimal("2.0000")
+
+
+def test_a_started_child_is_aborted_alone_and_one_not_started_is_a_conflict(stack):
+    parent = submit(stack, [1, 2])
+    stack.deliver(run_children(stack, parent, {0: 5})[3])  # child 0 RUNNING
+    status, child = stack.api("POST", f"/jobs/{parent.job_id}:0/abort")
+    assert (status, child["status"]) == (202, "Running")
+    assert stack.batch[US].terminations == [(f"{parent.array_spans[0]}:0", "Aborted by user")]
+    status, error = stack.api("POST", f"/jobs/{parent.job_id}:1/abort")
+    assert (status, error["error"]["code"]) == (409, "Conflict")
