@@ -705,3 +705,29 @@ def test_a_started_child_is_aborted_alone_and_one_not_started_is_a_conflict(stac
     assert stack.batch[US].terminations == [(f"{parent.array_spans[0]}:0", "Aborted by user")]
     status, error = stack.api("POST", f"/jobs/{parent.job_id}:1/abort")
     assert (status, error["error"]["code"]) == (409, "Conflict")
+
+
+def test_an_array_result_over_the_inline_limit_is_one_document_behind_a_link(stack):
+    parent = submit(stack, list(range(6)))
+    big = "x" * 400_000  # with its repr, 800 kB a child: 4.8 MB in all, over the 3.5 MiB inlined
+    for i in range(6):
+        child_result(stack, parent, i, big)
+    for event in run_children(stack, parent, dict.fromkeys(range(6), 1)):
+        stack.deliver(event)
+
+    status, result = stack.api("GET", f"/jobs/{parent.job_id}/result")
+    assert status == 200
+    assert "result" not in result and result["resultUrl"]
+    document = json.loads(stack.services.zones[US].blobs.get(f"outputs/{parent.job_id}/result.json"))
+    assert document["result"] == [big] * 6 and document["errors"] == []
+
+
+def test_a_child_result_over_1_mib_is_left_to_the_child_in_the_arrays_document(stack):
+    parent = submit(stack, [1, 2])
+    child_result(stack, parent, 0, "y" * 600_000)  # 1.2 MB with its repr
+    child_result(stack, parent, 1, 2)
+    for event in run_children(stack, parent, {0: 1, 1: 1}):
+        stack.deliver(event)
+    status, result = stack.api("GET", f"/jobs/{parent.job_id}/result")
+    assert result["result"] == [None, 2]
+    assert f"GET /jobs/{parent.job_id}:0/result" in result["resultRepr"]
