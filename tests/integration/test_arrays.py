@@ -731,3 +731,25 @@ def test_a_child_result_over_1_mib_is_left_to_the_child_in_the_arrays_document(s
     status, result = stack.api("GET", f"/jobs/{parent.job_id}/result")
     assert result["result"] == [None, 2]
     assert f"GET /jobs/{parent.job_id}:0/result" in result["resultRepr"]
+
+
+def test_a_running_child_batch_forgot_ends_terminated_in_its_own_span(stack):
+    with_span_size(stack, 2)
+    parent = submit(stack, [1, 2, 3, 4])
+    second = parent.array_spans[1]
+    start = int(stack.clock().timestamp() * 1000)
+    stack.deliver(
+        batch_event(
+            f"{parent.job_id}_2", f"{second}:1", "RUNNING", created_at=start, started_at=start, array_index=1
+        )
+    )
+    assert stack.services.store.get_job(f"{parent.job_id}:3").status == JobStatus.RUNNING
+
+    stack.clock.advance(11 * 60)
+    stack.tick()
+
+    child = stack.services.store.get_job(f"{parent.job_id}:3")
+    assert (child.status, child.status_reason) == (JobStatus.TERMINATED, "AWS Batch has no record of the job")
+    assert stack.services.store.get_job(f"{parent.job_id}:1") is None  # no other child was touched
+    counts = stack.services.store.get_job(parent.job_id).child_status_counts
+    assert (counts["Terminated"], counts["Queued"]) == (1, 3)
