@@ -153,6 +153,10 @@ def apply_array_event(services: Services, parent: Job, state: BatchJobState, now
             services.store.save_child_event(
                 transition, created=stored is None, charge=charge, entry=entry, settled_at_most=most, now=now
             )
+        except RecordMissing:
+            # The array was deleted or expired meanwhile: a late event is neither applied nor charged.
+            logger.warning("event for a gone array ignored", job_id=parent.job_id, child=index)
+            return child
         except ConditionFailed:
             logger.debug("child event lost a race; re-reading", job_id=child_id)
             time.sleep(random.uniform(0, 0.02))  # noqa: S311 - jitter, not cryptography
@@ -170,6 +174,13 @@ def apply_array_event(services: Services, parent: Job, state: BatchJobState, now
     else:
         raise DependencyFailed(f"job {child_id} kept changing; the event will be retried")
     assert child is not None
+    _advance_parent(services, parent, child, now)
+    return child
+
+
+def _advance_parent(services: Services, parent: Job, child: Job, now: datetime) -> None:
+    """After a child's event: stop the array at its cap, start it when a child started, end it when
+    every child is final (each an idempotent conditional write, safe to repeat on a replay)."""
     fresh = services.store.get_job(parent.job_id) or parent
     _stop_at_cap(services, fresh, now)
     if fresh.status == JobStatus.QUEUED and (
@@ -178,7 +189,6 @@ def apply_array_event(services: Services, parent: Job, state: BatchJobState, now
         services.store.start_array(fresh.job_id, child.started_at or now, now)
         fresh = services.store.get_job(parent.job_id) or fresh
     finish_array(services, fresh, now)
-    return child
 
 
 def _stop_at_cap(services: Services, parent: Job, now: datetime) -> None:

@@ -753,3 +753,11 @@ def test_a_running_child_batch_forgot_ends_terminated_in_its_own_span(stack):
     assert stack.services.store.get_job(f"{parent.job_id}:1") is None  # no other child was touched
     counts = stack.services.store.get_job(parent.job_id).child_status_counts
     assert (counts["Terminated"], counts["Queued"]) == (1, 3)
+
+
+def test_an_event_for_a_child_of_a_deleted_array_writes_nothing(stack):
+    parent = submit(stack, [1, 2])
+    events = run_children(stack, parent, {0: 5})
+    stack.services.store.delete_job(parent.job_id)
+    assert stack.deliver(events[3]) == {"applied": False}
+    assert stack.count_items("test-jobs") == 0
