@@ -6,12 +6,14 @@ Every write is conditional: creates use ``attribute_not_exists``; job transition
 
 The store is split by concern: ``items`` (the items' shapes), ``base`` (client, error translation,
 queries, the live-job UpdateItem), ``jobs``, ``notifications`` and ``ledger`` (accounts, grants and
-the settlement). Calls are made directly on a typed ``DynamoDBClient`` inside
+the settlement), ``arrays`` (array parents, children and their roll-up). Calls are made directly on a
+typed ``DynamoDBClient`` inside
 ``functions.adapters.errors.translate_errors``.
 """
 
 from __future__ import annotations
 
+from functions.adapters.dynamodb.arrays import BATCH_GET_KEYS, ArrayRecords
 from functions.adapters.dynamodb.base import STORE_UNAVAILABLE
 from functions.adapters.dynamodb.items import (
     METER_PARTITION,
@@ -21,10 +23,10 @@ from functions.adapters.dynamodb.items import (
     job_to_item,
 )
 from functions.adapters.dynamodb.jobs import MAX_LIST_QUERIES, JobRecords
-from functions.adapters.dynamodb.ledger import AccountsAndLedger
 from functions.adapters.dynamodb.notifications import NOTIFICATION_LOG_LIMIT, NotificationClaims
 
 __all__ = [
+    "BATCH_GET_KEYS",
     "MAX_LIST_QUERIES",
     "METER_PARTITION",
     "NOTIFICATION_LOG_LIMIT",
@@ -37,7 +39,7 @@ __all__ = [
 ]
 
 
-class DynamoJobStore(JobRecords, NotificationClaims, AccountsAndLedger):
+class DynamoJobStore(JobRecords, NotificationClaims, ArrayRecords):
     """``JobRepository`` on three DynamoDB tables (see ``functions.adapters.tables``).
 
     Every UpdateItem of a job is conditional on the job being alive (its key exists and its ``ttl``

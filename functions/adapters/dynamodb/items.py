@@ -125,6 +125,7 @@ def job_to_item(job: Job) -> dict[str, Any]:
         "terminationAttempts": job.termination_attempts or None,
         "ttl": int((job.record_expires_at or job.submitted_at + RECORD_TTL).timestamp()),
     }
+    values.update(_array_values(job))
     if job.type != JobType.ARRAY_CHILD:
         values["listKey"] = f"{to_sortable(job.submitted_at)}#{job.job_id}"
     if job.status in METERED_STATUSES:
@@ -190,7 +191,17 @@ def _job_from_item(item: dict[str, Any]) -> Job:
         termination_requested_at=_opt_time(item.get("terminationRequestedAt")),
         termination_attempts=int(item.get("terminationAttempts", 0)),
         record_expires_at=datetime.fromtimestamp(int(ttl), tz=UTC) if ttl is not None else None,
+        credits_settled=quantize_credits(item.get("creditsSettled", Decimal(0))),
+        array_spans=tuple(str(span) for span in item.get("arraySpans", [])),
     )
+
+
+def _array_values(job: Job) -> dict[str, Any]:
+    """The array attributes of a parent's item: ``creditsSettled`` (credits) and ``arraySpans`` (its
+    Batch job ids, offset order)."""
+    if job.type == JobType.ARRAY:
+        return {"creditsSettled": job.credits_settled, "arraySpans": list(job.array_spans) or None}
+    return {}
 
 
 def account_from_item(item: dict[str, Any]) -> Account:
