@@ -23,7 +23,7 @@ $(LAMBDA_CONSTRAINTS): functions/requirements.lock infra/lambda_bundle.py
 $(STAMP): pyproject.toml $(LAMBDA_CONSTRAINTS)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[local,worker,infra,dev]' -c $(LAMBDA_CONSTRAINTS)
+	$(BIN)/python -m pip install --quiet -e '.[client,local,worker,infra,dev]' -c $(LAMBDA_CONSTRAINTS)
 	touch $(STAMP)
 
 ## Build the Lambda layer (build/lambda/layer.zip) from the lock: wheels for the deployed runtime, from PyPI.
