@@ -196,7 +196,8 @@ def test_login_answers_the_mfa_challenge_and_writes_the_profile(httpserver: HTTP
     result = CliRunner().invoke(
         app,
         ["login", "--endpoint", endpoint, "--client-id", "c-1", "--region", "us-east-1",
-         "--username", "a@example.com", "--profile", "work", "--cognito-endpoint", httpserver.url_for("/cognito")],
+         "--username", "a@example.com", "--profile", "work",
+         "--cognito-endpoint", httpserver.url_for("/cognito")],
         input="s3cret-Passw0rd!\n123456\n",
     )  # fmt: skip
 
