@@ -24,7 +24,10 @@ from remote_batch.cli import app
 from remote_batch.progress import watch
 from tests.sdk.conftest import Recorder, error, job, ok
 
-TRACEBACK = 'Traceback (most recent call last):\n  File "<job>", line 1, in <module>\n    1/0\nZeroDivisionError: division by zero\n'
+TRACEBACK = (
+    'Traceback (most recent call last):\n  File "<job>", line 1, in <module>\n    1/0\n'
+    "ZeroDivisionError: division by zero\n"
+)
 
 
 def square_plus(x: int, offset: int = 0) -> int:
