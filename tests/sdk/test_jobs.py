@@ -282,3 +282,41 @@ def test_cli_submit_wait_exits_2_when_terminated(httpserver: HTTPServer, api: rb
     result = CliRunner().invoke(app, ["submit", "--wait", "--json", "--", "sh", "-c", "exit 3"])
     assert result.exit_code == 2
     assert json.loads(result.stdout[result.stdout.index("{") :])["exitCode"] == 3
+
+
+def test_a_log_tail_returns_each_line_once_even_within_one_millisecond(
+    httpserver: HTTPServer, api: rb.Client
+) -> None:
+    from remote_batch.jobs import LogTail
+
+    first = [{"timestamp": "2026-11-29T17:20:01.000Z", "message": "a"},
+             {"timestamp": "2026-11-29T17:20:01.500Z", "message": "b"}]  # fmt: skip
+    # The second read is since b's millisecond: b again, c written in the same millisecond, then d.
+    second = [{"timestamp": "2026-11-29T17:20:01.500Z", "message": "b"},
+              {"timestamp": "2026-11-29T17:20:01.500Z", "message": "c"},
+              {"timestamp": "2026-11-29T17:20:02.000Z", "message": "d"}]  # fmt: skip
+    pages = Recorder(
+        ok({"jobId": "job-01TEST", "events": first, "nextToken": None}),
+        ok({"jobId": "job-01TEST", "events": second, "nextToken": None}),
+        ok({"jobId": "job-01TEST", "events": second[2:], "nextToken": None}),
+    )
+    httpserver.expect_request("/jobs/job-01TEST/log").respond_with_handler(pages)
+    tail = LogTail(rb.Job(api, job(status="Running")))
+
+    assert [m for _, m in tail.new_lines()] == ["a", "b"]
+    assert [m for _, m in tail.new_lines()] == ["c", "d"]
+    assert tail.new_lines() == []
+    assert "since" not in pages.requests[0]["args"]
+    assert pages.requests[1]["args"]["since"] == "2026-11-29T17:20:01.500000Z"
+    assert pages.requests[2]["args"]["since"] == "2026-11-29T17:20:02Z"
+
+
+def test_cli_result_writes_the_json_result(httpserver: HTTPServer, api: rb.Client, tmp_path: Path) -> None:
+    httpserver.expect_request("/jobs/job-01TEST").respond_with_json(job())
+    httpserver.expect_request("/jobs/job-01TEST/result", query_string="format=json").respond_with_json(
+        {"jobId": "job-01TEST", "result": {"a": [1, 2.5]}, "resultRepr": "{'a': [1, 2.5]}", "messages": []}
+    )
+    target = tmp_path / "r.json"
+    done = CliRunner().invoke(app, ["result", "job-01TEST", "-o", str(target)])
+    assert done.exit_code == 0, done.output
+    assert json.loads(target.read_text()) == {"a": [1, 2.5]}
