@@ -147,8 +147,6 @@ def _wait(job: Job, follow: bool, timeout: float | None) -> int:
         if follow:  # the lines shipped after the final status
             for _, message in tail.new_lines():
                 display.echo(message)
-        if display.live:
-            err.print(escape(_final_line(job)), soft_wrap=True)
     return EXIT_TERMINATED if job.data["status"] == "Terminated" else 0
 
 

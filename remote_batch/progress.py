@@ -91,7 +91,8 @@ def watch(job: Job, enabled: bool, stream: TextIO | None = None) -> Iterator[Dis
             counts = data.get("childStatusCounts") or {}
             done = sum(counts.get(s, 0) for s in ("Succeeded", "Terminated"))
             status = str(data.get("status"))
-            description = f"{current.id} [bold]{status}[/bold] {data.get('creditsSpent')} credits"
+            mark = {"Succeeded": "[green]✔[/green] ", "Terminated": "[red]✘[/red] "}.get(status, "")
+            description = f"{mark}{current.id} [bold]{status}[/bold] {data.get('creditsSpent')} credits"
             if data.get("statusReason") and status in ("Queued", "Terminated"):
                 description += f" ({escape(str(data['statusReason']))})"
             bar.update(task, description=description, completed=done if is_array else None)
