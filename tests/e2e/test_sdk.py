@@ -273,3 +273,27 @@ def test_cli_as_a_real_process(stack: LocalStackProcess, tmp_path: Path) -> None
     assert bad.returncode == 1
     assert bad.stderr.startswith("Error: ValidationError: Unknown machine class 'Nope'")
     assert bad.stderr.rstrip().endswith("(field: machineClass)") and "Traceback" not in bad.stderr
+
+
+def test_estimate_runtime_and_a_pickle_of_another_python(
+    dev_sdk: rb.Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert rb.estimate("Basic1x8", 1) == rb.Estimate(Decimal("1.0"), Decimal("60.0"), 60)
+    hour = rb.estimate("GPU1xL40S", 3600)
+    gpu = next(m for m in rb.machine_classes() if m.name == "GPU1xL40S")
+    assert hour.credits == gpu.credits_per_hour
+    assert rb.estimate("Basic1x8", 3600, credit_constraint="2.5").credits == Decimal("2.5")
+    estimated = CliRunner().invoke(app, ["estimate", "-m", "Basic2x8", "--seconds", "90", "--json"])
+    basic2 = next(m for m in rb.machine_classes() if m.name == "Basic2x8").credits_per_hour
+    assert estimated.exit_code == 0, estimated.output
+    assert json.loads(estimated.stdout, parse_float=Decimal)["credits"] == Decimal(90) * basic2 / 3600
+    local = f"{sys.version_info.major}.{sys.version_info.minor}"
+    assert rb.runtime() == {"pythonVersion": local}  # the local worker runs this interpreter
+
+    monkeypatch.setattr(sdk, "python_version", lambda: "3.9")
+    before = len(rb.jobs(limit=100))
+    with pytest.raises(rb.ValidationError) as caught:
+        rb.submit(lambda: 1)
+    assert caught.value.field == "pythonVersion"
+    assert caught.value.message.startswith(f"This pickle was made by Python 3.9, but jobs run Python {local}")
+    assert len(rb.jobs(limit=100)) == before
