@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich import box
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -91,22 +92,38 @@ def _print_json(value: Any) -> None:
     sys.stdout.write(json.dumps(value, default=to_json_number, indent=2, ensure_ascii=False) + "\n")
 
 
+#: Widths of the jobs table's columns but the reason, which takes what the terminal has left.
+_JOB_COLUMNS = {"job": 30, "name": 12, "status": 10, "class": 14, "credits": 8, "submitted": 14}
+
+
 def _job_table(jobs: list[Job], title: str | None = None) -> Table:
-    table = Table(title=title)
-    for column in ("job", "name", "type", "status", "class", "credits", "submitted"):
-        table.add_column(column, no_wrap=True, justify="right" if column == "credits" else "left")
-    table.add_column("reason", overflow="ellipsis", no_wrap=True, max_width=40)
+    """Jobs as a table that fits the terminal: id, status, class, credits, time whole; name and reason
+    cut with an ellipsis."""
+    table = Table(title=title, box=box.SIMPLE_HEAD)
+    for column, width in _JOB_COLUMNS.items():
+        table.add_column(
+            column,
+            no_wrap=True,
+            overflow="ellipsis",
+            max_width=width,
+            min_width=width if column in ("job", "status", "credits", "submitted") else 4,
+            justify="right" if column == "credits" else "left",
+        )
+    used = sum(_JOB_COLUMNS.values()) + 2 * (len(_JOB_COLUMNS) + 1) + 1
+    table.add_column("reason", no_wrap=True, overflow="ellipsis", max_width=max(8, out.width - used))
     for job in jobs:
         data = job.data
+        counts = data.get("childStatusCounts") or {}
+        detail = ", ".join(f"{k} {v}" for k, v in counts.items())
+        submitted = str(data.get("submittedAt") or "")
         table.add_row(
             job.id,
             escape(str(data.get("name") or "")),
-            str(data.get("type")),
             str(data.get("status")),
             str(data.get("machineClass")),
             str(data.get("creditsSpent")),
-            str(data.get("submittedAt")),
-            escape(str(data.get("statusReason") or "")),
+            submitted[5:19].replace("T", " "),  # MM-DD HH:MM:SS (UTC)
+            escape(str(data.get("statusReason") or detail)),
         )
     return table
 
