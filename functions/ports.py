@@ -193,7 +193,9 @@ class BatchSubmission:
     """What the service asks AWS Batch to run (SubmitJob's parameters, in the service's terms).
 
     ``memory_mib`` and ``vcpus``/``gpus`` become ``containerOverrides.resourceRequirements``;
-    ``timeout_seconds`` becomes ``timeout.attemptDurationSeconds`` (AWS minimum 60 s).
+    ``timeout_seconds`` becomes ``timeout.attemptDurationSeconds`` (AWS minimum 60 s, per child of an
+    array); ``array_size`` becomes ``arrayProperties.size`` (an array job of that many children,
+    ``<id>:0`` … ``<id>:<size - 1>``; AWS Batch takes 2 to 10,000), None for a single job.
     """
 
     job_name: str
@@ -205,6 +207,7 @@ class BatchSubmission:
     environment: Mapping[str, str]
     timeout_seconds: int | None = None
     tags: Mapping[str, str] = field(default_factory=dict)
+    array_size: int | None = None
 
 
 class BatchGateway(Protocol):
