@@ -19,9 +19,10 @@ variables" (``AWS_BATCH_JOB_ARRAY_INDEX``, ``AWS_BATCH_JOB_ARRAY_SIZE``); AWS Ba
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from botocore.exceptions import ClientError
 
@@ -34,6 +35,8 @@ ARRAY_SIZE_VARIABLE = "AWS_BATCH_JOB_ARRAY_SIZE"
 # Every status a child can be in, in lifecycle order: the keys of a parent's ``statusSummary``.
 CHILD_STATUSES = ("SUBMITTED", "PENDING", "RUNNABLE", "STARTING", "RUNNING", "SUCCEEDED", "FAILED")
 FINAL = frozenset({"SUCCEEDED", "FAILED"})
+
+ChildT = TypeVar("ChildT")
 
 
 def check_array_size(size: int) -> None:
@@ -71,7 +74,7 @@ def child_environment(environment: Mapping[str, str], index: int, size: int) -> 
 
 
 @dataclass(eq=False)
-class ArrayParent:
+class ArrayParent(Generic[ChildT]):
     """An array job's parent inside the executor (guarded by the executor's lock).
 
     Attributes
@@ -90,8 +93,14 @@ class ArrayParent:
         The reason of a TerminateJob of the parent (its FAILED event's ``statusReason``).
     stopped_at_ms : int | None
         When its last child stopped (ms), once final.
-    last_published : tuple[str, int] | None
-        The status and the time (ms) of its last event.
+    children : list[ChildT]
+        The executor's jobs of its children, in index order.
+    context : Any
+        What the executor keeps with it (its zone's gateway and the submission).
+    credentials : dict[str, str] | None
+        The AWS credentials its children share (one job role for the whole array, as on AWS), once
+        issued; ``credentials_lock`` is held while they are issued, ``credentials_revoked`` set once
+        they are revoked.
     """
 
     job_id: str
@@ -101,15 +110,22 @@ class ArrayParent:
     counts: dict[str, int] = field(default_factory=dict)
     termination_reason: str | None = None
     stopped_at_ms: int | None = None
-    last_published: tuple[str, int] | None = None
+    children: list[ChildT] = field(default_factory=list)
+    context: Any = None
+    credentials: dict[str, str] | None = None
+    credentials_lock: threading.Lock = field(default_factory=threading.Lock)
+    credentials_revoked: bool = False
 
     def __post_init__(self) -> None:
         if not self.counts:
             self.counts = dict.fromkeys(CHILD_STATUSES, 0)
             self.counts["SUBMITTED"] = self.size
 
-    def child_moved(self, before: str, after: str) -> None:
-        """Count one child leaving ``before`` for ``after``."""
+    def child_moved(self, before: str, after: str, stopped_at_ms: int | None = None) -> None:
+        """Count one child leaving ``before`` for ``after``; a final child's ``stopped_at_ms`` (when
+        given) moves the parent's own ``stopped_at_ms`` (its last child's stop) forward."""
+        if stopped_at_ms is not None and after in FINAL:
+            self.stopped_at_ms = max(self.stopped_at_ms or 0, stopped_at_ms)
         if before == after:
             return
         self.counts[before] -= 1
@@ -148,3 +164,34 @@ class ArrayParent:
         if self.status == "SUBMITTED" and self.counts["SUBMITTED"] + self.counts["PENDING"] < self.size:
             return "PENDING"
         return None
+
+
+def job_summary(detail: Mapping[str, Any] | None, batch_job_id: str, status: str) -> dict[str, Any]:
+    """ListJobs' ``JobSummary`` of a job from its last ``JobDetail`` (None: it sent no event yet).
+
+    Fields (AWS Batch API reference, ``JobSummary``): ``jobArn``, ``jobId``, ``jobName``,
+    ``createdAt``, ``status``, ``statusReason``, ``startedAt``, ``stoppedAt``, ``container``
+    (``exitCode``, ``reason``) and ``arrayProperties`` (``index`` of a child), those it has.
+    """
+    summary: dict[str, Any] = {"jobId": batch_job_id, "status": status}
+    if detail is None:
+        split = split_child_id(batch_job_id)
+        if split is not None:
+            summary["arrayProperties"] = {"index": split[1]}
+        return summary
+    for key in (
+        "jobArn",
+        "jobName",
+        "createdAt",
+        "statusReason",
+        "startedAt",
+        "stoppedAt",
+        "arrayProperties",
+    ):
+        if key in detail:
+            summary[key] = detail[key]
+    container = detail.get("container")
+    if isinstance(container, Mapping):
+        summary["container"] = {k: container[k] for k in ("exitCode", "reason") if k in container}
+    summary["status"] = status
+    return summary

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import dataclasses
 import errno
 import logging
 import os
@@ -44,7 +45,7 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -59,6 +60,13 @@ from functions.domain.jobs import BatchJobState
 from functions.domain.log_lines import AWSLOGS_PART_BYTES
 from functions.domain.machine_classes import GIB, machine_class_of, volume_limit_text
 from functions.ports import BatchSubmission
+from remote_batch.local.batch_arrays import (
+    ArrayParent,
+    check_array_size,
+    child_environment,
+    child_id,
+    job_summary,
+)
 from remote_batch.local.events import (
     BatchAttempt,
     batch_job_state_change,
@@ -501,6 +509,46 @@ def _utf8_boundary(data: bytes) -> int:
     return len(data)
 
 
+class _QueueView:
+    """The runnable queue as the next job joining it sees it, kept up to date as jobs join (so
+    announcing the N children of an array costs O(N), not O(N²)).
+
+    Jobs start in FIFO order when enough vCPUs are free: the ones already queued start first if they
+    fit. ``free`` is what is left of the free vCPUs after the queued jobs that fit; ``blocked`` counts
+    the queued jobs from the first that does not fit on.
+    """
+
+    def __init__(self, free: int, runnable: Iterable[_Job]) -> None:
+        self.free = free
+        self.blocked = 0
+        for ahead in runnable:
+            self.joined(ahead.vcpus)
+
+    def joined(self, vcpus: int) -> None:
+        """Count a job of ``vcpus`` joining the end of the queue."""
+        if self.blocked or vcpus > self.free:
+            self.blocked += 1
+        else:
+            self.free -= vcpus
+
+    def waiting_reason(self, vcpus: int, host_vcpus: int) -> str | None:
+        """Why a job of ``vcpus`` joining the queue now will not start at once, or None when it will.
+
+        Example: ``Waiting for 1 vCPU: 2 of 2 in use by other jobs, 1 job queued ahead``.
+        """
+        if not self.blocked and vcpus <= self.free:
+            return None
+        in_use = host_vcpus - self.free
+        reason = f"Waiting for {_plural(vcpus, 'vCPU')}: {in_use} of {host_vcpus} in use by other jobs"
+        if self.blocked:
+            reason += f", {_plural(self.blocked, 'job')} queued ahead"
+        return reason
+
+    def announce_with(self, announce: Callable[[_Job, _QueueView], None]) -> Callable[[_Job], None]:
+        """``announce`` bound to this view."""
+        return lambda job: announce(job, self)
+
+
 @dataclass(eq=False)
 class _Job:
     """A job's state inside the executor (guarded by the executor's lock)."""
@@ -530,6 +578,9 @@ class _Job:
     output_limit_bytes: int | None = None
     attempts: list[BatchAttempt] = field(default_factory=list)
     last_detail: dict[str, Any] | None = None
+    # An array child's parent and index (None for a single job).
+    array: ArrayParent[_Job] | None = None
+    index: int | None = None
 
     @property
     def log_stream(self) -> str:
@@ -583,6 +634,10 @@ class LocalBatchGateway:
             to_state(BatchJobDetail.model_validate(d), observed_at_ms)
             for d in self._executor.describe(batch_job_ids)
         ]
+
+    def list_jobs(self, array_job_id: str, job_status: str | None = None) -> list[dict[str, Any]]:
+        """ListJobs of an array job's children (``LocalBatchExecutor.list_jobs``)."""
+        return self._executor.list_jobs(array_job_id, job_status)
 
     def open_log_stream(self, stream: str) -> bool:
         """Create the zone's log group (once) and ``stream``; False when CloudWatch Logs refused."""
@@ -707,6 +762,9 @@ class LocalBatchExecutor:
         self._free_slots = set(range(self.vcpus))
         self._cond = threading.Condition()
         self._jobs: dict[str, _Job] = {}
+        self._arrays: dict[str, ArrayParent[_Job]] = {}
+        # Jobs whose worker was spawned and has not exited (the scheduler's deadlines are theirs).
+        self._live: set[_Job] = set()
         self._submitted: deque[_Job] = deque()
         self._runnable: deque[_Job] = deque()
         self._gateways: dict[tuple[str, str], LocalBatchGateway] = {}
@@ -741,13 +799,66 @@ class LocalBatchExecutor:
         DependencyFailed
             When the executor has been shut down.
         """
+        if submission.array_size is not None:
+            return self._submit_array(gateway, submission, submission.array_size)
         job_id = str(uuid.uuid4())
+        job = self._new_job(job_id, gateway, submission, _now_ms())
+        with self._cond:
+            if self._closed:
+                raise DependencyFailed("The local Batch executor is stopped; restart the local stack.")
+            self._jobs[job_id] = job
+            self._submitted.append(job)
+            self._cond.notify_all()
+        logger.info(
+            "job submitted batch_job_id=%s job_name=%s vcpus=%d", job_id, submission.job_name, job.vcpus
+        )
+        return job_id
+
+    def _submit_array(self, gateway: LocalBatchGateway, submission: BatchSubmission, size: int) -> str:
+        """Queue an array job of ``size`` children; returns the parent's Batch job id.
+
+        Raises ``DependencyFailed`` (cause: AWS Batch's ``ClientException``) for a size AWS Batch
+        refuses, and when the executor has been shut down.
+        """
+        check_array_size(size)
+        parent_id = str(uuid.uuid4())
+        created_at_ms = _now_ms()
+        parent: ArrayParent[_Job] = ArrayParent(parent_id, size, created_at_ms, context=(gateway, submission))
+        template = self._new_job(parent_id, gateway, submission, created_at_ms)
+        parent.children = [
+            dataclasses.replace(
+                template, job_id=child_id(parent_id, index), array=parent, index=index, attempts=[]
+            )
+            for index in range(size)
+        ]
+        with self._cond:
+            if self._closed:
+                raise DependencyFailed("The local Batch executor is stopped; restart the local stack.")
+            self._arrays[parent_id] = parent
+            for child in parent.children:
+                self._jobs[child.job_id] = child
+            self._submitted.extend(parent.children)
+            self._cond.notify_all()
+        logger.info(
+            "array job submitted batch_job_id=%s job_name=%s size=%d vcpus=%d",
+            parent_id,
+            submission.job_name,
+            size,
+            template.vcpus,
+        )
+        return parent_id
+
+    def _new_job(
+        self, job_id: str, gateway: LocalBatchGateway, submission: BatchSubmission, created_at_ms: int
+    ) -> _Job:
+        """A job (or an array's child) as it is queued: its resources cut to this host's, its note,
+        its timeout raised to the minimum, its volume limits."""
         timeout = submission.timeout_seconds
         job = _Job(
             job_id=job_id,
             gateway=gateway,
             submission=submission,
-            created_at_ms=_now_ms(),
+            created_at_ms=created_at_ms,
             vcpus=max(1, min(submission.vcpus, self.vcpus)),
             memory_mib=min(submission.memory_mib, self.memory_mib),
             note=". ".join(
@@ -763,16 +874,7 @@ class LocalBatchExecutor:
             timeout_seconds=None if timeout is None else max(self._min_timeout_seconds, timeout),
         )
         job.log_limit_bytes, job.output_limit_bytes = self._volume_limits(submission)
-        with self._cond:
-            if self._closed:
-                raise DependencyFailed("The local Batch executor is stopped; restart the local stack.")
-            self._jobs[job_id] = job
-            self._submitted.append(job)
-            self._cond.notify_all()
-        logger.info(
-            "job submitted batch_job_id=%s job_name=%s vcpus=%d", job_id, submission.job_name, job.vcpus
-        )
-        return job_id
+        return job
 
     def _volume_limits(self, submission: BatchSubmission) -> tuple[int, int]:
         """The job's log and output limits (bytes): its machine class's, cut to this executor's caps."""
@@ -793,21 +895,71 @@ class LocalBatchExecutor:
         it is gone (``stoppedAt`` = when it died). Returns without waiting for that.
         """
         with self._cond:
-            job = self._jobs.get(batch_job_id)
-            if job is None or job.status in FINAL_STATUSES:
-                logger.info("terminate ignored batch_job_id=%s", batch_job_id)
-                return
-            self._terminate_locked(job, reason)
+            parent = self._arrays.get(batch_job_id)
+            if parent is not None:
+                self._terminate_array_locked(parent, reason)
+            else:
+                job = self._jobs.get(batch_job_id)
+                if job is None or job.status in FINAL_STATUSES:
+                    logger.info("terminate ignored batch_job_id=%s", batch_job_id)
+                    return
+                self._terminate_locked(job, reason)
+                parent = job.array
+        if parent is not None:
+            self._revoke_array_credentials(parent)
+
+    def _terminate_array_locked(self, parent: ArrayParent[_Job], reason: str) -> None:
+        """TerminateJob of an array parent: every child not final is terminated with ``reason``
+        (queued ones fail at once, running ones are signalled); the parent fails with ``reason``
+        once they all are final."""
+        if parent.status in FINAL_STATUSES:
+            logger.info("terminate ignored batch_job_id=%s", parent.job_id)
+            return
+        parent.termination_reason = parent.termination_reason or reason
+        waiting = [child for child in parent.children if child.status in QUEUED_STATUSES]
+        for queue in (self._submitted, self._runnable):
+            if waiting and queue:
+                doomed = set(waiting)
+                kept = [job for job in queue if job not in doomed]
+                queue.clear()
+                queue.extend(kept)
+        for child in parent.children:
+            if child.status not in FINAL_STATUSES:
+                self._terminate_locked(child, reason)
+        logger.info("array job terminating batch_job_id=%s reason=%s", parent.job_id, reason)
 
     def describe(self, batch_job_ids: Sequence[str]) -> list[dict[str, Any]]:
-        """DescribeJobs: the ``JobDetail`` of each known id, as its last event carried it."""
+        """DescribeJobs: the ``JobDetail`` of each known id in the order given: a job's (or array
+        child's) as its last event carried it, an array parent's as of now (its ``statusSummary``
+        counts the children's statuses now)."""
+        found: list[dict[str, Any]] = []
         with self._cond:
-            jobs = [self._jobs.get(batch_job_id) for batch_job_id in batch_job_ids]
-            return [dict(job.last_detail) for job in jobs if job is not None and job.last_detail is not None]
+            for batch_job_id in batch_job_ids:
+                parent = self._arrays.get(batch_job_id)
+                if parent is not None:
+                    found.append(self._parent_envelope_locked(parent)["detail"])
+                    continue
+                job = self._jobs.get(batch_job_id)
+                if job is not None and job.last_detail is not None:
+                    found.append(dict(job.last_detail))
+        return found
+
+    def list_jobs(self, array_job_id: str, job_status: str | None = None) -> list[dict[str, Any]]:
+        """ListJobs with ``arrayJobId``: the ``JobSummary`` of each child in ``job_status`` (AWS: only
+        RUNNING ones when no status is given), in index order; [] for an id that is no array job."""
+        wanted = job_status or "RUNNING"
+        with self._cond:
+            parent = self._arrays.get(array_job_id)
+            children = [] if parent is None else [c for c in parent.children if c.status == wanted]
+            return [job_summary(child.last_detail, child.job_id, child.status) for child in children]
 
     def status_of(self, batch_job_id: str) -> str | None:
-        """The job's current Batch status (``SUBMITTED`` … ``FAILED``), or None for an unknown id."""
+        """The job's (or array parent's) current Batch status (``SUBMITTED`` … ``FAILED``), or None
+        for an unknown id."""
         with self._cond:
+            parent = self._arrays.get(batch_job_id)
+            if parent is not None:
+                return parent.status
             job = self._jobs.get(batch_job_id)
             return None if job is None else job.status
 
@@ -855,14 +1007,23 @@ class LocalBatchExecutor:
         with self._cond:
             self._stopped = True
             self._cond.notify_all()
+            arrays = list(self._arrays.values())
+        for parent in arrays:
+            self._revoke_array_credentials(parent)
         self._scheduler.join(max(0.1, deadline - time.monotonic()))
         logger.info("executor stopped")
 
     # -- events ----------------------------------------------------------------------------------
 
     def _publish_locked(self, job: _Job, status: str, reason: str | None = None, **extra: Any) -> None:
+        parent = job.array
+        if parent is not None:
+            parent.child_moved(job.status, status, extra.get("stopped_at_ms"))
         job.status = status
         sub = job.submission
+        environment = sub.environment
+        if parent is not None and job.index is not None:
+            environment = child_environment(sub.environment, job.index, parent.size)
         envelope = batch_job_state_change(
             region=job.gateway.region,
             account=self.account,
@@ -877,9 +1038,10 @@ class LocalBatchExecutor:
             vcpus=sub.vcpus,
             memory_mib=sub.memory_mib,
             gpus=sub.gpus,
-            environment=sub.environment,
+            environment=environment,
             command=self._command,
             attempts=job.attempts,
+            array_properties=None if job.index is None else {"index": job.index},
             timeout_seconds=job.timeout_seconds,
             tags=sub.tags,
             time=datetime.now(UTC),
@@ -887,7 +1049,47 @@ class LocalBatchExecutor:
         )
         job.last_detail = envelope["detail"]
         self._bus.publish(envelope)
-        logger.info("job %s batch_job_id=%s job_name=%s", status.lower(), job.job_id, sub.job_name)
+        log = logger.info if parent is None else logger.debug  # an array's children: its own lines
+        log("job %s batch_job_id=%s job_name=%s", status.lower(), job.job_id, sub.job_name)
+        if parent is not None:
+            self._advance_parent_locked(parent)
+
+    def _advance_parent_locked(self, parent: ArrayParent[_Job]) -> None:
+        """Publish the parent's event when its children moved it (PENDING, or its outcome)."""
+        status = parent.next_status()
+        if status is None:
+            return
+        parent.status = status
+        self._bus.publish(self._parent_envelope_locked(parent))
+        logger.info("array job %s batch_job_id=%s", status.lower(), parent.job_id)
+
+    def _parent_envelope_locked(self, parent: ArrayParent[_Job]) -> dict[str, Any]:
+        """The parent's event as of now: its status, ``arrayProperties`` (size, ``statusSummary``),
+        the submission's queue, definition, resources, environment and tags; no timeout (AWS: "the
+        parent array job does not have a timeout"), no attempts; ``stoppedAt`` (its last child's
+        stop) and the reason of a TerminateJob once final."""
+        gateway, sub = parent.context
+        final = parent.status in FINAL_STATUSES
+        return batch_job_state_change(
+            region=gateway.region,
+            account=self.account,
+            job_id=parent.job_id,
+            job_name=sub.job_name,
+            job_queue=sub.job_queue,
+            job_definition=sub.job_definition,
+            status=parent.status,
+            status_reason=parent.termination_reason if final and parent.status == "FAILED" else None,
+            created_at_ms=parent.created_at_ms,
+            stopped_at_ms=(parent.stopped_at_ms or _now_ms()) if final else None,
+            vcpus=sub.vcpus,
+            memory_mib=sub.memory_mib,
+            gpus=sub.gpus,
+            environment=sub.environment,
+            command=self._command,
+            array_properties=parent.array_properties(),
+            tags=sub.tags,
+            time=datetime.now(UTC),
+        )
 
     def _fail_unstarted_locked(self, job: _Job, reason: str) -> None:
         self._release_locked(job)
@@ -902,8 +1104,12 @@ class LocalBatchExecutor:
             while not self._stopped:
                 wait: float | None
                 try:
+                    view: _QueueView | None = None
                     while self._submitted:
-                        self._guard_locked(self._submitted.popleft(), self._announce_locked)
+                        view = view or _QueueView(len(self._free_slots), self._runnable)
+                        self._guard_locked(
+                            self._submitted.popleft(), view.announce_with(self._announce_locked)
+                        )
                     while self._runnable and self._runnable[0].vcpus <= len(self._free_slots):
                         self._guard_locked(self._runnable.popleft(), self._start_locked)
                     wait = self._enforce_deadlines_locked()
@@ -940,36 +1146,14 @@ class LocalBatchExecutor:
             job.status = "FAILED"
             self._release_locked(job)
 
-    def _announce_locked(self, job: _Job) -> None:
+    def _announce_locked(self, job: _Job, view: _QueueView) -> None:
         """Publish PENDING and RUNNABLE (saying why it waits, when it must) and queue the job."""
         self._publish_locked(job, "PENDING", job.note)
-        waiting = self._waiting_reason_locked(job)
+        waiting = view.waiting_reason(job.vcpus, self.vcpus)
         reason = ". ".join(r for r in (job.note, waiting) if r) or None
         self._publish_locked(job, "RUNNABLE", reason)
         self._runnable.append(job)
-
-    def _waiting_reason_locked(self, job: _Job) -> str | None:
-        """Why a job joining the queue will not start at once, or None when it will.
-
-        Jobs start in FIFO order when enough vCPUs are free: the ones already queued start first
-        if they fit. Example: ``Waiting for 1 vCPU: 2 of 2 in use by other jobs``.
-        """
-        free = len(self._free_slots)
-        blocked_ahead = 0
-        for ahead in self._runnable:
-            if blocked_ahead or ahead.vcpus > free:
-                blocked_ahead += 1
-            else:
-                free -= ahead.vcpus
-        if not blocked_ahead and job.vcpus <= free:
-            return None
-        reason = (
-            f"Waiting for {_plural(job.vcpus, 'vCPU')}: "
-            f"{self.vcpus - free} of {self.vcpus} in use by other jobs"
-        )
-        if blocked_ahead:
-            reason += f", {_plural(blocked_ahead, 'job')} queued ahead"
-        return reason
+        view.joined(job.vcpus)
 
     def _start_locked(self, job: _Job) -> None:
         job.slots = tuple(sorted(self._free_slots)[: job.vcpus])
@@ -989,8 +1173,9 @@ class LocalBatchExecutor:
         """Time out and kill what is due; returns seconds until the next deadline (None: none)."""
         now = time.monotonic()
         next_due: float | None = None
-        for job in list(self._jobs.values()):
+        for job in list(self._live):
             if job.process is None or job.exited:
+                self._live.discard(job)
                 continue
             try:
                 due = self._enforce_job_deadlines_locked(job, now)
@@ -1040,6 +1225,8 @@ class LocalBatchExecutor:
     def _environment(self, job: _Job, workdir: Path) -> dict[str, str]:
         env = dict(self._worker_environment)
         env.update(job.submission.environment)
+        if job.array is not None and job.index is not None:
+            env.update(child_environment({}, job.index, job.array.size))
         threads = str(job.vcpus)
         tmp = str(workdir / "tmp")
         pythonpath = [str(self._import_root), *filter(None, [env.get("PYTHONPATH")])]
@@ -1160,8 +1347,21 @@ class LocalBatchExecutor:
                 shutil.rmtree(job.workdir, ignore_errors=True)
             if self._registry is not None:
                 self._registry.forget(job.job_id)
-            if self._credentials is not None:
+            if job.array is not None:
+                self._revoke_array_credentials(job.array)
+            elif self._credentials is not None:
                 self._credentials.revoke(job.job_id)
+
+    def _revoke_array_credentials(self, parent: ArrayParent[_Job]) -> None:
+        """Revoke the credentials an array's children shared, once the array is final (every child's
+        worker is gone then); only the first caller does."""
+        with self._cond:
+            if parent.status not in FINAL_STATUSES or parent.credentials_revoked:
+                return
+            parent.credentials_revoked = True
+            issued = parent.credentials is not None
+        if issued and self._credentials is not None:
+            self._credentials.revoke(parent.job_id)
 
     def _abort_run(self, job: _Job, reason: str) -> None:
         """After a runner error: kill the worker and what it left, then fail the job if not final."""
@@ -1190,7 +1390,13 @@ class LocalBatchExecutor:
         if self._credentials is None:
             return {}
         try:
-            return self._credentials.issue(job.job_id, job.submission)
+            if job.array is None:
+                return self._credentials.issue(job.job_id, job.submission)
+            parent = job.array
+            with parent.credentials_lock:  # one set for the whole array, as one job role on AWS
+                if parent.credentials is None:
+                    parent.credentials = self._credentials.issue(parent.job_id, job.submission)
+                return dict(parent.credentials)
         except (ClientError, BotoCoreError) as exc:
             logger.error("job credentials not issued batch_job_id=%s error=%s", job.job_id, exc)
             with self._cond:
@@ -1239,6 +1445,7 @@ class LocalBatchExecutor:
                 self._fail_unstarted_locked(job, f"CannotStartContainerError: {exc}")
                 return
             job.process = process
+            self._live.add(job)
             job.started_at_ms = _now_ms()
             if job.timeout_seconds is not None:
                 job.timeout_at = time.monotonic() + job.timeout_seconds

@@ -118,7 +118,7 @@ def _span_event(
     started_ms: int | None = None,
     index: int | None = None,
     size: int = 0,
-    parent: ArrayParent | None = None,
+    parent: ArrayParent[None] | None = None,
 ) -> Envelope:
     """A final event of a child (``index``) or of the Batch parent (``parent``), shaped like the
     executor's: queue, definition, resources, environment and tags from ``template``."""
@@ -198,7 +198,9 @@ def settle_array(
     for span in _spans(envelopes):
         if span.size is None or span.template is None:
             continue
-        parent = ArrayParent(span.parent_id, span.size, int(span.template["detail"].get("createdAt") or 0))
+        parent: ArrayParent[None] = ArrayParent(
+            span.parent_id, span.size, int(span.template["detail"].get("createdAt") or 0)
+        )
         last_stop = 0
         for index in range(span.size):
             events = span.children.get(index, [])
