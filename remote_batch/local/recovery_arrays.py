@@ -5,10 +5,10 @@ for the parent's service job (the bus's journal): for each AWS Batch array job a
 every child that has a final event gets it delivered again (the handlers ignore what they already
 applied), and every other child gets the event AWS Batch would send for a job whose host vanished,
 exactly as a single job would: ``Local stack stopped while the job ran`` billed from its own start to
-the crash instant, or ``Local stack stopped before the job ran`` and no charge. Then the Batch parent
-gets its final event (SUCCEEDED only if every child did), with its ``statusSummary``. Children are
-not resumed: a clean stop ends queued single jobs and children alike, and a crash settles them the
-same way.
+the crash instant, or ``Local stack stopped before the job ran`` and no charge (a span of one item,
+a plain Batch job, likewise). Then the Batch parent gets its final event (SUCCEEDED only if every
+child did), with its ``statusSummary``. Children are not resumed: a clean stop ends queued single
+jobs and children alike, and a crash settles them the same way.
 
 A span that left no event at all (a crash before the executor announced it) is unknown to the new
 executor: the meter's reconciliation ends it as unknown to Batch.
@@ -46,6 +46,9 @@ class _Span:
 
     parent_id: str
     size: int | None = None
+    # A span of one item, submitted as a plain job (AWS Batch's smallest array is 2): its events
+    # are ``children[0]``.
+    plain: bool = False
     template: Envelope | None = None
     parent_final: Envelope | None = None
     children: dict[int, list[Envelope]] = field(default_factory=dict)
@@ -60,6 +63,9 @@ def _spans(envelopes: Iterable[Envelope]) -> list[_Span]:
             continue
         properties = detail.get("arrayProperties")
         if not isinstance(properties, dict):
+            plain = spans.setdefault(detail["jobId"], _Span(detail["jobId"], size=1, plain=True))
+            plain.template = plain.template or envelope
+            plain.children.setdefault(0, []).append(envelope)
             continue
         split = split_child_id(detail["jobId"])
         parent_id = split[0] if split else detail["jobId"]
@@ -131,7 +137,7 @@ def _span_event(
     timeout = detail.get("timeout")
     attempts: tuple[BatchAttempt, ...] = ()
     stream: str | None = None
-    if index is not None and started_ms is not None:
+    if parent is None and started_ms is not None:
         stream = log_stream_name(str(detail.get("jobDefinition", "")), batch_job_id)
         attempts = (
             BatchAttempt(
@@ -162,7 +168,9 @@ def _span_event(
         stopped_at_ms=stopped_ms,
         log_stream=stream,
         attempts=attempts,
-        array_properties=parent.array_properties() if parent is not None else {"index": index},
+        array_properties=(
+            parent.array_properties() if parent is not None else None if index is None else {"index": index}
+        ),
         timeout_seconds=timeout.get("attemptDurationSeconds") if isinstance(timeout, dict) else None,
         tags=detail.get("tags") if isinstance(detail.get("tags"), dict) else None,
     )
@@ -204,6 +212,7 @@ def settle_array(
         last_stop = 0
         for index in range(span.size):
             events = span.children.get(index, [])
+            batch_job_id = span.parent_id if span.plain else child_id(span.parent_id, index)
             final = _final(events)
             if final is not None:
                 if redeliver is not None:
@@ -217,18 +226,20 @@ def settle_array(
                 publish(
                     _span_event(
                         span.template,
-                        child_id(span.parent_id, index),
+                        batch_job_id,
                         "FAILED",
                         stopped_ms,
                         reason=reason,
                         started_ms=started,
-                        index=index,
+                        index=None if span.plain else index,
                         size=span.size,
                     )
                 )
                 status, last_stop = "FAILED", max(last_stop, stopped_ms)
             parent.child_moved("SUBMITTED", status)
             settled += 1
+        if span.plain:
+            continue
         if span.parent_final is not None:
             if redeliver is not None:
                 redeliver([span.parent_final])

@@ -249,3 +249,38 @@ def test_an_array_whose_batch_parent_ended_before_the_crash_gets_its_own_final_e
 
     assert published == []
     assert redelivered == [*finals, parent_final]
+
+
+def test_a_one_item_span_run_as_a_plain_job_is_settled_like_a_single_job() -> None:
+    parent = dataclasses.replace(_job("job-array", JobStatus.RUNNING), type=JobType.ARRAY, array_size=3)
+    started = _ms(SUBMITTED + timedelta(minutes=1))
+    running = batch_job_state_change(
+        region="us-east-1",
+        account="000000000000",
+        job_id="P",
+        job_name="job-array_2",
+        job_queue="remote-batch-Basic1x8",
+        job_definition="remote-batch-worker",
+        status="RUNNING",
+        created_at_ms=_ms(SUBMITTED),
+        vcpus=1,
+        memory_mib=8192,
+        environment={"REMOTE_BATCH_JOB_ID": "job-array"},
+        started_at_ms=started,
+    )
+    published: list[dict[str, Any]] = []
+
+    recover_unfinished_jobs(
+        _Table([parent]), local_settings(), published.append, CRASH, emitted_for=lambda job_id: [running]
+    )
+
+    [detail] = [e["detail"] for e in published]
+    assert (detail["jobId"], detail["jobName"], detail["status"], detail["statusReason"]) == (
+        "P",
+        "job-array_2",
+        "FAILED",
+        STOPPED_REASON,
+    )
+    assert (detail["startedAt"], detail["stoppedAt"]) == (started, _ms(CRASH))
+    assert "arrayProperties" not in detail
+    assert detail["attempts"][0]["startedAt"] == started
