@@ -12,7 +12,7 @@ import pytest
 
 from functions import bootstrap
 from functions.domain.errors import DependencyFailed, NotFound
-from functions.domain.jobs import Job, JobType
+from functions.domain.jobs import BatchJobState, Job, JobType
 from functions.domain.machine_classes import GeoZone
 from functions.domain.status import JobStatus
 from functions.logic import arrays, queries
@@ -456,3 +456,77 @@ def test_a_meter_tick_costs_the_same_with_or_without_finished_children(stack):
     stack.tick()
     assert calls == running_only
     assert len(running_only) > 0
+
+
+# -- reconciliation ---------------------------------------------------------------------------------
+def described(batch_job_id: str, job_name: str, status: str, **fields: Any) -> BatchJobState:
+    values: dict[str, Any] = {
+        "status_reason": None,
+        "created_at_ms": T0,
+        "started_at_ms": None,
+        "stopped_at_ms": None,
+        "exit_code": None,
+        "log_stream_name": None,
+        "attempt_count": 0,
+    }
+    return BatchJobState(batch_job_id=batch_job_id, job_name=job_name, status=status, **(values | fields))
+
+
+def test_a_quiet_array_is_reconciled_with_what_batch_describes_of_its_spans_and_children(stack):
+    with_span_size(stack, 2)
+    parent = submit(stack, [1, 2, 3])
+    first, single = parent.array_spans
+    start = int(stack.clock().timestamp() * 1000)
+    # Child 0 ran and its events came; the others' events were all lost.
+    for event in array_child_lifecycle(
+        parent.job_id, first, 0, created_at=start, started_at=start, stopped_at=start + 5_000
+    ):
+        stack.deliver(event)
+    known = stack.batch[US].known
+    known[first] = described(first, parent.job_id, "FAILED", array_size=2)
+    known[f"{first}:1"] = described(
+        f"{first}:1",
+        parent.job_id,
+        "SUCCEEDED",
+        started_at_ms=start,
+        stopped_at_ms=start + 90_000,
+        exit_code=0,
+        attempt_count=1,
+        array_index=1,
+    )
+    known[single] = described(
+        single,
+        f"{parent.job_id}_2",
+        "SUCCEEDED",
+        started_at_ms=start,
+        stopped_at_ms=start + 30_000,
+        exit_code=0,
+        attempt_count=1,
+    )
+
+    stack.clock.advance(11 * 60)
+    stack.tick()
+
+    stored = stack.services.store.get_job(parent.job_id)
+    assert (stored.status, stored.child_status_counts["Succeeded"]) == (JobStatus.SUCCEEDED, 3)
+    assert charges(stack) == {
+        f"{parent.job_id}:0": Decimal("1.0000"),
+        f"{parent.job_id}:1": Decimal("1.5000"),
+        f"{parent.job_id}:2": Decimal("1.0000"),
+    }
+    assert stored.credits_spent == Decimal("3.5000")
+
+
+def test_children_batch_has_no_record_of_end_terminated_without_charge(stack):
+    parent = submit(stack, [1, 2])
+    span = parent.array_spans[0]
+    stack.batch[US].known[span] = described(span, parent.job_id, "FAILED", array_size=2)
+    stack.clock.advance(11 * 60)
+    stack.tick()
+    stored = stack.services.store.get_job(parent.job_id)
+    assert stored.status == JobStatus.TERMINATED
+    assert (
+        stored.status_reason
+        == "2 of 2 children terminated (first: index 0, AWS Batch has no record of the job)"
+    )
+    assert charges(stack) == {}
