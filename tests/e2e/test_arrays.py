@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import json
+import signal
 import time
 import uuid
 from collections.abc import Iterator
@@ -298,3 +299,34 @@ def test_250_items_from_an_upload_run_as_3_batch_array_jobs_in_order(
     )
     assert [size for _, size in spans] == [50, 100, 100]
     assert len({e["detail"]["jobName"] for e in events}) == 3
+
+
+def test_a_crash_settles_an_unfinished_array_child_by_child_at_the_next_start(
+    array_stack: LocalStackProcess, array_admin: Client
+) -> None:
+    # Given an array of 6 sleepers, some running, when the stack dies without a chance to clean up
+    client = _account(array_stack, array_admin)
+    before = client.balance()
+    job = client.submit({"code": "import time; time.sleep(300)", "arrayItems": list(range(6))})
+    wait_for(
+        lambda: any(c["status"] == "Running" for c in _children(client, job["jobId"])), 60, "a running child"
+    )
+    array_stack.stop(signal.SIGKILL)
+
+    # When it starts again
+    array_stack.start()
+
+    # Then every child is settled as single jobs are: the ones that ran charged to the crash (the
+    # 60 s minimum), the others free; the array ends Terminated, and no worker is left
+    done = client.wait_status(job["jobId"], timeout=60)
+    assert done["status"] == "Terminated", done
+    children = _children(client, job["jobId"])
+    ran = [c["jobId"] for c in children if c["startedAt"] is not None]
+    assert ran, children
+    for child in children:
+        expected = "while the job ran" if child["jobId"] in ran else "before the job ran"
+        assert (child["status"], child["statusReason"]) == ("Terminated", f"Local stack stopped {expected}")
+    assert _charges(client) == sorted((child_id, CHILD_CHARGE) for child_id in ran)
+    assert _credits(done["creditsSpent"]) == CHILD_CHARGE * len(ran)
+    assert client.balance() == before - CHILD_CHARGE * len(ran)
+    assert not _processes_of(job["jobId"])
