@@ -3,22 +3,22 @@
 Each acknowledgment is attached to the narrowest construct it concerns (a role, a method, a queue),
 never to the whole app. IAM5 ids are granular (``AwsSolutions-IAM5[Resource::…]``): a new wildcard
 that nobody reviewed still fails the synth.
+
+The stacks call ``acknowledge_control_plane`` / ``acknowledge_compute`` with their own constructs
+(typed by CDK's own classes), so this module never imports a stack.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
 
 from aws_cdk import Acknowledgment, CfnResource, Stack, Token, Validations
+from aws_cdk import aws_lambda as lambda_
 from constructs import IConstruct
 
 from functions.domain.machine_classes import MACHINE_CLASSES
-
-if TYPE_CHECKING:
-    from infra.naming import ZoneNames
-    from infra.stacks.compute import ComputeStack
-    from infra.stacks.control_plane import ControlPlaneStack
+from infra.naming import ZoneNames
 
 Finding = tuple[str, str]
 """(cdk-nag rule id, reason)."""
@@ -64,24 +64,56 @@ _LAMBDA_RUNTIME = (
 )
 
 
-def acknowledge_control_plane(stack: ControlPlaneStack) -> None:
+@dataclasses.dataclass(frozen=True, slots=True)
+class ControlPlaneFindings:
+    """The control plane stack's constructs that carry accepted findings (the stack passes its own).
+
+    ``jobs_table``/``ledger_table`` are the DynamoDB tables (for their ``<LogicalId.Arn>/index/*``),
+    ``email_topic_prefix`` the name prefix of the per-account email topics, ``rest_api`` the API
+    Gateway REST API and ``health_method`` its public ``GET /health`` method.
+    """
+
+    stack: Stack
+    zones: Sequence[ZoneNames]
+    user_pool: IConstruct
+    api_function: lambda_.Function
+    batch_events_function: lambda_.Function
+    meter_function: lambda_.Function
+    jobs_table: IConstruct
+    ledger_table: IConstruct
+    email_topic_prefix: str
+    dead_letter_queue: IConstruct
+    rest_api: IConstruct
+    health_method: IConstruct
+
+
+def acknowledge_control_plane(scopes: ControlPlaneFindings) -> None:
     """Attach the accepted findings to the control plane stack's constructs."""
-    _acknowledge_auth(stack)
-    _acknowledge_functions(stack)
-    _acknowledge_dead_letter_queue(stack.events.dead_letter_queue)
-    _acknowledge_api(stack)
+    _acknowledge_auth(scopes.user_pool)
+    _acknowledge_functions(scopes)
+    _acknowledge_dead_letter_queue(scopes.dead_letter_queue)
+    _acknowledge_api(scopes.rest_api, scopes.health_method)
 
 
-def acknowledge_compute(stack: ComputeStack) -> None:
-    """Attach the accepted findings to a geo zone's compute stack's constructs."""
-    _acknowledge_compute(stack)
-    if stack.forwarder is not None:
-        _acknowledge_dead_letter_queue(stack.forwarder.dead_letter_queue)
+def acknowledge_compute(
+    stack: Stack,
+    *,
+    bucket: IConstruct,
+    instance_role: IConstruct,
+    job_role: IConstruct,
+    execution_role: IConstruct,
+    dead_letter_queue: IConstruct | None,
+) -> None:
+    """Attach the accepted findings to a geo zone's compute stack's constructs: its data ``bucket``,
+    its Batch roles, and the dead-letter queue of its event forwarder (None in the home region)."""
+    _acknowledge_compute(stack, bucket, instance_role, job_role, execution_role)
+    if dead_letter_queue is not None:
+        _acknowledge_dead_letter_queue(dead_letter_queue)
 
 
-def _acknowledge_auth(stack: ControlPlaneStack) -> None:
+def _acknowledge_auth(user_pool: IConstruct) -> None:
     _acknowledge(
-        stack.auth.user_pool,
+        user_pool,
         (
             "AwsSolutions-COG8",
             "Essentials tier for now: the Plus tier (threat protection) is priced per monthly active "
@@ -95,11 +127,16 @@ def _acknowledge_auth(stack: ControlPlaneStack) -> None:
     )
 
 
-def _acknowledge_compute(stack: ComputeStack) -> None:
-    compute = stack.compute
-    bucket = _arn_token(stack, stack.data.bucket)
+def _acknowledge_compute(
+    stack: Stack,
+    data_bucket: IConstruct,
+    instance_role: IConstruct,
+    job_role: IConstruct,
+    execution_role: IConstruct,
+) -> None:
+    bucket = _arn_token(stack, data_bucket)
     _acknowledge(
-        compute.instance_role,
+        instance_role,
         (
             "AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/"
             "AmazonEC2ContainerServiceforEC2Role]",
@@ -108,7 +145,7 @@ def _acknowledge_compute(stack: ComputeStack) -> None:
         ),
     )
     _acknowledge(
-        compute.job_role,
+        job_role,
         (
             f"AwsSolutions-IAM5[Resource::{bucket}/inputs/*]",
             "A job reads its input under inputs/<jobId>/; the job id is known only at submit time.",
@@ -124,7 +161,7 @@ def _acknowledge_compute(stack: ComputeStack) -> None:
         ),
     )
     _acknowledge(
-        compute.execution_role,
+        execution_role,
         (
             "AwsSolutions-IAM5[Resource::*]",
             "ecr:GetAuthorizationToken (pull the worker image) has no resource-level permissions; the "
@@ -133,14 +170,13 @@ def _acknowledge_compute(stack: ComputeStack) -> None:
     )
 
 
-def _acknowledge_functions(stack: ControlPlaneStack) -> None:
-    functions = stack.functions
-    data = stack.data
-    zones = [_nag_spelling(zone) for zone in stack.zones]
+def _acknowledge_functions(scopes: ControlPlaneFindings) -> None:
+    stack = scopes.stack
+    zones = [_nag_spelling(zone) for zone in scopes.zones]
     partition = _partition(stack)
     table_indexes = [
         (f"AwsSolutions-IAM5[Resource::{_arn_token(stack, table)}/index/*]", _TABLE_INDEXES)
-        for table in (data.jobs_table, data.ledger_table)
+        for table in (scopes.jobs_table, scopes.ledger_table)
     ]
     bucket_objects = [
         (f"AwsSolutions-IAM5[Resource::arn:{partition}:s3:::{zone.bucket_name}/*]", _S3_GRANT)
@@ -171,11 +207,11 @@ def _acknowledge_functions(stack: ControlPlaneStack) -> None:
 
     email_topics = (
         f"AwsSolutions-IAM5[Resource::arn:{partition}:sns:{_home_region(stack)}:<AWS::AccountId>:"
-        f"{stack.notifications.topic_name_prefix}*]",
+        f"{scopes.email_topic_prefix}*]",
         _EMAIL_TOPICS,
     )
     _acknowledge(
-        functions.api.role,
+        scopes.api_function.role,
         wildcard,
         email_topics,
         *jobs,
@@ -185,7 +221,7 @@ def _acknowledge_functions(stack: ControlPlaneStack) -> None:
         *table_indexes,
     )
     _acknowledge(
-        functions.batch_events.role,
+        scopes.batch_events_function.role,
         wildcard,
         topic_key,
         email_topics,
@@ -193,7 +229,7 @@ def _acknowledge_functions(stack: ControlPlaneStack) -> None:
         *table_indexes,
     )
     _acknowledge(
-        functions.meter.role,
+        scopes.meter_function.role,
         wildcard,
         topic_key,
         email_topics,
@@ -201,7 +237,7 @@ def _acknowledge_functions(stack: ControlPlaneStack) -> None:
         *bucket_objects,
         *table_indexes,
     )
-    for function in (functions.api, functions.batch_events, functions.meter):
+    for function in (scopes.api_function, scopes.batch_events_function, scopes.meter_function):
         _acknowledge(function, ("AwsSolutions-L1", _LAMBDA_RUNTIME))
 
 
@@ -217,10 +253,9 @@ def _acknowledge_dead_letter_queue(queue: IConstruct) -> None:
     )
 
 
-def _acknowledge_api(stack: ControlPlaneStack) -> None:
-    api = stack.api
+def _acknowledge_api(rest_api: IConstruct, health_method: IConstruct) -> None:
     _acknowledge(
-        api.rest_api,
+        rest_api,
         (
             "AwsSolutions-APIG2",
             "Requests are validated in the api Lambda (Powertools enable_validation), which answers "
@@ -228,7 +263,7 @@ def _acknowledge_api(stack: ControlPlaneStack) -> None:
             "cannot produce that body.",
         ),
     )
-    cloud_watch_role = api.rest_api.node.try_find_child("CloudWatchRole")
+    cloud_watch_role = rest_api.node.try_find_child("CloudWatchRole")
     if cloud_watch_role is not None:
         _acknowledge(
             cloud_watch_role,
@@ -240,7 +275,7 @@ def _acknowledge_api(stack: ControlPlaneStack) -> None:
             ),
         )
     _acknowledge(
-        api.health_method,
+        health_method,
         (
             "AwsSolutions-APIG4",
             "GET /health is public by contract (API.md): a load balancer or a person checks readiness "

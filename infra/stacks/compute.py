@@ -67,7 +67,14 @@ class ComputeStack(Stack):
         if names.region != home_region:
             self._build_forwarding(home_region)
         self._build_outputs()
-        nag_suppressions.acknowledge_compute(self)
+        nag_suppressions.acknowledge_compute(
+            self,
+            bucket=self.data.bucket,
+            instance_role=self.compute.instance_role,
+            job_role=self.compute.job_role,
+            execution_role=self.compute.execution_role,
+            dead_letter_queue=None if self.forwarder is None else self.forwarder.dead_letter_queue,
+        )
 
     def _build_forwarding(self, home_region: str) -> None:
         self.forwarder = BatchEventForwarder(

@@ -71,7 +71,22 @@ class ControlPlaneStack(Stack):
             meter=self.functions.meter,
         )
         self._build_outputs()
-        nag_suppressions.acknowledge_control_plane(self)
+        nag_suppressions.acknowledge_control_plane(
+            nag_suppressions.ControlPlaneFindings(
+                stack=self,
+                zones=self.zones,
+                user_pool=self.auth.user_pool,
+                api_function=self.functions.api,
+                batch_events_function=self.functions.batch_events,
+                meter_function=self.functions.meter,
+                jobs_table=self.data.jobs_table,
+                ledger_table=self.data.ledger_table,
+                email_topic_prefix=self.notifications.topic_name_prefix,
+                dead_letter_queue=self.events.dead_letter_queue,
+                rest_api=self.api.rest_api,
+                health_method=self.api.health_method,
+            )
+        )
 
     def job_queue_arn_prefix(self, zone: ZoneNames) -> str:
         """``arn:…:batch:<zone region>:<account>:job-queue/remote-batch-<stage>-``."""

@@ -1,12 +1,7 @@
-"""The HTTP API's models (API.md), and their mapping from domain objects.
-
-One model per layer: these are what clients see; domain objects never leave the handler unmapped.
-The OpenAPI document at ``GET /openapi.json`` is generated from these same models.
-"""
+"""Models of the job routes (API.md ``Job``, ``EvaluationResult``, uploads, logs, outputs)."""
 
 from __future__ import annotations
 
-from decimal import Decimal
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -14,58 +9,28 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
-    PlainSerializer,
     WithJsonSchema,
     model_validator,
 )
 
 from functions.domain.batch_reasons import normalize_reason
 from functions.domain.credits import MAX_CREDITS
-from functions.domain.jobs import Account, Job, LedgerEntry
+from functions.domain.jobs import Job
 from functions.domain.limits import MAX_UPLOAD_BYTES
-from functions.domain.machine_classes import MACHINE_CLASSES, GeoZone, MachineClass
+from functions.domain.machine_classes import MACHINE_CLASSES, GeoZone
 from functions.domain.notifications import notifications_json_schema, rules_to_json
 from functions.domain.text import (
     BASE64_PATTERN,
-    E164_PATTERN,
-    EMAIL_PATTERN,
     LABEL_PATTERN,
     MAX_ARG_BYTES,
-    URL_CHARS_PATTERN,
 )
 from functions.domain.timefmt import to_api_time
-from functions.ports import LogEvent
-
-
-def _credits_json(value: Decimal) -> float:
-    # A quantized Decimal (≤ 4 places, < 1e11) round-trips exactly through a float's shortest repr,
-    # so clients get a JSON number that reads back as the same decimal.
-    return float(value)
-
-
-Credits = Annotated[Decimal, PlainSerializer(_credits_json, return_type=float, when_used="json")]
-
-# The longest timeConstraint: 30 days of Running time.
-MAX_TIME_CONSTRAINT_SECONDS = 30 * 24 * 3600
-
-
-def _json_number(value: Any) -> Any:
-    """Credits arrive as JSON numbers: a string or a boolean is refused, not converted."""
-    if isinstance(value, bool) or not isinstance(value, int | float | Decimal):
-        raise ValueError("must be a number")
-    return Decimal(str(value))
-
-
-def _json_integer(value: Any) -> Any:
-    """Whole numbers arrive as JSON numbers: ``600`` and ``600.0`` are the same number (JSON has one
-    number type); a string, a boolean or a fraction is refused, not converted."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ValueError("must be a whole number")
-    if isinstance(value, float):
-        if not value.is_integer():
-            raise ValueError("must be a whole number")
-        return int(value)
-    return value
+from functions.handlers.api.models.common import (
+    MAX_TIME_CONSTRAINT_SECONDS,
+    Credits,
+    CreditsIn,
+    _json_integer,
+)
 
 
 def _program_first(schema: dict[str, Any]) -> None:
@@ -78,15 +43,6 @@ def _program_first(schema: dict[str, Any]) -> None:
 # A process argument: any text without NUL (the rest, bytes and the total, is checked by
 # functions.domain.text.check_argv, which the JSON schema cannot say).
 CommandArg = Annotated[str, Field(max_length=MAX_ARG_BYTES, pattern=r"^[^\x00]*$")]
-
-# Credits in a request: a JSON number > 0, < MAX_CREDITS, at most 4 decimal places (API.md).
-CreditsIn = Annotated[
-    Decimal,
-    BeforeValidator(_json_number),
-    WithJsonSchema(
-        {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": int(MAX_CREDITS), "multipleOf": 0.0001}
-    ),
-]
 
 JobStatusName = Literal["Queued", "Starting", "Running", "Succeeded", "Terminated"]
 
@@ -209,6 +165,17 @@ class UploadView(BaseModel):
     geoZone: str = Field(description="Extension: the zone the object is stored in.")
 
 
+class NotificationRecordView(BaseModel):
+    """One line of ``notificationLog``: what was sent, skipped or failed, when, to whom (masked)."""
+
+    at: str
+    event: str
+    method: str
+    outcome: Literal["sent", "skipped", "failed"]
+    to: str | None
+    detail: str
+
+
 class JobView(BaseModel):
     """``Job`` of API.md, what every job route returns."""
 
@@ -255,180 +222,6 @@ class JobListView(BaseModel):
     )
 
 
-class JobResultView(BaseModel):
-    """``GET /jobs/{jobId}/result`` (``EvaluationResult``)."""
-
-    model_config = ConfigDict(extra="allow")
-
-    jobId: str
-    result: Any = None
-    resultRepr: str | None = None
-    messages: list[str] = Field(default_factory=list)
-    resultUrl: str | None = Field(
-        default=None,
-        description="Instead of result when inlining it would take the body over 5 MiB: a presigned "
-        "GET of result.json (or result.pickle), at most 15 min and never past expiresAt.",
-    )
-    messagesUrl: str | None = Field(
-        default=None,
-        description="Extension: instead of messages when they are over 512 KiB, a presigned GET of "
-        "messages.json.",
-    )
-
-
-class PreviewLinkView(BaseModel):
-    """``GET /jobs/{jobId}/preview.png``'s 303 body (extension): the link its ``Location`` holds."""
-
-    jobId: str
-    url: str = Field(description="Presigned SigV4 GET of the PNG.")
-    size: int = Field(description="The PNG's size in bytes.")
-    expiresIn: int = Field(description="Seconds the URL stays valid (≤ 900, never past expiresAt).")
-
-
-class OutputFileView(BaseModel):
-    """One output file: name under ``$REMOTE_BATCH_OUTPUT_DIR``, size in bytes, presigned URL (15 min)."""
-
-    name: str
-    size: int
-    url: str
-
-
-class OutputsView(BaseModel):
-    """``GET /jobs/{jobId}/outputs``."""
-
-    files: list[OutputFileView]
-
-
-class LogEventView(BaseModel):
-    """One line of a job's log."""
-
-    timestamp: str
-    message: str
-
-
-class JobLogView(BaseModel):
-    """``GET /jobs/{jobId}/log?format=json`` (``JobLogData``)."""
-
-    jobId: str
-    events: list[LogEventView]
-    nextToken: str | None = Field(default=None, description="Extension: more lines follow; pass it back.")
-
-
-class MachineClassView(BaseModel):
-    """A machine class with its price."""
-
-    name: str
-    vcpus: int
-    memoryGiB: int
-    gpus: int
-    gpuType: str | None
-    creditsPerHour: Credits
-
-
-class MachineClassesView(BaseModel):
-    """``GET /machine-classes``."""
-
-    machineClasses: list[MachineClassView]
-
-
-class AccountView(BaseModel):
-    """``GET /account``; ``emailStatus`` (``pending`` | ``confirmed`` | ``none``) is an extension."""
-
-    accountId: str
-    creditBalance: Credits
-    email: str | None
-    phone: str | None
-    roles: list[str]
-    emailStatus: Literal["pending", "confirmed", "none"]
-    webhookUrl: str | None = None
-
-
-class ContactsView(AccountView):
-    """``PUT /account/contacts``: the account, and the webhook signing secret when this request set a
-    new webhook URL (shown only here, once)."""
-
-    webhookSecret: str | None = None
-
-
-class ContactsBody(BaseModel):
-    """``PUT /account/contacts``: a key set to null clears it; a key left out is left as it is."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    email: str | None = Field(default=None, max_length=254, pattern=EMAIL_PATTERN)
-    phone: str | None = Field(
-        default=None, max_length=16, pattern=E164_PATTERN, description="E.164, e.g. +15555550100"
-    )
-    webhookUrl: str | None = Field(
-        default=None,
-        max_length=2048,
-        pattern=URL_CHARS_PATTERN,
-        description="https:// endpoint (extension); visible ASCII (an internationalized host as xn--)",
-    )
-
-
-class NotificationRecordView(BaseModel):
-    """One line of ``notificationLog``: what was sent, skipped or failed, when, to whom (masked)."""
-
-    at: str
-    event: str
-    method: str
-    outcome: Literal["sent", "skipped", "failed"]
-    to: str | None
-    detail: str
-
-
-class LedgerEntryView(BaseModel):
-    """One ledger entry of ``GET /account/usage``."""
-
-    at: str
-    kind: Literal["charge", "grant", "refund"]
-    credits: Credits
-    jobId: str | None
-    balanceAfter: Credits
-    unbilled: Credits = Field(
-        default=Decimal(0), description="Extension: cost the balance could not cover (charges only)."
-    )
-
-
-class UsageView(BaseModel):
-    """``GET /account/usage``."""
-
-    entries: list[LedgerEntryView]
-    totalCharged: Credits
-
-
-class GrantCreditsBody(BaseModel):
-    """``POST /admin/accounts/{accountId}/credits`` body."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    credits: CreditsIn = Field(gt=0, lt=MAX_CREDITS, decimal_places=4, description="Credits to add.")
-    reason: str = Field(
-        min_length=1, max_length=500, pattern=LABEL_PATTERN, description="Why, for the ledger (one line)."
-    )
-
-
-class HealthView(BaseModel):
-    """``GET /health``."""
-
-    status: Literal["ok"]
-
-
-class ErrorDetail(BaseModel):
-    """The one error body of every failure."""
-
-    code: str
-    message: str
-    field: str | None
-
-
-class ErrorBody(BaseModel):
-    """``{"error": {"code", "message", "field"}}``."""
-
-    error: ErrorDetail
-
-
 def job_view(job: Job) -> JobView:
     """Map a domain job to the API's ``Job``."""
     return JobView(
@@ -467,48 +260,4 @@ def job_view(job: Job) -> JobView:
             )
             for r in job.notification_log
         ],
-    )
-
-
-def machine_class_view(machine: MachineClass) -> MachineClassView:
-    """Map a machine class to the API's ``MachineClass``."""
-    return MachineClassView(
-        name=machine.name,
-        vcpus=machine.vcpus,
-        memoryGiB=machine.memory_gib,
-        gpus=machine.gpus,
-        gpuType=machine.gpu_type,
-        creditsPerHour=machine.credits_per_hour,
-    )
-
-
-def account_view(account: Account, email_status: str) -> AccountView:
-    """Map an account to the API's account body."""
-    return AccountView(
-        accountId=account.account_id,
-        creditBalance=account.credit_balance,
-        email=account.email,
-        phone=account.phone,
-        roles=list(account.roles),
-        emailStatus=email_status,  # type: ignore[arg-type]
-        webhookUrl=account.webhook_url,
-    )
-
-
-def log_event_view(event: LogEvent) -> LogEventView:
-    """Map a log line; timestamps keep milliseconds (``...T17:20:00.123Z``) to order lines."""
-    stamp = event.timestamp
-    text = stamp.strftime("%Y-%m-%dT%H:%M:%S.") + f"{stamp.microsecond // 1000:03d}Z"
-    return LogEventView(timestamp=text, message=event.message)
-
-
-def ledger_entry_view(entry: LedgerEntry) -> LedgerEntryView:
-    """Map a ledger entry."""
-    return LedgerEntryView(
-        at=to_api_time(entry.at) or "",
-        kind=entry.kind.value,
-        credits=entry.credits,
-        jobId=entry.job_id,
-        balanceAfter=entry.balance_after,
-        unbilled=entry.unbilled,
     )

@@ -1,0 +1,205 @@
+"""The api's resolver in one place: the app, the constants of its contract, the exception handlers
+that turn every failure into API.md's one error body, and the dependencies routes take (the caller,
+the services).
+
+Routes parse and validate (powertools ``APIGatewayRestResolver`` with pydantic models), call one
+logic function, and answer with the API's models; they live in the routers beside this module
+(``meta``, ``jobs``, ``job_data``, ``account``, ``admin``), included by ``entry``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import cache
+from typing import Annotated, Any
+
+from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Depends, Response, content_types
+from aws_lambda_powertools.event_handler.exceptions import NotFoundError
+from aws_lambda_powertools.event_handler.openapi.exceptions import (
+    RequestUnsupportedContentType,
+    RequestValidationError,
+)
+
+from functions.bootstrap import get_services
+from functions.domain.errors import (
+    Forbidden,
+    ServiceError,
+    Unauthorized,
+)
+from functions.domain.limits import MAX_BODY_BYTES
+from functions.handlers.api.models import (
+    ErrorBody,
+    ErrorDetail,
+)
+from functions.observability import logger
+from functions.ports import Services
+
+app = APIGatewayRestResolver(enable_validation=True)
+
+MAX_INLINE_BODY_BYTES = MAX_BODY_BYTES
+IDEMPOTENCY_SECONDS = 24 * 3600
+API_TITLE = "remote-batch"
+API_VERSION = "1"
+
+
+# -- errors: one body for every failure ---------------------------------------------------------------
+def error_response(status: int, code: str, message: str, field: str | None = None) -> Response[str]:
+    """API.md's error body ``{"error": {"code", "message", "field"}}`` with ``status``."""
+    body = ErrorBody(error=ErrorDetail(code=code, message=message, field=field))
+    return Response(status, content_types.APPLICATION_JSON, body.model_dump_json())
+
+
+# Header parameters come back lower-cased from validation; errors name them as clients send them.
+_HEADER_NAMES = {"idempotency-key": "Idempotency-Key"}
+
+
+def _field_path(location: tuple[Any, ...] | list[Any]) -> str | None:
+    parts = list(location)
+    if parts and parts[0] == "header" and len(parts) > 1:
+        return _HEADER_NAMES.get(str(parts[1]).lower(), str(parts[1]))
+    if parts and parts[0] in ("body", "query", "path", "header"):
+        parts = parts[1:]
+    path = ""
+    for part in parts:
+        path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
+    return path or None
+
+
+# What a value that fails a field's pattern must look like, by the field's last name.
+_PATTERN_RULES = {
+    "phone": "must be E.164: a + then the country code and number, 15 ASCII digits at most (+15555550100)",
+    "email": "must be an email address in ASCII, like a@example.com",
+    "webhookUrl": "must be an https:// URL of visible ASCII characters (an internationalized host as xn--)",
+    "name": "must be one line of visible text: no control or bidirectional formatting characters",
+    "reason": "must be one line of visible text: no control or bidirectional formatting characters",
+    "pickle": "must be base64 (standard alphabet, padded)",
+    "Idempotency-Key": "must be 1 to 128 visible ASCII characters (letters, digits, punctuation)",
+}
+
+
+def _validation_message(error: dict[str, Any], field: str | None) -> str:
+    kind = error.get("type", "")
+    if kind == "json_invalid":
+        return "The request body is not valid JSON."
+    if kind == "string_pattern_mismatch" and field:
+        name = re.sub(r"\[[0-9]+\]$", "", field).rsplit(".", 1)[-1]
+        rule = _PATTERN_RULES.get(name, "holds a character this field does not take (a NUL)")
+        return f"{field} {rule}; got {error.get('input')!r}."
+    if kind == "extra_forbidden":
+        return f"Unknown field {field!r}; see API.md for the fields this route takes."
+    if kind == "missing":
+        return f"{field} is required." if field else "A JSON body is required."
+    message = str(error.get("msg", "invalid value"))
+    message = message.removeprefix("Value error, ")
+    message = message[0].upper() + message[1:] if message else message
+    return f"{field}: {message}." if field else f"{message}."
+
+
+@app.exception_handler(RequestValidationError)
+def _on_request_validation(exc: RequestValidationError) -> Response[str]:
+    first = exc.errors()[0] if exc.errors() else {}
+    field = None if first.get("type") == "json_invalid" else _field_path(first.get("loc", ()))
+    return error_response(400, "ValidationError", _validation_message(first, field), field)
+
+
+@app.exception_handler(RequestUnsupportedContentType)
+def _on_unsupported_content_type(exc: RequestUnsupportedContentType) -> Response[str]:
+    return error_response(
+        400, "ValidationError", "The request body must be JSON (Content-Type: application/json)."
+    )
+
+
+@app.exception_handler(ServiceError)
+def _on_service_error(exc: ServiceError) -> Response[str]:
+    if exc.status >= 500:
+        logger.exception("request failed", code=exc.code)
+        return error_response(exc.status, exc.code, "The service failed to answer; try again shortly.")
+    return error_response(exc.status, exc.code, exc.message, exc.field)
+
+
+@app.not_found
+def _on_not_found(exc: NotFoundError) -> Response[str]:
+    event = app.current_event
+    allowed = allowed_methods(event.path)
+    # A path a route has for this very method did not route (an id no route takes): no such thing.
+    if allowed and event.http_method.upper() not in allowed:
+        # RFC 9110 section 15.5.6: the resource exists, the method does not; Allow lists those that do.
+        response = error_response(
+            405,
+            "MethodNotAllowed",
+            f"{event.http_method} is not a method of {event.path}; use {', '.join(allowed)}.",
+        )
+        response.headers["Allow"] = ", ".join(allowed)
+        return response
+    return error_response(404, "NotFound", f"No route {event.http_method} {event.path}.")
+
+
+@cache
+def _route_table() -> tuple[tuple[re.Pattern[str], int, tuple[str, ...]], ...]:
+    """Each path of the OpenAPI document (``/jobs/{jobId}``) as a pattern, with its number of path
+    parameters and its methods."""
+    document = app.get_openapi_schema(title=API_TITLE, version=API_VERSION)
+    table = []
+    for path, item in (document.paths or {}).items():
+        pattern = re.sub(r"\\\{[^/]+?\\\}", "[^/]+", re.escape(path))
+        methods = tuple(m.upper() for m in ("get", "put", "post", "delete", "patch") if getattr(item, m))
+        table.append((re.compile(pattern), path.count("{"), methods))
+    return tuple(table)
+
+
+def allowed_methods(path: str) -> list[str]:
+    """The methods the route at ``path`` takes (sorted), or [] when no route has that path.
+
+    A literal segment wins over a path parameter, as API Gateway picks the most specific resource:
+    ``/jobs/uploads`` is that resource, not ``/jobs/{jobId}`` with the id ``uploads``.
+    """
+    matches = [(params, ms) for pattern, params, ms in _route_table() if pattern.fullmatch(path)]
+    if not matches:
+        return []
+    fewest = min(params for params, _ in matches)
+    return sorted({m for params, ms in matches if params == fewest for m in ms})
+
+
+@app.exception_handler(Exception)
+def _on_bug(exc: Exception) -> Response[str]:
+    logger.exception("unhandled error")
+    return error_response(500, "InternalError", "The service failed to answer; try again shortly.")
+
+
+# -- identity ----------------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Caller:
+    """Who is calling: the account (Cognito ``sub``), its roles and email claim."""
+
+    account_id: str
+    roles: tuple[str, ...]
+    email: str | None
+
+
+def current_caller() -> Caller:
+    """The caller from the authorizer's claims (Cognito; the local gateway mints the same shape).
+
+    Raises
+    ------
+    Unauthorized
+        No authorizer claims: the request did not pass an authorizer.
+    """
+    claims = app.current_event.request_context.authorizer.claims or {}
+    account_id = claims.get("sub")
+    if not account_id:
+        raise Unauthorized("A valid Authorization: Bearer <token> header is required.")
+    raw_groups = str(claims.get("cognito:groups") or "")
+    groups = [g for g in raw_groups.strip("[]").replace(",", " ").split() if g]
+    return Caller(account_id=str(account_id), roles=("user", *groups), email=claims.get("email"))
+
+
+ServicesDep = Annotated[Services, Depends(get_services)]
+CallerDep = Annotated[Caller, Depends(current_caller)]
+
+
+def require_admin(caller: CallerDep) -> Caller:
+    """The caller, if it has the admin role. Raises ``Forbidden`` otherwise."""
+    if "admin" not in caller.roles:
+        raise Forbidden("This route needs the admin role.")
+    return caller

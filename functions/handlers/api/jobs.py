@@ -1,0 +1,242 @@
+"""Routes that make and find jobs: submit (with an ``Idempotency-Key``), upload a large input, list,
+get, abort.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from aws_lambda_powertools.event_handler import Response, content_types
+from aws_lambda_powertools.event_handler.openapi.params import Body, Header, Query
+from aws_lambda_powertools.event_handler.router import APIGatewayRouter
+from aws_lambda_powertools.utilities.idempotency import (
+    DynamoDBPersistenceLayer,
+    IdempotencyConfig,
+    idempotent_function,
+)
+from aws_lambda_powertools.utilities.idempotency.exceptions import (
+    IdempotencyAlreadyInProgressError,
+    IdempotencyValidationError,
+)
+from pydantic import BeforeValidator
+
+import functions.handlers.api as api_package
+from functions.bootstrap import get_services
+from functions.domain.errors import (
+    Conflict,
+    ValidationFailed,
+)
+from functions.domain.jobs import PayloadKind
+from functions.domain.machine_classes import machine_class, resolve_geo_zone
+from functions.domain.notifications import normalize_notifications, rules_to_json
+from functions.domain.status import JobStatus
+from functions.domain.text import check_argv, is_ascii_digits
+from functions.domain.timefmt import to_api_time
+from functions.handlers.api.app import (
+    IDEMPOTENCY_SECONDS,
+    CallerDep,
+    ServicesDep,
+    app,
+)
+from functions.handlers.api.models import (
+    JobListView,
+    JobView,
+    SubmitJobBody,
+    UploadBody,
+    UploadView,
+    job_view,
+)
+from functions.handlers.api.openapi import _json, _responses
+from functions.logic import submission, uploads
+from functions.ports import Services
+
+router = APIGatewayRouter()
+
+
+def _job_request(body: SubmitJobBody) -> submission.JobRequest:
+    if body.arrayItems is not None:
+        raise ValidationFailed(
+            "Array jobs are not supported yet; submit one job per item.", field="arrayItems"
+        )
+    payload: str | list[str]
+    kind: PayloadKind | None
+    if body.inputKey is not None:
+        kind, payload = None, ""  # the upload's Content-Type tells its kind (read at submit)
+    elif body.code is not None:
+        kind, payload = PayloadKind.CODE, body.code
+    elif body.command is not None:
+        check_argv(body.command)  # what the worker could not hand to execve is refused here
+        kind, payload = PayloadKind.COMMAND, body.command
+    else:
+        kind, payload = PayloadKind.PICKLE, body.pickle or ""
+    return submission.JobRequest(
+        payload_kind=kind,
+        payload=payload,
+        name=body.name,
+        machine_class=body.machineClass,
+        geo_zone=body.geoZone,
+        credit_constraint=body.creditConstraint,
+        time_constraint=body.timeConstraint,
+        notifications=body.notifications,
+        input_key=body.inputKey,
+    )
+
+
+def canonical_submit(body: SubmitJobBody) -> dict[str, Any]:
+    """The request as the job it makes, for idempotency: defaults written out, names resolved
+    (``Automatic`` zone, notification shorthands), numbers in one spelling (``1`` = ``1.0``).
+
+    Two bodies with the same canonical form make the same job; JSON key order and whitespace never
+    reach it. Raises ``ValidationFailed`` for what ``submit_job`` would refuse (unknown class, zone,
+    notification spec), so no key is recorded for a request that cannot run.
+    """
+    request = _job_request(body)
+    credit = request.credit_constraint
+    return {
+        "kind": None if request.payload_kind is None else request.payload_kind.value,
+        "payload": request.payload,
+        "inputKey": request.input_key,
+        "name": request.name,
+        "machineClass": machine_class(request.machine_class).name,
+        "geoZone": resolve_geo_zone(request.geo_zone).value,
+        "creditConstraint": None if credit is None else format(credit.normalize(), "f"),
+        "timeConstraint": request.time_constraint,
+        "notifications": rules_to_json(normalize_notifications(request.notifications)),
+    }
+
+
+def _idempotent_submit(services: Services) -> Any:
+    """``submit`` wrapped by powertools idempotency (one persistence layer per table)."""
+    table = services.idempotency_table or ""
+    _idempotent_submitters = api_package._idempotent_submitters  # on the package: tests reset it
+    if table not in _idempotent_submitters:
+        persistence = DynamoDBPersistenceLayer(table_name=table)
+        config = IdempotencyConfig(
+            event_key_jmespath="key",
+            payload_validation_jmespath="canonical",
+            expires_after_seconds=IDEMPOTENCY_SECONDS,
+            raise_on_no_idempotency_key=True,
+        )
+
+        @idempotent_function(data_keyword_argument="request", persistence_store=persistence, config=config)
+        def submit_once(request: dict[str, Any]) -> dict[str, str]:
+            body: SubmitJobBody = request["body"]
+            job = submission.submit_job(
+                get_services(), request["accountId"], _job_request(body), get_services().clock()
+            )
+            return {"jobId": job.job_id}
+
+        _idempotent_submitters[table] = (submit_once, config)
+    return _idempotent_submitters[table]
+
+
+@router.post(
+    "/jobs", summary="Submit a job", responses=_responses(202, _json(JobView, "Accepted"), 400, 402, 409, 413)
+)
+def submit_job(
+    body: Annotated[SubmitJobBody, Body()],
+    services: ServicesDep,
+    caller: CallerDep,
+    idempotency_key: Annotated[
+        str | None, Header(alias="Idempotency-Key", min_length=1, max_length=128, pattern=r"^[\x21-\x7e]+$")
+    ] = None,
+) -> Response[JobView]:
+    now = services.clock()
+    if idempotency_key is None:
+        job = submission.submit_job(services, caller.account_id, _job_request(body), now)
+        return Response(202, content_types.APPLICATION_JSON, job_view(job))
+    canonical = canonical_submit(body)  # refuses what can never run before recording the key
+    submit_once, config = _idempotent_submit(services)
+    config.register_lambda_context(app.lambda_context)
+    request = {
+        "key": f"{caller.account_id}#{idempotency_key}",
+        "accountId": caller.account_id,
+        "canonical": canonical,
+        # The validated model itself: only "key" and "canonical" are hashed, and a JSON round trip
+        # would turn creditConstraint's Decimal into a string the model refuses.
+        "body": body,
+    }
+    try:
+        outcome = submit_once(request=request)
+    except IdempotencyValidationError:
+        raise Conflict(
+            "This Idempotency-Key was used with a different body in the last 24 h; use a new key.",
+            field="Idempotency-Key",
+        ) from None
+    except IdempotencyAlreadyInProgressError:
+        raise Conflict(
+            "A request with this Idempotency-Key is still being processed; retry shortly."
+        ) from None
+    job = submission.get_owned_job(services, caller.account_id, outcome["jobId"])
+    return Response(202, content_types.APPLICATION_JSON, job_view(job))
+
+
+def ascii_whole_number(value: Any) -> Any:
+    """A query string's whole number as ASCII digits only: pydantic alone would read ``" 2\n"``,
+    ``"+2"``, ``"1_0"`` as numbers (and Python's int() reads Arabic-Indic or full-width digits)."""
+    if isinstance(value, str) and not is_ascii_digits(value):
+        raise ValueError("must be a whole number written with the digits 0-9")
+    return value
+
+
+@router.post(
+    "/jobs/uploads",
+    summary="Sign an upload of a large input (presigned SigV4 PUT, 15 min); submit it with inputKey",
+    responses=_responses(201, _json(UploadView, "Created"), 400, 413),
+)
+def create_upload(
+    body: Annotated[UploadBody, Body()], services: ServicesDep, caller: CallerDep
+) -> Response[UploadView]:
+    now = services.clock()
+    upload = uploads.create_upload(
+        services,
+        caller.account_id,
+        size=body.size,
+        content_type=body.contentType,
+        geo_zone=body.geoZone,
+        now=now,
+    )
+    view = UploadView(
+        inputKey=upload.input_key,
+        uploadUrl=upload.upload_url,
+        expiresAt=to_api_time(upload.expires_at) or "",
+        headers=upload.headers,
+        geoZone=upload.geo_zone.value,
+    )
+    return Response(201, content_types.APPLICATION_JSON, view)
+
+
+@router.get(
+    "/jobs",
+    summary="This account's jobs, newest first",
+    description=(
+        "A page holds at most `limit` jobs and may hold fewer, even none, while `nextToken` is set: "
+        "jobs past their record retention (400 days) and, with `status`, jobs in other statuses are "
+        "left out after the index is read. Follow `nextToken` until it is null."
+    ),
+    responses=_responses(200, _json(JobListView), 400),
+)
+def list_jobs(
+    services: ServicesDep,
+    caller: CallerDep,
+    status: Annotated[JobStatus | None, Query()] = None,
+    limit: Annotated[int, BeforeValidator(ascii_whole_number), Query(ge=1, le=100)] = 50,
+    nextToken: Annotated[str | None, Query()] = None,
+) -> JobListView:
+    jobs, token = services.store.list_jobs(caller.account_id, status, limit, nextToken)
+    return JobListView(jobs=[job_view(j) for j in jobs], nextToken=token)
+
+
+@router.get("/jobs/<jobId>", summary="One job", responses=_responses(200, _json(JobView), 404))
+def get_job(jobId: str, services: ServicesDep, caller: CallerDep) -> JobView:
+    return job_view(submission.get_owned_job(services, caller.account_id, jobId))
+
+
+@router.post(
+    "/jobs/<jobId>/abort",
+    summary="Abort a job that is not final",
+    responses=_responses(202, _json(JobView, "Accepted"), 404, 409),
+)
+def abort_job(jobId: str, services: ServicesDep, caller: CallerDep) -> Response[JobView]:
+    job = submission.abort_job(services, caller.account_id, jobId)
+    return Response(202, content_types.APPLICATION_JSON, job_view(job))

@@ -1,0 +1,76 @@
+"""Models and types every resource shares: credits in and out, JSON number checks, the error body."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    PlainSerializer,
+    WithJsonSchema,
+)
+
+from functions.domain.credits import MAX_CREDITS
+
+
+def _credits_json(value: Decimal) -> float:
+    # A quantized Decimal (≤ 4 places, < 1e11) round-trips exactly through a float's shortest repr,
+    # so clients get a JSON number that reads back as the same decimal.
+    return float(value)
+
+
+Credits = Annotated[Decimal, PlainSerializer(_credits_json, return_type=float, when_used="json")]
+
+# The longest timeConstraint: 30 days of Running time.
+MAX_TIME_CONSTRAINT_SECONDS = 30 * 24 * 3600
+
+
+def _json_number(value: Any) -> Any:
+    """Credits arrive as JSON numbers: a string or a boolean is refused, not converted."""
+    if isinstance(value, bool) or not isinstance(value, int | float | Decimal):
+        raise ValueError("must be a number")
+    return Decimal(str(value))
+
+
+def _json_integer(value: Any) -> Any:
+    """Whole numbers arrive as JSON numbers: ``600`` and ``600.0`` are the same number (JSON has one
+    number type); a string, a boolean or a fraction is refused, not converted."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError("must be a whole number")
+    if isinstance(value, float):
+        if not value.is_integer():
+            raise ValueError("must be a whole number")
+        return int(value)
+    return value
+
+
+# Credits in a request: a JSON number > 0, < MAX_CREDITS, at most 4 decimal places (API.md).
+CreditsIn = Annotated[
+    Decimal,
+    BeforeValidator(_json_number),
+    WithJsonSchema(
+        {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": int(MAX_CREDITS), "multipleOf": 0.0001}
+    ),
+]
+
+
+class HealthView(BaseModel):
+    """``GET /health``."""
+
+    status: Literal["ok"]
+
+
+class ErrorDetail(BaseModel):
+    """The one error body of every failure."""
+
+    code: str
+    message: str
+    field: str | None
+
+
+class ErrorBody(BaseModel):
+    """``{"error": {"code", "message", "field"}}``."""
+
+    error: ErrorDetail

@@ -1,0 +1,79 @@
+"""Models of what a job left: its result, console log, output files, preview link."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+)
+
+from functions.ports import LogEvent
+
+
+class JobResultView(BaseModel):
+    """``GET /jobs/{jobId}/result`` (``EvaluationResult``)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    jobId: str
+    result: Any = None
+    resultRepr: str | None = None
+    messages: list[str] = Field(default_factory=list)
+    resultUrl: str | None = Field(
+        default=None,
+        description="Instead of result when inlining it would take the body over 5 MiB: a presigned "
+        "GET of result.json (or result.pickle), at most 15 min and never past expiresAt.",
+    )
+    messagesUrl: str | None = Field(
+        default=None,
+        description="Extension: instead of messages when they are over 512 KiB, a presigned GET of "
+        "messages.json.",
+    )
+
+
+class PreviewLinkView(BaseModel):
+    """``GET /jobs/{jobId}/preview.png``'s 303 body (extension): the link its ``Location`` holds."""
+
+    jobId: str
+    url: str = Field(description="Presigned SigV4 GET of the PNG.")
+    size: int = Field(description="The PNG's size in bytes.")
+    expiresIn: int = Field(description="Seconds the URL stays valid (≤ 900, never past expiresAt).")
+
+
+class OutputFileView(BaseModel):
+    """One output file: name under ``$REMOTE_BATCH_OUTPUT_DIR``, size in bytes, presigned URL (15 min)."""
+
+    name: str
+    size: int
+    url: str
+
+
+class OutputsView(BaseModel):
+    """``GET /jobs/{jobId}/outputs``."""
+
+    files: list[OutputFileView]
+
+
+class LogEventView(BaseModel):
+    """One line of a job's log."""
+
+    timestamp: str
+    message: str
+
+
+class JobLogView(BaseModel):
+    """``GET /jobs/{jobId}/log?format=json`` (``JobLogData``)."""
+
+    jobId: str
+    events: list[LogEventView]
+    nextToken: str | None = Field(default=None, description="Extension: more lines follow; pass it back.")
+
+
+def log_event_view(event: LogEvent) -> LogEventView:
+    """Map a log line; timestamps keep milliseconds (``...T17:20:00.123Z``) to order lines."""
+    stamp = event.timestamp
+    text = stamp.strftime("%Y-%m-%dT%H:%M:%S.") + f"{stamp.microsecond // 1000:03d}Z"
+    return LogEventView(timestamp=text, message=event.message)

@@ -1,0 +1,105 @@
+"""The OpenAPI document's parts: each route's declared responses (API.md's error body at each
+error status) and the served document, rewritten where powertools' default says something else.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from aws_lambda_powertools.event_handler.openapi.models import HTTPBearer
+
+from functions.handlers.api.app import API_TITLE, API_VERSION, app
+from functions.handlers.api.models import (
+    ErrorBody,
+)
+
+# -- the OpenAPI document's responses ------------------------------------------------------------------
+_ERROR_CONTENT: dict[str, Any] = {"application/json": {"model": ErrorBody}}
+_ERROR_WHEN = {
+    400: "ValidationError: the body, a query parameter or a header is invalid; field names it",
+    401: "Unauthorized: missing, malformed, expired or unknown token",
+    402: "InsufficientCredits: the account's credit balance is not positive",
+    403: "Forbidden: the caller's role lacks the permission",
+    404: "NotFound: no such job or account for this caller",
+    409: "JobNotFinished, NoOutput or Conflict (idempotency key reused with another body; job not final)",
+    410: "Expired: the job's inputs and outputs passed their retention",
+    413: "PayloadTooLarge: the body is over 5 MiB",
+    429: "Throttled: request rate limit",
+    500: "InternalError: a bug or a failed dependency; no details",
+}
+# Every route that needs a token can answer these (the authorizer, the throttle, a bug).
+_ALWAYS = (401, 429, 500)
+
+
+def _json(model: Any, description: str = "OK") -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"model": model}}}
+
+
+def _responses(
+    status: int, success: dict[str, Any] | None, *errors: int, auth: bool = True
+) -> dict[int, Any]:
+    """Responses of one route for ``responses=``: ``success`` at ``status`` (None: no body), and
+    API.md's error body at each error status, plus 401/429/500 when the route needs a token."""
+    declared: dict[int, Any] = {status: success or {"description": "No content"}}
+    for code in sorted({*errors, *(_ALWAYS if auth else (500,))}):
+        declared[code] = {"description": _ERROR_WHEN[code], "content": _ERROR_CONTENT}
+    return declared
+
+
+_TIME: dict[str, Any] = {"format": "date-time"}
+
+
+def openapi_json() -> str:
+    """The OpenAPI 3.1 document, with validation failures as this API answers them: 400 and the
+    one error body (powertools documents its own 422 default), the bearer token every route but
+    ``/health`` needs, and parameter bounds in JSON Schema's words (powertools writes pydantic's
+    ``ge``/``le``, which no JSON Schema tool reads)."""
+    document = json.loads(
+        app.get_openapi_json_schema(
+            title=API_TITLE,
+            version=API_VERSION,
+            security_schemes={"bearer": HTTPBearer(bearerFormat="JWT (Cognito); rb_... locally")},
+            security=[{"bearer": []}],
+        )
+    )
+    error_schema = ErrorBody.model_json_schema(ref_template="#/components/schemas/{model}")
+    components = document.setdefault("components", {}).setdefault("schemas", {})
+    components.update(error_schema.pop("$defs", {}))
+    components["ErrorBody"] = error_schema
+    for path in document.get("paths", {}).values():
+        for operation in path.values():
+            responses = operation.get("responses", {})
+            if "204" in responses:
+                responses["204"].pop("content", None)  # powertools adds the return annotation's
+            if responses.pop("422", None) is not None and "400" not in responses:
+                responses["400"] = {
+                    "description": "ValidationError (or another API.md error) in the one error body",
+                    "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}},
+                }
+    document["paths"]["/health"]["get"]["security"] = []
+    _json_schema_bounds(document)
+    for name in ("HTTPValidationError", "ValidationError"):
+        components.pop(name, None)
+    return json.dumps(document)
+
+
+_BOUNDS = {"ge": "minimum", "le": "maximum", "gt": "exclusiveMinimum", "lt": "exclusiveMaximum"}
+
+
+def _json_schema_bounds(node: Any) -> None:
+    """Rewrite, in every number schema of ``node``, pydantic's ``ge``/``le``/``gt``/``lt`` (which
+    powertools copies where pydantic could not say them: a validator before the type) as JSON
+    Schema's ``minimum``/``maximum``/``exclusiveMinimum``/``exclusiveMaximum``."""
+    if isinstance(node, list):
+        for item in node:
+            _json_schema_bounds(item)
+    elif isinstance(node, dict):
+        if node.get("type") in ("integer", "number"):
+            for short, keyword in _BOUNDS.items():
+                if short in node:
+                    value = node.pop(short)
+                    node.setdefault(keyword, float(value) if isinstance(value, str) else value)
+            node.pop("decimal_places", None)
+        for value in node.values():
+            _json_schema_bounds(value)
