@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any
 
 from aws_lambda_powertools import Logger
 
@@ -40,6 +39,7 @@ from functions.logic.submission import (
     new_job_id,
     output_prefix,
     prepare_submission,
+    submit_job,
 )
 from functions.logic.uploads import uploaded_items
 from functions.ports import BatchSubmission, Services
@@ -52,15 +52,15 @@ ARRAY_OFFSET_VARIABLE = "REMOTE_BATCH_ARRAY_OFFSET"
 MAX_CHILDREN_SCANNED = 1_000
 
 
-def submit_array(
-    services: Services,
-    account_id: str,
-    request: JobRequest,
-    *,
-    items: list[Any] | None,
-    items_key: str | None,
-    now: datetime,
-) -> Job:
+def submit(services: Services, account_id: str, request: JobRequest, now: datetime) -> Job:
+    """``POST /jobs``: an array job when the request has items (``submit_array``), else a single
+    job (``submission.submit_job``). Raises what those raise."""
+    if request.is_array:
+        return submit_array(services, account_id, request, now)
+    return submit_job(services, account_id, request, now)
+
+
+def submit_array(services: Services, account_id: str, request: JobRequest, now: datetime) -> Job:
     """``POST /jobs`` with ``arrayItems`` (1..10,000 inline) or ``arrayItemsKey`` (an uploaded JSON
     Lines object of up to 100,000 items).
 
@@ -80,6 +80,7 @@ def submit_array(
         S3, DynamoDB or Batch failed; nothing is left behind.
     """
     prepared = prepare_submission(services, account_id, request)
+    items, items_key = request.array_items, request.array_items_key
     if items_key is not None:
         items = uploaded_items(services, account_id, items_key, prepared.zone)
     inline_ok = items_key is not None or (items is not None and 1 <= len(items) <= MAX_INLINE_ITEMS)

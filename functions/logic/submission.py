@@ -48,7 +48,9 @@ class JobRequest:
     ``payload`` is the Python source (code), the argv (command) or the base64 cloudpickle (pickle);
     or ``input_key`` names an upload (``functions.logic.uploads``) whose Content-Type tells its kind,
     and ``payload_kind`` is None until submit reads it.
-    ``time_constraint`` is seconds of Running time; ``credit_constraint`` credits.
+    ``time_constraint`` is seconds of Running time; ``credit_constraint`` credits. ``array_items``
+    (inline) or ``array_items_key`` (an upload of JSON Lines) make it an array job
+    (``functions.logic.arrays``).
     """
 
     payload_kind: PayloadKind | None
@@ -60,6 +62,13 @@ class JobRequest:
     time_constraint: int | None = None
     notifications: Any = "Automatic"
     input_key: str | None = None
+    array_items: list[Any] | None = None
+    array_items_key: str | None = None
+
+    @property
+    def is_array(self) -> bool:
+        """True for an array job: ``arrayItems`` or ``arrayItemsKey`` given."""
+        return self.array_items is not None or self.array_items_key is not None
 
 
 def new_job_id(now_ms: int | None = None) -> str:

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from functions import bootstrap
-from functions.domain.errors import DependencyFailed, NotFound
-from functions.domain.jobs import BatchJobState, Job, JobType
+from functions.domain.errors import DependencyFailed, NotFound, ValidationFailed
+from functions.domain.jobs import BatchJobState, Job, JobType, PayloadKind
 from functions.domain.machine_classes import GeoZone
 from functions.domain.status import JobStatus
 from functions.logic import arrays, queries
@@ -27,14 +27,13 @@ T0 = 1_764_436_800_000  # 2025-11-29T17:20:00Z
 def submit(stack: Any, items: list[Any] | None = None, *, items_key: str | None = None, **fields: Any) -> Job:
     """Submit an array for dev (code ``item`` unless given)."""
     request = JobRequest(
-        payload_kind=fields.pop("payload_kind", None)
-        or __import__("functions.domain.jobs").domain.jobs.PayloadKind.CODE,
+        payload_kind=fields.pop("payload_kind", PayloadKind.CODE),
         payload=fields.pop("payload", "item"),
+        array_items=items,
+        array_items_key=items_key,
         **fields,
     )
-    return arrays.submit_array(
-        stack.services, "dev", request, items=items, items_key=items_key, now=stack.clock()
-    )
+    return arrays.submit(stack.services, "dev", request, stack.clock())
 
 
 def with_span_size(stack: Any, size: int) -> None:
@@ -530,3 +529,138 @@ def test_children_batch_has_no_record_of_end_terminated_without_charge(stack):
         == "2 of 2 children terminated (first: index 0, AWS Batch has no record of the job)"
     )
     assert charges(stack) == {}
+
+
+# -- arrayItemsKey ----------------------------------------------------------------------------------
+def upload_items(stack: Any, data: bytes, content_type: str = "application/jsonl") -> str:
+    key = "inputs/uploads/dev/upl-01JDXYZ0000000000000000000"
+    stack.services.zones[US].blobs.put(key, data, content_type)
+    return key
+
+
+def test_an_uploaded_json_lines_map_runs_in_spans_with_every_item_in_order(stack):
+    with_span_size(stack, 100)
+    key = upload_items(stack, b"".join(f'{{"n": {i}}}\n'.encode() for i in range(250)))
+    parent = submit(stack, items_key=key, payload="item['n'] + 1")
+
+    assert [s.array_size for s in span_submissions(stack)] == [100, 100, 50]
+    assert stack.services.store.get_job(parent.job_id).array_size == 250
+    items = stack.services.zones[US].blobs.get(f"inputs/{parent.job_id}/items.jsonl")
+    assert items.splitlines()[249] == b'{"n":249}'
+
+
+@pytest.mark.parametrize(
+    ("data", "content_type", "message"),
+    [
+        (b'1\n2\n{"broken": \n4\n', "application/jsonl", "line 3 is not JSON"),
+        (b"1\n\n3\n", "application/x-ndjson", "line 2 is empty"),
+        (b"1\n2\n", "text/x-python", "not JSON Lines"),
+    ],
+)
+def test_a_bad_items_upload_is_refused_naming_the_line_and_nothing_is_written(
+    stack, data, content_type, message
+):
+    key = upload_items(stack, data, content_type)
+    with pytest.raises(ValidationFailed, match=message) as caught:
+        submit(stack, items_key=key)
+    assert caught.value.field == "arrayItemsKey"
+    assert stack.count_items("test-jobs") == 0
+    assert stack.count_objects() == 1  # the upload only
+    assert span_submissions(stack) == []
+
+
+def test_another_accounts_upload_is_not_an_items_key(stack):
+    with pytest.raises(ValidationFailed, match="arrayItemsKey must be an inputKey") as caught:
+        submit(stack, items_key="inputs/uploads/mallory/upl-01JDXYZ0000000000000000000")
+    assert caught.value.field == "arrayItemsKey"
+
+
+@pytest.mark.parametrize("count", [0, 10_001])
+def test_inline_items_take_one_to_ten_thousand(stack, count):
+    with pytest.raises(ValidationFailed, match=f"not {count}"):
+        submit(stack, list(range(count)))
+
+
+# -- over HTTP (the api Lambda) ---------------------------------------------------------------------
+def test_the_api_submits_an_array_and_serves_parent_children_and_result(stack):
+    status, job = stack.api("POST", "/jobs", body={"code": "1 / item", "arrayItems": [1, 0, 2]})
+    assert status == 202, job
+    assert (job["type"], job["arraySize"], job["childStatusCounts"], job["parentJobId"]) == (
+        "Array",
+        3,
+        {"Queued": 3},
+        None,
+    )
+    parent = stack.services.store.get_job(job["jobId"])
+    child_result(stack, parent, 0, 1.0)
+    child_result(stack, parent, 2, 0.5)
+    child_error(stack, parent, 1, "ZeroDivisionError", "division by zero")
+    for event in run_children(stack, parent, {0: 1, 1: 1, 2: 1}, failed=frozenset({1})):
+        stack.deliver(event)
+
+    status, view = stack.api("GET", f"/jobs/{parent.job_id}")
+    assert (view["status"], view["childStatusCounts"], view["creditsSpent"]) == (
+        "Terminated",
+        {"Succeeded": 2, "Terminated": 1},
+        Decimal("3"),
+    )
+    assert (
+        view["statusReason"]
+        == "1 of 3 children terminated (first: index 1, ZeroDivisionError: division by zero)"
+    )
+    status, child = stack.api("GET", f"/jobs/{parent.job_id}:1")
+    assert status == 200
+    assert (
+        child["type"],
+        child["parentJobId"],
+        child["arrayIndex"],
+        child["arraySize"],
+        child["status"],
+    ) == (
+        "ArrayChild",
+        parent.job_id,
+        1,
+        3,
+        "Terminated",
+    )
+    status, result = stack.api("GET", f"/jobs/{parent.job_id}/result")
+    assert status == 200
+    assert result["result"] == [Decimal("1.0"), None, Decimal("0.5")]
+    assert result["errors"] == [{"index": 1, "message": "ZeroDivisionError: division by zero"}]
+    status, page = stack.api("GET", f"/jobs/{parent.job_id}/children", query={"status": "Succeeded"})
+    assert [c["arrayIndex"] for c in page["jobs"]] == [0, 2]
+    status, error = stack.api("GET", f"/jobs/{parent.job_id}/log")
+    assert (status, error["error"]["field"]) == (400, "jobId")
+    status, listing = stack.api("GET", "/jobs")
+    assert [j["jobId"] for j in listing["jobs"]] == [parent.job_id]  # parents only
+
+
+def test_another_accounts_array_child_is_404_over_http(stack):
+    stack.add_account("mallory", "100")
+    status, job = stack.api("POST", "/jobs", body={"code": "item", "arrayItems": [1, 2]})
+    assert status == 202
+    for path in (
+        f"/jobs/{job['jobId']}:0",
+        f"/jobs/{job['jobId']}:0/result",
+        f"/jobs/{job['jobId']}/children",
+    ):
+        status, error = stack.api("GET", path, account_id="mallory")
+        assert (status, error["error"]["code"]) == (404, "NotFound"), path
+
+
+def test_an_idempotent_array_submit_makes_one_array(stack):
+    body = {"code": "item", "arrayItems": [1, 2, 3]}
+    first = stack.api("POST", "/jobs", body=body, headers={"Idempotency-Key": "map-1"})
+    again = stack.api("POST", "/jobs", body=body, headers={"Idempotency-Key": "map-1"})
+    other = stack.api(
+        "POST", "/jobs", body={**body, "arrayItems": [1, 2]}, headers={"Idempotency-Key": "map-1"}
+    )
+    assert first[1]["jobId"] == again[1]["jobId"]
+    assert len(span_submissions(stack)) == 1
+    assert other[0] == 409
+
+
+def test_a_json_lines_upload_is_signed_for_arrays(stack):
+    status, upload = stack.api("POST", "/jobs/uploads", body={"size": 12, "contentType": "application/jsonl"})
+    assert status == 201, upload
+    assert upload["headers"]["Content-Type"] == "application/jsonl"
