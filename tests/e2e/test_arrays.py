@@ -274,6 +274,7 @@ def test_replaying_every_event_duplicated_and_reversed_changes_nothing(
     assert array_stack.outbox(job["jobId"]) == outbox
 
 
+@pytest.mark.timeout(900)  # 250 workers on a shared 2-core machine: about 4 minutes under load
 def test_250_items_from_an_upload_run_as_3_batch_array_jobs_in_order(
     array_stack: LocalStackProcess, array_admin: Client, tmp_path: Path
 ) -> None:

@@ -394,21 +394,22 @@ def test_children_share_one_set_of_credentials_revoked_once_the_array_ended(
     assert _eventually(lambda: issuer.revoked == [parent])
 
 
-def test_a_stopped_executor_ends_its_arrays_children_and_parents(make_stack: Callable[..., Stack]) -> None:
+def test_a_stopped_executor_ends_the_running_children_and_leaves_the_rest_to_recovery(
+    make_stack: Callable[..., Stack],
+) -> None:
     stack = make_stack(vcpus=1)
     parent = stack.gateway.submit_job(_array(3, SLEEP="60"))
     stack.delivered.wait_for(f"{parent}:0", ("RUNNING",))
 
+    started = time.monotonic()
     stack.executor.shutdown(timeout=5)
 
-    final = stack.delivered.wait_for(parent, FINAL)["detail"]
-    assert final["arrayProperties"]["statusSummary"] == _summary(FAILED=3)
-    reasons = [stack.delivered.of(f"{parent}:{i}")[-1]["detail"]["statusReason"] for i in range(3)]
-    assert reasons == [
-        "Local stack stopped while the job ran",
-        "Local stack stopped before the job ran",
-        "Local stack stopped before the job ran",
-    ]
+    assert time.monotonic() - started < 5
+    ran = stack.delivered.wait_for(f"{parent}:0", FINAL)["detail"]
+    assert (ran["status"], ran["statusReason"]) == ("FAILED", "Local stack stopped while the job ran")
+    # Children that never ran send nothing, nor does their array: the next start settles them.
+    assert [stack.delivered.statuses(f"{parent}:{i}") for i in (1, 2)] == [["PENDING", "RUNNABLE"]] * 2
+    assert stack.delivered.statuses(parent) == ["PENDING"]
     assert _workers() == []
 
 

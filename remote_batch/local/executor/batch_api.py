@@ -21,6 +21,7 @@ from remote_batch.local.executor.constants import (
     AWS_MIN_TIMEOUT_SECONDS,
     FINAL_STATUSES,
     KILL_GRACE_SECONDS,
+    QUEUED_STATUSES,
     READER_JOIN_SECONDS,
     REPO_ROOT,
     SHUTDOWN_REASON,
@@ -248,6 +249,10 @@ class LocalBatchExecutor(ArrayJobs):
         """Terminate every job that is not final (as ``terminate_job`` does, so their FAILED events
         reach the bus), wait for the workers to die, kill what they left and join the threads.
 
+        An array's children that never started are left as they are, without an event (and so is
+        their array): the next start settles them from the journal of events (``recovery``), as after
+        a crash, rather than the stop waiting for the events of up to 10,000 children an array.
+
         Parameters
         ----------
         reason : str
@@ -260,13 +265,14 @@ class LocalBatchExecutor(ArrayJobs):
         deadline = time.monotonic() + timeout
         with self._cond:
             self._closed = True
-            # Every queued job is ended below: empty the queues at once (an array's 10,000 children
+            # Nothing queued starts from now on: empty the queues at once (an array's 10,000 children
             # would each be looked for in them otherwise).
             self._submitted.clear()
             self._runnable.clear()
             for job in list(self._jobs.values()):
-                if job.status not in FINAL_STATUSES:
-                    self._terminate_locked(job, reason if job.started_at_ms is not None else unstarted_reason)
+                if job.status in FINAL_STATUSES or (job.array is not None and job.status in QUEUED_STATUSES):
+                    continue
+                self._terminate_locked(job, reason if job.started_at_ms is not None else unstarted_reason)
             runners = [job.runner for job in self._jobs.values() if job.runner is not None]
         for runner in runners:
             runner.join(max(0.0, deadline - time.monotonic()))
