@@ -4,6 +4,9 @@ The envelope is EventBridge's; ``detail`` resembles DescribeJobs' ``JobDetail`` 
 "Job state change events"). AWS sends no event for the initial SUBMITTED, so a job's events are
 PENDING, RUNNABLE, STARTING, RUNNING, then SUCCEEDED or FAILED; a job terminated before it starts goes
 straight to FAILED, without ``startedAt``. Times in ``detail`` are milliseconds since the epoch.
+An array job's child (``<id>:<index>``) has these events too, with ``arrayProperties.index``; the
+array job itself only PENDING and its outcome, with ``arrayProperties.size`` and ``statusSummary``
+(``remote_batch.local.batch_arrays``).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """AWS Batch array jobs in the executor: SubmitJob with ``arrayProperties.size``, TerminateJob of the
-parent, ListJobs of its children. The rules and the parent's bookkeeping are
-``remote_batch.local.batch_arrays``'; the children are jobs like any other (``_Job`` with ``array``
+parent, ListJobs of its children. The rules and the parent's bookkeeping are in
+``remote_batch.local.batch_arrays``; the children are jobs like any other (``_Job`` with ``array``
 and ``index``), run by the scheduler and the runners; the parent's events come from ``core``."""
 
 from __future__ import annotations
