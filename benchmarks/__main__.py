@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from benchmarks import email_topics, journal_latency, meter_scaling
+from benchmarks import array_map, array_meter, email_topics, journal_latency, meter_scaling
 
-BENCHMARKS = (meter_scaling, email_topics, journal_latency)
+BENCHMARKS = (meter_scaling, email_topics, journal_latency, array_meter, array_map)
 
 
 def main() -> None:

@@ -142,6 +142,52 @@ class JobRepository(Protocol):
     def list_ledger(self, account_id: str, start: datetime | None, end: datetime | None) -> list[LedgerEntry]:
         """An account's ledger entries in ``[start, end)``, newest first."""
 
+    # -- array jobs (``functions.domain.arrays``) --------------------------------------------------
+    def set_array_spans(self, job_id: str, batch_job_ids: Sequence[str]) -> None:
+        """Record an array's Batch job ids (one per span, in offset order) and the first as its
+        ``batchJobId``. ``RecordMissing`` when the job is gone."""
+
+    def save_child_event(
+        self,
+        transition: Transition,
+        *,
+        created: bool,
+        charge: Charge | None,
+        entry: LedgerEntry | None,
+        settled_at_most: Decimal | None,
+        now: datetime,
+    ) -> None:
+        """Store an array child's transition and move its parent's ``childStatusCounts`` (and, when
+        it settles, the parent's ``creditsSettled``/``creditsSpent``, the ledger entry and the
+        balance) in ONE transaction.
+
+        Parameters
+        ----------
+        created : bool
+            The child's first event: the child is written only if absent (else updated only from
+            the event position it was read at), so a replayed event changes nothing.
+        charge, entry :
+            The settled charge and its ledger entry (None: nothing to charge).
+        settled_at_most : Decimal | None
+            With an array ``creditConstraint``: the parent's ``creditsSettled`` must be at most this
+            (the cap less this charge), so concurrent settlements never add up past the cap.
+
+        Raises ``ConditionFailed`` on any lost race (re-read, retry); ``RecordMissing`` when the
+        parent is gone.
+        """
+
+    def start_array(self, job_id: str, started_at: datetime, now: datetime) -> bool:
+        """Move a Queued array parent to Running (history Starting, Running); True for the writer
+        that did."""
+
+    def finish_array(self, parent: Job, now: datetime) -> bool:
+        """Store an array parent's final status (``parent`` as ``arrays.array_outcome`` made it),
+        its ``creditsSpent`` set to its ``creditsSettled``; only when the stored parent is not final
+        and its ``creditsSettled`` is still ``parent.credits_settled``. True for the writer that did."""
+
+    def get_jobs(self, job_ids: Sequence[str]) -> list[Job]:
+        """The live jobs among ``job_ids`` (strongly consistent reads), in no particular order."""
+
 
 @dataclass(frozen=True, slots=True)
 class StoredObject:
@@ -194,7 +240,9 @@ class BatchSubmission:
     """What the service asks AWS Batch to run (SubmitJob's parameters, in the service's terms).
 
     ``memory_mib`` and ``vcpus``/``gpus`` become ``containerOverrides.resourceRequirements``;
-    ``timeout_seconds`` becomes ``timeout.attemptDurationSeconds`` (AWS minimum 60 s).
+    ``timeout_seconds`` becomes ``timeout.attemptDurationSeconds`` (AWS minimum 60 s, per child of
+    an array job). ``array_size`` (2..10,000) makes it an AWS Batch array job
+    (``arrayProperties.size``) whose children are ``<batch job id>:<index>``.
     """
 
     job_name: str
@@ -206,6 +254,7 @@ class BatchSubmission:
     environment: Mapping[str, str]
     timeout_seconds: int | None = None
     tags: Mapping[str, str] = field(default_factory=dict)
+    array_size: int | None = None
 
 
 class BatchGateway(Protocol):
@@ -342,3 +391,5 @@ class Services:
     resolver: HostResolver | None = None
     # The jobs' Python (major.minor): a pickle made by another minor version is refused at submit.
     worker_python: str = WORKER_PYTHON_VERSION
+    # Most children per AWS Batch array job (``functions.domain.arrays.plan_spans``; AWS allows 10,000).
+    array_span_size: int = 10_000

@@ -76,7 +76,8 @@ class Settings(BaseSettings):
     ``REMOTE_BATCH_EMAIL_TOPIC_ARN_PREFIX`` (the ARN every account's email topic starts with,
     ``arn:aws:sns:<region>:<account>:remote-batch-<stage>-email-``),
     ``REMOTE_BATCH_EMAIL_TOPIC_KEY`` (the KMS key those topics are encrypted with; optional: none locally),
-    ``REMOTE_BATCH_SMS_PER_ACCOUNT_PER_HOUR`` (optional, default 30), ``REMOTE_BATCH_ZONES`` (JSON:
+    ``REMOTE_BATCH_SMS_PER_ACCOUNT_PER_HOUR`` (optional, default 30), ``REMOTE_BATCH_ARRAY_SPAN_SIZE``
+    (optional, default 10000: most children per AWS Batch array job), ``REMOTE_BATCH_ZONES`` (JSON:
     ``{"UnitedStates": {"region", "bucket", "logGroup", "routes": {"Basic1x8": {"jobQueue",
     "jobDefinition"}, ...}}, ...}``), ``REMOTE_BATCH_ALLOW_HTTP_WEBHOOKS`` (optional ``true``/``false``,
     default false), ``REMOTE_BATCH_WORKER_PYTHON`` (optional ``major.minor`` of the jobs' Python, default
@@ -119,6 +120,10 @@ class Settings(BaseSettings):
         validation_alias="REMOTE_BATCH_WORKER_PYTHON",
         pattern=PYTHON_VERSION_PATTERN,
     )
+    # Most children per AWS Batch array job: an array of more items runs as several (AWS's limit 10,000).
+    array_span_size: int = Field(
+        default=10_000, validation_alias="REMOTE_BATCH_ARRAY_SPAN_SIZE", ge=1, le=10_000
+    )
     # Webhooks must be HTTPS; only the local stack allows http:// (to a receiver on this machine).
     allow_http_webhooks: StrictEnvBool = Field(
         default=False, validation_alias="REMOTE_BATCH_ALLOW_HTTP_WEBHOOKS"
@@ -160,6 +165,7 @@ class Settings(BaseSettings):
             "REMOTE_BATCH_EMAIL_TOPIC_ARN_PREFIX": self.email_topic_arn_prefix,
             "REMOTE_BATCH_EMAIL_TOPIC_KEY": self.email_topic_key,
             "REMOTE_BATCH_SMS_PER_ACCOUNT_PER_HOUR": str(self.sms_per_account_per_hour),
+            "REMOTE_BATCH_ARRAY_SPAN_SIZE": str(self.array_span_size),
             "AWS_REGION": self.home_region,
             "REMOTE_BATCH_ALLOW_HTTP_WEBHOOKS": "true" if self.allow_http_webhooks else "false",
             "REMOTE_BATCH_WORKER_PYTHON": self.worker_python,

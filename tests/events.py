@@ -31,11 +31,19 @@ def batch_event(
     log_stream_name: str | None = None,
     container_reason: str | None = None,
     time_ms: int | None = None,
+    array_index: int | None = None,
+    array_size: int | None = None,
+    status_summary: dict[str, int] | None = None,
 ) -> dict[str, Any]:
     """A ``Batch Job State Change`` EventBridge envelope for one job status (times in ms), built by
     the same builder the local executor emits with. ``attempts`` are ``detail.attempts`` items
     (``container.reason`` included); ``container_reason`` is ``detail.container.reason``;
-    ``time_ms`` is the envelope's time (default: the stop, else the start, else the creation)."""
+    ``time_ms`` is the envelope's time (default: the stop, else the start, else the creation).
+
+    Array jobs (AWS Batch API reference, ``ArrayPropertiesDetail``): a child's event has
+    ``array_index`` (``arrayProperties.index``; give ``batch_job_id`` as ``<array id>:<index>``), an
+    array job's own has ``array_size`` and ``status_summary`` (``arrayProperties.size`` and
+    ``.statusSummary``)."""
     ended = [
         BatchAttempt(
             exit_code=a.get("container", {}).get("exitCode"),
@@ -49,7 +57,7 @@ def batch_event(
         for i, a in enumerate(attempts or [])
     ]
     stamp = time_ms or stopped_at or started_at or created_at
-    return batch_job_state_change(
+    envelope = batch_job_state_change(
         region=REGION,
         account=ACCOUNT,
         job_id=batch_job_id,
@@ -71,6 +79,15 @@ def batch_event(
         tags={"remote-batch:jobId": job_name},
         time=datetime.fromtimestamp(stamp / 1000, tz=UTC),
     )
+    if array_index is not None:
+        envelope["detail"]["arrayProperties"] = {"index": array_index}
+    elif array_size is not None:
+        envelope["detail"]["arrayProperties"] = {
+            "size": array_size,
+            "statusSummary": dict(status_summary or {}),
+            "statusSummaryLastUpdatedAt": stamp,
+        }
+    return envelope
 
 
 def job_lifecycle(
@@ -119,6 +136,35 @@ def job_lifecycle(
             log_stream_name=stream,
         ),
     ]
+
+
+def array_child_lifecycle(
+    job_name: str,
+    span_batch_id: str,
+    index: int,
+    *,
+    created_at: int,
+    started_at: int,
+    stopped_at: int,
+    succeeded: bool = True,
+    status_reason: str | None = None,
+) -> list[dict[str, Any]]:
+    """The events of one child of an AWS Batch array job, in the order Batch emits them: its job id
+    is ``<span id>:<index>``, its name the array job's, and it carries ``arrayProperties.index``
+    (a child starts PENDING: AWS Batch's children never show SUBMITTED)."""
+    child = f"{span_batch_id}:{index}"
+    events = job_lifecycle(
+        job_name,
+        child,
+        created_at=created_at,
+        started_at=started_at,
+        stopped_at=stopped_at,
+        succeeded=succeeded,
+        status_reason=status_reason,
+    )
+    for envelope in events:
+        envelope["detail"]["arrayProperties"] = {"index": index}
+    return events
 
 
 def api_event(

@@ -10,14 +10,16 @@ names a file, appended to that file (the local stack's executor logs it).
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import struct
 import sys
 import tempfile
 import traceback
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import boto3
 from botocore.exceptions import ClientError
@@ -38,6 +40,8 @@ OPERATOR_LOG = "REMOTE_BATCH_OPERATOR_LOG"
 #: The object, under the output prefix, holding the details of the worker's own error (for operators;
 #: no route serves it).
 WORKER_ERROR_OBJECT = "worker-error.txt"
+#: Bytes of one entry of an array's items index (a big-endian 64-bit offset).
+ITEM_INDEX_BYTES = 8
 #: The ``statusReason`` of a job the worker failed on through its own fault.
 INTERNAL_ERROR_REASON = "The job runner failed (an internal error, reported to the operator)"
 
@@ -85,7 +89,7 @@ def main(environ: Mapping[str, str] | None = None, s3_client: S3Client | None = 
 
 def _run(settings: WorkerSettings, storage: JobStorage, environ: Mapping[str, str]) -> int:
     try:
-        job = read_job_input(storage, settings.input_key)
+        job = read_job_input(storage, settings.input_key, settings.array_index)
     except WorkerError as exc:
         reason = rejection_reason(exc)
         _tell_user(f"{reason} ({exc})" if isinstance(exc, InputNotFound) else reason)
@@ -96,7 +100,7 @@ def _run(settings: WorkerSettings, storage: JobStorage, environ: Mapping[str, st
         output_dir = Path(tmp)
         outcome = run_job(job, output_dir=output_dir, memory_gib=settings.memory_gib)
         try:
-            publish(storage, settings.output_prefix, outcome, output_dir)
+            publish(storage, settings.job_output_prefix, outcome, output_dir)
         except WorkerError as exc:
             _tell_user(str(exc))
             _tell_operator(environ, storage, settings, "outputs not stored", exc)
@@ -104,9 +108,10 @@ def _run(settings: WorkerSettings, storage: JobStorage, environ: Mapping[str, st
     return outcome.exit_code
 
 
-def read_job_input(storage: JobStorage, key: str) -> JobInput:
+def read_job_input(storage: JobStorage, key: str, array_index: int | None = None) -> JobInput:
     """Read and parse the job's input object; an uploaded payload (``payloadKey``, up to 5 GiB) is
-    streamed to a local file first and read from it once, so it is in memory a single time.
+    streamed to a local file first and read from it once, so it is in memory a single time. An
+    array child (``array_index``) also reads its item (``read_array_item``).
 
     Raises
     ------
@@ -114,6 +119,8 @@ def read_job_input(storage: JobStorage, key: str) -> JobInput:
         The input or its upload is missing, unreadable, or malformed.
     """
     raw = storage.read(key)
+    if array_index is not None:
+        raw = with_array_item(storage, raw, array_index)
     upload = payload_key(raw)
     if upload is None:
         return parse_job_input(raw)
@@ -122,6 +129,50 @@ def read_job_input(storage: JobStorage, key: str) -> JobInput:
         storage.download(upload, path)
         payload = path.read_bytes()
     return parse_job_input(raw, payload)
+
+
+def read_array_item(storage: JobStorage, document: dict[str, Any], index: int) -> Any:
+    """Item ``index`` of an array (the service's ``functions.domain.arrays.encode_items`` layout):
+    16 bytes of the offsets index at ``index * 8``, then that item's line of ``items.jsonl``; two
+    ranged GETs whatever the array's size.
+
+    Raises
+    ------
+    InvalidJobInput
+        The input names no items, ``index`` is past ``arraySize``, or the item is not JSON.
+    InputNotFound, StorageError
+        The items are missing or unreadable.
+    """
+    items_key, index_key, size = (document.get(k) for k in ("arrayItemsKey", "arrayIndexKey", "arraySize"))
+    if not (isinstance(items_key, str) and isinstance(index_key, str) and isinstance(size, int)):
+        raise InvalidJobInput(
+            "an array child's input must name 'arrayItemsKey', 'arrayIndexKey' and 'arraySize'"
+        )
+    if not 0 <= index < size:
+        raise InvalidJobInput(f"array index {index} is outside the array's {size} items")
+    entry = storage.read_range(index_key, index * ITEM_INDEX_BYTES, (index + 2) * ITEM_INDEX_BYTES - 1)
+    start, end = struct.unpack(">2Q", entry)
+    if end <= start:
+        raise InvalidJobInput(f"the index of item {index} is damaged ({start}..{end})")
+    line = storage.read_range(items_key, start, end - 1)
+    try:
+        return json.loads(line.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise InvalidJobInput(f"item {index} is not JSON ({exc})") from exc
+
+
+def with_array_item(storage: JobStorage, raw: bytes, index: int) -> bytes:
+    """The input object with ``arrayItem`` (read by ``read_array_item``) and ``arrayIndex`` added,
+    as ``worker.runner.parse_job_input`` takes them."""
+    try:
+        document = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise InvalidJobInput(f"the input is not UTF-8 JSON ({exc})") from exc
+    if not isinstance(document, dict):
+        raise InvalidJobInput("the input must be a JSON object")
+    document["arrayItem"] = read_array_item(storage, document, index)
+    document["arrayIndex"] = index
+    return json.dumps(document).encode()
 
 
 def rejection_reason(exc: WorkerError) -> str:
@@ -187,7 +238,7 @@ def _record_failure(storage: JobStorage, settings: WorkerSettings, kind: str, re
     error = JobError(type=kind, message=reason, traceback="", reason=reason)
     with contextlib.suppress(Exception):
         body = messages_document([f"{kind}: {reason}"], error)
-        storage.write(settings.output_prefix + "messages.json", body, "application/json")
+        storage.write(settings.job_output_prefix + "messages.json", body, "application/json")
 
 
 def _tell_user(sentence: str) -> None:
@@ -225,7 +276,7 @@ def _tell_operator(
     if storage is not None and settings is not None:
         with contextlib.suppress(Exception):
             storage.write(
-                settings.output_prefix + WORKER_ERROR_OBJECT,
+                settings.job_output_prefix + WORKER_ERROR_OBJECT,
                 text.encode("utf-8", "replace"),
                 "text/plain; charset=utf-8",
             )

@@ -22,10 +22,11 @@ import selectors
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import traceback
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,6 +43,9 @@ CODE_FILENAME = "<job>"
 CODE_MODULE = "__remote_batch__"
 #: Environment variable naming the directory whose files become the job's outputs.
 OUTPUT_DIR_VARIABLE = "REMOTE_BATCH_OUTPUT_DIR"
+#: An array child's command: the path of a file holding its item as JSON, and its (global) index.
+ITEM_FILE_VARIABLE = "REMOTE_BATCH_ITEM_FILE"
+ARRAY_INDEX_VARIABLE = "AWS_BATCH_JOB_ARRAY_INDEX"
 
 EXIT_SUCCESS = 0
 EXIT_USER_ERROR = 1
@@ -301,7 +305,10 @@ def run_job(job: JobInput, *, output_dir: Path, memory_gib: int | None = None) -
             with _output_dir_in_environ(output_dir):
                 outcome = run_pickle(job.payload, array_item=job.array_item, memory_gib=memory_gib)
         case CommandInput():
-            outcome = run_command(job.argv, output_dir=output_dir, memory_gib=memory_gib)
+            with _item_environment(job.array_item) as item_env:
+                outcome = run_command(
+                    job.argv, output_dir=output_dir, memory_gib=memory_gib, extra_env=item_env
+                )
     oom_kills = _increase(oom_kills_before, oom_kill_count())
     if oom_kills and (outcome.error is None or outcome.error.type != "MemoryError"):
         note = (
@@ -325,14 +332,15 @@ def run_code(source: str, *, array_item: ArrayItem | None = None, memory_gib: in
     Everything before the last top-level statement is executed; if that statement is an expression
     it is evaluated and its value is the result, otherwise it is executed too and the result is None.
     The code runs in fresh globals ``{"__name__": "__remote_batch__", "__builtins__": builtins}``
-    (plus ``item`` for an array child), with filename ``<job>`` in tracebacks.
+    (plus ``item`` and ``arrayIndex`` for an array child), with filename ``<job>`` in tracebacks.
 
     Parameters
     ----------
     source : str
         The Python source.
     array_item : ArrayItem or None
-        Bound to the global name ``item`` before the code runs.
+        Bound to the global names ``item`` (the value) and ``arrayIndex`` (its index in the array)
+        before the code runs.
     memory_gib : int or None
         The machine class's memory in GiB, for the message of a ``MemoryError``.
 
@@ -352,6 +360,7 @@ def run_code(source: str, *, array_item: ArrayItem | None = None, memory_gib: in
     namespace: dict[str, Any] = {"__name__": CODE_MODULE, "__builtins__": builtins}
     if array_item is not None:
         namespace["item"] = array_item.value
+        namespace["arrayIndex"] = array_item.index
 
     def cell() -> Any:
         exec(body, namespace)
@@ -420,7 +429,11 @@ def _load_call(payload: bytes) -> tuple[Callable[..., Any], tuple[Any, ...], dic
 
 
 def run_command(
-    argv: tuple[str, ...] | list[str], *, output_dir: Path, memory_gib: int | None = None
+    argv: tuple[str, ...] | list[str],
+    *,
+    output_dir: Path,
+    memory_gib: int | None = None,
+    extra_env: Mapping[str, str] | None = None,
 ) -> Outcome:
     """Run ``argv`` without a shell; its stdout and stderr are relayed to the worker's stdout.
 
@@ -438,6 +451,9 @@ def run_command(
         Exported as ``REMOTE_BATCH_OUTPUT_DIR``.
     memory_gib : int or None
         The machine class's memory in GiB, for the reason of a command that ran out of memory.
+    extra_env : Mapping[str, str] or None
+        More variables for the command (an array child's ``REMOTE_BATCH_ITEM_FILE`` and
+        ``AWS_BATCH_JOB_ARRAY_INDEX``).
 
     Returns
     -------
@@ -448,7 +464,7 @@ def run_command(
         killed it for the container's memory limit) fails with reason ``Memory limit of N GiB
         exceeded``, as code does; one killed by a signal names the signal.
     """
-    env = {**os.environ, OUTPUT_DIR_VARIABLE: str(output_dir)}
+    env = {**os.environ, **(extra_env or {}), OUTPUT_DIR_VARIABLE: str(output_dir)}
     program = argv[0]
     _flush_standard_streams()  # keep the worker's own lines in order with the child's
     oom_kills_before = oom_kill_count()
@@ -826,6 +842,21 @@ def _capturing_warnings(messages: list[str]) -> Iterator[None]:
         finally:
             if dropped[0]:
                 messages.append(f"{dropped[0]} more warnings not kept here (the job log shows them all)")
+
+
+@contextmanager
+def _item_environment(array_item: ArrayItem | None) -> Iterator[dict[str, str]]:
+    """An array child's command environment: its item as JSON in a file of its own (removed
+    afterwards; not in the output directory) named by ``REMOTE_BATCH_ITEM_FILE``, and its index in
+    the whole array as ``AWS_BATCH_JOB_ARRAY_INDEX`` (AWS Batch's own names the index in the span
+    only). Nothing for a job that is no array child."""
+    if array_item is None:
+        yield {}
+        return
+    with tempfile.TemporaryDirectory(prefix="remote-batch-item-", ignore_cleanup_errors=True) as tmp:
+        path = Path(tmp, "item.json")
+        path.write_text(json.dumps(array_item.value, ensure_ascii=False), encoding="utf-8")
+        yield {ITEM_FILE_VARIABLE: str(path), ARRAY_INDEX_VARIABLE: str(array_item.index)}
 
 
 @contextmanager

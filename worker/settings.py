@@ -12,6 +12,10 @@ BUCKET = "REMOTE_BATCH_BUCKET"
 INPUT_KEY = "REMOTE_BATCH_INPUT_KEY"
 OUTPUT_PREFIX = "REMOTE_BATCH_OUTPUT_PREFIX"
 MEMORY_GIB = "REMOTE_BATCH_MEMORY_GIB"
+#: An array span's global offset (set by the service) and the child's index in the span (set by AWS
+#: Batch for an array job's children; absent for a span of one item, which is its index 0).
+ARRAY_OFFSET = "REMOTE_BATCH_ARRAY_OFFSET"
+BATCH_ARRAY_INDEX = "AWS_BATCH_JOB_ARRAY_INDEX"
 REQUIRED = (JOB_ID, BUCKET, INPUT_KEY, OUTPUT_PREFIX)
 
 
@@ -31,6 +35,9 @@ class WorkerSettings:
         Key prefix of every output object; ends with ``/``.
     memory_gib : int or None
         Memory of the machine class, in GiB, or None when not given.
+    array_index : int or None
+        An array child's index in the whole array (``REMOTE_BATCH_ARRAY_OFFSET`` plus
+        ``AWS_BATCH_JOB_ARRAY_INDEX``); None for a job that is no array child.
     """
 
     job_id: str
@@ -38,6 +45,15 @@ class WorkerSettings:
     input_key: str
     output_prefix: str
     memory_gib: int | None
+    array_index: int | None = None
+
+    @property
+    def job_output_prefix(self) -> str:
+        """Where this container's outputs go: the output prefix, and for an array child its index
+        under it (``outputs/<parent>/<index>/``, where the service reads a child's outputs)."""
+        if self.array_index is None:
+            return self.output_prefix
+        return f"{self.output_prefix}{self.array_index}/"
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str]) -> WorkerSettings:
@@ -56,7 +72,8 @@ class WorkerSettings:
         ------
         ConfigError
             A required variable is missing or empty, the output prefix does not end with ``/``, or
-            ``REMOTE_BATCH_MEMORY_GIB`` is not a positive integer.
+            ``REMOTE_BATCH_MEMORY_GIB`` is not a positive integer, or the array variables are not
+            integers >= 0.
         """
         missing = [name for name in REQUIRED if not environ.get(name)]
         if missing:
@@ -70,6 +87,7 @@ class WorkerSettings:
             input_key=environ[INPUT_KEY],
             output_prefix=output_prefix,
             memory_gib=_memory_gib(environ.get(MEMORY_GIB)),
+            array_index=_array_index(environ.get(ARRAY_OFFSET), environ.get(BATCH_ARRAY_INDEX)),
         )
 
 
@@ -83,3 +101,16 @@ def _memory_gib(text: str | None) -> int | None:
     if value <= 0:
         raise ConfigError(f"{MEMORY_GIB} must be a positive integer (GiB), got {text!r}")
     return value
+
+
+def _whole_number(name: str, text: str) -> int:
+    if not (text.isascii() and text.isdigit()):
+        raise ConfigError(f"{name} must be an integer >= 0, got {text!r}")
+    return int(text)
+
+
+def _array_index(offset: str | None, index: str | None) -> int | None:
+    """The child's index in the whole array, or None when the span's offset is not set."""
+    if offset is None or offset == "":
+        return None
+    return _whole_number(ARRAY_OFFSET, offset) + (_whole_number(BATCH_ARRAY_INDEX, index) if index else 0)

@@ -64,6 +64,29 @@ class JobStorage:
         except BotoCoreError as exc:
             raise StorageError(f"cannot read s3://{self._bucket}/{key}: {exc}") from exc
 
+    def read_range(self, key: str, first: int, last: int) -> bytes:
+        """Bytes ``first..last`` (inclusive, an HTTP ``Range``) of an object.
+
+        Raises
+        ------
+        InputNotFound
+            No such object.
+        StorageError
+            Any other S3 or network failure, or fewer bytes than asked (the object is shorter).
+        """
+        try:
+            response = self._client.get_object(Bucket=self._bucket, Key=key, Range=f"bytes={first}-{last}")
+            body = response["Body"].read()
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") in _MISSING_OBJECT_CODES:
+                raise InputNotFound(f"input not found: s3://{self._bucket}/{key}") from exc
+            raise StorageError(f"cannot read s3://{self._bucket}/{key}: {exc}") from exc
+        except BotoCoreError as exc:
+            raise StorageError(f"cannot read s3://{self._bucket}/{key}: {exc}") from exc
+        if len(body) != last - first + 1:
+            raise StorageError(f"s3://{self._bucket}/{key} has no bytes {first}..{last}")
+        return bytes(body)
+
     def download(self, key: str, path: Path) -> int:
         """Stream an object to ``path`` (in parts, in parallel: boto3's managed transfer), never
         holding it in memory; up to S3's 5 TiB, here uploads of up to 5 GiB.

@@ -64,6 +64,9 @@ def submit_job_request(submission: BatchSubmission) -> SubmitJobRequestTypeDef:
     }
     if submission.tags:
         request["tags"] = dict(submission.tags)
+    if submission.array_size is not None:
+        # An AWS Batch array job: children <jobId>:0..size-1, each with AWS_BATCH_JOB_ARRAY_INDEX.
+        request["arrayProperties"] = {"size": submission.array_size}
     if submission.timeout_seconds is not None:
         request["timeout"] = {"attemptDurationSeconds": max(MIN_TIMEOUT_SECONDS, submission.timeout_seconds)}
     return request

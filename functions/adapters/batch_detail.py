@@ -27,6 +27,17 @@ class BatchContainerDetail(BaseModel):
     reason: str | None = None
 
 
+class BatchArrayProperties(BaseModel):
+    """``detail.arrayProperties``: ``index`` for an array's child, ``size`` and ``statusSummary``
+    for the array job itself (AWS Batch API reference, ``ArrayPropertiesDetail``)."""
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+    index: int | None = None
+    size: int | None = None
+    status_summary: dict[str, int] | None = Field(default=None, alias="statusSummary")
+
+
 class BatchJobDetail(BaseModel):
     """A job's ``JobDetail`` (times: milliseconds since the epoch)."""
 
@@ -41,6 +52,7 @@ class BatchJobDetail(BaseModel):
     stopped_at: int | None = Field(default=None, alias="stoppedAt")
     attempts: list[dict[str, Any]] = Field(default_factory=list)
     container: BatchContainerDetail | None = None
+    array_properties: BatchArrayProperties | None = Field(default=None, alias="arrayProperties")
 
 
 def _text(value: Any) -> str | None:
@@ -105,4 +117,6 @@ def to_state(detail: BatchJobDetail, observed_at_ms: int) -> BatchJobState:
         attempt_count=len(detail.attempts),
         container_reasons=tuple(r for r in reasons if r and r.strip()) if final else (),
         observed_at_ms=observed_at_ms,
+        array_index=detail.array_properties.index if detail.array_properties else None,
+        array_size=detail.array_properties.size if detail.array_properties else None,
     )

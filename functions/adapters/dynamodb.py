@@ -10,7 +10,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -53,6 +53,8 @@ NOTIFICATION_LOG_LIMIT = 200
 # GET /jobs reads at most this many index pages per request: a span of expired or filtered-out jobs
 # then gives a short (even empty) page whose nextToken continues after it.
 MAX_LIST_QUERIES = 20
+# BatchGetItem takes at most 100 keys a call (DynamoDB API reference).
+BATCH_GET_KEYS = 100
 # A job item is alive while it exists and its TTL has not passed (DynamoDB deletes expired items
 # days late, so every read and every write of an existing job checks it).
 _LIVE_JOB = "attribute_exists(jobId) AND (attribute_not_exists(#ttl) OR #ttl > :liveNow)"
@@ -154,6 +156,7 @@ def job_to_item(job: Job) -> dict[str, Any]:
         "terminationAttempts": job.termination_attempts or None,
         "ttl": int((job.record_expires_at or job.submitted_at + RECORD_TTL).timestamp()),
     }
+    values.update(_array_values(job))
     if job.type != JobType.ARRAY_CHILD:
         values["listKey"] = f"{to_sortable(job.submitted_at)}#{job.job_id}"
     if job.status in METERED_STATUSES:
@@ -219,7 +222,16 @@ def _job_from_item(item: dict[str, Any]) -> Job:
         termination_requested_at=_opt_time(item.get("terminationRequestedAt")),
         termination_attempts=int(item.get("terminationAttempts", 0)),
         record_expires_at=datetime.fromtimestamp(int(ttl), tz=UTC) if ttl is not None else None,
+        credits_settled=quantize_credits(item.get("creditsSettled", Decimal(0))),
+        array_spans=tuple(str(span) for span in item.get("arraySpans", [])),
     )
+
+
+def _array_values(job: Job) -> dict[str, Any]:
+    """The array attributes of a parent's item: ``creditsSettled`` and ``arraySpans``."""
+    if job.type == JobType.ARRAY:
+        return {"creditsSettled": job.credits_settled, "arraySpans": list(job.array_spans) or None}
+    return {}
 
 
 def _account_from_item(item: dict[str, Any]) -> Account:
@@ -964,3 +976,193 @@ class DynamoJobStore:
         }
         entries = [_entry_from_item(item) for item in self._query(**kwargs)]
         return [e for e in entries if end is None or e.at < end]
+
+    # -- array jobs (``functions.domain.arrays``) --------------------------------------------------
+    def set_array_spans(self, job_id: str, batch_job_ids: Sequence[str]) -> None:
+        """Record an array's Batch job ids (``arraySpans``, offset order) and the first as its
+        ``batchJobId``. ``RecordMissing`` when the job is gone."""
+        self._update_job(
+            job_id,
+            "SET arraySpans = :spans, batchJobId = if_not_exists(batchJobId, :first)",
+            values={":spans": list(batch_job_ids), ":first": batch_job_ids[0]},
+        )
+
+    def save_child_event(
+        self,
+        transition: Transition,
+        *,
+        created: bool,
+        charge: Charge | None,
+        entry: LedgerEntry | None,
+        settled_at_most: Decimal | None,
+        now: datetime,
+    ) -> None:
+        """The child's write, its parent's counters, and a settlement's ledger entry and balance
+        change, in one ``TransactWriteItems`` (see ``JobRepository.save_child_event``).
+
+        The parent's counters move with ``SET #c.#from = #c.#from - 1, #c.#to = #c.#to + 1`` (no
+        read-modify-write of the parent, so siblings' events do not conflict); the child's own
+        condition (absent, or at the event position it was read at) is what makes a replay a no-op.
+        """
+        child = transition.after
+        if charge is not None:
+            child = replace(child, credits_spent=charge.credits)
+            transition = replace(transition, after=child)
+        parent_id = child.parent_job_id
+        if parent_id is None:
+            raise ValueError(f"job {child.job_id} is not an array child")
+        if created:
+            child_item: dict[str, Any] = {
+                "Put": {
+                    "TableName": self._jobs,
+                    "Item": _item(job_to_item(replace(child, last_event_at=now))),
+                    "ConditionExpression": "attribute_not_exists(jobId)",
+                }
+            }
+        else:
+            child_item = {"Update": self._transition_update(transition, now)}
+        items = [child_item, {"Update": self._parent_rollup(transition, charge, settled_at_most, now)}]
+        items += self._charge_items(entry)
+        try:
+            self._call("transact_write_items", TransactItems=items)
+        except ConditionFailed as exc:
+            if self._parent_missing(exc):
+                raise RecordMissing(f"Job {parent_id} no longer exists.") from None
+            raise
+
+    def _parent_rollup(
+        self, transition: Transition, charge: Charge | None, settled_at_most: Decimal | None, now: datetime
+    ) -> dict[str, Any]:
+        """The parent's half of ``save_child_event``: counters, settled credits, ``lastEventAt``."""
+        before, after = transition.before.status, transition.after.status
+        sets = ["lastEventAt = :now"]
+        names: dict[str, str] = {"#ttl": "ttl"}
+        values: dict[str, Any] = {":now": to_sortable(now), ":liveNow": self._now_epoch()}
+        if before != after:
+            sets += ["#c.#from = #c.#from - :one", "#c.#to = if_not_exists(#c.#to, :zero) + :one"]
+            names.update({"#c": "childStatusCounts", "#from": before.value, "#to": after.value})
+            values.update({":one": 1, ":zero": 0})
+        condition = _LIVE_JOB
+        if charge is not None and charge.credits > 0:
+            sets.append("creditsSettled = if_not_exists(creditsSettled, :none) + :credits")
+            values.update({":none": Decimal(0), ":credits": charge.credits})
+            if settled_at_most is not None:
+                condition += " AND creditsSettled <= :most"
+                values[":most"] = settled_at_most
+        return {
+            "TableName": self._jobs,
+            "Key": _item({"jobId": transition.after.parent_job_id}),
+            "UpdateExpression": "SET " + ", ".join(sets),
+            "ConditionExpression": condition,
+            "ExpressionAttributeNames": names,
+            "ExpressionAttributeValues": {k: _ser(v) for k, v in values.items()},
+            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+        }
+
+    def _charge_items(self, entry: LedgerEntry | None) -> list[dict[str, Any]]:
+        """The ledger entry (written only if absent) and the exact-balance update of a charge."""
+        if entry is None:
+            return []
+        items: list[dict[str, Any]] = [
+            {
+                "Put": {
+                    "TableName": self._ledger,
+                    "Item": _item(_entry_to_item(entry)),
+                    "ConditionExpression": "attribute_not_exists(entryId)",
+                }
+            }
+        ]
+        if entry.credits > 0:
+            before = quantize_credits(entry.balance_after + entry.credits)
+            items.append(
+                {
+                    "Update": {
+                        "TableName": self._accounts,
+                        "Key": _item({"accountId": entry.account_id}),
+                        "UpdateExpression": "SET creditBalance = :after",
+                        "ConditionExpression": "attribute_exists(accountId) AND creditBalance = :before",
+                        "ExpressionAttributeValues": {
+                            ":after": _ser(entry.balance_after),
+                            ":before": _ser(before),
+                        },
+                    }
+                }
+            )
+        return items
+
+    def _parent_missing(self, exc: ConditionFailed) -> bool:
+        """True when ``save_child_event`` failed because the parent (its second item) is absent or
+        past its TTL."""
+        cause = exc.__cause__
+        if not isinstance(cause, ClientError):
+            return False
+        reasons = cause.response.get("CancellationReasons") or []
+        if len(reasons) < 2 or reasons[1].get("Code") != "ConditionalCheckFailed":
+            return False
+        old = reasons[1].get("Item")
+        if not old:
+            return True
+        ttl = _plain(dict(old)).get("ttl")
+        return ttl is not None and int(ttl) <= self._now_epoch()
+
+    def start_array(self, job_id: str, started_at: datetime, now: datetime) -> bool:
+        """Queued → Running for an array parent whose first child started (history gets Starting
+        and Running, so both notifications are owed once). ``RecordMissing`` when it is gone."""
+        started = self._update_job(
+            job_id,
+            "SET #s = :running, statusHistory = list_append(statusHistory, :entered), startedAt = :at, "
+            "meterPartition = :metered, lastEventAt = :now REMOVE statusReason",
+            condition="#s = :queued",
+            names={"#s": "status"},
+            values={
+                ":running": JobStatus.RUNNING.value,
+                ":queued": JobStatus.QUEUED.value,
+                ":entered": [JobStatus.STARTING.value, JobStatus.RUNNING.value],
+                ":at": to_sortable(started_at),
+                ":metered": METER_PARTITION,
+                ":now": to_sortable(now),
+            },
+        )
+        return started is not None
+
+    def finish_array(self, parent: Job, now: datetime) -> bool:
+        """Store the parent's final status and ``creditsSpent = creditsSettled``, conditional on it
+        not being final and on ``creditsSettled`` being what the outcome was computed with.
+        ``RecordMissing`` when it is gone."""
+        item = job_to_item(replace(parent, credits_spent=parent.credits_settled, last_event_at=now))
+        fields = ["status", "statusReason", "statusHistory", "startedAt", "completedAt", "creditsSpent"]
+        sets = [f"#{f} = :{f}" for f in fields if item.get(f) is not None] + ["lastEventAt = :now"]
+        removes = [f"#{f}" for f in fields if item.get(f) is None] + ["meterPartition", "openPartition"]
+        finished = self._update_job(
+            parent.job_id,
+            "SET " + ", ".join(sets) + " REMOVE " + ", ".join(removes),
+            condition="NOT #status IN (:succeeded, :terminated) AND creditsSettled = :settled",
+            names={f"#{f}": f for f in fields},
+            values={
+                **{f":{f}": item[f] for f in fields if item.get(f) is not None},
+                ":now": to_sortable(now),
+                ":settled": parent.credits_settled,
+                ":succeeded": JobStatus.SUCCEEDED.value,
+                ":terminated": JobStatus.TERMINATED.value,
+            },
+        )
+        return finished is not None
+
+    def get_jobs(self, job_ids: Sequence[str]) -> list[Job]:
+        """The live jobs among ``job_ids``: BatchGetItem, 100 keys a call, strongly consistent, with
+        its unprocessed keys asked again. An unreadable item is logged and left out."""
+        jobs: list[Job] = []
+        unique = list(dict.fromkeys(job_ids))
+        for start in range(0, len(unique), BATCH_GET_KEYS):
+            request: dict[str, Any] = {
+                self._jobs: {
+                    "Keys": [_item({"jobId": job_id}) for job_id in unique[start : start + BATCH_GET_KEYS]],
+                    "ConsistentRead": True,
+                }
+            }
+            while request:
+                response = self._call("batch_get_item", RequestItems=request)
+                items = (_plain(item) for item in response.get("Responses", {}).get(self._jobs, []))
+                jobs += list(self._jobs_of(items, None))
+                request = response.get("UnprocessedKeys") or {}
+        return jobs

@@ -132,6 +132,18 @@ class Job:
     record_expires_at : datetime | None
         The record's DynamoDB TTL: from then on the job is gone for every route and event, even
         while DynamoDB has not deleted it yet (it deletes expired items days late).
+    parent_job_id, array_index, array_size :
+        An ``ArrayChild``'s parent, its global index (0-based) and the array's size; an ``Array``
+        parent has ``array_size`` only.
+    child_status_counts : dict[str, int] | None
+        An ``Array`` parent's children per status; every child not yet seen counts as ``Queued``,
+        so the counts always add up to ``array_size``.
+    credits_settled : Decimal
+        An ``Array`` parent's sum of its children's settled charges (``credits_spent`` adds what its
+        running children have spent so far, and equals it once the array is final).
+    array_spans : tuple[str, ...]
+        An ``Array`` parent's AWS Batch job ids, one per span (``functions.domain.arrays``), in
+        offset order.
     """
 
     job_id: str
@@ -171,6 +183,8 @@ class Job:
     termination_requested_at: datetime | None = None
     termination_attempts: int = 0
     record_expires_at: datetime | None = None
+    credits_settled: Decimal = ZERO
+    array_spans: tuple[str, ...] = ()
 
     @property
     def expires_at(self) -> datetime:
@@ -251,7 +265,10 @@ class BatchJobState:
     """What the service reads from one ``Batch Job State Change`` event's ``detail``.
 
     Field names follow the AWS Batch ``JobDetail`` (DescribeJobs) shape the event carries;
-    times are milliseconds since the epoch as Batch sends them.
+    times are milliseconds since the epoch as Batch sends them. ``array_index`` and ``array_size``
+    are ``arrayProperties.index`` (an array child's, whose ``batch_job_id`` is ``<array id>:<index>``)
+    and ``arrayProperties.size`` (an array job's own events, which also carry ``statusSummary``);
+    both None for a job that is no array (AWS Batch API reference, ``ArrayPropertiesDetail``).
     """
 
     batch_job_id: str
@@ -266,6 +283,8 @@ class BatchJobState:
     attempt_count: int
     container_reasons: tuple[str, ...] = ()
     observed_at_ms: int | None = None
+    array_index: int | None = None
+    array_size: int | None = None
 
     @property
     def reasons(self) -> tuple[str, ...]:

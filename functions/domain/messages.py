@@ -9,8 +9,9 @@ from datetime import datetime
 from decimal import Decimal
 
 from functions.domain.batch_reasons import as_sentence, normalize_reason
-from functions.domain.jobs import Job
+from functions.domain.jobs import Job, JobType
 from functions.domain.notifications import DueNotification
+from functions.domain.status import JobStatus
 
 SMS_LIMIT = 140
 
@@ -65,6 +66,23 @@ def format_elapsed(seconds: float) -> str:
     return f"{secs}s"
 
 
+def children_succeeded(job: Job) -> int:
+    """How many of an array's children succeeded (``childStatusCounts``)."""
+    return (job.child_status_counts or {}).get(JobStatus.SUCCEEDED.value, 0)
+
+
+def children_line(job: Job) -> str | None:
+    """An array's line: ``Children: 997 of 1000 succeeded`` once it is final, else how many are
+    final so far; None for a job that is no array."""
+    if job.type != JobType.ARRAY or job.array_size is None:
+        return None
+    counts = job.child_status_counts or {}
+    if job.is_final:
+        return f"Children: {children_succeeded(job)} of {job.array_size} succeeded"
+    done = counts.get(JobStatus.SUCCEEDED.value, 0) + counts.get(JobStatus.TERMINATED.value, 0)
+    return f"Children: {done} of {job.array_size} finished, {children_succeeded(job)} succeeded"
+
+
 def compose_message(job: Job, due: DueNotification, now: datetime) -> tuple[str, str]:
     """The (subject, body) of a notification.
 
@@ -88,6 +106,9 @@ def compose_message(job: Job, due: DueNotification, now: datetime) -> tuple[str,
         lines.append(f"Reason: {reason_line}")
     warnings = job.warnings if due.status == job.status else ()
     lines += [f"Warning: {w}" for w in warnings]
+    children = children_line(job)
+    if children:
+        lines.append(children)
     lines += [
         f"Machine class: {job.machine_class} in {job.geo_zone.value}",
         f"Credits spent: {job.credits_spent}",
@@ -96,7 +117,10 @@ def compose_message(job: Job, due: DueNotification, now: datetime) -> tuple[str,
     if due.method == "SMS":
         times = f" x{due.covers}" if due.covers > 1 else ""
         head = f"remote-batch {label[:40]}: {due.event}{times} ({due.status.value})."
-        tail = f" {job.credits_spent} credits, {elapsed}."
+        succeeded = (
+            f" {children_succeeded(job)}/{job.array_size} children ok." if job.type == JobType.ARRAY else ""
+        )
+        tail = f"{succeeded} {job.credits_spent} credits, {elapsed}."
         reason = ""
         note = normalize_reason(job.status_reason or (f"Warning: {warnings[0]}" if warnings else None))
         if note and due.status == job.status:

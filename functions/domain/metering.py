@@ -11,8 +11,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 
+from functions.domain.arrays import array_spent
 from functions.domain.credits import spent_so_far
-from functions.domain.jobs import Job, credit_constraint_reason, time_constraint_reason
+from functions.domain.jobs import Job, JobType, credit_constraint_reason, time_constraint_reason
 from functions.domain.machine_classes import machine_class
 from functions.domain.status import JobStatus
 
@@ -41,20 +42,42 @@ class MeterReading:
 
 
 def read_meter(job: Job, now: datetime) -> MeterReading:
-    """Read one Starting or Running job at ``now``."""
-    if job.status != JobStatus.RUNNING or job.started_at is None:
+    """Read one Starting or Running job at ``now``.
+
+    An ``Array`` parent reads as what it shows (``read_array_meter`` sums its children); an
+    ``ArrayChild``'s ``creditConstraint`` is its array's, enforced on the array's sum, so a child
+    reaches only its own ``timeConstraint``.
+    """
+    if job.type == JobType.ARRAY or job.status != JobStatus.RUNNING or job.started_at is None:
         return MeterReading(job, 0, job.credits_spent, None)
     running_ms = max(0, int((now - job.started_at).total_seconds() * 1000))
     rate = machine_class(job.machine_class).credits_per_hour
-    spent = max(spent_so_far(running_ms, rate, job.credit_constraint), job.credits_spent)
+    own_cap = None if job.type == JobType.ARRAY_CHILD else job.credit_constraint
+    spent = max(spent_so_far(running_ms, rate, own_cap), job.credits_spent)
     cap = None
-    if job.credit_constraint is not None and spent >= job.credit_constraint:
-        cap = credit_constraint_reason(job.credit_constraint)
+    if own_cap is not None and spent >= own_cap:
+        cap = credit_constraint_reason(own_cap)
     elif job.time_constraint is not None and running_ms >= job.time_constraint * 1000:
         cap = time_constraint_reason(job.time_constraint)
     return MeterReading(job, running_ms, spent, cap)
 
 
+def read_array_meter(parent: Job, children: Iterable[MeterReading]) -> MeterReading:
+    """An array at one tick, from its running children's readings: ``spent`` is its settled
+    children's charges plus what the running ones have spent (``arrays.array_spent``, capped by the
+    array's ``creditConstraint``, never below what it shows); ``cap_reached`` once that is the cap.
+    Finished children are in ``credits_settled``: the reading costs nothing per finished child."""
+    running = [r.spent for r in children if r.job.status == JobStatus.RUNNING]
+    spent = max(array_spent(parent.credits_settled, running, parent.credit_constraint), parent.credits_spent)
+    cap = None
+    if parent.credit_constraint is not None and spent >= parent.credit_constraint:
+        cap = credit_constraint_reason(parent.credit_constraint)
+    return MeterReading(parent, 0, spent, cap)
+
+
 def balance_exhausted(balance: Decimal, readings: Iterable[MeterReading]) -> bool:
-    """True when the account's balance, less what its running jobs have spent, is 0 or less."""
-    return balance - sum((r.spent for r in readings), Decimal(0)) <= 0
+    """True when the account's balance, less what its running jobs have spent, is 0 or less (an
+    array parent's reading is left out: its children's are in ``readings``, and what they settled
+    has left the balance already)."""
+    spent = sum((r.spent for r in readings if r.job.type != JobType.ARRAY), Decimal(0))
+    return balance - spent <= 0

@@ -8,89 +8,41 @@ transaction: a job is charged once, whatever the delivery does.
 
 from __future__ import annotations
 
-import json
 import random
 import time
 from datetime import datetime
 
 from aws_lambda_powertools import Logger
 
+from functions.domain.arrays import parse_span_job_name
 from functions.domain.credits import settle_charge
 from functions.domain.errors import (
     ConditionFailed,
     DependencyFailed,
-    PayloadTooLarge,
     RecordMissing,
     UnreadableRecord,
 )
 from functions.domain.jobs import (
     BatchJobState,
     Job,
+    JobType,
     LedgerEntry,
     LedgerKind,
     Transition,
     apply_batch_event,
     charge_entry_id,
-    describe_failure,
     is_credit_constraint_reason,
-    is_infrastructure_loss,
-    success_warnings,
 )
 from functions.domain.machine_classes import machine_class
 from functions.domain.status import is_known_batch_status
+from functions.logic.array_events import apply_array_event
+from functions.logic.job_outcomes import discard_outputs, final_outcome
 from functions.logic.notifying import deliver_due_notifications
 from functions.ports import Services
 
 logger = Logger(child=True)
 
 MAX_WRITE_ATTEMPTS = 25
-MESSAGES_MAX_BYTES = 1024 * 1024
-
-
-def output_key(job_id: str, name: str) -> str:
-    """Key of one of the worker's outputs (``result.json``, ``messages.json``, ...)."""
-    return f"outputs/{job_id}/{name}"
-
-
-def read_error_summary(services: Services, job: Job) -> str | None:
-    """The worker's error line (``ZeroDivisionError: division by zero``) from ``messages.json``.
-
-    When the worker gave the error a ``reason`` (a sentence of its own: ``Memory limit of 8 GiB
-    exceeded``, ``Exited with code 5``, ``The job's input was rejected: ...``), that sentence is the
-    line. Only JSON is read: the Lambdas never unpickle or run user data. None when there is none.
-    """
-    try:
-        raw = services.zones[job.geo_zone].blobs.get(
-            output_key(job.job_id, "messages.json"), MESSAGES_MAX_BYTES
-        )
-    except (DependencyFailed, PayloadTooLarge):
-        logger.warning("messages unreadable", job_id=job.job_id)
-        return None
-    if raw is None:
-        return None
-    try:
-        error = json.loads(raw).get("error")
-    except (ValueError, AttributeError):
-        return None
-    if not isinstance(error, dict) or not error.get("type"):
-        return None
-    reason = error.get("reason")
-    if isinstance(reason, str) and reason.strip():
-        return " ".join(reason.split())
-    message = str(error.get("message") or "").strip()
-    return f"{error['type']}: {message}" if message else str(error["type"])
-
-
-def discard_outputs(services: Services, job: Job) -> None:
-    """Delete what the worker uploaded for a job stopped at its CreditConstraint (API.md: "its
-    output discarded"). The result route refuses such a job whatever is left, so a failure here
-    only delays the deletion until the bucket's lifecycle rule."""
-    try:
-        removed = services.zones[job.geo_zone].blobs.delete_prefix(f"outputs/{job.job_id}/")
-    except DependencyFailed:
-        logger.exception("outputs not discarded", job_id=job.job_id)
-        return
-    logger.info("outputs discarded", job_id=job.job_id, objects=removed)
 
 
 def _settle(services: Services, transition: Transition, now: datetime) -> None:
@@ -133,20 +85,20 @@ def _settle(services: Services, transition: Transition, now: datetime) -> None:
     )
 
 
-def _final_outcome(
-    services: Services, job: Job, state: BatchJobState
-) -> tuple[str | None, tuple[str, ...], bool]:
-    """(statusReason, warnings, charged) of a final event: the plain sentence of a FAILED event and
-    whether its attempt is charged (an attempt lost to infrastructure is free); the warnings of a
-    SUCCEEDED one. Nothing for other events, or for a job already final."""
-    if job.is_final or state.status not in ("FAILED", "SUCCEEDED"):
-        return None, (), True
-    machine = machine_class(job.machine_class)
-    if state.status == "SUCCEEDED":
-        return None, success_warnings(machine, state.reasons), True
-    summary = None if job.termination_reason else read_error_summary(services, job)
-    reason = describe_failure(job, machine, state.reasons, state.exit_code, summary)
-    return reason, (), not is_infrastructure_loss(job, state.reasons, summary)
+def _event_job(services: Services, job_id: str, state: BatchJobState) -> Job | None:
+    """The job an event names, or None (logged) when it is unknown, gone or unreadable: a late event
+    for those is neither applied nor charged."""
+    try:
+        job = services.store.get_job(job_id)
+    except UnreadableRecord as exc:
+        logger.error("event for an unreadable job item ignored", job_name=state.job_name, problem=exc.message)
+        return None
+    if job is None:
+        # Unknown, deleted, or past its record TTL.
+        logger.warning(
+            "event for unknown job ignored", job_name=state.job_name, batch_job_id=state.batch_job_id
+        )
+    return job
 
 
 def apply_job_state_change(services: Services, state: BatchJobState, now: datetime) -> Job | None:
@@ -157,7 +109,8 @@ def apply_job_state_change(services: Services, state: BatchJobState, now: dateti
     services : Services
         Ports.
     state : BatchJobState
-        The event's detail; ``job_name`` is the service's job id.
+        The event's detail; ``job_name`` is the service's job id (an array's: its parent's id, with
+        ``_<offset>`` for spans after the first; ``functions.logic.array_events`` applies those).
     now : datetime
         The handler's clock (recorded as ``lastEventAt`` only; status times come from the event).
 
@@ -174,26 +127,21 @@ def apply_job_state_change(services: Services, state: BatchJobState, now: dateti
     if not is_known_batch_status(state.status):
         logger.warning("unknown batch status ignored", status=state.status, batch_job_id=state.batch_job_id)
         return None
+    # An array's spans are named <parent> or <parent>_<offset> (``arrays.span_job_name``).
+    span = parse_span_job_name(state.job_name)
+    job_id = span[0] if span is not None else state.job_name
     for _ in range(MAX_WRITE_ATTEMPTS):
-        try:
-            job = services.store.get_job(state.job_name)
-        except UnreadableRecord as exc:
-            logger.error(
-                "event for an unreadable job item ignored", job_name=state.job_name, problem=exc.message
-            )
-            return None
+        job = _event_job(services, job_id, state)
         if job is None:
-            # Unknown, deleted, or past its record TTL: a late event is neither applied nor charged.
-            logger.warning(
-                "event for unknown job ignored", job_name=state.job_name, batch_job_id=state.batch_job_id
-            )
             return None
-        if job.batch_job_id and job.batch_job_id != state.batch_job_id:
+        if job.type == JobType.ARRAY:
+            return apply_array_event(services, job, state, now)
+        if job_id != state.job_name or (job.batch_job_id and job.batch_job_id != state.batch_job_id):
             logger.warning(
                 "event for another batch job ignored", job_id=job.job_id, batch_job_id=state.batch_job_id
             )
             return job
-        final_reason, warnings, charged = _final_outcome(services, job, state)
+        final_reason, warnings, charged = final_outcome(services, job, state)
         transition = apply_batch_event(job, state, final_reason, warnings=warnings, charged=charged)
         if transition is None:
             break

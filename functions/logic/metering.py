@@ -24,11 +24,13 @@ from typing import TypeVar
 
 from aws_lambda_powertools import Logger
 
+from functions.domain.arrays import child_job_id, parse_span_job_name, span_job_name
 from functions.domain.errors import DependencyFailed, UnreadableRecord
-from functions.domain.jobs import OUT_OF_CREDITS, BatchJobState, Job
+from functions.domain.jobs import OUT_OF_CREDITS, BatchJobState, Job, JobType
 from functions.domain.machine_classes import GeoZone
-from functions.domain.metering import MeterReading, balance_exhausted, read_meter
+from functions.domain.metering import MeterReading, balance_exhausted, read_array_meter, read_meter
 from functions.domain.notification_schedule import due_notifications
+from functions.logic.array_events import finish_array
 from functions.logic.job_events import apply_job_state_change
 from functions.logic.notifying import deliver_due_notifications
 from functions.logic.submission import terminate
@@ -138,8 +140,14 @@ def _enforce(
     services: Services, account_id: str, readings: list[MeterReading], skips: _Skips, now: datetime
 ) -> tuple[int, int]:
     """One account's running jobs: raise their ``creditsSpent``, then stop those at a cap, then all
-    of them when the balance is used up. Returns (credits raised, terminations sent)."""
+    of them when the balance is used up. Returns (credits raised, terminations sent).
+
+    Arrays: a parent's reading is replaced by the sum of its running children (``_read_arrays``); its
+    ``creditConstraint`` and the balance stop the whole array (one termination for all its spans),
+    a child's own ``timeConstraint`` stops that child.
+    """
     updated = terminated = 0
+    _read_arrays(services, readings, skips)
     for reading in readings:
         if reading.spent > reading.job.credits_spent and skips.guard(
             reading.job.job_id,
@@ -150,6 +158,8 @@ def _enforce(
     stopping: set[str] = set()
     for reading in readings:
         reason = reading.cap_reached or reading.job.termination_reason
+        if reason and reading.job.type == JobType.ARRAY_CHILD and not reading.cap_reached:
+            continue  # the child's array carries the reason and is being stopped as a whole
         if reason:
             stopping.add(reading.job.job_id)
             if skips.guard(
@@ -161,13 +171,39 @@ def _enforce(
     account = skips.guard(account_id, "account", lambda: services.store.get_account(account_id))
     if account is not None and balance_exhausted(account.credit_balance, readings):
         for reading in readings:
-            if reading.job.job_id not in stopping and skips.guard(
+            # A child is stopped with its array (the parent's reading is in the list).
+            if reading.job.type == JobType.ARRAY_CHILD or reading.job.job_id in stopping:
+                continue
+            if skips.guard(
                 reading.job.job_id,
                 "terminate",
                 lambda r=reading: _terminate(services, r, OUT_OF_CREDITS, now),  # type: ignore[misc]
             ):
                 terminated += 1
     return updated, terminated
+
+
+def _read_arrays(services: Services, readings: list[MeterReading], skips: _Skips) -> None:
+    """Replace each array parent's reading (in place) by ``read_array_meter`` of its running
+    children; a parent not listed (its children run, it is not in the index yet) is read once.
+    One read per array with running children at most: finished children cost nothing."""
+    children: dict[str, list[MeterReading]] = defaultdict(list)
+    for reading in readings:
+        if reading.job.type == JobType.ARRAY_CHILD and reading.job.parent_job_id:
+            children[reading.job.parent_job_id].append(reading)
+    listed = {r.job.job_id: i for i, r in enumerate(readings) if r.job.type == JobType.ARRAY}
+    for parent_id in sorted(set(children) | set(listed)):
+        if parent_id in listed:
+            parent: Job | None = readings[listed[parent_id]].job
+        else:
+            parent = skips.guard(parent_id, "array", lambda p=parent_id: services.store.get_job(p))  # type: ignore[misc]
+        if parent is None or parent.is_final:
+            continue
+        reading = read_array_meter(parent, children.get(parent_id, []))
+        if parent_id in listed:
+            readings[listed[parent_id]] = reading
+        else:
+            readings.append(reading)
 
 
 def notify_progress(services: Services, reading: MeterReading, now: datetime) -> None:
@@ -208,10 +244,20 @@ def _retry_notifications(services: Services, job_id: str, now: datetime) -> None
 
 
 def _synthetic_failure(job: Job, reason: str, now: datetime) -> BatchJobState:
-    """A FAILED state for a job Batch cannot tell us about; it never ran as far as we can prove."""
+    """A FAILED state for a job Batch cannot tell us about; it never ran as far as we can prove.
+
+    An array child's is shaped as its span's events are (the span's ``jobName``, the index in the
+    span as ``arrayProperties.index``), so it reaches the same child.
+    """
+    job_name, array_index = job.job_id, None
+    if job.type == JobType.ARRAY_CHILD and job.parent_job_id and job.array_index is not None:
+        local = _index_in_span(job.batch_job_id or "")
+        job_name = span_job_name(job.parent_job_id, job.array_index - (local or 0))
+        array_index = local
     return BatchJobState(
         batch_job_id=job.batch_job_id or f"unsubmitted-{job.job_id}",
-        job_name=job.job_id,
+        job_name=job_name,
+        array_index=array_index,
         status="FAILED",
         status_reason=reason,
         created_at_ms=int(job.submitted_at.timestamp() * 1000),
@@ -221,6 +267,12 @@ def _synthetic_failure(job: Job, reason: str, now: datetime) -> BatchJobState:
         log_stream_name=job.log_stream_name,
         attempt_count=SYNTHETIC_ATTEMPT_COUNT,
     )
+
+
+def _index_in_span(batch_job_id: str) -> int | None:
+    """The index in its span of a child's Batch id ``<span id>:<index>`` (None: a one-item span)."""
+    _, colon, suffix = batch_job_id.rpartition(":")
+    return int(suffix) if colon and suffix.isascii() and suffix.isdigit() else None
 
 
 def reconcile_stale_jobs(services: Services, now: datetime, skips: _Skips | None = None) -> int:
@@ -252,6 +304,9 @@ def reconcile_stale_jobs(services: Services, now: datetime, skips: _Skips | None
             logger.exception("reconciliation skipped", zone=str(zone))
             continue
         for job in jobs:
+            if job.type == JobType.ARRAY:
+                guard.guard(job.job_id, "reconcile", lambda j=job: _reconcile_array(services, j, now))  # type: ignore[misc]
+                continue
             state = states.get(job.batch_job_id or "")
             if state is None:
                 reason = UNKNOWN_TO_BATCH_REASON if job.batch_job_id else UNSUBMITTED_REASON
@@ -267,3 +322,52 @@ def _reconcile(services: Services, job: Job, state: BatchJobState, now: datetime
     if applied is not None and not applied.is_final:
         services.store.mark_reconciled(job.job_id, now)
     logger.info("job reconciled", job_id=job.job_id, batch_status=state.status)
+
+
+def _reconcile_array(services: Services, parent: Job, now: datetime) -> None:
+    """A quiet array: children with a record are reconciled as jobs of their own (they are in the
+    same index); here, the children that never had an event. Each span is described; a missing
+    child of a known span is described by its Batch id (``<span>:<index>``, or the span's own for a
+    one-item span) and what Batch says is applied as its event; a child Batch does not know (or
+    whose whole span it does not know) ends Terminated, never charged. Then the parent is settled
+    if every child is final (``finish_array``)."""
+    batch = services.zones[parent.geo_zone].batch
+    observed_ms = int(now.timestamp() * 1000)
+    spans = {s.batch_job_id: s for s in batch.describe_jobs(list(parent.array_spans), observed_ms)}
+    for span_id in parent.array_spans:
+        span = spans.get(span_id)
+        if span is None:
+            logger.warning("array span unknown to batch", job_id=parent.job_id, batch_job_id=span_id)
+            continue
+        located = parse_span_job_name(span.job_name)
+        offset = located[1] if located else 0
+        count = span.array_size or 1
+        seen = {
+            c.array_index
+            for c in services.store.get_jobs([child_job_id(parent.job_id, offset + i) for i in range(count)])
+        }
+        missing = [i for i in range(count) if offset + i not in seen]
+        ids = {f"{span_id}:{i}" if span.array_size else span_id: i for i in missing}
+        found = {s.batch_job_id: s for s in batch.describe_jobs(list(ids), observed_ms)} if ids else {}
+        for batch_job_id, local in ids.items():
+            state = found.get(batch_job_id)
+            if state is None and span.status in ("SUCCEEDED", "FAILED"):
+                state = BatchJobState(
+                    batch_job_id=batch_job_id,
+                    job_name=span.job_name,
+                    status="FAILED",
+                    status_reason=UNKNOWN_TO_BATCH_REASON,
+                    created_at_ms=span.created_at_ms,
+                    started_at_ms=None,
+                    stopped_at_ms=observed_ms,
+                    exit_code=None,
+                    log_stream_name=None,
+                    attempt_count=SYNTHETIC_ATTEMPT_COUNT,
+                    array_index=local if span.array_size else None,
+                )
+            if state is not None:
+                apply_job_state_change(services, replace(state, job_name=span.job_name), now)
+    fresh = services.store.get_job(parent.job_id)
+    if fresh is not None and not finish_array(services, fresh, now).is_final:
+        services.store.mark_reconciled(parent.job_id, now)
+    logger.info("array reconciled", job_id=parent.job_id)

@@ -5,22 +5,27 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
+from functions.domain.arrays import child_job_id, job_data_path
 from functions.domain.batch_reasons import as_sentence
 from functions.domain.errors import Conflict, Expired, JobNotFinished, NoOutput, NotFound, ValidationFailed
-from functions.domain.jobs import Account, Job, is_credit_constraint_reason
+from functions.domain.jobs import Account, Job, JobType, is_credit_constraint_reason
 from functions.domain.limits import RESPONSE_BUDGET_BYTES, base64_bytes, presigned_seconds, wire_bytes
 from functions.domain.log_lines import PartJoiner, event_cost
 from functions.domain.status import JobStatus
-from functions.logic.job_events import output_key
+from functions.logic.array_events import RESULT_DOCUMENT, store_array_result
+from functions.logic.job_outcomes import output_key
 from functions.logic.submission import get_owned_job
 from functions.ports import LogEvent, Services
 
 MAX_LOG_EVENTS = 10_000
+#: Log streams deleted at once by ``DELETE`` of an array (one per child that ran).
+LOG_DELETERS = 8
 #: ``messages`` of a result are inlined up to this cost on the wire; longer, ``messagesUrl`` links them.
 MESSAGES_BUDGET_BYTES = 512 * 1024
 #: A result (``result.json``) is inlined up to this cost on the wire, with its messages.
@@ -45,6 +50,15 @@ class JobResult:
     result_url: str | None = None
     pickle: str | None = None
     messages_url: str | None = None
+    errors: tuple[ChildError, ...] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ChildError:
+    """Why an array's child has no result: its index and its ``statusReason``."""
+
+    index: int
+    message: str
 
 
 def expired(job_id: str) -> Expired:
@@ -108,6 +122,8 @@ def get_result(services: Services, account_id: str, job_id: str, now: datetime, 
     if job.status_reason and is_credit_constraint_reason(job.status_reason):
         cap = job.status_reason.removesuffix(" reached")
         raise NoOutput(f"Job {job_id} reached its {cap}; its output was discarded.")
+    if job.type == JobType.ARRAY:
+        return _array_result(services, job, now, as_pickle)
     blobs = services.zones[job.geo_zone].blobs
     url_seconds = presigned_seconds(job.expires_at, now)
     no_output = NoOutput(
@@ -146,6 +162,46 @@ def get_result(services: Services, account_id: str, job_id: str, now: datetime, 
         result_repr=document.get("resultRepr"),
         messages=messages,
         messages_url=messages_url,
+    )
+
+
+def _array_result(services: Services, job: Job, now: datetime, as_pickle: bool) -> JobResult:
+    """An array's result: its children's results in index order, a failed child's as null with its
+    reason in ``errors``; a link to the document (assembled once, when the array ended) when it
+    does not fit the response. Pickles are per child."""
+    if as_pickle:
+        raise ValidationFailed(
+            f"Job {job.job_id} is an array: its result is JSON; ask a child (GET /jobs/{job.job_id}:0/result"
+            "?format=pickle) for a pickle.",
+            field="format",
+        )
+    blobs = services.zones[job.geo_zone].blobs
+    key = output_key(job.job_id, RESULT_DOCUMENT)
+    size = blobs.size(key)
+    if size is None:
+        # Assembled before the array was stored final; gone only if its write was lost: make it again.
+        store_array_result(services, job)
+        size = blobs.size(key) or 0
+    if size > RESULT_BUDGET_BYTES:
+        return JobResult(
+            job_id=job.job_id,
+            inline=False,
+            result_url=blobs.presigned_get(key, presigned_seconds(job.expires_at, now)),
+        )
+    document = json.loads(blobs.get(key) or b"{}")
+    errors = tuple(ChildError(int(e["index"]), str(e["message"])) for e in document.get("errors", []))
+    if (
+        not _inline_result(document)
+        or wire_bytes(json.dumps(document.get("errors", []))) > MESSAGES_BUDGET_BYTES
+    ):
+        url = blobs.presigned_get(key, presigned_seconds(job.expires_at, now))
+        return JobResult(job_id=job.job_id, inline=False, result_url=url)
+    return JobResult(
+        job_id=job.job_id,
+        result=document.get("result"),
+        result_repr=document.get("resultRepr"),
+        messages=tuple(f"index {e.index}: {e.message}" for e in errors),
+        errors=errors,
     )
 
 
@@ -210,6 +266,12 @@ def get_log(
     A job with no log stream yet has no lines.
     """
     job = get_owned_job(services, account_id, job_id)
+    if job.type == JobType.ARRAY:
+        raise ValidationFailed(
+            f"Job {job_id} is an array and has no log of its own; ask a child: "
+            f"GET /jobs/{job_id}:<index>/log.",
+            field="jobId",
+        )
     if job.is_expired(now):
         raise expired(job_id)
     if not job.log_stream_name:
@@ -313,7 +375,8 @@ def get_preview(services: Services, account_id: str, job_id: str, now: datetime)
     if job.is_expired(now):
         raise expired(job_id)
     blobs = services.zones[job.geo_zone].blobs
-    key = output_key(job_id, "preview.png")
+    # An array's picture is its first child's (WCS's OutputPreviewImage of an array).
+    key = output_key(child_job_id(job_id, 0) if job.type == JobType.ARRAY else job_id, "preview.png")
     size = None
     if not (job.status_reason and is_credit_constraint_reason(job.status_reason)):
         size = blobs.size(key)
@@ -342,7 +405,13 @@ def delete_job_data(services: Services, account_id: str, job_id: str, now: datet
         )
     services.store.mark_data_deleted(job_id, now)
     zone = services.zones[job.geo_zone]
-    removed = zone.blobs.delete_prefix(f"inputs/{job_id}/") + zone.blobs.delete_prefix(f"outputs/{job_id}/")
-    if job.log_stream_name:
-        zone.logs.delete(job.log_stream_name)
+    # An array's prefixes hold its children's data too (``arrays.job_data_path``).
+    path = job_data_path(job_id)
+    removed = zone.blobs.delete_prefix(f"inputs/{path}/") + zone.blobs.delete_prefix(f"outputs/{path}/")
+    streams = [job.log_stream_name] if job.log_stream_name else []
+    if job.type == JobType.ARRAY:
+        children = services.store.get_jobs([child_job_id(job_id, i) for i in range(job.array_size or 0)])
+        streams += [c.log_stream_name for c in children if c.log_stream_name]
+    with ThreadPoolExecutor(max_workers=LOG_DELETERS) as pool:
+        list(pool.map(zone.logs.delete, streams))
     return removed

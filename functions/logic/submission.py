@@ -18,6 +18,7 @@ from typing import Any
 
 from aws_lambda_powertools import Logger
 
+from functions.domain.arrays import child_template, parse_child_job_id
 from functions.domain.errors import (
     DependencyFailed,
     InsufficientCredits,
@@ -28,7 +29,7 @@ from functions.domain.errors import (
 from functions.domain.ids import new_ulid
 from functions.domain.jobs import ABORTED_BY_USER, Job, JobType, PayloadKind, credit_cap_seconds
 from functions.domain.machine_classes import GeoZone, MachineClass, machine_class, resolve_geo_zone
-from functions.domain.notifications import normalize_notifications
+from functions.domain.notifications import NotificationRule, normalize_notifications
 from functions.domain.runtime import check_pickle_python
 from functions.domain.text import JOB_ID_PATTERN, full_match
 from functions.logic.uploads import uploaded_input
@@ -48,7 +49,9 @@ class JobRequest:
     ``payload`` is the Python source (code), the argv (command) or the base64 cloudpickle (pickle);
     or ``input_key`` names an upload (``functions.logic.uploads``) whose Content-Type tells its kind,
     and ``payload_kind`` is None until submit reads it.
-    ``time_constraint`` is seconds of Running time; ``credit_constraint`` credits.
+    ``time_constraint`` is seconds of Running time; ``credit_constraint`` credits. ``array_items``
+    (inline) or ``array_items_key`` (an upload of JSON Lines) make it an array job
+    (``functions.logic.arrays``).
     """
 
     payload_kind: PayloadKind | None
@@ -62,6 +65,13 @@ class JobRequest:
     input_key: str | None = None
     # The ``major.minor`` a pickle was made with (``pythonVersion``), None when the client did not say.
     python_version: str | None = None
+    array_items: list[Any] | None = None
+    array_items_key: str | None = None
+
+    @property
+    def is_array(self) -> bool:
+        """True for an array job: ``arrayItems`` or ``arrayItemsKey`` given."""
+        return self.array_items is not None or self.array_items_key is not None
 
 
 def new_job_id(now_ms: int | None = None) -> str:
@@ -107,13 +117,20 @@ def batch_timeout(
     return min(limits) if limits else None
 
 
-def submit_job(services: Services, account_id: str, request: JobRequest, now: datetime) -> Job:
-    """Create a job and hand it to AWS Batch.
+@dataclass(frozen=True, slots=True)
+class PreparedSubmission:
+    """What every submit checks before it writes anything: the machine class, the zone, the
+    normalized notification rules, the payload's kind and the worker's input document."""
 
-    Returns
-    -------
-    Job
-        The job, Queued, with its Batch job id.
+    machine: MachineClass
+    zone: GeoZone
+    rules: tuple[NotificationRule, ...]
+    kind: PayloadKind
+    document: dict[str, Any]
+
+
+def prepare_submission(services: Services, account_id: str, request: JobRequest) -> PreparedSubmission:
+    """Validate a submit request against this deployment and the caller's account.
 
     Raises
     ------
@@ -123,8 +140,6 @@ def submit_job(services: Services, account_id: str, request: JobRequest, now: da
         Python minor version than the worker's (``field`` ``pythonVersion``).
     InsufficientCredits
         The account's balance is not positive.
-    DependencyFailed
-        S3, DynamoDB or Batch failed; nothing is left behind.
     """
     machine = machine_class(request.machine_class)
     zone = resolve_geo_zone(request.geo_zone)
@@ -147,7 +162,35 @@ def submit_job(services: Services, account_id: str, request: JobRequest, now: da
     if account is None or account.credit_balance <= 0:
         balance = account.credit_balance if account else Decimal(0)
         raise InsufficientCredits(f"The account's credit balance is {balance}; add credits to submit jobs.")
+    return PreparedSubmission(machine=machine, zone=zone, rules=rules, kind=kind, document=document)
 
+
+def submit_job(services: Services, account_id: str, request: JobRequest, now: datetime) -> Job:
+    """Create a job and hand it to AWS Batch.
+
+    Returns
+    -------
+    Job
+        The job, Queued, with its Batch job id.
+
+    Raises
+    ------
+    ValidationFailed
+        Unknown machine class or geo zone, a zone this deployment lacks, a bad notifications spec,
+        an ``inputKey`` that is not the caller's upload in the job's zone.
+    InsufficientCredits
+        The account's balance is not positive.
+    DependencyFailed
+        S3, DynamoDB or Batch failed; nothing is left behind.
+    """
+    prepared = prepare_submission(services, account_id, request)
+    machine, zone, rules, kind, document = (
+        prepared.machine,
+        prepared.zone,
+        prepared.rules,
+        prepared.kind,
+        prepared.document,
+    )
     job = Job(
         job_id=new_job_id(),
         account_id=account_id,
@@ -203,6 +246,9 @@ def submit_job(services: Services, account_id: str, request: JobRequest, now: da
 def get_owned_job(services: Services, account_id: str, job_id: str) -> Job:
     """The job if it belongs to ``account_id``.
 
+    An array's child (``<parent>:<index>``) that had no event yet is its parent's ``child_template``
+    (Queued); a child's data is gone once its parent's is (``DELETE`` of the parent).
+
     Raises
     ------
     NotFound
@@ -210,14 +256,27 @@ def get_owned_job(services: Services, account_id: str, job_id: str) -> Job:
         item that is not a whole job (it belongs to nobody; logged).
     """
     # An id this service never makes is not looked up (and never reaches a key expression).
+    child = parse_child_job_id(job_id)
     try:
-        job = services.store.get_job(job_id) if full_match(JOB_ID_PATTERN, job_id) else None
+        job = services.store.get_job(job_id) if child or full_match(JOB_ID_PATTERN, job_id) else None
+        if child is not None:
+            job = _child_view(services, job, *child)
     except UnreadableRecord as exc:
         logger.error("unreadable job item answered as not found", job_id=job_id, problem=exc.message)
         job = None
     if job is None or job.account_id != account_id:
         raise NotFound(f"No job {job_id} in this account.")
     return job
+
+
+def _child_view(services: Services, stored: Job | None, parent_id: str, index: int) -> Job | None:
+    parent = services.store.get_job(parent_id)
+    if parent is None or parent.type != JobType.ARRAY or not 0 <= index < (parent.array_size or 0):
+        return None
+    child = stored or child_template(parent, index)
+    if parent.data_deleted_at is not None and child.data_deleted_at is None:
+        child = replace(child, data_deleted_at=parent.data_deleted_at)
+    return child
 
 
 def terminate(services: Services, job: Job, reason: str, now: datetime | None = None) -> Job:
@@ -249,6 +308,8 @@ def terminate(services: Services, job: Job, reason: str, now: datetime | None = 
     )
     if updated.is_final:
         return updated
+    if updated.type == JobType.ARRAY:
+        return _terminate_array(services, updated, reason, now)
     batch_job_id = updated.batch_job_id
     if batch_job_id is None:
         raise DependencyFailed(f"job {job.job_id} has no AWS Batch id yet; try again in a moment")
@@ -265,6 +326,27 @@ def terminate(services: Services, job: Job, reason: str, now: datetime | None = 
     return replace(
         updated, termination_requested_at=now, termination_attempts=updated.termination_attempts + 1
     )
+
+
+def _terminate_array(services: Services, parent: Job, reason: str, now: datetime) -> Job:
+    """TerminateJob for each of an array's spans (AWS Batch cascades it to the span's children that
+    are not final), once: the claim is the parent's, as for a single job. The children's FAILED
+    events then end the parent (``array_events.finish_array``), with the parent's reason."""
+    if not parent.array_spans:
+        raise DependencyFailed(f"job {parent.job_id} has no AWS Batch id yet; try again in a moment")
+    if not services.store.claim_termination(parent.job_id, now):
+        logger.debug("termination already requested", job_id=parent.job_id)
+        return parent
+    why = parent.termination_reason or reason
+    batch = services.zones[GeoZone(parent.geo_zone)].batch
+    try:
+        for span_job_id in parent.array_spans:
+            batch.terminate_job(span_job_id, why)
+    except Exception:
+        services.store.release_termination(parent.job_id)
+        raise
+    logger.info("array terminating", job_id=parent.job_id, spans=len(parent.array_spans), reason=why)
+    return replace(parent, termination_requested_at=now, termination_attempts=parent.termination_attempts + 1)
 
 
 def abort_job(services: Services, account_id: str, job_id: str) -> Job:

@@ -223,6 +223,7 @@ class Functions(Construct):
         for table in (self._data.jobs_table, self._data.accounts_table, self._data.ledger_table):
             table.grant_read_write_data(role)
         self._grant_objects(role, write=False)
+        self._grant_array_results(role)
         self._grant_notify(role)
 
     def _grant_meter(self, role: iam.IRole) -> None:
@@ -230,8 +231,17 @@ class Functions(Construct):
         for table in (self._data.jobs_table, self._data.accounts_table, self._data.ledger_table):
             table.grant_read_write_data(role)
         self._grant_objects(role, write=False)
+        self._grant_array_results(role)
         self._grant_notify(role)
         self._grant_batch(role, submit=False)
+
+    def _grant_array_results(self, role: iam.IRole) -> None:
+        """PutObject under ``outputs/`` only: an array's result document, assembled from its children's
+        results when the array ends (by the child event that ends it, or the meter's reconciliation)."""
+        for bucket in self._buckets.values():
+            role.add_to_principal_policy(
+                iam.PolicyStatement(actions=["s3:PutObject"], resources=[bucket.arn_for_objects("outputs/*")])
+            )
 
     def _grant_objects(self, role: iam.IRole, *, write: bool) -> None:
         """The zone buckets: read an object (GetObject also covers HeadObject and presigned GETs), list

@@ -62,8 +62,14 @@ def bucket_name(region: str) -> str:
     return f"{NAME_PREFIX}-{region}"
 
 
-def local_settings() -> Settings:
-    """The settings of the in-process Lambdas: local tables, topic, and both geo zones."""
+def local_settings(environ: Mapping[str, str] | None = None) -> Settings:
+    """The settings of the in-process Lambdas: local tables, topic, and both geo zones; and
+    ``REMOTE_BATCH_ARRAY_SPAN_SIZE`` from ``environ`` (the process's by default) when it is set,
+    as the deployed Lambdas take it (most children per AWS Batch array job)."""
+    environ = os.environ if environ is None else environ
+    span_size = environ.get("REMOTE_BATCH_ARRAY_SPAN_SIZE")
+    # Validated (1..10,000) by the settings model, as the Lambdas' environment is.
+    optional: dict[str, Any] = {"array_span_size": span_size} if span_size else {}
     zones = {}
     for zone, region in ZONE_REGIONS.items():
         route = RouteSettings.model_validate(
@@ -93,6 +99,7 @@ def local_settings() -> Settings:
         allow_http_webhooks=True,
         # The local executor runs the worker with this interpreter (``sys.executable -m worker``).
         worker_python=f"{sys.version_info.major}.{sys.version_info.minor}",
+        **optional,
     )
 
 

@@ -73,6 +73,7 @@ EXPECTED = {
         # the last attempt's statusReason
         container_reasons=("Essential container in task exited",),
         observed_at_ms=1_764_436_920_000,  # the envelope's time
+        array_index=3,  # arrayProperties.index
     ),
     "never_started": BatchJobState(
         batch_job_id="6f7a8b9c-0d1e-4f2a-b3c4-d5e6f7a8b9c0",

@@ -13,6 +13,7 @@ import boto3
 import pytest
 
 from functions.adapters.dynamodb import MAX_LIST_QUERIES, DynamoJobStore
+from functions.domain.arrays import child_template
 from functions.domain.credits import Charge
 from functions.domain.errors import RecordMissing, UnreadableRecord
 from functions.domain.jobs import (
@@ -105,6 +106,18 @@ def running_transition(job: Job):
     return transition
 
 
+def child_event(store: DynamoJobStore, parent: Job, now: Any) -> None:
+    """The first event of a child of ``parent`` (as an array), written with its parent's counters."""
+    array = replace(parent, type=JobType.ARRAY, array_size=2, child_status_counts={"Queued": 2})
+    child = child_template(array, 0)
+    state = BatchJobState(
+        "span:0", parent.job_id, "STARTING", None, 0, None, None, None, None, 0, array_index=0
+    )
+    transition = apply_batch_event(child, state)
+    assert transition is not None
+    store.save_child_event(transition, created=True, charge=None, entry=None, settled_at_most=None, now=now)
+
+
 # Every method of the store that updates an existing job, with arguments for a job.
 UPDATES = {
     "set_batch_job_id": lambda s, job, now: s.set_batch_job_id(job.job_id, "other"),
@@ -127,6 +140,11 @@ UPDATES = {
     "mark_data_deleted": lambda s, job, now: s.mark_data_deleted(job.job_id, now),
     "mark_reconciled": lambda s, job, now: s.mark_reconciled(job.job_id, now),
     "raise_credits_spent": lambda s, job, now: s.raise_credits_spent(job.job_id, Decimal("99")),
+    # Array jobs: the parent's writes.
+    "set_array_spans": lambda s, job, now: s.set_array_spans(job.job_id, ["span-a", "span-b"]),
+    "save_child_event": child_event,
+    "start_array": lambda s, job, now: s.start_array(job.job_id, now, now),
+    "finish_array": lambda s, job, now: s.finish_array(replace(job, status=JobStatus.SUCCEEDED), now),
 }
 
 
@@ -136,7 +154,10 @@ def test_every_job_update_of_the_store_is_covered_here():
         name
         for name, method in inspect.getmembers(DynamoJobStore, inspect.isfunction)
         if not name.startswith("_")
-        and any(marker in inspect.getsource(method) for marker in ("_update_job(", "_transition_update("))
+        and any(
+            marker in inspect.getsource(method)
+            for marker in ("_update_job(", "_transition_update(", "_parent_rollup(")
+        )
     }
     assert updating == set(UPDATES)
 

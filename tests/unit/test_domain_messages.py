@@ -191,3 +191,20 @@ def test_no_notification_ends_a_reason_with_two_stops(reason):
         _, body = compose_message(job, due("JobCompleted", JobStatus.TERMINATED, method), SUBMITTED_AT)
         assert ".." not in body
         assert ". ." not in body
+
+
+def test_an_arrays_completion_says_how_many_children_succeeded():
+    from functions.domain.messages import children_line
+
+    job = make_job(
+        type=JobType.ARRAY,
+        array_size=1000,
+        status=JobStatus.TERMINATED,
+        child_status_counts={"Succeeded": 997, "Terminated": 3, "Queued": 0},
+    )
+    assert children_line(job) == "Children: 997 of 1000 succeeded"
+    running = make_job(
+        type=JobType.ARRAY, array_size=10, child_status_counts={"Succeeded": 4, "Terminated": 1, "Running": 5}
+    )
+    assert children_line(running) == "Children: 5 of 10 finished, 4 succeeded"
+    assert children_line(make_job()) is None

@@ -6,7 +6,8 @@ from decimal import Decimal
 
 import pytest
 
-from functions.domain.metering import balance_exhausted, read_meter
+from functions.domain.jobs import JobType
+from functions.domain.metering import balance_exhausted, read_array_meter, read_meter
 from functions.domain.status import JobStatus
 from tests.unit.test_domain_jobs import SUBMITTED_AT, make_job
 
@@ -101,3 +102,47 @@ def test_a_running_job_whose_start_time_is_unknown_has_spent_nothing_new():
         Decimal("0.1000"),
         None,
     )
+
+
+# -- arrays -------------------------------------------------------------------------------------------
+def array_parent(**overrides):
+    fields = {
+        "type": JobType.ARRAY,
+        "status": JobStatus.RUNNING,
+        "started_at": STARTED,
+        "array_size": 10,
+        "credits_settled": Decimal("3.0000"),
+        "credits_spent": Decimal("3.0000"),
+    }
+    return make_job(**(fields | overrides))
+
+
+def child_reading(seconds, **overrides):
+    return reading_after(
+        seconds, type=JobType.ARRAY_CHILD, parent_job_id="job-01JDXYZ0000000000000000000", **overrides
+    )
+
+
+def test_an_array_spends_its_settled_children_plus_its_running_ones():
+    reading = read_array_meter(array_parent(), [child_reading(30), child_reading(60)])
+    # 30 s and 60 s of Basic1x8: 0.5 + 1.0 credits on top of the 3 settled.
+    assert (reading.spent, reading.cap_reached) == (Decimal("4.5000"), None)
+
+
+def test_an_array_at_its_cap_is_stopped_as_a_whole_and_its_spend_never_shows_past_it():
+    reading = read_array_meter(
+        array_parent(credit_constraint=Decimal("4")), [child_reading(60), child_reading(60)]
+    )
+    assert (reading.spent, reading.cap_reached) == (Decimal("4"), "CreditConstraint of 4 credits reached")
+
+
+def test_a_childs_own_reading_ignores_the_arrays_cap_but_keeps_its_time_cap():
+    child = child_reading(600, credit_constraint=Decimal("1"), time_constraint=300)
+    assert (child.spent, child.cap_reached) == (Decimal("10.0000"), "TimeConstraint of 300 s reached")
+
+
+def test_the_balance_counts_running_children_not_their_parent():
+    parent = read_meter(array_parent(credits_spent=Decimal("100")), STARTED + timedelta(seconds=60))
+    assert parent.spent == Decimal("100")
+    assert balance_exhausted(Decimal("1.5"), [parent, child_reading(60)]) is False
+    assert balance_exhausted(Decimal("1.0"), [parent, child_reading(60)]) is True

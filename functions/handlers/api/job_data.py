@@ -68,6 +68,8 @@ def get_result(
         view.update({"resultRepr": result.result_repr, "messages": list(result.messages)})
         if result.messages_url is not None:
             view["messagesUrl"] = result.messages_url
+        if result.errors is not None:
+            view["errors"] = [{"index": e.index, "message": e.message} for e in result.errors]
     return Response(200, content_types.APPLICATION_JSON, json.dumps(view))
 
 

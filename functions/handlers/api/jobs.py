@@ -24,7 +24,6 @@ import functions.handlers.api as api_package
 from functions.bootstrap import get_services
 from functions.domain.errors import (
     Conflict,
-    ValidationFailed,
 )
 from functions.domain.jobs import PayloadKind
 from functions.domain.machine_classes import machine_class, resolve_geo_zone
@@ -47,17 +46,13 @@ from functions.handlers.api.models import (
     job_view,
 )
 from functions.handlers.api.openapi import _json, _responses
-from functions.logic import submission, uploads
+from functions.logic import arrays, submission, uploads
 from functions.ports import Services
 
 router = APIGatewayRouter()
 
 
 def _job_request(body: SubmitJobBody) -> submission.JobRequest:
-    if body.arrayItems is not None:
-        raise ValidationFailed(
-            "Array jobs are not supported yet; submit one job per item.", field="arrayItems"
-        )
     payload: str | list[str]
     kind: PayloadKind | None
     if body.inputKey is not None:
@@ -80,6 +75,8 @@ def _job_request(body: SubmitJobBody) -> submission.JobRequest:
         notifications=body.notifications,
         input_key=body.inputKey,
         python_version=body.pythonVersion,
+        array_items=body.arrayItems,
+        array_items_key=body.arrayItemsKey,
     )
 
 
@@ -104,6 +101,8 @@ def canonical_submit(body: SubmitJobBody) -> dict[str, Any]:
         "timeConstraint": request.time_constraint,
         "notifications": rules_to_json(normalize_notifications(request.notifications)),
         "pythonVersion": request.python_version,
+        "arrayItems": request.array_items,
+        "arrayItemsKey": request.array_items_key,
     }
 
 
@@ -123,7 +122,7 @@ def _idempotent_submit(services: Services) -> Any:
         @idempotent_function(data_keyword_argument="request", persistence_store=persistence, config=config)
         def submit_once(request: dict[str, Any]) -> dict[str, str]:
             body: SubmitJobBody = request["body"]
-            job = submission.submit_job(
+            job = arrays.submit(
                 get_services(), request["accountId"], _job_request(body), get_services().clock()
             )
             return {"jobId": job.job_id}
@@ -145,7 +144,7 @@ def submit_job(
 ) -> Response[JobView]:
     now = services.clock()
     if idempotency_key is None:
-        job = submission.submit_job(services, caller.account_id, _job_request(body), now)
+        job = arrays.submit(services, caller.account_id, _job_request(body), now)
         return Response(202, content_types.APPLICATION_JSON, job_view(job))
     canonical = canonical_submit(body)  # refuses what can never run before recording the key
     submit_once, config = _idempotent_submit(services)
@@ -242,3 +241,28 @@ def get_job(jobId: str, services: ServicesDep, caller: CallerDep) -> JobView:
 def abort_job(jobId: str, services: ServicesDep, caller: CallerDep) -> Response[JobView]:
     job = submission.abort_job(services, caller.account_id, jobId)
     return Response(202, content_types.APPLICATION_JSON, job_view(job))
+
+
+@router.get(
+    "/jobs/<jobId>/children",
+    summary="An array job's children, in arrayIndex order",
+    description=(
+        "A child that had no event yet is shown Queued. With `status`, a page reads at most 1,000 "
+        "children, so it may hold fewer than `limit` (even none) while `nextToken` is set. A job that "
+        "is no array has no children."
+    ),
+    responses=_responses(200, _json(JobListView), 400, 404),
+)
+def list_children(
+    jobId: str,
+    *,
+    services: ServicesDep,
+    caller: CallerDep,
+    status: Annotated[JobStatus | None, Query()] = None,
+    limit: Annotated[int, BeforeValidator(ascii_whole_number), Query(ge=1, le=100)] = 50,
+    nextToken: Annotated[str | None, Query()] = None,
+) -> JobListView:
+    page = arrays.list_children(
+        services, caller.account_id, jobId, status=status, limit=limit, next_token=nextToken
+    )
+    return JobListView(jobs=[job_view(j) for j in page.jobs], nextToken=page.next_token)

@@ -32,6 +32,17 @@ class JobResultView(BaseModel):
         description="Extension: instead of messages when they are over 512 KiB, a presigned GET of "
         "messages.json.",
     )
+    errors: list[ChildErrorView] | None = Field(
+        default=None,
+        description="An Array job's children that have no result (null in result), in index order.",
+    )
+
+
+class ChildErrorView(BaseModel):
+    """Why an array's child has no result."""
+
+    index: int
+    message: str
 
 
 class PreviewLinkView(BaseModel):

@@ -9,10 +9,10 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
-    WithJsonSchema,
     model_validator,
 )
 
+from functions.domain.arrays import MAX_INLINE_ITEMS, visible_counts
 from functions.domain.batch_reasons import normalize_reason
 from functions.domain.credits import MAX_CREDITS
 from functions.domain.jobs import Job
@@ -111,10 +111,21 @@ class SubmitJobBody(BaseModel):
         description="See API.md Notifications.",
         json_schema_extra=notifications_json_schema(),
     )
-    arrayItems: Annotated[
-        list[Any] | None,
-        WithJsonSchema({"type": "null", "description": "Array jobs: not supported yet (null only)."}),
-    ] = Field(default=None, description="Array jobs: not supported yet.")
+    arrayItems: list[Any] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=MAX_INLINE_ITEMS,
+        description="An array job: one child per item (1..10,000 JSON values); code sees `item` and "
+        "`arrayIndex`, a pickle gets the item as its first argument, a command REMOTE_BATCH_ITEM_FILE "
+        "and AWS_BATCH_JOB_ARRAY_INDEX.",
+    )
+    arrayItemsKey: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=512,
+        description="An array job of up to 100,000 items: the inputKey of an upload (POST /jobs/uploads, "
+        "contentType application/jsonl) of this account in the job's zone, one JSON value a line.",
+    )
     inputKey: str | None = Field(
         default=None,
         min_length=1,
@@ -128,6 +139,12 @@ class SubmitJobBody(BaseModel):
         description="Extension: the Python (major.minor, e.g. 3.12) the pickle was made with (the SDK sends "
         "it). A pickle of another minor version than GET /runtime's is refused (400, field pythonVersion).",
     )
+
+    @model_validator(mode="after")
+    def _one_item_source(self) -> SubmitJobBody:
+        if self.arrayItems is not None and self.arrayItemsKey is not None:
+            raise ValueError("give arrayItems or arrayItemsKey, not both")
+        return self
 
     @model_validator(mode="after")
     def _exactly_one_payload(self) -> SubmitJobBody:
@@ -150,9 +167,12 @@ class UploadBody(BaseModel):
     size: Annotated[int, BeforeValidator(_json_integer)] = Field(
         ge=1, le=MAX_UPLOAD_BYTES, description="The object's exact size in bytes (≤ 5 GiB)."
     )
-    contentType: Literal["text/x-python", "application/x-python-pickle"] = Field(
+    contentType: Literal[
+        "text/x-python", "application/x-python-pickle", "application/jsonl", "application/x-ndjson"
+    ] = Field(
         description="text/x-python: Python source run as code; application/x-python-pickle: a "
-        "cloudpickle payload as the SDK makes it."
+        "cloudpickle payload as the SDK makes it; application/jsonl (or application/x-ndjson): an "
+        "array's items, one JSON value a line (submit it with arrayItemsKey)."
     )
     geoZone: str = Field(
         default="Automatic",
@@ -251,7 +271,7 @@ def job_view(job: Job) -> JobView:
         startedAt=to_api_time(job.started_at),
         completedAt=to_api_time(job.completed_at),
         expiresAt=to_api_time(job.expires_at) or "",
-        childStatusCounts=job.child_status_counts,
+        childStatusCounts=visible_counts(job.child_status_counts),
         batchReason=job.batch_reason,
         warnings=list(job.warnings),
         notificationLog=[

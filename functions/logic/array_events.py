@@ -1,0 +1,284 @@
+"""Array jobs' events: a child's ``Batch Job State Change`` moves the child and its parent's roll-up.
+
+AWS Batch sends one event stream per child (``jobId`` ``<span id>:<index>``, ``arrayProperties.index``)
+and one for each span's array job (``arrayProperties.size``, ``statusSummary``), at least once and in
+any order (``functions.domain.arrays``). A child's record is written at its first event, in the same
+``TransactWriteItems`` as its parent's ``childStatusCounts`` (and, when it ends, its charge and the
+parent's ``creditsSettled``), conditional on the child's event position: a replayed or late child
+event changes nothing. The span's own events never decide anything. The parent becomes Running when
+a child starts, and final once every child is: ``finish_array`` settles that, idempotently, after
+every child event (and the meter's reconciliation), so a crash between the two is healed by the next.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from datetime import datetime
+from decimal import Decimal
+from typing import Any
+
+from aws_lambda_powertools import Logger
+
+from functions.domain.arrays import (
+    all_final,
+    array_outcome,
+    child_job_id,
+    child_template,
+    locate_array_event,
+    remaining_cap,
+    result_document,
+)
+from functions.domain.credits import Charge, settle_charge
+from functions.domain.errors import ConditionFailed, DependencyFailed, PayloadTooLarge, RecordMissing
+from functions.domain.jobs import (
+    BatchJobState,
+    Job,
+    JobType,
+    LedgerEntry,
+    LedgerKind,
+    Transition,
+    apply_batch_event,
+    charge_entry_id,
+    is_credit_constraint_reason,
+)
+from functions.domain.machine_classes import machine_class
+from functions.domain.status import JobStatus, statuses_between
+from functions.logic.job_outcomes import discard_outputs, final_outcome, output_key
+from functions.logic.notifying import deliver_due_notifications
+from functions.ports import Services
+
+logger = Logger(child=True)
+
+MAX_WRITE_ATTEMPTS = 25
+#: Children's ``result.json`` read at once while the parent's result is assembled.
+RESULT_READERS = 16
+#: A child's ``result.json`` bigger than this is not inlined in the array's result (null, and its
+#: repr says where to find it): the array's document must stay one readable object.
+MAX_CHILD_RESULT_BYTES = 1024 * 1024
+RESULT_DOCUMENT = "result.json"
+
+
+def _child_charge(
+    services: Services, parent: Job, transition: Transition, now: datetime
+) -> tuple[Charge, LedgerEntry | None, Decimal | None]:
+    """A settling child's charge (per-second, 60 s minimum, final attempt only: as a job), cut to
+    what the array's ``creditConstraint`` leaves and to the balance; its ledger entry; and the most
+    the parent's ``creditsSettled`` may be for this charge to stay within the cap."""
+    child = transition.after
+    account = services.store.get_account(child.account_id)
+    if account is None:
+        raise DependencyFailed(f"account {child.account_id} of job {child.job_id} is missing")
+    running_ms = transition.running_ms
+    if running_ms is not None and child.time_constraint is not None:
+        running_ms = min(running_ms, child.time_constraint * 1000)
+    rate = machine_class(child.machine_class).credits_per_hour
+    cap = remaining_cap(parent.credit_constraint, parent.credits_settled)
+    charge = settle_charge(running_ms, rate, cap, account.credit_balance)
+    entry = None
+    if charge.credits > 0 or charge.unbilled > 0:
+        entry = LedgerEntry(
+            entry_id=charge_entry_id(child.job_id),
+            account_id=child.account_id,
+            at=child.completed_at or now,
+            kind=LedgerKind.CHARGE,
+            credits=charge.credits,
+            balance_after=account.credit_balance - charge.credits,
+            job_id=child.job_id,
+            unbilled=charge.unbilled,
+        )
+    most = None
+    if parent.credit_constraint is not None and charge.credits > 0:
+        most = parent.credit_constraint - charge.credits
+    return charge, entry, most
+
+
+def apply_array_event(services: Services, parent: Job, state: BatchJobState, now: datetime) -> Job:
+    """Apply one event of an array's Batch job: to its child and the parent's roll-up.
+
+    Parameters
+    ----------
+    parent : Job
+        The ``Array`` job the event's ``jobName`` names.
+    state : BatchJobState
+        The event's detail.
+
+    Returns
+    -------
+    Job
+        The child after the event, or the parent for an event of a span's array job itself.
+
+    Raises
+    ------
+    DependencyFailed
+        DynamoDB, S3 or SNS failed, or the write kept losing races (EventBridge retries the event).
+    """
+    located = locate_array_event(state.batch_job_id, state.job_name, state.array_index, state.array_size)
+    if located is None or located.index is None:
+        # The span's array job: its status follows its children's, which decide the parent.
+        logger.info("array job event noted", job_id=parent.job_id, batch_status=state.status)
+        return finish_array(services, parent, now)
+    index = located.index
+    if not 0 <= index < (parent.array_size or 0):
+        logger.warning("event for a child outside its array ignored", job_id=parent.job_id, index=index)
+        return parent
+    child_id = child_job_id(parent.job_id, index)
+    child: Job | None = None
+    for _ in range(MAX_WRITE_ATTEMPTS):
+        stored = services.store.get_job(child_id)
+        child = stored or child_template(parent, index)
+        if child.batch_job_id and child.batch_job_id != state.batch_job_id:
+            logger.warning(
+                "event for another batch job ignored", job_id=child_id, batch_job_id=state.batch_job_id
+            )
+            return child
+        reason, warnings, charged = final_outcome(services, child, state)
+        transition = apply_batch_event(child, state, reason, warnings=warnings, charged=charged)
+        if transition is None:
+            break
+        charge: Charge | None = None
+        entry: LedgerEntry | None = None
+        most: Decimal | None = None
+        if transition.settles:
+            current = services.store.get_job(parent.job_id)
+            if current is None:
+                raise RecordMissing(f"Job {parent.job_id} no longer exists.")
+            charge, entry, most = _child_charge(services, current, transition, now)
+        try:
+            services.store.save_child_event(
+                transition, created=stored is None, charge=charge, entry=entry, settled_at_most=most, now=now
+            )
+        except ConditionFailed:
+            logger.debug("child event lost a race; re-reading", job_id=child_id)
+            time.sleep(random.uniform(0, 0.02))  # noqa: S311 - jitter, not cryptography
+            continue
+        child = transition.after
+        if charge is not None:
+            services.events.count("CreditsCharged", float(charge.credits), amount=True)
+            child = replace(child, credits_spent=charge.credits)
+        logger.info(
+            "array child status", job_id=child_id, status=child.status.value, batch_status=state.status
+        )
+        if transition.settles and is_credit_constraint_reason(child.status_reason):
+            discard_outputs(services, child)
+        break
+    else:
+        raise DependencyFailed(f"job {child_id} kept changing; the event will be retried")
+    assert child is not None
+    fresh = services.store.get_job(parent.job_id) or parent
+    if fresh.status == JobStatus.QUEUED and (
+        child.started_at is not None or child.status in (JobStatus.STARTING, JobStatus.RUNNING)
+    ):
+        services.store.start_array(fresh.job_id, child.started_at or now, now)
+        fresh = services.store.get_job(parent.job_id) or fresh
+    finish_array(services, fresh, now)
+    return child
+
+
+def finish_array(services: Services, parent: Job, now: datetime) -> Job:
+    """Settle the parent once every child is final (no-op before that, or when it is final): its
+    status (``arrays.array_outcome``), its result document, ``creditsSpent`` = the children's sum,
+    then what it owes in notifications (one ``JobCompleted`` for the array).
+
+    Safe to call any number of times, concurrently: the final write is conditional on the parent not
+    being final and on the ``creditsSettled`` it was computed with.
+    """
+    counts = parent.child_status_counts or {}
+    size = parent.array_size or 0
+    if parent.type != JobType.ARRAY or parent.is_final or not all_final(counts, size):
+        deliver_due_notifications(services, parent, now, raise_on_failure=False)
+        return parent
+    children = sorted(
+        services.store.get_jobs([child_job_id(parent.job_id, i) for i in range(size)]),
+        key=lambda c: c.array_index or 0,
+    )
+    terminated = [c for c in children if c.status == JobStatus.TERMINATED]
+    first = (terminated[0].array_index or 0, terminated[0].status_reason) if terminated else None
+    outcome = array_outcome(size, counts, first, parent.termination_reason)
+    if outcome is None:
+        return parent
+    if not (outcome.reason and is_credit_constraint_reason(outcome.reason)):
+        _store_result(services, parent, children)
+    ran = [c for c in children if c.started_at is not None]
+    ended = [c.completed_at for c in children if c.completed_at is not None]
+    after = replace(
+        parent,
+        status=outcome.status,
+        status_reason=outcome.reason,
+        status_history=parent.status_history
+        + tuple(statuses_between(parent.status, outcome.status, ever_ran=bool(ran))),
+        started_at=parent.started_at or (min(c.started_at for c in ran if c.started_at) if ran else None),
+        completed_at=max(ended) if ended else now,
+    )
+    if services.store.finish_array(after, now):
+        logger.info(
+            "array finished",
+            job_id=parent.job_id,
+            status=outcome.status.value,
+            credits=str(parent.credits_settled),
+            terminated=len(terminated),
+        )
+    fresh = services.store.get_job(parent.job_id) or after
+    deliver_due_notifications(services, fresh, now, raise_on_failure=False)
+    return fresh
+
+
+def _child_result(services: Services, child: Job) -> tuple[Any, str]:
+    """(result, repr) of a Succeeded child from its ``result.json`` (JSON only: never unpickled)."""
+    blobs = services.zones[child.geo_zone].blobs
+    try:
+        raw = blobs.get(output_key(child.job_id, "result.json"), MAX_CHILD_RESULT_BYTES)
+    except PayloadTooLarge:
+        return (
+            None,
+            f"<result of index {child.array_index} too large to inline: GET /jobs/{child.job_id}/result>",
+        )
+    if raw is None:
+        return None, "None"
+    try:
+        document = json.loads(raw)
+    except ValueError:
+        return None, "None"
+    if not isinstance(document, dict):
+        return None, "None"
+    return document.get("result"), str(document.get("resultRepr") or "None")
+
+
+def store_array_result(services: Services, parent: Job) -> None:
+    """Assemble an array's ``result.json`` again from its children (when its first write was lost)."""
+    size = parent.array_size or 0
+    children = services.store.get_jobs([child_job_id(parent.job_id, i) for i in range(size)])
+    _store_result(services, parent, sorted(children, key=lambda c: c.array_index or 0))
+
+
+def _store_result(services: Services, parent: Job, children: list[Job]) -> None:
+    """Assemble the array's ``result.json`` once: every child's result in index order (a child that
+    did not succeed: null, and its reason in ``errors``)."""
+    succeeded = [c for c in children if c.status == JobStatus.SUCCEEDED]
+    with ThreadPoolExecutor(max_workers=RESULT_READERS) as pool:
+        read = dict(
+            zip(
+                (c.array_index for c in succeeded),
+                pool.map(lambda c: _child_result(services, c), succeeded),
+                strict=True,
+            )
+        )
+    results: list[Any] = []
+    reprs: list[str] = []
+    errors: list[tuple[int, str]] = []
+    for child in children:
+        index = child.array_index or 0
+        if index in read:
+            result, text = read[index]
+        else:
+            result, text = None, "None"
+            errors.append((index, child.status_reason or f"Child {index} ended {child.status.value}"))
+        results.append(result)
+        reprs.append(text)
+    body = result_document(results, reprs, errors)
+    services.zones[parent.geo_zone].blobs.put(
+        output_key(parent.job_id, RESULT_DOCUMENT), body, "application/json"
+    )

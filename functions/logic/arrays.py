@@ -1,0 +1,222 @@
+"""Array jobs for their owner: submit one, page its children (``functions.domain.arrays``).
+
+Submit stores the items once (``inputs/<parent>/items.jsonl`` and its fixed-width offsets index, which
+a child reads with two ranged GETs), writes the ``Array`` parent (every child Queued), then submits one
+AWS Batch job per span: an array job of ``arrayProperties.size`` = the span's items, or a plain job for
+a span of one item. Each span's container environment carries its global offset
+(``REMOTE_BATCH_ARRAY_OFFSET``). Children's records are written by their first event
+(``functions.logic.array_events``), not here. When Batch refuses a span, the spans already submitted
+are terminated and the parent and its items removed: nothing half-submitted is left.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, replace
+from datetime import datetime
+
+from aws_lambda_powertools import Logger
+
+from functions.domain.arrays import (
+    ITEMS_INDEX,
+    ITEMS_OBJECT,
+    MAX_INLINE_ITEMS,
+    child_job_id,
+    child_template,
+    encode_items,
+    initial_counts,
+    plan_spans,
+    span_job_name,
+)
+from functions.domain.errors import DependencyFailed, ValidationFailed
+from functions.domain.jobs import Job, JobType
+from functions.domain.status import JobStatus
+from functions.logic.submission import (
+    JobRequest,
+    batch_timeout,
+    get_owned_job,
+    input_key,
+    new_job_id,
+    output_prefix,
+    prepare_submission,
+    submit_job,
+)
+from functions.logic.uploads import uploaded_items
+from functions.ports import BatchSubmission, Services
+
+logger = Logger(child=True)
+
+#: Environment variable of a span's container: the global index of the span's first item.
+ARRAY_OFFSET_VARIABLE = "REMOTE_BATCH_ARRAY_OFFSET"
+#: Children read per ``GET /jobs/{jobId}/children`` request at most (10 consistent BatchGetItem calls).
+MAX_CHILDREN_SCANNED = 1_000
+
+
+def submit(services: Services, account_id: str, request: JobRequest, now: datetime) -> Job:
+    """``POST /jobs``: an array job when the request has items (``submit_array``), else a single
+    job (``submission.submit_job``). Raises what those raise."""
+    if request.is_array:
+        return submit_array(services, account_id, request, now)
+    return submit_job(services, account_id, request, now)
+
+
+def submit_array(services: Services, account_id: str, request: JobRequest, now: datetime) -> Job:
+    """``POST /jobs`` with ``arrayItems`` (1..10,000 inline) or ``arrayItemsKey`` (an uploaded JSON
+    Lines object of up to 100,000 items).
+
+    Returns
+    -------
+    Job
+        The ``Array`` parent, Queued, every child counted Queued, with its spans' Batch ids.
+
+    Raises
+    ------
+    ValidationFailed
+        As ``prepare_submission``; no items or too many inline (``field="arrayItems"``); a bad
+        ``arrayItemsKey`` (``uploads.uploaded_items``: the message names the first bad line).
+    InsufficientCredits
+        The account's balance is not positive.
+    DependencyFailed
+        S3, DynamoDB or Batch failed; nothing is left behind.
+    """
+    prepared = prepare_submission(services, account_id, request)
+    items, items_key = request.array_items, request.array_items_key
+    if items_key is not None:
+        items = uploaded_items(services, account_id, items_key, prepared.zone)
+    inline_ok = items_key is not None or (items is not None and 1 <= len(items) <= MAX_INLINE_ITEMS)
+    if items is None or not inline_ok:
+        count = 0 if items is None else len(items)
+        raise ValidationFailed(
+            f"arrayItems takes 1..{MAX_INLINE_ITEMS} items, not {count}; upload more as JSON Lines "
+            "and give arrayItemsKey.",
+            field="arrayItems",
+        )
+    size = len(items)
+    machine, zone = prepared.machine, prepared.zone
+    parent = Job(
+        job_id=new_job_id(),
+        account_id=account_id,
+        name=request.name,
+        type=JobType.ARRAY,
+        payload_kind=prepared.kind,
+        machine_class=machine.name,
+        geo_zone=zone,
+        credit_constraint=request.credit_constraint,
+        time_constraint=request.time_constraint,
+        notifications=prepared.rules,
+        submitted_at=now,
+        array_size=size,
+        child_status_counts=initial_counts(size),
+    )
+    zone_services = services.zones[zone]
+    inputs = f"inputs/{parent.job_id}/"
+    items_data, index_data = encode_items(items)
+    document = {
+        **prepared.document,
+        "arrayItemsKey": inputs + ITEMS_OBJECT,
+        "arrayIndexKey": inputs + ITEMS_INDEX,
+        "arraySize": size,
+    }
+    try:
+        zone_services.blobs.put(inputs + ITEMS_OBJECT, items_data, "application/jsonl")
+        zone_services.blobs.put(inputs + ITEMS_INDEX, index_data, "application/octet-stream")
+        zone_services.blobs.put(input_key(parent.job_id), json.dumps(document).encode(), "application/json")
+        services.store.create_job(parent)
+    except Exception:
+        zone_services.blobs.delete_prefix(inputs)
+        raise
+    route = zone_services.routes[machine.name]
+    submitted: list[str] = []
+    try:
+        for span in plan_spans(size, services.array_span_size):
+            submission = BatchSubmission(
+                job_name=span_job_name(parent.job_id, span.offset),
+                job_queue=route.job_queue,
+                job_definition=route.job_definition,
+                vcpus=machine.vcpus,
+                memory_mib=machine.memory_mib,
+                gpus=machine.gpus,
+                environment={
+                    "REMOTE_BATCH_JOB_ID": parent.job_id,
+                    "REMOTE_BATCH_BUCKET": zone_services.bucket,
+                    "REMOTE_BATCH_INPUT_KEY": input_key(parent.job_id),
+                    "REMOTE_BATCH_OUTPUT_PREFIX": output_prefix(parent.job_id),
+                    "REMOTE_BATCH_MEMORY_GIB": str(machine.memory_gib),
+                    ARRAY_OFFSET_VARIABLE: str(span.offset),
+                },
+                timeout_seconds=batch_timeout(machine, request.credit_constraint, request.time_constraint),
+                tags={"remote-batch:jobId": parent.job_id, "remote-batch:accountId": account_id},
+                array_size=span.count if span.is_batch_array else None,
+            )
+            submitted.append(zone_services.batch.submit_job(submission))
+    except Exception:
+        logger.exception("array submit failed; removing the job", job_id=parent.job_id, spans=len(submitted))
+        _withdraw(services, parent, submitted)
+        raise
+    services.store.set_array_spans(parent.job_id, submitted)
+    services.events.count("JobsSubmitted")
+    logger.info("array submitted", job_id=parent.job_id, size=size, spans=len(submitted))
+    return replace(parent, batch_job_id=submitted[0], array_spans=tuple(submitted))
+
+
+def _withdraw(services: Services, parent: Job, submitted: list[str]) -> None:
+    """Undo a submit that Batch refused part of: terminate the spans it took, remove the parent and
+    its items (each step best effort after the first failure: the error raised is the refusal)."""
+    zone_services = services.zones[parent.geo_zone]
+    for batch_job_id in submitted:
+        try:
+            zone_services.batch.terminate_job(batch_job_id, "The array's submission failed")
+        except DependencyFailed:
+            logger.exception("span of a failed submit not terminated", batch_job_id=batch_job_id)
+    services.store.delete_job(parent.job_id)
+    zone_services.blobs.delete_prefix(f"inputs/{parent.job_id}/")
+
+
+@dataclass(frozen=True, slots=True)
+class ChildrenPage:
+    """A page of an array's children in index order, and the token of the next page (or None)."""
+
+    jobs: list[Job]
+    next_token: str | None
+
+
+def _decode_index_token(token: str, size: int) -> int:
+    if not (token.isascii() and token.isdigit()) or not 0 < int(token) < size:
+        raise ValidationFailed("nextToken is not one this API issued for this job.", field="nextToken")
+    return int(token)
+
+
+def list_children(
+    services: Services,
+    account_id: str,
+    job_id: str,
+    *,
+    status: JobStatus | None,
+    limit: int,
+    next_token: str | None,
+) -> ChildrenPage:
+    """``GET /jobs/{jobId}/children``: the array's children in ``arrayIndex`` order, a child that
+    had no event yet shown Queued. With ``status``, only those; a page then reads at most
+    ``MAX_CHILDREN_SCANNED`` children, so it may be short (even empty) while its token is set.
+
+    Raises ``NotFound`` (not this account's job), ``ValidationFailed`` (a token not from here).
+    A job that is no array has no children.
+    """
+    parent = get_owned_job(services, account_id, job_id)
+    size = parent.array_size or 0
+    if parent.type != JobType.ARRAY:
+        return ChildrenPage([], None)
+    start = _decode_index_token(next_token, size) if next_token else 0
+    jobs: list[Job] = []
+    position = start
+    while position < size and len(jobs) < limit and position - start < MAX_CHILDREN_SCANNED:
+        chunk = range(position, min(size, position + min(100, limit - len(jobs) if status is None else 100)))
+        stored = {c.array_index: c for c in services.store.get_jobs([child_job_id(job_id, i) for i in chunk])}
+        for index in chunk:
+            child = stored.get(index) or child_template(parent, index)
+            position = index + 1
+            if status is None or child.status == status:
+                jobs.append(child)
+                if len(jobs) == limit:
+                    break
+    return ChildrenPage(jobs, str(position) if position < size else None)

@@ -1,0 +1,90 @@
+"""What a job's worker left behind, as the Lambdas read it: where its outputs are, the error line
+of a failed job, and the outcome (reason, warnings, whether it is charged) of a final Batch event.
+
+Only JSON is read: the Lambdas never unpickle or run user data.
+"""
+
+from __future__ import annotations
+
+import json
+
+from aws_lambda_powertools import Logger
+
+from functions.domain.arrays import job_data_path
+from functions.domain.errors import DependencyFailed, PayloadTooLarge
+from functions.domain.jobs import (
+    BatchJobState,
+    Job,
+    describe_failure,
+    is_infrastructure_loss,
+    success_warnings,
+)
+from functions.domain.machine_classes import machine_class
+from functions.ports import Services
+
+logger = Logger(child=True)
+
+MESSAGES_MAX_BYTES = 1024 * 1024
+
+
+def output_key(job_id: str, name: str) -> str:
+    """Key of one of the worker's outputs (``result.json``, ``messages.json``, ...); an array child's
+    are under its parent's (``outputs/<parent>/<index>/...``, ``arrays.job_data_path``)."""
+    return f"outputs/{job_data_path(job_id)}/{name}"
+
+
+def read_error_summary(services: Services, job: Job) -> str | None:
+    """The worker's error line (``ZeroDivisionError: division by zero``) from ``messages.json``.
+
+    When the worker gave the error a ``reason`` (a sentence of its own: ``Memory limit of 8 GiB
+    exceeded``, ``Exited with code 5``, ``The job's input was rejected: ...``), that sentence is the
+    line. Only JSON is read: the Lambdas never unpickle or run user data. None when there is none.
+    """
+    try:
+        raw = services.zones[job.geo_zone].blobs.get(
+            output_key(job.job_id, "messages.json"), MESSAGES_MAX_BYTES
+        )
+    except (DependencyFailed, PayloadTooLarge):
+        logger.warning("messages unreadable", job_id=job.job_id)
+        return None
+    if raw is None:
+        return None
+    try:
+        error = json.loads(raw).get("error")
+    except (ValueError, AttributeError):
+        return None
+    if not isinstance(error, dict) or not error.get("type"):
+        return None
+    reason = error.get("reason")
+    if isinstance(reason, str) and reason.strip():
+        return " ".join(reason.split())
+    message = str(error.get("message") or "").strip()
+    return f"{error['type']}: {message}" if message else str(error["type"])
+
+
+def discard_outputs(services: Services, job: Job) -> None:
+    """Delete what the worker uploaded for a job stopped at its CreditConstraint (API.md: "its
+    output discarded"). The result route refuses such a job whatever is left, so a failure here
+    only delays the deletion until the bucket's lifecycle rule."""
+    try:
+        removed = services.zones[job.geo_zone].blobs.delete_prefix(output_key(job.job_id, ""))
+    except DependencyFailed:
+        logger.exception("outputs not discarded", job_id=job.job_id)
+        return
+    logger.info("outputs discarded", job_id=job.job_id, objects=removed)
+
+
+def final_outcome(
+    services: Services, job: Job, state: BatchJobState
+) -> tuple[str | None, tuple[str, ...], bool]:
+    """(statusReason, warnings, charged) of a final event: the plain sentence of a FAILED event and
+    whether its attempt is charged (an attempt lost to infrastructure is free); the warnings of a
+    SUCCEEDED one. Nothing for other events, or for a job already final."""
+    if job.is_final or state.status not in ("FAILED", "SUCCEEDED"):
+        return None, (), True
+    machine = machine_class(job.machine_class)
+    if state.status == "SUCCEEDED":
+        return None, success_warnings(machine, state.reasons), True
+    summary = None if job.termination_reason else read_error_summary(services, job)
+    reason = describe_failure(job, machine, state.reasons, state.exit_code, summary)
+    return reason, (), not is_infrastructure_loss(job, state.reasons, summary)
