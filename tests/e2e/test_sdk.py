@@ -297,3 +297,15 @@ def test_estimate_runtime_and_a_pickle_of_another_python(
     assert caught.value.field == "pythonVersion"
     assert caught.value.message.startswith(f"This pickle was made by Python 3.9, but jobs run Python {local}")
     assert len(rb.jobs(limit=100)) == before
+
+
+def test_map_runs_one_array_job_and_returns_the_results_in_order(dev_sdk: rb.Client) -> None:
+    """Needs array jobs (issue 12) in the service and the local executor."""
+    squares = rb.map(lambda x: x * x, range(6), name="squares")
+    assert squares.type == "Array" and squares.data["arraySize"] == 6
+    assert squares.result(timeout=120) == [0, 1, 4, 9, 16, 25]
+    children = squares.children()
+    assert [c.data["arrayIndex"] for c in children] == list(range(6))
+    assert {c.status for c in children} == {"Succeeded"}
+    assert squares.credits_spent == sum((c.credits_spent for c in children), Decimal(0))
+    assert rb.map("item['a'] + 1", [{"a": 1}, {"a": 41}]).result(timeout=120) == [2, 42]
