@@ -308,7 +308,7 @@ def result(
     """A job's result (waits for it); exit 2 with the remote error when it ended Terminated."""
     job = rb.job(job_id)
     try:
-        job.wait(timeout)
+        job.wait(timeout, progress=False)
         if job.data["status"] == "Terminated":
             job.result()
     except rb.RemoteJobError as exc:

@@ -253,7 +253,7 @@ class Job:
         return self
 
     # -- waiting and the result ------------------------------------------------------------------
-    def wait(self, timeout: float | None = None, progress: bool = False) -> Job:
+    def wait(self, timeout: float | None = None, progress: bool = True) -> Job:
         """Block until the job is final; returns itself.
 
         Parameters
@@ -261,8 +261,9 @@ class Job:
         timeout : float | None
             Seconds to wait at most (None: as long as it takes).
         progress : bool
-            Show its status, elapsed time and credits (children done of total for an array) as a
-            live line on a terminal (rich), as a plain line per change otherwise.
+            Show its status, elapsed time and credits (children done of total for an array) on
+            stderr: a live line on a terminal or in Jupyter (rich), a plain line per change otherwise;
+            False: wait silently.
 
         Raises
         ------
@@ -287,7 +288,8 @@ class Job:
     def result(self, timeout: float | None = None) -> Any:
         """The job's result (``EvaluationResult``), waiting for it to be final first.
 
-        A single job's result comes back as the Python object it was (the worker's pickle of it); if
+        A single job's result comes back as the Python object it was (the worker's pickle of it, made
+        by this account's own job, is unpickled here); if
         that pickle cannot be loaded here (a module this Python lacks), its JSON form is returned with
         a warning. An array job's result is the list of its children's results, in index order.
 
@@ -301,7 +303,7 @@ class Job:
         Expired
             Past its 14-day retention.
         """
-        self.wait(timeout)
+        self.wait(timeout, progress=False)
         if self.data["status"] == "Terminated":
             raise self._failure()
         if self.type != "Array":

@@ -96,9 +96,11 @@ def test_notebook(example_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) 
     assert ">Succeeded</span>" in card["text/html"]
     size = result(3)["text/plain"]
     assert size == "(400, 300)"
-    printed = "".join(o.get("text", "") for o in code[4].outputs if o.output_type == "stream")
+    printed = "".join(o["text"] for o in code[4].outputs if o.output_type == "stream" and o.name == "stdout")
     assert printed == "step 0\nstep 1\nstep 2\n\n"
     table = result(4)
     assert "step 2" in table["text/html"]
-    error = "".join(o.get("text", "") for o in code[5].outputs if o.output_type == "stream")
+    error = "".join(o["text"] for o in code[5].outputs if o.output_type == "stream" and o.name == "stdout")
+    waited = "".join(o["text"] for o in code[4].outputs if o.output_type == "stream" and o.name == "stderr")
+    assert " Succeeded " in waited.splitlines()[-1]  # wait()'s progress lines
     assert error == "ZeroDivisionError - division by zero\n"

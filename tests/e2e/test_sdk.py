@@ -309,3 +309,39 @@ def test_map_runs_one_array_job_and_returns_the_results_in_order(dev_sdk: rb.Cli
     assert {c.status for c in children} == {"Succeeded"}
     assert squares.credits_spent == sum((c.credits_spent for c in children), Decimal(0))
     assert rb.map("item['a'] + 1", [{"a": 1}, {"a": 41}]).result(timeout=120) == [2, 42]
+
+
+def test_cli_logs_follow_outputs_preview_abort_delete_and_account(dev_sdk: rb.Client, tmp_path: Path) -> None:
+    runner = CliRunner()
+    talker = rb.submit("import time\nfor i in range(3):\n    print('tick', i, flush=True)\n    time.sleep(1)")
+    followed = runner.invoke(app, ["logs", "-f", talker.id])  # returns once the job is final
+    assert followed.exit_code == 0 and followed.stdout == "tick 0\ntick 1\ntick 2\n"
+    assert talker.status == "Succeeded"
+
+    writer = rb.submit(["sh", "-c", 'printf 12 > "$REMOTE_BATCH_OUTPUT_DIR/n.txt"'])
+    plot = rb.submit(PLOT)
+    writer.wait(timeout=60)
+    plot.wait(timeout=60)
+    downloaded = runner.invoke(app, ["outputs", writer.id, "--download", str(tmp_path / "out"), "--json"])
+    assert downloaded.exit_code == 0, downloaded.output
+    assert [f["name"] for f in json.loads(downloaded.stdout)] == ["n.txt"]
+    assert (tmp_path / "out" / "n.txt").read_text() == "12"
+    picture = tmp_path / "p.png"
+    assert runner.invoke(app, ["preview", plot.id, "-o", str(picture)]).exit_code == 0
+    with Image.open(picture) as image:
+        assert image.size == (400, 300)
+
+    sleeper = rb.submit("import time\ntime.sleep(120)")
+    aborted = runner.invoke(app, ["abort", sleeper.id, "--json"])
+    assert aborted.exit_code == 0 and json.loads(aborted.stdout)["jobId"] == sleeper.id
+    assert runner.invoke(app, ["wait", sleeper.id]).exit_code == 2  # Terminated: Aborted by user
+    assert runner.invoke(app, ["delete", sleeper.id]).exit_code == 0
+    missing = runner.invoke(app, ["status", "job-01NOSUCHJOB0000000000000"])
+    assert missing.exit_code == 1 and missing.output.startswith("Error: NotFound: ")
+
+    account = json.loads(runner.invoke(app, ["account", "--json"]).stdout)
+    assert account["accountId"] == "dev" and Decimal(str(account["creditBalance"])) > 0
+    classes = json.loads(runner.invoke(app, ["machine-classes", "--json"]).stdout)
+    assert [c["name"] for c in classes][:2] == ["Basic1x8", "Basic2x8"]
+    phone = runner.invoke(app, ["contacts", "set", "--phone", "12345"])
+    assert phone.exit_code == 1 and phone.output.rstrip().endswith("(field: phone)")
