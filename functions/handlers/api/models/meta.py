@@ -57,6 +57,8 @@ class RuntimeView(BaseModel):
 
 
 _IGNORED = "As in POST /jobs; not used by the estimate."
+#: An array is not estimated whole (each child is charged as one job): estimate one child and multiply.
+_NULL_ONLY = {"type": "null", "description": "Refused unless null: estimate one child and multiply."}
 
 
 class EstimateBody(BaseModel):
@@ -96,8 +98,8 @@ class EstimateBody(BaseModel):
     pythonVersion: Any = Field(default=None, description=_IGNORED)
     name: Any = Field(default=None, description=_IGNORED)
     notifications: Any = Field(default=None, description=_IGNORED)
-    arrayItems: Any = Field(default=None, description="Refused: estimate one child and multiply.")
-    arrayItemsKey: Any = Field(default=None, description="Refused: estimate one child and multiply.")
+    arrayItems: Annotated[Any, WithJsonSchema(_NULL_ONLY)] = Field(default=None)
+    arrayItemsKey: Annotated[Any, WithJsonSchema(_NULL_ONLY)] = Field(default=None)
 
 
 class EstimateView(BaseModel):
