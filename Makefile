@@ -13,7 +13,7 @@ LAMBDA_LOCKS := functions/requirements.lock functions/runtime.lock
 LAMBDA_CONSTRAINTS := build/lambda/constraints.txt
 LAMBDA_BUNDLE := build/lambda/.built
 
-.PHONY: dev venv test lint unit integration infra bundle e2e synth format clean bench lock lambda-bundle instance-offerings sandbox-tools mutation openapi
+.PHONY: dev venv test lint unit integration sdk infra bundle e2e synth format clean bench lock lambda-bundle instance-offerings sandbox-tools mutation openapi
 
 # The lock's pins without hashes, for `pip install -c` (stdlib-only script: runs before the venv exists).
 $(LAMBDA_CONSTRAINTS): functions/requirements.lock infra/lambda_bundle.py
@@ -23,7 +23,7 @@ $(LAMBDA_CONSTRAINTS): functions/requirements.lock infra/lambda_bundle.py
 $(STAMP): pyproject.toml $(LAMBDA_CONSTRAINTS)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[local,worker,infra,dev]' -c $(LAMBDA_CONSTRAINTS)
+	$(BIN)/python -m pip install --quiet -e '.[client,local,worker,infra,dev]' -c $(LAMBDA_CONSTRAINTS)
 	touch $(STAMP)
 
 ## Build the Lambda layer (build/lambda/layer.zip) from the lock: wheels for the deployed runtime, from PyPI.
@@ -77,6 +77,9 @@ unit: $(STAMP)
 	$(BIN)/python -m pytest tests/unit
 integration: $(STAMP) sandbox-tools
 	$(BIN)/python -m pytest tests/integration
+## The SDK and CLI against a fake HTTP server (no stack needed).
+sdk: $(STAMP)
+	$(BIN)/python -m pytest tests/sdk
 infra: $(STAMP) node_modules/.installed $(LAMBDA_BUNDLE)
 	$(BIN)/python -m pytest tests/infra
 ## The deployed-bundle tests alone (each handler run on the synthesized assets in a fresh interpreter).

@@ -16,6 +16,7 @@ from functions.domain.credits import Charge
 from functions.domain.errors import UnreadableRecord
 from functions.domain.jobs import Account, BatchJobState, Job, LedgerEntry, NotificationRecord, Transition
 from functions.domain.machine_classes import GeoZone
+from functions.domain.runtime import WORKER_PYTHON_VERSION
 from functions.domain.status import JobStatus
 
 Clock = Callable[[], datetime]
@@ -388,5 +389,7 @@ class Services:
     sms_per_account_per_hour: int = 30
     # Resolves webhook hosts (their addresses must be public); None refuses every webhook URL.
     resolver: HostResolver | None = None
+    # The jobs' Python (major.minor): a pickle made by another minor version is refused at submit.
+    worker_python: str = WORKER_PYTHON_VERSION
     # Most children per AWS Batch array job (``functions.domain.arrays.plan_spans``; AWS allows 10,000).
     array_span_size: int = 10_000

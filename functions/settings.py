@@ -24,6 +24,7 @@ from pydantic_settings import (
 )
 
 from functions.domain.machine_classes import MACHINE_CLASSES, GeoZone
+from functions.domain.runtime import PYTHON_VERSION_PATTERN, WORKER_PYTHON_VERSION
 
 
 def _strict_bool(value: object) -> object:
@@ -79,7 +80,8 @@ class Settings(BaseSettings):
     (optional, default 10000: most children per AWS Batch array job), ``REMOTE_BATCH_ZONES`` (JSON:
     ``{"UnitedStates": {"region", "bucket", "logGroup", "routes": {"Basic1x8": {"jobQueue",
     "jobDefinition"}, ...}}, ...}``), ``REMOTE_BATCH_ALLOW_HTTP_WEBHOOKS`` (optional ``true``/``false``,
-    default false) and ``AWS_REGION`` (the home region).
+    default false), ``REMOTE_BATCH_WORKER_PYTHON`` (optional ``major.minor`` of the jobs' Python, default
+    the worker image's) and ``AWS_REGION`` (the home region).
 
     Built from the environment by ``load_settings`` only; ``Settings(jobs_table=..., ...)`` (by field
     name, as the local stack and tests do) reads nothing but its arguments.
@@ -110,6 +112,13 @@ class Settings(BaseSettings):
     home_region: str = Field(validation_alias="AWS_REGION", min_length=1)
     zones: Annotated[dict[GeoZone, ZoneSettings], NoDecode] = Field(
         validation_alias="REMOTE_BATCH_ZONES", min_length=1
+    )
+    # The Python (major.minor) the jobs' worker runs: pickles of another minor version are refused at
+    # submit. Deployed: the worker image's; the local stack: its own interpreter's.
+    worker_python: str = Field(
+        default=WORKER_PYTHON_VERSION,
+        validation_alias="REMOTE_BATCH_WORKER_PYTHON",
+        pattern=PYTHON_VERSION_PATTERN,
     )
     # Most children per AWS Batch array job: an array of more items runs as several (AWS's limit 10,000).
     array_span_size: int = Field(
@@ -159,6 +168,7 @@ class Settings(BaseSettings):
             "REMOTE_BATCH_ARRAY_SPAN_SIZE": str(self.array_span_size),
             "AWS_REGION": self.home_region,
             "REMOTE_BATCH_ALLOW_HTTP_WEBHOOKS": "true" if self.allow_http_webhooks else "false",
+            "REMOTE_BATCH_WORKER_PYTHON": self.worker_python,
             "REMOTE_BATCH_ZONES": json.dumps(
                 {zone.value: z.model_dump(by_alias=True) for zone, z in self.zones.items()}
             ),

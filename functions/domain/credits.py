@@ -139,3 +139,23 @@ def spent_so_far(running_ms: int, credits_per_hour: Decimal, credit_constraint: 
     """
     cost = accrued_cost(running_ms, credits_per_hour)
     return min(cost, credit_constraint) if credit_constraint is not None else cost
+
+
+def estimate_credits(
+    seconds: Decimal,
+    credits_per_hour: Decimal,
+    credit_constraint: Decimal | None = None,
+    time_constraint: int | None = None,
+) -> tuple[Decimal, int]:
+    """What a run of ``seconds`` of Running time would be charged, by the settlement's rules
+    (``running_cost``: whole seconds rounded up, the 60-second minimum, half-up to 4 places), the run
+    cut at ``time_constraint`` seconds and the charge capped at ``credit_constraint``, as a job's
+    would be.
+
+    Returns ``(credits, billed seconds)``. ``seconds`` must be positive (the API validates it).
+    """
+    running = min(seconds, Decimal(time_constraint)) if time_constraint is not None else seconds
+    running_ms = math.ceil(running * 1000)
+    cost = running_cost(running_ms, credits_per_hour)
+    credits = min(cost, credit_constraint) if credit_constraint is not None else cost
+    return quantize_credits(credits), billable_seconds(running_ms)

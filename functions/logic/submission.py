@@ -31,6 +31,7 @@ from functions.domain.ids import new_ulid
 from functions.domain.jobs import ABORTED_BY_USER, Job, JobType, PayloadKind, credit_cap_seconds
 from functions.domain.machine_classes import GeoZone, MachineClass, machine_class, resolve_geo_zone
 from functions.domain.notifications import NotificationRule, normalize_notifications
+from functions.domain.runtime import check_pickle_python
 from functions.domain.text import JOB_ID_PATTERN, full_match
 from functions.logic.uploads import uploaded_input
 from functions.ports import BatchSubmission, Services
@@ -63,6 +64,8 @@ class JobRequest:
     time_constraint: int | None = None
     notifications: Any = "Automatic"
     input_key: str | None = None
+    # The ``major.minor`` a pickle was made with (``pythonVersion``), None when the client did not say.
+    python_version: str | None = None
     array_items: list[Any] | None = None
     array_items_key: str | None = None
 
@@ -134,7 +137,8 @@ def prepare_submission(services: Services, account_id: str, request: JobRequest)
     ------
     ValidationFailed
         Unknown machine class or geo zone, a zone this deployment lacks, a bad notifications spec,
-        an ``inputKey`` that is not the caller's upload in the job's zone.
+        an ``inputKey`` that is not the caller's upload in the job's zone, a pickle made by another
+        Python minor version than the worker's (``field`` ``pythonVersion``).
     InsufficientCredits
         The account's balance is not positive.
     """
@@ -152,6 +156,8 @@ def prepare_submission(services: Services, account_id: str, request: JobRequest)
         kind, _ = uploaded_input(services, account_id, request.input_key, zone)
     if kind is None:
         raise ValidationFailed("Give one of code, command, pickle or inputKey.", field="inputKey")
+    if kind == PayloadKind.PICKLE:
+        check_pickle_python(request.python_version, services.worker_python)
     document = _input_document(request, kind)
     account = services.store.get_account(account_id)
     if account is None or account.credit_balance <= 0:

@@ -23,6 +23,7 @@ from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
 from functions.domain.machine_classes import MACHINE_CLASSES
+from functions.domain.runtime import WORKER_PYTHON_VERSION
 from infra import constants, lambda_bundle
 from infra.constructs.data import Data
 from infra.constructs.notifications import Notifications
@@ -138,6 +139,7 @@ class Functions(Construct):
             "REMOTE_BATCH_EMAIL_TOPIC_ARN_PREFIX": self._notifications.topic_arn_prefix,
             "REMOTE_BATCH_EMAIL_TOPIC_KEY": self._notifications.key.key_arn,
             "REMOTE_BATCH_ZONES": self._zones_json(),
+            "REMOTE_BATCH_WORKER_PYTHON": WORKER_PYTHON_VERSION,
         }
 
     def _zones_json(self) -> str:

@@ -95,5 +95,16 @@ def main() -> int:
     return 0
 
 
+def exit_now(code: int) -> None:
+    """End the process with ``code`` once ``main`` returned: flush the logs and the console, then
+    ``os._exit``. By then ``LocalStack.stop`` wrote everything that is kept (the last snapshot, the
+    journal closed); freeing a long run's heap object by object at interpreter exit would take tens
+    of seconds on a busy machine (it grows with the jobs run), so it is left to the kernel."""
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_now(main())

@@ -20,6 +20,8 @@ from typing import Any
 logger = logging.getLogger("remote_batch.local.bus")
 
 Envelope = dict[str, Any]
+# The service's job id in a job's container environment (set at submit).
+JOB_ID_VARIABLE = "REMOTE_BATCH_JOB_ID"
 
 
 @dataclass(slots=True)
@@ -29,9 +31,22 @@ class _Delivery:
 
 
 def _job_key(envelope: Envelope) -> str | None:
-    """The top-level job an envelope belongs to: ``detail.jobName`` up to an array child's ``:``."""
+    """The service job an envelope belongs to: the ``REMOTE_BATCH_JOB_ID`` of its container's
+    environment (the service sets it to the array's id on every span of an array, whatever the
+    span's ``jobName``), else ``detail.jobName`` up to an array child's ``:``."""
     detail = envelope.get("detail")
-    name = detail.get("jobName") if isinstance(detail, dict) else None
+    if not isinstance(detail, dict):
+        return None
+    container = detail.get("container")
+    pairs = container.get("environment") if isinstance(container, dict) else None
+    for pair in pairs if isinstance(pairs, list) else []:
+        if (
+            isinstance(pair, dict)
+            and pair.get("name") == JOB_ID_VARIABLE
+            and isinstance(pair.get("value"), str)
+        ):
+            return str(pair["value"])
+    name = detail.get("jobName")
     return name.split(":", 1)[0] if isinstance(name, str) else None
 
 
@@ -101,8 +116,9 @@ class EventBus:
             self._emitted.setdefault(key, []).append(envelope)
 
     def emitted_for(self, job_id: str) -> list[Envelope]:
-        """Every envelope published for ``job_id`` and its array children (``jobName`` equal to
-        ``job_id`` or starting with ``job_id + ":"``), in emission order, including those
+        """Every envelope published for the service job ``job_id``: its own, and an array's, of all
+        its spans and their children (``REMOTE_BATCH_JOB_ID`` in the environment, else ``jobName``
+        equal to ``job_id`` or starting with ``job_id + ":"``), in emission order, including those
         published before a restart.
         """
         with self._cond:

@@ -4,10 +4,14 @@ The envelope is EventBridge's; ``detail`` resembles DescribeJobs' ``JobDetail`` 
 "Job state change events"). AWS sends no event for the initial SUBMITTED, so a job's events are
 PENDING, RUNNABLE, STARTING, RUNNING, then SUCCEEDED or FAILED; a job terminated before it starts goes
 straight to FAILED, without ``startedAt``. Times in ``detail`` are milliseconds since the epoch.
+An array job's child (``<id>:<index>``) has these events too, with ``arrayProperties.index``; the
+array job itself only PENDING and its outcome, with ``arrayProperties.size`` and ``statusSummary``
+(``remote_batch.local.batch_arrays``).
 """
 
 from __future__ import annotations
 
+import random
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -16,6 +20,10 @@ from typing import Any
 
 DETAIL_TYPE = "Batch Job State Change"
 SOURCE = "aws.batch"
+
+# Envelope ids: unique, not secret. uuid4() reads os.urandom per id, which dominated publishing the
+# events of a 10,000-child array; this generator is seeded from it once.
+_ids = random.Random(uuid.uuid4().int)  # noqa: S311 - ids, not secrets
 
 # The image a local job "runs"; the worker actually runs as a subprocess of the executor.
 LOCAL_IMAGE = "remote-batch/worker:local"
@@ -97,13 +105,25 @@ def job_definition_name(job_definition: str) -> str:
 
 
 def log_stream_name(job_definition: str, batch_job_id: str) -> str:
-    """The awslogs driver's stream name for a Batch job: ``{job definition name}/default/{id}``."""
-    return f"{job_definition_name(job_definition)}/default/{batch_job_id}"
+    """The awslogs driver's stream name for a Batch job: ``{job definition name}/default/{id}``; an
+    array child's (``<parent>:<index>``) ends with its ``task_id`` instead, as the awslogs driver
+    names streams after the ECS task (a stream name cannot hold a colon)."""
+    tail = task_id(batch_job_id) if ":" in batch_job_id else batch_job_id
+    return f"{job_definition_name(job_definition)}/default/{tail}"
 
 
 def task_arn(region: str, account: str, batch_job_id: str) -> str:
-    """A stand-in ECS task ARN for a job's attempt (the local stack runs no ECS)."""
-    return f"arn:aws:ecs:{region}:{account}:task/remote-batch-local/{batch_job_id.replace('-', '')}"
+    """A stand-in ECS task ARN for a job's attempt (the local stack runs no ECS): ``task_id``'s."""
+    return f"arn:aws:ecs:{region}:{account}:task/remote-batch-local/{task_id(batch_job_id)}"
+
+
+def task_id(batch_job_id: str) -> str:
+    """The (stand-in) ECS task id of a job's attempt: the id without dashes for a job, and for an
+    array child (``<parent>:<index>``, whose colon ECS ids and log stream names cannot hold) 32 hex
+    digits derived from its id."""
+    if ":" in batch_job_id:
+        return uuid.uuid5(uuid.NAMESPACE_URL, f"batch-job:{batch_job_id}").hex
+    return batch_job_id.replace("-", "")
 
 
 def _event_time(at: datetime) -> str:
@@ -133,6 +153,7 @@ def batch_job_state_change(
     log_stream: str | None = None,
     task: str | None = None,
     attempts: Sequence[BatchAttempt] = (),
+    array_properties: Mapping[str, Any] | None = None,
     timeout_seconds: int | None = None,
     tags: Mapping[str, str] | None = None,
     image: str = LOCAL_IMAGE,
@@ -146,9 +167,9 @@ def batch_job_state_change(
     region, account : str
         Where the job runs: the region and the 12-digit account id, used in every ARN.
     job_id : str
-        The Batch job id (a UUID).
+        The Batch job id (a UUID; ``<parent id>:<index>`` for an array child).
     job_name : str
-        The job's name (the service's job id; ``{parent}:{index}`` for array children).
+        The job's name (the service's job id); an array child carries its parent's name.
     job_queue, job_definition : str
         Names or ARNs; the event carries ARNs.
     status : str
@@ -177,6 +198,9 @@ def batch_job_state_change(
         The (stand-in) ECS task ARN; give it from STARTING on.
     attempts : Sequence[BatchAttempt]
         Ended attempts, oldest first.
+    array_properties : Mapping[str, Any] | None
+        ``arrayProperties`` (DescribeJobs' ``ArrayPropertiesDetail``): ``{"index": i}`` for an array
+        child, ``{"size": n, "statusSummary": {status: count}}`` for an array parent; absent when None.
     timeout_seconds : int | None
         ``timeout.attemptDurationSeconds``, when the job has one.
     tags : Mapping[str, str] | None
@@ -235,6 +259,8 @@ def batch_job_state_change(
         detail["startedAt"] = started_at_ms
     if stopped_at_ms is not None:
         detail["stoppedAt"] = stopped_at_ms
+    if array_properties is not None:
+        detail["arrayProperties"] = dict(array_properties)
     detail.update(
         {
             "retryStrategy": {"attempts": 1, "evaluateOnExit": []},
@@ -253,7 +279,7 @@ def batch_job_state_change(
 
     return {
         "version": "0",
-        "id": event_id or str(uuid.uuid4()),
+        "id": event_id or str(uuid.UUID(int=_ids.getrandbits(128), version=4)),
         "detail-type": DETAIL_TYPE,
         "source": SOURCE,
         "account": account,

@@ -15,6 +15,9 @@ Running. At the next start each such job is settled by the batch_events Lambda l
    by its own thread, so at most about a second before the crash, never a stale snapshot time),
    and never before ``startedAt``. A job with no start gets ``Local stack stopped before the job
    ran`` and no charge.
+3. An array job (its parent is unfinished) is settled child by child by these two rules, from the
+   events the executor emitted for it, then its AWS Batch parent gets its final event
+   (``recovery_arrays``).
 
 Before that, ``remove_leftover_jobs`` kills whatever the crashed run's jobs left alive (recorded in
 the ``ProcessRegistry``, by pid and start time) and removes their folders.
@@ -37,6 +40,7 @@ from functions.settings import Settings
 from remote_batch.local.events import BatchAttempt, batch_job_state_change, task_arn
 from remote_batch.local.executor import SHUTDOWN_REASON, SHUTDOWN_UNSTARTED_REASON
 from remote_batch.local.lambda_context import LOCAL_ACCOUNT_ID
+from remote_batch.local.recovery_arrays import settle_array
 from remote_batch.local.sandbox import Leftovers, ProcessRegistry
 
 logger = logging.getLogger(__name__)
@@ -52,8 +56,8 @@ def _ms(value: datetime) -> int:
 
 
 def unfinished_jobs(dynamodb: Any, jobs_table: str) -> Iterator[Job]:
-    """Jobs whose status is Queued, Starting or Running (array parents excluded: their status is
-    derived from their children, which are recovered one by one)."""
+    """Jobs whose status is Queued, Starting or Running: single jobs and array parents (an array's
+    children are settled through their parent, ``recovery_arrays``, written to the table or not)."""
     paginator = dynamodb.get_paginator("scan")
     pages = paginator.paginate(
         TableName=jobs_table,
@@ -68,7 +72,7 @@ def unfinished_jobs(dynamodb: Any, jobs_table: str) -> Iterator[Job]:
     for page in pages:
         for item in page.get("Items", []):
             job = job_from_item({k: _deserializer.deserialize(v) for k, v in item.items()})
-            if job.status in _UNFINISHED and job.type != JobType.ARRAY:
+            if job.status in _UNFINISHED and job.type != JobType.ARRAY_CHILD:
                 yield job
 
 
@@ -153,6 +157,19 @@ def recover_unfinished_jobs(
     """
     recovered = []
     for job in unfinished_jobs(dynamodb, settings.jobs_table):
+        if job.type == JobType.ARRAY:
+            children = settle_array(
+                emitted_for(job.job_id) if emitted_for is not None else [],
+                stopped_at,
+                publish,
+                redeliver,
+                (STOPPED_REASON, STOPPED_UNSTARTED_REASON),
+            )
+            recovered.append(job.job_id)
+            logger.info(
+                "array left unfinished by the last run settled job_id=%s children=%d", job.job_id, children
+            )
+            continue
         own = _own_events(job, emitted_for)
         final = next((e for e in reversed(own) if e["detail"].get("status") in ("SUCCEEDED", "FAILED")), None)
         if final is not None and redeliver is not None:
@@ -176,13 +193,12 @@ def recover_unfinished_jobs(
 
 
 def _own_events(job: Job, emitted_for: Callable[[str], list[dict[str, Any]]] | None) -> list[dict[str, Any]]:
-    """The events the executor emitted for ``job`` itself (an array child's, not its siblings')."""
+    """The events the executor emitted for the single job ``job``."""
     if emitted_for is None:
         return []
-    top = job.job_id.split(":", 1)[0]
     return [
         envelope
-        for envelope in emitted_for(top)
+        for envelope in emitted_for(job.job_id)
         if isinstance(envelope.get("detail"), dict) and envelope["detail"].get("jobName") == job.job_id
     ]
 

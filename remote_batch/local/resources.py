@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import re
+import sys
 import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -96,6 +97,8 @@ def local_settings(environ: Mapping[str, str] | None = None) -> Settings:
         zones=zones,
         # Locally a webhook receiver is a process on this machine, without a TLS certificate.
         allow_http_webhooks=True,
+        # The local executor runs the worker with this interpreter (``sys.executable -m worker``).
+        worker_python=f"{sys.version_info.major}.{sys.version_info.minor}",
         **optional,
     )
 

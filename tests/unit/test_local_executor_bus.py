@@ -198,3 +198,33 @@ def test_stop_without_drain_drops_queued_events_to_dead_letters(tmp_path):
 
     assert [e["id"] for e in delivered] == [first["id"]]  # the delivery in flight completes
     assert [e["id"] for e in bus.dead_letters] == [second["id"]]
+
+
+def test_emitted_for_gathers_every_span_of_an_array_by_the_service_job_id_in_the_environment(make_bus):
+    bus = make_bus(Collector())
+    spans = [
+        batch_job_state_change(
+            region="us-east-1",
+            account="000000000000",
+            job_id=batch_job_id,
+            job_name=job_name,
+            job_queue="q",
+            job_definition="d",
+            status="RUNNABLE",
+            created_at_ms=1,
+            vcpus=1,
+            memory_mib=512,
+            environment={"REMOTE_BATCH_JOB_ID": "job-a"},
+        )
+        for batch_job_id, job_name in (
+            ("span-0:3", "job-a"),
+            ("span-1:0", "job-a_100"),
+            ("span-2", "job-a_200"),
+        )
+    ]
+
+    for envelope in spans:
+        bus.publish(envelope)
+
+    assert [e["id"] for e in bus.emitted_for("job-a")] == [e["id"] for e in spans]
+    assert bus.emitted_for("job-a_100") == []

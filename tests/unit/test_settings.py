@@ -168,3 +168,10 @@ def test_every_malformed_variable_is_reported_at_once() -> None:
     )
     assert "REMOTE_BATCH_ALLOW_HTTP_WEBHOOKS: must be true or false" in message
     assert "REMOTE_BATCH_SMS_PER_ACCOUNT_PER_HOUR:" in message
+
+
+def test_the_workers_python_defaults_to_the_images_and_is_validated() -> None:
+    assert load_settings(environ(REMOTE_BATCH_WORKER_PYTHON=None)).worker_python == "3.12"
+    assert load_settings(environ(REMOTE_BATCH_WORKER_PYTHON="3.11")).worker_python == "3.11"
+    message = failure(environ(REMOTE_BATCH_WORKER_PYTHON="3.11.7"))
+    assert message.startswith("malformed remote-batch settings: REMOTE_BATCH_WORKER_PYTHON")

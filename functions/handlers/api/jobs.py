@@ -74,6 +74,7 @@ def _job_request(body: SubmitJobBody) -> submission.JobRequest:
         time_constraint=body.timeConstraint,
         notifications=body.notifications,
         input_key=body.inputKey,
+        python_version=body.pythonVersion,
         array_items=body.arrayItems,
         array_items_key=body.arrayItemsKey,
     )
@@ -99,6 +100,7 @@ def canonical_submit(body: SubmitJobBody) -> dict[str, Any]:
         "creditConstraint": None if credit is None else format(credit.normalize(), "f"),
         "timeConstraint": request.time_constraint,
         "notifications": rules_to_json(normalize_notifications(request.notifications)),
+        "pythonVersion": request.python_version,
         "arrayItems": request.array_items,
         "arrayItemsKey": request.array_items_key,
     }

@@ -1,17 +1,27 @@
-"""Routes about the service itself: ``/health``, ``/openapi.json``, ``/machine-classes``."""
+"""Routes about the service itself: ``/health``, ``/openapi.json``, ``/machine-classes``, ``/runtime``,
+``/estimate``."""
 
 from __future__ import annotations
 
+from typing import Annotated
+
 from aws_lambda_powertools.event_handler import Response, content_types
+from aws_lambda_powertools.event_handler.openapi.params import Body
 from aws_lambda_powertools.event_handler.router import APIGatewayRouter
 
-from functions.domain.machine_classes import MACHINE_CLASSES
+from functions.domain.credits import MINIMUM_CHARGED_SECONDS, estimate_credits
+from functions.domain.errors import ValidationFailed
+from functions.domain.machine_classes import MACHINE_CLASSES, machine_class, resolve_geo_zone
 from functions.handlers.api.app import (
     CallerDep,
+    ServicesDep,
 )
 from functions.handlers.api.models import (
+    EstimateBody,
+    EstimateView,
     HealthView,
     MachineClassesView,
+    RuntimeView,
     machine_class_view,
 )
 from functions.handlers.api.openapi import _json, _responses, openapi_json
@@ -46,3 +56,37 @@ def openapi_document() -> Response[str]:
 )
 def list_machine_classes(caller: CallerDep) -> MachineClassesView:
     return MachineClassesView(machineClasses=[machine_class_view(m) for m in MACHINE_CLASSES.values()])
+
+
+@router.get(
+    "/runtime",
+    summary="What jobs run with: the worker's Python version (extension)",
+    responses=_responses(200, _json(RuntimeView)),
+)
+def get_runtime(services: ServicesDep, caller: CallerDep) -> RuntimeView:
+    return RuntimeView(pythonVersion=services.worker_python)
+
+
+@router.post(
+    "/estimate",
+    summary="Credits a run would be charged (the settlement's rules and the 60-second minimum)",
+    responses=_responses(200, _json(EstimateView), 400, 413),
+)
+def estimate(body: Annotated[EstimateBody, Body()], caller: CallerDep) -> EstimateView:
+    for field in ("arrayItems", "arrayItemsKey"):
+        if getattr(body, field) is not None:
+            raise ValidationFailed(
+                "Estimate one child's run (without arrayItems): each child is charged as one job.",
+                field=field,
+            )
+    machine = machine_class(body.machineClass)
+    resolve_geo_zone(body.geoZone)  # an unknown zone is refused, as at submit
+    credits, billed = estimate_credits(
+        body.seconds, machine.credits_per_hour, body.creditConstraint, body.timeConstraint
+    )
+    return EstimateView(
+        credits=credits,
+        creditsPerHour=machine.credits_per_hour,
+        minimumSeconds=MINIMUM_CHARGED_SECONDS,
+        billedSeconds=billed,
+    )

@@ -15,14 +15,13 @@ from pathlib import Path
 from typing import Any
 
 from functions.domain.errors import DependencyFailed
-from functions.domain.machine_classes import machine_class_of
 from functions.ports import BatchSubmission
+from remote_batch.local.executor.arrays import ArrayJobs
 from remote_batch.local.executor.constants import (
     AWS_MIN_TIMEOUT_SECONDS,
-    DEFAULT_LOG_LIMIT_BYTES,
-    DEFAULT_OUTPUT_LIMIT_BYTES,
     FINAL_STATUSES,
     KILL_GRACE_SECONDS,
+    QUEUED_STATUSES,
     READER_JOIN_SECONDS,
     REPO_ROOT,
     SHUTDOWN_REASON,
@@ -33,10 +32,8 @@ from remote_batch.local.executor.constants import (
     logger,
 )
 from remote_batch.local.executor.gateway import LocalBatchGateway
-from remote_batch.local.executor.job import _Job
 from remote_batch.local.executor.limits import _signal_job
-from remote_batch.local.executor.memory import host_note, job_memory_ceiling_mib
-from remote_batch.local.executor.scheduler import Scheduler
+from remote_batch.local.executor.memory import job_memory_ceiling_mib
 from remote_batch.local.sandbox import (
     ProcessRegistry,
     Sandbox,
@@ -45,7 +42,7 @@ from remote_batch.local.sandbox import (
 )
 
 
-class LocalBatchExecutor(Scheduler):
+class LocalBatchExecutor(ArrayJobs):
     """AWS Batch compute on this host: a FIFO queue over the host's vCPUs, one subprocess per job.
 
     Parameters
@@ -146,6 +143,8 @@ class LocalBatchExecutor(Scheduler):
         self._free_slots = set(range(self.vcpus))
         self._cond = threading.Condition()
         self._jobs = {}
+        self._arrays = {}
+        self._live = set()
         self._submitted = deque()
         self._runnable = deque()
         self._gateways = {}
@@ -171,35 +170,19 @@ class LocalBatchExecutor(Scheduler):
             return self._gateways.setdefault((region, log_group), created)
 
     def submit(self, gateway: LocalBatchGateway, submission: BatchSubmission) -> str:
-        """Queue ``submission`` in ``gateway``'s zone; returns the Batch job id (use the gateway).
+        """Queue ``submission`` in ``gateway``'s zone; returns the Batch job id (use the gateway). With
+        ``array_size``, an array job of that many children (``arrays``).
 
         Raises
         ------
         DependencyFailed
-            When the executor has been shut down.
+            When the executor has been shut down; for an array size AWS Batch refuses (its cause is
+            AWS Batch's ``ClientException``).
         """
+        if submission.array_size is not None:
+            return self._submit_array(gateway, submission, submission.array_size)
         job_id = str(uuid.uuid4())
-        timeout = submission.timeout_seconds
-        job = _Job(
-            job_id=job_id,
-            gateway=gateway,
-            submission=submission,
-            created_at_ms=_now_ms(),
-            vcpus=max(1, min(submission.vcpus, self.vcpus)),
-            memory_mib=min(submission.memory_mib, self.memory_mib),
-            note=". ".join(
-                filter(
-                    None,
-                    (
-                        host_note(submission, self.vcpus, self.memory_mib, self._memory_basis),
-                        self.sandbox.warning,
-                    ),
-                )
-            )
-            or None,
-            timeout_seconds=None if timeout is None else max(self._min_timeout_seconds, timeout),
-        )
-        job.log_limit_bytes, job.output_limit_bytes = self._volume_limits(submission)
+        job = self._new_job(job_id, gateway, submission, _now_ms())
         with self._cond:
             if self._closed:
                 raise DependencyFailed("The local Batch executor is stopped; restart the local stack.")
@@ -211,17 +194,6 @@ class LocalBatchExecutor(Scheduler):
         )
         return job_id
 
-    def _volume_limits(self, submission: BatchSubmission) -> tuple[int, int]:
-        """The job's log and output limits (bytes): its machine class's, cut to this executor's caps."""
-        machine = machine_class_of(submission.vcpus, submission.memory_mib, submission.gpus)
-        log_limit = machine.log_limit_bytes if machine else DEFAULT_LOG_LIMIT_BYTES
-        output_limit = machine.output_limit_bytes if machine else DEFAULT_OUTPUT_LIMIT_BYTES
-        if self._log_limit_cap is not None:
-            log_limit = min(log_limit, self._log_limit_cap)
-        if self._output_limit_cap is not None:
-            output_limit = min(output_limit, self._output_limit_cap)
-        return log_limit, output_limit
-
     def terminate_job(self, batch_job_id: str, reason: str) -> None:
         """Terminate a job in any non-final status; no-op for a final or unknown id.
 
@@ -230,21 +202,41 @@ class LocalBatchExecutor(Scheduler):
         it is gone (``stoppedAt`` = when it died). Returns without waiting for that.
         """
         with self._cond:
-            job = self._jobs.get(batch_job_id)
-            if job is None or job.status in FINAL_STATUSES:
-                logger.info("terminate ignored batch_job_id=%s", batch_job_id)
-                return
-            self._terminate_locked(job, reason)
+            parent = self._arrays.get(batch_job_id)
+            if parent is not None:
+                self._terminate_array_locked(parent, reason)
+            else:
+                job = self._jobs.get(batch_job_id)
+                if job is None or job.status in FINAL_STATUSES:
+                    logger.info("terminate ignored batch_job_id=%s", batch_job_id)
+                    return
+                self._terminate_locked(job, reason)
+                parent = job.array
+        if parent is not None:
+            self._revoke_array_credentials(parent)
 
     def describe(self, batch_job_ids: Sequence[str]) -> list[dict[str, Any]]:
-        """DescribeJobs: the ``JobDetail`` of each known id, as its last event carried it."""
+        """DescribeJobs: the ``JobDetail`` of each known id in the order given: a job's (or array
+        child's) as its last event carried it, an array parent's as of now (its ``statusSummary``
+        counts its children's statuses now)."""
+        found: list[dict[str, Any]] = []
         with self._cond:
-            jobs = [self._jobs.get(batch_job_id) for batch_job_id in batch_job_ids]
-            return [dict(job.last_detail) for job in jobs if job is not None and job.last_detail is not None]
+            for batch_job_id in batch_job_ids:
+                parent = self._arrays.get(batch_job_id)
+                job = self._jobs.get(batch_job_id)
+                if parent is not None:
+                    found.append(self._parent_envelope_locked(parent)["detail"])
+                elif job is not None and job.last_detail is not None:
+                    found.append(dict(job.last_detail))
+        return found
 
     def status_of(self, batch_job_id: str) -> str | None:
-        """The job's current Batch status (``SUBMITTED`` … ``FAILED``), or None for an unknown id."""
+        """The job's (or array parent's) current Batch status (``SUBMITTED`` … ``FAILED``), or None
+        for an unknown id."""
         with self._cond:
+            parent = self._arrays.get(batch_job_id)
+            if parent is not None:
+                return parent.status
             job = self._jobs.get(batch_job_id)
             return None if job is None else job.status
 
@@ -256,6 +248,10 @@ class LocalBatchExecutor(Scheduler):
     ) -> None:
         """Terminate every job that is not final (as ``terminate_job`` does, so their FAILED events
         reach the bus), wait for the workers to die, kill what they left and join the threads.
+
+        An array's children that never started are left as they are, without an event (and so is
+        their array): the next start settles them from the journal of events (``recovery``), as after
+        a crash, rather than the stop waiting for the events of up to 10,000 children an array.
 
         Parameters
         ----------
@@ -269,9 +265,14 @@ class LocalBatchExecutor(Scheduler):
         deadline = time.monotonic() + timeout
         with self._cond:
             self._closed = True
+            # Nothing queued starts from now on: empty the queues at once (an array's 10,000 children
+            # would each be looked for in them otherwise).
+            self._submitted.clear()
+            self._runnable.clear()
             for job in list(self._jobs.values()):
-                if job.status not in FINAL_STATUSES:
-                    self._terminate_locked(job, reason if job.started_at_ms is not None else unstarted_reason)
+                if job.status in FINAL_STATUSES or (job.array is not None and job.status in QUEUED_STATUSES):
+                    continue
+                self._terminate_locked(job, reason if job.started_at_ms is not None else unstarted_reason)
             runners = [job.runner for job in self._jobs.values() if job.runner is not None]
         for runner in runners:
             runner.join(max(0.0, deadline - time.monotonic()))
@@ -292,5 +293,8 @@ class LocalBatchExecutor(Scheduler):
         with self._cond:
             self._stopped = True
             self._cond.notify_all()
+            arrays = list(self._arrays.values())
+        for parent in arrays:
+            self._revoke_array_credentials(parent)
         self._scheduler.join(max(0.1, deadline - time.monotonic()))
         logger.info("executor stopped")

@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from remote_batch.local.batch_arrays import ArrayParent, child_environment
 from remote_batch.local.events import (
     batch_job_state_change,
 )
@@ -58,6 +59,9 @@ class ExecutorCore:
     _free_slots: set[int]
     _cond: threading.Condition
     _jobs: dict[str, _Job]
+    _arrays: dict[str, ArrayParent[_Job]]
+    # Jobs whose worker was spawned and has not exited (the scheduler's deadlines are theirs).
+    _live: set[_Job]
     _submitted: deque[_Job]
     _runnable: deque[_Job]
     _gateways: dict[tuple[str, str], LocalBatchGateway]
@@ -66,8 +70,14 @@ class ExecutorCore:
     _scheduler: threading.Thread
 
     def _publish_locked(self, job: _Job, status: str, reason: str | None = None, **extra: Any) -> None:
+        parent = job.array
+        if parent is not None:
+            parent.child_moved(job.status, status, extra.get("stopped_at_ms"))
         job.status = status
         sub = job.submission
+        environment = sub.environment
+        if parent is not None and job.index is not None:
+            environment = child_environment(sub.environment, job.index, parent.size)
         envelope = batch_job_state_change(
             region=job.gateway.region,
             account=self.account,
@@ -82,9 +92,10 @@ class ExecutorCore:
             vcpus=sub.vcpus,
             memory_mib=sub.memory_mib,
             gpus=sub.gpus,
-            environment=sub.environment,
+            environment=environment,
             command=self._command,
             attempts=job.attempts,
+            array_properties=None if job.index is None else {"index": job.index},
             timeout_seconds=job.timeout_seconds,
             tags=sub.tags,
             time=datetime.now(UTC),
@@ -92,7 +103,58 @@ class ExecutorCore:
         )
         job.last_detail = envelope["detail"]
         self._bus.publish(envelope)
-        logger.info("job %s batch_job_id=%s job_name=%s", status.lower(), job.job_id, sub.job_name)
+        log = logger.info if parent is None else logger.debug  # an array's children: its own lines
+        log("job %s batch_job_id=%s job_name=%s", status.lower(), job.job_id, sub.job_name)
+        if parent is not None:
+            self._advance_parent_locked(parent)
+
+    def _advance_parent_locked(self, parent: ArrayParent[_Job]) -> None:
+        """Publish an array parent's event when its children moved it (PENDING, or its outcome)."""
+        status = parent.next_status()
+        if status is None:
+            return
+        parent.status = status
+        self._bus.publish(self._parent_envelope_locked(parent))
+        logger.info("array job %s batch_job_id=%s", status.lower(), parent.job_id)
+
+    def _parent_envelope_locked(self, parent: ArrayParent[_Job]) -> dict[str, Any]:
+        """An array parent's event as of now: its status, ``arrayProperties`` (size, ``statusSummary``),
+        the submission's queue, definition, resources, environment and tags; no timeout (AWS: "the
+        parent array job does not have a timeout"), no attempts; once final, ``stoppedAt`` (its last
+        child's stop) and, after a TerminateJob of it, that reason."""
+        gateway, sub = parent.context
+        final = parent.status in FINAL_STATUSES
+        return batch_job_state_change(
+            region=gateway.region,
+            account=self.account,
+            job_id=parent.job_id,
+            job_name=sub.job_name,
+            job_queue=sub.job_queue,
+            job_definition=sub.job_definition,
+            status=parent.status,
+            status_reason=parent.termination_reason if parent.status == "FAILED" else None,
+            created_at_ms=parent.created_at_ms,
+            stopped_at_ms=(parent.stopped_at_ms or _now_ms()) if final else None,
+            vcpus=sub.vcpus,
+            memory_mib=sub.memory_mib,
+            gpus=sub.gpus,
+            environment=sub.environment,
+            command=self._command,
+            array_properties=parent.array_properties(),
+            tags=sub.tags,
+            time=datetime.now(UTC),
+        )
+
+    def _revoke_array_credentials(self, parent: ArrayParent[_Job]) -> None:
+        """Revoke the credentials an array's children shared, once the array is final (every child's
+        worker is gone then); only the first caller does."""
+        with self._cond:
+            if parent.status not in FINAL_STATUSES or parent.credentials_revoked:
+                return
+            parent.credentials_revoked = True
+            issued = parent.credentials is not None
+        if issued and self._credentials is not None:
+            self._credentials.revoke(parent.job_id)
 
     def _fail_unstarted_locked(self, job: _Job, reason: str) -> None:
         self._release_locked(job)

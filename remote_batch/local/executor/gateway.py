@@ -64,6 +64,10 @@ class LocalBatchGateway:
             for d in self._executor.describe(batch_job_ids)
         ]
 
+    def list_jobs(self, array_job_id: str, job_status: str | None = None) -> list[dict[str, Any]]:
+        """ListJobs of an array job's children (``LocalBatchExecutor.list_jobs``)."""
+        return self._executor.list_jobs(array_job_id, job_status)
+
     def open_log_stream(self, stream: str) -> bool:
         """Create the zone's log group (once) and ``stream``; False when CloudWatch Logs refused."""
         try:

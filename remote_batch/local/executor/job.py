@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 import psutil
 
 from functions.ports import BatchSubmission
+from remote_batch.local.batch_arrays import ArrayParent
 from remote_batch.local.events import (
     BatchAttempt,
     log_stream_name,
@@ -50,6 +51,9 @@ class _Job:
     output_limit_bytes: int | None = None
     attempts: list[BatchAttempt] = field(default_factory=list)
     last_detail: dict[str, Any] | None = None
+    # An array child's parent and index (None for a single job).
+    array: ArrayParent[_Job] | None = None
+    index: int | None = None
 
     @property
     def log_stream(self) -> str:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import psutil
 
+from remote_batch.local.batch_arrays import child_environment
 from remote_batch.local.executor.constants import (
     MIB,
     OPERATOR_LOG_NAME,
@@ -40,6 +41,8 @@ class JobLauncher(ExecutorCore):
     def _environment(self, job: _Job, workdir: Path) -> dict[str, str]:
         env = dict(self._worker_environment)
         env.update(job.submission.environment)
+        if job.array is not None and job.index is not None:
+            env.update(child_environment({}, job.index, job.array.size))
         threads = str(job.vcpus)
         tmp = str(workdir / "tmp")
         pythonpath = [str(self._import_root), *filter(None, [env.get("PYTHONPATH")])]

@@ -108,7 +108,9 @@ class JobRunner(JobLauncher):
                 shutil.rmtree(job.workdir, ignore_errors=True)
             if self._registry is not None:
                 self._registry.forget(job.job_id)
-            if self._credentials is not None:
+            if job.array is not None:
+                self._revoke_array_credentials(job.array)
+            elif self._credentials is not None:
                 self._credentials.revoke(job.job_id)
 
     def _abort_run(self, job: _Job, reason: str) -> None:
@@ -138,7 +140,13 @@ class JobRunner(JobLauncher):
         if self._credentials is None:
             return {}
         try:
-            return self._credentials.issue(job.job_id, job.submission)
+            if job.array is None:
+                return self._credentials.issue(job.job_id, job.submission)
+            parent = job.array
+            with parent.credentials_lock:  # one set for the whole array, as one job role on AWS
+                if parent.credentials is None:
+                    parent.credentials = self._credentials.issue(parent.job_id, job.submission)
+                return dict(parent.credentials)
         except (ClientError, BotoCoreError) as exc:
             logger.error("job credentials not issued batch_job_id=%s error=%s", job.job_id, exc)
             with self._cond:
@@ -187,6 +195,7 @@ class JobRunner(JobLauncher):
                 self._fail_unstarted_locked(job, f"CannotStartContainerError: {exc}")
                 return
             job.process = process
+            self._live.add(job)
             job.started_at_ms = _now_ms()
             if job.timeout_seconds is not None:
                 job.timeout_at = time.monotonic() + job.timeout_seconds

@@ -6,7 +6,7 @@ from __future__ import annotations
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from remote_batch.local.executor.constants import (
     REASON_EXECUTOR_ERROR,
@@ -21,6 +21,46 @@ from remote_batch.local.executor.limits import _signal_job
 from remote_batch.local.executor.runner import JobRunner
 
 
+class _QueueView:
+    """The run queue as the next job joining it sees it, kept up to date as jobs join, so that
+    announcing the N children of an array costs O(N), not O(N²).
+
+    Jobs start in FIFO order when enough vCPUs are free: the ones already queued start first if they
+    fit. ``free`` is what is left of the free vCPUs after the queued jobs that fit; ``blocked`` counts
+    the queued jobs from the first that does not fit on.
+    """
+
+    def __init__(self, free: int, runnable: Iterable[_Job]) -> None:
+        self.free = free
+        self.blocked = 0
+        for ahead in runnable:
+            self.joined(ahead.vcpus)
+
+    def joined(self, vcpus: int) -> None:
+        """Count a job of ``vcpus`` joining the end of the queue."""
+        if self.blocked or vcpus > self.free:
+            self.blocked += 1
+        else:
+            self.free -= vcpus
+
+    def waiting_reason(self, vcpus: int, host_vcpus: int) -> str | None:
+        """Why a job of ``vcpus`` joining the queue now will not start at once, or None when it will.
+
+        Example: ``Waiting for 1 vCPU: 2 of 2 in use by other jobs, 1 job queued ahead``.
+        """
+        if not self.blocked and vcpus <= self.free:
+            return None
+        in_use = host_vcpus - self.free
+        reason = f"Waiting for {_plural(vcpus, 'vCPU')}: {in_use} of {host_vcpus} in use by other jobs"
+        if self.blocked:
+            reason += f", {_plural(self.blocked, 'job')} queued ahead"
+        return reason
+
+    def announce_with(self, announce: Callable[[_Job, _QueueView], None]) -> Callable[[_Job], None]:
+        """``announce`` bound to this view."""
+        return lambda job: announce(job, self)
+
+
 class Scheduler(JobRunner):
     """The scheduler thread's loop and the queue it keeps."""
 
@@ -31,8 +71,12 @@ class Scheduler(JobRunner):
             while not self._stopped:
                 wait: float | None
                 try:
+                    view: _QueueView | None = None
                     while self._submitted:
-                        self._guard_locked(self._submitted.popleft(), self._announce_locked)
+                        view = view or _QueueView(len(self._free_slots), self._runnable)
+                        self._guard_locked(
+                            self._submitted.popleft(), view.announce_with(self._announce_locked)
+                        )
                     while self._runnable and self._runnable[0].vcpus <= len(self._free_slots):
                         self._guard_locked(self._runnable.popleft(), self._start_locked)
                     wait = self._enforce_deadlines_locked()
@@ -50,36 +94,14 @@ class Scheduler(JobRunner):
             logger.exception("job handling failed batch_job_id=%s", job.job_id)
             self._abandon_locked(job, f"{REASON_EXECUTOR_ERROR}: {type(exc).__name__}: {exc}")
 
-    def _announce_locked(self, job: _Job) -> None:
+    def _announce_locked(self, job: _Job, view: _QueueView) -> None:
         """Publish PENDING and RUNNABLE (saying why it waits, when it must) and queue the job."""
         self._publish_locked(job, "PENDING", job.note)
-        waiting = self._waiting_reason_locked(job)
+        waiting = view.waiting_reason(job.vcpus, self.vcpus)
         reason = ". ".join(r for r in (job.note, waiting) if r) or None
         self._publish_locked(job, "RUNNABLE", reason)
         self._runnable.append(job)
-
-    def _waiting_reason_locked(self, job: _Job) -> str | None:
-        """Why a job joining the queue will not start at once, or None when it will.
-
-        Jobs start in FIFO order when enough vCPUs are free: the ones already queued start first
-        if they fit. Example: ``Waiting for 1 vCPU: 2 of 2 in use by other jobs``.
-        """
-        free = len(self._free_slots)
-        blocked_ahead = 0
-        for ahead in self._runnable:
-            if blocked_ahead or ahead.vcpus > free:
-                blocked_ahead += 1
-            else:
-                free -= ahead.vcpus
-        if not blocked_ahead and job.vcpus <= free:
-            return None
-        reason = (
-            f"Waiting for {_plural(job.vcpus, 'vCPU')}: "
-            f"{self.vcpus - free} of {self.vcpus} in use by other jobs"
-        )
-        if blocked_ahead:
-            reason += f", {_plural(blocked_ahead, 'job')} queued ahead"
-        return reason
+        view.joined(job.vcpus)
 
     def _start_locked(self, job: _Job) -> None:
         job.slots = tuple(sorted(self._free_slots)[: job.vcpus])
@@ -94,8 +116,9 @@ class Scheduler(JobRunner):
         """Time out and kill what is due; returns seconds until the next deadline (None: none)."""
         now = time.monotonic()
         next_due: float | None = None
-        for job in list(self._jobs.values()):
+        for job in list(self._live):
             if job.process is None or job.exited:
+                self._live.discard(job)
                 continue
             try:
                 due = self._enforce_job_deadlines_locked(job, now)

@@ -42,7 +42,14 @@ from functions.handlers.api.models.jobs import (
     UploadView,
     job_view,
 )
-from functions.handlers.api.models.meta import MachineClassesView, MachineClassView, machine_class_view
+from functions.handlers.api.models.meta import (
+    EstimateBody,
+    EstimateView,
+    MachineClassesView,
+    MachineClassView,
+    RuntimeView,
+    machine_class_view,
+)
 
 __all__ = [
     "MAX_TIME_CONSTRAINT_SECONDS",
@@ -54,6 +61,8 @@ __all__ = [
     "CreditsIn",
     "ErrorBody",
     "ErrorDetail",
+    "EstimateBody",
+    "EstimateView",
     "GrantCreditsBody",
     "HealthView",
     "JobListView",
@@ -69,6 +78,7 @@ __all__ = [
     "OutputFileView",
     "OutputsView",
     "PreviewLinkView",
+    "RuntimeView",
     "SubmitJobBody",
     "UploadBody",
     "UploadView",

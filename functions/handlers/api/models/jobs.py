@@ -19,6 +19,7 @@ from functions.domain.jobs import Job
 from functions.domain.limits import MAX_UPLOAD_BYTES
 from functions.domain.machine_classes import MACHINE_CLASSES, GeoZone
 from functions.domain.notifications import notifications_json_schema, rules_to_json
+from functions.domain.runtime import PYTHON_VERSION_PATTERN
 from functions.domain.text import (
     BASE64_PATTERN,
     LABEL_PATTERN,
@@ -131,6 +132,12 @@ class SubmitJobBody(BaseModel):
         max_length=512,
         description="Extension: instead of code or pickle, the inputKey of an upload (POST /jobs/uploads) "
         "of this account in the job's zone; its Content-Type says whether it is code or a pickle.",
+    )
+    pythonVersion: str | None = Field(
+        default=None,
+        pattern=PYTHON_VERSION_PATTERN,
+        description="Extension: the Python (major.minor, e.g. 3.12) the pickle was made with (the SDK sends "
+        "it). A pickle of another minor version than GET /runtime's is refused (400, field pythonVersion).",
     )
 
     @model_validator(mode="after")

@@ -1,13 +1,21 @@
-"""Models of ``/machine-classes``."""
+"""Models of ``/machine-classes``, ``/runtime`` and ``/estimate``."""
 
 from __future__ import annotations
 
-from pydantic import (
-    BaseModel,
-)
+from decimal import Decimal
+from typing import Annotated, Any
 
-from functions.domain.machine_classes import MachineClass
-from functions.handlers.api.models.common import Credits
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
+
+from functions.domain.credits import MAX_CREDITS
+from functions.domain.machine_classes import MACHINE_CLASSES, GeoZone, MachineClass
+from functions.handlers.api.models.common import (
+    MAX_TIME_CONSTRAINT_SECONDS,
+    Credits,
+    CreditsIn,
+    _json_integer,
+    _json_number,
+)
 
 
 class MachineClassView(BaseModel):
@@ -37,3 +45,67 @@ def machine_class_view(machine: MachineClass) -> MachineClassView:
         gpuType=machine.gpu_type,
         creditsPerHour=machine.credits_per_hour,
     )
+
+
+class RuntimeView(BaseModel):
+    """``GET /runtime`` (extension): what jobs run with."""
+
+    pythonVersion: str = Field(
+        description="The Python (major.minor) of the jobs' worker: a pickle (POST /jobs pythonVersion) of "
+        "another minor version is refused."
+    )
+
+
+_IGNORED = "As in POST /jobs; not used by the estimate."
+#: An array is not estimated whole (each child is charged as one job): estimate one child and multiply.
+_NULL_ONLY = {"type": "null", "description": "Refused unless null: estimate one child and multiply."}
+
+
+class EstimateBody(BaseModel):
+    """``POST /estimate`` body: as ``POST /jobs`` (its payload optional and unused) plus ``seconds``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    seconds: Annotated[
+        Decimal,
+        BeforeValidator(_json_number),
+        WithJsonSchema({"type": "number", "exclusiveMinimum": 0, "maximum": MAX_TIME_CONSTRAINT_SECONDS}),
+    ] = Field(gt=0, le=MAX_TIME_CONSTRAINT_SECONDS, description="Seconds of Running time to price.")
+    machineClass: str = Field(
+        default="Basic1x8",
+        description="A name from GET /machine-classes.",
+        json_schema_extra={"enum": list(MACHINE_CLASSES)},
+    )
+    geoZone: str = Field(
+        default="Automatic",
+        description="Automatic | UnitedStates | EuropeanUnion (prices are the same in every zone).",
+        json_schema_extra={"enum": ["Automatic", *(zone.value for zone in GeoZone)]},
+    )
+    creditConstraint: CreditsIn | None = Field(
+        default=None,
+        gt=0,
+        lt=MAX_CREDITS,
+        decimal_places=4,
+        description="Caps the estimate, as it caps a job.",
+    )
+    timeConstraint: (
+        Annotated[int, BeforeValidator(_json_integer), Field(gt=0, le=MAX_TIME_CONSTRAINT_SECONDS)] | None
+    ) = Field(default=None, description="Cuts the run, as it cuts a job (seconds).")
+    code: Any = Field(default=None, description=_IGNORED)
+    command: Any = Field(default=None, description=_IGNORED)
+    pickle: Any = Field(default=None, description=_IGNORED)
+    inputKey: Any = Field(default=None, description=_IGNORED)
+    pythonVersion: Any = Field(default=None, description=_IGNORED)
+    name: Any = Field(default=None, description=_IGNORED)
+    notifications: Any = Field(default=None, description=_IGNORED)
+    arrayItems: Annotated[Any, WithJsonSchema(_NULL_ONLY)] = Field(default=None)
+    arrayItemsKey: Annotated[Any, WithJsonSchema(_NULL_ONLY)] = Field(default=None)
+
+
+class EstimateView(BaseModel):
+    """``POST /estimate`` → what the run would be charged."""
+
+    credits: Credits = Field(description="Credits the run would be charged.")
+    creditsPerHour: Credits = Field(description="The machine class's price.")
+    minimumSeconds: int = Field(description="The shortest run charged (seconds).")
+    billedSeconds: int = Field(description="Extension: the seconds charged (whole, at least minimumSeconds).")

@@ -1,0 +1,581 @@
+"""``remote-batch``: the command line of the SDK (typer + rich).
+
+Every read command takes ``--json`` (the API's JSON, for scripts). Errors print the API's message
+and field (``Error: ValidationError: ... (field: machineClass)``) and exit 1, never a traceback;
+``submit --wait`` and ``wait`` exit 2 when the job ends Terminated.
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+import re
+import sys
+import time
+from datetime import datetime
+from decimal import Decimal
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich import box
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+from typer.core import TyperGroup
+
+import remote_batch as rb
+from remote_batch import auth, config
+from remote_batch.client import Client, to_json_number
+from remote_batch.errors import ApiError, RemoteBatchError
+from remote_batch.jobs import POLL_MAX_SECONDS, Job, LogTail
+from remote_batch.progress import watch
+
+#: Exit codes: 1 an error (the API's, a connection, a bad option); 2 the job ended Terminated.
+EXIT_ERROR = 1
+EXIT_TERMINATED = 2
+FOLLOW_SECONDS = 1.0
+
+#: Off a terminal (a pipe, a file) tables are not squeezed into 80 columns (scripts should use --json).
+PIPE_WIDTH = 160
+out = Console(highlight=False, width=None if sys.stdout.isatty() else PIPE_WIDTH)
+err = Console(stderr=True, highlight=False)
+
+
+def error_text(exc: BaseException) -> str:
+    """What a failed command prints: API.md's code, message and field for an API error."""
+    if isinstance(exc, ApiError):
+        field = f" (field: {exc.field})" if exc.field else ""
+        return f"Error: {exc.code}: {exc.message}{field}"
+    return f"Error: {exc}"
+
+
+class Group(TyperGroup):
+    """Typer's group, printing the SDK's errors as one line and exiting 1 instead of a traceback."""
+
+    def invoke(self, ctx: Any) -> Any:  # click's Context (typer vendors click: its class moves)
+        try:
+            return super().invoke(ctx)
+        except (RemoteBatchError, ImportError, TimeoutError, ValueError, TypeError, OSError) as exc:
+            err.print(escape(error_text(exc)), soft_wrap=True)
+            raise typer.Exit(EXIT_ERROR) from None
+
+
+app = typer.Typer(
+    cls=Group,
+    help="remote-batch: submit Python code, functions and commands to the batch service; watch them; "
+    "get their results.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+contacts_app = typer.Typer(cls=Group, help="The account's notification contacts.", no_args_is_help=True)
+admin_app = typer.Typer(cls=Group, help="Administration (admin role).", no_args_is_help=True)
+app.add_typer(contacts_app, name="contacts")
+app.add_typer(admin_app, name="admin")
+
+JsonOption = Annotated[bool, typer.Option("--json", help="Print the API's JSON.")]
+JobId = Annotated[str, typer.Argument(help="The job id (job-...).")]
+
+
+@app.callback()
+def _connection(
+    profile: Annotated[
+        str | None, typer.Option("--profile", "-p", help="A stored profile (from `login`) to use.")
+    ] = None,
+) -> None:
+    if profile is not None:
+        rb.connect(profile=profile)
+
+
+def _print_json(value: Any) -> None:
+    sys.stdout.write(json.dumps(value, default=to_json_number, indent=2, ensure_ascii=False) + "\n")
+
+
+#: Widths of the jobs table's columns but the reason, which takes what the terminal has left.
+_JOB_COLUMNS = {"job": 30, "name": 12, "status": 10, "class": 14, "credits": 8, "submitted": 14}
+
+
+def _job_table(jobs: list[Job], title: str | None = None) -> Table:
+    """Jobs as a table that fits the terminal: id, status, class, credits, time whole; name and reason
+    cut with an ellipsis."""
+    table = Table(title=title, box=box.SIMPLE_HEAD)
+    for column, width in _JOB_COLUMNS.items():
+        table.add_column(
+            column,
+            no_wrap=True,
+            overflow="ellipsis",
+            max_width=width,
+            min_width=width if column in ("job", "status", "credits", "submitted") else 4,
+            justify="right" if column == "credits" else "left",
+        )
+    used = sum(_JOB_COLUMNS.values()) + 2 * (len(_JOB_COLUMNS) + 1) + 1
+    table.add_column("reason", no_wrap=True, overflow="ellipsis", max_width=max(8, out.width - used))
+    for job in jobs:
+        data = job.data
+        counts = data.get("childStatusCounts") or {}
+        detail = ", ".join(f"{k} {v}" for k, v in counts.items())
+        submitted = str(data.get("submittedAt") or "")
+        table.add_row(
+            job.id,
+            escape(str(data.get("name") or "")),
+            str(data.get("status")),
+            str(data.get("machineClass")),
+            str(data.get("creditsSpent")),
+            submitted[5:19].replace("T", " "),  # MM-DD HH:MM:SS (UTC)
+            escape(str(data.get("statusReason") or detail)),
+        )
+    return table
+
+
+def _show_job(job: Job) -> None:
+    table = Table(show_header=False, box=None)
+    data = job.data
+    for key in ("jobId", "name", "type", "status", "statusReason", "machineClass", "geoZone", "creditsSpent",
+                "creditConstraint", "timeConstraint", "exitCode", "submittedAt", "startedAt", "completedAt",
+                "expiresAt", "arraySize", "childStatusCounts"):  # fmt: skip
+        if data.get(key) is not None:
+            table.add_row(key, escape(str(data[key])))
+    out.print(table)
+
+
+def _final_line(job: Job) -> str:
+    data = job.data
+    reason = f" ({data['statusReason']})" if data.get("statusReason") else ""
+    return f"{job.id} {data['status']}{reason}, {data.get('creditsSpent')} credits"
+
+
+def _wait(job: Job, follow: bool, timeout: float | None) -> int:
+    """Wait for ``job`` with a live status (streaming its log when ``follow``); the exit code."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    tail = LogTail(job)
+    with watch(job, enabled=True) as display:
+        while True:
+            job.refresh()
+            if follow:
+                for _, message in tail.new_lines():
+                    display.echo(message)
+            display.show(job)
+            if job.done:
+                break
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError(f"Job {job.id} is still {job.data['status']} after {timeout} s.")
+            time.sleep(FOLLOW_SECONDS if follow else min(POLL_MAX_SECONDS, FOLLOW_SECONDS))
+        if follow:  # the lines shipped after the final status
+            for _, message in tail.new_lines():
+                display.echo(message)
+    return EXIT_TERMINATED if job.data["status"] == "Terminated" else 0
+
+
+# -- jobs ------------------------------------------------------------------------------------------
+@app.command(context_settings={"allow_interspersed_args": False})
+def submit(  # noqa: PLR0917 (typer maps each parameter to an option)
+    file: Annotated[
+        Path | None, typer.Argument(help="A .py file to run as code; `-- CMD ARGS...` runs a command.")
+    ] = None,
+    command: Annotated[list[str] | None, typer.Argument(hidden=True)] = None,
+    code: Annotated[str | None, typer.Option("--code", "-c", help="Python code to run.")] = None,
+    machine_class: Annotated[str | None, typer.Option("--machine-class", "-m")] = None,
+    geo_zone: Annotated[
+        str | None, typer.Option("--geo-zone", help="Automatic, UnitedStates, EuropeanUnion")
+    ] = None,
+    credit_constraint: Annotated[
+        str | None, typer.Option("--credit-constraint", help="Most credits the job may spend.")
+    ] = None,
+    time_constraint: Annotated[
+        float | None, typer.Option("--time-constraint", help="Longest running time, seconds.")
+    ] = None,
+    notifications: Annotated[
+        str | None,
+        typer.Option(help="Automatic, None, an event name (JobCompleted), or a JSON list of rules."),
+    ] = None,
+    name: Annotated[str | None, typer.Option("--name", "-n")] = None,
+    wait: Annotated[
+        bool, typer.Option("--wait", "-w", help="Wait until it is final; exit 2 if Terminated.")
+    ] = False,
+    follow: Annotated[bool, typer.Option("--follow", "-f", help="With --wait: stream its log.")] = False,
+    json_output: JsonOption = False,
+) -> None:
+    """Submit a job: --code CODE, a FILE.py (its code), or -- CMD ARGS... (a command)."""
+    words = ([str(file)] if file is not None else []) + list(command or [])
+    is_code_file = len(words) == 1 and words[0].endswith(".py")
+    if (code is not None) == bool(words):
+        raise typer.BadParameter("give exactly one of --code CODE, FILE.py, or -- CMD ARGS...")
+    payload: Any
+    if code is not None:
+        payload = code
+    elif is_code_file:
+        payload = Path(words[0]).read_text(encoding="utf-8")
+    else:
+        payload = words
+    rules: Any = notifications
+    if notifications is not None and notifications.lstrip().startswith("["):
+        rules = json.loads(notifications)
+    job = rb.submit(
+        payload,
+        machine_class=machine_class,
+        geo_zone=geo_zone,
+        credit_constraint=Decimal(credit_constraint) if credit_constraint is not None else None,
+        time_constraint=time_constraint,
+        notifications=rules,
+        name=name,
+    )
+    if json_output and not wait:
+        _print_json(job.data)
+        return
+    err.print(f"submitted {job.id}")
+    if not wait:
+        out.print(job.id)
+        return
+    code_ = _wait(job, follow, None)
+    if json_output:
+        _print_json(job.data)
+    raise typer.Exit(code_)
+
+
+@app.command()
+def status(job_id: JobId, json_output: JsonOption = False) -> None:
+    """A job's status, credits and times."""
+    job = rb.job(job_id)
+    if json_output:
+        _print_json(job.data)
+    else:
+        _show_job(job)
+
+
+@app.command("wait")
+def wait_command(
+    job_id: JobId,
+    timeout: Annotated[float | None, typer.Option(help="Seconds to wait at most (exit 1 after).")] = None,
+    follow: Annotated[bool, typer.Option("--follow", "-f", help="Stream its log.")] = False,
+    json_output: JsonOption = False,
+) -> None:
+    """Wait until a job is final (live status); exit 2 if it ended Terminated."""
+    job = rb.job(job_id)
+    code = _wait(job, follow, timeout)
+    if json_output:
+        _print_json(job.data)
+    raise typer.Exit(code)
+
+
+@app.command()
+def logs(
+    job_id: JobId,
+    follow: Annotated[
+        bool, typer.Option("--follow", "-f", help="Keep printing new lines until it is final.")
+    ] = False,
+    fmt: Annotated[str, typer.Option("--format", help="text, json or csv")] = "text",
+) -> None:
+    """A job's console log (-f follows it while it runs, like `aws logs tail --follow`)."""
+    if fmt not in ("text", "json", "csv"):
+        raise typer.BadParameter("--format is text, json or csv")
+    job = rb.job(job_id)
+    tail = LogTail(job)
+    if fmt == "csv":
+        sys.stdout.write("timestamp,message\n")
+    while True:
+        final = job.done
+        for stamp, message in tail.new_lines():
+            _print_line(stamp, message, fmt)
+        if final or not follow:
+            return
+        time.sleep(FOLLOW_SECONDS)
+        job.refresh()
+
+
+def _print_line(stamp: datetime, message: str, fmt: str) -> None:
+    text = stamp.strftime("%Y-%m-%dT%H:%M:%S.") + f"{stamp.microsecond // 1000:03d}Z"
+    if fmt == "json":
+        sys.stdout.write(json.dumps({"timestamp": text, "message": message}, ensure_ascii=False) + "\n")
+    elif fmt == "csv":
+        import csv
+
+        csv.writer(sys.stdout, lineterminator="\n").writerow([text, message])
+    else:
+        sys.stdout.write(message + "\n")
+    sys.stdout.flush()
+
+
+@app.command()
+def result(
+    job_id: JobId,
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", help="Write the result's JSON here.")
+    ] = None,
+    timeout: Annotated[float | None, typer.Option(help="Seconds to wait for it at most.")] = None,
+    json_output: JsonOption = False,
+) -> None:
+    """A job's result (waits for it); exit 2 with the remote error when it ended Terminated."""
+    job = rb.job(job_id)
+    try:
+        job.wait(timeout, progress=False)
+        if job.data["status"] == "Terminated":
+            job.result()
+    except rb.RemoteJobError as exc:
+        err.print(escape(str(exc)))
+        raise typer.Exit(EXIT_TERMINATED) from None
+    document = job._json_result() if job.type == "Array" or json_output or output else None
+    if output is not None:
+        assert document is not None
+        output.write_text(json.dumps(document.get("result"), default=to_json_number, indent=2) + "\n")
+        err.print(f"wrote {output}")
+        return
+    if json_output:
+        _print_json(document)
+        return
+    out.print(escape(repr(job.result())))
+
+
+@app.command()
+def abort(job_id: JobId, json_output: JsonOption = False) -> None:
+    """Abort a job that is not final (an array job: all its children)."""
+    job = rb.job(job_id).abort()
+    if json_output:
+        _print_json(job.data)
+    else:
+        out.print(escape(_final_line(job)))
+
+
+@app.command()
+def delete(job_id: JobId) -> None:
+    """Delete a final job's inputs, outputs and log now."""
+    rb.job(job_id).delete()
+    out.print(f"deleted the data of {job_id}")
+
+
+@app.command("jobs")
+def jobs_command(
+    status_: Annotated[str | None, typer.Option("--status", help="Only jobs of this status.")] = None,
+    limit: Annotated[int, typer.Option(help="At most this many (newest first).")] = 20,
+    json_output: JsonOption = False,
+) -> None:
+    """This account's jobs, newest first, as a table."""
+    found = rb.jobs(status=status_, limit=limit)
+    if json_output:
+        _print_json([j.data for j in found])
+    else:
+        out.print(_job_table(found))
+
+
+@app.command()
+def children(
+    job_id: JobId,
+    status_: Annotated[str | None, typer.Option("--status", help="Only children of this status.")] = None,
+    json_output: JsonOption = False,
+) -> None:
+    """An array job's children in index order."""
+    found = rb.job(job_id).children(status=status_)
+    if json_output:
+        _print_json([j.data for j in found])
+    else:
+        out.print(_job_table(found))
+
+
+@app.command()
+def outputs(
+    job_id: JobId,
+    download: Annotated[Path | None, typer.Option(help="Download every file into this folder.")] = None,
+    json_output: JsonOption = False,
+) -> None:
+    """A job's output files (and --download DIR)."""
+    files = rb.job(job_id).outputs
+    if download is not None:
+        for path in files.download(download):
+            err.print(f"wrote {path}")
+    if json_output:
+        _print_json([{"name": f.name, "size": f.size, "url": f.url} for f in files])
+    elif download is None:
+        table = Table()
+        table.add_column("name")
+        table.add_column("bytes", justify="right")
+        for f in files:
+            table.add_row(escape(f.name), str(f.size))
+        out.print(table)
+
+
+@app.command()
+def preview(
+    job_id: JobId,
+    output: Annotated[Path, typer.Option("--output", "-o", help="The PNG file to write.")],
+) -> None:
+    """Write a job's result picture (OutputPreviewImage) as PNG."""
+    output.write_bytes(rb.job(job_id).preview_png)
+    err.print(f"wrote {output}")
+
+
+# -- account ---------------------------------------------------------------------------------------
+@app.command("account")
+def account_command(json_output: JsonOption = False) -> None:
+    """The account: id, credit balance, contacts, roles."""
+    found = rb.account()
+    if json_output:
+        _print_json(found.data)
+        return
+    table = Table(show_header=False, box=None)
+    for key, value in found.data.items():
+        table.add_row(key, escape(str(value)))
+    out.print(table)
+
+
+@app.command("usage")
+def usage_command(
+    start: Annotated[str | None, typer.Option("--from", help="ISO time, inclusive.")] = None,
+    end: Annotated[str | None, typer.Option("--to", help="ISO time, exclusive.")] = None,
+    chart: Annotated[
+        Path | None, typer.Option(help="Write a PNG of credits over time per machine class.")
+    ] = None,
+    json_output: JsonOption = False,
+) -> None:
+    """Ledger entries (charges, grants, refunds) and the total charged."""
+    found = rb.usage(start, end)
+    if chart is not None:
+        found.plot().savefig(chart, dpi=100)
+        err.print(f"wrote {chart}")
+    if json_output:
+        _print_json(
+            {
+                "entries": [
+                    {
+                        "at": r.at.isoformat().replace("+00:00", "Z"),
+                        "kind": r.kind,
+                        "credits": r.credits,
+                        "jobId": r.job_id,
+                        "balanceAfter": r.balance_after,
+                    }
+                    for r in found
+                ],
+                "totalCharged": found.total_charged,
+            }
+        )
+        return
+    table = Table(title=f"{len(found)} entries, {found.total_charged} credits charged")
+    for column in ("at", "kind", "credits", "job", "class", "balance after"):
+        table.add_column(column, justify="right" if column in ("credits", "balance after") else "left")
+    for row in found:
+        table.add_row(
+            row.at.isoformat().replace("+00:00", "Z"),
+            row.kind,
+            str(row.credits),
+            row.job_id or "",
+            found.machine_class(row.job_id),
+            str(row.balance_after),
+        )
+    out.print(table)
+
+
+@app.command("machine-classes")
+def machine_classes_command(json_output: JsonOption = False) -> None:
+    """The machine classes and their prices."""
+    classes = rb.machine_classes()
+    if json_output:
+        _print_json([vars(m) for m in classes])
+        return
+    table = Table()
+    for column in ("name", "vCPUs", "memory GiB", "GPUs", "credits/hour"):
+        table.add_column(column, justify="left" if column == "name" else "right")
+    for m in classes:
+        gpus = f"{m.gpus} {m.gpu_type}" if m.gpus else "0"
+        table.add_row(m.name, str(m.vcpus), str(m.memory_gib), gpus, str(m.credits_per_hour))
+    out.print(table)
+
+
+@app.command("estimate")
+def estimate_command(
+    machine_class: Annotated[str, typer.Option("--machine-class", "-m")] = "Basic1x8",
+    seconds: Annotated[float, typer.Option(help="Running time, seconds.")] = 60,
+    json_output: JsonOption = False,
+) -> None:
+    """Credits a run would cost (the service's prices and 60-second minimum)."""
+    found = rb.estimate(machine_class, seconds)
+    if json_output:
+        _print_json(vars(found))
+    else:
+        out.print(
+            f"{found.credits} credits ({machine_class}, {seconds:g} s at "
+            f"{found.credits_per_hour} credits/hour, at least {found.minimum_seconds} s charged)"
+        )
+
+
+@contacts_app.command("set")
+def contacts_set(
+    email: Annotated[str | None, typer.Option(help="Email address; '' clears it.")] = None,
+    phone: Annotated[str | None, typer.Option(help="E.164 phone (+15555550100); '' clears it.")] = None,
+    json_output: JsonOption = False,
+) -> None:
+    """Set (or clear with '') the account's email and phone for notifications."""
+    if email is None and phone is None:
+        raise typer.BadParameter("give --email and/or --phone")
+    found = rb.set_contacts(
+        email=... if email is None else (email or None), phone=... if phone is None else (phone or None)
+    )
+    if json_output:
+        _print_json(found.data)
+    else:
+        out.print(f"email: {found.email}  phone: {found.phone}")
+
+
+@admin_app.command("grant")
+def admin_grant(
+    account_id: Annotated[str, typer.Argument(help="The account to credit.")],
+    credits: Annotated[str, typer.Argument(help="Credits to add (> 0, at most 4 decimals).")],
+    reason: Annotated[str, typer.Option(help="Why, for the ledger.")],
+    json_output: JsonOption = False,
+) -> None:
+    """Grant credits to an account (admin role)."""
+    found = rb.grant_credits(account_id, Decimal(credits), reason)
+    if json_output:
+        _print_json(found.data)
+    else:
+        out.print(f"{found.account_id}: balance {found.credit_balance}")
+
+
+# -- login -----------------------------------------------------------------------------------------
+_API_HOST = re.compile(r"^https://[^/]+\.execute-api\.([a-z0-9-]+)\.amazonaws\.com")
+
+
+@app.command()
+def login(  # noqa: PLR0917 (typer maps each parameter to an option)
+    endpoint: Annotated[str, typer.Option(help="The API's URL (the stack's ApiUrl output).")],
+    client_id: Annotated[str, typer.Option(help="The user pool app client id (UserPoolClientId output).")],
+    username: Annotated[str, typer.Option(help="Your user name (email).", prompt=True)],
+    region: Annotated[
+        str | None, typer.Option(help="The user pool's region (default: the endpoint's).")
+    ] = None,
+    profile: Annotated[str, typer.Option("--profile", help="The profile to write.")] = config.DEFAULT_PROFILE,
+    cognito_endpoint: Annotated[str | None, typer.Option(hidden=True)] = None,
+) -> None:
+    """Sign in with Cognito (password; MFA code or new password when asked) and store a profile."""
+    match = _API_HOST.match(endpoint)
+    pool_region = region or (match.group(1) if match else None)
+    if pool_region is None:
+        raise typer.BadParameter("give --region (the endpoint does not name one)")
+    password = getpass.getpass("Password: ") if sys.stdin.isatty() else sys.stdin.readline().rstrip("\n")
+
+    def answer(challenge: str, _parameters: dict[str, Any]) -> dict[str, str]:
+        if challenge == "SOFTWARE_TOKEN_MFA":
+            return {"SOFTWARE_TOKEN_MFA_CODE": typer.prompt("MFA code")}
+        if challenge == "NEW_PASSWORD_REQUIRED":
+            return {"NEW_PASSWORD": getpass.getpass("New password: ")}
+        raise rb.LoginFailed(f"Cognito asks for {challenge}, which this login cannot answer.")
+
+    tokens = auth.password_login(
+        pool_region, client_id, username, password, answer=answer, endpoint=cognito_endpoint
+    )
+    saved = rb.Profile(
+        endpoint=endpoint,
+        token=tokens.id_token,
+        refresh_token=tokens.refresh_token,
+        client_id=client_id,
+        region=pool_region,
+        expires_at=tokens.expires_at,
+        username=username,
+        cognito_endpoint=cognito_endpoint,
+    )
+    path = config.save_profile(profile, saved)
+    account = rb.account(client=Client(saved, profile))
+    out.print(f"signed in as {account.account_id} ({username}); profile {profile!r} written to {path}")
+
+
+def main() -> None:
+    """The ``remote-batch`` console script."""
+    app()

@@ -1,0 +1,106 @@
+"""``Job.wait(progress=True)``'s display: a live rich line (or bar, for an array) on a terminal, plain
+lines when the output is not one (a log file, CI), nothing when disabled."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, TextIO
+
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    SpinnerColumn,
+    TextColumn,
+    TimeElapsedColumn,
+)
+
+if TYPE_CHECKING:
+    from remote_batch.jobs import Job
+
+
+class Display:
+    """What ``watch`` yields: ``show(job)`` after each refresh, ``echo(text)`` for a line (a log line)
+    printed above the live status."""
+
+    def __init__(self, show: Callable[[Job], None], echo: Callable[[str], None], live: bool = False) -> None:
+        self.show = show
+        self.echo = echo
+        self.live = live
+
+
+def describe(job: Job, elapsed: float) -> str:
+    """One line of a job's progress: ``job-01.. Running 12 s, 0.2 credits[, 7/10 children done]``."""
+    data = job.data
+    text = f"{job.id} {data.get('status')} {elapsed:.0f} s, {data.get('creditsSpent')} credits"
+    counts = data.get("childStatusCounts")
+    if counts:
+        done = sum(counts.get(s, 0) for s in ("Succeeded", "Terminated"))
+        text += f", {done}/{data.get('arraySize') or sum(counts.values())} children done"
+    if data.get("statusReason"):
+        text += f" ({data['statusReason']})"
+    return text
+
+
+@contextmanager
+def watch(job: Job, enabled: bool, stream: TextIO | None = None) -> Iterator[Display]:
+    """A ``Display`` to call after each refresh of ``job`` while waiting for it (``stream``: stderr
+    unless given).
+
+    On a terminal: a rich progress display, updated in place (a bar of children done for an array,
+    a spinner otherwise), log lines printed above it. Elsewhere: one plain line each time the
+    status, credits or children change. ``enabled=False``: status shows nothing (lines still print).
+    """
+    out = stream or sys.stderr
+    console = Console(file=out, highlight=False)
+
+    def plain_echo(text: str) -> None:
+        print(text, file=out, flush=True)
+
+    if not enabled:
+        yield Display(lambda _job: None, plain_echo)
+        return
+    start = time.monotonic()
+    if not console.is_terminal:
+        last: list[str] = [""]
+
+        def plain(current: Job) -> None:
+            data = current.data
+            key = f"{data.get('status')}|{data.get('creditsSpent')}|{data.get('childStatusCounts')}"
+            if key != last[0]:
+                last[0] = key
+                plain_echo(describe(current, time.monotonic() - start))
+
+        yield Display(plain, plain_echo)
+        return
+    is_array = job.type == "Array"
+    columns: list[Any] = [SpinnerColumn(), TextColumn("{task.description}")]
+    if is_array:
+        columns += [BarColumn(), MofNCompleteColumn()]
+    columns.append(TimeElapsedColumn())
+    with Progress(*columns, console=console, transient=False) as bar:
+        task = bar.add_task(job.id, total=job.data.get("arraySize") if is_array else None)
+
+        def live(current: Job) -> None:
+            data = current.data
+            counts = data.get("childStatusCounts") or {}
+            done = sum(counts.get(s, 0) for s in ("Succeeded", "Terminated"))
+            status = str(data.get("status"))
+            mark = {"Succeeded": "[green]✔[/green] ", "Terminated": "[red]✘[/red] "}.get(status, "")
+            description = f"{mark}{current.id} [bold]{status}[/bold] {data.get('creditsSpent')} credits"
+            if data.get("statusReason") and status in ("Queued", "Terminated"):
+                description += f" ({escape(str(data['statusReason']))})"
+            bar.update(task, description=description, completed=done if is_array else None)
+            if status in ("Succeeded", "Terminated"):
+                size = data.get("arraySize") or 1
+                bar.update(task, total=size, completed=size)
+
+        def echo(text: str) -> None:
+            bar.console.print(escape(text), markup=True, highlight=False, soft_wrap=True)
+
+        yield Display(live, echo, live=True)

@@ -1,0 +1,481 @@
+"""The SDK's functions: ``rb.connect``, ``rb.submit``, ``rb.map``, ``rb.job``, ``rb.jobs``, ``rb.account``,
+``rb.usage``, ``rb.machine_classes``, ``rb.estimate``, ``rb.runtime``.
+
+Each takes an optional ``client=``; without it they use the process's default client, made on first
+use by the lookup order of ``remote_batch.config`` (or set by ``rb.connect``).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import sys
+import sysconfig
+import threading
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime
+from decimal import Decimal
+from pathlib import Path
+from types import EllipsisType, ModuleType
+from typing import Any
+
+import cloudpickle
+
+from remote_batch import config
+from remote_batch.client import Client, to_json_number
+from remote_batch.config import Profile
+from remote_batch.errors import ConfigurationError
+from remote_batch.jobs import Job
+from remote_batch.usage import Usage
+
+#: API.md: an inline body is at most 5 MiB; payloads above this many bytes go through an upload.
+INLINE_PAYLOAD_BYTES = 4 * 1024 * 1024
+#: API.md: ``arrayItems`` takes 1..10,000 values inline; more (up to 100,000) go as a JSON Lines upload.
+INLINE_ARRAY_ITEMS = 10_000
+#: The content type of an ``arrayItemsKey`` upload (one JSON value a line).
+JSON_LINES = "application/jsonl"
+PICKLE_TYPE = "application/x-python-pickle"
+CODE_TYPE = "text/x-python"
+
+_lock = threading.Lock()
+_default: Client | None = None
+
+
+def connect(endpoint: str | None = None, token: str | None = None, *, profile: str | None = None) -> Client:
+    """Set (and return) the process's default client.
+
+    ``connect(endpoint, token)`` uses those; ``connect(profile="name")`` a stored profile;
+    ``connect()`` looks up as ``remote_batch.config`` says (environment, profile, local stack).
+
+    Raises ``ConfigurationError`` when nothing is found or only one of ``endpoint``/``token`` is given.
+    """
+    global _default  # noqa: PLW0603 (the one default connection of the process, as requests' module API)
+    if (endpoint is None) != (token is None):
+        raise ConfigurationError("Give both endpoint and token, or neither.")
+    if endpoint is not None and token is not None:
+        client = Client(Profile(endpoint=endpoint, token=token, source="connect()"))
+    elif profile is not None:
+        found = config.load_profile(profile)
+        if found is None:
+            raise ConfigurationError(
+                f"No profile {profile!r} in {config.profiles_path()}; "
+                f"run `remote-batch login --profile {profile}`."
+            )
+        client = Client(found, profile)
+    else:
+        found = config.find_profile()
+        name = found.source.removeprefix("profile ") if found.source.startswith("profile ") else None
+        client = Client(found, name)
+    with _lock:
+        _default = client
+    return client
+
+
+def default_client() -> Client:
+    """The process's default client, connecting (``connect()``) on first use."""
+    with _lock:
+        client = _default
+    return client if client is not None else connect()
+
+
+def _client(client: Client | None) -> Client:
+    return client if client is not None else default_client()
+
+
+# -- payloads ----------------------------------------------------------------------------------------
+def _installed_roots() -> list[Path]:
+    paths = sysconfig.get_paths()
+    return [
+        Path(paths[key]).resolve() for key in ("stdlib", "platstdlib", "purelib", "platlib") if key in paths
+    ]
+
+
+def _by_value_modules(fn: Callable[..., Any]) -> list[ModuleType]:
+    """The user's own modules ``fn`` comes from, which the job's container cannot import: a module
+    with a file outside the standard library and site-packages (``__main__`` and notebooks are
+    pickled by value by cloudpickle already)."""
+    name = getattr(fn, "__module__", None)
+    module = sys.modules.get(name) if isinstance(name, str) else None
+    if module is None or module.__name__ == "__main__":
+        return []
+    file = getattr(module, "__file__", None)
+    if not file:
+        return []
+    path = Path(file).resolve()
+    if any(path.is_relative_to(root) for root in _installed_roots()):
+        return []
+    return [module]
+
+
+@contextmanager
+def _pickled_by_value(modules: Iterable[ModuleType]) -> Iterator[None]:
+    """``cloudpickle.register_pickle_by_value`` for the duration of one ``dumps``."""
+    registered = []
+    for module in modules:
+        if module.__name__ not in cloudpickle.list_registry_pickle_by_value():
+            cloudpickle.register_pickle_by_value(module)
+            registered.append(module)
+    try:
+        yield
+    finally:
+        for module in registered:
+            cloudpickle.unregister_pickle_by_value(module)
+
+
+def python_version() -> str:
+    """This interpreter's ``major.minor`` (``3.11``): what a pickle is made with."""
+    return f"{sys.version_info.major}.{sys.version_info.minor}"
+
+
+def dumps_call(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, Any]) -> bytes:
+    """``cloudpickle.dumps((fn, args, kwargs))``, ``fn``'s own module pickled by value when the job's
+    container could not import it."""
+    with _pickled_by_value(_by_value_modules(fn)):
+        return bytes(cloudpickle.dumps((fn, tuple(args), dict(kwargs))))
+
+
+def _upload(client: Client, data: bytes, content_type: str, geo_zone: str | None) -> str:
+    """``POST /jobs/uploads`` then the presigned PUT; returns the ``inputKey``."""
+    body: dict[str, Any] = {"size": len(data), "contentType": content_type}
+    if geo_zone is not None:
+        body["geoZone"] = geo_zone
+    upload = client.post("/jobs/uploads", body)
+    client.upload(str(upload["uploadUrl"]), data, upload.get("headers") or {"Content-Type": content_type})
+    return str(upload["inputKey"])
+
+
+def payload(
+    client: Client,
+    obj: Any,
+    args: Sequence[Any],
+    kwargs: dict[str, Any] | None,
+    geo_zone: str | None,
+) -> dict[str, Any]:
+    """The payload fields of ``POST /jobs`` for ``obj``: ``code`` for a string, ``command`` for a list of
+    strings, ``pickle`` (plus the ``pythonVersion`` extension) for a callable; ``inputKey`` of an upload
+    when the payload is over ``INLINE_PAYLOAD_BYTES``.
+
+    Raises ``TypeError`` for anything else, or arguments given with code or a command.
+    """
+    if isinstance(obj, str) or (
+        isinstance(obj, list | tuple) and obj and all(isinstance(a, str) for a in obj)
+    ):
+        if args or kwargs:
+            raise TypeError("arguments are only taken with a function, not with code or a command")
+        if not isinstance(obj, str):
+            return {"command": list(obj)}
+        source = obj.encode()
+        if len(source) <= INLINE_PAYLOAD_BYTES:
+            return {"code": obj}
+        return {"inputKey": _upload(client, source, CODE_TYPE, geo_zone)}
+    if callable(obj):
+        data = dumps_call(obj, args, kwargs or {})
+        fields: dict[str, Any] = {"pythonVersion": python_version()}
+        if len(data) * 4 // 3 + 4 <= INLINE_PAYLOAD_BYTES:
+            return {**fields, "pickle": base64.b64encode(data).decode()}
+        return {**fields, "inputKey": _upload(client, data, PICKLE_TYPE, geo_zone)}
+    raise TypeError(
+        f"submit takes Python code (str), a command (list of str) or a callable, not {type(obj).__name__}"
+    )
+
+
+def _options(
+    *,
+    machine_class: str | None,
+    geo_zone: str | None,
+    credit_constraint: Decimal | float | int | str | None,
+    time_constraint: float | None,
+    notifications: Any,
+    name: str | None,
+) -> dict[str, Any]:
+    options: dict[str, Any] = {
+        "name": name,
+        "machineClass": machine_class,
+        "geoZone": geo_zone,
+        "creditConstraint": None if credit_constraint is None else Decimal(str(credit_constraint)),
+        "timeConstraint": time_constraint,
+        "notifications": notifications,
+    }
+    return {key: value for key, value in options.items() if value is not None}
+
+
+def submit(
+    obj: Any,
+    *args: Any,
+    kwargs: dict[str, Any] | None = None,
+    machine_class: str | None = None,
+    geo_zone: str | None = None,
+    credit_constraint: Decimal | float | int | str | None = None,
+    time_constraint: float | None = None,
+    notifications: Any = None,
+    name: str | None = None,
+    client: Client | None = None,
+) -> Job:
+    """Submit a job (``POST /jobs``) and return it at once (``job.result()`` waits for it).
+
+    Parameters
+    ----------
+    obj : str | list[str] | callable
+        Python code (its last expression is the result), a command (argv; files written under
+        ``$REMOTE_BATCH_OUTPUT_DIR`` become outputs), or a function called remotely as
+        ``obj(*args, **kwargs)`` (cloudpickled; one defined in ``__main__``, a notebook or a module
+        of yours is shipped by value).
+    machine_class, geo_zone, credit_constraint, time_constraint, notifications, name
+        API.md's submit options (``machineClass`` ...); None leaves the service's default
+        (``Basic1x8``, ``Automatic``, no constraint, ``Automatic`` notifications). Credits are exact
+        (pass a ``Decimal`` or a string); ``time_constraint`` is seconds.
+
+    Raises
+    ------
+    ValidationError
+        A bad option (``field`` names it), or a pickle of another Python minor version than the
+        worker's (``field`` ``pythonVersion``).
+    InsufficientCredits
+        The account's balance is not positive.
+    TypeError
+        ``obj`` is none of the three.
+
+    The request carries an ``Idempotency-Key``: a retry after a lost answer returns the same job.
+    """
+    api = _client(client)
+    body = {
+        **payload(api, obj, args, kwargs, geo_zone),
+        **_options(
+            machine_class=machine_class,
+            geo_zone=geo_zone,
+            credit_constraint=credit_constraint,
+            time_constraint=time_constraint,
+            notifications=notifications,
+            name=name,
+        ),
+    }
+    return Job(api, api.post("/jobs", body))
+
+
+def _json_lines(items: Sequence[Any]) -> bytes:
+    return b"".join(json.dumps(item, default=to_json_number).encode() + b"\n" for item in items)
+
+
+def map(
+    fn_or_code: Callable[..., Any] | str,
+    items: Iterable[Any],
+    *,
+    machine_class: str | None = None,
+    geo_zone: str | None = None,
+    credit_constraint: Decimal | float | int | str | None = None,
+    time_constraint: float | None = None,
+    notifications: Any = None,
+    name: str | None = None,
+    client: Client | None = None,
+) -> Job:
+    """One array job with a child per item (API.md ``arrayItems``); ``job.result()`` is the list of the
+    children's results in ``items``' order.
+
+    ``fn_or_code`` is a function (called as ``fn(item)``) or code (run with the name ``item`` bound).
+    Items are JSON values. Up to 10,000 (and a body under 5 MiB) go inline; more go as a JSON Lines
+    upload (``POST /jobs/uploads``, then ``arrayItemsKey``), up to 100,000. Options and errors as
+    ``submit``; ``ValueError`` for no items.
+    """
+    values = list(items)
+    if not values:
+        raise ValueError("map needs at least one item")
+    api = _client(client)
+    body = {
+        **payload(api, fn_or_code, (), None, geo_zone),
+        **_options(
+            machine_class=machine_class,
+            geo_zone=geo_zone,
+            credit_constraint=credit_constraint,
+            time_constraint=time_constraint,
+            notifications=notifications,
+            name=name,
+        ),
+    }
+    inline = json.dumps(values, default=to_json_number).encode()
+    if (
+        len(values) <= INLINE_ARRAY_ITEMS
+        and len(inline) + len(json.dumps(body, default=to_json_number)) <= INLINE_PAYLOAD_BYTES
+    ):
+        body["arrayItems"] = values
+    else:
+        body["arrayItemsKey"] = _upload(api, _json_lines(values), JSON_LINES, geo_zone)
+    return Job(api, api.post("/jobs", body))
+
+
+# -- reads -------------------------------------------------------------------------------------------
+def job(job_id: str, *, client: Client | None = None) -> Job:
+    """The job ``job_id`` of this account. Raises ``NotFound`` (also for another account's job)."""
+    api = _client(client)
+    return Job(api, api.get(f"/jobs/{job_id}"))
+
+
+def jobs(status: str | None = None, limit: int | None = 50, *, client: Client | None = None) -> list[Job]:
+    """This account's top-level jobs, newest first: at most ``limit`` (None: all), only ``status`` ones
+    when given."""
+    api = _client(client)
+    found: list[Job] = []
+    page_size = 100 if limit is None else max(1, min(limit, 100))
+    for data in api.pages("/jobs", "jobs", status=status, limit=page_size):
+        found.append(Job(api, data))
+        if limit is not None and len(found) >= limit:
+            break
+    return found
+
+
+@dataclass(frozen=True)
+class Account:
+    """``GET /account``: id, exact credit balance, contacts, roles."""
+
+    account_id: str
+    credit_balance: Decimal
+    email: str | None
+    phone: str | None
+    roles: list[str]
+    data: dict[str, Any] = field(repr=False)
+
+
+def _account(document: dict[str, Any]) -> Account:
+    return Account(
+        account_id=str(document["accountId"]),
+        credit_balance=Decimal(str(document["creditBalance"])),
+        email=document.get("email"),
+        phone=document.get("phone"),
+        roles=list(document.get("roles") or []),
+        data=document,
+    )
+
+
+def account(*, client: Client | None = None) -> Account:
+    """The caller's account and credit balance."""
+    return _account(_client(client).get("/account"))
+
+
+def set_contacts(
+    email: str | EllipsisType | None = ...,
+    phone: str | EllipsisType | None = ...,
+    *,
+    client: Client | None = None,
+) -> Account:
+    """``PUT /account/contacts``: set (a string), clear (None) or keep (left out) the email and phone.
+    Raises ``ValidationError`` (``field`` ``phone`` when it is not E.164)."""
+    body = {key: value for key, value in (("email", email), ("phone", phone)) if value is not ...}
+    api = _client(client)
+    return _account(_decode_put(api, "/account/contacts", body))
+
+
+def _decode_put(api: Client, path: str, body: dict[str, Any]) -> dict[str, Any]:
+    from remote_batch.client import decode
+
+    result: dict[str, Any] = decode(api.request("PUT", path, body=body))
+    return result
+
+
+def grant_credits(
+    account_id: str, credits: Decimal | int | str, reason: str, *, client: Client | None = None
+) -> Account:
+    """Admin: grant ``credits`` to ``account_id`` (a ``grant`` ledger entry). Raises ``Forbidden``
+    without the admin role. Not retried once sent (the service does not deduplicate grants)."""
+    from remote_batch.client import decode
+
+    api = _client(client)
+    body = {"credits": Decimal(str(credits)), "reason": reason}
+    response = api.request("POST", f"/admin/accounts/{account_id}/credits", body=body, repeatable=False)
+    return _account(decode(response))
+
+
+def usage(
+    start: datetime | str | None = None, end: datetime | str | None = None, *, client: Client | None = None
+) -> Usage:
+    """The ledger entries from ``start`` (inclusive) to ``end`` (exclusive), as ``Usage``: rows,
+    ``dataframe()``, ``plot()``. Times are aware datetimes or ISO strings; None: no bound."""
+    api = _client(client)
+
+    def iso(value: datetime | str | None) -> str | None:
+        if value is None or isinstance(value, str):
+            return value
+        return value.isoformat().replace("+00:00", "Z")
+
+    return Usage(api, api.get("/account/usage", **{"from": iso(start), "to": iso(end)}))
+
+
+@dataclass(frozen=True)
+class MachineClass:
+    """A machine class and its price (credits per hour of Running time)."""
+
+    name: str
+    vcpus: int
+    memory_gib: int
+    gpus: int
+    gpu_type: str | None
+    credits_per_hour: Decimal
+
+
+def machine_classes(*, client: Client | None = None) -> list[MachineClass]:
+    """The machine classes with the prices the service charges."""
+    document = _client(client).get("/machine-classes")
+    return [
+        MachineClass(
+            name=str(m["name"]),
+            vcpus=int(m["vcpus"]),
+            memory_gib=int(m["memoryGiB"]),
+            gpus=int(m["gpus"]),
+            gpu_type=m.get("gpuType"),
+            credits_per_hour=Decimal(str(m["creditsPerHour"])),
+        )
+        for m in document["machineClasses"]
+    ]
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """``POST /estimate``: what a run would cost.
+
+    Attributes
+    ----------
+    credits : Decimal
+        Credits for the run (the 60-second minimum applied, capped by a credit constraint).
+    credits_per_hour : Decimal
+        The machine class's price.
+    minimum_seconds : int
+        The shortest run charged (60).
+    """
+
+    credits: Decimal
+    credits_per_hour: Decimal
+    minimum_seconds: int
+
+
+def estimate(
+    machine_class: str = "Basic1x8",
+    seconds: float = 60,
+    *,
+    credit_constraint: Decimal | float | int | str | None = None,
+    client: Client | None = None,
+) -> Estimate:
+    """Credits a run of ``seconds`` of Running time on ``machine_class`` would cost, as the service
+    computes it (its price table and its 60-second minimum). Raises ``ValidationError``."""
+    body = {
+        "seconds": seconds,
+        **_options(
+            machine_class=machine_class,
+            geo_zone=None,
+            credit_constraint=credit_constraint,
+            time_constraint=None,
+            notifications=None,
+            name=None,
+        ),
+    }
+    document = _client(client).post("/estimate", body)
+    return Estimate(
+        credits=Decimal(str(document["credits"])),
+        credits_per_hour=Decimal(str(document["creditsPerHour"])),
+        minimum_seconds=int(document["minimumSeconds"]),
+    )
+
+
+def runtime(*, client: Client | None = None) -> dict[str, Any]:
+    """``GET /runtime``: what jobs run with (``{"pythonVersion": "3.12", ...}``)."""
+    result: dict[str, Any] = _client(client).get("/runtime")
+    return result
