@@ -67,7 +67,7 @@ test: $(STAMP) node_modules/.installed $(LAMBDA_BUNDLE) sandbox-tools
 lint: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/ruff check .
-	$(BIN)/mypy functions worker remote_batch infra
+	$(BIN)/mypy functions worker remote_batch infra tests benchmarks
 
 format: $(STAMP)
 	$(BIN)/ruff format .
@@ -106,8 +106,10 @@ openapi: $(STAMP)
 synth: $(STAMP) node_modules/.installed $(LAMBDA_BUNDLE)
 	PATH=$(abspath $(BIN)):$$PATH npx cdk synth --quiet
 
+## Issue 14's performance table (README "Benchmarks"), about 5 min; `make bench BASELINE=<rev>` also
+## measures that revision in the same run (before/after). Not part of `make test`.
 bench: $(STAMP)
-	$(BIN)/python -m benchmarks
+	$(BIN)/python -m benchmarks $(if $(BASELINE),--baseline $(BASELINE))
 
 clean:
 	rm -rf $(VENV) node_modules cdk.out build .pytest_cache .mypy_cache .ruff_cache

@@ -36,7 +36,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     _offline_environment()
     import boto3
     from moto import mock_aws
-    from moto.sns import sns_backends
+    from moto.sns.models import sns_backends
 
     from functions.adapters.sns import SnsEmailSubscriptions, SnsNotifier, email_topic_arn
     from functions.ports import OutgoingNotification

@@ -117,7 +117,7 @@ def _settings(region: str) -> Any:
     from functions.settings import RouteSettings, Settings, ZoneSettings
 
     routes = {
-        name: RouteSettings(jobQueue="bench-queue", jobDefinition="bench-definition")
+        name: RouteSettings(job_queue="bench-queue", job_definition="bench-definition")
         for name in MACHINE_CLASSES
     }
     return Settings(
@@ -129,7 +129,7 @@ def _settings(region: str) -> Any:
         home_region=region,
         zones={
             GeoZone.UNITED_STATES: ZoneSettings(
-                region=region, bucket="bench-data", logGroup="/aws/batch/job", routes=routes
+                region=region, bucket="bench-data", log_group="/aws/batch/job", routes=routes
             )
         },
     )

@@ -2,13 +2,19 @@
 
 Handlers get their ``Services`` from ``get_services()``. The local stack and tests build their own
 (with ``build_services`` and a local Batch gateway / notifier, or fakes) and ``install`` them.
+
+Each AWS client is made on its first use (``LazyClient``): making one loads its service model (10 to
+40 ms each), and a function uses few of the up to 3 + 3 per zone it is given (the meter: DynamoDB,
+rarely SNS or Batch; an api request: DynamoDB and one zone's S3).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import threading
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from functools import lru_cache
+from typing import Any
 
 import boto3
 from botocore.config import Config
@@ -48,6 +54,34 @@ S3_CONFIG = _BOTO_CONFIG.merge(
 )
 
 
+class LazyClient:
+    """A boto3 client made by ``make`` on the first attribute read (an operation, ``exceptions``,
+    ``meta``), then used as is: it stands where the adapters take a client.
+
+    ``lock`` serializes the making (boto3 sessions are not thread-safe; the clients they make are),
+    so share one lock among the clients of one session.
+    """
+
+    def __init__(self, make: Callable[[], Any], lock: threading.Lock) -> None:
+        self._make = make
+        self._lock = lock
+        self._client: Any = None
+
+    @property
+    def made(self) -> bool:
+        """Whether the client has been made (for tests)."""
+        return self._client is not None
+
+    def __getattr__(self, name: str) -> Any:
+        client = self._client
+        if client is None:
+            with self._lock:
+                if self._client is None:
+                    self._client = self._make()
+                client = self._client
+        return getattr(client, name)
+
+
 def utc_now() -> datetime:
     """The wall clock as an aware UTC datetime (the only clock read of the Lambdas)."""
     return datetime.now(UTC)
@@ -83,11 +117,19 @@ def build_services(
         Where the logic counts its events (default: CloudWatch metrics through powertools).
     """
     session = session or boto3.Session()
-    dynamodb = session.client("dynamodb", region_name=settings.home_region, config=_BOTO_CONFIG)
+    lock = threading.Lock()
+
+    def client(service: str, region: str, config: Config = _BOTO_CONFIG) -> Any:
+        def make() -> Any:
+            return session.client(service, region_name=region, config=config)  # type: ignore[call-overload]
+
+        return LazyClient(make, lock)
+
+    dynamodb = client("dynamodb", settings.home_region)
     store = DynamoJobStore(
         dynamodb, settings.jobs_table, settings.accounts_table, settings.ledger_table, clock=clock
     )
-    sns = session.client("sns", region_name=settings.home_region, config=_BOTO_CONFIG)
+    sns = client("sns", settings.home_region)
     resolver = resolver or SocketResolver()
     if notifier is None:
         webhooks = WebhookSender(resolver=resolver, local=settings.allow_http_webhooks)
@@ -95,12 +137,12 @@ def build_services(
     zones: dict[GeoZone, ZoneServices] = {}
     for zone, zone_settings in settings.zones.items():
         region = zone_settings.region
-        s3 = session.client("s3", region_name=region, config=S3_CONFIG)
-        logs = session.client("logs", region_name=region, config=_BOTO_CONFIG)
+        s3 = client("s3", region, S3_CONFIG)
+        logs = client("logs", region)
         if batch_gateways is not None and zone in batch_gateways:
             gateway = batch_gateways[zone]
         else:
-            gateway = AwsBatchGateway(session.client("batch", region_name=region, config=_BOTO_CONFIG))
+            gateway = AwsBatchGateway(client("batch", region))
         zones[zone] = ZoneServices(
             blobs=S3BlobStore(s3, zone_settings.bucket),
             batch=gateway,

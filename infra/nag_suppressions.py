@@ -37,6 +37,10 @@ _TABLE_INDEXES = (
     "grant_read_write_data adds '<table>/index/*' so Query can use the table's own indexes (byAccount, "
     "metered, byTime); it grants nothing beyond the service's tables."
 )
+_ARRAY_RESULTS = (
+    "PutObject under outputs/ only: an array's result document, outputs/<arrayId>/result.json, assembled "
+    "from its children's results when the array ends; the array id is known only at submit time."
+)
 _JOB_ARNS = (
     "batch:SubmitJob, batch:TagResource (tag on create, only the service's tag keys) and "
     "batch:TerminateJob are authorized on the job's ARN, which exists only after SubmitJob; scoped to "
@@ -204,6 +208,10 @@ def _acknowledge_functions(scopes: ControlPlaneFindings) -> None:
         for zone in zones
     ]
     topic_key = ("AwsSolutions-IAM5[Action::kms:GenerateDataKey*]", _TOPIC_KEY)
+    array_results = [
+        (f"AwsSolutions-IAM5[Resource::arn:{partition}:s3:::{zone.bucket_name}/outputs/*]", _ARRAY_RESULTS)
+        for zone in zones
+    ]
 
     email_topics = (
         f"AwsSolutions-IAM5[Resource::arn:{partition}:sns:{_home_region(stack)}:<AWS::AccountId>:"
@@ -225,7 +233,9 @@ def _acknowledge_functions(scopes: ControlPlaneFindings) -> None:
         wildcard,
         topic_key,
         email_topics,
+        *jobs,
         *bucket_objects,
+        *array_results,
         *table_indexes,
     )
     _acknowledge(
@@ -235,6 +245,7 @@ def _acknowledge_functions(scopes: ControlPlaneFindings) -> None:
         email_topics,
         *jobs,
         *bucket_objects,
+        *array_results,
         *table_indexes,
     )
     for function in (scopes.api_function, scopes.batch_events_function, scopes.meter_function):

@@ -7,24 +7,28 @@ import threading
 import uuid
 from dataclasses import dataclass, field
 
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
 from functions.domain.errors import DependencyFailed
 from functions.domain.jobs import BatchJobState
 from functions.ports import BatchSubmission, OutgoingNotification
 
 
-@dataclass
-class FakeLambdaContext:
-    """What powertools reads of a Lambda context."""
+class FakeLambdaContext(LambdaContext):
+    """What powertools reads of a Lambda context: powertools' own ``LambdaContext`` (its properties read
+    the underscored attributes set here), so the handlers' ``context: LambdaContext`` accepts it."""
 
-    function_name: str = "remote-batch-test"
-    function_version: str = "$LATEST"
-    invoked_function_arn: str = "arn:aws:lambda:us-east-1:123456789012:function:remote-batch-test"
-    memory_limit_in_mb: int = 256
-    aws_request_id: str = field(default_factory=lambda: str(uuid.uuid4()))
-    log_group_name: str = "/aws/lambda/remote-batch-test"
-    log_stream_name: str = "test"
+    def __init__(self) -> None:
+        self._function_name = "remote-batch-test"
+        self._function_version = "$LATEST"
+        self._invoked_function_arn = "arn:aws:lambda:us-east-1:123456789012:function:remote-batch-test"
+        self._memory_limit_in_mb = 256
+        self._aws_request_id = str(uuid.uuid4())
+        self._log_group_name = "/aws/lambda/remote-batch-test"
+        self._log_stream_name = "test"
 
-    def get_remaining_time_in_millis(self) -> int:
+    @staticmethod
+    def get_remaining_time_in_millis() -> int:
         return 30_000
 
 

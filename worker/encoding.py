@@ -135,7 +135,8 @@ def messages_document(messages: list[str], error: JobError | None) -> bytes:
 
 def _pickle_result(value: Any, messages: list[str]) -> bytes | None:
     try:
-        return cloudpickle.dumps(value)
+        pickled: bytes = cloudpickle.dumps(value)  # cloudpickle ships no type information
+        return pickled
     except BaseException as exc:  # user __reduce__/__getstate__ may raise anything, even SystemExit
         messages.append(
             f"result.pickle not written: the result cannot be pickled ({describe_exception(exc)})"
@@ -301,7 +302,7 @@ def _number_or_string(value: str | int | float) -> str | int | float:
     return real
 
 
-_BIG = 10**INT_MAX_STR_DIGITS
+_BIG: int = 10**INT_MAX_STR_DIGITS
 
 
 def _exceeds_str_digits(number: int) -> bool:

@@ -6,6 +6,15 @@ No boto3 here: this module is plain data so ``infra/`` can import it without the
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:  # the stubs are a dev dependency: nothing of boto3 is imported at run time
+    from mypy_boto3_dynamodb.type_defs import (
+        CreateTableInputTypeDef,
+        GlobalSecondaryIndexTypeDef,
+        KeySchemaElementTypeDef,
+        LocalSecondaryIndexTypeDef,
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -19,7 +28,7 @@ class Index:
     partition_key: str
     sort_key: str | None = None
     local: bool = False
-    projection: str = "ALL"
+    projection: Literal["ALL", "KEYS_ONLY"] = "ALL"
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,35 +84,43 @@ IDEMPOTENCY = TableSpec(logical_name="Idempotency", partition_key="id", ttl_attr
 ALL_TABLES = (JOBS, ACCOUNTS, LEDGER, IDEMPOTENCY)
 
 
-def create_table_request(spec: TableSpec, name: str) -> dict[str, object]:
+def create_table_request(spec: TableSpec, name: str) -> CreateTableInputTypeDef:
     """The ``CreateTable`` parameters of a table spec: on-demand, string keys, its GSIs and LSIs.
 
     The local stack and the integration tests create their moto tables with this; the CDK app
     builds the same keys and indexes from the same spec.
     """
 
-    def key_schema(partition_key: str, sort_key: str | None) -> list[dict[str, str]]:
-        schema = [{"AttributeName": partition_key, "KeyType": "HASH"}]
+    def key_schema(partition_key: str, sort_key: str | None) -> list[KeySchemaElementTypeDef]:
+        schema: list[KeySchemaElementTypeDef] = [{"AttributeName": partition_key, "KeyType": "HASH"}]
         if sort_key:
             schema.append({"AttributeName": sort_key, "KeyType": "RANGE"})
         return schema
 
-    request: dict[str, object] = {
+    def global_index(index: Index) -> GlobalSecondaryIndexTypeDef:
+        keys = key_schema(index.partition_key, index.sort_key)
+        return {
+            "IndexName": index.name,
+            "KeySchema": keys,
+            "Projection": {"ProjectionType": index.projection},
+        }
+
+    def local_index(index: Index) -> LocalSecondaryIndexTypeDef:
+        keys = key_schema(index.partition_key, index.sort_key)
+        return {
+            "IndexName": index.name,
+            "KeySchema": keys,
+            "Projection": {"ProjectionType": index.projection},
+        }
+
+    request: CreateTableInputTypeDef = {
         "TableName": name,
         "BillingMode": "PAY_PER_REQUEST",
         "AttributeDefinitions": [{"AttributeName": a, "AttributeType": "S"} for a in spec.attribute_names()],
         "KeySchema": key_schema(spec.partition_key, spec.sort_key),
     }
-    for kind, local in (("GlobalSecondaryIndexes", False), ("LocalSecondaryIndexes", True)):
-        indexes = [
-            {
-                "IndexName": index.name,
-                "KeySchema": key_schema(index.partition_key, index.sort_key),
-                "Projection": {"ProjectionType": index.projection},
-            }
-            for index in spec.indexes
-            if index.local is local
-        ]
-        if indexes:
-            request[kind] = indexes
+    if global_indexes := [global_index(index) for index in spec.indexes if not index.local]:
+        request["GlobalSecondaryIndexes"] = global_indexes
+    if local_indexes := [local_index(index) for index in spec.indexes if index.local]:
+        request["LocalSecondaryIndexes"] = local_indexes
     return request

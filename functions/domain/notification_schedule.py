@@ -159,7 +159,8 @@ def next_attempt_at(failures: int, now: datetime) -> datetime | None:
     1, 2, 4, 8 minutes; None once ``MAX_PUBLISH_ATTEMPTS`` attempts have failed (failed for good)."""
     if failures >= MAX_PUBLISH_ATTEMPTS:
         return None
-    return now + RETRY_BACKOFF * (2 ** (failures - 1))
+    # A float power: int ** int is typed Any (a negative exponent gives a float); the doublings are exact.
+    return now + RETRY_BACKOFF * (2.0 ** (failures - 1))
 
 
 def due_notifications(job: Job, now: datetime) -> list[DueNotification]:

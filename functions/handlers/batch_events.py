@@ -23,7 +23,7 @@ from functions.observability import EVENT_BRIDGE_EVENT_ID, lambda_entry, logger,
 DETAIL_TYPE = "Batch Job State Change"
 
 
-class BatchJobStateChange(EventBridgeModel):  # type: ignore[misc]
+class BatchJobStateChange(EventBridgeModel):
     """The EventBridge envelope with a typed Batch ``detail``."""
 
     detail: BatchJobDetail

@@ -43,12 +43,14 @@ from functions.domain.jobs import (
     Transition,
     apply_batch_event,
     charge_entry_id,
+    credit_constraint_reason,
     is_credit_constraint_reason,
 )
 from functions.domain.machine_classes import machine_class
 from functions.domain.status import JobStatus, statuses_between
 from functions.logic.job_outcomes import discard_outputs, final_outcome, output_key
 from functions.logic.notifying import deliver_due_notifications
+from functions.logic.submission import terminate
 from functions.ports import Services
 
 logger = Logger(child=True)
@@ -151,6 +153,10 @@ def apply_array_event(services: Services, parent: Job, state: BatchJobState, now
             services.store.save_child_event(
                 transition, created=stored is None, charge=charge, entry=entry, settled_at_most=most, now=now
             )
+        except RecordMissing:
+            # The array was deleted or expired meanwhile: a late event is neither applied nor charged.
+            logger.warning("event for a gone array ignored", job_id=parent.job_id, child=index)
+            return child
         except ConditionFailed:
             logger.debug("child event lost a race; re-reading", job_id=child_id)
             time.sleep(random.uniform(0, 0.02))  # noqa: S311 - jitter, not cryptography
@@ -168,14 +174,35 @@ def apply_array_event(services: Services, parent: Job, state: BatchJobState, now
     else:
         raise DependencyFailed(f"job {child_id} kept changing; the event will be retried")
     assert child is not None
+    _advance_parent(services, parent, child, now)
+    return child
+
+
+def _advance_parent(services: Services, parent: Job, child: Job, now: datetime) -> None:
+    """After a child's event: stop the array at its cap, start it when a child started, end it when
+    every child is final (each an idempotent conditional write, safe to repeat on a replay)."""
     fresh = services.store.get_job(parent.job_id) or parent
+    _stop_at_cap(services, fresh, now)
     if fresh.status == JobStatus.QUEUED and (
         child.started_at is not None or child.status in (JobStatus.STARTING, JobStatus.RUNNING)
     ):
         services.store.start_array(fresh.job_id, child.started_at or now, now)
         fresh = services.store.get_job(parent.job_id) or fresh
     finish_array(services, fresh, now)
-    return child
+
+
+def _stop_at_cap(services: Services, parent: Job, now: datetime) -> None:
+    """Terminate an array whose settled children's charges reached its ``creditConstraint`` (its
+    other children would run for nothing: no charge is left under the cap). The meter does the same
+    for running children's spend; this stops it without waiting for its tick."""
+    cap = parent.credit_constraint
+    if cap is None or parent.is_final or parent.credits_settled < cap or parent.termination_requested_at:
+        return
+    try:
+        terminate(services, parent, credit_constraint_reason(cap), now)
+    except DependencyFailed:
+        # The meter's next tick sends it again (the claim was released).
+        logger.exception("array at its cap not terminated yet", job_id=parent.job_id)
 
 
 def finish_array(services: Services, parent: Job, now: datetime) -> Job:

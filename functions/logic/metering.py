@@ -20,6 +20,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
+from functools import partial
 from typing import TypeVar
 
 from aws_lambda_powertools import Logger
@@ -109,7 +110,7 @@ def meter_tick(services: Services, now: datetime) -> MeterReport:
     retry_failed_notifications(services, now, skips)
     by_account: dict[str, list[MeterReading]] = defaultdict(list)
     for job in services.store.list_metered_jobs(on_unreadable=skips.unreadable):
-        reading = skips.guard(job.job_id, "read", lambda job=job: read_meter(job, now))  # type: ignore[misc]
+        reading = skips.guard(job.job_id, "read", partial(read_meter, job, now))
         if reading is not None:
             by_account[job.account_id].append(reading)
     metered = sum(len(readings) for readings in by_account.values())
@@ -120,7 +121,7 @@ def meter_tick(services: Services, now: datetime) -> MeterReport:
         terminated += account_terminated
     for readings in by_account.values():
         for reading in readings:
-            skips.guard(reading.job.job_id, "notify", lambda r=reading: notify_progress(services, r, now))  # type: ignore[misc]
+            skips.guard(reading.job.job_id, "notify", partial(notify_progress, services, reading, now))
     reconciled = reconcile_stale_jobs(services, now, skips)
     skipped = len(skips.job_ids)
     logger.info(
@@ -152,7 +153,7 @@ def _enforce(
         if reading.spent > reading.job.credits_spent and skips.guard(
             reading.job.job_id,
             "credits",
-            lambda r=reading: services.store.raise_credits_spent(r.job.job_id, r.spent),  # type: ignore[misc]
+            partial(services.store.raise_credits_spent, reading.job.job_id, reading.spent),
         ):
             updated += 1
     stopping: set[str] = set()
@@ -165,7 +166,7 @@ def _enforce(
             if skips.guard(
                 reading.job.job_id,
                 "terminate",
-                lambda r=reading, why=reason: _terminate(services, r, why, now),  # type: ignore[misc]
+                partial(_terminate, services, reading, reason, now),
             ):
                 terminated += 1
     account = skips.guard(account_id, "account", lambda: services.store.get_account(account_id))
@@ -177,7 +178,7 @@ def _enforce(
             if skips.guard(
                 reading.job.job_id,
                 "terminate",
-                lambda r=reading: _terminate(services, r, OUT_OF_CREDITS, now),  # type: ignore[misc]
+                partial(_terminate, services, reading, OUT_OF_CREDITS, now),
             ):
                 terminated += 1
     return updated, terminated
@@ -225,7 +226,7 @@ def retry_failed_notifications(services: Services, now: datetime, skips: _Skips 
     """
     guard = skips or _Skips()
     for job_id in list(services.store.list_notification_retries()):
-        guard.guard(job_id, "notification retry", lambda j=job_id: _retry_notifications(services, j, now))  # type: ignore[misc]
+        guard.guard(job_id, "notification retry", partial(_retry_notifications, services, job_id, now))
 
 
 def _retry_notifications(services: Services, job_id: str, now: datetime) -> None:
@@ -313,7 +314,7 @@ def reconcile_stale_jobs(services: Services, now: datetime, skips: _Skips | None
                 state = _synthetic_failure(job, reason, now)
             # A store or publish failure for one job must not stop the tick for the others: what was
             # not written is still stale next tick; a failed publish released its key.
-            guard.guard(job.job_id, "reconcile", lambda j=job, s=state: _reconcile(services, j, s, now))  # type: ignore[misc]
+            guard.guard(job.job_id, "reconcile", partial(_reconcile, services, job, state, now))
     return len(stale)
 
 

@@ -20,6 +20,7 @@ from aws_lambda_powertools import Logger
 
 from functions.domain.arrays import child_template, parse_child_job_id
 from functions.domain.errors import (
+    Conflict,
     DependencyFailed,
     InsufficientCredits,
     NotFound,
@@ -346,9 +347,22 @@ def _terminate_array(services: Services, parent: Job, reason: str, now: datetime
 def abort_job(services: Services, account_id: str, job_id: str) -> Job:
     """``POST /jobs/{jobId}/abort``: terminate a job that is not final with ``Aborted by user``.
 
-    Aborting a final job is a no-op that returns it. Raises ``NotFound`` for another account's job.
+    Aborting a final job is a no-op that returns it. An array's child is aborted alone (its array
+    goes on); one that had no event yet is not in AWS Batch's hands as a job of its own yet.
+
+    Raises
+    ------
+    NotFound
+        Another account's job.
+    Conflict
+        An array's child that has not started yet: abort its array instead, or try again later.
     """
     job = get_owned_job(services, account_id, job_id)
+    if job.type == JobType.ARRAY_CHILD and job.batch_job_id is None:
+        raise Conflict(
+            f"Child {job_id} has not reached AWS Batch as a job of its own yet; abort its array "
+            f"({job.parent_job_id}) or try again once it is Starting."
+        )
     aborted = terminate(services, job, ABORTED_BY_USER)
     if not job.is_final:
         services.events.count("JobsAborted")

@@ -217,12 +217,18 @@ class Functions(Construct):
         self._grant_job_logs(role)
 
     def _grant_batch_events(self, role: iam.IRole) -> None:
-        """Apply status changes, settle charges, roll arrays up, notify, discard a capped job's output."""
+        """Apply status changes, settle charges, roll arrays up (and stop one at its cap), notify, discard
+        a capped job's output."""
         for table in (self._data.jobs_table, self._data.accounts_table, self._data.ledger_table):
             table.grant_read_write_data(role)
         self._grant_objects(role, write=False)
         self._grant_array_results(role)
         self._grant_notify(role)
+        # An array whose children's settled charges reach its creditConstraint is terminated at once,
+        # by the child event that reached it (the meter would only see it at its next tick).
+        role.add_to_principal_policy(
+            iam.PolicyStatement(actions=["batch:TerminateJob"], resources=self._job_arns())
+        )
 
     def _grant_meter(self, role: iam.IRole) -> None:
         """Meter running jobs, terminate those over their caps, reconcile lost events, notify."""

@@ -198,7 +198,7 @@ class IamGate:
     Until ``enable`` it passes everything (the stack provisions itself first).
     """
 
-    def __init__(self, app: Callable[..., Any]) -> None:
+    def __init__(self, app: Callable[..., Iterable[bytes]]) -> None:
         self._app = app
         self._admin: Credentials | None = None
         self._api_token: str | None = None
@@ -212,15 +212,15 @@ class IamGate:
 
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
         if self._admin is None or self._api_token is None:
-            return self._app(environ, start_response)  # type: ignore[no-any-return]
+            return self._app(environ, start_response)
         refusal = self._refusal(environ, self._admin, self._api_token)
         if refusal is not None:
             return _forbidden(start_response, *refusal)
         if not environ.get("HTTP_AUTHORIZATION"):  # /moto-api/ with the token, or a valid presigned URL
-            return self._app(environ, start_response)  # type: ignore[no-any-return]
+            return self._app(environ, start_response)
         token = _enforcing.set(True)
         try:
-            return self._app(environ, start_response)  # type: ignore[no-any-return]
+            return self._app(environ, start_response)
         finally:
             _enforcing.reset(token)
 

@@ -105,7 +105,7 @@ def _file_stem(account: str, region: str, group: str, stream: str) -> str:
     return hashlib.sha256(f"{account}\0{region}\0{group}\0{stream}".encode()).hexdigest()[:40]
 
 
-class DiskLogStream(moto_logs.LogStream):  # type: ignore[misc]
+class DiskLogStream(moto_logs.LogStream):
     """A moto ``LogStream`` whose events live in a file (see the module's docstring).
 
     Parameters
@@ -437,7 +437,8 @@ class LogStore:
 
         def create_log_stream(group: Any, log_stream_name: str) -> None:
             if (group.region, group.name) not in store._groups:
-                return originals["create_log_stream"](group, log_stream_name)
+                originals["create_log_stream"](group, log_stream_name)
+                return
             if log_stream_name in group.streams:
                 raise ResourceAlreadyExistsException()
             group.streams[log_stream_name] = DiskLogStream(group, log_stream_name, store)

@@ -167,7 +167,7 @@ class WriteCounter:
             return dict(self._counts)
 
 
-class _CountingMotoServer(ThreadedMotoServer):  # type: ignore[misc]
+class _CountingMotoServer(ThreadedMotoServer):
     """``ThreadedMotoServer`` serving ``app`` (moto's application behind our middlewares).
 
     Overrides the thread entry of moto 5's ThreadedMotoServer (same server, same handler), the only

@@ -92,12 +92,14 @@ class Client:
     def submit(self, body: dict[str, Any]) -> dict[str, Any]:
         response = self.post("/jobs", json=body)
         assert response.status_code == 202, response.text
-        return self.body(response)
+        submitted: dict[str, Any] = self.body(response)
+        return submitted
 
     def job(self, job_id: str) -> dict[str, Any]:
         response = self.get(f"/jobs/{job_id}")
         assert response.status_code == 200, response.text
-        return self.body(response)
+        job: dict[str, Any] = self.body(response)
+        return job
 
     def wait_status(
         self, job_id: str, statuses: tuple[str, ...] = FINAL, timeout: float = 30

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from decimal import Decimal
+from typing import Any
 
 import pytest
 
@@ -21,7 +22,7 @@ def test_replayed_events_change_nothing(stack: LocalStackProcess, dev: Client, a
 
     # The job as it is once both are logged (the status is stored a few ms before the JobCompleted
     # line is appended to notificationLog: a snapshot taken in between is not the final state).
-    def both_logged() -> dict | None:
+    def both_logged() -> dict[str, Any] | None:
         current = dev.job(job["jobId"])
         return current if len(current["notificationLog"]) >= 2 else None
 
@@ -55,7 +56,8 @@ def test_replayed_events_change_nothing(stack: LocalStackProcess, dev: Client, a
 
 
 def test_replay_rejects_what_is_not_a_list_of_events(admin: Client) -> None:
-    for body in ({"events": "nope"}, {"events": [1, 2]}, {}, []):
+    bodies: list[object] = [{"events": "nope"}, {"events": [1, 2]}, {}, []]
+    for body in bodies:
         response = admin.post("/local/batch-events", json=body)
         assert response.status_code == 400, (body, response.text)
         assert response.json()["error"]["code"] == "ValidationError"

@@ -36,7 +36,8 @@ def _assert_error(response: requests.Response, status: int, code: str, field: An
     assert isinstance(body["error"]["message"], str) and body["error"]["message"], body
     if field is not ...:
         assert body["error"]["field"] == field, body
-    return body["error"]
+    error: dict[str, Any] = body["error"]
+    return error
 
 
 def _job_processes(job_id: str) -> list[psutil.Process]:
@@ -66,7 +67,8 @@ def _new_account(stack: LocalStackProcess, admin: Client, credits: int) -> Clien
 def _usage(client: Client, **params: str) -> dict[str, Any]:
     response = client.get("/account/usage", params=params)
     assert response.status_code == 200, response.text
-    return Client.body(response)
+    usage: dict[str, Any] = Client.body(response)
+    return usage
 
 
 def _at(entry: dict[str, Any]) -> datetime:
@@ -150,8 +152,8 @@ def test_account_out_of_credits_then_top_up(stack: LocalStackProcess, admin: Cli
     assert all(balance >= 0 for balance in seen), seen
     assert seen[-1] == Decimal("0"), seen
     assert sum(_credits(f["creditsSpent"]) for f in finals) == Decimal("0.02"), finals
-    for job_id in ids:
-        wait_for(lambda job_id=job_id: not _job_processes(job_id), 5, f"no process of job {job_id} left")
+    for job_id in ids:  # wait_for polls before the loop moves on: the lambda sees this job_id
+        wait_for(lambda: not _job_processes(job_id), 5, f"no process of job {job_id} left")
 
     usage = _usage(client)
     assert all(set(e) == LEDGER_FIELDS for e in usage["entries"]), usage

@@ -26,7 +26,8 @@ def _assert_error(response: Any, status: int, code: str, field: Any = ...) -> di
     assert body["error"]["message"]
     if field is not ...:
         assert body["error"]["field"] == field, body
-    return body["error"]
+    error: dict[str, Any] = body["error"]
+    return error
 
 
 def _job_count(client: Client) -> int:

@@ -50,8 +50,8 @@ def test_schemathesis_all_checks_pass_on_the_served_document(conformance_stack):
     run = subprocess.run(command, capture_output=True, text=True, timeout=RUN_SECONDS, check=False)
     assert run.returncode == 0, run.stdout[-6000:]
     (summary,) = [line.strip() for line in run.stdout.splitlines() if " generated, " in line]
-    generated, passed = re.fullmatch(
-        r"([0-9]+) generated, ([0-9]+) passed(?:, [0-9]+ skipped)?", summary
-    ).groups()
+    counts = re.fullmatch(r"([0-9]+) generated, ([0-9]+) passed(?:, [0-9]+ skipped)?", summary)
+    assert counts is not None, summary
+    generated, passed = counts.groups()
     assert int(generated) == int(passed) > 0, summary
     print(summary)  # shown with pytest -rP

@@ -338,7 +338,9 @@ class IamEnforcer:
         from moto.iam import access_control
 
         enforcer = self
-        original_call = botocore.client.BaseClient._make_api_call
+        # getattr/setattr: _make_api_call is private (not in botocore-stubs), and the replacements take
+        # the instance as a plain argument.
+        original_call = getattr(botocore.client.BaseClient, "_make_api_call")
         original_check = access_control.IAMRequestBase.check_action_permitted
 
         def make_api_call(client: Any, operation: str, params: dict[str, Any]) -> Any:
@@ -377,13 +379,13 @@ class IamEnforcer:
             if call.denied:
                 request._raise_access_denied()
 
-        botocore.client.BaseClient._make_api_call = make_api_call  # type: ignore[method-assign]
-        access_control.IAMRequestBase.check_action_permitted = check_action_permitted  # type: ignore[method-assign]
+        setattr(botocore.client.BaseClient, "_make_api_call", make_api_call)
+        setattr(access_control.IAMRequestBase, "check_action_permitted", check_action_permitted)
         try:
             yield
         finally:
-            botocore.client.BaseClient._make_api_call = original_call  # type: ignore[method-assign]
-            access_control.IAMRequestBase.check_action_permitted = original_check  # type: ignore[method-assign]
+            setattr(botocore.client.BaseClient, "_make_api_call", original_call)
+            setattr(access_control.IAMRequestBase, "check_action_permitted", original_check)
 
     def denials(self) -> list[Call]:
         """Calls refused for authorization: by this evaluator (``denied``), or by moto with an

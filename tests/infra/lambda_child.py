@@ -69,7 +69,7 @@ def main() -> None:
         label = _origin(module, roots)
         if label is not None and top not in origins:
             origins[top] = label
-    versions = {}
+    versions: dict[str, str | None] = {}
     for name in spec["distributions"]:
         try:
             versions[name] = importlib.metadata.version(name)

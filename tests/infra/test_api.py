@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
@@ -11,7 +12,7 @@ from tests.infra.conftest import Synth
 pytestmark = pytest.mark.infra
 
 
-def _path_of(synth: Synth, resource_id: dict) -> str:
+def _path_of(synth: Synth, resource_id: dict[str, Any]) -> str:
     """The full path of an AWS::ApiGateway::Resource (or "/" for the root)."""
     resources = synth.template_json["Resources"]
     parts: list[str] = []
@@ -22,7 +23,7 @@ def _path_of(synth: Synth, resource_id: dict) -> str:
     return "/" + "/".join(parts)
 
 
-def _methods(synth: Synth) -> dict[tuple[str, str], dict]:
+def _methods(synth: Synth) -> dict[tuple[str, str], dict[str, Any]]:
     return {
         (method["Properties"]["HttpMethod"], _path_of(synth, method["Properties"]["ResourceId"])): method[
             "Properties"

@@ -3,6 +3,8 @@ retention, protection and its deterministic name."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from aws_cdk.assertions import Match
 
@@ -13,9 +15,10 @@ from tests.infra.conftest import Synth
 pytestmark = pytest.mark.infra
 
 
-def _table(synth: Synth, spec: TableSpec) -> dict:
+def _table(synth: Synth, spec: TableSpec) -> dict[str, Any]:
     logical_id = synth.logical_id(synth.stack.data.tables[spec.logical_name])
-    return synth.template_json["Resources"][logical_id]
+    table: dict[str, Any] = synth.template_json["Resources"][logical_id]
+    return table
 
 
 def _key_schema(partition_key: str, sort_key: str | None) -> list[dict[str, str]]:
@@ -65,8 +68,9 @@ def test_table_indexes_match_spec(synth: Synth, spec: TableSpec) -> None:
         assert built[index.name]["Projection"]["ProjectionType"] == index.projection
 
 
-def _data_bucket(compute: Synth) -> dict:
-    return compute.template_json["Resources"][compute.logical_id(compute.stack.data.bucket)]
+def _data_bucket(compute: Synth) -> dict[str, Any]:
+    bucket: dict[str, Any] = compute.template_json["Resources"][compute.logical_id(compute.stack.data.bucket)]
+    return bucket
 
 
 def test_control_plane_has_no_bucket(synth: Synth) -> None:

@@ -48,7 +48,8 @@ TRACE_HEADER = "Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8
 
 def _function(synth: Synth, name: str) -> dict[str, Any]:
     function = getattr(synth.stack.functions, name)
-    return synth.template_json["Resources"][synth.logical_id(function)]["Properties"]
+    properties: dict[str, Any] = synth.template_json["Resources"][synth.logical_id(function)]["Properties"]
+    return properties
 
 
 def _asset_dir(synth: Synth, s3_key: str) -> Path:
@@ -248,7 +249,7 @@ def _child_environment(aws: Aws, name: str, asset: Path) -> dict[str, str]:
 
 
 def _xray_segments(xray: socket.socket) -> list[dict[str, Any]]:
-    segments = []
+    segments: list[dict[str, Any]] = []
     while True:
         try:
             datagram = xray.recv(65536)
@@ -386,7 +387,7 @@ def _job_is_running(aws: Aws) -> bool:
 
     client = boto3.client("dynamodb", region_name=aws.settings.home_region, endpoint_url=aws.endpoint)
     item = client.get_item(TableName=aws.settings.jobs_table, Key={"jobId": {"S": aws.job_id}}).get("Item")
-    return bool(item) and item.get("status", {}).get("S") == "Running"
+    return item is not None and item.get("status", {}).get("S") == "Running"
 
 
 def test_child_environment_names_no_local_path(aws: Aws) -> None:

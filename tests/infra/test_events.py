@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from aws_cdk.assertions import Match
 
@@ -10,11 +12,11 @@ from tests.infra.conftest import HOME_REGION, Synth, SynthApp
 pytestmark = pytest.mark.infra
 
 
-def _arn_of(synth: Synth, construct) -> dict:
+def _arn_of(synth: Synth, construct) -> dict[str, Any]:
     return {"Fn::GetAtt": [synth.logical_id(construct), "Arn"]}
 
 
-def _queue_arn_prefix(region: str) -> dict:
+def _queue_arn_prefix(region: str) -> dict[str, Any]:
     return {
         "Fn::Join": [
             "",

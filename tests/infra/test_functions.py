@@ -32,7 +32,8 @@ ENVIRONMENT = {
 
 def _function(synth: Synth, name: str) -> dict[str, Any]:
     function = getattr(synth.stack.functions, name)
-    return synth.template_json["Resources"][synth.logical_id(function)]["Properties"]
+    properties: dict[str, Any] = synth.template_json["Resources"][synth.logical_id(function)]["Properties"]
+    return properties
 
 
 ACCOUNT_ID = "123456789012"
@@ -48,6 +49,8 @@ def _render(value: Any, stack_name: str = "stack") -> str:
     if isinstance(value, str):
         return value
     if "Fn::Join" in value:
+        separator: str
+        parts: list[Any]
         separator, parts = value["Fn::Join"]
         return separator.join(_render(part, stack_name) for part in parts)
     if value.get("Ref") == "AWS::AccountId":

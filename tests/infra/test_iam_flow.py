@@ -27,6 +27,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
 from decimal import Decimal
+from functools import partial
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -98,7 +99,8 @@ def deployment(app_synth: SynthApp) -> Deployment:
 
 
 def _admin(service: str, region: str) -> Any:
-    return boto3.client(service, region_name=region, aws_access_key_id="admin", aws_secret_access_key="admin")
+    make: Any = boto3.client  # typed per service literal; the name is dynamic here
+    return make(service, region_name=region, aws_access_key_id="admin", aws_secret_access_key="admin")
 
 
 def create_resources(env: dict[str, str]) -> None:
@@ -322,7 +324,7 @@ def run_flow(
     with mock_aws(config={"batch": {"use_docker": False}}):
         create_resources(env)
         credentials = {
-            name: create_role(function, (lambda s, n=name: drop(n, s)) if drop else None)
+            name: create_role(function, partial(drop, name) if drop else None)
             for name, function in deployment.functions.items()
         }
         store = DynamoJobStore(

@@ -91,7 +91,9 @@ def test_forwarding_dead_letter_queue_alarms_in_its_own_region(app_synth: SynthA
 
 def _alarm_named(synth: Synth, name: str) -> dict[str, Any]:
     alarm = synth.stack.monitoring.alarms[name]
-    return synth.resources("AWS::CloudWatch::Alarm")[synth.logical_id(alarm)]["Properties"]
+    alarms = synth.resources("AWS::CloudWatch::Alarm")
+    properties: dict[str, Any] = alarms[synth.logical_id(alarm)]["Properties"]
+    return properties
 
 
 def _stage_dimensions(synth: Synth) -> list[dict[str, Any]]:

@@ -10,6 +10,7 @@ are documented under "DeletionPolicy attribute" in the CloudFormation user guide
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +33,7 @@ def _physical_name(resource_type: str, properties: dict[str, Any]) -> Any:
     return None
 
 
-def retained_fixed_names(template: dict[str, Any]) -> list[str]:
+def retained_fixed_names(template: Mapping[str, Any]) -> list[str]:
     """Logical ids of resources with a fixed physical name that a rollback of their creation keeps."""
     return [
         logical_id

@@ -124,7 +124,8 @@ class Stack:
 
 def make_settings() -> Settings:
     routes = {
-        name: RouteSettings(jobQueue=QUEUE_ARN, jobDefinition=JOB_DEFINITION_ARN) for name in MACHINE_CLASSES
+        name: RouteSettings(job_queue=QUEUE_ARN, job_definition=JOB_DEFINITION_ARN)
+        for name in MACHINE_CLASSES
     }
     return Settings(
         jobs_table="test-jobs",
@@ -135,7 +136,7 @@ def make_settings() -> Settings:
         home_region="us-east-1",
         zones={
             zone: ZoneSettings(
-                region=region, bucket=f"test-data-{region}", logGroup="/aws/batch/job", routes=routes
+                region=region, bucket=f"test-data-{region}", log_group="/aws/batch/job", routes=routes
             )
             for zone, region in ZONE_REGIONS.items()
         },

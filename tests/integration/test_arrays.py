@@ -664,3 +664,100 @@ def test_a_json_lines_upload_is_signed_for_arrays(stack):
     status, upload = stack.api("POST", "/jobs/uploads", body={"size": 12, "contentType": "application/jsonl"})
     assert status == 201, upload
     assert upload["headers"]["Content-Type"] == "application/jsonl"
+
+
+def test_credits_used_notifications_count_the_arrays_sum_not_each_child(stack):
+    parent = submit(
+        stack, list(range(4)), notifications=[{"events": [{"JobCreditsUsed": 1}], "methods": ["Email"]}]
+    )
+    span = parent.array_spans[0]
+    start = int(stack.clock().timestamp() * 1000)
+    for i in range(4):
+        stack.deliver(
+            batch_event(
+                parent.job_id, f"{span}:{i}", "RUNNING", created_at=start, started_at=start, array_index=i
+            )
+        )
+    stack.clock.advance(20)  # 4 children × 20 s of Basic1x8, 0.3333 each: one threshold of 1 credit
+    stack.tick()
+    sent = [(n.job_id, n.event) for n in stack.notifier.sent]
+    assert sent == [(parent.job_id, "JobCreditsUsed:1")]
+    assert stack.services.store.get_job(parent.job_id).credits_spent == Decimal("1.3332")
+
+
+def test_children_that_settle_up_to_the_cap_stop_the_array_without_waiting_for_the_meter(stack):
+    parent = submit(stack, list(range(5)), credit_constraint=Decimal("2"))
+    events = run_children(stack, parent, {0: 1, 1: 1})  # 1 s each: the 60 s minimum, 1 credit each
+    for event in events[:5]:
+        stack.deliver(event)
+    assert stack.batch[US].terminations == []  # 1 credit settled: under the cap
+    for event in events[5:]:
+        stack.deliver(event)
+    assert stack.batch[US].terminations == [(parent.array_spans[0], "CreditConstraint of 2 credits reached")]
+    assert sum(charges(stack).values()) == Decimal("2.0000")
+
+
+def test_a_started_child_is_aborted_alone_and_one_not_started_is_a_conflict(stack):
+    parent = submit(stack, [1, 2])
+    stack.deliver(run_children(stack, parent, {0: 5})[3])  # child 0 RUNNING
+    status, child = stack.api("POST", f"/jobs/{parent.job_id}:0/abort")
+    assert (status, child["status"]) == (202, "Running")
+    assert stack.batch[US].terminations == [(f"{parent.array_spans[0]}:0", "Aborted by user")]
+    status, error = stack.api("POST", f"/jobs/{parent.job_id}:1/abort")
+    assert (status, error["error"]["code"]) == (409, "Conflict")
+
+
+def test_an_array_result_over_the_inline_limit_is_one_document_behind_a_link(stack):
+    parent = submit(stack, list(range(6)))
+    big = "x" * 400_000  # with its repr, 800 kB a child: 4.8 MB in all, over the 3.5 MiB inlined
+    for i in range(6):
+        child_result(stack, parent, i, big)
+    for event in run_children(stack, parent, dict.fromkeys(range(6), 1)):
+        stack.deliver(event)
+
+    status, result = stack.api("GET", f"/jobs/{parent.job_id}/result")
+    assert status == 200
+    assert "result" not in result and result["resultUrl"]
+    document = json.loads(stack.services.zones[US].blobs.get(f"outputs/{parent.job_id}/result.json"))
+    assert document["result"] == [big] * 6 and document["errors"] == []
+
+
+def test_a_child_result_over_1_mib_is_left_to_the_child_in_the_arrays_document(stack):
+    parent = submit(stack, [1, 2])
+    child_result(stack, parent, 0, "y" * 600_000)  # 1.2 MB with its repr
+    child_result(stack, parent, 1, 2)
+    for event in run_children(stack, parent, {0: 1, 1: 1}):
+        stack.deliver(event)
+    status, result = stack.api("GET", f"/jobs/{parent.job_id}/result")
+    assert result["result"] == [None, 2]
+    assert f"GET /jobs/{parent.job_id}:0/result" in result["resultRepr"]
+
+
+def test_a_running_child_batch_forgot_ends_terminated_in_its_own_span(stack):
+    with_span_size(stack, 2)
+    parent = submit(stack, [1, 2, 3, 4])
+    second = parent.array_spans[1]
+    start = int(stack.clock().timestamp() * 1000)
+    stack.deliver(
+        batch_event(
+            f"{parent.job_id}_2", f"{second}:1", "RUNNING", created_at=start, started_at=start, array_index=1
+        )
+    )
+    assert stack.services.store.get_job(f"{parent.job_id}:3").status == JobStatus.RUNNING
+
+    stack.clock.advance(11 * 60)
+    stack.tick()
+
+    child = stack.services.store.get_job(f"{parent.job_id}:3")
+    assert (child.status, child.status_reason) == (JobStatus.TERMINATED, "AWS Batch has no record of the job")
+    assert stack.services.store.get_job(f"{parent.job_id}:1") is None  # no other child was touched
+    counts = stack.services.store.get_job(parent.job_id).child_status_counts
+    assert (counts["Terminated"], counts["Queued"]) == (1, 3)
+
+
+def test_an_event_for_a_child_of_a_deleted_array_writes_nothing(stack):
+    parent = submit(stack, [1, 2])
+    events = run_children(stack, parent, {0: 5})
+    stack.services.store.delete_job(parent.job_id)
+    assert stack.deliver(events[3]) == {"applied": False}
+    assert stack.count_items("test-jobs") == 0

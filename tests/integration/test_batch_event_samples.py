@@ -75,6 +75,20 @@ EXPECTED = {
         observed_at_ms=1_764_436_920_000,  # the envelope's time
         array_index=3,  # arrayProperties.index
     ),
+    "array_parent": BatchJobState(
+        batch_job_id="3e4f5a6b-7c8d-4e9f-a0b1-c2d3e4f5a6b7",
+        job_name="job-01JDXYZ0000000000000000000",
+        status="SUCCEEDED",
+        status_reason=None,
+        created_at_ms=1_764_436_800_000,
+        started_at_ms=1_764_436_830_250,
+        stopped_at_ms=1_764_436_980_000,
+        exit_code=None,
+        log_stream_name=None,
+        attempt_count=0,
+        observed_at_ms=1_764_436_980_000,  # the envelope's time
+        array_size=4,  # arrayProperties.size (statusSummary is read by nobody)
+    ),
     "never_started": BatchJobState(
         batch_job_id="6f7a8b9c-0d1e-4f2a-b3c4-d5e6f7a8b9c0",
         job_name="job-01JDXYZ0000000000000000000",
@@ -165,3 +179,24 @@ def test_a_documented_job_that_never_started_ends_without_charge(stack):
     assert job.status_reason == "Account out of credits"
     assert stack.balance("dev") == Decimal("10000")
     assert [e for e in stack.services.store.list_ledger("dev", None, None) if e.kind.value == "charge"] == []
+
+
+def test_documented_array_events_roll_a_child_into_its_array_and_the_array_jobs_own_decides_nothing(stack):
+    status, job = stack.api("POST", "/jobs", body={"code": "item", "arrayItems": [1, 2, 3, 4]})
+    assert status == 202, job
+    span = stack.services.store.get_job(job["jobId"]).array_spans[0]
+    assert stack.deliver(retarget(sample("array_child"), job["jobId"], span)) == {
+        "applied": True,
+        "jobId": f"{job['jobId']}:3",
+        "status": "Succeeded",
+    }
+    stack.deliver(retarget(sample("array_parent"), job["jobId"], span))
+
+    parent = stack.services.store.get_job(job["jobId"])
+    assert (parent.status, parent.child_status_counts["Succeeded"], parent.credits_settled) == (
+        JobStatus.RUNNING,  # a child ran (its startedAt): the array started; 3 children to go
+        1,
+        Decimal("1.5167"),  # 90.25 s of Basic1x8, billed 91 s
+    )
+    child = stack.services.store.get_job(f"{job['jobId']}:3")
+    assert (child.array_index, child.credits_spent, child.batch_job_id) == (3, Decimal("1.5167"), f"{span}:3")

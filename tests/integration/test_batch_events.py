@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from decimal import Decimal
+from typing import Any
 
 import boto3
 import pytest
@@ -404,8 +405,8 @@ def run_then(stack, job_id, batch_id, final_event):
 @pytest.mark.parametrize("where", ["container", "attempt_container", "attempt_status", "status"])
 def test_an_oom_reason_is_read_wherever_batch_puts_it(stack, where):
     job_id, batch_id = submit(stack)
-    attempt = {"container": {"exitCode": 1}, "startedAt": T0, "stoppedAt": T0 + 30_000}
-    kwargs = {"status_reason": ESSENTIAL}
+    attempt: dict[str, Any] = {"container": {"exitCode": 1}, "startedAt": T0, "stoppedAt": T0 + 30_000}
+    kwargs: dict[str, Any] = {"status_reason": ESSENTIAL}
     if where == "container":
         kwargs["container_reason"] = OOM
     elif where == "attempt_container":

@@ -22,6 +22,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from decimal import ROUND_HALF_UP, Decimal
+from typing import Any
 
 import pytest
 from moto.core.botocore_stubber import BotocoreStubber
@@ -57,7 +58,7 @@ def run_ms_of(index: int) -> int:
     return 64_001 + (index * 211) % 9_999
 
 
-def submit_running_jobs(stack, account_id: str) -> list[tuple[str, dict]]:
+def submit_running_jobs(stack, account_id: str) -> list[tuple[str, dict[str, Any]]]:
     """Submit ``JOBS`` jobs and deliver their RUNNING; returns (job id, final event) per job."""
     created = int(stack.clock().timestamp() * 1000)
     jobs = []
@@ -79,7 +80,7 @@ def submit_running_jobs(stack, account_id: str) -> list[tuple[str, dict]]:
     return jobs
 
 
-def settle_concurrently(stack, finals: list[dict]) -> None:
+def settle_concurrently(stack, finals: list[dict[str, Any]]) -> None:
     """Deliver the final events from ``THREADS`` threads that start together; every thread also
     re-delivers some of its events (and one of another thread's), as EventBridge may."""
     barrier = threading.Barrier(THREADS)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 from datetime import UTC, datetime, timedelta
 from decimal import ROUND_HALF_UP, Decimal
+from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -57,7 +58,7 @@ def credits(max_units: int) -> st.SearchStrategy[Decimal]:
     return st.integers(min_value=1, max_value=max_units).map(lambda n: Decimal(n).scaleb(-4))
 
 
-def never_ran_events(job_id: str, batch_id: str, created: int) -> list[dict]:
+def never_ran_events(job_id: str, batch_id: str, created: int) -> list[dict[str, Any]]:
     """A job terminated before it started: FAILED without ``startedAt``."""
     return [
         batch_event(job_id, batch_id, "PENDING", created_at=created),

@@ -38,7 +38,10 @@ def client():
 
 
 def raw_item(job_id: str) -> dict[str, Any] | None:
-    return client().get_item(TableName=JOBS, Key={"jobId": {"S": job_id}}, ConsistentRead=True).get("Item")
+    item: dict[str, Any] | None = (
+        client().get_item(TableName=JOBS, Key={"jobId": {"S": job_id}}, ConsistentRead=True).get("Item")
+    )
+    return item
 
 
 def make_job(
@@ -69,6 +72,7 @@ def make_job(
 
 
 def final_transition(job: Job):
+    assert job.started_at is not None and job.batch_job_id is not None
     started = int(job.started_at.timestamp() * 1000)
     state = BatchJobState(
         batch_job_id=job.batch_job_id,
@@ -88,6 +92,7 @@ def final_transition(job: Job):
 
 
 def running_transition(job: Job):
+    assert job.batch_job_id is not None
     queued = replace(job, status=JobStatus.QUEUED, event_position=-1)
     state = BatchJobState(
         batch_job_id=job.batch_job_id,

@@ -22,6 +22,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import boto3
 import psutil
@@ -112,25 +113,25 @@ class Delivered:
     """A fake batch_events Lambda: collects envelopes and lets tests wait for a status."""
 
     def __init__(self) -> None:
-        self.envelopes: list[dict] = []
+        self.envelopes: list[dict[str, Any]] = []
         self.cond = threading.Condition()
-        self.on_final: Callable[[dict], None] | None = None
+        self.on_final: Callable[[dict[str, Any]], None] | None = None
 
-    def __call__(self, envelope: dict) -> None:
+    def __call__(self, envelope: dict[str, Any]) -> None:
         if self.on_final and envelope["detail"]["status"] in {"SUCCEEDED", "FAILED"}:
             self.on_final(envelope)
         with self.cond:
             self.envelopes.append(envelope)
             self.cond.notify_all()
 
-    def of(self, batch_job_id: str) -> list[dict]:
+    def of(self, batch_job_id: str) -> list[dict[str, Any]]:
         with self.cond:
             return [e for e in self.envelopes if e["detail"]["jobId"] == batch_job_id]
 
     def statuses(self, batch_job_id: str) -> list[str]:
         return [e["detail"]["status"] for e in self.of(batch_job_id)]
 
-    def wait_for(self, batch_job_id: str, status: str, timeout: float = 10) -> dict:
+    def wait_for(self, batch_job_id: str, status: str, timeout: float = 10) -> dict[str, Any]:
         with self.cond:
             found = self.cond.wait_for(
                 lambda: any(
@@ -225,7 +226,7 @@ def _running_pid(stack: Stack, batch_job_id: str, timeout: float = 5) -> int:
                 if process.cmdline()[0] != sys.executable:
                     continue
                 if process.environ().get("AWS_BATCH_JOB_ID") == batch_job_id:
-                    return process.pid
+                    return int(process.pid)
             except (psutil.Error, IndexError):
                 continue
         time.sleep(0.02)
@@ -242,7 +243,7 @@ def _job_process(batch_job_id: str, cmdline: list[str], timeout: float = 5) -> i
                     process.info["cmdline"] == cmdline
                     and process.environ().get("AWS_BATCH_JOB_ID") == batch_job_id
                 ):
-                    return process.pid
+                    return int(process.pid)
         time.sleep(0.02)
     raise AssertionError(f"no {cmdline} process for the job")
 
@@ -614,7 +615,7 @@ def test_an_error_handling_one_job_fails_it_and_scheduling_goes_on(make_stack, m
     poisoned = _submission()
     publish = stack.bus.publish
 
-    def flaky_publish(envelope: dict) -> None:
+    def flaky_publish(envelope: dict[str, Any]) -> None:
         detail = envelope["detail"]
         if detail["jobName"] == poisoned.job_name and detail["status"] == "RUNNABLE":
             raise OSError("No space left on device")

@@ -143,7 +143,7 @@ def test_settlement_that_keeps_losing_its_write_gives_up_for_a_retry_then_charge
         raise client_error(code, "TransactWriteItems")
 
     monkeypatch.setattr(client, "transact_write_items", always_cancelled)
-    monkeypatch.setattr(job_events.time, "sleep", lambda _seconds: None)
+    monkeypatch.setattr("functions.logic.job_events.time.sleep", lambda _seconds: None)
     with pytest.raises(DependencyFailed, match="kept changing"):
         stack.deliver(succeeded(job_id, batch_id, started))
     assert len(calls) == job_events.MAX_WRITE_ATTEMPTS
@@ -177,7 +177,7 @@ def test_a_status_write_that_keeps_losing_gives_up_and_leaves_the_job_unchanged(
         return real(**kwargs)
 
     monkeypatch.setattr(client, "update_item", refuse_transitions)
-    monkeypatch.setattr(job_events.time, "sleep", lambda _seconds: None)
+    monkeypatch.setattr("functions.logic.job_events.time.sleep", lambda _seconds: None)
     with pytest.raises(DependencyFailed, match="kept changing"):
         stack.deliver(batch_event(job_id, batch_id, "STARTING"))
     assert len(refused) == job_events.MAX_WRITE_ATTEMPTS

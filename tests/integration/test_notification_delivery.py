@@ -5,6 +5,7 @@ failures are retried with backoff a bounded number of times, the per-account SMS
 from __future__ import annotations
 
 import dataclasses
+from datetime import UTC, datetime
 from itertools import pairwise
 from typing import Any
 
@@ -21,6 +22,7 @@ from tests.events import batch_event
 
 EMAIL = "ana@example.com"
 PHONE = "+15555550100"
+AT = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 def use_services(stack, **changes: Any) -> None:
@@ -100,8 +102,8 @@ class RefusingSns:
 def test_sns_codes_that_can_never_succeed_are_refused_for_good(code, method):
     notifier = SnsNotifier(RefusingSns(code), "arn:aws:sns:us-east-1:123456789012:test-email-")
     notification = OutgoingNotification(
-        "j", "ana", "JobStarting", method, EMAIL if method == "Email" else PHONE, "s", "m", None
-    )  # type: ignore[arg-type]
+        "j", "ana", "JobStarting", method, EMAIL if method == "Email" else PHONE, "s", "m", AT
+    )
     with pytest.raises(DeliveryRefused):
         notifier.send(notification)
 
@@ -109,7 +111,7 @@ def test_sns_codes_that_can_never_succeed_are_refused_for_good(code, method):
 @pytest.mark.parametrize("code", ["Throttled", "ThrottlingException", "InternalError", "KMSThrottling"])
 def test_sns_codes_that_may_pass_are_transient(code):
     notifier = SnsNotifier(RefusingSns(code), "arn:aws:sns:us-east-1:123456789012:test-email-")
-    notification = OutgoingNotification("j", "ana", "JobStarting", "SMS", PHONE, "s", "m", None)  # type: ignore[arg-type]
+    notification = OutgoingNotification("j", "ana", "JobStarting", "SMS", PHONE, "s", "m", AT)
     with pytest.raises(DependencyFailed) as raised:
         notifier.send(notification)
     assert not isinstance(raised.value, DeliveryRefused)

@@ -333,7 +333,7 @@ def test_email_contacts_of_more_accounts_than_a_topic_has_filter_policies_need_n
 
 
 def test_email_goes_only_to_the_accounts_own_topic_and_a_replaced_address_loses_its_topic(stack):
-    from moto.sns import sns_backends
+    from moto.sns.models import sns_backends
 
     from functions.adapters.sns import SnsNotifier
     from functions.logic.accounts import set_contacts

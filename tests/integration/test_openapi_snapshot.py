@@ -9,11 +9,12 @@ from __future__ import annotations
 import json
 from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
 COMMITTED = Path(__file__).resolve().parents[2] / "docs" / "openapi.json"
 
 
-def _differences(committed: dict, served: dict) -> list[str]:
+def _differences(committed: dict[str, Any], served: dict[str, Any]) -> list[str]:
     """The paths and schemas whose entries differ, for a failure message a reviewer can act on."""
     found = []
     for section, key in (("paths", None), ("components", "schemas")):

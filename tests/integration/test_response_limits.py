@@ -7,6 +7,7 @@ import base64
 import json
 import time
 from datetime import timedelta
+from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import boto3
@@ -146,7 +147,8 @@ def _put_log(stack, job_id, events):
     stream = stack.services.store.get_job(job_id).log_stream_name
     logs = boto3.client("logs", region_name="us-east-1")
     logs.create_log_stream(logGroupName="/aws/batch/job", logStreamName=stream)
-    batch, size = [], 0
+    batch: list[Any] = []
+    size = 0
     for event in events:
         cost = len(event["message"].encode()) + 26
         if batch and size + cost > 1_000_000:

@@ -28,7 +28,7 @@ class Receiver:
     """A webhook endpoint on 127.0.0.1 that records requests and answers the given statuses."""
 
     def __init__(self, statuses):
-        self.requests = []
+        self.requests: list[tuple[dict[str, str], bytes]] = []
         self.statuses = list(statuses)
         receiver = self
 

@@ -11,6 +11,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import boto3
 import cloudpickle
@@ -41,15 +42,17 @@ class Job:
             **extra_env,
         }
 
-    def put_input(self, document: dict) -> "Job":
+    def put_input(self, document: dict[str, Any]) -> "Job":
         self.s3.put_object(Bucket=BUCKET, Key=self.input_key, Body=json.dumps(document).encode())
         return self
 
     def output(self, name: str) -> bytes:
-        return self.s3.get_object(Bucket=BUCKET, Key=self.output_prefix + name)["Body"].read()
+        data: bytes = self.s3.get_object(Bucket=BUCKET, Key=self.output_prefix + name)["Body"].read()
+        return data
 
-    def output_json(self, name: str) -> dict:
-        return json.loads(self.output(name))
+    def output_json(self, name: str) -> dict[str, Any]:
+        document: dict[str, Any] = json.loads(self.output(name))
+        return document
 
     def output_names(self) -> list[str]:
         listing = self.s3.list_objects_v2(Bucket=BUCKET, Prefix=self.output_prefix)
@@ -287,7 +290,7 @@ def _run_worker(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     )
 
 
-def _start_worker(job: Job, endpoint: str) -> subprocess.Popen:
+def _start_worker(job: Job, endpoint: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-m", "worker"],
         cwd=REPO_ROOT,

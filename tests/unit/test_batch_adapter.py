@@ -5,6 +5,8 @@ DescribeJobs: at most 100 ids a call)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import boto3
 import pytest
 from botocore.exceptions import ClientError, EndpointConnectionError, ReadTimeoutError
@@ -40,7 +42,7 @@ def gateway(client):
 
 
 def submission(**overrides):
-    fields = {
+    fields: dict[str, Any] = {
         "job_name": JOB_NAME,
         "job_queue": QUEUE,
         "job_definition": DEFINITION,

@@ -3,6 +3,7 @@ resolve (issue 9, items 1 to 3). Pure domain: no AWS."""
 
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -217,7 +218,7 @@ def test_describe_failure_maps_each_family_to_a_plain_sentence(machine, reasons,
 def test_the_reason_is_found_wherever_batch_puts_it(where):
     # BatchJobState.reasons: container.reason, attempts[-1].container.reason and .statusReason
     # (container_reasons, most specific first), then the job's statusReason.
-    fields: dict = {"exit_code": 1}
+    fields: dict[str, Any] = {"exit_code": 1}
     if where == "job_status":
         fields["status_reason"] = OOM
     else:
@@ -365,6 +366,7 @@ def test_an_attempt_lost_to_infrastructure_has_no_running_time_to_charge():
 
     assert transition is not None
     assert transition.running_ms is None
+    assert transition.after.completed_at is not None and transition.after.started_at is not None
     assert transition.after.completed_at - transition.after.started_at == timedelta(seconds=1200)
     assert transition.after.credits_spent == Decimal("0.0000")
 

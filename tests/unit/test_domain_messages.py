@@ -38,7 +38,7 @@ def due(event: str, status: JobStatus, method: str = "Email", occurrence: int = 
     return DueNotification(f"{event}#{occurrence}/{method}", event, method, status, occurrence)
 
 
-def terminated_job(reason: str = "Memory limit of 8 GiB exceeded", **overrides) -> Job:
+def terminated_job(reason: str | None = "Memory limit of 8 GiB exceeded", **overrides) -> Job:
     fields = {
         "status": JobStatus.TERMINATED,
         "status_reason": reason,

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 
@@ -12,7 +13,7 @@ from remote_batch.local.bus import EventBus
 from remote_batch.local.events import batch_job_state_change
 
 
-def _envelope(job_name: str, status: str = "RUNNABLE") -> dict:
+def _envelope(job_name: str, status: str = "RUNNABLE") -> dict[str, Any]:
     return batch_job_state_change(
         region="us-east-1",
         account="000000000000",
@@ -31,12 +32,12 @@ class Collector:
     """A fake Lambda target: records what it is given; fails the first ``fail`` calls."""
 
     def __init__(self, fail: int = 0) -> None:
-        self.delivered: list[dict] = []
+        self.delivered: list[dict[str, Any]] = []
         self.calls = 0
         self.fail = fail
         self.threads: set[str] = set()
 
-    def __call__(self, envelope: dict) -> None:
+    def __call__(self, envelope: dict[str, Any]) -> None:
         self.calls += 1
         self.threads.add(threading.current_thread().name)
         if self.calls <= self.fail:
@@ -45,7 +46,7 @@ class Collector:
 
 
 @pytest.fixture
-def make_bus(tmp_path) -> Iterator:
+def make_bus(tmp_path) -> Iterator[Callable[..., EventBus]]:
     buses: list[EventBus] = []
 
     def make(deliver, **kwargs) -> EventBus:
@@ -176,9 +177,9 @@ def test_events_published_before_start_are_delivered_at_start(tmp_path):
 
 def test_stop_without_drain_drops_queued_events_to_dead_letters(tmp_path):
     entered, gate = threading.Event(), threading.Event()
-    delivered: list[dict] = []
+    delivered: list[dict[str, Any]] = []
 
-    def slow(envelope: dict) -> None:
+    def slow(envelope: dict[str, Any]) -> None:
         entered.set()
         gate.wait(5)
         delivered.append(envelope)

@@ -7,6 +7,7 @@ import json
 import re
 import uuid
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 
@@ -37,7 +38,7 @@ JOB_ID = "4c7599ae-0a82-49aa-ba5a-4727fcce14a8"
 
 
 def _event(**overrides):
-    arguments = {
+    arguments: dict[str, Any] = {
         "region": REGION,
         "account": ACCOUNT,
         "job_id": JOB_ID,

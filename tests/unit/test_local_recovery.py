@@ -61,7 +61,9 @@ class _Table:
         return _Paginator()
 
 
-def _event(job_id: str, status: str, started_ms: int | None = None, stopped_ms: int | None = None) -> dict:
+def _event(
+    job_id: str, status: str, started_ms: int | None = None, stopped_ms: int | None = None
+) -> dict[str, Any]:
     detail: dict[str, Any] = {"jobName": job_id, "jobId": f"batch-{job_id}", "status": status}
     if started_ms is not None:
         detail["startedAt"] = started_ms

@@ -13,9 +13,9 @@ SECRET_LOOKING = "arn:aws:kms:us-east-1:123456789012:key/very-secret-0123"
 
 
 def settings() -> Settings:
-    route = RouteSettings(jobQueue="queue-basic", jobDefinition="definition-basic")
+    route = RouteSettings(job_queue="queue-basic", job_definition="definition-basic")
     zone = ZoneSettings(
-        region="us-east-1", bucket="data-us", logGroup="/jobs", routes=dict.fromkeys(MACHINE_CLASSES, route)
+        region="us-east-1", bucket="data-us", log_group="/jobs", routes=dict.fromkeys(MACHINE_CLASSES, route)
     )
     return Settings(
         jobs_table="t-jobs",

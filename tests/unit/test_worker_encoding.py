@@ -4,6 +4,7 @@ import enum
 import json
 import math
 import sys
+from typing import Any
 
 import cloudpickle
 import pytest
@@ -67,7 +68,7 @@ def test_values_without_a_faithful_json_form_are_rejected(value):
 
 
 def test_a_list_that_contains_itself_is_rejected_not_a_crash():
-    cycle: list = [1]
+    cycle: list[Any] = [1]
     cycle.append(cycle)
 
     assert result_document(cycle)["result"] is None

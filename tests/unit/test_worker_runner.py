@@ -6,6 +6,7 @@ import os
 import sys
 import time
 import warnings
+from typing import Any
 
 import cloudpickle
 import pytest
@@ -27,8 +28,9 @@ from worker.runner import (
 )
 
 
-def _json_of(code: str) -> dict:
-    return json.loads(encode_outcome(run_code(code)).result_json)
+def _json_of(code: str) -> dict[str, Any]:
+    document: dict[str, Any] = json.loads(encode_outcome(run_code(code)).result_json)
+    return document
 
 
 # --- code ---------------------------------------------------------------------------------------
@@ -292,7 +294,8 @@ def test_array_item_is_the_first_argument_of_a_pickled_function():
 
 def test_pickled_function_that_raises_reports_its_own_frames():
     def explode():
-        return {}["missing"]
+        empty: dict[str, int] = {}
+        return empty["missing"]
 
     outcome = run_pickle(cloudpickle.dumps((explode, (), {})))
 

@@ -10,9 +10,10 @@ logic function, and answer with the API's models; they live in the routers besid
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Depends, Response, content_types
 from aws_lambda_powertools.event_handler.exceptions import NotFoundError
@@ -48,6 +49,22 @@ def error_response(status: int, code: str, message: str, field: str | None = Non
     """API.md's error body ``{"error": {"code", "message", "field"}}`` with ``status``."""
     body = ErrorBody(error=ErrorDetail(code=code, message=message, field=field))
     return Response(status, content_types.APPLICATION_JSON, body.model_dump_json())
+
+
+_E = TypeVar("_E", bound=Exception)
+ErrorHandler = Callable[[_E], Response[str]]
+
+
+def exception_handler(exc_class: type[_E]) -> Callable[[ErrorHandler[_E]], ErrorHandler[_E]]:
+    """``app.exception_handler(exc_class)`` with types: registers ``handler`` for ``exc_class`` (and its
+    subclasses) exactly as Powertools does, and returns it unchanged. Powertools' decorator is
+    unannotated, so using it directly would leave each handler untyped under mypy strict."""
+
+    def register(handler: ErrorHandler[_E]) -> ErrorHandler[_E]:
+        app.exception_handler(exc_class)(handler)
+        return handler
+
+    return register
 
 
 # Header parameters come back lower-cased from validation; errors name them as clients send them.
@@ -96,21 +113,21 @@ def _validation_message(error: dict[str, Any], field: str | None) -> str:
     return f"{field}: {message}." if field else f"{message}."
 
 
-@app.exception_handler(RequestValidationError)
+@exception_handler(RequestValidationError)
 def _on_request_validation(exc: RequestValidationError) -> Response[str]:
     first = exc.errors()[0] if exc.errors() else {}
     field = None if first.get("type") == "json_invalid" else _field_path(first.get("loc", ()))
     return error_response(400, "ValidationError", _validation_message(first, field), field)
 
 
-@app.exception_handler(RequestUnsupportedContentType)
+@exception_handler(RequestUnsupportedContentType)
 def _on_unsupported_content_type(exc: RequestUnsupportedContentType) -> Response[str]:
     return error_response(
         400, "ValidationError", "The request body must be JSON (Content-Type: application/json)."
     )
 
 
-@app.exception_handler(ServiceError)
+@exception_handler(ServiceError)
 def _on_service_error(exc: ServiceError) -> Response[str]:
     if exc.status >= 500:
         logger.exception("request failed", code=exc.code)
@@ -161,7 +178,7 @@ def allowed_methods(path: str) -> list[str]:
     return sorted({m for params, ms in matches if params == fewest for m in ms})
 
 
-@app.exception_handler(Exception)
+@exception_handler(Exception)
 def _on_bug(exc: Exception) -> Response[str]:
     logger.exception("unhandled error")
     return error_response(500, "InternalError", "The service failed to answer; try again shortly.")

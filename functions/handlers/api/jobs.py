@@ -4,7 +4,7 @@ get, abort.
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Protocol
 
 from aws_lambda_powertools.event_handler import Response, content_types
 from aws_lambda_powertools.event_handler.openapi.params import Body, Header, Query
@@ -104,7 +104,14 @@ def canonical_submit(body: SubmitJobBody) -> dict[str, Any]:
     }
 
 
-def _idempotent_submit(services: Services) -> Any:
+class SubmitOnce(Protocol):
+    """``submit`` as powertools idempotency wraps it: the request (``key``, ``accountId``, ``canonical``,
+    ``body``) by keyword only; answers ``{"jobId": ...}``, the first answer again for a repeated key."""
+
+    def __call__(self, *, request: dict[str, Any]) -> dict[str, str]: ...
+
+
+def _idempotent_submit(services: Services) -> tuple[SubmitOnce, IdempotencyConfig]:
     """``submit`` wrapped by powertools idempotency (one persistence layer per table)."""
     table = services.idempotency_table or ""
     _idempotent_submitters = api_package._idempotent_submitters  # on the package: tests reset it
@@ -117,7 +124,6 @@ def _idempotent_submit(services: Services) -> Any:
             raise_on_no_idempotency_key=True,
         )
 
-        @idempotent_function(data_keyword_argument="request", persistence_store=persistence, config=config)
         def submit_once(request: dict[str, Any]) -> dict[str, str]:
             body: SubmitJobBody = request["body"]
             job = arrays.submit(
@@ -125,8 +131,14 @@ def _idempotent_submit(services: Services) -> Any:
             )
             return {"jobId": job.job_id}
 
-        _idempotent_submitters[table] = (submit_once, config)
-    return _idempotent_submitters[table]
+        # idempotent_function is typed to return Any; its wrapper takes the request by keyword only. Keep
+        # the name submit_once: stored records' keys carry the function's module and qualified name.
+        wrapped: SubmitOnce = idempotent_function(
+            submit_once, data_keyword_argument="request", persistence_store=persistence, config=config
+        )
+        _idempotent_submitters[table] = (wrapped, config)
+    submitter: tuple[SubmitOnce, IdempotencyConfig] = _idempotent_submitters[table]
+    return submitter
 
 
 @router.post(
