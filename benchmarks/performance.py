@@ -147,7 +147,7 @@ def _job_life(notifications: str | None) -> dict[str, Any]:
     import boto3
 
     from benchmarks.capacity import RequestRecorder
-    from functions.logic.job_events import output_key
+    from functions.logic.job_outcomes import output_key
     from tests.events import job_lifecycle
 
     with _moto_stack() as stack:
