@@ -111,9 +111,11 @@ synth: $(STAMP) node_modules/.installed $(LAMBDA_BUNDLE)
 	PATH=$(abspath $(BIN)):$$PATH npx cdk synth --quiet
 
 ## Issue 14's performance table (README "Benchmarks"), about 5 min; `make bench BASELINE=<rev>` also
-## measures that revision in the same run (before/after). Not part of `make test`.
+## measures that revision in the same run (before/after); `make bench ALL=1` then runs the other benchmarks
+## (meter scaling, email topics, journal latency, the array meter tick and the 2,000-item array map). Not
+## part of `make test`.
 bench: $(STAMP)
-	$(BIN)/python -m benchmarks $(if $(BASELINE),--baseline $(BASELINE))
+	$(BIN)/python -m benchmarks $(if $(BASELINE),--baseline $(BASELINE)) $(if $(ALL),--all)
 
 clean:
 	rm -rf $(VENV) node_modules cdk.out build .pytest_cache .mypy_cache .ruff_cache

@@ -67,6 +67,8 @@ def _serve(home: Path) -> None:
             partial.replace(home / COUNTS_FILE)
             time.sleep(0.25)
 
+    home.mkdir(mode=0o700, parents=True, exist_ok=True)
+
     setattr(botocore.client.BaseClient, "_make_api_call", counted)  # noqa: B010 - private, untyped
     threading.Thread(target=write, name="bench-counts", daemon=True).start()
     sys.exit(local_main.main())
