@@ -627,3 +627,22 @@ def test_a_final_event_without_times_takes_the_last_attempts(stack):
     assert job.credits_spent == Decimal("2")  # 120 s of Basic1x8
     assert job.started_at == ms_to_datetime(T0 + 1_000)
     assert job.completed_at == ms_to_datetime(T0 + 121_000)
+
+
+def test_a_non_final_event_records_the_handlers_clock_as_last_event_at(stack):
+    """``lastEventAt`` is when the service last heard of the job (the meter reconciles jobs quiet past
+    their Batch timeout from it), so a RUNNING event must move it to the handler's clock, not leave it
+    at ``submittedAt`` (mutation ``apply_job_state_change__mutmut_36``)."""
+    job_id, batch_id = submit(stack)
+    submitted = stack.services.store.get_job(job_id)
+    assert submitted is not None
+    stack.clock.advance(90)
+    running = job_lifecycle(job_id, batch_id, created_at=T0, started_at=T0 + 4_000, stopped_at=T0 + 6_500)[
+        :-1
+    ]
+    for event in running:
+        stack.deliver(event)
+    job = stack.services.store.get_job(job_id)
+    assert job is not None and job.status.value == "Running"
+    assert job.last_event_at == stack.clock()
+    assert job.last_event_at != submitted.submitted_at
