@@ -40,17 +40,7 @@ class AccountsAndLedger(StoreBase):
         final = replace(transition, after=replace(transition.after, credits_spent=charge.credits))
         items: list[TransactWriteItemTypeDef] = [{"Update": self._transition_update(final, now)}]
         if entry is not None:
-            items.append(
-                {
-                    "Put": {
-                        "TableName": self._ledger,
-                        "Item": serialize_item(entry_to_item(entry)),
-                        "ConditionExpression": "attribute_not_exists(entryId)",
-                    }
-                }
-            )
-        if entry is not None and entry.credits > 0:
-            items.append(self._balance_change(entry, quantize_credits(entry.balance_after + entry.credits)))
+            items += self._charge_items(entry)
         try:
             with store_errors("TransactWriteItems"):
                 self._db.transact_write_items(TransactItems=items)
@@ -58,6 +48,23 @@ class AccountsAndLedger(StoreBase):
             if self._missing(exc):
                 raise RecordMissing(f"Job {transition.after.job_id} no longer exists.") from None
             raise
+
+    def _charge_items(self, entry: LedgerEntry) -> list[TransactWriteItemTypeDef]:
+        """The transaction items that record a charge: its ledger entry, put only if absent (its id is
+        deterministic, so a replay cancels the transaction), and, for positive credits, the balance
+        change from ``balance_after + credits`` to ``balance_after``."""
+        items: list[TransactWriteItemTypeDef] = [
+            {
+                "Put": {
+                    "TableName": self._ledger,
+                    "Item": serialize_item(entry_to_item(entry)),
+                    "ConditionExpression": "attribute_not_exists(entryId)",
+                }
+            }
+        ]
+        if entry.credits > 0:
+            items.append(self._balance_change(entry, quantize_credits(entry.balance_after + entry.credits)))
+        return items
 
     def _balance_change(self, entry: LedgerEntry, before: Decimal) -> TransactWriteItemTypeDef:
         """The transaction item that sets the account's balance to ``entry.balance_after`` (credits)
