@@ -21,7 +21,7 @@ from functions.adapters.dynamodb.items import (
 )
 from functions.adapters.dynamodb.ledger import AccountsAndLedger
 from functions.domain.credits import Charge
-from functions.domain.errors import ConditionFailed, RecordMissing
+from functions.domain.errors import ConditionFailed
 from functions.domain.jobs import Job, LedgerEntry, Transition
 from functions.domain.status import JobStatus
 from functions.domain.timefmt import to_sortable
@@ -93,13 +93,7 @@ class ArrayRecords(AccountsAndLedger):
         ]
         if entry is not None:
             items += self._charge_items(entry)
-        try:
-            with store_errors("TransactWriteItems"):
-                self._db.transact_write_items(TransactItems=items)
-        except ConditionFailed as exc:
-            if self._parent_missing(exc):
-                raise RecordMissing(f"Job {parent_id} no longer exists.") from None
-            raise
+        self._transact(items, parent_id, self._parent_missing)
 
     def _parent_rollup(
         self, transition: Transition, charge: Charge | None, settled_at_most: Decimal | None, now: datetime

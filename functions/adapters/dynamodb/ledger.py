@@ -4,6 +4,7 @@ settlement adds the job's final transition, conditional on the position it was c
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import datetime
 from decimal import Decimal
@@ -41,12 +42,20 @@ class AccountsAndLedger(StoreBase):
         items: list[TransactWriteItemTypeDef] = [{"Update": self._transition_update(final, now)}]
         if entry is not None:
             items += self._charge_items(entry)
+        self._transact(items, transition.after.job_id, self._missing)
+
+    def _transact(
+        self, items: list[TransactWriteItemTypeDef], job_id: str, missing: Callable[[ConditionFailed], bool]
+    ) -> None:
+        """Write ``items`` in one ``TransactWriteItems``. Raises ``RecordMissing`` (job ``job_id``)
+        when ``missing`` says the cancellation was that job's absence, ``ConditionFailed`` on any
+        other lost race, ``DependencyFailed`` when DynamoDB fails."""
         try:
             with store_errors("TransactWriteItems"):
                 self._db.transact_write_items(TransactItems=items)
         except ConditionFailed as exc:
-            if self._missing(exc):
-                raise RecordMissing(f"Job {transition.after.job_id} no longer exists.") from None
+            if missing(exc):
+                raise RecordMissing(f"Job {job_id} no longer exists.") from None
             raise
 
     def _charge_items(self, entry: LedgerEntry) -> list[TransactWriteItemTypeDef]:
