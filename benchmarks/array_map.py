@@ -36,7 +36,7 @@ from typing import Any
 
 import requests
 
-from benchmarks.journal_latency import READY_SECONDS, REPO_ROOT, _free_port
+from benchmarks.journal_latency import start_served
 from benchmarks.meter_scaling import _machine
 
 COUNTS_FILE = "bench-requests.json"
@@ -75,31 +75,7 @@ def _serve(home: Path) -> None:
 
 
 def _start(home: Path) -> tuple[Any, str, str]:
-    import subprocess
-
-    port = _free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "REMOTE_BATCH_", "MOTO_"))}
-    env.update({"REMOTE_BATCH_HOME": str(home), "REMOTE_BATCH_PORT": str(port), "PYTHONPATH": str(REPO_ROOT)})
-    process = subprocess.Popen(
-        [sys.executable, "-m", "benchmarks.array_map", "--serve", str(home)],
-        cwd=REPO_ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    endpoint = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + READY_SECONDS
-    while time.monotonic() < deadline:
-        try:
-            if requests.get(endpoint + "/health", timeout=2).status_code == 200:
-                token = json.loads((home / "credentials.json").read_text())["tokens"]["dev"]
-                return process, endpoint, token
-        except requests.ConnectionError:
-            pass
-        time.sleep(0.2)
-    os.killpg(process.pid, signal.SIGKILL)
-    raise RuntimeError("the local stack did not start")
+    return start_served(["benchmarks.array_map", "--serve", str(home)], home)
 
 
 class Api:

@@ -25,13 +25,11 @@ from typing import Any
 
 from benchmarks.meter_scaling import (
     TICK_STEP,
-    IdleBatchGateway,
-    NullNotifier,
     RequestLog,
     _bulk_load,
     _machine,
     _offline_environment,
-    _settings,
+    tables,
 )
 
 REGIONS = ("us-east-1", "us-west-2")
@@ -122,37 +120,10 @@ class Deployment:
 def deploy(finished: int, running: int, region: str, t0: datetime) -> Deployment:
     """Create the tables in ``region`` and load one array: its parent, ``finished`` Succeeded and
     ``running`` Running children."""
-    import boto3
-
-    from functions import bootstrap
-    from functions.adapters.tables import ALL_TABLES, create_table_request
-    from functions.domain.jobs import Account
-    from functions.domain.machine_classes import GeoZone
-
-    settings = _settings(region)
-    names = {
-        "Jobs": settings.jobs_table,
-        "Accounts": settings.accounts_table,
-        "Ledger": settings.ledger_table,
-        "Idempotency": settings.idempotency_table,
-    }
-    log = RequestLog()
-    session = boto3.Session(region_name=region)
-    session.events.register("before-call.dynamodb", log.before)
-    session.events.register("after-call.dynamodb", log.after)
-    services = bootstrap.build_services(
-        settings,
-        session=session,
-        batch_gateways={GeoZone.UNITED_STATES: IdleBatchGateway()},
-        notifier=NullNotifier(),
-    )
-    loader: Any = boto3.client("dynamodb", region_name=region)
-    for spec in ALL_TABLES:
-        loader.create_table(**create_table_request(spec, names[spec.logical_name]))
-    services.store.create_account(Account(account_id="bench", credit_balance=Decimal(10**9)), t0)
+    services, log, loader, jobs_table = tables(region, t0)
     parent = _parent(finished + running, finished, running, t0)
     children = [*_children(parent, 0, finished, False, t0), *_children(parent, finished, running, True, t0)]
-    assert _bulk_load(loader, settings.jobs_table, iter([parent, *children])) == 1 + len(children)
+    assert _bulk_load(loader, jobs_table, iter([parent, *children])) == 1 + len(children)
     return Deployment(finished, running, services, log)
 
 

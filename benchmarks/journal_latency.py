@@ -49,13 +49,16 @@ def _serve(journal: bool) -> None:
     sys.exit(local_main.main())
 
 
-def _start(journal: bool, home: Path) -> tuple[subprocess.Popen[bytes], str, str]:
+def start_served(arguments: Sequence[str], home: Path) -> tuple[subprocess.Popen[bytes], str, str]:
+    """Run ``python -m <arguments>`` (a module serving the local stack, in its own session) with
+    ``home`` as its ``REMOTE_BATCH_HOME`` on a free port and none of the caller's AWS, remote-batch or
+    moto variables; wait (``READY_SECONDS``) for ``/health``. Returns the process, the endpoint and
+    dev's token; ``RuntimeError`` (the process killed) when it does not come up."""
     port = _free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "REMOTE_BATCH_", "MOTO_"))}
     env.update({"REMOTE_BATCH_HOME": str(home), "REMOTE_BATCH_PORT": str(port), "PYTHONPATH": str(REPO_ROOT)})
-    command = [sys.executable, "-m", "benchmarks.journal_latency", "--serve", "on" if journal else "off"]
     process = subprocess.Popen(
-        command,
+        [sys.executable, "-m", *arguments],
         cwd=REPO_ROOT,
         env=env,
         stdout=subprocess.DEVNULL,
@@ -74,6 +77,10 @@ def _start(journal: bool, home: Path) -> tuple[subprocess.Popen[bytes], str, str
         time.sleep(0.2)
     os.killpg(process.pid, signal.SIGKILL)
     raise RuntimeError("the local stack did not start")
+
+
+def _start(journal: bool, home: Path) -> tuple[subprocess.Popen[bytes], str, str]:
+    return start_served(["benchmarks.journal_latency", "--serve", "on" if journal else "off"], home)
 
 
 def _submit(endpoint: str, token: str) -> float:

@@ -232,9 +232,10 @@ class Deployment:
         )
 
 
-def deploy(history: int, region: str, t0: datetime) -> Deployment:
-    """Create the tables in ``region``, bulk-load ``history`` finished jobs (timed), add
-    ``RUNNING_JOBS`` jobs Running since ``t0`` and their account."""
+def tables(region: str, t0: datetime) -> tuple[Any, RequestLog, Any, str]:
+    """Create the service's tables in ``region`` (moto) and the ``bench`` account (10⁹ credits, at
+    ``t0``). Returns the services (DynamoDB calls counted by the ``RequestLog``, idle Batch, no
+    notifications), that log, a plain DynamoDB client to bulk-load with, and the Jobs table's name."""
     import boto3
 
     from functions import bootstrap
@@ -259,12 +260,19 @@ def deploy(history: int, region: str, t0: datetime) -> Deployment:
         batch_gateways={GeoZone.UNITED_STATES: IdleBatchGateway()},
         notifier=NullNotifier(),
     )
-    loader = boto3.client("dynamodb", region_name=region)
+    loader: Any = boto3.client("dynamodb", region_name=region)
     for spec in ALL_TABLES:
         loader.create_table(**create_table_request(spec, names[spec.logical_name]))
     services.store.create_account(Account(account_id="bench", credit_balance=Decimal(10**9)), t0)
+    return services, log, loader, settings.jobs_table
+
+
+def deploy(history: int, region: str, t0: datetime) -> Deployment:
+    """Create the tables in ``region``, bulk-load ``history`` finished jobs (timed), add
+    ``RUNNING_JOBS`` jobs Running since ``t0`` and their account."""
+    services, log, loader, jobs_table = tables(region, t0)
     started = time.perf_counter()
-    loaded = _bulk_load(loader, settings.jobs_table, _finished_jobs(history, t0))
+    loaded = _bulk_load(loader, jobs_table, _finished_jobs(history, t0))
     load_seconds = time.perf_counter() - started
     assert loaded == history
     for _ in range(RUNNING_JOBS):

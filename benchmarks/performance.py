@@ -108,31 +108,10 @@ def _offline_environment() -> None:
 @contextmanager
 def _moto_stack() -> Iterator[Any]:
     """The service on in-process moto, as the integration tests build it (``tests.integration.conftest``)."""
-    from moto import mock_aws
+    from tests.integration.conftest import moto_stack
 
-    from functions import bootstrap
-    from tests.fakes import FakeResolver, RecordingBatchGateway, RecordingNotifier
-    from tests.integration.conftest import ZONE_REGIONS, Clock, Stack, create_resources, make_settings
-
-    with mock_aws():
-        settings = make_settings()
-        create_resources(settings)
-        clock = Clock()
-        gateways = {zone: RecordingBatchGateway() for zone in ZONE_REGIONS}
-        notifier = RecordingNotifier()
-        services = bootstrap.build_services(
-            settings, batch_gateways=gateways, notifier=notifier, clock=clock, resolver=FakeResolver()
-        )
-        bootstrap.install(services)
-        for var, value in settings.to_environment().items():
-            if var != "AWS_REGION":
-                os.environ[var] = value
-        stack = Stack(settings, services, gateways, notifier, clock)
-        stack.add_account("dev", "10000", email="dev@example.com")
-        try:
-            yield stack
-        finally:
-            bootstrap.install(None)
+    with moto_stack() as stack:
+        yield stack
 
 
 def _timed(invocations: list[dict[str, Any]], function: str, call: Callable[[], Any]) -> Any:

@@ -19,7 +19,7 @@ from datetime import datetime
 from decimal import Decimal
 from pathlib import Path
 from types import EllipsisType, ModuleType
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 import cloudpickle
 
@@ -181,37 +181,51 @@ def payload(
     )
 
 
-def _options(
-    *,
-    machine_class: str | None,
-    geo_zone: str | None,
-    credit_constraint: Decimal | float | int | str | None,
-    time_constraint: float | None,
-    notifications: Any,
-    name: str | None,
-) -> dict[str, Any]:
-    options: dict[str, Any] = {
-        "name": name,
-        "machineClass": machine_class,
-        "geoZone": geo_zone,
+class JobOptions(TypedDict, total=False):
+    """API.md's submit options, as ``submit`` and ``map`` take them (keywords); an absent or None one
+    leaves the service's default (``Basic1x8``, ``Automatic``, no constraint, ``Automatic``
+    notifications). Credits are exact (pass a ``Decimal`` or a string); ``time_constraint`` is seconds."""
+
+    machine_class: str | None
+    geo_zone: str | None
+    credit_constraint: Decimal | float | int | str | None
+    time_constraint: float | None
+    notifications: Any
+    name: str | None
+
+
+def _options(options: JobOptions) -> dict[str, Any]:
+    """The body fields of ``options`` (None ones left out). Raises ``TypeError`` for a keyword that is
+    not an option, as a misspelt keyword argument would."""
+    unknown = sorted(set(options) - JobOptions.__optional_keys__)
+    if unknown:
+        raise TypeError(f"unexpected keyword argument {unknown[0]!r}")
+    credit_constraint = options.get("credit_constraint")
+    fields: dict[str, Any] = {
+        "name": options.get("name"),
+        "machineClass": options.get("machine_class"),
+        "geoZone": options.get("geo_zone"),
         "creditConstraint": None if credit_constraint is None else Decimal(str(credit_constraint)),
-        "timeConstraint": time_constraint,
-        "notifications": notifications,
+        "timeConstraint": options.get("time_constraint"),
+        "notifications": options.get("notifications"),
     }
-    return {key: value for key, value in options.items() if value is not None}
+    return {key: value for key, value in fields.items() if value is not None}
+
+
+def _job_body(
+    client: Client, obj: Any, args: Sequence[Any], kwargs: dict[str, Any] | None, options: JobOptions
+) -> dict[str, Any]:
+    """The ``POST /jobs`` body of ``obj`` (``payload``) with ``options`` (checked before any upload)."""
+    fields = _options(options)
+    return {**payload(client, obj, args, kwargs, options.get("geo_zone")), **fields}
 
 
 def submit(
     obj: Any,
     *args: Any,
     kwargs: dict[str, Any] | None = None,
-    machine_class: str | None = None,
-    geo_zone: str | None = None,
-    credit_constraint: Decimal | float | int | str | None = None,
-    time_constraint: float | None = None,
-    notifications: Any = None,
-    name: str | None = None,
     client: Client | None = None,
+    **options: Unpack[JobOptions],
 ) -> Job:
     """Submit a job (``POST /jobs``) and return it at once (``job.result()`` waits for it).
 
@@ -223,9 +237,10 @@ def submit(
         ``obj(*args, **kwargs)`` (cloudpickled; one defined in ``__main__``, a notebook or a module
         of yours is shipped by value).
     machine_class, geo_zone, credit_constraint, time_constraint, notifications, name
-        API.md's submit options (``machineClass`` ...); None leaves the service's default
-        (``Basic1x8``, ``Automatic``, no constraint, ``Automatic`` notifications). Credits are exact
-        (pass a ``Decimal`` or a string); ``time_constraint`` is seconds.
+        API.md's submit options (``machineClass`` ...), as keywords (``JobOptions``); None leaves
+        the service's default (``Basic1x8``, ``Automatic``, no constraint, ``Automatic``
+        notifications). Credits are exact (pass a ``Decimal`` or a string); ``time_constraint`` is
+        seconds.
 
     Raises
     ------
@@ -240,18 +255,7 @@ def submit(
     The request carries an ``Idempotency-Key``: a retry after a lost answer returns the same job.
     """
     api = _client(client)
-    body = {
-        **payload(api, obj, args, kwargs, geo_zone),
-        **_options(
-            machine_class=machine_class,
-            geo_zone=geo_zone,
-            credit_constraint=credit_constraint,
-            time_constraint=time_constraint,
-            notifications=notifications,
-            name=name,
-        ),
-    }
-    return Job(api, api.post("/jobs", body))
+    return Job(api, api.post("/jobs", _job_body(api, obj, args, kwargs, options)))
 
 
 def _json_lines(items: Sequence[Any]) -> bytes:
@@ -262,13 +266,8 @@ def map(
     fn_or_code: Callable[..., Any] | str,
     items: Iterable[Any],
     *,
-    machine_class: str | None = None,
-    geo_zone: str | None = None,
-    credit_constraint: Decimal | float | int | str | None = None,
-    time_constraint: float | None = None,
-    notifications: Any = None,
-    name: str | None = None,
     client: Client | None = None,
+    **options: Unpack[JobOptions],
 ) -> Job:
     """One array job with a child per item (API.md ``arrayItems``); ``job.result()`` is the list of the
     children's results in ``items``' order.
@@ -282,17 +281,7 @@ def map(
     if not values:
         raise ValueError("map needs at least one item")
     api = _client(client)
-    body = {
-        **payload(api, fn_or_code, (), None, geo_zone),
-        **_options(
-            machine_class=machine_class,
-            geo_zone=geo_zone,
-            credit_constraint=credit_constraint,
-            time_constraint=time_constraint,
-            notifications=notifications,
-            name=name,
-        ),
-    }
+    body = _job_body(api, fn_or_code, (), None, options)
     inline = json.dumps(values, default=to_json_number).encode()
     if (
         len(values) <= INLINE_ARRAY_ITEMS
@@ -300,7 +289,7 @@ def map(
     ):
         body["arrayItems"] = values
     else:
-        body["arrayItemsKey"] = _upload(api, _json_lines(values), JSON_LINES, geo_zone)
+        body["arrayItemsKey"] = _upload(api, _json_lines(values), JSON_LINES, options.get("geo_zone"))
     return Job(api, api.post("/jobs", body))
 
 
@@ -458,14 +447,7 @@ def estimate(
     computes it (its price table and its 60-second minimum). Raises ``ValidationError``."""
     body = {
         "seconds": seconds,
-        **_options(
-            machine_class=machine_class,
-            geo_zone=None,
-            credit_constraint=credit_constraint,
-            time_constraint=None,
-            notifications=None,
-            name=None,
-        ),
+        **_options({"machine_class": machine_class, "credit_constraint": credit_constraint}),
     }
     document = _client(client).post("/estimate", body)
     return Estimate(

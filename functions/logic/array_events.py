@@ -32,23 +32,20 @@ from functions.domain.arrays import (
     remaining_cap,
     result_document,
 )
-from functions.domain.credits import Charge, settle_charge
+from functions.domain.credits import Charge
 from functions.domain.errors import ConditionFailed, DependencyFailed, PayloadTooLarge, RecordMissing
 from functions.domain.jobs import (
     BatchJobState,
     Job,
     JobType,
     LedgerEntry,
-    LedgerKind,
     Transition,
     apply_batch_event,
-    charge_entry_id,
     credit_constraint_reason,
     is_credit_constraint_reason,
 )
-from functions.domain.machine_classes import machine_class
 from functions.domain.status import JobStatus, statuses_between
-from functions.logic.job_outcomes import discard_outputs, final_outcome, output_key
+from functions.logic.job_outcomes import discard_outputs, final_charge, final_outcome, output_key
 from functions.logic.notifying import deliver_due_notifications
 from functions.logic.submission import terminate
 from functions.ports import Services
@@ -70,28 +67,9 @@ def _child_charge(
     """A settling child's charge (per-second, 60 s minimum, final attempt only: as a job), cut to
     what the array's ``creditConstraint`` leaves and to the balance; its ledger entry; and the most
     the parent's ``creditsSettled`` may be for this charge to stay within the cap."""
-    child = transition.after
-    account = services.store.get_account(child.account_id)
-    if account is None:
-        raise DependencyFailed(f"account {child.account_id} of job {child.job_id} is missing")
-    running_ms = transition.running_ms
-    if running_ms is not None and child.time_constraint is not None:
-        running_ms = min(running_ms, child.time_constraint * 1000)
-    rate = machine_class(child.machine_class).credits_per_hour
-    cap = remaining_cap(parent.credit_constraint, parent.credits_settled)
-    charge = settle_charge(running_ms, rate, cap, account.credit_balance)
-    entry = None
-    if charge.credits > 0 or charge.unbilled > 0:
-        entry = LedgerEntry(
-            entry_id=charge_entry_id(child.job_id),
-            account_id=child.account_id,
-            at=child.completed_at or now,
-            kind=LedgerKind.CHARGE,
-            credits=charge.credits,
-            balance_after=account.credit_balance - charge.credits,
-            job_id=child.job_id,
-            unbilled=charge.unbilled,
-        )
+    charge, entry = final_charge(
+        services, transition, remaining_cap(parent.credit_constraint, parent.credits_settled), now
+    )
     most = None
     if parent.credit_constraint is not None and charge.credits > 0:
         most = parent.credit_constraint - charge.credits

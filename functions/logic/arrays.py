@@ -24,7 +24,6 @@ from functions.domain.arrays import (
     child_job_id,
     child_template,
     encode_items,
-    initial_counts,
     plan_spans,
     span_job_name,
 )
@@ -33,16 +32,15 @@ from functions.domain.jobs import Job, JobType
 from functions.domain.status import JobStatus
 from functions.logic.submission import (
     JobRequest,
-    batch_timeout,
+    batch_submission,
     get_owned_job,
     input_key,
-    new_job_id,
-    output_prefix,
+    new_job,
     prepare_submission,
     submit_job,
 )
 from functions.logic.uploads import uploaded_items
-from functions.ports import BatchSubmission, Services
+from functions.ports import Services
 
 logger = Logger(child=True)
 
@@ -93,21 +91,7 @@ def submit_array(services: Services, account_id: str, request: JobRequest, now: 
         )
     size = len(items)
     machine, zone = prepared.machine, prepared.zone
-    parent = Job(
-        job_id=new_job_id(),
-        account_id=account_id,
-        name=request.name,
-        type=JobType.ARRAY,
-        payload_kind=prepared.kind,
-        machine_class=machine.name,
-        geo_zone=zone,
-        credit_constraint=request.credit_constraint,
-        time_constraint=request.time_constraint,
-        notifications=prepared.rules,
-        submitted_at=now,
-        array_size=size,
-        child_status_counts=initial_counts(size),
-    )
+    parent = new_job(account_id, request, prepared, now, array_size=size)
     zone_services = services.zones[zone]
     inputs = f"inputs/{parent.job_id}/"
     items_data, index_data = encode_items(items)
@@ -125,27 +109,15 @@ def submit_array(services: Services, account_id: str, request: JobRequest, now: 
     except Exception:
         zone_services.blobs.delete_prefix(inputs)
         raise
-    route = zone_services.routes[machine.name]
     submitted: list[str] = []
     try:
         for span in plan_spans(size, services.array_span_size):
-            submission = BatchSubmission(
+            submission = batch_submission(
+                parent,
+                machine,
+                zone_services,
                 job_name=span_job_name(parent.job_id, span.offset),
-                job_queue=route.job_queue,
-                job_definition=route.job_definition,
-                vcpus=machine.vcpus,
-                memory_mib=machine.memory_mib,
-                gpus=machine.gpus,
-                environment={
-                    "REMOTE_BATCH_JOB_ID": parent.job_id,
-                    "REMOTE_BATCH_BUCKET": zone_services.bucket,
-                    "REMOTE_BATCH_INPUT_KEY": input_key(parent.job_id),
-                    "REMOTE_BATCH_OUTPUT_PREFIX": output_prefix(parent.job_id),
-                    "REMOTE_BATCH_MEMORY_GIB": str(machine.memory_gib),
-                    ARRAY_OFFSET_VARIABLE: str(span.offset),
-                },
-                timeout_seconds=batch_timeout(machine, request.credit_constraint, request.time_constraint),
-                tags={"remote-batch:jobId": parent.job_id, "remote-batch:accountId": account_id},
+                environment={ARRAY_OFFSET_VARIABLE: str(span.offset)},
                 array_size=span.count if span.is_batch_array else None,
             )
             submitted.append(zone_services.batch.submit_job(submission))

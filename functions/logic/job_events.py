@@ -15,7 +15,6 @@ from datetime import datetime
 from aws_lambda_powertools import Logger
 
 from functions.domain.arrays import parse_span_job_name
-from functions.domain.credits import settle_charge
 from functions.domain.errors import (
     ConditionFailed,
     DependencyFailed,
@@ -26,17 +25,13 @@ from functions.domain.jobs import (
     BatchJobState,
     Job,
     JobType,
-    LedgerEntry,
-    LedgerKind,
     Transition,
     apply_batch_event,
-    charge_entry_id,
     is_credit_constraint_reason,
 )
-from functions.domain.machine_classes import machine_class
 from functions.domain.status import is_known_batch_status
 from functions.logic.array_events import apply_array_event
-from functions.logic.job_outcomes import discard_outputs, final_outcome
+from functions.logic.job_outcomes import discard_outputs, final_charge, final_outcome
 from functions.logic.notifying import deliver_due_notifications
 from functions.ports import Services
 
@@ -47,33 +42,7 @@ MAX_WRITE_ATTEMPTS = 25
 
 def _settle(services: Services, transition: Transition, now: datetime) -> None:
     job = transition.after
-    account = services.store.get_account(job.account_id)
-    if account is None:
-        raise DependencyFailed(f"account {job.account_id} of job {job.job_id} is missing")
-    # The final attempt's Running time as the domain resolved it (the event's times, else what the
-    # job knew; never negative); None when it never ran or was lost to infrastructure (free).
-    running_ms = transition.running_ms
-    if running_ms is not None and job.time_constraint is not None:
-        # Time past the job's timeConstraint is the enforcement's latency (a meter tick, the Batch
-        # timeout's 60 s minimum), not the user's: it is not billed.
-        running_ms = min(running_ms, job.time_constraint * 1000)
-    rate = machine_class(job.machine_class).credits_per_hour
-    charge = settle_charge(running_ms, rate, job.credit_constraint, account.credit_balance)
-    entry = None
-    # A charge the balance could not cover still gets its entry (credits 0, the rest unbilled), so
-    # every running cost is explained in the ledger.
-    if charge.credits > 0 or charge.unbilled > 0:
-        at = job.completed_at or now
-        entry = LedgerEntry(
-            entry_id=charge_entry_id(job.job_id),
-            account_id=job.account_id,
-            at=at,
-            kind=LedgerKind.CHARGE,
-            credits=charge.credits,
-            balance_after=account.credit_balance - charge.credits,
-            job_id=job.job_id,
-            unbilled=charge.unbilled,
-        )
+    charge, entry = final_charge(services, transition, job.credit_constraint, now)
     services.store.settle(transition, charge, entry, now)
     services.events.count("CreditsCharged", float(charge.credits), amount=True)
     logger.info(

@@ -7,14 +7,21 @@ Only JSON is read: the Lambdas never unpickle or run user data.
 from __future__ import annotations
 
 import json
+from datetime import datetime
+from decimal import Decimal
 
 from aws_lambda_powertools import Logger
 
 from functions.domain.arrays import job_data_path
+from functions.domain.credits import Charge, settle_charge
 from functions.domain.errors import DependencyFailed, PayloadTooLarge
 from functions.domain.jobs import (
     BatchJobState,
     Job,
+    LedgerEntry,
+    LedgerKind,
+    Transition,
+    charge_entry_id,
     describe_failure,
     is_infrastructure_loss,
     success_warnings,
@@ -88,3 +95,45 @@ def final_outcome(
     summary = None if job.termination_reason else read_error_summary(services, job)
     reason = describe_failure(job, machine, state.reasons, state.exit_code, summary)
     return reason, (), not is_infrastructure_loss(job, state.reasons, summary)
+
+
+def final_charge(
+    services: Services, transition: Transition, cap: Decimal | None, now: datetime
+) -> tuple[Charge, LedgerEntry | None]:
+    """The charge of a job's final transition (a job's or an array child's) and its ledger entry.
+
+    The final attempt's Running time as the domain resolved it (``transition.running_ms``; None when
+    it never ran or was lost to infrastructure: free), cut to the job's ``timeConstraint``, priced
+    per second at its machine class's rate (60 s minimum, ``settle_charge``), cut to ``cap`` (credits;
+    None: no cap) and to the account's balance, read strongly consistent.
+
+    The entry (``charge#<jobId>``, at the job's ``completedAt`` or ``now``) is None when there is
+    nothing to record: a charge the balance could not cover still gets one (credits 0, the rest
+    ``unbilled``), so every running cost is explained in the ledger.
+
+    Raises ``DependencyFailed`` when the job's account is missing (or DynamoDB failed).
+    """
+    job = transition.after
+    account = services.store.get_account(job.account_id)
+    if account is None:
+        raise DependencyFailed(f"account {job.account_id} of job {job.job_id} is missing")
+    running_ms = transition.running_ms
+    if running_ms is not None and job.time_constraint is not None:
+        # Time past the job's timeConstraint is the enforcement's latency (a meter tick, the Batch
+        # timeout's 60 s minimum), not the user's: it is not billed.
+        running_ms = min(running_ms, job.time_constraint * 1000)
+    rate = machine_class(job.machine_class).credits_per_hour
+    charge = settle_charge(running_ms, rate, cap, account.credit_balance)
+    entry = None
+    if charge.credits > 0 or charge.unbilled > 0:
+        entry = LedgerEntry(
+            entry_id=charge_entry_id(job.job_id),
+            account_id=job.account_id,
+            at=job.completed_at or now,
+            kind=LedgerKind.CHARGE,
+            credits=charge.credits,
+            balance_after=account.credit_balance - charge.credits,
+            job_id=job.job_id,
+            unbilled=charge.unbilled,
+        )
+    return charge, entry

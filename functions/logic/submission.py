@@ -11,6 +11,7 @@ import base64
 import binascii
 import json
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
 from decimal import Decimal
@@ -18,7 +19,7 @@ from typing import Any
 
 from aws_lambda_powertools import Logger
 
-from functions.domain.arrays import child_template, parse_child_job_id
+from functions.domain.arrays import child_template, initial_counts, parse_child_job_id
 from functions.domain.errors import (
     Conflict,
     DependencyFailed,
@@ -34,7 +35,7 @@ from functions.domain.notifications import NotificationRule, normalize_notificat
 from functions.domain.runtime import check_pickle_python
 from functions.domain.text import JOB_ID_PATTERN, full_match
 from functions.logic.uploads import uploaded_input
-from functions.ports import BatchSubmission, Services
+from functions.ports import BatchSubmission, Services, ZoneServices
 
 logger = Logger(child=True)
 
@@ -166,6 +167,67 @@ def prepare_submission(services: Services, account_id: str, request: JobRequest)
     return PreparedSubmission(machine=machine, zone=zone, rules=rules, kind=kind, document=document)
 
 
+def new_job(
+    account_id: str,
+    request: JobRequest,
+    prepared: PreparedSubmission,
+    now: datetime,
+    *,
+    array_size: int | None = None,
+) -> Job:
+    """The Queued job a checked request makes (a fresh id, submitted at ``now``): a ``Single`` job, or
+    with ``array_size`` an ``Array`` parent whose children all count as Queued."""
+    return Job(
+        job_id=new_job_id(),
+        account_id=account_id,
+        name=request.name,
+        type=JobType.SINGLE if array_size is None else JobType.ARRAY,
+        payload_kind=prepared.kind,
+        machine_class=prepared.machine.name,
+        geo_zone=prepared.zone,
+        credit_constraint=request.credit_constraint,
+        time_constraint=request.time_constraint,
+        notifications=prepared.rules,
+        submitted_at=now,
+        array_size=array_size,
+        child_status_counts=None if array_size is None else initial_counts(array_size),
+    )
+
+
+def batch_submission(
+    job: Job,
+    machine: MachineClass,
+    zone_services: ZoneServices,
+    *,
+    job_name: str,
+    environment: Mapping[str, str] | None = None,
+    array_size: int | None = None,
+) -> BatchSubmission:
+    """The ``SubmitJob`` of ``job`` (or of one span of an array) on ``machine``'s queue in its zone:
+    the worker's environment (job id, bucket, input key, output prefix, memory in GiB, then
+    ``environment``), the timeout backing its caps (``batch_timeout``), the job and account tags."""
+    route = zone_services.routes[machine.name]
+    return BatchSubmission(
+        job_name=job_name,
+        job_queue=route.job_queue,
+        job_definition=route.job_definition,
+        vcpus=machine.vcpus,
+        memory_mib=machine.memory_mib,
+        gpus=machine.gpus,
+        environment={
+            "REMOTE_BATCH_JOB_ID": job.job_id,
+            "REMOTE_BATCH_BUCKET": zone_services.bucket,
+            "REMOTE_BATCH_INPUT_KEY": input_key(job.job_id),
+            "REMOTE_BATCH_OUTPUT_PREFIX": output_prefix(job.job_id),
+            "REMOTE_BATCH_MEMORY_GIB": str(machine.memory_gib),
+            **(environment or {}),
+        },
+        timeout_seconds=batch_timeout(machine, job.credit_constraint, job.time_constraint),
+        tags={"remote-batch:jobId": job.job_id, "remote-batch:accountId": job.account_id},
+        array_size=array_size,
+    )
+
+
 def submit_job(services: Services, account_id: str, request: JobRequest, now: datetime) -> Job:
     """Create a job and hand it to AWS Batch.
 
@@ -185,52 +247,16 @@ def submit_job(services: Services, account_id: str, request: JobRequest, now: da
         S3, DynamoDB or Batch failed; nothing is left behind.
     """
     prepared = prepare_submission(services, account_id, request)
-    machine, zone, rules, kind, document = (
-        prepared.machine,
-        prepared.zone,
-        prepared.rules,
-        prepared.kind,
-        prepared.document,
-    )
-    job = Job(
-        job_id=new_job_id(),
-        account_id=account_id,
-        name=request.name,
-        type=JobType.SINGLE,
-        payload_kind=kind,
-        machine_class=machine.name,
-        geo_zone=zone,
-        credit_constraint=request.credit_constraint,
-        time_constraint=request.time_constraint,
-        notifications=rules,
-        submitted_at=now,
-    )
-    zone_services = services.zones[zone]
-    key = input_key(job.job_id)
-    zone_services.blobs.put(key, json.dumps(document).encode(), "application/json")
+    machine = prepared.machine
+    job = new_job(account_id, request, prepared, now)
+    zone_services = services.zones[prepared.zone]
+    zone_services.blobs.put(input_key(job.job_id), json.dumps(prepared.document).encode(), "application/json")
     try:
         services.store.create_job(job)
     except Exception:
         zone_services.blobs.delete_prefix(f"inputs/{job.job_id}/")
         raise
-    route = zone_services.routes[machine.name]
-    submission = BatchSubmission(
-        job_name=job.job_id,
-        job_queue=route.job_queue,
-        job_definition=route.job_definition,
-        vcpus=machine.vcpus,
-        memory_mib=machine.memory_mib,
-        gpus=machine.gpus,
-        environment={
-            "REMOTE_BATCH_JOB_ID": job.job_id,
-            "REMOTE_BATCH_BUCKET": zone_services.bucket,
-            "REMOTE_BATCH_INPUT_KEY": key,
-            "REMOTE_BATCH_OUTPUT_PREFIX": output_prefix(job.job_id),
-            "REMOTE_BATCH_MEMORY_GIB": str(machine.memory_gib),
-        },
-        timeout_seconds=batch_timeout(machine, request.credit_constraint, request.time_constraint),
-        tags={"remote-batch:jobId": job.job_id, "remote-batch:accountId": account_id},
-    )
+    submission = batch_submission(job, machine, zone_services, job_name=job.job_id)
     try:
         batch_job_id = zone_services.batch.submit_job(submission)
     except Exception:

@@ -4,7 +4,9 @@ gateway (moto cannot emit Batch events) and a settable clock."""
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -168,9 +170,10 @@ def create_resources(settings: Settings) -> None:
         )
 
 
-@pytest.fixture
-def stack() -> Iterator[Stack]:
-    """The service on moto with dev (10000 credits, email) installed as the handlers' services."""
+@contextmanager
+def moto_stack() -> Iterator[Stack]:
+    """The service on in-process moto with dev (10000 credits, email) installed as the handlers'
+    services, its settings in the environment (the ``stack`` fixture; the benchmarks use it too)."""
     with mock_aws():
         settings = make_settings()
         create_resources(settings)
@@ -183,8 +186,6 @@ def stack() -> Iterator[Stack]:
         bootstrap.install(services)
         for var, value in settings.to_environment().items():
             if var != "AWS_REGION":
-                import os
-
                 os.environ[var] = value
         built = Stack(settings, services, gateways, notifier, clock)
         built.add_account("dev", "10000", email="dev@example.com")
@@ -192,3 +193,10 @@ def stack() -> Iterator[Stack]:
             yield built
         finally:
             bootstrap.install(None)
+
+
+@pytest.fixture
+def stack() -> Iterator[Stack]:
+    """The service on moto with dev (10000 credits, email) installed as the handlers' services."""
+    with moto_stack() as built:
+        yield built

@@ -15,14 +15,13 @@ from functions.adapters.dynamodb.base import LIVE_JOB, store_errors
 from functions.adapters.dynamodb.items import (
     METER_PARTITION,
     deserialize_item,
-    entry_to_item,
     job_to_item,
     serialize_item,
     serialize_value,
 )
 from functions.adapters.dynamodb.ledger import AccountsAndLedger
-from functions.domain.credits import Charge, quantize_credits
-from functions.domain.errors import ConditionFailed, RecordMissing
+from functions.domain.credits import Charge
+from functions.domain.errors import ConditionFailed
 from functions.domain.jobs import Job, LedgerEntry, Transition
 from functions.domain.status import JobStatus
 from functions.domain.timefmt import to_sortable
@@ -93,26 +92,8 @@ class ArrayRecords(AccountsAndLedger):
             {"Update": self._parent_rollup(transition, charge, settled_at_most, now)},
         ]
         if entry is not None:
-            items.append(
-                {
-                    "Put": {
-                        "TableName": self._ledger,
-                        "Item": serialize_item(entry_to_item(entry)),
-                        "ConditionExpression": "attribute_not_exists(entryId)",
-                    }
-                }
-            )
-            if entry.credits > 0:
-                items.append(
-                    self._balance_change(entry, quantize_credits(entry.balance_after + entry.credits))
-                )
-        try:
-            with store_errors("TransactWriteItems"):
-                self._db.transact_write_items(TransactItems=items)
-        except ConditionFailed as exc:
-            if self._parent_missing(exc):
-                raise RecordMissing(f"Job {parent_id} no longer exists.") from None
-            raise
+            items += self._charge_items(entry)
+        self._transact(items, parent_id, self._parent_missing)
 
     def _parent_rollup(
         self, transition: Transition, charge: Charge | None, settled_at_most: Decimal | None, now: datetime

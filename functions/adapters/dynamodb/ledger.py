@@ -4,6 +4,7 @@ settlement adds the job's final transition, conditional on the position it was c
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import datetime
 from decimal import Decimal
@@ -40,24 +41,39 @@ class AccountsAndLedger(StoreBase):
         final = replace(transition, after=replace(transition.after, credits_spent=charge.credits))
         items: list[TransactWriteItemTypeDef] = [{"Update": self._transition_update(final, now)}]
         if entry is not None:
-            items.append(
-                {
-                    "Put": {
-                        "TableName": self._ledger,
-                        "Item": serialize_item(entry_to_item(entry)),
-                        "ConditionExpression": "attribute_not_exists(entryId)",
-                    }
-                }
-            )
-        if entry is not None and entry.credits > 0:
-            items.append(self._balance_change(entry, quantize_credits(entry.balance_after + entry.credits)))
+            items += self._charge_items(entry)
+        self._transact(items, transition.after.job_id, self._missing)
+
+    def _transact(
+        self, items: list[TransactWriteItemTypeDef], job_id: str, missing: Callable[[ConditionFailed], bool]
+    ) -> None:
+        """Write ``items`` in one ``TransactWriteItems``. Raises ``RecordMissing`` (job ``job_id``)
+        when ``missing`` says the cancellation was that job's absence, ``ConditionFailed`` on any
+        other lost race, ``DependencyFailed`` when DynamoDB fails."""
         try:
             with store_errors("TransactWriteItems"):
                 self._db.transact_write_items(TransactItems=items)
         except ConditionFailed as exc:
-            if self._missing(exc):
-                raise RecordMissing(f"Job {transition.after.job_id} no longer exists.") from None
+            if missing(exc):
+                raise RecordMissing(f"Job {job_id} no longer exists.") from None
             raise
+
+    def _charge_items(self, entry: LedgerEntry) -> list[TransactWriteItemTypeDef]:
+        """The transaction items that record a charge: its ledger entry, put only if absent (its id is
+        deterministic, so a replay cancels the transaction), and, for positive credits, the balance
+        change from ``balance_after + credits`` to ``balance_after``."""
+        items: list[TransactWriteItemTypeDef] = [
+            {
+                "Put": {
+                    "TableName": self._ledger,
+                    "Item": serialize_item(entry_to_item(entry)),
+                    "ConditionExpression": "attribute_not_exists(entryId)",
+                }
+            }
+        ]
+        if entry.credits > 0:
+            items.append(self._balance_change(entry, quantize_credits(entry.balance_after + entry.credits)))
+        return items
 
     def _balance_change(self, entry: LedgerEntry, before: Decimal) -> TransactWriteItemTypeDef:
         """The transaction item that sets the account's balance to ``entry.balance_after`` (credits)

@@ -8,11 +8,13 @@ from typing import Annotated, Any, Literal
 from pydantic import (
     BaseModel,
     BeforeValidator,
+    Field,
     PlainSerializer,
     WithJsonSchema,
 )
 
 from functions.domain.credits import MAX_CREDITS
+from functions.domain.machine_classes import MACHINE_CLASSES, GeoZone
 
 
 def _credits_json(value: Decimal) -> float:
@@ -54,6 +56,37 @@ CreditsIn = Annotated[
         {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": int(MAX_CREDITS), "multipleOf": 0.0001}
     ),
 ]
+
+# timeConstraint in a request: whole seconds of Running time, > 0, at most 30 days, or null.
+TimeConstraintIn = (
+    Annotated[int, BeforeValidator(_json_integer), Field(gt=0, le=MAX_TIME_CONSTRAINT_SECONDS)] | None
+)
+
+
+def machine_class_field() -> Any:
+    """``machineClass`` of ``POST /jobs`` and ``POST /estimate``: a name from ``GET /machine-classes``
+    (``Basic1x8`` when absent)."""
+    return Field(
+        default="Basic1x8",
+        description="A name from GET /machine-classes.",
+        json_schema_extra={"enum": list(MACHINE_CLASSES)},
+    )
+
+
+def geo_zone_field(description: str) -> Any:
+    """``geoZone`` of ``POST /jobs`` and ``POST /estimate`` (``Automatic`` when absent), described by
+    ``description``."""
+    return Field(
+        default="Automatic",
+        description=description,
+        json_schema_extra={"enum": ["Automatic", *(zone.value for zone in GeoZone)]},
+    )
+
+
+def credit_constraint_field(description: str) -> Any:
+    """``creditConstraint`` of ``POST /jobs`` and ``POST /estimate`` (a ``CreditsIn`` or null, the
+    default), described by ``description``."""
+    return Field(default=None, gt=0, lt=MAX_CREDITS, decimal_places=4, description=description)
 
 
 class HealthView(BaseModel):

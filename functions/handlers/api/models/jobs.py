@@ -14,10 +14,8 @@ from pydantic import (
 
 from functions.domain.arrays import MAX_INLINE_ITEMS, visible_counts
 from functions.domain.batch_reasons import normalize_reason
-from functions.domain.credits import MAX_CREDITS
 from functions.domain.jobs import Job
 from functions.domain.limits import MAX_UPLOAD_BYTES
-from functions.domain.machine_classes import MACHINE_CLASSES, GeoZone
 from functions.domain.notifications import notifications_json_schema, rules_to_json
 from functions.domain.runtime import PYTHON_VERSION_PATTERN
 from functions.domain.text import (
@@ -27,10 +25,13 @@ from functions.domain.text import (
 )
 from functions.domain.timefmt import to_api_time
 from functions.handlers.api.models.common import (
-    MAX_TIME_CONSTRAINT_SECONDS,
     Credits,
     CreditsIn,
+    TimeConstraintIn,
     _json_integer,
+    credit_constraint_field,
+    geo_zone_field,
+    machine_class_field,
 )
 
 
@@ -86,26 +87,14 @@ class SubmitJobBody(BaseModel):
         description="A label: 1..128 characters on one line, no control or bidirectional formatting "
         "characters, not only spaces.",
     )
-    machineClass: str = Field(
-        default="Basic1x8",
-        description="A name from GET /machine-classes.",
-        json_schema_extra={"enum": list(MACHINE_CLASSES)},
+    machineClass: str = machine_class_field()
+    geoZone: str = geo_zone_field("Automatic | UnitedStates | EuropeanUnion.")
+    creditConstraint: CreditsIn | None = credit_constraint_field(
+        "Most credits the job may spend (null: no cap)."
     )
-    geoZone: str = Field(
-        default="Automatic",
-        description="Automatic | UnitedStates | EuropeanUnion.",
-        json_schema_extra={"enum": ["Automatic", *(zone.value for zone in GeoZone)]},
+    timeConstraint: TimeConstraintIn = Field(
+        default=None, description="Most seconds of Running time (≤ 30 days)."
     )
-    creditConstraint: CreditsIn | None = Field(
-        default=None,
-        gt=0,
-        lt=MAX_CREDITS,
-        decimal_places=4,
-        description="Most credits the job may spend (null: no cap).",
-    )
-    timeConstraint: (
-        Annotated[int, BeforeValidator(_json_integer), Field(gt=0, le=MAX_TIME_CONSTRAINT_SECONDS)] | None
-    ) = Field(default=None, description="Most seconds of Running time (≤ 30 days).")
     notifications: Any = Field(
         default="Automatic",
         description="See API.md Notifications.",

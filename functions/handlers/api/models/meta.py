@@ -7,14 +7,16 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
 
-from functions.domain.credits import MAX_CREDITS
-from functions.domain.machine_classes import MACHINE_CLASSES, GeoZone, MachineClass
+from functions.domain.machine_classes import MachineClass
 from functions.handlers.api.models.common import (
     MAX_TIME_CONSTRAINT_SECONDS,
     Credits,
     CreditsIn,
-    _json_integer,
+    TimeConstraintIn,
     _json_number,
+    credit_constraint_field,
+    geo_zone_field,
+    machine_class_field,
 )
 
 
@@ -71,26 +73,14 @@ class EstimateBody(BaseModel):
         BeforeValidator(_json_number),
         WithJsonSchema({"type": "number", "exclusiveMinimum": 0, "maximum": MAX_TIME_CONSTRAINT_SECONDS}),
     ] = Field(gt=0, le=MAX_TIME_CONSTRAINT_SECONDS, description="Seconds of Running time to price.")
-    machineClass: str = Field(
-        default="Basic1x8",
-        description="A name from GET /machine-classes.",
-        json_schema_extra={"enum": list(MACHINE_CLASSES)},
+    machineClass: str = machine_class_field()
+    geoZone: str = geo_zone_field(
+        "Automatic | UnitedStates | EuropeanUnion (prices are the same in every zone)."
     )
-    geoZone: str = Field(
-        default="Automatic",
-        description="Automatic | UnitedStates | EuropeanUnion (prices are the same in every zone).",
-        json_schema_extra={"enum": ["Automatic", *(zone.value for zone in GeoZone)]},
+    creditConstraint: CreditsIn | None = credit_constraint_field("Caps the estimate, as it caps a job.")
+    timeConstraint: TimeConstraintIn = Field(
+        default=None, description="Cuts the run, as it cuts a job (seconds)."
     )
-    creditConstraint: CreditsIn | None = Field(
-        default=None,
-        gt=0,
-        lt=MAX_CREDITS,
-        decimal_places=4,
-        description="Caps the estimate, as it caps a job.",
-    )
-    timeConstraint: (
-        Annotated[int, BeforeValidator(_json_integer), Field(gt=0, le=MAX_TIME_CONSTRAINT_SECONDS)] | None
-    ) = Field(default=None, description="Cuts the run, as it cuts a job (seconds).")
     code: Any = Field(default=None, description=_IGNORED)
     command: Any = Field(default=None, description=_IGNORED)
     pickle: Any = Field(default=None, description=_IGNORED)
