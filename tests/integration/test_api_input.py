@@ -286,3 +286,47 @@ def test_the_local_gateway_builds_repeated_parameters_as_api_gateway_rest(stack)
         _call(api_event("POST", "/jobs", body={"code": "1"}))
     status, body, _ = _call({**event, "requestContext": {**event["requestContext"], "path": "/jobs"}})
     assert status == 200 and len(body["jobs"]) == 2
+
+
+BIG_INT = "1" + "0" * 5000  # past Python's 4300-digit int conversion limit
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "raw", "message"),
+    [
+        ("POST", "/jobs", '{"code": "1", "creditConstraint": ' + BIG_INT + "}", "more than 4300 digits"),
+        ("POST", "/jobs", '{"code": "item", "arrayItems": [' + BIG_INT + ", 1]}", "more than 4300 digits"),
+        ("POST", "/estimate", '{"machineClass": "Basic1x8", "seconds": ' + BIG_INT + "}", "more than 4300"),
+        ("PUT", "/account/contacts", '{"email": null, "phone": ' + BIG_INT + "}", "more than 4300 digits"),
+        ("POST", "/jobs", '{"code": "item", "arrayItems": [1, NaN]}', "holds NaN, which is not JSON"),
+        ("POST", "/jobs", '{"code": "1", "creditConstraint": Infinity}', "holds Infinity, which is not JSON"),
+        ("POST", "/estimate", '{"machineClass": "Basic1x8", "seconds": -Infinity}', "holds -Infinity"),
+    ],
+)
+def test_numbers_json_does_not_have_or_python_cannot_read_are_400_and_write_nothing(
+    stack, method, path, raw, message
+):
+    """A 5000-digit integer made json.loads raise ValueError, which escaped as a 500; NaN/Infinity
+    (Python's extensions to JSON) were taken inside arrayItems."""
+    status, error, _ = _call(api_event(method, path, raw_body=raw))
+    assert status == 400, error
+    assert error["error"]["code"] == "ValidationError"
+    assert message in error["error"]["message"], error
+    assert stack.count_items("test-jobs") == 0
+    assert stack.batch[GeoZone.UNITED_STATES].submissions == []
+
+
+@pytest.mark.parametrize("version", ["bogus", "2.7", "", "3.11.7"])
+def test_a_malformed_python_version_names_the_rule(stack, version):
+    body = {"code": "1", "pythonVersion": version}
+    status, error, _ = _call(api_event("POST", "/jobs", body=body))
+    assert (status, error["error"]["field"]) == (400, "pythonVersion"), error
+    assert "must be a Python 3 major.minor version such as 3.12" in error["error"]["message"], error
+
+
+def test_array_items_given_twice_names_the_key(stack):
+    body = {"code": "item", "arrayItems": [1, 2], "arrayItemsKey": "uploads/dev/x.jsonl"}
+    status, error, _ = _call(api_event("POST", "/jobs", body=body))
+    assert (status, error["error"]["field"]) == (400, "arrayItemsKey"), error
+    assert error["error"]["message"] == "arrayItemsKey: Give arrayItems or arrayItemsKey, not both."
+    assert stack.count_items("test-jobs") == 0

@@ -764,3 +764,23 @@ def test_an_event_for_a_child_of_a_deleted_array_writes_nothing(stack):
     stack.services.store.delete_job(parent.job_id)
     assert stack.deliver(events[3]) == {"applied": False}
     assert stack.count_items("test-jobs") == 0
+
+
+def test_a_running_arrays_credits_spent_shows_what_its_ended_children_were_charged(stack):
+    """The parent's own creditsSpent is written when the array ends; while it runs, GET /jobs/{id} must
+    still show the charges its ended children's ledger entries already hold (a tester saw 0.0 at 56 of
+    100 children settled)."""
+    parent = submit(stack, [1, 2, 3])
+    events = run_children(stack, parent, {0: 90, 1: 30, 2: 30})
+    ended_first = [e for e in events if e["detail"]["jobId"].endswith(":0")]
+    started_second = [
+        e for e in events if e["detail"]["jobId"].endswith(":1") and e["detail"]["status"] != "SUCCEEDED"
+    ]
+    for event in ended_first + started_second:
+        stack.deliver(event)
+
+    status, view = stack.api("GET", f"/jobs/{parent.job_id}")
+    assert status == 200
+    assert view["status"] == "Running"
+    assert view["creditsSpent"] == Decimal("1.5")  # child 0: 90 s of Basic1x8 at 60 credits an hour
+    assert charges(stack) == {f"{parent.job_id}:0": Decimal("1.5000")}

@@ -92,6 +92,7 @@ _PATTERN_RULES = {
     "reason": "must be one line of visible text: no control or bidirectional formatting characters",
     "pickle": "must be base64 (standard alphabet, padded)",
     "Idempotency-Key": "must be 1 to 128 visible ASCII characters (letters, digits, punctuation)",
+    "pythonVersion": "must be a Python 3 major.minor version such as 3.12 (GET /runtime names the worker's)",
 }
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import sys
 from typing import Any
 
 from aws_lambda_powertools.event_handler import content_types
@@ -92,6 +93,27 @@ def _proxy_error(status: int, body: ErrorBody) -> dict[str, Any]:
     }
 
 
+class _NotStandardJson(ValueError):
+    """A body Python's parser would take but JSON (RFC 8259) or the service does not."""
+
+
+def _refuse_constant(name: str) -> Any:
+    """``NaN``/``Infinity``/``-Infinity``: Python's parser takes them, JSON (RFC 8259 §6) does not."""
+    raise _NotStandardJson(f"The request body holds {name}, which is not JSON (RFC 8259); send a number.")
+
+
+def _bounded_int(digits: str) -> int:
+    """An integer literal; one longer than Python's int conversion limit (``sys.get_int_max_str_digits``,
+    4300 digits by default) is refused with a 400 instead of escaping as a ``ValueError``.
+
+    Raises ``_NotStandardJson``.
+    """
+    limit = sys.get_int_max_str_digits()
+    if limit and len(digits.lstrip("-")) > limit:
+        raise _NotStandardJson(f"The request body holds an integer of more than {limit} digits.")
+    return int(digits)
+
+
 def _json_body(event: dict[str, Any]) -> dict[str, Any] | ErrorBody:
     """Bodies are JSON whatever the Content-Type says (curl -d sends form encoding by default), an
     empty body too: the Content-Type is set to JSON on every request, so no route ever answers an
@@ -103,11 +125,13 @@ def _json_body(event: dict[str, Any]) -> dict[str, Any] | ErrorBody:
     raw = event.get("body") or ""
     try:
         text = base64.b64decode(raw).decode("utf-8") if event.get("isBase64Encoded") else raw
-        document = json.loads(text) if text else None
+        document = json.loads(text, parse_constant=_refuse_constant, parse_int=_bounded_int) if text else None
     except (UnicodeDecodeError, binascii.Error):
         return _error_body("The request body is not UTF-8 text.")
     except RecursionError:
         return _error_body("The request body nests JSON too deeply.")
+    except _NotStandardJson as exc:
+        return _error_body(str(exc))
     except ValueError:
         pass  # not JSON (or empty): the resolver's validation answers that, with its field
     else:

@@ -9,12 +9,14 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    ValidationInfo,
+    field_validator,
     model_validator,
 )
 
 from functions.domain.arrays import MAX_INLINE_ITEMS, visible_counts
 from functions.domain.batch_reasons import normalize_reason
-from functions.domain.jobs import Job
+from functions.domain.jobs import Job, JobType
 from functions.domain.limits import MAX_UPLOAD_BYTES
 from functions.domain.notifications import notifications_json_schema, rules_to_json
 from functions.domain.runtime import PYTHON_VERSION_PATTERN
@@ -129,11 +131,13 @@ class SubmitJobBody(BaseModel):
         "it). A pickle of another minor version than GET /runtime's is refused (400, field pythonVersion).",
     )
 
-    @model_validator(mode="after")
-    def _one_item_source(self) -> SubmitJobBody:
-        if self.arrayItems is not None and self.arrayItemsKey is not None:
+    @field_validator("arrayItemsKey")
+    @classmethod
+    def _one_item_source(cls, key: str | None, info: ValidationInfo) -> str | None:
+        """Refused on ``arrayItemsKey`` (declared after ``arrayItems``, so the error names a field)."""
+        if key is not None and info.data.get("arrayItems") is not None:
             raise ValueError("give arrayItems or arrayItemsKey, not both")
-        return self
+        return key
 
     @model_validator(mode="after")
     def _exactly_one_payload(self) -> SubmitJobBody:
@@ -239,7 +243,10 @@ class JobListView(BaseModel):
 
 
 def job_view(job: Job) -> JobView:
-    """Map a domain job to the API's ``Job``."""
+    """Map a domain job to the API's ``Job``. An array's ``creditsSpent`` is never below what its
+    children's settlements already charged (``creditsSettled``, credits): the parent's own
+    ``creditsSpent`` is only written when the array ends, while each child's ledger entry is written
+    when that child ends."""
     return JobView(
         jobId=job.job_id,
         name=job.name,
@@ -254,7 +261,9 @@ def job_view(job: Job) -> JobView:
         creditConstraint=job.credit_constraint,
         timeConstraint=job.time_constraint,
         notifications=rules_to_json(job.notifications),
-        creditsSpent=job.credits_spent,
+        creditsSpent=max(job.credits_spent, job.credits_settled)
+        if job.type == JobType.ARRAY
+        else job.credits_spent,
         exitCode=job.exit_code,
         submittedAt=to_api_time(job.submitted_at) or "",
         startedAt=to_api_time(job.started_at),
