@@ -159,7 +159,7 @@ def test_errors_are_moto_s_own(dynamodb: Any, use_patched: Patcher) -> None:
 def test_copies_only_the_items_named(
     dynamodb: Any, use_patched: Patcher, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """5,000 items in the table: the transaction deep-copies its 3 items, never a table."""
+    """5,000 items in the table: each transaction deep-copies the items it names that exist, never a table."""
     _fill(dynamodb, 5000)
     _seed(dynamodb)
     assert dynamodb.describe_table(TableName="jobs")["Table"]["ItemCount"] == 5001
