@@ -232,6 +232,9 @@ class MotoServer:
         os.environ["MOTO_ACCOUNT_ID"] = LOCAL_ACCOUNT_ID
         from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
 
+        from remote_batch.local import moto_transactions
+
+        moto_transactions.install()
         self.moto_app = DomainDispatcherApplication(create_backend_app)
         self.journaling = JournalingApp(self.moto_app, self._journal)
         self.gate = IamGate(self.journaling)
