@@ -27,6 +27,8 @@ ENVIRONMENT = {
     "REMOTE_BATCH_EMAIL_TOPIC_ARN_PREFIX",
     "REMOTE_BATCH_EMAIL_TOPIC_KEY",
     "REMOTE_BATCH_ZONES",
+    # The worker image's Python (worker/Dockerfile), served by GET /runtime and checked against a pickle's.
+    "REMOTE_BATCH_WORKER_PYTHON",
 }
 
 

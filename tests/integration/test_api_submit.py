@@ -104,7 +104,7 @@ def test_caps_become_the_batch_timeout(stack):
         ({"code": "1", "geoZone": "Mars"}, "geoZone", "UnitedStates"),
         ({"code": "1", "arrayItems": []}, "arrayItems", "at least 1"),
         ({"code": "1", "arrayItems": list(range(10_001))}, "arrayItems", "at most 10000"),
-        ({"code": "1", "arrayItems": [1], "arrayItemsKey": "k"}, None, "not both"),
+        ({"code": "1", "arrayItems": [1], "arrayItemsKey": "k"}, "arrayItemsKey", "not both"),
         ({"code": "1", "machineclass": "Basic1x8"}, "machineclass", "Unknown field"),
         ({"command": []}, "command", "at least 1"),
         ({"pickle": "%%% not base64 %%%"}, "pickle", "base64"),
