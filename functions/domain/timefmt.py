@@ -31,7 +31,8 @@ def parse_query_time(text: str, field: str) -> datetime:
     Raises
     ------
     ValidationFailed
-        Naming ``field`` when ``text`` is not an ISO 8601 time.
+        Naming ``field`` when ``text`` is not an ISO 8601 time, or is one whose offset puts it outside
+        the years 1 to 9999 in UTC.
     """
     # Printable ASCII only (spaces around are dropped): str.strip() would let a trailing newline
     # through, and full-width digits are not a time.
@@ -46,4 +47,11 @@ def parse_query_time(text: str, field: str) -> datetime:
         raise ValidationFailed(
             f"{field} must be an ISO 8601 time like 2026-11-29T17:20:00Z, got {text!r}.", field=field
         ) from None
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+    if value.tzinfo is None:
+        return value.replace(tzinfo=UTC)
+    try:
+        return value.astimezone(UTC)
+    except OverflowError:  # 0001-01-01T00:01+13:42 is before year 1 in UTC (found by schemathesis)
+        raise ValidationFailed(
+            f"{field} is out of range: in UTC it must fall in the years 1 to 9999, got {text!r}.", field=field
+        ) from None

@@ -91,3 +91,10 @@ def test_parse_query_time_rejects_junk_naming_the_field(text):
 
     assert caught.value.field == "from"
     assert "from" in caught.value.message
+
+
+@pytest.mark.parametrize("text", ["0001-01-01T00:01:47.398+13:42", "9999-12-31T23:59:59-05:00"])
+def test_a_time_whose_offset_leaves_the_years_1_to_9999_in_utc_is_refused_naming_the_field(text):
+    with pytest.raises(ValidationFailed, match="since is out of range") as raised:
+        parse_query_time(text, "since")
+    assert raised.value.field == "since"
