@@ -96,11 +96,17 @@ def _print_json(value: Any) -> None:
 _JOB_COLUMNS = {"job": 30, "name": 12, "status": 10, "class": 14, "credits": 8, "submitted": 14}
 
 
-def _job_table(jobs: list[Job], title: str | None = None) -> Table:
+def _job_table(jobs: list[Job], title: str | None = None, *, indexed: bool = False) -> Table:
     """Jobs as a table that fits the terminal: id, status, class, credits, time whole; name and reason
-    cut with an ellipsis."""
+    cut with an ellipsis. ``indexed`` (an array's children) leads with the ``arrayIndex`` and widens
+    the id column to the children's ``<parent>:<index>`` ids."""
     table = Table(title=title, box=box.SIMPLE_HEAD)
-    for column, width in _JOB_COLUMNS.items():
+    columns = dict(_JOB_COLUMNS)
+    if indexed:
+        table.add_column("index", no_wrap=True, justify="right")
+        longest = max((len(job.id) for job in jobs), default=0)
+        columns["job"] = max(columns["job"], longest)
+    for column, width in columns.items():
         table.add_column(
             column,
             no_wrap=True,
@@ -109,14 +115,18 @@ def _job_table(jobs: list[Job], title: str | None = None) -> Table:
             min_width=width if column in ("job", "status", "credits", "submitted") else 4,
             justify="right" if column == "credits" else "left",
         )
-    used = sum(_JOB_COLUMNS.values()) + 2 * (len(_JOB_COLUMNS) + 1) + 1
+    used = sum(columns.values()) + 2 * (len(columns) + 1) + 1
+    if indexed:
+        used += 2 + max((len(str(job.data.get("arrayIndex", ""))) for job in jobs), default=0)
     table.add_column("reason", no_wrap=True, overflow="ellipsis", max_width=max(8, out.width - used))
     for job in jobs:
         data = job.data
         counts = data.get("childStatusCounts") or {}
         detail = ", ".join(f"{k} {v}" for k, v in counts.items())
         submitted = str(data.get("submittedAt") or "")
+        lead = [str(data.get("arrayIndex", ""))] if indexed else []
         table.add_row(
+            *lead,
             job.id,
             escape(str(data.get("name") or "")),
             str(data.get("status")),
@@ -265,10 +275,17 @@ def logs(
         bool, typer.Option("--follow", "-f", help="Keep printing new lines until it is final.")
     ] = False,
     fmt: Annotated[str, typer.Option("--format", help="text, json or csv")] = "text",
+    json_output: Annotated[
+        bool, typer.Option("--json", help="One JSON object per line (the same as --format json).")
+    ] = False,
 ) -> None:
     """A job's console log (-f follows it while it runs, like `aws logs tail --follow`)."""
     if fmt not in ("text", "json", "csv"):
-        raise typer.BadParameter("--format is text, json or csv")
+        raise typer.BadParameter(f"--format is text, json or csv, not {fmt!r}")
+    if json_output:
+        if fmt not in ("text", "json"):
+            raise typer.BadParameter(f"--json prints JSON lines; it cannot be combined with --format {fmt}")
+        fmt = "json"
     job = rb.job(job_id)
     tail = LogTail(job)
     if fmt == "csv":
@@ -305,7 +322,8 @@ def result(
     timeout: Annotated[float | None, typer.Option(help="Seconds to wait for it at most.")] = None,
     json_output: JsonOption = False,
 ) -> None:
-    """A job's result (waits for it); exit 2 with the remote error when it ended Terminated."""
+    """A job's result (waits for it); exit 2 with the remote error when it ended Terminated (an array
+    job's children that succeeded are still printed: null for the others, their reasons in errors)."""
     job = rb.job(job_id)
     try:
         job.wait(timeout, progress=False)
@@ -313,6 +331,8 @@ def result(
             job.result()
     except rb.RemoteJobError as exc:
         err.print(escape(str(exc)))
+        if job.type == "Array":
+            _print_partial_array_result(job, output)
         raise typer.Exit(EXIT_TERMINATED) from None
     document = job._json_result() if job.type == "Array" or json_output or output else None
     if output is not None:
@@ -324,6 +344,23 @@ def result(
         _print_json(document)
         return
     out.print(escape(repr(job.result())))
+
+
+def _print_partial_array_result(job: Job, output: Path | None) -> None:
+    """What a Terminated array's children produced: the result document's list (null where a child
+    failed or never ran) and its errors, to ``output`` or stdout. Nothing when none was assembled."""
+    try:
+        document = job._json_result()
+    except (rb.NoOutput, rb.NotFound, rb.JobNotFinished):
+        return
+    partial = {"result": document.get("result"), "errors": document.get("errors") or []}
+    if document.get("resultUrl"):
+        partial["resultUrl"] = document["resultUrl"]
+    if output is not None:
+        output.write_text(json.dumps(partial, default=to_json_number, indent=2) + "\n")
+        err.print(f"wrote the children's partial results to {output}")
+    else:
+        _print_json(partial)
 
 
 @app.command()
@@ -346,7 +383,7 @@ def delete(job_id: JobId) -> None:
 @app.command("jobs")
 def jobs_command(
     status_: Annotated[str | None, typer.Option("--status", help="Only jobs of this status.")] = None,
-    limit: Annotated[int, typer.Option(help="At most this many (newest first).")] = 20,
+    limit: Annotated[int, typer.Option(min=1, help="At most this many (newest first).")] = 20,
     json_output: JsonOption = False,
 ) -> None:
     """This account's jobs, newest first, as a table."""
@@ -368,7 +405,7 @@ def children(
     if json_output:
         _print_json([j.data for j in found])
     else:
-        out.print(_job_table(found))
+        out.print(_job_table(found, indexed=True))
 
 
 @app.command()
@@ -413,8 +450,17 @@ def account_command(json_output: JsonOption = False) -> None:
         return
     table = Table(show_header=False, box=None)
     for key, value in found.data.items():
-        table.add_row(key, escape(str(value)))
+        table.add_row(key, escape(_account_value(value)))
     out.print(table)
+
+
+def _account_value(value: Any) -> str:
+    """One account field as a person reads it: a list comma-separated, an unset contact as such."""
+    if value is None:
+        return "(not set)"
+    if isinstance(value, list):
+        return ", ".join(str(v) for v in value) or "(none)"
+    return str(value)
 
 
 @app.command("usage")
@@ -468,7 +514,7 @@ def machine_classes_command(json_output: JsonOption = False) -> None:
     """The machine classes and their prices."""
     classes = rb.machine_classes()
     if json_output:
-        _print_json([vars(m) for m in classes])
+        _print_json({"machineClasses": [m.data for m in classes]})
         return
     table = Table()
     for column in ("name", "vCPUs", "memory GiB", "GPUs", "credits/hour"):
@@ -488,7 +534,7 @@ def estimate_command(
     """Credits a run would cost (the service's prices and 60-second minimum)."""
     found = rb.estimate(machine_class, seconds)
     if json_output:
-        _print_json(vars(found))
+        _print_json(found.data)
     else:
         out.print(
             f"{found.credits} credits ({machine_class}, {seconds:g} s at "

@@ -399,6 +399,7 @@ class MachineClass:
     gpus: int
     gpu_type: str | None
     credits_per_hour: Decimal
+    data: dict[str, Any] = field(repr=False, default_factory=dict)
 
 
 def machine_classes(*, client: Client | None = None) -> list[MachineClass]:
@@ -412,6 +413,7 @@ def machine_classes(*, client: Client | None = None) -> list[MachineClass]:
             gpus=int(m["gpus"]),
             gpu_type=m.get("gpuType"),
             credits_per_hour=Decimal(str(m["creditsPerHour"])),
+            data=m,
         )
         for m in document["machineClasses"]
     ]
@@ -429,11 +431,14 @@ class Estimate:
         The machine class's price.
     minimum_seconds : int
         The shortest run charged (60).
+    data : dict
+        The API's answer as sent (camelCase keys), for ``--json``.
     """
 
     credits: Decimal
     credits_per_hour: Decimal
     minimum_seconds: int
+    data: dict[str, Any] = field(repr=False, default_factory=dict)
 
 
 def estimate(
@@ -454,6 +459,7 @@ def estimate(
         credits=Decimal(str(document["credits"])),
         credits_per_hour=Decimal(str(document["creditsPerHour"])),
         minimum_seconds=int(document["minimumSeconds"]),
+        data=document,
     )
 
 
