@@ -560,10 +560,7 @@ def test_an_unreadable_input_says_so_without_a_traceback(s3, capsys, monkeypatch
     assert (
         capsys.readouterr().err == "remote-batch worker: The job's input could not be read (AccessDenied)\n"
     )
-    assert (
-        job.messages_document()["error"]["reason"]
-        == "The job's input could not be read (AccessDenied)"
-    )
+    assert job.messages_document()["error"]["reason"] == "The job's input could not be read (AccessDenied)"
     assert "AccessDenied" in job.output("worker-error.txt").decode()
 
 
@@ -605,9 +602,7 @@ def test_an_output_file_that_cannot_be_read_is_skipped_with_a_message(s3, monkey
     assert main(job.env, s3) == 0
     assert job.output("files/a.txt") == b"a"
     assert "files/locked.txt" not in job.output_names()
-    assert job.messages_document()["messages"] == [
-        "files/locked.txt not uploaded: Permission denied"
-    ]
+    assert job.messages_document()["messages"] == ["files/locked.txt not uploaded: Permission denied"]
 
 
 def test_a_command_out_of_memory_fails_with_the_memory_sentence(s3, capfd):
