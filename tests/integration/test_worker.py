@@ -120,6 +120,21 @@ def test_code_result_and_messages_are_uploaded(s3):
     assert base64.b64decode(job.outcome()["preview"]).startswith(b"\x89PNG")
 
 
+def test_a_job_whose_result_is_4_makes_exactly_one_s3_write(s3):
+    """Issue 14: the worker's S3 requests for ``4``: the input's GET and ONE PutObject (outcome.json)."""
+    job = Job(s3).put_input({"kind": "code", "code": "4"})
+    calls: list[tuple[str, str]] = []
+    s3.meta.events.register(
+        "before-parameter-build.s3",
+        lambda model, params, **_: calls.append((model.name, params.get("Key", ""))),
+    )
+
+    assert main(job.env, s3) == 0
+    assert calls == [("GetObject", job.input_key), ("PutObject", job.output_prefix + "outcome.json")]
+    assert job.result_document() == {"result": 4, "resultRepr": "4"}
+    assert cloudpickle.loads(job.pickle_bytes()) == 4
+
+
 def test_failing_code_still_uploads_its_outputs(s3):
     job = Job(s3).put_input({"kind": "code", "code": "1/0"})
 
