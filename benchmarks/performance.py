@@ -128,6 +128,9 @@ def _job_life(notifications: str | None) -> dict[str, Any]:
     from benchmarks.capacity import RequestRecorder
     from functions.logic.job_outcomes import output_key
     from tests.events import job_lifecycle
+    from worker.entrypoint import publish
+    from worker.runner import Outcome
+    from worker.storage import JobStorage
 
     with _moto_stack() as stack:
         recorder = RequestRecorder()
@@ -156,14 +159,12 @@ def _job_life(notifications: str | None) -> dict[str, Any]:
             stack.clock.advance(30)
             final = _timed(invocations, "batch_events", lambda: stack.deliver(events[-1]))
             assert final.get("status") == "Succeeded", final
-            with recorder.paused():  # what the worker wrote (counted on the local stack, part 4)
+            with recorder.paused(), tempfile.TemporaryDirectory() as empty:
+                # What the worker writes, by the measured tree's own worker code, so GET /result
+                # reads that tree's layout (the worker's PUTs are counted on the local stack, part 4).
                 zone = stack.settings.zones[stored.geo_zone]
                 s3 = boto3.client("s3", region_name=zone.region)
-                document = {"result": 1, "resultRepr": "1", "messages": []}
-                s3.put_object(
-                    Bucket=zone.bucket, Key=output_key(job_id, "result.json"), Body=json.dumps(document)
-                )
-                s3.put_object(Bucket=zone.bucket, Key=output_key(job_id, "messages.json"), Body=b"[]")
+                publish(JobStorage(s3, zone.bucket), output_key(job_id, ""), Outcome(result=1), Path(empty))
             status, result = _timed(invocations, "api", lambda: stack.api("GET", f"/jobs/{job_id}/result"))
             assert status == 200, result
             assert result["result"] == 1, result
