@@ -520,7 +520,8 @@ class _Local:
                 "PYTHONPATH": os.pathsep.join(dict.fromkeys([str(tree), str(REPO_ROOT)])),
             }
         )
-        command = [sys.executable, "-m", "benchmarks.performance", "--serve", str(self.counts_path)]
+        # -P: no working directory first on sys.path, so the tree's code (PYTHONPATH) is what runs.
+        command = [sys.executable, "-P", "-m", "benchmarks.performance", "--serve", str(self.counts_path)]
         self.log = (home / "stack.log").open("wb")
         self.process = subprocess.Popen(
             command, cwd=REPO_ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True
@@ -747,7 +748,9 @@ def _run_part(part: str, trees: Sequence[Path], burst: int) -> dict[str, Any]:
     with tempfile.NamedTemporaryFile(suffix=".json") as out:
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys([str(trees[0]), str(REPO_ROOT)]))
-        command = [sys.executable, "-m", "benchmarks.performance", "--part", part]
+        # -P (Python 3.11): `-m` would put the working directory (this checkout) first on sys.path,
+        # ahead of PYTHONPATH, and "before" would import this checkout's code, not the baseline's.
+        command = [sys.executable, "-P", "-m", "benchmarks.performance", "--part", part]
         for tree in trees:
             command += ["--tree", str(tree)]
         command += [
