@@ -189,17 +189,12 @@ def _outcome_result(
         return JobResult(
             job_id=job_id, result=None, result_repr="None", messages=messages, messages_url=messages_url
         )
+    document: dict[str, Any] | None = {"result": outcome.result, "resultRepr": outcome.result_repr}
+    key = output_key(job_id, OUTCOME_OBJECT)
     if outcome.result_object is not None:
         key = output_key(job_id, RESULT_OBJECT)
-        document = _bounded_result_document(blobs, key)
-        if document is None:
-            raise DependencyFailed(
-                f"The result of job {job_id} could not be read ({RESULT_OBJECT} is missing)."
-            )
-    else:
-        key = output_key(job_id, OUTCOME_OBJECT)
-        document = {"result": outcome.result, "resultRepr": outcome.result_repr}
-    if document is _OVER_BUDGET or not _inline_result(document):
+        document = _result_object(blobs, key, job_id)
+    if document is None or not _inline_result(document):
         url = blobs.presigned_get(key, url_seconds)
         return JobResult(
             job_id=job_id, inline=False, result_url=url, messages=messages, messages_url=messages_url
@@ -213,20 +208,18 @@ def _outcome_result(
     )
 
 
-#: ``_bounded_result_document``'s answer for a document over ``RESULT_BUDGET_BYTES`` (not read).
-_OVER_BUDGET: dict[str, Any] = {}
+def _result_object(blobs: BlobStore, key: str, job_id: str) -> dict[str, Any] | None:
+    """The result's own ``result.json`` (``{"result", "resultRepr"}``) in one GetObject, or None when
+    it is over ``RESULT_BUDGET_BYTES`` (not read: a file over the budget can only grow once escaped).
 
-
-def _bounded_result_document(blobs: BlobStore, key: str) -> dict[str, Any] | None:
-    """A result document (``{"result", "resultRepr"}``) in one GetObject: ``_OVER_BUDGET`` when it is
-    over ``RESULT_BUDGET_BYTES`` (a file over the budget can only grow once escaped: it is linked
-    without being read), None when absent."""
+    Raises ``DependencyFailed`` when it is missing though ``outcome.json`` names it, or S3 failed.
+    """
     try:
         raw = blobs.get(key, RESULT_BUDGET_BYTES)
     except PayloadTooLarge:
-        return _OVER_BUDGET
-    if raw is None:
         return None
+    if raw is None:
+        raise DependencyFailed(f"The result of job {job_id} could not be read ({RESULT_OBJECT} is missing).")
     document = json.loads(raw or b"{}")
     return document if isinstance(document, dict) else {"result": None, "resultRepr": None}
 
