@@ -6,32 +6,39 @@ child's is ``outputs/<arrayId>/<index>/``):
 
 - ``files/<path>``: each file the job left in ``$REMOTE_BATCH_OUTPUT_DIR``.
 - ``outcome.json``, always, written LAST (its presence means every object it names is complete): a
-  UTF-8 JSON object with
+  UTF-8 JSON object with these fields.
 
-  ============== ======================================================================================
-  ``format``     ``"remote-batch.outcome/1"``; a reader refuses any other value.
-  ``messages``   ``[str, ...]``: the warnings, notes and error text (``EvaluationMessagesText``).
-  ``error``      ``null`` or ``{"type", "message", "traceback"[, "reason"]}``: why the code failed.
-  ``resultRepr`` ``str``: the result's repr. Present exactly when the job's code ran (absent when the
-                 input was refused or the worker itself failed: the document then says only why).
-  ``result``     The result's JSON form (``null`` when it has none), with ``resultRepr``, when the
-                 result's document ``{"result", "resultRepr"}`` is at most ``INLINE_RESULT_MAX_BYTES``.
-  ``resultObject`` Instead of ``result``: ``"result.json"``, the object holding that document.
-  ``pickle``     The result's cloudpickle, base64 (RFC 4648, padded), when at most
-                 ``INLINE_PICKLE_MAX_BYTES``.
-  ``pickleObject`` Instead of ``pickle``: ``"result.pickle"``, the object holding the raw pickle.
-                 Neither: the result could not be pickled (a message says why).
-  ``preview``    A text preview's PNG (the repr rendered as text), base64, when at most
-                 ``INLINE_PREVIEW_MAX_BYTES``.
-  ``previewObject`` Instead of ``preview``: ``"preview.png"``. An image preview (a plot, an image
-                 result) always has its object; neither: no preview (a None result).
-  ============== ======================================================================================
+  ``format``
+      ``"remote-batch.outcome/1"``; a reader refuses any other value.
+  ``messages``
+      ``[str, ...]``: the warnings, notes and error text (``EvaluationMessagesText``).
+  ``error``
+      ``null`` or ``{"type", "message", "traceback"[, "reason"]}``: why the code failed.
+  ``resultRepr``
+      ``str``, the result's repr. Present exactly when the job's code ran; absent when the input was
+      refused or the worker itself failed (the document then only says why).
+  ``result``
+      The result's JSON form (``null`` when it has none), when the result's document
+      ``{"result", "resultRepr"}`` is at most ``INLINE_RESULT_MAX_BYTES``.
+  ``resultObject``
+      Instead of ``result``: ``"result.json"``, the object holding that document.
+  ``pickle``
+      The result's cloudpickle, base64 (RFC 4648, padded), when at most ``INLINE_PICKLE_MAX_BYTES``.
+  ``pickleObject``
+      Instead of ``pickle``: ``"result.pickle"``, the object holding the raw pickle. Neither field:
+      the result could not be pickled (a message says why).
+  ``preview``
+      A text preview's PNG (the repr rendered as text), base64, when at most
+      ``INLINE_PREVIEW_MAX_BYTES``.
+  ``previewObject``
+      Instead of ``preview``: ``"preview.png"``. An image preview (a plot, an image result) always
+      has its object; neither field: no preview (a None result).
 
 - ``result.json``, ``result.pickle``, ``preview.png``: only when ``outcome.json`` names them.
 
-So a job whose result is ``4`` leaves one object: ``outcome.json``. The Lambdas read only
-``outcome.json`` (at most a few MiB: every inline part is bounded) and JSON in it; they copy the
-base64 pickle out as text and never unpickle it. An inline text preview is written to
+So a job whose result is ``4`` leaves one object: ``outcome.json``. The Lambdas read ``outcome.json``
+whole (a few MiB at most: each inline part is bounded here, the messages by ``worker.encoding``) and
+the objects it names; JSON only: they copy the base64 pickle out as text and never unpickle it. An inline text preview is written to
 ``preview.png`` by the api the first time ``GET /jobs/{jobId}/preview.png`` asks for it (a presigned
 URL needs an object).
 
