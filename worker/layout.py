@@ -38,9 +38,9 @@ child's is ``outputs/<arrayId>/<index>/``):
 
 So a job whose result is ``4`` leaves one object: ``outcome.json``. The Lambdas read ``outcome.json``
 whole (a few MiB at most: each inline part is bounded here, the messages by ``worker.encoding``) and
-the objects it names; JSON only: they copy the base64 pickle out as text and never unpickle it. An inline text preview is written to
-``preview.png`` by the api the first time ``GET /jobs/{jobId}/preview.png`` asks for it (a presigned
-URL needs an object).
+the objects it names; JSON only: they copy the base64 pickle out as text and never unpickle it. An
+inline text preview is written to ``preview.png`` by the api the first time ``GET
+/jobs/{jobId}/preview.png`` asks for it (a presigned URL needs an object).
 
 The layout before it (no ``outcome.json``; jobs within their 14 days may still have it, and the
 service reads both): ``result.json``, ``result.pickle``, ``preview.png`` (every result but None),
