@@ -100,6 +100,7 @@ _PATTERN_RULES = {
     "pickle": "must be base64 (standard alphabet, padded)",
     "Idempotency-Key": "must be 1 to 128 visible ASCII characters (letters, digits, punctuation)",
     "pythonVersion": "must be a Python 3 major.minor version such as 3.12 (GET /runtime names the worker's)",
+    "userId": "must be a user id: 1 to 128 letters, digits or . _ @ - (starting with a letter or digit)",
 }
 
 

@@ -11,6 +11,7 @@ from aws_lambda_powertools.event_handler.depends import build_dependency_tree
 from aws_lambda_powertools.event_handler.openapi.models import HTTPBearer
 
 from functions.domain.roles import ACTIONS, Scope
+from functions.domain.text import ACCOUNT_ID_PATTERN
 from functions.handlers.api.app import ACCOUNT_HEADER, ACTION_ATTRIBUTE, API_TITLE, API_VERSION, app
 from functions.handlers.api.models import (
     ErrorBody,
@@ -58,7 +59,7 @@ _ACCOUNT_PARAMETER = {
     "required": False,
     "description": "The account the request acts in; absent: the caller's own (the token's user id). "
     "A user who is no member of it gets 404 NotFound, whether it exists or not.",
-    "schema": {"type": "string", "pattern": r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,127}$"},
+    "schema": {"type": "string", "pattern": ACCOUNT_ID_PATTERN},
 }
 
 
