@@ -95,6 +95,6 @@ def test_the_sdk_acts_in_a_team_account(stack: LocalStackProcess, admin: Client)
     assert [m.user_id for m in rb.members(client=as_cora)] == [team, cora_id]
     job = rb.submit("3 * 3", client=as_cora)
     assert job.result() == 9
-    assert rb.job(job.id, client=client).data["submittedBy"] == cora_id
+    assert rb.job(job.id, client=client).submitted_by == cora_id
     table = rb.roles(client=as_cora)
     assert {a["name"] for a in table["actions"]} >= {"jobs/write", "members/write", "computes/start/action"}

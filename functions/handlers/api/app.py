@@ -208,7 +208,7 @@ class Caller:
     account_id: str
     roles: tuple[str, ...]
     email: str | None
-    user_id: str = ""
+    user_id: str
     role: Role | None = None
 
     @property
