@@ -75,7 +75,7 @@ def exception_handler(exc_class: type[_E]) -> Callable[[ErrorHandler[_E]], Error
 
 
 # Header parameters come back lower-cased from validation; errors name them as clients send them.
-_HEADER_NAMES = {"idempotency-key": "Idempotency-Key", "x-account-id": ACCOUNT_HEADER}
+_HEADER_NAMES = {"idempotency-key": "Idempotency-Key"}
 
 
 def _field_path(location: tuple[Any, ...] | list[Any]) -> str | None:
