@@ -185,6 +185,7 @@ class Job:
     record_expires_at: datetime | None = None
     credits_settled: Decimal = ZERO
     array_spans: tuple[str, ...] = ()
+    submitted_by: str | None = None
 
     @property
     def expires_at(self) -> datetime:

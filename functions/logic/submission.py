@@ -69,6 +69,8 @@ class JobRequest:
     python_version: str | None = None
     array_items: list[Any] | None = None
     array_items_key: str | None = None
+    # The user who submits (the token's user id), recorded on the job as ``submittedBy``.
+    submitted_by: str | None = None
 
     @property
     def is_array(self) -> bool:
@@ -191,6 +193,7 @@ def new_job(
         submitted_at=now,
         array_size=array_size,
         child_status_counts=None if array_size is None else initial_counts(array_size),
+        submitted_by=request.submitted_by,
     )
 
 

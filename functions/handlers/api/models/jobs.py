@@ -230,6 +230,11 @@ class JobView(BaseModel):
         description="Extension: sentences about a job that ended well but not cleanly, e.g. a process "
         "killed for memory while the job still succeeded.",
     )
+    submittedBy: str | None = Field(
+        default=None,
+        description="Extension: the user who submitted the job (their user id; null for jobs submitted "
+        "before users were recorded).",
+    )
 
 
 class JobListView(BaseModel):
@@ -272,6 +277,7 @@ def job_view(job: Job) -> JobView:
         childStatusCounts=visible_counts(job.child_status_counts),
         batchReason=job.batch_reason,
         warnings=list(job.warnings),
+        submittedBy=job.submitted_by,
         notificationLog=[
             NotificationRecordView.model_validate(
                 {
