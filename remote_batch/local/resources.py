@@ -92,6 +92,7 @@ def local_settings(environ: Mapping[str, str] | None = None) -> Settings:
         accounts_table=tables["Accounts"],
         ledger_table=tables["Ledger"],
         idempotency_table=tables["Idempotency"],
+        operations_table=tables["Operations"],
         email_topic_arn_prefix=f"arn:aws:sns:{HOME_REGION}:{LOCAL_ACCOUNT_ID}:{EMAIL_TOPIC_NAME_PREFIX}",
         home_region=HOME_REGION,
         zones=zones,
