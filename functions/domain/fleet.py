@@ -174,9 +174,13 @@ def check_geo_zone(name: str, deployed: list[GeoZone]) -> GeoZone:
     try:
         zone = GeoZone(name)
     except ValueError:
-        raise ValidationFailed(f"Unknown geo zone {name!r}; geo zones are: {valid}.", field="geoZone") from None
+        raise ValidationFailed(
+            f"Unknown geo zone {name!r}; geo zones are: {valid}.", field="geoZone"
+        ) from None
     if zone not in deployed:
-        raise ValidationFailed(f"Geo zone {name} is not deployed here; geo zones are: {valid}.", field="geoZone")
+        raise ValidationFailed(
+            f"Geo zone {name} is not deployed here; geo zones are: {valid}.", field="geoZone"
+        )
     return zone
 
 

@@ -72,19 +72,19 @@ def local_settings(environ: Mapping[str, str] | None = None) -> Settings:
     optional: dict[str, Any] = {"array_span_size": span_size} if span_size else {}
     zones = {}
     for zone, region in ZONE_REGIONS.items():
-        route = RouteSettings.model_validate(
-            {
-                "jobQueue": f"arn:aws:batch:{region}:{LOCAL_ACCOUNT_ID}:job-queue/{JOB_QUEUE_NAME}",
-                "jobDefinition": f"arn:aws:batch:{region}:{LOCAL_ACCOUNT_ID}:job-definition/{JOB_DEFINITION}",
-            }
-        )
+        # One job queue per machine class, as deployed (the executor's LocalFleet makes them).
+        arn = f"arn:aws:batch:{region}:{LOCAL_ACCOUNT_ID}"
+        routes = {
+            name: RouteSettings.model_validate(
+                {
+                    "jobQueue": f"{arn}:job-queue/{JOB_QUEUE_NAME}-{name}",
+                    "jobDefinition": f"{arn}:job-definition/{JOB_DEFINITION}",
+                }
+            )
+            for name in MACHINE_CLASSES
+        }
         zones[zone] = ZoneSettings.model_validate(
-            {
-                "region": region,
-                "bucket": bucket_name(region),
-                "logGroup": JOB_LOG_GROUP,
-                "routes": dict.fromkeys(MACHINE_CLASSES, route),
-            }
+            {"region": region, "bucket": bucket_name(region), "logGroup": JOB_LOG_GROUP, "routes": routes}
         )
     tables = {spec.logical_name: table_name(spec) for spec in ALL_TABLES}
     return Settings(
