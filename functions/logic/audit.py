@@ -90,8 +90,8 @@ def grant_credits(
             actor=actor,
             action=AuditAction.GRANT_CREDITS,
             target=account_target(account_id),
-            before={"creditBalance": format(account.credit_balance, "f")},
-            after={"creditBalance": format(after, "f"), "credits": format(credits, "f")},
+            before={"creditBalance": format(quantize_credits(account.credit_balance), "f")},
+            after={"creditBalance": format(after, "f"), "credits": format(quantize_credits(credits), "f")},
             reason=reason,
         )
         try:
