@@ -49,7 +49,7 @@ def list_machine_classes(services: ServicesDep, admin: AdminDep) -> MachineClass
         "New submits for it answer 503 ClassUnavailable with the reason; jobs already queued or "
         "running in AWS Batch go on (its job queue is DISABLED: it takes no new job, runs those in it)."
     ),
-    responses=_responses(200, _json(MachineClassStateView), 400, 403, 409),
+    responses=_responses(200, _json(MachineClassStateView), 400, 403, 404, 409),
 )
 def disable_machine_class(
     machineClass: str,
@@ -90,7 +90,7 @@ def disable_machine_class(
 @router.post(
     f"{_CLASS_PATH}/enable",
     summary="Put a machine class back in service in a geo zone (admin)",
-    responses=_responses(200, _json(MachineClassStateView), 400, 403, 409),
+    responses=_responses(200, _json(MachineClassStateView), 400, 403, 404, 409),
 )
 def enable_machine_class(
     machineClass: str,
