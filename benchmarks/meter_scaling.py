@@ -125,6 +125,7 @@ def _settings(region: str) -> Any:
         accounts_table="bench-accounts",
         ledger_table="bench-ledger",
         idempotency_table="bench-idempotency",
+        operations_table="bench-operations",
         email_topic_arn_prefix=f"arn:aws:sns:{region}:123456789012:bench-email-",
         home_region=region,
         zones={

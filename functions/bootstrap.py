@@ -20,8 +20,10 @@ import boto3
 from botocore.config import Config
 
 from functions.adapters.batch import AwsBatchGateway
+from functions.adapters.batch_fleet import AwsBatchFleet
 from functions.adapters.dns import SocketResolver
 from functions.adapters.dynamodb import DynamoJobStore
+from functions.adapters.dynamodb.operations import DynamoOperationsStore
 from functions.adapters.logs import CloudWatchLogReader
 from functions.adapters.s3 import S3BlobStore
 from functions.adapters.sns import SnsEmailSubscriptions, SnsNotifier
@@ -33,6 +35,7 @@ from functions.ports import (
     BatchRoute,
     Clock,
     EventCounter,
+    FleetControl,
     HostResolver,
     Notifier,
     Services,
@@ -96,6 +99,7 @@ def build_services(
     clock: Clock = utc_now,
     resolver: HostResolver | None = None,
     events: EventCounter | None = None,
+    fleets: Mapping[GeoZone, FleetControl] | None = None,
 ) -> Services:
     """Build every adapter from ``settings``.
 
@@ -115,6 +119,8 @@ def build_services(
         Resolves webhook hosts (default: the C library's resolver).
     events : EventCounter | None
         Where the logic counts its events (default: CloudWatch metrics through powertools).
+    fleets : Mapping[GeoZone, FleetControl] | None
+        Replaces the operators' AWS Batch switches per zone (the local executor's); default: AWS Batch.
     """
     session = session or boto3.Session()
     lock = threading.Lock()
@@ -139,10 +145,12 @@ def build_services(
         region = zone_settings.region
         s3 = client("s3", region, S3_CONFIG)
         logs = client("logs", region)
+        batch_client = client("batch", region)
         if batch_gateways is not None and zone in batch_gateways:
             gateway = batch_gateways[zone]
         else:
-            gateway = AwsBatchGateway(client("batch", region))
+            gateway = AwsBatchGateway(batch_client)
+        fleet = fleets[zone] if fleets is not None and zone in fleets else AwsBatchFleet(batch_client)
         zones[zone] = ZoneServices(
             blobs=S3BlobStore(s3, zone_settings.bucket),
             batch=gateway,
@@ -153,6 +161,7 @@ def build_services(
             },
             bucket=zone_settings.bucket,
             region=region,
+            fleet=fleet,
         )
     return Services(
         store=store,
@@ -168,6 +177,14 @@ def build_services(
         resolver=resolver,
         worker_python=settings.worker_python,
         array_span_size=settings.array_span_size,
+        operations=DynamoOperationsStore(
+            dynamodb,
+            settings.operations_table,
+            settings.jobs_table,
+            settings.accounts_table,
+            settings.ledger_table,
+            clock=clock,
+        ),
     )
 
 

@@ -14,6 +14,7 @@ from typing import Protocol
 
 from functions.domain.credits import Charge
 from functions.domain.errors import UnreadableRecord
+from functions.domain.fleet import AuditEntry, ClassAvailability
 from functions.domain.jobs import Account, BatchJobState, Job, LedgerEntry, NotificationRecord, Transition
 from functions.domain.machine_classes import GeoZone
 from functions.domain.roles import AccountMembers, Member
@@ -360,8 +361,91 @@ class BatchRoute:
 
 
 @dataclass(frozen=True, slots=True)
+class JobQueueInfo:
+    """An AWS Batch job queue as DescribeJobQueues tells it: ``state`` ``ENABLED``/``DISABLED``,
+    ``status`` (``VALID``, ``UPDATING``...), its compute environments' ARNs in order."""
+
+    name: str
+    arn: str
+    state: str
+    status: str
+    compute_environments: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ComputeEnvironmentInfo:
+    """An AWS Batch compute environment as DescribeComputeEnvironments tells it; ``max_vcpus``
+    is its ``computeResources.maxvCpus`` (None for an unmanaged one)."""
+
+    name: str
+    arn: str
+    state: str
+    status: str
+    max_vcpus: int | None
+
+
+class FleetControl(Protocol):
+    """The operator's switches of one geo zone's AWS Batch (or the local executor's stand-ins).
+
+    Every method raises ``DependencyFailed`` when Batch refuses, throttles or cannot be reached.
+    """
+
+    def describe_job_queues(self, job_queues: Sequence[str]) -> list[JobQueueInfo]:
+        """The queues named (names or ARNs, at most 100); queues Batch does not know are absent."""
+
+    def set_job_queue_state(self, job_queue: str, state: str) -> None:
+        """UpdateJobQueue ``state`` (``ENABLED``/``DISABLED``); setting the state it has is a no-op."""
+
+    def describe_compute_environments(self, environments: Sequence[str]) -> list[ComputeEnvironmentInfo]:
+        """The compute environments named (names or ARNs, at most 100); unknown ones are absent."""
+
+    def set_max_vcpus(self, environment: str, max_vcpus: int) -> None:
+        """UpdateComputeEnvironment ``computeResources.maxvCpus``."""
+
+
+@dataclass(frozen=True, slots=True)
+class ClassLoad:
+    """Jobs of one (machine class, geo zone) that are not final: ``queued`` (Queued) and
+    ``running`` (Starting or Running)."""
+
+    queued: int = 0
+    running: int = 0
+
+
+class OperationsStore(Protocol):
+    """The operators' state (which classes are out of service) and their audit log (DynamoDB)."""
+
+    def class_states(self, max_age_seconds: float) -> Mapping[tuple[str, GeoZone], ClassAvailability]:
+        """Every stored (class, zone) state, read at most ``max_age_seconds`` ago by this store
+        (one Query, then served from memory); a missing pair is in service."""
+
+    def get_class_state(self, machine_class: str, geo_zone: GeoZone) -> ClassAvailability:
+        """The stored state, strongly consistent (version 0, in service, when none is stored)."""
+
+    def save_class_state(self, state: ClassAvailability, audit: AuditEntry) -> None:
+        """Store ``state`` and its audit entry in one transaction, only if the stored version is
+        ``state.version - 1``. Raises ``ConditionFailed`` when another change came first."""
+
+    def record(self, audit: AuditEntry) -> None:
+        """Add an audit entry (of a change made outside DynamoDB, e.g. in AWS Batch)."""
+
+    def list_audit(self, limit: int, next_token: str | None) -> tuple[list[AuditEntry], str | None]:
+        """Audit entries newest first, at most ``limit``, and the next page's token (or None).
+        Raises ``ValidationFailed`` (``field="nextToken"``) for a token it did not issue."""
+
+    def grant_credits(self, entry: LedgerEntry, audit: AuditEntry) -> bool:
+        """The grant's ledger entry, the balance change and the audit entry in one transaction.
+        False (nothing written) when the ledger entry exists already: the grant was made before.
+        Raises ``ConditionFailed`` when the balance changed since read (re-read, retry)."""
+
+    def count_unfinished(self) -> Mapping[tuple[str, GeoZone], ClassLoad]:
+        """Jobs that are not final per (class, zone), array parents left out (their children count)."""
+
+
+@dataclass(frozen=True, slots=True)
 class ZoneServices:
-    """What the service uses in one geo zone's region."""
+    """What the service uses in one geo zone's region (``fleet``: the operator's switches of its
+    AWS Batch; None where it has none, e.g. in tests that do not need them)."""
 
     blobs: BlobStore
     batch: BatchGateway
@@ -369,6 +453,7 @@ class ZoneServices:
     routes: Mapping[str, BatchRoute]
     bucket: str
     region: str
+    fleet: FleetControl | None = None
 
 
 class EventCounter(Protocol):
@@ -403,3 +488,5 @@ class Services:
     worker_python: str = WORKER_PYTHON_VERSION
     # Most children per AWS Batch array job (``functions.domain.arrays.plan_spans``; AWS allows 10,000).
     array_span_size: int = 10_000
+    # The operators' class states and audit log; None: every class is in service, no admin fleet routes.
+    operations: OperationsStore | None = None

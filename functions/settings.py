@@ -72,7 +72,8 @@ class Settings(BaseSettings):
 
     Variables (each field's ``validation_alias``): ``REMOTE_BATCH_JOBS_TABLE``,
     ``REMOTE_BATCH_ACCOUNTS_TABLE``,
-    ``REMOTE_BATCH_LEDGER_TABLE``, ``REMOTE_BATCH_IDEMPOTENCY_TABLE``,
+    ``REMOTE_BATCH_LEDGER_TABLE``, ``REMOTE_BATCH_IDEMPOTENCY_TABLE``, ``REMOTE_BATCH_OPERATIONS_TABLE``
+    (operators' class states and audit log),
     ``REMOTE_BATCH_EMAIL_TOPIC_ARN_PREFIX`` (the ARN every account's email topic starts with,
     ``arn:aws:sns:<region>:<account>:remote-batch-<stage>-email-``),
     ``REMOTE_BATCH_EMAIL_TOPIC_KEY`` (the KMS key those topics are encrypted with; optional: none locally),
@@ -99,6 +100,7 @@ class Settings(BaseSettings):
     accounts_table: str = Field(validation_alias="REMOTE_BATCH_ACCOUNTS_TABLE", min_length=3)
     ledger_table: str = Field(validation_alias="REMOTE_BATCH_LEDGER_TABLE", min_length=3)
     idempotency_table: str = Field(validation_alias="REMOTE_BATCH_IDEMPOTENCY_TABLE", min_length=3)
+    operations_table: str = Field(validation_alias="REMOTE_BATCH_OPERATIONS_TABLE", min_length=3)
     email_topic_arn_prefix: str = Field(
         validation_alias="REMOTE_BATCH_EMAIL_TOPIC_ARN_PREFIX",
         min_length=1,
@@ -162,6 +164,7 @@ class Settings(BaseSettings):
             "REMOTE_BATCH_ACCOUNTS_TABLE": self.accounts_table,
             "REMOTE_BATCH_LEDGER_TABLE": self.ledger_table,
             "REMOTE_BATCH_IDEMPOTENCY_TABLE": self.idempotency_table,
+            "REMOTE_BATCH_OPERATIONS_TABLE": self.operations_table,
             "REMOTE_BATCH_EMAIL_TOPIC_ARN_PREFIX": self.email_topic_arn_prefix,
             "REMOTE_BATCH_EMAIL_TOPIC_KEY": self.email_topic_key,
             "REMOTE_BATCH_SMS_PER_ACCOUNT_PER_HOUR": str(self.sms_per_account_per_hour),

@@ -26,8 +26,9 @@ Finding = tuple[str, str]
 # Reasons shared by several scopes.
 _XRAY_DESCRIBE_SMS = (
     "Resource '*' only for actions that have no resource-level permissions: xray:PutTraceSegments and "
-    "xray:PutTelemetryRecords (active tracing), batch:DescribeJobs, and sns:Publish to a phone number "
-    "(SMS has no ARN). Data actions are all scoped to the service's tables, bucket and topics."
+    "xray:PutTelemetryRecords (active tracing), batch:DescribeJobs, batch:DescribeJobQueues, "
+    "batch:DescribeComputeEnvironments, and sns:Publish to a phone number (SMS has no ARN). Data actions "
+    "and batch:UpdateJobQueue/UpdateComputeEnvironment are all scoped to the service's own resources."
 )
 _S3_GRANT = (
     "s3:GetObject/PutObject/DeleteObject on the geo zones' data buckets' objects: the function presigns "

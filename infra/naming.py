@@ -47,6 +47,11 @@ class ZoneNames:
         """The machine class's job queue (``remote-batch-dev-Basic1x8``)."""
         return f"{self.prefix}{machine_class}"
 
+    def compute_environment_name(self, pool: str, *, spot: bool) -> str:
+        """A compute pool's Spot or on-demand environment (``remote-batch-dev-General-Spot``): named,
+        so the api's role may update exactly these (``batch:UpdateComputeEnvironment``)."""
+        return f"{self.prefix}{pool}-{'Spot' if spot else 'OnDemand'}"
+
     def job_definition_name(self, machine_class: str) -> str:
         """The machine class's job definition (same as its queue: Batch keeps them apart)."""
         return f"{self.prefix}{machine_class}"

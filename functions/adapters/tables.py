@@ -81,7 +81,12 @@ LEDGER = TableSpec(
 # Powertools idempotency persistence layer's default schema.
 IDEMPOTENCY = TableSpec(logical_name="Idempotency", partition_key="id", ttl_attribute="expiration")
 
-ALL_TABLES = (JOBS, ACCOUNTS, LEDGER, IDEMPOTENCY)
+# Operators' state: each (machine class, geo zone) out of service (partition ``machine-classes``) and
+# the audit log (partition ``audit``, sorted by time; removed by TTL after 400 days). Both are read by
+# one Query of their partition: a few dozen class items, an admin's page of audit entries.
+OPERATIONS = TableSpec(logical_name="Operations", partition_key="pk", sort_key="sk", ttl_attribute="ttl")
+
+ALL_TABLES = (JOBS, ACCOUNTS, LEDGER, IDEMPOTENCY, OPERATIONS)
 
 
 def create_table_request(spec: TableSpec, name: str) -> CreateTableInputTypeDef:

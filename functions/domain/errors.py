@@ -18,10 +18,14 @@ class ServiceError(Exception):
         API.md error code.
     field : str | None
         JSON path of the offending field, when one is to blame.
+    shown_to_client : bool
+        A 5xx whose message is meant for the client (an operator's reason); other 5xx messages are
+        replaced by a generic sentence.
     """
 
     status = 500
     code = "InternalError"
+    shown_to_client = False
 
     def __init__(self, message: str, field: str | None = None) -> None:
         super().__init__(message)

@@ -34,6 +34,7 @@ from functions.domain.machine_classes import GeoZone, MachineClass, machine_clas
 from functions.domain.notifications import NotificationRule, normalize_notifications
 from functions.domain.runtime import check_pickle_python
 from functions.domain.text import JOB_ID_PATTERN, full_match
+from functions.logic.fleet import ensure_class_available
 from functions.logic.uploads import uploaded_input
 from functions.ports import BatchSubmission, Services, ZoneServices
 
@@ -144,6 +145,8 @@ def prepare_submission(services: Services, account_id: str, request: JobRequest)
         Python minor version than the worker's (``field`` ``pythonVersion``).
     InsufficientCredits
         The account's balance is not positive.
+    ClassUnavailable
+        An operator took the class out of service in the zone (503, with the operator's reason).
     """
     machine = machine_class(request.machine_class)
     zone = resolve_geo_zone(request.geo_zone)
@@ -162,6 +165,7 @@ def prepare_submission(services: Services, account_id: str, request: JobRequest)
     if kind == PayloadKind.PICKLE:
         check_pickle_python(request.python_version, services.worker_python)
     document = _input_document(request, kind)
+    ensure_class_available(services, machine.name, zone)
     account = services.store.get_account(account_id)
     if account is None or account.credit_balance <= 0:
         balance = account.credit_balance if account else Decimal(0)

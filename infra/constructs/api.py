@@ -9,6 +9,12 @@ Lambda's invoke payload is at most 6 MB, so a 6–10 MB body (under API Gateway'
 otherwise fail the invoke and reach the client as a 502. The rule reads the ``Content-Length``
 header (WAF sees only the first 8–64 KB of a body, but every header), and a chunked body, whose size
 no header tells, is refused with the same 413 asking for a Content-Length.
+
+The same web ACL limits each caller's request rate: a rate-based rule aggregated on the
+``Authorization`` header (the caller's Cognito ID token) answers 429 ``RateLimited`` with
+``Retry-After`` past ``ACCOUNT_REQUESTS_PER_SECOND`` a second over a minute
+(``functions/domain/rate_limits.py`` says why this and not API Gateway usage plans). The stage's own
+throttle stays the service-wide ceiling (429 ``Throttled``, ``Retry-After: 1``).
 """
 
 from __future__ import annotations
@@ -24,6 +30,13 @@ from aws_cdk import aws_wafv2 as wafv2
 from constructs import Construct
 
 from functions.domain.limits import BODY_TOO_LARGE_MESSAGE, BODY_WITHOUT_LENGTH_MESSAGE
+from functions.domain.rate_limits import (
+    ACCOUNT_REQUESTS_PER_SECOND,
+    RATE_LIMITED_CODE,
+    RATE_LIMITED_MESSAGE,
+    WAF_EVALUATION_WINDOW_SECONDS,
+    WAF_RETRY_AFTER_SECONDS,
+)
 from infra import constants
 
 _JSON = "application/json"
@@ -188,10 +201,14 @@ class Api(Construct):
 
     def _build_gateway_responses(self) -> None:
         for response_type, status_code, code, message in _GATEWAY_RESPONSES:
+            # The stage throttle is a token bucket refilled every second: retry after 1 s.
+            throttled = response_type.response_type == apigw.ResponseType.THROTTLED.response_type
+            headers = {"Retry-After": "'1'"} if throttled else None
             self.rest_api.add_gateway_response(
                 f"{code}{status_code or 'Default'}Response",
                 type=response_type,
                 status_code=status_code,
+                response_headers=headers,
                 templates={_JSON: error_body(code, message)},
             )
 
@@ -199,8 +216,9 @@ class Api(Construct):
         """The regional web ACL on the stage: 413 with API.md's body for a Content-Length over 5 MiB
         and for a chunked body; everything else goes on to API Gateway."""
         bodies = {
-            "PayloadTooLarge": BODY_TOO_LARGE_MESSAGE,
-            "LengthRequired": BODY_WITHOUT_LENGTH_MESSAGE,
+            "PayloadTooLarge": error_body("PayloadTooLarge", json.dumps(BODY_TOO_LARGE_MESSAGE)),
+            "LengthRequired": error_body("PayloadTooLarge", json.dumps(BODY_WITHOUT_LENGTH_MESSAGE)),
+            RATE_LIMITED_CODE: error_body(RATE_LIMITED_CODE, json.dumps(RATE_LIMITED_MESSAGE)),
         }
         rules = [
             self._block_413(
@@ -236,18 +254,20 @@ class Api(Construct):
                     )
                 ),
             ),
+            self._rate_limit_rule(2),
         ]
         web_acl = wafv2.CfnWebACL(
             self,
             "BodySizeGuard",
             scope="REGIONAL",
-            description=f"{constants.SERVICE_NAME} - 413 PayloadTooLarge for request bodies over 5 MiB",
+            description=(
+                f"{constants.SERVICE_NAME} - 413 PayloadTooLarge for request bodies over 5 MiB, "
+                "429 RateLimited per caller"
+            ),
             default_action=wafv2.CfnWebACL.DefaultActionProperty(allow={}),
             custom_response_bodies={
-                key: wafv2.CfnWebACL.CustomResponseBodyProperty(
-                    content_type="APPLICATION_JSON", content=error_body("PayloadTooLarge", json.dumps(text))
-                )
-                for key, text in bodies.items()
+                key: wafv2.CfnWebACL.CustomResponseBodyProperty(content_type="APPLICATION_JSON", content=body)
+                for key, body in bodies.items()
             },
             rules=rules,
             visibility_config=wafv2.CfnWebACL.VisibilityConfigProperty(
@@ -263,6 +283,51 @@ class Api(Construct):
             web_acl_arn=web_acl.attr_arn,
         )
         return web_acl
+
+    @staticmethod
+    def _rate_limit_rule(priority: int) -> wafv2.CfnWebACL.RuleProperty:
+        """429 ``RateLimited`` with ``Retry-After`` to a caller (its ``Authorization`` header: one
+        Cognito ID token) past ``ACCOUNT_REQUESTS_PER_SECOND`` a second over the evaluation window.
+        Requests without the header are not counted (API Gateway's authorizer refuses them)."""
+        return wafv2.CfnWebACL.RuleProperty(
+            name="RequestsPerCaller",
+            priority=priority,
+            statement=wafv2.CfnWebACL.StatementProperty(
+                rate_based_statement=wafv2.CfnWebACL.RateBasedStatementProperty(
+                    limit=ACCOUNT_REQUESTS_PER_SECOND * WAF_EVALUATION_WINDOW_SECONDS,
+                    evaluation_window_sec=WAF_EVALUATION_WINDOW_SECONDS,
+                    aggregate_key_type="CUSTOM_KEYS",
+                    custom_keys=[
+                        wafv2.CfnWebACL.RateBasedStatementCustomKeyProperty(
+                            header=wafv2.CfnWebACL.RateLimitHeaderProperty(
+                                name="authorization",
+                                text_transformations=[
+                                    wafv2.CfnWebACL.TextTransformationProperty(priority=0, type="NONE")
+                                ],
+                            )
+                        )
+                    ],
+                )
+            ),
+            action=wafv2.CfnWebACL.RuleActionProperty(
+                block=wafv2.CfnWebACL.BlockActionProperty(
+                    custom_response=wafv2.CfnWebACL.CustomResponseProperty(
+                        response_code=429,
+                        custom_response_body_key=RATE_LIMITED_CODE,
+                        response_headers=[
+                            wafv2.CfnWebACL.CustomHTTPHeaderProperty(
+                                name="Retry-After", value=str(WAF_RETRY_AFTER_SECONDS)
+                            )
+                        ],
+                    )
+                )
+            ),
+            visibility_config=wafv2.CfnWebACL.VisibilityConfigProperty(
+                cloud_watch_metrics_enabled=True,
+                metric_name=f"{constants.SERVICE_NAME}-RequestsPerCaller",
+                sampled_requests_enabled=True,
+            ),
+        )
 
     @staticmethod
     def _block_413(

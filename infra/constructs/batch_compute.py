@@ -242,6 +242,7 @@ class BatchCompute(Construct):
         return batch.ManagedEc2EcsComputeEnvironment(
             self,
             f"{pool.name}{'Spot' if spot else 'OnDemand'}ComputeEnvironment",
+            compute_environment_name=self.names.compute_environment_name(pool.name, spot=spot),
             vpc=self.vpc,
             vpc_subnets=ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS),
             spot=spot,

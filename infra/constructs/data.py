@@ -42,6 +42,10 @@ class Data(Construct):
     def idempotency_table(self) -> dynamodb.Table:
         return self.tables["Idempotency"]
 
+    @property
+    def operations_table(self) -> dynamodb.Table:
+        return self.tables["Operations"]
+
     def _build_table(self, spec: TableSpec) -> dynamodb.Table:
         table = dynamodb.Table(
             self,

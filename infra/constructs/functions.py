@@ -136,6 +136,7 @@ class Functions(Construct):
             "REMOTE_BATCH_ACCOUNTS_TABLE": data.accounts_table.table_name,
             "REMOTE_BATCH_LEDGER_TABLE": data.ledger_table.table_name,
             "REMOTE_BATCH_IDEMPOTENCY_TABLE": data.idempotency_table.table_name,
+            "REMOTE_BATCH_OPERATIONS_TABLE": data.operations_table.table_name,
             "REMOTE_BATCH_EMAIL_TOPIC_ARN_PREFIX": self._notifications.topic_arn_prefix,
             "REMOTE_BATCH_EMAIL_TOPIC_KEY": self._notifications.key.key_arn,
             "REMOTE_BATCH_ZONES": self._zones_json(),
@@ -216,6 +217,7 @@ class Functions(Construct):
         # whether the subscription is confirmed.
         self._notifications.grant_manage_topics(role)
         self._grant_batch(role, submit=True)
+        self._grant_fleet_control(role)
         self._grant_job_logs(role)
 
     def _grant_batch_events(self, role: iam.IRole) -> None:
@@ -310,15 +312,43 @@ class Functions(Construct):
             arns += [self._batch_arn(zone, "job-definition", name) for zone, name in names]
         return arns
 
+    def _job_queue_arns(self) -> list[str]:
+        """Every machine class's job queue in every zone."""
+        return [
+            self._batch_arn(zone, "job-queue", zone.job_queue_name(machine_class))
+            for zone in self._zones
+            for machine_class in MACHINE_CLASSES
+        ]
+
+    def _grant_fleet_control(self, role: iam.IRole) -> None:
+        """The admin fleet routes: UpdateJobQueue (a class out of service and back) on exactly the
+        service's queues, UpdateComputeEnvironment (capacity) on exactly its compute environments
+        (named: ``ZoneNames.compute_environment_name``); DescribeJobQueues and
+        DescribeComputeEnvironments support no resource-level permissions (Service Authorization
+        Reference, AWS Batch: no resource type), so they are on ``*``."""
+        environments = [
+            self._batch_arn(zone, "compute-environment", zone.compute_environment_name(pool, spot=spot))
+            for zone in self._zones
+            for pool in constants.COMPUTE_POOLS
+            for spot in (True, False)
+        ]
+        role.add_to_principal_policy(
+            iam.PolicyStatement(actions=["batch:UpdateJobQueue"], resources=self._job_queue_arns())
+        )
+        role.add_to_principal_policy(
+            iam.PolicyStatement(actions=["batch:UpdateComputeEnvironment"], resources=environments)
+        )
+        role.add_to_principal_policy(
+            iam.PolicyStatement(
+                actions=["batch:DescribeJobQueues", "batch:DescribeComputeEnvironments"], resources=["*"]
+            )
+        )
+
     def _grant_batch(self, role: iam.IRole, *, submit: bool) -> None:
         if submit:
             # SubmitJob requires the job (job/*: its id exists only once submitted) and the job queue,
             # and is authorized on the job definition too (with or without its revision).
-            queues = [
-                self._batch_arn(zone, "job-queue", zone.job_queue_name(machine_class))
-                for zone in self._zones
-                for machine_class in MACHINE_CLASSES
-            ]
+            queues = self._job_queue_arns()
             role.add_to_principal_policy(
                 iam.PolicyStatement(
                     actions=["batch:SubmitJob"],

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from functions.domain.rate_limits import ACCOUNT_BURST, ACCOUNT_REQUESTS_PER_SECOND
 from functions.domain.text import ASCII_DECIMAL, is_ascii_digits
 
 DEFAULT_PORT = 8787
@@ -44,6 +45,11 @@ class LocalConfig:
     output_limit_bytes : int | None
         Caps every job's files below its machine class's output limit
         (``REMOTE_BATCH_OUTPUT_LIMIT_BYTES``; default: the class's, 10 GiB for Basic classes).
+    rate_limit : float
+        Requests per second each account may make (``REMOTE_BATCH_RATE_LIMIT``, default 100, the
+        deployed limit; 0 turns it off); past it the gateway answers 429 ``RateLimited``.
+    rate_burst : int
+        Requests an account may make at once (``REMOTE_BATCH_RATE_BURST``, default 200).
     """
 
     home: Path
@@ -55,6 +61,8 @@ class LocalConfig:
     host: str = HOST
     log_limit_bytes: int | None = None
     output_limit_bytes: int | None = None
+    rate_limit: float = ACCOUNT_REQUESTS_PER_SECOND
+    rate_burst: int = ACCOUNT_BURST
 
     @property
     def state_dir(self) -> Path:
@@ -82,6 +90,8 @@ class LocalConfig:
             ),
             log_limit_bytes=_optional_int(environ, "REMOTE_BATCH_LOG_LIMIT_BYTES"),
             output_limit_bytes=_optional_int(environ, "REMOTE_BATCH_OUTPUT_LIMIT_BYTES"),
+            rate_limit=_number(environ, "REMOTE_BATCH_RATE_LIMIT", ACCOUNT_REQUESTS_PER_SECOND, minimum=0),
+            rate_burst=_optional_int(environ, "REMOTE_BATCH_RATE_BURST") or ACCOUNT_BURST,
         )
 
 

@@ -27,8 +27,10 @@ from werkzeug.wrappers import Request, Response
 from functions.domain.errors import Forbidden, PayloadTooLarge, ServiceError, Unauthorized, ValidationFailed
 from functions.domain.limits import BODY_TOO_LARGE_MESSAGE, BODY_WITHOUT_LENGTH_MESSAGE, MAX_BODY_BYTES
 from functions.domain.roles import Role, denial_message, holds
+from functions.domain.rate_limits import RATE_LIMITED_CODE, RATE_LIMITED_MESSAGE, retry_after_header
 from remote_batch.local.accounts import LocalAccounts, parse_new_account
 from remote_batch.local.lambda_context import LOCAL_ACCOUNT_ID
+from remote_batch.local.rate_limit import AccountRateLimiter
 from remote_batch.local.tokens import Principal, TokenStore
 
 logger = logging.getLogger(__name__)
@@ -159,6 +161,8 @@ class ApiGateway:
         Held while an admin route writes, as the api function would be.
     clock : Callable[[], datetime]
         ``requestTimeEpoch``'s source.
+    limiter : AccountRateLimiter | None
+        Each account's request rate (429 ``RateLimited`` with ``Retry-After`` past it); None: no limit.
     """
 
     def __init__(
@@ -170,6 +174,7 @@ class ApiGateway:
         accounts: LocalAccounts,
         admin_environment: Callable[[], Any],
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        limiter: AccountRateLimiter | None = None,
     ) -> None:
         self._tokens = tokens
         self._invoke_api = invoke_api
@@ -177,6 +182,7 @@ class ApiGateway:
         self._accounts = accounts
         self._admin_environment = admin_environment
         self._clock = clock
+        self._limiter = limiter
         # Each local-only route with its action of the role table (functions.domain.roles), as the
         # api's routes name theirs.
         self._local_routes: dict[tuple[str, str], tuple[str, Callable[[Request, bytes], Response]]] = {
@@ -215,6 +221,12 @@ class ApiGateway:
     # -- API Gateway's part --------------------------------------------------------------------------
     def _handle(self, request: Request) -> Response:
         principal = None if request.path == HEALTH_PATH else self._authorize(request)
+        if principal is not None and self._limiter is not None:
+            wait = self._limiter.take(principal.account_id)
+            if wait > 0:
+                response = error_response(429, RATE_LIMITED_CODE, RATE_LIMITED_MESSAGE)
+                response.headers["Retry-After"] = retry_after_header(wait)
+                return response
         body = self._read_body(request)
         local_route = self._local_routes.get((request.method, request.path))
         if local_route is not None:

@@ -72,19 +72,19 @@ def local_settings(environ: Mapping[str, str] | None = None) -> Settings:
     optional: dict[str, Any] = {"array_span_size": span_size} if span_size else {}
     zones = {}
     for zone, region in ZONE_REGIONS.items():
-        route = RouteSettings.model_validate(
-            {
-                "jobQueue": f"arn:aws:batch:{region}:{LOCAL_ACCOUNT_ID}:job-queue/{JOB_QUEUE_NAME}",
-                "jobDefinition": f"arn:aws:batch:{region}:{LOCAL_ACCOUNT_ID}:job-definition/{JOB_DEFINITION}",
-            }
-        )
+        # One job queue per machine class, as deployed (the executor's LocalFleet makes them).
+        arn = f"arn:aws:batch:{region}:{LOCAL_ACCOUNT_ID}"
+        routes = {
+            name: RouteSettings.model_validate(
+                {
+                    "jobQueue": f"{arn}:job-queue/{JOB_QUEUE_NAME}-{name}",
+                    "jobDefinition": f"{arn}:job-definition/{JOB_DEFINITION}",
+                }
+            )
+            for name in MACHINE_CLASSES
+        }
         zones[zone] = ZoneSettings.model_validate(
-            {
-                "region": region,
-                "bucket": bucket_name(region),
-                "logGroup": JOB_LOG_GROUP,
-                "routes": dict.fromkeys(MACHINE_CLASSES, route),
-            }
+            {"region": region, "bucket": bucket_name(region), "logGroup": JOB_LOG_GROUP, "routes": routes}
         )
     tables = {spec.logical_name: table_name(spec) for spec in ALL_TABLES}
     return Settings(
@@ -92,6 +92,7 @@ def local_settings(environ: Mapping[str, str] | None = None) -> Settings:
         accounts_table=tables["Accounts"],
         ledger_table=tables["Ledger"],
         idempotency_table=tables["Idempotency"],
+        operations_table=tables["Operations"],
         email_topic_arn_prefix=f"arn:aws:sns:{HOME_REGION}:{LOCAL_ACCOUNT_ID}:{EMAIL_TOPIC_NAME_PREFIX}",
         home_region=HOME_REGION,
         zones=zones,

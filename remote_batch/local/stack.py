@@ -23,12 +23,13 @@ from functions.adapters.sns import SnsNotifier
 from functions.adapters.tables import ALL_TABLES
 from functions.adapters.webhook import WebhookSender
 from functions.bootstrap import build_services, install, utc_now
+from functions.domain.machine_classes import GeoZone
 from functions.ports import Services
 from functions.settings import Settings
 from remote_batch.local.accounts import LocalAccounts
 from remote_batch.local.bus import EventBus
 from remote_batch.local.config import LocalConfig
-from remote_batch.local.executor import LocalBatchExecutor
+from remote_batch.local.executor import LocalBatchExecutor, LocalBatchGateway
 from remote_batch.local.files import write_bytes_atomic
 from remote_batch.local.gateway import ApiGateway
 from remote_batch.local.iam import JobCredentials
@@ -37,6 +38,7 @@ from remote_batch.local.lambda_context import LOCAL_ACCOUNT_ID
 from remote_batch.local.lambdas import LocalLambdas
 from remote_batch.local.logstore import InProcessLogs, LogStore
 from remote_batch.local.outbox import OutboxNotifier
+from remote_batch.local.rate_limit import AccountRateLimiter
 from remote_batch.local.recovery import recover_unfinished_jobs, remove_leftover_jobs
 from remote_batch.local.resources import (
     NAME_PREFIX,
@@ -160,13 +162,9 @@ class LocalStack:
             output_limit_bytes=config.output_limit_bytes,
         )
         self._executor = executor
+        gateways = _zone_gateways(executor, settings)
         services = build_services(
-            settings,
-            session=clients.session,
-            batch_gateways={
-                zone: executor.gateway(z.region, z.log_group) for zone, z in settings.zones.items()
-            },
-            notifier=outbox,
+            settings, session=clients.session, batch_gateways=gateways, notifier=outbox, fleets=gateways
         )
         install(services)
         lambdas = LocalLambdas(settings.home_region)
@@ -207,6 +205,7 @@ class LocalStack:
             events=bus,
             accounts=accounts,
             admin_environment=lambdas.api_environment,
+            limiter=AccountRateLimiter(config.rate_limit, config.rate_burst),
         )
         # Binding listens at once, but nothing is answered before serve_forever: a request that
         # arrives meanwhile waits, and credentials.json names the bound port before the first answer.
@@ -343,6 +342,14 @@ def _ensure_port_free(host: str, port: int) -> None:
             raise PortInUse(
                 f"{host}:{port} is in use (another local stack?); set REMOTE_BATCH_PORT to another port"
             ) from exc
+
+
+def _zone_gateways(executor: LocalBatchExecutor, settings: Settings) -> dict[GeoZone, LocalBatchGateway]:
+    """Each zone's gateway, its job queues (one per machine class) made in the executor's fleet."""
+    for zone_settings in settings.zones.values():
+        routes = {name: route.job_queue for name, route in zone_settings.routes.items()}
+        executor.fleet.add_zone(zone_settings.region, routes)
+    return {zone: executor.gateway(z.region, z.log_group) for zone, z in settings.zones.items()}
 
 
 def _snapshot_scope(settings: Settings) -> SnapshotScope:

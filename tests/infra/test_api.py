@@ -164,3 +164,32 @@ def test_a_waf_web_acl_on_the_stage_answers_413_to_bodies_over_5_mib(synth: Synt
 def test_no_binary_media_types(synth: Synth) -> None:
     (rest_api,) = synth.resources("AWS::ApiGateway::RestApi").values()
     assert "BinaryMediaTypes" not in rest_api["Properties"]
+
+
+def test_the_web_acl_limits_each_callers_rate_with_429_rate_limited_and_retry_after(synth: Synth) -> None:
+    from functions.domain.rate_limits import ACCOUNT_REQUESTS_PER_SECOND, RATE_LIMITED_MESSAGE
+
+    ((_, acl),) = synth.resources("AWS::WAFv2::WebACL").items()
+    properties = acl["Properties"]
+    rule = {r["Name"]: r for r in properties["Rules"]}["RequestsPerCaller"]
+    statement = rule["Statement"]["RateBasedStatement"]
+    assert statement["EvaluationWindowSec"] == 60
+    assert statement["Limit"] == ACCOUNT_REQUESTS_PER_SECOND * 60
+    assert statement["AggregateKeyType"] == "CUSTOM_KEYS"
+    assert statement["CustomKeys"] == [
+        {"Header": {"Name": "authorization", "TextTransformations": [{"Priority": 0, "Type": "NONE"}]}}
+    ]
+    response = rule["Action"]["Block"]["CustomResponse"]
+    assert response["ResponseCode"] == 429
+    assert response["ResponseHeaders"] == [{"Name": "Retry-After", "Value": "30"}]
+    body = json.loads(properties["CustomResponseBodies"][response["CustomResponseBodyKey"]]["Content"])
+    assert body == {"error": {"code": "RateLimited", "message": RATE_LIMITED_MESSAGE, "field": None}}
+
+
+def test_the_stage_throttle_says_when_to_retry(synth: Synth) -> None:
+    (throttled,) = [
+        r["Properties"]
+        for r in synth.resources("AWS::ApiGateway::GatewayResponse").values()
+        if r["Properties"]["ResponseType"] == "THROTTLED"
+    ]
+    assert throttled["ResponseParameters"] == {"gatewayresponse.header.Retry-After": "'1'"}

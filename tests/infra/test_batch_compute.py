@@ -300,3 +300,13 @@ def test_job_role_reads_inputs_and_writes_outputs_of_its_own_bucket_only(compute
     assert "s3:PutObject" in by_resource["/outputs/*"]
     assert not any(a.startswith(("s3:Get", "s3:List", "s3:Delete")) for a in by_resource["/outputs/*"])
     assert len(policy["PolicyDocument"]["Statement"]) == len(by_resource)
+
+
+def test_compute_environments_have_the_names_the_api_may_update(compute: Synth) -> None:
+    from infra.constants import COMPUTE_POOLS
+
+    names = sorted(p["ComputeEnvironmentName"] for p in _compute_environments(compute).values())
+    expected = sorted(
+        f"remote-batch-dev-{pool}-{kind}" for pool in COMPUTE_POOLS for kind in ("Spot", "OnDemand")
+    )
+    assert names == expected

@@ -120,7 +120,7 @@ def test_functions_reach_both_zone_buckets_by_name(synth: Synth, name: str) -> N
 @pytest.mark.parametrize(
     ("name", "tables"),
     [
-        ("api", {"Jobs", "Accounts", "Ledger", "Idempotency"}),
+        ("api", {"Jobs", "Accounts", "Ledger", "Idempotency", "Operations"}),
         ("batch_events", {"Jobs", "Accounts", "Ledger"}),
         ("meter", {"Jobs", "Accounts", "Ledger"}),
     ],
@@ -186,3 +186,32 @@ def test_notifying_functions_publish_to_the_email_topics_and_to_phones(synth: Sy
         if "kms:Decrypt" in _listed(s["Action"])
     ]
     assert [s["Resource"] for s in kms] == [{"Fn::GetAtt": [key, "Arn"]}]
+
+
+def test_api_updates_exactly_the_service_queues_and_compute_environments(synth: Synth) -> None:
+    from infra.constants import COMPUTE_POOLS
+
+    regions = ("us-east-1", "eu-central-1")
+    policy = _policy_of(synth, synth.stack.functions.api)
+
+    def resources_of(action: str) -> list[Any]:
+        (statement,) = [s for s in policy if action in _listed(s["Action"])]
+        return _listed(statement["Resource"])
+
+    queues = [_batch_arn(r, f"job-queue/remote-batch-dev-{mc}") for r in regions for mc in MACHINE_CLASSES]
+    assert sorted(map(json.dumps, resources_of("batch:UpdateJobQueue"))) == sorted(map(json.dumps, queues))
+    environments = [
+        _batch_arn(r, f"compute-environment/remote-batch-dev-{pool}-{kind}")
+        for r in regions
+        for pool in COMPUTE_POOLS
+        for kind in ("Spot", "OnDemand")
+    ]
+    assert sorted(map(json.dumps, resources_of("batch:UpdateComputeEnvironment"))) == sorted(
+        map(json.dumps, environments)
+    )
+    # The describes have no resource-level permissions (Service Authorization Reference).
+    assert resources_of("batch:DescribeJobQueues") == ["*"]
+    assert resources_of("batch:DescribeComputeEnvironments") == ["*"]
+    for other in (synth.stack.functions.batch_events, synth.stack.functions.meter):
+        actions = {a for s in _policy_of(synth, other) for a in _listed(s["Action"])}
+        assert not actions & {"batch:UpdateJobQueue", "batch:UpdateComputeEnvironment"}

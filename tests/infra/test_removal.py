@@ -77,9 +77,11 @@ def test_every_zone_keeps_its_fixed_name_bucket_only_past_creation(app_synth: Sy
 
 
 def test_every_table_is_deletion_protected(app_synth: SynthApp) -> None:
+    from functions.adapters.tables import ALL_TABLES
+
     tables = app_synth.control_plane.resources("AWS::DynamoDB::Table")
 
-    assert len(tables) == 4
+    assert len(tables) == len(ALL_TABLES) == 5
     for logical_id, table in tables.items():
         assert table["Properties"]["DeletionProtectionEnabled"] is True, logical_id
 

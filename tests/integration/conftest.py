@@ -134,6 +134,7 @@ def make_settings() -> Settings:
         accounts_table="test-accounts",
         ledger_table="test-ledger",
         idempotency_table="test-idempotency",
+        operations_table="test-operations",
         email_topic_arn_prefix="arn:aws:sns:us-east-1:123456789012:test-email-",
         home_region="us-east-1",
         zones={
@@ -153,6 +154,7 @@ def create_resources(settings: Settings) -> None:
         "Accounts": settings.accounts_table,
         "Ledger": settings.ledger_table,
         "Idempotency": settings.idempotency_table,
+        "Operations": settings.operations_table,
     }
     for spec in ALL_TABLES:
         dynamodb.create_table(**create_table_request(spec, names[spec.logical_name]))
@@ -200,3 +202,49 @@ def stack() -> Iterator[Stack]:
     """The service on moto with dev (10000 credits, email) installed as the handlers' services."""
     with moto_stack() as built:
         yield built
+
+
+# -- AWS Batch resources on moto (fleet control reads and switches them) ---------------------------------
+QUEUE_NAME = QUEUE_ARN.rsplit("/", 1)[-1]
+
+
+def batch_resources(region: str) -> str:
+    """A managed compute environment and the tests' job queue on moto; returns the environment's ARN."""
+    ec2 = boto3.client("ec2", region_name=region)
+    vpc = ec2.create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"]
+    subnet = ec2.create_subnet(VpcId=vpc, CidrBlock="10.0.0.0/24")["Subnet"]["SubnetId"]
+    group = ec2.create_security_group(GroupName="batch", Description="batch", VpcId=vpc)["GroupId"]
+    iam = boto3.client("iam", region_name=region)
+    role = iam.create_role(RoleName=f"batch-{region}", AssumeRolePolicyDocument="{}")["Role"]["Arn"]
+    profile = iam.create_instance_profile(InstanceProfileName=f"batch-{region}")["InstanceProfile"]["Arn"]
+    batch = boto3.client("batch", region_name=region)
+    environment = batch.create_compute_environment(
+        computeEnvironmentName="remote-batch-General-Spot",
+        type="MANAGED",
+        state="ENABLED",
+        computeResources={
+            "type": "EC2",
+            "minvCpus": 0,
+            "maxvCpus": 64,
+            "instanceTypes": ["m7i.large"],
+            "subnets": [subnet],
+            "securityGroupIds": [group],
+            "instanceRole": profile,
+        },
+        serviceRole=role,
+    )["computeEnvironmentArn"]
+    batch.create_job_queue(
+        jobQueueName=QUEUE_NAME,
+        state="ENABLED",
+        priority=1,
+        computeEnvironmentOrder=[{"order": 1, "computeEnvironment": environment}],
+    )
+    return environment
+
+
+@pytest.fixture
+def fleet_stack(stack: Stack) -> Stack:
+    """The moto stack with the tests' job queue and a compute environment in both zones' regions."""
+    for zone in stack.settings.zones.values():
+        batch_resources(zone.region)
+    return stack

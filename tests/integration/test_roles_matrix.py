@@ -66,6 +66,20 @@ REQUESTS: dict[tuple[str, str], dict[str, Any]] = {
         "path": f"/admin/accounts/{ACCOUNT}/credits",
         "body": {"credits": 1, "reason": "matrix"},
     },
+    ("GET", "/admin/machine-classes"): {},
+    ("GET", "/admin/audit"): {},
+    # A class the matrix's jobs do not use, so taking it out of service changes no other row.
+    ("POST", "/admin/machine-classes/{machineClass}/zones/{geoZone}/disable"): {
+        "path": "/admin/machine-classes/Memory192x1536/zones/UnitedStates/disable",
+        "body": {"reason": "matrix"},
+    },
+    ("POST", "/admin/machine-classes/{machineClass}/zones/{geoZone}/enable"): {
+        "path": "/admin/machine-classes/Memory192x1536/zones/UnitedStates/enable",
+    },
+    ("PUT", "/admin/machine-classes/{machineClass}/zones/{geoZone}/capacity"): {
+        "path": "/admin/machine-classes/Memory192x1536/zones/UnitedStates/capacity",
+        "body": {"maxVcpus": 384},
+    },
 }
 
 
@@ -108,7 +122,8 @@ def test_every_route_declares_exactly_one_known_action() -> None:
     assert set(actions) == set(REQUESTS)
 
 
-def test_role_matrix(stack: Stack, capsys: pytest.CaptureFixture[str]) -> None:
+def test_role_matrix(fleet_stack: Stack, capsys: pytest.CaptureFixture[str]) -> None:
+    stack = fleet_stack  # the service's job queues exist in moto: fleet routes switch them
     job_id = _lab(stack)
     actions = route_actions()
     counts: Counter[tuple[str, str]] = Counter()

@@ -138,7 +138,7 @@ def _on_unsupported_content_type(exc: RequestUnsupportedContentType) -> Response
 
 @exception_handler(ServiceError)
 def _on_service_error(exc: ServiceError) -> Response[str]:
-    if exc.status >= 500:
+    if exc.status >= 500 and not exc.shown_to_client:
         logger.exception("request failed", code=exc.code)
         return error_response(exc.status, exc.code, "The service failed to answer; try again shortly.")
     return error_response(exc.status, exc.code, exc.message, exc.field)

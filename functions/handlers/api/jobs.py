@@ -149,7 +149,9 @@ def _idempotent_submit(services: Services) -> tuple[SubmitOnce, IdempotencyConfi
 
 
 @router.post(
-    "/jobs", summary="Submit a job", responses=_responses(202, _json(JobView, "Accepted"), 400, 402, 409, 413)
+    "/jobs",
+    summary="Submit a job",
+    responses=_responses(202, _json(JobView, "Accepted"), 400, 402, 409, 413, 503),
 )
 def submit_job(
     body: Annotated[SubmitJobBody, Body()],

@@ -28,8 +28,9 @@ _ERROR_WHEN = {
     409: "JobNotFinished, NoOutput or Conflict (idempotency key reused with another body; job not final)",
     410: "Expired: the job's inputs and outputs passed their retention",
     413: "PayloadTooLarge: the body is over 5 MiB",
-    429: "Throttled: request rate limit",
+    429: "RateLimited (this account's request rate) or Throttled (the service's); retry after Retry-After",
     500: "InternalError: a bug or a failed dependency; no details",
+    503: "ClassUnavailable: an operator took the machine class out of service in the zone; message says why",
 }
 # Every route that needs a token can answer these (the authorizer, the throttle, a bug).
 _ALWAYS = (401, 429, 500)

@@ -31,6 +31,7 @@ from remote_batch.local.executor.constants import (
     _now_ms,
     logger,
 )
+from remote_batch.local.executor.fleet import LocalFleet
 from remote_batch.local.executor.gateway import LocalBatchGateway
 from remote_batch.local.executor.limits import _signal_job
 from remote_batch.local.executor.memory import job_memory_ceiling_mib
@@ -141,6 +142,8 @@ class LocalBatchExecutor(ArrayJobs):
         # vCPU slot i runs on CPU id _cpu_of_slot[i]; more slots than CPUs share them round-robin.
         self._cpu_of_slot = [cpu_ids[i % len(cpu_ids)] for i in range(self.vcpus)]
         self._free_slots = set(range(self.vcpus))
+        # Job queues and compute environments (``fleet``): the local stack adds its zones' queues.
+        self.fleet = LocalFleet(account, self.vcpus)
         self._cond = threading.Condition()
         self._jobs = {}
         self._arrays = {}
@@ -176,9 +179,10 @@ class LocalBatchExecutor(ArrayJobs):
         Raises
         ------
         DependencyFailed
-            When the executor has been shut down; for an array size AWS Batch refuses (its cause is
-            AWS Batch's ``ClientException``).
+            When the executor has been shut down; for an array size AWS Batch refuses, a job queue
+            the fleet does not know or that is DISABLED (its cause is AWS Batch's ``ClientException``).
         """
+        self.fleet.check_submit(gateway.region, submission.job_queue)
         if submission.array_size is not None:
             return self._submit_array(gateway, submission, submission.array_size)
         job_id = str(uuid.uuid4())
@@ -193,6 +197,11 @@ class LocalBatchExecutor(ArrayJobs):
             "job submitted batch_job_id=%s job_name=%s vcpus=%d", job_id, submission.job_name, job.vcpus
         )
         return job_id
+
+    def wake(self) -> None:
+        """Let the scheduler look at the queue again (a compute environment's limit changed)."""
+        with self._cond:
+            self._cond.notify_all()
 
     def terminate_job(self, batch_job_id: str, reason: str) -> None:
         """Terminate a job in any non-final status; no-op for a final or unknown id.

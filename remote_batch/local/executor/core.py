@@ -32,6 +32,7 @@ from remote_batch.local.sandbox import (
 )
 
 if TYPE_CHECKING:
+    from remote_batch.local.executor.fleet import LocalFleet
     from remote_batch.local.executor.gateway import LocalBatchGateway
 
 
@@ -57,6 +58,7 @@ class ExecutorCore:
     _logs_client: Callable[[str], Any]
     _cpu_of_slot: list[int]
     _free_slots: set[int]
+    fleet: LocalFleet
     _cond: threading.Condition
     _jobs: dict[str, _Job]
     _arrays: dict[str, ArrayParent[_Job]]
@@ -161,6 +163,7 @@ class ExecutorCore:
         self._publish_locked(job, "FAILED", reason, stopped_at_ms=_now_ms())
 
     def _release_locked(self, job: _Job) -> None:
+        self.fleet.release(job.environment, len(job.slots))
         self._free_slots.update(job.slots)
         job.slots = ()
         self._cond.notify_all()

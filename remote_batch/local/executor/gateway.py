@@ -11,7 +11,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from functions.adapters.batch_detail import BatchJobDetail, to_state
 from functions.domain.jobs import BatchJobState
-from functions.ports import BatchSubmission
+from functions.ports import BatchSubmission, ComputeEnvironmentInfo, JobQueueInfo
 from remote_batch.local.executor.constants import (
     logger,
 )
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
 
 class LocalBatchGateway:
-    """``BatchGateway`` of one geo zone, backed by the shared ``LocalBatchExecutor``.
+    """``BatchGateway`` and ``FleetControl`` of one geo zone, backed by the shared ``LocalBatchExecutor``.
 
     Attributes
     ----------
@@ -63,6 +63,25 @@ class LocalBatchGateway:
             to_state(BatchJobDetail.model_validate(d), observed_at_ms)
             for d in self._executor.describe(batch_job_ids)
         ]
+
+    # -- FleetControl: the zone's job queues and compute environments (``LocalFleet``) -------------
+    def describe_job_queues(self, job_queues: Sequence[str]) -> list[JobQueueInfo]:
+        """DescribeJobQueues of this zone's queues (names or ARNs); unknown ones are absent."""
+        return self._executor.fleet.describe_job_queues(self.region, job_queues)
+
+    def set_job_queue_state(self, job_queue: str, state: str) -> None:
+        """UpdateJobQueue ``state``: a DISABLED queue refuses SubmitJob, runs what it holds."""
+        self._executor.fleet.set_job_queue_state(self.region, job_queue, state)
+        self._executor.wake()
+
+    def describe_compute_environments(self, environments: Sequence[str]) -> list[ComputeEnvironmentInfo]:
+        """DescribeComputeEnvironments of this zone's environments; unknown ones are absent."""
+        return self._executor.fleet.describe_compute_environments(self.region, environments)
+
+    def set_max_vcpus(self, environment: str, max_vcpus: int) -> None:
+        """UpdateComputeEnvironment ``maxvCpus``: jobs waiting on the environment may start now."""
+        self._executor.fleet.set_max_vcpus(self.region, environment, max_vcpus)
+        self._executor.wake()
 
     def list_jobs(self, array_job_id: str, job_status: str | None = None) -> list[dict[str, Any]]:
         """ListJobs of an array job's children (``LocalBatchExecutor.list_jobs``)."""

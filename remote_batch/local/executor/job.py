@@ -36,6 +36,8 @@ class _Job:
     timeout_seconds: int | None
     status: str = "SUBMITTED"
     slots: tuple[int, ...] = ()
+    # The compute environment whose maxvCpus it counts against while it holds slots (None: none).
+    environment: str | None = None
     process: subprocess.Popen[bytes] | None = None
     # The init of the job's PID namespace (seen from here) and the namespace, once known.
     init: psutil.Process | None = None

@@ -77,8 +77,9 @@ class Scheduler(JobRunner):
                         self._guard_locked(
                             self._submitted.popleft(), view.announce_with(self._announce_locked)
                         )
-                    while self._runnable and self._runnable[0].vcpus <= len(self._free_slots):
-                        self._guard_locked(self._runnable.popleft(), self._start_locked)
+                    while (job := self._next_startable_locked()) is not None:
+                        self._runnable.remove(job)
+                        self._guard_locked(job, self._start_locked)
                     wait = self._enforce_deadlines_locked()
                 except Exception:
                     logger.exception("scheduler error")
@@ -103,9 +104,21 @@ class Scheduler(JobRunner):
         self._runnable.append(job)
         view.joined(job.vcpus)
 
+    def _next_startable_locked(self) -> _Job | None:
+        """The first runnable job, FIFO, whose compute environment has room under its ``maxvCpus``
+        (a job waiting on its environment does not hold up other environments' jobs, as in AWS Batch),
+        if it fits the host's free vCPUs now; else None."""
+        for job in self._runnable:
+            environment = self.fleet.environment_of(job.gateway.region, job.submission.job_queue)
+            if self.fleet.has_room(environment, job.vcpus):
+                return job if job.vcpus <= len(self._free_slots) else None
+        return None
+
     def _start_locked(self, job: _Job) -> None:
         job.slots = tuple(sorted(self._free_slots)[: job.vcpus])
         self._free_slots.difference_update(job.slots)
+        job.environment = self.fleet.environment_of(job.gateway.region, job.submission.job_queue)
+        self.fleet.claim(job.environment, len(job.slots))
         self._publish_locked(job, "STARTING", job.note, task=job.task)
         job.runner = threading.Thread(
             target=self._run, args=(job,), name=f"batch-job-{job.job_id[:8]}", daemon=True

@@ -1,0 +1,311 @@
+"""Fleet control on moto: the Operations store (class states, audit log, grants once), the AWS Batch
+fleet adapter (moto's Batch for queues; a Stubber where moto ignores maxvCpus), and the admin routes
+in-process (issue 15 item 3)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+
+import boto3
+import pytest
+from botocore.stub import Stubber
+
+import functions.handlers.api as api_package
+from functions.adapters.batch_fleet import AwsBatchFleet
+from functions.adapters.dynamodb.operations import DynamoOperationsStore
+from functions.adapters.tables import IDEMPOTENCY, create_table_request
+from functions.domain.errors import ConditionFailed, DependencyFailed, ValidationFailed
+from functions.domain.fleet import AuditAction, AuditEntry, ClassAvailability, disabled, enabled
+from functions.domain.jobs import LedgerEntry, LedgerKind
+from functions.domain.machine_classes import GeoZone
+from tests.events import QUEUE_ARN
+from tests.integration.conftest import Stack
+
+ADMIN = {"account_id": "admin", "groups": "admin"}
+NOW = datetime(2026, 11, 29, 17, 20, tzinfo=UTC)
+QUEUE_NAME = QUEUE_ARN.rsplit("/", 1)[-1]
+
+
+def _store(stack: Stack) -> DynamoOperationsStore:
+    store = stack.services.operations
+    assert isinstance(store, DynamoOperationsStore)
+    return store
+
+
+def _audit(at: datetime, entry_id: str, action: AuditAction = AuditAction.DISABLE_CLASS) -> AuditEntry:
+    return AuditEntry(entry_id=entry_id, at=at, actor="admin", action=action, target="t", before={"a": 1})
+
+
+# -- the Operations store ---------------------------------------------------------------------------------
+def test_class_state_writes_are_versioned_and_audited_in_one_transaction(stack: Stack) -> None:
+    store = _store(stack)
+    start = store.get_class_state("Basic2x8", GeoZone.EUROPEAN_UNION)
+    assert (start.disabled, start.version) == (False, 0)
+
+    off = disabled(start, "maintenance", "admin", NOW)
+    store.save_class_state(off, _audit(NOW, "e1"))
+    stored = store.get_class_state("Basic2x8", GeoZone.EUROPEAN_UNION)
+    assert stored == off
+
+    # A writer that read version 0 loses, and writes no audit entry either.
+    with pytest.raises(ConditionFailed):
+        store.save_class_state(disabled(start, "other", "admin", NOW), _audit(NOW, "e2"))
+    assert [e.entry_id for e in store.list_audit(10, None)[0]] == ["e1"]
+
+    store.save_class_state(enabled(stored, "admin", NOW), _audit(NOW + timedelta(seconds=1), "e3"))
+    assert store.get_class_state("Basic2x8", GeoZone.EUROPEAN_UNION).version == 2
+
+
+def test_class_states_are_cached_for_the_age_given_and_forgotten_on_a_local_change(stack: Stack) -> None:
+    ticks = iter([0.0, 1.0, 100.0])
+    store = DynamoOperationsStore(
+        boto3.client("dynamodb", region_name="us-east-1"),
+        stack.settings.operations_table,
+        stack.settings.jobs_table,
+        stack.settings.accounts_table,
+        stack.settings.ledger_table,
+        monotonic=lambda: next(ticks),
+    )
+    assert store.class_states(10) == {}
+    # Another environment's change is not seen while the cache is fresh...
+    other = _store(stack)
+    other.save_class_state(
+        disabled(ClassAvailability("Basic1x8", GeoZone.UNITED_STATES), "x", "a", NOW), _audit(NOW, "o1")
+    )
+    assert store.class_states(10) == {}
+    # ...and is once it is older than the age given.
+    states = store.class_states(10)
+    assert states[("Basic1x8", GeoZone.UNITED_STATES)].reason == "x"
+
+
+def test_audit_pages_newest_first_and_refuses_foreign_tokens(stack: Stack) -> None:
+    store = _store(stack)
+    for i in range(5):
+        store.record(_audit(NOW + timedelta(seconds=i), f"e{i}"))
+    store.record(_audit(NOW + timedelta(seconds=4), "e4"))  # the same entry again: stored once
+
+    first, token = store.list_audit(3, None)
+    assert [e.entry_id for e in first] == ["e4", "e3", "e2"]
+    assert token is not None
+    rest, last = store.list_audit(3, token)
+    assert [e.entry_id for e in rest] == ["e1", "e0"]
+    assert last is None
+    assert first[0].before == {"a": 1} and first[0].at == NOW + timedelta(seconds=4)
+    with pytest.raises(ValidationFailed) as raised:
+        store.list_audit(3, "bm90LWEtdG9rZW4=")
+    assert raised.value.field == "nextToken"
+
+
+def test_a_grant_entry_is_written_once_with_its_audit_entry(stack: Stack) -> None:
+    store = _store(stack)
+    entry = LedgerEntry(
+        entry_id="grant#key#abc",
+        account_id="dev",
+        at=NOW,
+        kind=LedgerKind.GRANT,
+        credits=Decimal("2.5"),
+        balance_after=Decimal("10002.5"),
+        reason="r",
+    )
+    assert store.grant_credits(entry, _audit(NOW, "g1", AuditAction.GRANT_CREDITS)) is True
+    assert stack.balance("dev") == Decimal("10002.5")
+    # The same entry again: nothing written (not a race: False, not ConditionFailed).
+    replay = LedgerEntry(
+        entry_id=entry.entry_id,
+        account_id="dev",
+        at=NOW,
+        kind=LedgerKind.GRANT,
+        credits=Decimal("2.5"),
+        balance_after=Decimal("10005.0"),
+        reason="r",
+    )
+    assert store.grant_credits(replay, _audit(NOW, "g2", AuditAction.GRANT_CREDITS)) is False
+    assert stack.balance("dev") == Decimal("10002.5")
+    # A stale balance is a race: ConditionFailed, nothing written.
+    stale = LedgerEntry(
+        entry_id="grant#other",
+        account_id="dev",
+        at=NOW,
+        kind=LedgerKind.GRANT,
+        credits=Decimal("1"),
+        balance_after=Decimal("10001"),
+        reason="r",
+    )
+    with pytest.raises(ConditionFailed):
+        store.grant_credits(stale, _audit(NOW, "g3", AuditAction.GRANT_CREDITS))
+    assert [e.entry_id for e in store.list_audit(10, None)[0]] == ["g1"]
+
+
+def test_unfinished_jobs_are_counted_per_class_and_zone(stack: Stack) -> None:
+    queued = stack.api(
+        "POST", "/jobs", body={"code": "1", "machineClass": "Basic2x8", "geoZone": "EuropeanUnion"}
+    )
+    assert queued[0] == 202
+    stack.start_running({"code": "2", "machineClass": "Basic2x8", "geoZone": "EuropeanUnion"})
+    stack.start_running({"code": "3"})
+
+    loads = _store(stack).count_unfinished()
+
+    assert (
+        loads[("Basic2x8", GeoZone.EUROPEAN_UNION)].queued,
+        loads[("Basic2x8", GeoZone.EUROPEAN_UNION)].running,
+    ) == (1, 1)
+    assert loads[("Basic1x8", GeoZone.UNITED_STATES)].running == 1
+
+
+# -- the AWS Batch adapter ---------------------------------------------------------------------------------
+def test_the_adapter_describes_and_switches_a_queue_on_moto(fleet_stack: Stack) -> None:
+    fleet = AwsBatchFleet(boto3.client("batch", region_name="eu-central-1"))
+    (queue,) = fleet.describe_job_queues([QUEUE_ARN.replace("us-east-1", "eu-central-1")])
+    assert (queue.name, queue.state) == (QUEUE_NAME, "ENABLED")
+    (environment,) = fleet.describe_compute_environments(list(queue.compute_environments))
+    assert (environment.name, environment.max_vcpus) == ("remote-batch-General-Spot", 64)
+
+    fleet.set_job_queue_state(QUEUE_NAME, "DISABLED")
+
+    assert fleet.describe_job_queues([QUEUE_NAME])[0].state == "DISABLED"
+    assert fleet.describe_job_queues(["no-such-queue"]) == []
+
+
+def test_the_adapter_sends_max_vcpus_as_update_compute_environment_takes_it() -> None:
+    # moto accepts UpdateComputeEnvironment but ignores computeResources: the request is what matters.
+    client = boto3.client(
+        "batch", region_name="eu-central-1", aws_access_key_id="k", aws_secret_access_key="s"
+    )
+    with Stubber(client) as stubber:
+        stubber.add_response(
+            "update_compute_environment",
+            {
+                "computeEnvironmentName": "ce",
+                "computeEnvironmentArn": "arn:aws:batch:eu-central-1:1:compute-environment/ce",
+            },
+            {
+                "computeEnvironment": "arn:aws:batch:eu-central-1:1:compute-environment/ce",
+                "computeResources": {"maxvCpus": 16},
+            },
+        )
+        stubber.add_client_error("update_compute_environment", "ClientException", "no such environment")
+        fleet = AwsBatchFleet(client)
+        fleet.set_max_vcpus("arn:aws:batch:eu-central-1:1:compute-environment/ce", 16)
+        with pytest.raises(DependencyFailed) as raised:
+            fleet.set_max_vcpus("gone", 1)
+        stubber.assert_no_pending_responses()
+    assert "refused" in raised.value.message
+
+
+# -- the admin routes ---------------------------------------------------------------------------------------
+def test_disable_refuses_submits_with_the_reason_and_enable_restores_them(fleet_stack: Stack) -> None:
+    fleet_stack.add_account("admin", "0")
+    body = {"code": "1", "machineClass": "Basic2x8", "geoZone": "UnitedStates"}
+
+    status, state = fleet_stack.api(
+        "POST",
+        "/admin/machine-classes/Basic2x8/zones/UnitedStates/disable",
+        body={"reason": "host repairs"},
+        **ADMIN,
+    )
+
+    assert status == 200, state
+    assert (state["state"], state["reason"], state["queueState"], state["maxVcpus"]) == (
+        "DISABLED",
+        "host repairs",
+        "DISABLED",
+        64,
+    )
+    refused = fleet_stack.api("POST", "/jobs", body=body)
+    assert refused == (
+        503,
+        {
+            "error": {
+                "code": "ClassUnavailable",
+                "message": "Basic2x8 is not taking new jobs in UnitedStates: host repairs",
+                "field": "machineClass",
+            }
+        },
+    )
+    assert fleet_stack.batch[GeoZone.UNITED_STATES].submissions == []
+
+    status, state = fleet_stack.api(
+        "POST", "/admin/machine-classes/Basic2x8/zones/UnitedStates/enable", **ADMIN
+    )
+    assert status == 200 and state["state"] == "ENABLED" and state["queueState"] == "ENABLED", state
+    assert fleet_stack.api("POST", "/jobs", body=body)[0] == 202
+    status, audit = fleet_stack.api("GET", "/admin/audit", **ADMIN)
+    assert [e["action"] for e in audit["entries"]] == ["EnableMachineClass", "DisableMachineClass"]
+
+
+def test_a_keyed_disable_replays_its_answer_and_a_changed_body_is_409(fleet_stack: Stack) -> None:
+    path = "/admin/machine-classes/GPU4xL4/zones/UnitedStates/disable"
+    key = {"Idempotency-Key": "op-1"}
+    first = fleet_stack.api("POST", path, body={"reason": "driver update"}, headers=key, **ADMIN)
+    second = fleet_stack.api("POST", path, body={"reason": "driver update"}, headers=key, **ADMIN)
+    assert first[0] == second[0] == 200 and first[1] == second[1]
+    changed = fleet_stack.api("POST", path, body={"reason": "another"}, headers=key, **ADMIN)
+    assert changed[0] == 409 and changed[1]["error"]["field"] == "Idempotency-Key"
+    status, audit = fleet_stack.api("GET", "/admin/audit", **ADMIN)
+    assert len(audit["entries"]) == 1
+
+
+def test_a_keyed_grant_credits_once_with_one_audit_entry(stack: Stack) -> None:
+    key = {"Idempotency-Key": "grant-1"}
+    answers = [
+        stack.api(
+            "POST",
+            "/admin/accounts/dev/credits",
+            body={"credits": 0.0001, "reason": "r"},
+            headers=key,
+            **ADMIN,
+        )
+        for _ in range(2)
+    ]
+    assert [a[0] for a in answers] == [200, 200] and answers[0][1] == answers[1][1]
+    assert stack.balance("dev") == Decimal("10000.0001")
+    # Even once the api's replay records are gone (after 24 h), the same key never credits again: the
+    # grant's ledger id is derived from (admin, account, key).
+    api_package._idempotent_submitters.clear()
+    boto3.client("dynamodb", region_name="us-east-1").delete_table(TableName=stack.settings.idempotency_table)
+    boto3.client("dynamodb", region_name="us-east-1").create_table(
+        **create_table_request(IDEMPOTENCY, stack.settings.idempotency_table)
+    )
+    late = stack.api(
+        "POST", "/admin/accounts/dev/credits", body={"credits": 0.0001, "reason": "r"}, headers=key, **ADMIN
+    )
+    assert late[0] == 200 and stack.balance("dev") == Decimal("10000.0001")
+    status, audit = stack.api("GET", "/admin/audit", **ADMIN)
+    grants = [e for e in audit["entries"] if e["action"] == "GrantCredits"]
+    assert len(grants) == 1
+    assert grants[0]["before"] == {"creditBalance": "10000.0000"}
+    assert grants[0]["after"] == {"creditBalance": "10000.0001", "credits": "0.0001"}
+
+
+def test_capacity_and_listing_need_batch_and_answer_in_its_terms(fleet_stack: Stack) -> None:
+    status, listed = fleet_stack.api("GET", "/admin/machine-classes", **ADMIN)
+    assert status == 200
+    assert len(listed["machineClasses"]) == 20
+    basic = next(
+        c
+        for c in listed["machineClasses"]
+        if (c["machineClass"], c["geoZone"]) == ("Basic1x8", "UnitedStates")
+    )
+    assert basic["computeEnvironments"] == [
+        {"name": "remote-batch-General-Spot", "state": "ENABLED", "maxVcpus": 64}
+    ]
+    assert "Basic2x8" in basic["sharedWith"] and basic["state"] == "ENABLED"
+    bad = fleet_stack.api(
+        "PUT", "/admin/machine-classes/Basic1x8/zones/UnitedStates/capacity", body={"maxVcpus": -1}, **ADMIN
+    )
+    assert bad[0] == 400 and bad[1]["error"]["field"] == "maxVcpus"
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("GET", "/admin/machine-classes"),
+        ("GET", "/admin/audit"),
+        ("POST", "/admin/machine-classes/Basic1x8/zones/UnitedStates/enable"),
+    ],
+)
+def test_fleet_routes_need_the_admin_role(stack: Stack, method: str, path: str) -> None:
+    status, error = stack.api(method, path, body={} if method == "POST" else None)
+    assert status == 403 and error["error"]["code"] == "Forbidden"
