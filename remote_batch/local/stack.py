@@ -196,7 +196,7 @@ class LocalStack:
         self._tickers = [
             Ticker("alive", ALIVE_INTERVAL, self._stamp_alive),
             Ticker("meter", config.meter_interval, lambda: self._tick_meter(services, settings)),
-            Ticker("snapshot", config.snapshot_interval, lambda: snapshots.take(lambdas.quiesced())),
+            Ticker("snapshot", config.snapshot_interval, snapshots.take),
         ]
         for ticker in self._tickers:
             ticker.start()
@@ -242,10 +242,10 @@ class LocalStack:
                 self._executor.shutdown(timeout=EXECUTOR_STOP_SECONDS)
             if self._bus is not None:
                 self._bus.stop(drain=True, timeout=BUS_DRAIN_SECONDS)
-            if self._snapshots is not None and self._lambdas is not None:
+            if self._snapshots is not None:
                 if self._recovered:
                     write_bytes_atomic(self._stopped_at_path, datetime.now(UTC).isoformat().encode())
-                self._snapshots.take(self._lambdas.quiesced())
+                self._snapshots.take()
             install(None)
             if self._moto is not None:
                 self._moto.stop()
@@ -289,6 +289,7 @@ class LocalStack:
             journal=moto.journaling.journal,
             moto_app=moto.moto_app,
             log_store=self._log_store,
+            tables=moto.access.tables if moto.access is not None else None,
         )
         report = snapshots.restore()
         # From here on every acknowledged write is journaled before it is answered.
