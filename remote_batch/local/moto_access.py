@@ -210,7 +210,7 @@ class TableImages:
             if table is None:
                 continue
             if name in self._whole or name not in self._images:
-                copies = ((item.to_json()["Attributes"]) for item in table.all_items())
+                copies = (item.to_json()["Attributes"] for item in table.all_items())
                 copied[name] = {str(_key_text(table, attributes)): attributes for attributes in copies}
                 whole.add(name)
                 continue
