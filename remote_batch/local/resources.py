@@ -219,6 +219,8 @@ class MotoServer:
         self.endpoint = ""
         self._journal = journal
         self.writes: WriteCounter | None = None
+        # The server's whole application (every middleware, then moto), for in-process requests.
+        self.app: Callable[..., Any] | None = None
         self.journaling: JournalingApp | None = None
         self.moto_app: Callable[..., Any] | None = None
         self.access: MotoAccess | None = None
@@ -244,6 +246,7 @@ class MotoServer:
         self.journaling = JournalingApp(self.access, self._journal)
         self.gate = IamGate(self.journaling)
         self.writes = WriteCounter(self.gate)
+        self.app = self.writes
         self._server = _CountingMotoServer(self.writes)
         self._server.start()
         host, port = self._server.get_host_and_port()

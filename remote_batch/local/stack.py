@@ -50,6 +50,7 @@ from remote_batch.local.sandbox import ProcessRegistry
 from remote_batch.local.state import SnapshotScope, StateSnapshots
 from remote_batch.local.ticker import Ticker, scheduled_event
 from remote_batch.local.tokens import TokenStore
+from remote_batch.local.transport import InProcessTransport
 
 logger = logging.getLogger(__name__)
 
@@ -132,6 +133,9 @@ class LocalStack:
         for name, value in POWERTOOLS_DEFAULTS.items():
             os.environ.setdefault(name, value)
         clients = AwsClients()
+        if moto.app is not None:
+            # The stack's own requests skip the sockets (its job workers still use HTTP).
+            clients.session.events.register("before-send", InProcessTransport(endpoint, moto.app))
         provision(clients, settings)
 
         snapshots, last_alive = self._restore_state(moto, clients, settings)

@@ -93,6 +93,8 @@ BATCH_WRITE_ITEMS = 25
 LOG_BATCH_EVENTS = 5000
 LOG_BATCH_BYTES = 800_000
 _BY_HASH = ".by-hash"
+# A snapshot that held the table writes longer than this (seconds) says so in the log.
+HOLD_WARNING_SECONDS = 0.1
 
 
 @dataclass(frozen=True, slots=True)
@@ -424,8 +426,13 @@ class StateSnapshots:
                 if self._tables is not None:
                     # Table writes wait only while the items written since the last tick are copied.
                     with self._journal.applying("dynamodb"):
+                        held_from = time.monotonic()
                         cut = self._journal.last_seq()
                         tables = self._tables.capture(self._scope.tables)
+                        held = time.monotonic() - held_from
+                    (logger.warning if held > HOLD_WARNING_SECONDS else logger.debug)(
+                        "snapshot held the table writes seconds=%.3f", held
+                    )
                     changed |= self._write_tables(tables, cut)
                 else:
                     with hold or nullcontext(), self._journal.applying("dynamodb"):

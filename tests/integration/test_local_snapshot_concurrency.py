@@ -1,12 +1,16 @@
 """Snapshots on a real moto server: the tables' images agree with a Scan, and no lock is held while a
-snapshot is written (so requests never wait for the disk)."""
+snapshot is written (so requests never wait for the disk); the stack's own requests in process."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
+import boto3
 import pytest
+from botocore.awsrequest import AWSPreparedRequest
+from botocore.exceptions import ClientError
 from moto.moto_api._internal.models import moto_api_backend
 
 from functions.adapters.tables import ALL_TABLES
@@ -14,6 +18,7 @@ from remote_batch.local import state
 from remote_batch.local.journal import Journal
 from remote_batch.local.resources import AwsClients, MotoServer, local_settings, provision, table_name
 from remote_batch.local.state import SnapshotScope, StateSnapshots
+from remote_batch.local.transport import InProcessTransport
 
 
 @pytest.fixture
@@ -179,3 +184,55 @@ def test_a_snapshot_is_written_with_no_lock_held_and_restores_what_was_written(
         assert report.journal.applied == 0  # the last snapshot covered every write
     finally:
         fresh.stop()
+
+
+def test_the_stacks_own_requests_reach_the_servers_middlewares_in_process(
+    tmp_path: Path, aws_environment: None
+) -> None:
+    server, _ = _fresh_moto(tmp_path / "state" / "journal")
+    assert server.journaling is not None and server.app is not None
+    server.journaling.enable()
+    journal = server.journaling.journal
+    transport = InProcessTransport(server.endpoint, server.app)
+    answered: list[str] = []
+
+    def spy(request: Any, **kwargs: Any) -> Any:
+        response = transport(request, **kwargs)
+        answered.append(request.method if response is not None else "sent")
+        return response
+
+    def session(secret: str | None = None) -> boto3.Session:
+        made = (
+            boto3.Session(aws_access_key_id=os.environ["AWS_ACCESS_KEY_ID"], aws_secret_access_key=secret)
+            if secret
+            else boto3.Session()
+        )
+        made.events.register("before-send", spy)
+        return made
+
+    settings = local_settings()
+    bucket = settings.zones[next(iter(settings.zones))].bucket
+    try:
+        dynamodb = session().client("dynamodb")
+        s3 = session().client("s3")
+        counted, last = server.write_counts().get("dynamodb", 0), journal.last_seq()
+
+        # When the stack's clients write and read through the transport
+        dynamodb.put_item(TableName=settings.accounts_table, Item={"accountId": {"S": "t"}})
+        item = dynamodb.get_item(TableName=settings.accounts_table, Key={"accountId": {"S": "t"}})["Item"]
+        s3.put_object(Bucket=bucket, Key="inputs/t", Body=b"\x00bytes\xff")
+        body = s3.get_object(Bucket=bucket, Key="inputs/t")["Body"].read()
+
+        # Then moto answered them in process, counted and journaled as over HTTP ...
+        assert answered == ["POST", "POST", "PUT", "GET"]
+        assert (item, body) == ({"accountId": {"S": "t"}}, b"\x00bytes\xff")
+        assert server.write_counts()["dynamodb"] == counted + 1
+        assert journal.last_seq() == last + 2  # the item and the object
+        # ... and the IAM gate checked their signatures: a wrong secret is refused
+        wrong = session("not-the-secret").client("dynamodb")
+        with pytest.raises(ClientError):
+            wrong.get_item(TableName=settings.accounts_table, Key={"accountId": {"S": "t"}})
+        # Requests to another host are left to botocore
+        assert transport(AWSPreparedRequest("GET", "http://example.invalid/", {}, b"", False)) is None
+    finally:
+        server.stop()
