@@ -10,11 +10,12 @@ from typing import Any
 import boto3
 import pytest
 from botocore.awsrequest import AWSPreparedRequest
+from botocore.compat import HTTPHeaders
 from botocore.exceptions import ClientError
 from moto.moto_api._internal.models import moto_api_backend
 
 from functions.adapters.tables import ALL_TABLES
-from remote_batch.local import state
+from remote_batch.local import files, state
 from remote_batch.local.journal import Journal
 from remote_batch.local.resources import AwsClients, MotoServer, local_settings, provision, table_name
 from remote_batch.local.state import SnapshotScope, StateSnapshots
@@ -157,7 +158,7 @@ def test_a_snapshot_is_written_with_no_lock_held_and_restores_what_was_written(
     journal, table_lock = server.journaling.journal, server.access.lock_of("dynamodb")
     # Given a snapshot's file writer that notes which locks are held as it writes
     held: list[tuple[str, bool, bool]] = []
-    write = state.write_bytes_atomic
+    write = files.write_bytes_atomic
 
     def noting(path: Path, data: bytes, *args: Any, **kwargs: Any) -> None:
         held.append((path.name, journal.held("dynamodb"), table_lock.locked()))
@@ -233,6 +234,6 @@ def test_the_stacks_own_requests_reach_the_servers_middlewares_in_process(
         with pytest.raises(ClientError):
             wrong.get_item(TableName=settings.accounts_table, Key={"accountId": {"S": "t"}})
         # Requests to another host are left to botocore
-        assert transport(AWSPreparedRequest("GET", "http://example.invalid/", {}, b"", False)) is None
+        assert transport(AWSPreparedRequest("GET", "http://example.invalid/", HTTPHeaders(), b"", False)) is None
     finally:
         server.stop()

@@ -85,7 +85,7 @@ def test_concurrent_api_requests_each_see_their_own_event_and_context() -> None:
 
     def request(index: int) -> dict[str, Any]:
         event = {"httpMethod": "GET", "path": f"/echo/n{index}", "requestContext": {"stage": "prod"}}
-        return app.resolve(event, _context(f"f{index}"))
+        return app.resolve(event, _context(f"f{index}"))  # type: ignore[arg-type]
 
     # When two requests are resolved at once
     answers = _in_threads(2, request)
