@@ -234,6 +234,8 @@ def test_the_stacks_own_requests_reach_the_servers_middlewares_in_process(
         with pytest.raises(ClientError):
             wrong.get_item(TableName=settings.accounts_table, Key={"accountId": {"S": "t"}})
         # Requests to another host are left to botocore
-        assert transport(AWSPreparedRequest("GET", "http://example.invalid/", HTTPHeaders(), b"", False)) is None
+        assert (
+            transport(AWSPreparedRequest("GET", "http://example.invalid/", HTTPHeaders(), b"", False)) is None
+        )
     finally:
         server.stop()
