@@ -30,6 +30,7 @@ import re
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qs, unquote
 
@@ -113,6 +114,16 @@ def is_read(service: str, operation: str) -> bool:
     return operation.startswith(_READ_PREFIXES)
 
 
+@dataclass(frozen=True, slots=True)
+class Changes:
+    """What ``TableImages.copy_changes`` copied: per table, the items by key text (None: deleted),
+    and the tables copied whole."""
+
+    tables: tuple[str, ...]
+    copied: dict[str, dict[str, dict[str, Any] | None]]
+    whole: set[str]
+
+
 class TableImages:
     """The DynamoDB tables' items in DynamoDB JSON, kept up to date from the writes' requests.
 
@@ -139,7 +150,7 @@ class TableImages:
         self._touched: dict[str, list[dict[str, Any]]] = {}
         self._whole: set[str] = set()  # tables to read whole at the next capture
         self._everything = True  # a statement that names no table: read every table whole
-        self._images: dict[str, dict[str, dict[str, Any]]] = {}
+        self._images: dict[str, dict[str, str]] = {}  # table → key text → item text
 
     def note(self, operation: str, request: Mapping[str, Any]) -> None:
         """Note what a DynamoDB write request (``operation``, its JSON body) touched (call under
@@ -170,27 +181,51 @@ class TableImages:
             self._whole.add(table)
 
     def capture(self, tables: Iterable[str]) -> dict[str, list[dict[str, Any]]]:
-        """Every item of ``tables`` (DynamoDB JSON, as ``Scan`` returns it), as moto holds them now.
+        """Every item of ``tables`` (DynamoDB JSON, as ``Scan`` returns it), as moto holds them now
+        (``capture_json``, parsed)."""
+        return {
+            name: [json.loads(text) for text in texts] for name, texts in self.capture_json(tables).items()
+        }
 
-        Holds the DynamoDB lock only while the items written since the last capture are copied (a
-        table read whole the first time, or after a statement that may have changed any of its items).
+    def capture_json(self, tables: Iterable[str]) -> dict[str, list[str]]:
+        """Every item of ``tables`` as JSON text (DynamoDB JSON, keys sorted), as moto holds them now:
+        ``merge_json(copy_changes(tables))``."""
+        return self.merge_json(self.copy_changes(tables))
+
+    def copy_changes(self, tables: Iterable[str]) -> Changes:
+        """The items of ``tables`` written since the last copy, as moto holds them now (a table read
+        whole the first time, or after a statement that may have changed any of its items).
+
+        Holds the DynamoDB lock while they are copied, and only then: milliseconds for the few
+        hundred items a busy 5 s writes, however large the tables.
         """
         names = tuple(tables)
         with self._lock:
             copied, whole = self._copy_locked(names)
-        for name in names:
-            if name not in copied:
+        return Changes(names, copied, whole)
+
+    def merge_json(self, changes: Changes) -> dict[str, list[str]]:
+        """Bring the images up to ``changes`` (in the order they were copied) and return every item
+        of their tables as JSON text: only the changed items are turned into text, so a snapshot's
+        file is the texts joined (no ``json.dumps`` of every table holding the GIL)."""
+        for name in changes.tables:
+            if name not in changes.copied:
                 self._images.pop(name, None)
-            elif name in whole:
-                self._images[name] = {key: item for key, item in copied[name].items() if item is not None}
-            else:
-                image = self._images[name]
-                for key, item in copied[name].items():
-                    if item is None:
-                        image.pop(key, None)
-                    else:
-                        image[key] = item
-        return {name: list(self._images.get(name, {}).values()) for name in names}
+                continue
+            texts = {
+                key: None if item is None else json.dumps(item, sort_keys=True)
+                for key, item in changes.copied[name].items()
+            }
+            if name in changes.whole:
+                self._images[name] = {key: text for key, text in texts.items() if text is not None}
+                continue
+            image = self._images.setdefault(name, {})
+            for key, text in texts.items():
+                if text is None:
+                    image.pop(key, None)
+                else:
+                    image[key] = text
+        return {name: list(self._images.get(name, {}).values()) for name in changes.tables}
 
     def _copy_locked(
         self, names: tuple[str, ...]

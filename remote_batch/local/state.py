@@ -428,12 +428,13 @@ class StateSnapshots:
                     with self._journal.applying("dynamodb"):
                         held_from = time.monotonic()
                         cut = self._journal.last_seq()
-                        tables = self._tables.capture(self._scope.tables)
+                        changes = self._tables.copy_changes(self._scope.tables)
                         held = time.monotonic() - held_from
+                    texts = self._tables.merge_json(changes)
                     (logger.warning if held > HOLD_WARNING_SECONDS else logger.debug)(
                         "snapshot held the table writes seconds=%.3f", held
                     )
-                    changed |= self._write_tables(tables, cut)
+                    changed |= self._write_table_texts(texts, cut)
                 else:
                     with hold or nullcontext(), self._journal.applying("dynamodb"):
                         changed |= self._take_tables(self._journal.last_seq())
@@ -476,6 +477,23 @@ class StateSnapshots:
                 items += page.get("Items", [])
             tables[table] = items
         return self._write_tables(tables, cut)
+
+    def _write_table_texts(self, texts: dict[str, list[str]], cut: int) -> bool:
+        """``_write_tables`` for items already in JSON text (``TableImages.capture_json``): the file
+        is their join (the same document), hashed and written without a ``json.dumps`` of it all."""
+        body = (
+            "{"
+            + ", ".join(f"{json.dumps(name)}: [{', '.join(items)}]" for name, items in sorted(texts.items()))
+            + "}"
+        )
+        encoded = body.encode()
+        digest = hashlib.sha256(encoded).hexdigest()
+        if digest == self._tables_digest and cut == self._covered["dynamodb"]:
+            return False
+        write_bytes_atomic(self._dir / "dynamodb.json", b'{"journalSeq": %d, "tables": %s}' % (cut, encoded))
+        self._tables_digest = digest
+        self._covered["dynamodb"] = cut
+        return True
 
     def _write_tables(self, tables: dict[str, list[dict[str, Any]]], cut: int) -> bool:
         """Write ``dynamodb.json`` (every item of every table, up to journal record ``cut``) unless
