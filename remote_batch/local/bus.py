@@ -27,7 +27,8 @@ logger = logging.getLogger("remote_batch.local.bus")
 Envelope = dict[str, Any]
 # The service's job id in a job's container environment (set at submit).
 JOB_ID_VARIABLE = "REMOTE_BATCH_JOB_ID"
-# Delivery workers (concurrent invocations of the target): each job's events go to one of them.
+# The local stack's delivery workers (concurrent invocations of the target): each job's events go
+# to one of them.
 DELIVERY_WORKERS = 8
 
 
@@ -84,7 +85,8 @@ class EventBus:
     retry_delay : float
         Seconds before the first retry; doubles for each further retry (the job's later events wait).
     workers : int
-        Delivery threads (``DELIVERY_WORKERS``); 1 delivers every event in publication order.
+        Delivery threads (the local stack uses ``DELIVERY_WORKERS``); 1, the default, delivers
+        every event in publication order, across jobs too.
     """
 
     def __init__(
@@ -95,7 +97,7 @@ class EventBus:
         max_attempts: int = 3,
         retry_delay: float = 0.1,
         *,
-        workers: int = DELIVERY_WORKERS,
+        workers: int = 1,
     ) -> None:
         self._deliver = deliver
         self._journal_path = Path(journal_path)

@@ -246,7 +246,7 @@ def test_events_of_different_jobs_are_delivered_at_the_same_time(make_bus) -> No
         barrier.wait()
         met.append(envelope["detail"]["jobName"])
 
-    bus = make_bus(deliver, max_attempts=1)
+    bus = make_bus(deliver, max_attempts=1, workers=8)
 
     # When one event of each is published
     bus.publish(_envelope(first))
@@ -269,7 +269,7 @@ def test_each_jobs_events_keep_their_order_among_many_concurrent_jobs(make_bus) 
             threads.add(threading.current_thread().name)
             delivered.append((envelope["detail"]["jobName"], envelope["detail"]["status"]))
 
-    bus = make_bus(deliver)
+    bus = make_bus(deliver, workers=8)
     statuses = ("PENDING", "RUNNABLE", "STARTING", "RUNNING", "SUCCEEDED")
 
     # When 60 jobs publish their five events interleaved (each job's in its order)
