@@ -1,9 +1,13 @@
 """An in-process stand-in for EventBridge delivering ``Batch Job State Change`` events to a Lambda.
 
-Like an EventBridge rule with a Lambda target and a dead-letter queue: one consumer delivers events
-in the order they were published, retries a failing delivery with backoff, then drops the event to
-``dead_letters``. Every published event is also appended to a JSON-lines journal, so the record of
-what was emitted (``emitted_for``) survives a restart of the local stack.
+Like an EventBridge rule with a Lambda target and a dead-letter queue: delivery workers invoke the
+target concurrently (as EventBridge invokes a Lambda asynchronously, one invocation per event, many
+at once), retry a failing delivery with backoff, then drop the event to ``dead_letters``. EventBridge
+promises no order at all; the bus keeps one: the events of one service job (``_job_key``: an
+array's spans and children included) always go to the same worker, which delivers them one at a
+time in the order they were published, so concurrency is across jobs only. Every published event
+is also appended to a JSON-lines journal, so the record of what was emitted (``emitted_for``)
+survives a restart of the local stack.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import zlib
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -22,6 +27,9 @@ logger = logging.getLogger("remote_batch.local.bus")
 Envelope = dict[str, Any]
 # The service's job id in a job's container environment (set at submit).
 JOB_ID_VARIABLE = "REMOTE_BATCH_JOB_ID"
+# The local stack's delivery workers (concurrent invocations of the target): each job's events go
+# to one of them.
+DELIVERY_WORKERS = 8
 
 
 @dataclass(slots=True)
@@ -50,14 +58,22 @@ def _job_key(envelope: Envelope) -> str | None:
     return name.split(":", 1)[0] if isinstance(name, str) else None
 
 
+def worker_of(envelope: Envelope, workers: int) -> int:
+    """The delivery worker (``0 .. workers - 1``) of ``envelope``: by its job (``_job_key``, CRC-32),
+    so one job's events are delivered in order; worker 0 for an event of no job."""
+    key = _job_key(envelope)
+    return 0 if key is None else zlib.crc32(key.encode()) % workers
+
+
 class EventBus:
-    """EventBridge → Lambda, in one process: ordered, at-least-once, with retries and a DLQ.
+    """EventBridge → Lambda, in one process: concurrent across jobs, ordered per job, at-least-once,
+    with retries and a DLQ.
 
     Parameters
     ----------
     deliver : Callable[[dict], None]
-        The target (the batch_events Lambda handler). Called from the bus's one consumer thread,
-        one event at a time, with a JSON round-tripped copy of the envelope.
+        The target (the batch_events Lambda handler). Called from ``workers`` delivery threads at
+        once, each with a JSON round-tripped copy of one envelope; one job's events one at a time.
     journal_path : Path
         A JSON-lines file of every published envelope. Read back at construction, so
         ``emitted_for`` answers for events published before a restart (they are not redelivered).
@@ -67,7 +83,10 @@ class EventBus:
         Deliveries tried per event copy before it goes to ``dead_letters`` (EventBridge's async
         Lambda invocation tries 3 times).
     retry_delay : float
-        Seconds before the first retry; doubles for each further retry.
+        Seconds before the first retry; doubles for each further retry (the job's later events wait).
+    workers : int
+        Delivery threads (the local stack uses ``DELIVERY_WORKERS``); 1, the default, delivers
+        every event in publication order, across jobs too.
     """
 
     def __init__(
@@ -77,6 +96,8 @@ class EventBus:
         duplicate: bool = False,
         max_attempts: int = 3,
         retry_delay: float = 0.1,
+        *,
+        workers: int = 1,
     ) -> None:
         self._deliver = deliver
         self._journal_path = Path(journal_path)
@@ -84,10 +105,11 @@ class EventBus:
         self._max_attempts = max(1, max_attempts)
         self._retry_delay = retry_delay
         self._cond = threading.Condition()
-        self._queue: deque[_Delivery] = deque()
-        self._in_flight = False
+        # One queue per delivery worker; a worker delivers from its own queue only.
+        self._queues: list[deque[_Delivery]] = [deque() for _ in range(max(1, workers))]
+        self._in_flight = 0
         self._stopping = False
-        self._thread: threading.Thread | None = None
+        self._threads: list[threading.Thread] = []
         self._emitted: dict[str, list[Envelope]] = {}
         self._dead_letters: list[Envelope] = []
         self._load_journal()
@@ -135,8 +157,8 @@ class EventBus:
     def publish(self, envelope: Envelope) -> None:
         """Record ``envelope`` as emitted (memory and journal) and queue it for delivery.
 
-        Returns at once; delivery happens on the consumer thread, after every event published
-        before it. An event published after ``stop`` is recorded and goes straight to
+        Returns at once; delivery happens on a worker thread, after every event of the same job
+        published before it. An event published after ``stop`` is recorded and goes straight to
         ``dead_letters``.
         """
         line = json.dumps(envelope, separators=(",", ":"))
@@ -160,71 +182,82 @@ class EventBus:
             logger.warning("bus stopped; event not delivered event_id=%s", envelope.get("id"))
             self._dead_letters.append(envelope)
             return
-        self._queue.append(_Delivery(envelope, 2 if self._duplicate else 1))
+        self._queues[worker_of(envelope, len(self._queues))].append(
+            _Delivery(envelope, 2 if self._duplicate else 1)
+        )
         self._cond.notify_all()
 
     # -- lifecycle -------------------------------------------------------------------------------
 
     def start(self) -> None:
-        """Start the consumer thread (events published before are delivered then)."""
+        """Start the delivery workers (events published before are delivered then)."""
         with self._cond:
-            if self._thread is not None:
+            if self._threads:
                 return
             self._stopping = False
-            self._thread = threading.Thread(target=self._consume, name="event-bus", daemon=True)
-            self._thread.start()
+            self._threads = [
+                threading.Thread(target=self._consume, args=(index,), name=f"event-bus-{index}", daemon=True)
+                for index in range(len(self._queues))
+            ]
+            for thread in self._threads:
+                thread.start()
+
+    def _queued(self) -> int:
+        return sum(len(queue) for queue in self._queues)
 
     def wait_idle(self, timeout: float | None = None) -> bool:
         """Block until nothing is queued or being delivered; False if ``timeout`` (s) passed first."""
         with self._cond:
-            return self._cond.wait_for(lambda: not self._queue and not self._in_flight, timeout)
+            return self._cond.wait_for(lambda: not self._queued() and not self._in_flight, timeout)
 
     def stop(self, drain: bool = True, timeout: float = 10.0) -> None:
-        """Stop the consumer.
+        """Stop the workers.
 
         Parameters
         ----------
         drain : bool
             Deliver what is queued first (up to ``timeout``); otherwise queued events are dropped
-            to ``dead_letters``. A delivery in progress always completes.
+            to ``dead_letters``. Deliveries in progress always complete.
         timeout : float
-            Seconds to wait for the drain and for the consumer thread to end.
+            Seconds to wait for the drain and for the worker threads to end.
         """
         if drain and not self.wait_idle(timeout):
-            logger.warning("bus stopped before draining queued=%d", len(self._queue))
+            logger.warning("bus stopped before draining queued=%d", self._queued())
         with self._cond:
             self._stopping = True
-            while self._queue:
-                self._dead_letters.append(self._queue.popleft().envelope)
+            for queue in self._queues:
+                while queue:
+                    self._dead_letters.append(queue.popleft().envelope)
             self._cond.notify_all()
-            thread, self._thread = self._thread, None
-        if thread is not None:
+            threads, self._threads = self._threads, []
+        for thread in threads:
             thread.join(timeout)
 
-    # -- consumer --------------------------------------------------------------------------------
+    # -- workers ---------------------------------------------------------------------------------
 
-    def _consume(self) -> None:
+    def _consume(self, index: int) -> None:
+        queue = self._queues[index]
         while True:
             with self._cond:
-                self._cond.wait_for(lambda: self._queue or self._stopping)
+                self._cond.wait_for(lambda: queue or self._stopping)
                 if self._stopping:
                     return
-                item = self._queue.popleft()
-                self._in_flight = True
+                item = queue.popleft()
+                self._in_flight += 1
             delivered = False
             try:
                 delivered = self._deliver_with_retries(item.envelope)
             finally:
                 with self._cond:
                     item.copies -= 1
-                    # The duplicate goes next, ahead of later events; a copy that went to the
-                    # dead-letter list takes its duplicate with it.
+                    # The duplicate goes next, ahead of the job's later events; a copy that went to
+                    # the dead-letter list takes its duplicate with it.
                     if delivered and item.copies > 0:
                         if self._stopping:
                             self._dead_letters.append(item.envelope)
                         else:
-                            self._queue.appendleft(item)
-                    self._in_flight = False
+                            queue.appendleft(item)
+                    self._in_flight -= 1
                     self._cond.notify_all()
 
     def _deliver_with_retries(self, envelope: Envelope) -> bool:

@@ -208,6 +208,10 @@ class Journal:
         with self._service_locks[service]:
             yield
 
+    def held(self, service: str) -> bool:
+        """Whether some thread is inside ``applying(service)`` now."""
+        return self._service_locks[service].locked()
+
     def last_seq(self) -> int:
         """The sequence number of the last queued record (0 when none)."""
         with self._cond:

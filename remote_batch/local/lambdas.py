@@ -1,9 +1,12 @@
 """The three Lambda functions, invoked in-process with the execution model of Lambda.
 
-One execution environment per function: each function serves one invocation at a time (its
-handler, like Powertools' resolver, keeps per-request state in module globals and is not
-thread-safe). The handler modules are imported on first construction, after
-``functions.bootstrap.install`` has put the local services in place.
+Invocations run concurrently, as on AWS, where each concurrent invocation gets an execution
+environment of its own: each runs in its caller's thread (an HTTP request's, a bus worker's, the
+meter ticker's), and the per-invocation state the handlers keep on module-level powertools objects
+(the api resolver's event and context, the logger's keys, the metrics) is kept per thread
+(``remote_batch.local.confinement``). Races between invocations are the service's to guard, as on
+AWS: conditional writes and transactions, idempotency records. The handler modules are imported on
+first construction, after ``functions.bootstrap.install`` has put the local services in place.
 """
 
 from __future__ import annotations
@@ -11,10 +14,11 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+from remote_batch.local.confinement import confine_logger, confine_metrics, confine_resolver
 from remote_batch.local.lambda_context import LocalLambdaContext
 
 logger = logging.getLogger(__name__)
@@ -27,21 +31,35 @@ _FUNCTION_PREFIX = "remote-batch-local-"
 
 @dataclass
 class _Function:
-    """One function and the lock that makes it one execution environment."""
+    """One function: its handler, and how many invocations of it are running (and their peak)."""
 
     name: str
     handler: Callable[[dict[str, Any], Any], Any]
     region: str
-    lock: threading.Lock = field(default_factory=threading.Lock)
+    _guard: threading.Lock = field(default_factory=threading.Lock)
+    running: int = 0
+    peak: int = 0
+
+    @contextmanager
+    def running_one(self) -> Iterator[None]:
+        """Counted as one invocation in flight while held."""
+        with self._guard:
+            self.running += 1
+            self.peak = max(self.peak, self.running)
+        try:
+            yield
+        finally:
+            with self._guard:
+                self.running -= 1
 
     def invoke(self, event: dict[str, Any]) -> Any:
-        with self.lock:
-            context = LocalLambdaContext(
-                function_name=_FUNCTION_PREFIX + self.name.replace("_", "-"),
-                memory_limit_in_mb=_MEMORY_MIB[self.name],
-                timeout_seconds=_TIMEOUT_SECONDS[self.name],
-                region=self.region,
-            )
+        context = LocalLambdaContext(
+            function_name=_FUNCTION_PREFIX + self.name.replace("_", "-"),
+            memory_limit_in_mb=_MEMORY_MIB[self.name],
+            timeout_seconds=_TIMEOUT_SECONDS[self.name],
+            region=self.region,
+        )
+        with self.running_one():
             return self.handler(event, context)
 
 
@@ -56,7 +74,13 @@ class LocalLambdas:
 
     def __init__(self, region: str) -> None:
         from functions.handlers import api, batch_events, meter
+        from functions.handlers.api.app import app as resolver
+        from functions.observability import logger as powertools_logger
+        from functions.observability import metrics
 
+        confine_resolver(resolver)
+        confine_logger(powertools_logger)
+        confine_metrics(metrics)
         self._api = _Function("api", api.handler, region)
         self._batch_events = _Function("batch_events", batch_events.handler, region)
         self._meter = _Function("meter", meter.handler, region)
@@ -76,19 +100,11 @@ class LocalLambdas:
 
     @contextmanager
     def api_environment(self) -> Iterator[None]:
-        """Run gateway-side work (the local-only admin routes) as if inside the api function."""
-        with self._api.lock:
+        """Run gateway-side work (the local-only admin routes) as one more api invocation."""
+        with self._api.running_one():
             yield
 
-    @contextmanager
-    def quiesced(self) -> Iterator[None]:
-        """Hold every function idle, so the tables can be read as one consistent snapshot.
-
-        Every DynamoDB write of the service happens inside a function. A function may deliver to
-        another synchronously (api or meter → batch_events through the bus), never the reverse, so
-        taking the locks outermost first cannot deadlock.
-        """
-        with ExitStack() as stack:
-            for function in (self._api, self._meter, self._batch_events):
-                stack.enter_context(function.lock)
-            yield
+    def in_flight(self) -> dict[str, tuple[int, int]]:
+        """Per function (``api``, ``batch_events``, ``meter``): invocations running now and the most
+        that ran at once since the start."""
+        return {f.name: (f.running, f.peak) for f in (self._api, self._batch_events, self._meter)}

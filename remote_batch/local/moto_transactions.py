@@ -74,7 +74,7 @@ def copy_item(item: Item) -> Item:
     return copy.deepcopy(item)
 
 
-def _stored_item(table: Table, hash_key: DynamoType, range_key: DynamoType | None) -> Item | None:
+def stored_item(table: Table, hash_key: DynamoType, range_key: DynamoType | None) -> Item | None:
     """The item under the key, read without ``Table.get_item`` (which adds an empty hash entry)."""
     items: dict[DynamoType, Any] = table.items
     if range_key is None:
@@ -102,7 +102,7 @@ def snapshot_items(backend: DynamoDBBackend, transact_items: list[dict[str, Any]
                 hash_key, range_key = backend.get_keys_value(table, keys)
             except (KeyError, TypeError, MockValidationException):
                 continue
-            current = _stored_item(table, hash_key, range_key)
+            current = stored_item(table, hash_key, range_key)
             snapshots.append(
                 ItemSnapshot(
                     table=table,

@@ -31,6 +31,7 @@ from remote_batch.local.files import write_bytes_atomic
 from remote_batch.local.iam import MOTO_API_TOKEN_HEADER, IamGate, create_admin, new_api_token
 from remote_batch.local.journal import Journal, JournalingApp
 from remote_batch.local.lambda_context import LOCAL_ACCOUNT_ID
+from remote_batch.local.moto_access import MotoAccess
 
 logger = logging.getLogger(__name__)
 
@@ -203,8 +204,10 @@ class MotoServer:
     users of their own (``JobCredentials``), allowed only their own inputs and outputs.
 
     Requests pass, in order: the write counter, the IAM gate (refused requests reach nothing
-    further), the journal (which records the writes moto acknowledged), moto. A journal replay
-    goes straight to moto (``moto_app``): its records were authorized when first answered.
+    further), the journal (which records the writes moto acknowledged), the service locks
+    (``access``: moto's backends are not thread-safe; it also keeps the tables' images for the
+    snapshots), moto. A journal replay goes straight to moto (``moto_app``): its records were
+    authorized when first answered, and it runs before anything else uses moto.
 
     Parameters
     ----------
@@ -217,8 +220,11 @@ class MotoServer:
         self.endpoint = ""
         self._journal = journal
         self.writes: WriteCounter | None = None
+        # The server's whole application (every middleware, then moto), for in-process requests.
+        self.app: Callable[..., Any] | None = None
         self.journaling: JournalingApp | None = None
         self.moto_app: Callable[..., Any] | None = None
+        self.access: MotoAccess | None = None
         self.gate: IamGate | None = None
         self.admin: Credentials | None = None
         self.api_token = ""
@@ -237,9 +243,11 @@ class MotoServer:
 
         moto_transactions.install()
         self.moto_app = DomainDispatcherApplication(create_backend_app)
-        self.journaling = JournalingApp(self.moto_app, self._journal)
+        self.access = MotoAccess(self.moto_app, LOCAL_ACCOUNT_ID, HOME_REGION)
+        self.journaling = JournalingApp(self.access, self._journal)
         self.gate = IamGate(self.journaling)
         self.writes = WriteCounter(self.gate)
+        self.app = self.writes
         self._server = _CountingMotoServer(self.writes)
         self._server.start()
         host, port = self._server.get_host_and_port()

@@ -27,7 +27,7 @@ from functions.domain.machine_classes import GeoZone
 from functions.ports import Services
 from functions.settings import Settings
 from remote_batch.local.accounts import LocalAccounts
-from remote_batch.local.bus import EventBus
+from remote_batch.local.bus import DELIVERY_WORKERS, EventBus
 from remote_batch.local.config import LocalConfig
 from remote_batch.local.executor import LocalBatchExecutor, LocalBatchGateway
 from remote_batch.local.files import write_bytes_atomic
@@ -52,6 +52,7 @@ from remote_batch.local.sandbox import ProcessRegistry
 from remote_batch.local.state import SnapshotScope, StateSnapshots
 from remote_batch.local.ticker import Ticker, scheduled_event
 from remote_batch.local.tokens import TokenStore
+from remote_batch.local.transport import InProcessTransport
 
 logger = logging.getLogger(__name__)
 
@@ -134,6 +135,9 @@ class LocalStack:
         for name, value in POWERTOOLS_DEFAULTS.items():
             os.environ.setdefault(name, value)
         clients = AwsClients()
+        if moto.app is not None:
+            # The stack's own requests skip the sockets (its job workers still use HTTP).
+            clients.session.events.register("before-send", InProcessTransport(endpoint, moto.app))
         provision(clients, settings)
 
         snapshots, last_alive = self._restore_state(moto, clients, settings)
@@ -147,7 +151,12 @@ class LocalStack:
             ),
             config.home / "outbox.jsonl",
         )
-        bus = EventBus(self._deliver_batch_event, config.home / "batch-events.jsonl", config.duplicate_events)
+        bus = EventBus(
+            self._deliver_batch_event,
+            config.home / "batch-events.jsonl",
+            config.duplicate_events,
+            workers=DELIVERY_WORKERS,
+        )
         self._bus = bus
         registry = ProcessRegistry(config.home / "processes")
         remove_leftover_jobs(registry)
@@ -194,7 +203,7 @@ class LocalStack:
         self._tickers = [
             Ticker("alive", ALIVE_INTERVAL, self._stamp_alive),
             Ticker("meter", config.meter_interval, lambda: self._tick_meter(services, settings)),
-            Ticker("snapshot", config.snapshot_interval, lambda: snapshots.take(lambdas.quiesced())),
+            Ticker("snapshot", config.snapshot_interval, snapshots.take),
         ]
         for ticker in self._tickers:
             ticker.start()
@@ -241,10 +250,10 @@ class LocalStack:
                 self._executor.shutdown(timeout=EXECUTOR_STOP_SECONDS)
             if self._bus is not None:
                 self._bus.stop(drain=True, timeout=BUS_DRAIN_SECONDS)
-            if self._snapshots is not None and self._lambdas is not None:
+            if self._snapshots is not None:
                 if self._recovered:
                     write_bytes_atomic(self._stopped_at_path, datetime.now(UTC).isoformat().encode())
-                self._snapshots.take(self._lambdas.quiesced())
+                self._snapshots.take()
             install(None)
             if self._moto is not None:
                 self._moto.stop()
@@ -288,6 +297,7 @@ class LocalStack:
             journal=moto.journaling.journal,
             moto_app=moto.moto_app,
             log_store=self._log_store,
+            tables=moto.access.tables if moto.access is not None else None,
         )
         report = snapshots.restore()
         # From here on every acknowledged write is journaled before it is answered.

@@ -18,9 +18,12 @@ does not cover are replayed in order, then the stack serves.
 
 Snapshot files:
 
-- DynamoDB: every item of every table (low-level ``Scan``, DynamoDB JSON) in one file,
-  ``dynamodb.json``, read while the Lambdas are held idle and the table writes held, so accounts,
-  ledger and jobs agree and the file is exactly the journal up to its ``journalSeq``;
+- DynamoDB: every item of every table (DynamoDB JSON, as ``Scan`` answers) in one file,
+  ``dynamodb.json``, exactly the journal up to its ``journalSeq``: the table writes are held only
+  while the items written since the last snapshot are copied out of moto (``moto_access.TableImages``:
+  milliseconds, however large the tables), and the file is written after they go on. Requests are
+  never held while it is written; a restore replays the journal after the cut, so the tables agree
+  with each other as they did when every acknowledged write was done;
 - S3: every object of both buckets as a plain file ``<home>/s3/<bucket>/<key>``, and a manifest
   ``s3.json`` (``journalSeq``; per object ETag, size, content type, user metadata); only objects
   whose ETag changed are read;
@@ -80,6 +83,7 @@ from functions.adapters.sns import email_topic_arn
 from remote_batch.local.files import read_json, write_bytes_atomic, write_json_atomic
 from remote_batch.local.journal import JOURNALED, Journal, ReplayReport, rename_subscription, replay
 from remote_batch.local.logstore import LogStore
+from remote_batch.local.moto_access import TableImages
 from remote_batch.local.resources import AwsClients
 
 logger = logging.getLogger(__name__)
@@ -89,6 +93,8 @@ BATCH_WRITE_ITEMS = 25
 LOG_BATCH_EVENTS = 5000
 LOG_BATCH_BYTES = 800_000
 _BY_HASH = ".by-hash"
+# A snapshot that held the table writes longer than this (seconds) says so in the log.
+HOLD_WARNING_SECONDS = 0.1
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,6 +198,9 @@ class StateSnapshots:
         moto's WSGI application (without the journaling middleware), for the replay.
     log_store : LogStore | None
         Where the job log groups' streams live (installed in moto); None: logs are not kept.
+    tables : TableImages | None
+        The tables' items as moto holds them (``MotoServer.access.tables``), copied without a
+        ``Scan``; None: tables are read with ``Scan`` while their writes are held.
     """
 
     def __init__(
@@ -205,6 +214,7 @@ class StateSnapshots:
         journal: Journal,
         moto_app: Callable[..., Any],
         log_store: LogStore | None = None,
+        tables: TableImages | None = None,
     ) -> None:
         self._dir = state_dir
         self._objects = objects_dir
@@ -221,6 +231,7 @@ class StateSnapshots:
         self._s3_manifest: dict[str, dict[str, dict[str, Any]]] = {}
         self._log_store = log_store
         self._sns_digest = ""
+        self._tables = tables
 
     # -- paths -------------------------------------------------------------------------------------
     @property
@@ -253,6 +264,9 @@ class StateSnapshots:
                 subscriptions = self._restore_subscriptions()
             replayed = replay(self._journal.records(), self._moto_app, self._covered)
             self._abort_uploads()
+            if self._tables is not None:
+                # The first copy reads the tables whole: here, before anything is served.
+                self._tables.capture(self._scope.tables)
             return RestoreReport(taken_at, items, objects, streams, subscriptions, replayed)
 
     def _abort_uploads(self) -> None:
@@ -392,7 +406,7 @@ class StateSnapshots:
         Parameters
         ----------
         hold : AbstractContextManager | None
-            Held while the tables are read (the Lambdas' ``quiesced()``), so they are consistent.
+            Held while the tables are read with ``Scan`` (without ``tables``), besides their writes.
 
         Returns
         -------
@@ -409,8 +423,21 @@ class StateSnapshots:
             }
             changed = False
             if "dynamodb" in stale or self._journal.last_seq_of("dynamodb") > self._covered["dynamodb"]:
-                with hold or nullcontext(), self._journal.applying("dynamodb"):
-                    changed |= self._take_tables(self._journal.last_seq())
+                if self._tables is not None:
+                    # Table writes wait only while the items written since the last tick are copied.
+                    with self._journal.applying("dynamodb"):
+                        held_from = time.monotonic()
+                        cut = self._journal.last_seq()
+                        changes = self._tables.copy_changes(self._scope.tables)
+                        held = time.monotonic() - held_from
+                    texts = self._tables.merge_json(changes)
+                    (logger.warning if held > HOLD_WARNING_SECONDS else logger.debug)(
+                        "snapshot held the table writes seconds=%.3f", held
+                    )
+                    changed |= self._write_table_texts(texts, cut)
+                else:
+                    with hold or nullcontext(), self._journal.applying("dynamodb"):
+                        changed |= self._take_tables(self._journal.last_seq())
             if "s3" in stale or self._journal.last_seq_of("s3") > self._covered["s3"]:
                 # Object writes go on meanwhile: replaying the records after the cut on a snapshot
                 # that already has some of them ends the same (each puts or deletes a whole object).
@@ -440,7 +467,8 @@ class StateSnapshots:
             return changed
 
     def _take_tables(self, cut: int) -> bool:
-        """Export every table; called with the table writes held, ``cut`` the last journal record."""
+        """Export every table read with ``Scan``; called with the table writes held, ``cut`` the
+        last journal record."""
         dynamodb = self._clients.client("dynamodb", self._scope.home_region)
         tables: dict[str, list[dict[str, Any]]] = {}
         for table in self._scope.tables:
@@ -448,6 +476,28 @@ class StateSnapshots:
             for page in dynamodb.get_paginator("scan").paginate(TableName=table):
                 items += page.get("Items", [])
             tables[table] = items
+        return self._write_tables(tables, cut)
+
+    def _write_table_texts(self, texts: dict[str, list[str]], cut: int) -> bool:
+        """``_write_tables`` for items already in JSON text (``TableImages.capture_json``): the file
+        is their join (the same document), hashed and written without a ``json.dumps`` of it all."""
+        body = (
+            "{"
+            + ", ".join(f"{json.dumps(name)}: [{', '.join(items)}]" for name, items in sorted(texts.items()))
+            + "}"
+        )
+        encoded = body.encode()
+        digest = hashlib.sha256(encoded).hexdigest()
+        if digest == self._tables_digest and cut == self._covered["dynamodb"]:
+            return False
+        write_bytes_atomic(self._dir / "dynamodb.json", b'{"journalSeq": %d, "tables": %s}' % (cut, encoded))
+        self._tables_digest = digest
+        self._covered["dynamodb"] = cut
+        return True
+
+    def _write_tables(self, tables: dict[str, list[dict[str, Any]]], cut: int) -> bool:
+        """Write ``dynamodb.json`` (every item of every table, up to journal record ``cut``) unless
+        it would say what it says already."""
         digest = hashlib.sha256(json.dumps(tables, sort_keys=True).encode()).hexdigest()
         if digest == self._tables_digest and cut == self._covered["dynamodb"]:
             return False

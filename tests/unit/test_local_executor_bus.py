@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from remote_batch.local.bus import EventBus
+from remote_batch.local.bus import EventBus, worker_of
 from remote_batch.local.events import batch_job_state_change
 
 
@@ -228,3 +228,67 @@ def test_emitted_for_gathers_every_span_of_an_array_by_the_service_job_id_in_the
 
     assert [e["id"] for e in bus.emitted_for("job-a")] == [e["id"] for e in spans]
     assert bus.emitted_for("job-a_100") == []
+
+
+def test_events_of_different_jobs_are_delivered_at_the_same_time(make_bus) -> None:
+    # Given two jobs whose events go to different delivery workers, and a target that returns only
+    # once both events are in it at once (a barrier: it breaks if the bus delivers one at a time)
+    first = "job-a"
+    second = next(
+        f"job-{n}"
+        for n in range(100)
+        if worker_of(_envelope(f"job-{n}"), 8) != worker_of(_envelope(first), 8)
+    )
+    barrier = threading.Barrier(2, timeout=30)
+    met: list[str] = []
+
+    def deliver(envelope: dict[str, Any]) -> None:
+        barrier.wait()
+        met.append(envelope["detail"]["jobName"])
+
+    bus = make_bus(deliver, max_attempts=1, workers=8)
+
+    # When one event of each is published
+    bus.publish(_envelope(first))
+    bus.publish(_envelope(second))
+
+    # Then both were in the target together: delivered, none dead-lettered
+    assert bus.wait_idle(30)
+    assert sorted(met) == sorted([first, second])
+    assert bus.dead_letters == []
+
+
+def test_each_jobs_events_keep_their_order_among_many_concurrent_jobs(make_bus) -> None:
+    # Given a target that records what it is given, from several workers at once
+    delivered: list[tuple[str, str]] = []
+    lock = threading.Lock()
+    threads: set[str] = set()
+
+    def deliver(envelope: dict[str, Any]) -> None:
+        with lock:
+            threads.add(threading.current_thread().name)
+            delivered.append((envelope["detail"]["jobName"], envelope["detail"]["status"]))
+
+    bus = make_bus(deliver, workers=8)
+    statuses = ("PENDING", "RUNNABLE", "STARTING", "RUNNING", "SUCCEEDED")
+
+    # When 60 jobs publish their five events interleaved (each job's in its order)
+    for status in statuses:
+        for job in range(60):
+            bus.publish(_envelope(f"job-{job}", status))
+
+    # Then every job's events reached the target in the order they were published, by more than one
+    # worker
+    assert bus.wait_idle(60)
+    assert len(delivered) == 300
+    for job in range(60):
+        assert [s for name, s in delivered if name == f"job-{job}"] == list(statuses)
+    assert len(threads) > 1
+
+
+def test_an_arrays_children_go_to_the_worker_of_the_array() -> None:
+    # The events of an array's children name the array's job id in their environment
+    parent = "7d6f3c2e-8a5b-4c1d-9e0f-1a2b3c4d5e6f"
+    child = _envelope(f"{parent}:3")
+    assert worker_of(child, 8) == worker_of(_envelope(parent), 8)
+    assert worker_of({"detail": "not a job"}, 8) == 0
