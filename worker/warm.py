@@ -28,31 +28,63 @@ import os
 import resource
 import sys
 import time
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, cast
 
 import boto3
 import botocore.session
+from botocore.awsrequest import AWSPreparedRequest, AWSResponse
+from botocore.compat import HTTPHeaders
 
 from worker.entrypoint import EXIT_WORKER_ERROR, main
 
+if TYPE_CHECKING:
+    from mypy_boto3_s3 import S3Client
+
 #: The largest assignment read (bytes); a job's environment is a few KiB.
 MAX_ASSIGNMENT_BYTES = 1024 * 1024
-#: The placeholder keys of the throw-away client (never used for a request).
+#: The placeholder keys and bucket of the throw-away client (its requests never leave the process).
 _WARM_KEY = "warm-worker-not-a-key"
+_WARM_BUCKET = "warm-worker-preload"
+
+
+class _EmptyBody:
+    """The raw body of a response made here: empty."""
+
+    def stream(self, **_: Any) -> Iterator[bytes]:
+        yield b""
+
+    def read(self, *_: Any) -> bytes:
+        return b""
+
+
+def _answer_here(request: AWSPreparedRequest, **_: Any) -> AWSResponse:
+    """A ``before-send`` handler: an empty 200 answer, so that nothing leaves the process."""
+    return AWSResponse(request.url, 200, HTTPHeaders(), _EmptyBody())
 
 
 def preload() -> Any | None:
-    """Load what building the job's S3 client reads (the service model, endpoint rules, partitions)
-    by building one client in a private botocore session; returns that session's data loader, or
-    None when it could not (the job then builds its client from scratch, as ``python -m worker`` does)."""
+    """Load what the job's S3 client and its first requests read: build a client in a private botocore
+    session (the service model, endpoint rules, partitions) and send it a PUT and a GET, answered in
+    the process (``before-send``), so the rules engine, signing, checksums and parsing are imported
+    and warmed. Returns that session's data loader, or None when it could not (the job then builds
+    its client from scratch, as ``python -m worker`` does)."""
     try:
         session = botocore.session.get_session()
-        session.create_client(
-            "s3",
-            region_name=os.environ.get("AWS_REGION") or "us-east-1",
-            aws_access_key_id=_WARM_KEY,
-            aws_secret_access_key=_WARM_KEY,
+        client = cast(
+            "S3Client",
+            session.create_client(
+                "s3",
+                region_name=os.environ.get("AWS_REGION") or "us-east-1",
+                endpoint_url=os.environ.get("AWS_ENDPOINT_URL") or None,
+                aws_access_key_id=_WARM_KEY,
+                aws_secret_access_key=_WARM_KEY,
+            ),
         )
+        # botocore uses a before-send handler's return value as the response (its stubs say None).
+        client.meta.events.register("before-send.s3", cast(Callable[..., None], _answer_here))
+        client.put_object(Bucket=_WARM_BUCKET, Key="preload", Body=b"{}", ContentType="application/json")
+        client.get_object(Bucket=_WARM_BUCKET, Key="preload")["Body"].read()
         return session.get_component("data_loader")
     except Exception:
         return None

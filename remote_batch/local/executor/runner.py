@@ -185,6 +185,7 @@ class JobRunner(WarmPool):
         if credentials is None:
             return
         with self._cond:
+            self._await_warm_locked()
             if job.termination_reason is not None:
                 self._fail_unstarted_locked(job, job.termination_reason)
                 return

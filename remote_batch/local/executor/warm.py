@@ -24,15 +24,15 @@ and shutdown kill it through them as before), its limits (set by the worker befo
 code runs; ``RLIMIT_AS`` soft and hard, so the job cannot raise it), its folder, its environment. Its
 console is the warm worker's stdout pipe, read from the assignment on (nothing is written before).
 
-The pool's size: at most ``warm_workers`` (default ``WARM_WORKERS``, 2) idle workers, and no more
-than the jobs that could start now (free vCPUs plus queued jobs): an idle host keeps one per free
-vCPU up to that bound, a busy host with an empty queue keeps none. An idle warm worker holds about
-60 MiB (an interpreter with boto3 loaded) and no CPU; while warming up it caps its address space at the
-executor's job memory ceiling. A worker is only taken by a job whose interpreter start-up variables
-(``PYTHON*``, ``LD_*``, ``LC_*``, ``LANG``, ``HOME``...) equal the ones it started with: a job whose
-environment changes how Python starts runs in a fresh process, as does every job of a custom
-``worker_command`` (the pool runs only for the default worker). A warm worker that dies before its
-job (or cannot be written to) is dropped and the job starts the usual way; after
+The pool's size: at most ``warm_workers`` (default ``WARM_WORKERS``, 2) idle workers and never more than
+the host's vCPUs; within that, one per free vCPU, or per queued job when more are queued: an idle host
+keeps one per vCPU up to that bound, a busy host with an empty queue starts none. An idle warm worker
+holds about 50 MiB (RSS; an interpreter with boto3 loaded) and no CPU; while warming up it caps its
+address space at the executor's job memory ceiling. A worker is only taken by a job whose interpreter
+start-up variables (``PYTHON*``, ``LD_*``, ``LC_*``, ``LANG``, ``HOME``...) equal the ones it started
+with: a job whose environment changes how Python starts runs in a fresh process, as does every job of a
+custom ``worker_command`` (the pool runs only for the default worker). A warm worker that dies before
+its job (or cannot be written to) is dropped and the job starts the usual way; after
 ``WARM_FAILURES_TO_DISABLE`` such deaths in a row the pool stops, with a warning.
 
 Crash recovery: each warm worker is recorded in the ``ProcessRegistry`` under its token (``warm-…``,
@@ -53,6 +53,7 @@ import shutil
 import signal
 import subprocess
 import threading
+import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -70,7 +71,7 @@ from remote_batch.local.sandbox import (
     namespace_init,
 )
 
-#: Idle warm workers kept at most (each holds an interpreter with boto3 loaded, about 60 MiB).
+#: Idle warm workers kept at most (each holds an interpreter with boto3 loaded, about 50 MiB RSS).
 WARM_WORKERS = 2
 #: The module a warm worker runs (``python -u -m worker.warm``).
 WARM_MODULE = "worker.warm"
@@ -79,6 +80,8 @@ WARM_ID_PREFIX = "warm-"
 #: How often (s) the pool thread looks for idle warm workers that died, and waits after a failure.
 WARM_CHECK_SECONDS = 1.0
 WARM_RETRY_SECONDS = 5.0
+#: The longest a starting job waits for a warm worker the pool is starting (its ``Popen``), in seconds.
+WARM_SPAWN_WAIT_SECONDS = 0.5
 #: Warm workers dying before their job, in a row, after which the pool stops.
 WARM_FAILURES_TO_DISABLE = 3
 #: Bytes of a dead warm worker's output kept for the executor's log.
@@ -114,6 +117,7 @@ class WarmPool(JobLauncher):
     _warm_idle: list[_WarmWorker]
     _warm_closing: bool
     _warm_failures: int
+    _warm_spawning: bool
     _warm_thread: threading.Thread | None
 
     def _start_warm_pool(self, size: int, python: str | None) -> None:
@@ -122,6 +126,7 @@ class WarmPool(JobLauncher):
         self._warm_idle = []
         self._warm_closing = False
         self._warm_failures = 0
+        self._warm_spawning = False
         self._warm_thread = None
         self._warm_max = max(0, size) if python is not None else 0
         self._warm_command = [python, "-u", "-m", WARM_MODULE] if python is not None else None
@@ -130,46 +135,81 @@ class WarmPool(JobLauncher):
             self._warm_thread.start()
 
     def _warm_target_locked(self) -> int:
-        """How many idle warm workers to keep now: the jobs that could start, at most ``_warm_max``."""
+        """How many idle warm workers to keep now: one for each job that may start next (a free vCPU
+        may take a job that comes now; a queued job takes a vCPU now or when one frees), at most
+        ``_warm_max`` and never more than the host's vCPUs (no more jobs run at once)."""
         if self._warm_closing or self._closed:
             return 0
-        could_start = len(self._free_slots) + len(self._runnable) + len(self._submitted)
-        return min(self._warm_max, could_start)
+        queued = len(self._runnable) + len(self._submitted)
+        return min(self._warm_max, self.vcpus, max(len(self._free_slots), queued))
 
     def _warm_loop(self) -> None:
         """The pool thread: start warm workers while fewer are idle than the target, drop dead ones;
         at the stop, let the idle ones go. Never raises: an error is logged and retried later."""
         while True:
-            with self._cond:
-                while True:
-                    self._drop_dead_warm_locked()
-                    if self._warm_closing or len(self._warm_idle) < self._warm_target_locked():
-                        break
-                    self._cond.wait(WARM_CHECK_SECONDS)
-                if self._warm_closing:
-                    idle, self._warm_idle = self._warm_idle, []
-                    break
             try:
-                worker = self._start_warm_worker()
-            except Exception as exc:
-                logger.warning("warm worker not started error=%s", exc)
-                worker = None
-            with self._cond:
-                if worker is None:
-                    self._warm_failed_locked()
-                    self._cond.wait(WARM_RETRY_SECONDS)
-                    continue
-                if self._warm_closing:
-                    idle, self._warm_idle = [*self._warm_idle, worker], []
+                if not self._warm_round():
                     break
-                self._warm_idle.append(worker)
-                self._cond.notify_all()
+            except Exception:
+                logger.exception("warm pool error")
+                with self._cond:
+                    self._warm_spawning = False
+                    self._cond.notify_all()
+                    self._cond.wait(WARM_RETRY_SECONDS)
+        with self._cond:
+            idle, self._warm_idle = self._warm_idle, []
         for worker in idle:
             self._dismiss_warm(worker)
         logger.info("warm pool stopped")
 
+    def _warm_round(self) -> bool:
+        """Wait until a warm worker is wanted, then start one; False once the pool is stopping."""
+        with self._cond:
+            while True:
+                self._drop_dead_warm_locked()
+                if self._warm_closing:
+                    return False
+                if len(self._warm_idle) < self._warm_target_locked():
+                    break
+                self._cond.wait(WARM_CHECK_SECONDS)
+            self._warm_spawning = True  # a job starting now waits the moments this takes
+        try:
+            worker: _WarmWorker | None = self._start_warm_worker()
+        except Exception as exc:
+            logger.warning("warm worker not started error=%s", exc)
+            worker = None
+        with self._cond:
+            self._warm_spawning = False
+            self._cond.notify_all()
+            if worker is None:
+                self._warm_failed_locked()
+                self._cond.wait(WARM_RETRY_SECONDS)
+                return True
+            self._warm_idle.append(worker)
+        # Its namespace's init, for its record (a job that took it meanwhile records it itself).
+        init = namespace_init(worker.process.pid) if self.sandbox.kind is not SandboxKind.NONE else None
+        with self._cond:
+            worker.init = init
+            if worker in self._warm_idle and self._registry is not None:
+                known = [p for p in (_process(worker.process.pid), init) if p is not None]
+                try:
+                    self._registry.record(worker.token, worker.workdir, known)
+                except OSError as exc:
+                    logger.warning("warm worker processes not recorded token=%s error=%s", worker.token, exc)
+        return True
+
+    def _await_warm_locked(self) -> None:
+        """While the pool is starting a warm worker (``Popen``: moments, not its warm-up), wait for it,
+        at most ``WARM_SPAWN_WAIT_SECONDS``: a job starting now takes it rather than start cold."""
+        deadline = time.monotonic() + WARM_SPAWN_WAIT_SECONDS
+        while self._warm_spawning and not self._warm_idle and not self._warm_closing:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return
+            self._cond.wait(remaining)
+
     def _start_warm_worker(self) -> _WarmWorker:
-        """Start one warm worker in its box over a fresh folder, recorded in the registry."""
+        """Start one warm worker in its box over a fresh folder, recorded (folder first) in the registry."""
         assert self._warm_command is not None
         token = f"{WARM_ID_PREFIX}{uuid.uuid4()}"
         workdir = _new_workdir()
@@ -189,17 +229,8 @@ class WarmPool(JobLauncher):
             if self._registry is not None:
                 self._registry.forget(token)
             raise
-        worker = _WarmWorker(token, process, workdir, startup_variables(env))
-        if self.sandbox.kind is not SandboxKind.NONE:
-            worker.init = namespace_init(process.pid)
-        if self._registry is not None:
-            known = [p for p in (_process(process.pid), worker.init) if p is not None]
-            try:
-                self._registry.record(token, workdir, known)
-            except OSError as exc:
-                logger.warning("warm worker processes not recorded token=%s error=%s", token, exc)
         logger.debug("warm worker started token=%s pid=%d", token, process.pid)
-        return worker
+        return _WarmWorker(token, process, workdir, startup_variables(env))
 
     def _drop_dead_warm_locked(self) -> None:
         """Remove idle warm workers whose process ended (logging what they printed)."""
