@@ -174,7 +174,7 @@ class WarmStack:
 
     def idle_warm_records(self) -> list[Path]:
         """The registry's records of idle warm workers (a job's record is named by its id)."""
-        return sorted(self.registry.directory.glob("warm-*.json"))
+        return sorted((self.registry.directory / "warm").glob("warm-*.json"))
 
 
 @pytest.fixture
@@ -375,7 +375,7 @@ def test_stop_leaves_no_warm_worker_process_folder_or_record(make_stack):
     assert _eventually(lambda: not any(p.is_running() and p.status() != "zombie" for p in processes), 5)
     assert _warm_processes() == []
     assert not any(folder.exists() for folder in folders)
-    assert list(stack.registry.directory.iterdir()) == []
+    assert list(stack.registry.directory.glob("**/*.json")) == []
 
 
 EXECUTOR_PROCESS = textwrap.dedent(
@@ -391,7 +391,7 @@ EXECUTOR_PROCESS = textwrap.dedent(
 
     registry = ProcessRegistry(Path(sys.argv[1]))
     executor = LocalBatchExecutor(Bus(), lambda region: None, {}, vcpus=2, registry=registry)
-    while len(list(registry.directory.glob("warm-*.json"))) < 2:
+    while len(list(registry.directory.glob("warm/warm-*.json"))) < 2:
         time.sleep(0.05)
     print("warm", flush=True)
     time.sleep(60)
@@ -415,7 +415,7 @@ def test_warm_workers_die_with_a_killed_executor_and_the_next_start_removes_thei
         sandboxes = psutil.Process(host.pid).children()
         assert len(sandboxes) >= 2
         tree = [p for s in sandboxes for p in [s, *s.children(recursive=True)]]
-        folders = [Path(json.loads(path.read_text())["workdir"]) for path in records.glob("warm-*.json")]
+        folders = [Path(json.loads(path.read_text())["workdir"]) for path in records.glob("warm/*.json")]
         assert len(folders) >= 2
 
         # When the executor is SIGKILLed (no chance to clean up)
@@ -427,7 +427,7 @@ def test_warm_workers_die_with_a_killed_executor_and_the_next_start_removes_thei
         # and the next start's cleanup removes their folders and records
         remove_leftover_jobs(ProcessRegistry(records))
         assert not any(folder.exists() for folder in folders)
-        assert list(records.iterdir()) == []
+        assert list(records.glob("**/*.json")) == []
     finally:
         host.kill()
         host.wait(5)

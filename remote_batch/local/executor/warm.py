@@ -35,9 +35,10 @@ custom ``worker_command`` (the pool runs only for the default worker). A warm wo
 its job (or cannot be written to) is dropped and the job starts the usual way; after
 ``WARM_FAILURES_TO_DISABLE`` such deaths in a row the pool stops, with a warning.
 
-Crash recovery: each warm worker is recorded in the ``ProcessRegistry`` under its token (``warm-…``,
-also its ``AWS_BATCH_JOB_ID`` until a job takes it) with its folder and processes, so the next start
-after a crash kills it and removes the folder; when a job takes it, the record moves to the job's id.
+Crash recovery: each warm worker is recorded in a registry of its own, the ``warm`` subfolder of the
+executor's ``ProcessRegistry`` (which cleans it with its own), under its token (``warm-…``, also its
+``AWS_BATCH_JOB_ID`` until a job takes it) with its folder and processes, so the next start after a
+crash kills it and removes the folder; when a job takes it, the record moves to the job's id.
 A stop kills the idle ones and removes their folders and records.
 
 Threads: one ``warm-pool`` thread starts every warm worker and lives until the executor stops (it
@@ -66,6 +67,7 @@ from remote_batch.local.executor.job import _Job
 from remote_batch.local.executor.launch import JobLauncher, _new_workdir
 from remote_batch.local.sandbox import (
     JOB_MARKER_VARIABLE,
+    ProcessRegistry,
     SandboxKind,
     kill_marked_processes,
     namespace_init,
@@ -77,6 +79,8 @@ WARM_WORKERS = 2
 WARM_MODULE = "worker.warm"
 #: The prefix of a warm worker's token (its registry record and, until a job takes it, its job id).
 WARM_ID_PREFIX = "warm-"
+#: The subfolder of the executor's ``ProcessRegistry`` holding the idle warm workers' records.
+WARM_RECORDS = "warm"
 #: How often (s) the pool thread looks for idle warm workers that died, and waits after a failure.
 WARM_CHECK_SECONDS = 1.0
 WARM_RETRY_SECONDS = 5.0
@@ -118,6 +122,7 @@ class WarmPool(JobLauncher):
     _warm_closing: bool
     _warm_failures: int
     _warm_spawning: bool
+    _warm_registry: ProcessRegistry | None
     _warm_thread: threading.Thread | None
 
     def _start_warm_pool(self, size: int, python: str | None) -> None:
@@ -128,6 +133,9 @@ class WarmPool(JobLauncher):
         self._warm_failures = 0
         self._warm_spawning = False
         self._warm_thread = None
+        self._warm_registry = (
+            ProcessRegistry(self._registry.directory / WARM_RECORDS) if self._registry is not None else None
+        )
         self._warm_max = max(0, size) if python is not None else 0
         self._warm_command = [python, "-u", "-m", WARM_MODULE] if python is not None else None
         if self._warm_max:
@@ -190,10 +198,10 @@ class WarmPool(JobLauncher):
         init = namespace_init(worker.process.pid) if self.sandbox.kind is not SandboxKind.NONE else None
         with self._cond:
             worker.init = init
-            if worker in self._warm_idle and self._registry is not None:
+            if worker in self._warm_idle and self._warm_registry is not None:
                 known = [p for p in (_process(worker.process.pid), init) if p is not None]
                 try:
-                    self._registry.record(worker.token, worker.workdir, known)
+                    self._warm_registry.record(worker.token, worker.workdir, known)
                 except OSError as exc:
                     logger.warning("warm worker processes not recorded token=%s error=%s", worker.token, exc)
         return True
@@ -216,8 +224,8 @@ class WarmPool(JobLauncher):
         env = dict(self._worker_environment)
         env[JOB_MARKER_VARIABLE] = token
         env = self._box_environment(env, workdir)
-        if self._registry is not None:
-            self._registry.record(token, workdir)
+        if self._warm_registry is not None:
+            self._warm_registry.record(token, workdir)
         ceiling = self.memory_mib * MIB
         cpus = frozenset(self._cpu_of_slot)
         try:
@@ -226,8 +234,8 @@ class WarmPool(JobLauncher):
             )
         except BaseException:
             _remove_folder(workdir)
-            if self._registry is not None:
-                self._registry.forget(token)
+            if self._warm_registry is not None:
+                self._warm_registry.forget(token)
             raise
         logger.debug("warm worker started token=%s pid=%d", token, process.pid)
         return _WarmWorker(token, process, workdir, startup_variables(env))
@@ -269,8 +277,8 @@ class WarmPool(JobLauncher):
                 with contextlib.suppress(OSError):
                     pipe.close()
         _remove_folder(worker.workdir)
-        if self._registry is not None:
-            self._registry.forget(worker.token)
+        if self._warm_registry is not None:
+            self._warm_registry.forget(worker.token)
 
     def _stop_warm_pool(self, timeout: float) -> None:
         """Stop the pool thread: the idle warm workers are killed and their folders removed."""
@@ -300,10 +308,11 @@ class WarmPool(JobLauncher):
                 continue
             self._warm_idle.remove(worker)
             self._cond.notify_all()  # the pool starts a replacement
-            if self._registry is not None:  # the job's record first: a crash between leaves both
+            if self._registry is not None and self._warm_registry is not None:
+                # The job's record first: a crash between the two leaves both, never neither.
                 known = [p for p in (_process(worker.process.pid), worker.init) if p is not None]
                 self._registry.record(job.job_id, worker.workdir, known)
-                self._registry.forget(worker.token)
+                self._warm_registry.forget(worker.token)
             assignment = {"environ": env, "cpus": sorted(cpus), "memoryBytes": memory_bytes}
             try:
                 assert worker.process.stdin is not None
