@@ -13,6 +13,7 @@ DEFAULT_PORT = 8787
 DEFAULT_METER_INTERVAL_SECONDS = 60.0
 DEFAULT_SNAPSHOT_INTERVAL_SECONDS = 5.0
 DEFAULT_HOME = ".remote-batch"
+DEFAULT_WARM_WORKERS = 2
 HOST = "127.0.0.1"
 
 
@@ -36,6 +37,9 @@ class LocalConfig:
         Deliver every Batch event twice (``REMOTE_BATCH_DUPLICATE_EVENTS=1``), as EventBridge may.
     vcpus : int | None
         Cap on the vCPUs the executor uses at once (``REMOTE_BATCH_LOCAL_VCPUS``; default: the host's).
+    warm_workers : int
+        The most idle warm workers the executor keeps (``REMOTE_BATCH_LOCAL_WARM_WORKERS``, 0-16,
+        default 2; 0 starts each job's worker when the job starts).
     snapshot_interval : float
         Seconds between state snapshots (``REMOTE_BATCH_SNAPSHOT_INTERVAL``, default 5).
     log_limit_bytes : int | None
@@ -55,6 +59,7 @@ class LocalConfig:
     host: str = HOST
     log_limit_bytes: int | None = None
     output_limit_bytes: int | None = None
+    warm_workers: int = DEFAULT_WARM_WORKERS
 
     @property
     def state_dir(self) -> Path:
@@ -82,6 +87,11 @@ class LocalConfig:
             ),
             log_limit_bytes=_optional_int(environ, "REMOTE_BATCH_LOG_LIMIT_BYTES"),
             output_limit_bytes=_optional_int(environ, "REMOTE_BATCH_OUTPUT_LIMIT_BYTES"),
+            warm_workers=int(
+                _number(
+                    environ, "REMOTE_BATCH_LOCAL_WARM_WORKERS", DEFAULT_WARM_WORKERS, minimum=0, maximum=16
+                )
+            ),
         )
 
 
