@@ -29,10 +29,10 @@ the host's vCPUs; within that, one per free vCPU, or per queued job when more ar
 keeps one per vCPU up to that bound, a busy host with an empty queue starts none. An idle warm worker
 holds about 50 MiB (RSS; an interpreter with boto3 loaded) and no CPU; while warming up it caps its
 address space at the executor's job memory ceiling. A worker is only taken by a job whose interpreter
-start-up variables (``PYTHON*``, ``LD_*``, ``LC_*``, ``LANG``, ``HOME``...) equal the ones it started
-with: a job whose environment changes how Python starts runs in a fresh process, as does every job of a
-custom ``worker_command`` (the pool runs only for the default worker). A warm worker that dies before
-its job (or cannot be written to) is dropped and the job starts the usual way; after
+start-up variables (``PYTHON*``, ``LD_*``, ``LC_*``, ``LANG``, ``HOME``, ``AWS_DATA_PATH``...) equal the
+ones it started with: a job whose environment changes how Python starts runs in a fresh process, as does
+every job of a custom ``worker_command`` (the pool runs only for the default worker). A warm worker that
+dies before its job (or cannot be written to) is dropped and the job starts the usual way; after
 ``WARM_FAILURES_TO_DISABLE`` such deaths in a row the pool stops, with a warning.
 
 Crash recovery: each warm worker is recorded in a registry of its own, the ``warm`` subfolder of the
@@ -50,6 +50,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import resource
 import shutil
 import signal
 import subprocess
@@ -90,10 +91,10 @@ WARM_SPAWN_WAIT_SECONDS = 0.5
 WARM_FAILURES_TO_DISABLE = 3
 #: Bytes of a dead warm worker's output kept for the executor's log.
 WARM_OUTPUT_BYTES = 4096
-#: Environment variables read while an interpreter starts (before any of the job's code could see a
-#: change): a job whose values differ runs in a fresh process. Prefixes, then names.
+#: Environment variables read while an interpreter starts or the worker's modules load (``AWS_DATA_PATH``:
+#: where botocore's preloaded models came from): a job whose values differ runs in a fresh process.
 STARTUP_PREFIXES = ("PYTHON", "LD_", "LC_", "MALLOC_", "GLIBC_")
-STARTUP_NAMES = frozenset({"HOME", "LANG", "LANGUAGE"})
+STARTUP_NAMES = frozenset({"HOME", "LANG", "LANGUAGE", "TZ", "AWS_DATA_PATH"})
 
 
 def startup_variables(env: Mapping[str, str]) -> dict[str, str]:
@@ -227,6 +228,9 @@ class WarmPool(JobLauncher):
         if self._warm_registry is not None:
             self._warm_registry.record(token, workdir)
         ceiling = self.memory_mib * MIB
+        hard = resource.getrlimit(resource.RLIMIT_AS)[1]
+        if hard != resource.RLIM_INFINITY:
+            ceiling = min(ceiling, hard)
         cpus = frozenset(self._cpu_of_slot)
         try:
             process = self._popen_in_box(
