@@ -10,7 +10,8 @@ from stdin: one JSON object, then end of file::
 It then becomes the job's container: it pins itself to ``cpus`` (``sched_setaffinity``), caps its
 address space at ``memoryBytes`` (``RLIMIT_AS``, soft and hard, so neither it nor anything it starts
 can raise it), replaces its whole environment with ``environ`` (the job's id, credentials, region,
-array index...), points stdin at ``/dev/null`` and runs ``worker.entrypoint.main`` exactly as
+array index...), in ``os.environ`` and in what ``/proc/<pid>/environ`` shows (``show_environment``),
+points stdin at ``/dev/null`` and runs ``worker.entrypoint.main`` exactly as
 ``python -m worker`` does, with a boto3 default session that shares the loaded models (the job's own
 credentials and region come from ``environ``; a session built before them would keep the wrong ones).
 It runs one job and exits with its exit code: a warm worker is never reused.
@@ -23,6 +24,7 @@ writes to stdout or stderr: they are the job's log.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import json
 import os
 import resource
@@ -131,10 +133,41 @@ def become_job(assignment: dict[str, Any], loader: Any | None) -> None:
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
     os.close(null)
+    show_environment(assignment["environ"])
     session = botocore.session.get_session()  # reads the job's environment from now on
     if loader is not None:
         session.register_component("data_loader", loader)
     boto3.setup_default_session(botocore_session=session)
+
+
+def environment_block(environ: dict[str, str]) -> bytes:
+    """``environ`` as the kernel keeps a process's initial environment: ``NAME=value`` strings, each
+    ending with a NUL byte."""
+    return b"".join(os.fsencode(k) + b"=" + os.fsencode(v) + b"\0" for k, v in environ.items())
+
+
+def show_environment(environ: dict[str, str]) -> bool:
+    """Write ``environ`` over this process's initial environment block, NUL-padded, so that
+    ``/proc/<pid>/environ`` (what ``ps e``, psutil and the executor's marker search read) shows the
+    job's variables, as if the process had been started with them (the technique of setproctitle).
+
+    The block's bounds are ``env_start``/``env_end`` of ``/proc/self/stat`` (fields 50-51, Linux >=
+    3.5, ``proc(5)``); the executor started this process with room to spare (a padding variable).
+    Call only once ``os.environ`` no longer holds the old strings (libc's ``environ`` then points to
+    copies). Returns False, changing nothing, when the block is unknown or ``environ`` does not fit.
+    """
+    try:
+        with open("/proc/self/stat", "rb") as stat:
+            fields = stat.read().rsplit(b")", 1)[1].split()
+        start, end = int(fields[47]), int(fields[48])  # fields 50 and 51, counted from 1 before "("
+    except (OSError, IndexError, ValueError):
+        return False
+    block = environment_block(environ)
+    if not 0 < start < end or len(block) > end - start:
+        return False
+    ctypes.memmove(start, block, len(block))
+    ctypes.memset(start + len(block), 0, end - start - len(block))
+    return True
 
 
 def _report(sentence: str) -> None:

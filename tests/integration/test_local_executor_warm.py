@@ -305,6 +305,10 @@ def test_terminating_a_job_in_a_warm_worker_kills_what_it_started(make_stack):
     batch_job_id = stack.submit(code)
     assert _ran_warm(stack.facts(batch_job_id))
     assert _eventually(lambda: len(_sleeps_785()) == 1)
+    # (seen from here, the worker's environment is its job's, as a process search by the job id reads it)
+    marked = _marked(batch_job_id)
+    assert any("worker.warm" in process.cmdline() for process in marked)
+    assert all("REMOTE_BATCH_WARM_ROOM" not in process.environ() for process in marked)
 
     # When it is terminated
     stack.gateway.terminate_job(batch_job_id, "Terminated by the user")
@@ -312,6 +316,16 @@ def test_terminating_a_job_in_a_warm_worker_kills_what_it_started(make_stack):
 
     # Then its worker and what it started are gone
     assert _eventually(lambda: _sleeps_785() == [], timeout=5)
+
+
+def _marked(batch_job_id: str) -> list[psutil.Process]:
+    """Live processes whose ``/proc/<pid>/environ`` has ``AWS_BATCH_JOB_ID=<batch_job_id>``."""
+    found = []
+    for process in psutil.process_iter():
+        with contextlib.suppress(psutil.Error):
+            if process.environ().get("AWS_BATCH_JOB_ID") == batch_job_id:
+                found.append(process)
+    return found
 
 
 def _sleeps_785() -> list[psutil.Process]:

@@ -91,3 +91,7 @@ def test_becoming_the_job_takes_its_environment_and_a_session_of_its_own(monkeyp
     credentials = session.get_credentials()
     assert credentials is not None
     assert credentials.access_key == "AKIAJOB"
+
+
+def test_the_environment_block_is_what_proc_environ_holds():
+    assert warm.environment_block({"A": "1", "B": "x=y"}) == b"A=1\0B=x=y\0"

@@ -4,20 +4,21 @@ A job's worker spends most of its short life starting: a fresh interpreter impor
 and the runner and builds an S3 client (about 0.4 s of a 0.8 s ``2 + 2`` round trip, 1-2 s a child of
 an array under load). The pool starts that work before a job needs it.
 
-Why this design (and not a fork server): a job's box is made as its process starts. bubblewrap binds
-the job's own folder and nothing else of the stack's, makes a PID namespace whose init takes every
-process of the job down with it, and starts a new session. A fork server outside the box would hand
-out processes that are in no box; one inside a shared box would put jobs in one namespace, able to
-see and signal each other and each other's folders. So each warm worker is what a job's process is
-today, started early: its own sandbox (``Sandbox.command``) over a fresh working directory, its own
-session (so its own process group), dying with the executor (``PR_SET_PDEATHSIG``), running
-``python -u -m worker.warm``, which imports the worker, loads the S3 models and then blocks reading
-its assignment on stdin. When a job starts, ``_spawn_locked`` takes an idle warm worker, writes the
-job's environment (its ``AWS_BATCH_JOB_ID``, array index, credentials, region...), CPU ids and address
-space limit to that pipe and closes it; the worker applies the limits to itself, replaces its
-environment, and runs the job as ``python -m worker`` would (``worker.warm``). The job's working
-directory is the one the worker's box was made over. A warm worker runs one job and exits: it is
-never reused, so nothing of one job reaches the next.
+Why this design (and not a fork server): a job's box is made as its process starts. bubblewrap binds the
+job's own folder and nothing else of the stack's, makes a PID namespace whose init takes every process
+of the job down with it, and starts a new session. A fork server outside the box would hand out
+processes that are in no box; one inside a shared box would put jobs in one namespace, able to see and
+signal each other and each other's folders. So each warm worker is what a job's process is today,
+started early: its own sandbox (``Sandbox.command``) over a fresh working directory, its own session (so
+its own process group), dying with the executor (``PR_SET_PDEATHSIG``), running ``python -u -m
+worker.warm``, which imports the worker, loads the S3 models and then blocks reading its assignment on
+stdin. When a job starts, ``_spawn_locked`` takes an idle warm worker, writes the job's environment (its
+``AWS_BATCH_JOB_ID``, array index, credentials, region...), CPU ids and address space limit to that pipe
+and closes it; the worker applies the limits to itself, replaces its environment (also what
+``/proc/<pid>/environ`` shows, written over the room its start left for it: process searches by
+``AWS_BATCH_JOB_ID`` find it), and runs the job as ``python -m worker`` would (``worker.warm``). The
+job's working directory is the one the worker's box was made over. A warm worker runs one job and exits:
+it is never reused, so nothing of one job reaches the next.
 
 What a job gets is unchanged: its own process, process group and PID namespace (terminate, timeout
 and shutdown kill it through them as before), its limits (set by the worker before any of the job's
@@ -80,6 +81,10 @@ WARM_WORKERS = 2
 WARM_MODULE = "worker.warm"
 #: The prefix of a warm worker's token (its registry record and, until a job takes it, its job id).
 WARM_ID_PREFIX = "warm-"
+#: A padding variable in a warm worker's environment: room for its job's environment, which the worker
+#: writes over its initial one so that ``/proc/<pid>/environ`` shows the job's (``worker.warm``).
+WARM_ROOM_VARIABLE = "REMOTE_BATCH_WARM_ROOM"
+WARM_ROOM_BYTES = 32 * 1024
 #: The subfolder of the executor's ``ProcessRegistry`` holding the idle warm workers' records.
 WARM_RECORDS = "warm"
 #: How often (s) the pool thread looks for idle warm workers that died, and waits after a failure.
@@ -110,6 +115,8 @@ class _WarmWorker:
     process: subprocess.Popen[bytes]
     workdir: Path
     startup: dict[str, str]
+    # The bytes of the environment block it started with: the most the job's may take (``worker.warm``).
+    block_size: int
     init: psutil.Process | None = None
 
 
@@ -225,6 +232,7 @@ class WarmPool(JobLauncher):
         env = dict(self._worker_environment)
         env[JOB_MARKER_VARIABLE] = token
         env = self._box_environment(env, workdir)
+        env[WARM_ROOM_VARIABLE] = "." * WARM_ROOM_BYTES
         if self._warm_registry is not None:
             self._warm_registry.record(token, workdir)
         ceiling = self.memory_mib * MIB
@@ -242,7 +250,7 @@ class WarmPool(JobLauncher):
                 self._warm_registry.forget(token)
             raise
         logger.debug("warm worker started token=%s pid=%d", token, process.pid)
-        return _WarmWorker(token, process, workdir, startup_variables(env))
+        return _WarmWorker(token, process, workdir, startup_variables(env), _block_size(env))
 
     def _drop_dead_warm_locked(self) -> None:
         """Remove idle warm workers whose process ended (logging what they printed)."""
@@ -308,7 +316,7 @@ class WarmPool(JobLauncher):
                 continue  # the pool thread drops it
             env = self._environment(job, worker.workdir)
             env.update(credentials)
-            if startup_variables(env) != worker.startup:
+            if startup_variables(env) != worker.startup or _block_size(env) > worker.block_size:
                 continue
             self._warm_idle.remove(worker)
             self._cond.notify_all()  # the pool starts a replacement
@@ -336,6 +344,11 @@ class WarmPool(JobLauncher):
             logger.debug("job in a warm worker batch_job_id=%s token=%s", job.job_id, worker.token)
             return worker.process
         return None
+
+
+def _block_size(env: Mapping[str, str]) -> int:
+    """Bytes of ``env`` as a process's initial environment block (``NAME=value`` and a NUL each)."""
+    return sum(len(os.fsencode(k)) + len(os.fsencode(v)) + 2 for k, v in env.items())
 
 
 def _process(pid: int) -> psutil.Process | None:
