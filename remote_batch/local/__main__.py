@@ -2,7 +2,8 @@
 
 Variables: ``REMOTE_BATCH_HOME`` (state directory, default ``.remote-batch``), ``REMOTE_BATCH_PORT``
 (default 8787), ``REMOTE_BATCH_METER_INTERVAL`` (seconds, default 60), ``REMOTE_BATCH_DUPLICATE_EVENTS=1``
-(deliver every Batch event twice), ``REMOTE_BATCH_LOCAL_VCPUS`` (cap the vCPUs jobs use).
+(deliver every Batch event twice), ``REMOTE_BATCH_LOCAL_VCPUS`` (cap the vCPUs jobs use),
+``REMOTE_BATCH_LOCAL_WARM_WORKERS`` (idle workers started ahead of jobs, default 2; 0: none).
 Ctrl-C or SIGTERM stops it cleanly (running jobs are ended and settled, state is saved); a second
 Ctrl-C exits at once.
 """

@@ -14,6 +14,7 @@ DEFAULT_PORT = 8787
 DEFAULT_METER_INTERVAL_SECONDS = 60.0
 DEFAULT_SNAPSHOT_INTERVAL_SECONDS = 5.0
 DEFAULT_HOME = ".remote-batch"
+DEFAULT_WARM_WORKERS = 2
 HOST = "127.0.0.1"
 
 
@@ -37,6 +38,9 @@ class LocalConfig:
         Deliver every Batch event twice (``REMOTE_BATCH_DUPLICATE_EVENTS=1``), as EventBridge may.
     vcpus : int | None
         Cap on the vCPUs the executor uses at once (``REMOTE_BATCH_LOCAL_VCPUS``; default: the host's).
+    warm_workers : int
+        The most idle warm workers the executor keeps (``REMOTE_BATCH_LOCAL_WARM_WORKERS``, 0-16,
+        default 2; 0 starts each job's worker when the job starts).
     snapshot_interval : float
         Seconds between state snapshots (``REMOTE_BATCH_SNAPSHOT_INTERVAL``, default 5).
     log_limit_bytes : int | None
@@ -63,6 +67,7 @@ class LocalConfig:
     output_limit_bytes: int | None = None
     rate_limit: float = ACCOUNT_REQUESTS_PER_SECOND
     rate_burst: int = ACCOUNT_BURST
+    warm_workers: int = DEFAULT_WARM_WORKERS
 
     @property
     def state_dir(self) -> Path:
@@ -92,6 +97,11 @@ class LocalConfig:
             output_limit_bytes=_optional_int(environ, "REMOTE_BATCH_OUTPUT_LIMIT_BYTES"),
             rate_limit=_number(environ, "REMOTE_BATCH_RATE_LIMIT", ACCOUNT_REQUESTS_PER_SECOND, minimum=0),
             rate_burst=_optional_int(environ, "REMOTE_BATCH_RATE_BURST") or ACCOUNT_BURST,
+            warm_workers=int(
+                _number(
+                    environ, "REMOTE_BATCH_LOCAL_WARM_WORKERS", DEFAULT_WARM_WORKERS, minimum=0, maximum=16
+                )
+            ),
         )
 
 

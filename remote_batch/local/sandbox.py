@@ -305,11 +305,17 @@ class ProcessRegistry:
         """Kill every recorded process still alive (same pid and start time), every process still
         marked with a recorded job's id, remove the recorded folders, then the records.
 
-        For the next start after a crash, before any job runs. An unreadable record is removed.
+        For the next start after a crash, before any job runs. An unreadable record is removed. The
+        registries in its subfolders (the warm pool's, ``warm/``) are cleaned first, in the same way.
         """
         jobs: list[str] = []
         killed: list[int] = []
         removed: list[str] = []
+        for folder in sorted(p for p in self.directory.iterdir() if p.is_dir()):
+            nested = ProcessRegistry(folder).clean()
+            jobs += nested.jobs
+            killed += nested.killed
+            removed += nested.removed
         for path in sorted(self.directory.glob("*.json")):
             job_id = path.stem
             jobs.append(job_id)

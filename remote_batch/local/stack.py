@@ -169,6 +169,7 @@ class LocalStack:
             credentials=JobCredentials(clients.client("iam", settings.home_region)),
             log_limit_bytes=config.log_limit_bytes,
             output_limit_bytes=config.output_limit_bytes,
+            warm_workers=config.warm_workers,
         )
         self._executor = executor
         gateways = _zone_gateways(executor, settings)

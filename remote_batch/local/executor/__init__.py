@@ -24,7 +24,9 @@ memory of a job is capped below the host's free memory, with headroom for the st
 
 Threads: one scheduler (announces, starts queued jobs, enforces timeouts and kill deadlines), and per
 running job a runner that forks the worker and waits for it (it must outlive the worker:
-``PR_SET_PDEATHSIG`` fires when the forking *thread* ends), a console reader and a log shipper.
+``PR_SET_PDEATHSIG`` fires when the forking *thread* ends), a console reader and a log shipper. With
+the default worker command, a ``warm-pool`` thread keeps up to ``warm_workers`` workers started ahead
+of need, each in its own sandbox with the worker imported, and a starting job takes one (``warm``).
 
 Array jobs (``arrayProperties.size``) run as AWS Batch runs them: children ``<id>:<index>`` queued
 like any job, each with ``AWS_BATCH_JOB_ARRAY_INDEX`` and its own events, and a parent that goes
@@ -32,13 +34,14 @@ PENDING, then SUCCEEDED or FAILED by its children, with ``statusSummary``
 (``remote_batch.local.batch_arrays``).
 
 The modules, by concern: ``batch_api`` (``LocalBatchExecutor``: construction and its public API),
-``arrays`` (array jobs' submit, TerminateJob of a parent, ListJobs of its children),
-``gateway`` (one zone's ``BatchGateway``: SubmitJob, TerminateJob, DescribeJobs), ``scheduler`` (the
-run queue and its thread), ``runner`` (a running job's thread, output size accounting), ``launch``
-(the worker's environment and sandboxed process), ``limits`` (process limits and signals), ``logs``
-(console log shipping), ``memory`` (the host's memory ceiling), ``core`` (the shared state and locked
-steps), ``job`` (a job's state), ``constants``. ``LocalBatchExecutor`` is a chain of mixins over
-``ExecutorCore``: ``JobLauncher`` → ``JobRunner`` → ``Scheduler`` → ``ArrayJobs`` → ``LocalBatchExecutor``.
+``arrays`` (array jobs' submit, TerminateJob of a parent, ListJobs of its children), ``gateway`` (one
+zone's ``BatchGateway``: SubmitJob, TerminateJob, DescribeJobs), ``scheduler`` (the run queue and its
+thread), ``runner`` (a running job's thread, output size accounting), ``launch`` (the worker's
+environment and sandboxed process), ``warm`` (the warm workers), ``limits`` (process limits and
+signals), ``logs`` (console log shipping), ``memory`` (the host's memory ceiling), ``core`` (the shared
+state and locked steps), ``job`` (a job's state), ``constants``. ``LocalBatchExecutor`` is a chain of
+mixins over ``ExecutorCore``: ``JobLauncher`` → ``WarmPool`` → ``JobRunner`` → ``Scheduler`` →
+``ArrayJobs`` → ``LocalBatchExecutor``.
 """
 
 from remote_batch.local.executor.batch_api import LocalBatchExecutor

@@ -35,6 +35,7 @@ from remote_batch.local.executor.fleet import LocalFleet
 from remote_batch.local.executor.gateway import LocalBatchGateway
 from remote_batch.local.executor.limits import _signal_job
 from remote_batch.local.executor.memory import job_memory_ceiling_mib
+from remote_batch.local.executor.warm import WARM_WORKERS
 from remote_batch.local.sandbox import (
     ProcessRegistry,
     Sandbox,
@@ -95,6 +96,10 @@ class LocalBatchExecutor(ArrayJobs):
     output_limit_bytes : int | None
         Caps the bytes of files every job keeps in its working directory (outputs, temporary files)
         below its class's ``output_limit_bytes``; past it: ``Output limit of <size> exceeded``.
+    warm_workers : int
+        The most idle warm workers kept (``warm``: sandboxed workers started ahead of need, each
+        running one job); 0 starts every job's worker when it starts. Only for the default
+        ``worker_command``: a custom command always starts with its job.
     """
 
     def __init__(
@@ -116,6 +121,7 @@ class LocalBatchExecutor(ArrayJobs):
         credentials: CredentialIssuer | None = None,
         log_limit_bytes: int | None = None,
         output_limit_bytes: int | None = None,
+        warm_workers: int = WARM_WORKERS,
     ) -> None:
         cpu_ids = sorted(os.sched_getaffinity(0))
         self.vcpus = max(1, vcpus if vcpus is not None else len(cpu_ids))
@@ -155,11 +161,13 @@ class LocalBatchExecutor(ArrayJobs):
         self._stopped = False
         self._scheduler = threading.Thread(target=self._schedule, name="batch-scheduler", daemon=True)
         self._scheduler.start()
+        self._start_warm_pool(warm_workers, python if worker_command is None else None)
         logger.info(
-            "executor started vcpus=%d memory_mib=%d sandbox=%s",
+            "executor started vcpus=%d memory_mib=%d sandbox=%s warm_workers=%d",
             self.vcpus,
             self.memory_mib,
             self.sandbox.kind,
+            self._warm_max,
         )
 
     def gateway(self, region: str, log_group: str) -> LocalBatchGateway:
@@ -294,7 +302,9 @@ class LocalBatchExecutor(ArrayJobs):
                     )
                     _signal_job(job, signal.SIGKILL)
                     killed = True
-            started = frozenset(job.job_id for job in self._jobs.values() if job.process is not None)
+            started = frozenset().union(
+                *(job.markers for job in self._jobs.values() if job.process is not None)
+            )
         kill_marked_processes(started)
         if killed:  # let their runners publish the final events and remove the job directories
             for runner in runners:
@@ -305,5 +315,6 @@ class LocalBatchExecutor(ArrayJobs):
             arrays = list(self._arrays.values())
         for parent in arrays:
             self._revoke_array_credentials(parent)
+        self._stop_warm_pool(max(0.1, deadline - time.monotonic()) + READER_JOIN_SECONDS)
         self._scheduler.join(max(0.1, deadline - time.monotonic()))
         logger.info("executor stopped")

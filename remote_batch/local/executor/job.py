@@ -49,6 +49,8 @@ class _Job:
     kill_at: float | None = None
     runner: threading.Thread | None = None
     workdir: Path | None = None
+    # The token of the warm worker that runs the job (its AWS_BATCH_JOB_ID before the job), if any.
+    warm_token: str | None = None
     log_limit_bytes: int | None = None
     output_limit_bytes: int | None = None
     attempts: list[BatchAttempt] = field(default_factory=list)
@@ -56,6 +58,12 @@ class _Job:
     # An array child's parent and index (None for a single job).
     array: ArrayParent[_Job] | None = None
     index: int | None = None
+
+    @property
+    def markers(self) -> frozenset[str]:
+        """The ``AWS_BATCH_JOB_ID`` values the job's processes may carry: its id, and the token of
+        the warm worker it runs in (what that process was started with)."""
+        return frozenset({self.job_id} | ({self.warm_token} if self.warm_token else set()))
 
     @property
     def log_stream(self) -> str:

@@ -35,6 +35,14 @@ from remote_batch.local.sandbox import (
 )
 
 
+def _new_workdir() -> Path:
+    """A fresh working directory for a job (``remote-batch-job-*`` in the system temp dir), with the
+    ``tmp`` folder its ``TMPDIR`` names."""
+    workdir = Path(tempfile.mkdtemp(prefix=JOB_DIR_PREFIX))
+    (workdir / "tmp").mkdir()
+    return workdir
+
+
 class JobLauncher(ExecutorCore):
     """Starts a job's worker process."""
 
@@ -44,8 +52,6 @@ class JobLauncher(ExecutorCore):
         if job.array is not None and job.index is not None:
             env.update(child_environment({}, job.index, job.array.size))
         threads = str(job.vcpus)
-        tmp = str(workdir / "tmp")
-        pythonpath = [str(self._import_root), *filter(None, [env.get("PYTHONPATH")])]
         env.update(
             {
                 "AWS_REGION": job.gateway.region,
@@ -56,6 +62,17 @@ class JobLauncher(ExecutorCore):
                 "OPENBLAS_NUM_THREADS": threads,
                 "OMP_NUM_THREADS": threads,
                 "MKL_NUM_THREADS": threads,
+            }
+        )
+        return self._box_environment(env, workdir)
+
+    def _box_environment(self, env: dict[str, str], workdir: Path) -> dict[str, str]:
+        """``env`` with what every process in a job's box gets: ``PYTHONPATH`` (the import root first),
+        the temporary directory and operator log inside ``workdir``, and a ``PATH`` (the sandbox's)."""
+        tmp = str(workdir / "tmp")
+        pythonpath = [str(self._import_root), *filter(None, [env.get("PYTHONPATH")])]
+        env.update(
+            {
                 "PYTHONPATH": os.pathsep.join(pythonpath),
                 "TMPDIR": tmp,
                 "TEMP": tmp,
@@ -68,14 +85,19 @@ class JobLauncher(ExecutorCore):
             env["PATH"] = sandbox_path(env["PATH"])
         return env
 
-    def _spawn_locked(self, job: _Job, credentials: Mapping[str, str]) -> subprocess.Popen[bytes]:
+    def _job_limits(self, job: _Job) -> tuple[frozenset[int], int]:
+        """The CPU ids ``job`` is pinned to and its address-space limit in bytes (never above this
+        process's own hard limit)."""
         cpus = frozenset(self._cpu_of_slot[slot] for slot in job.slots)
         memory_bytes = job.memory_mib * MIB
         hard = resource.getrlimit(resource.RLIMIT_AS)[1]
         if hard != resource.RLIM_INFINITY:
             memory_bytes = min(memory_bytes, hard)
-        job.workdir = workdir = Path(tempfile.mkdtemp(prefix=JOB_DIR_PREFIX))
-        (workdir / "tmp").mkdir()
+        return cpus, memory_bytes
+
+    def _spawn_locked(self, job: _Job, credentials: Mapping[str, str]) -> subprocess.Popen[bytes]:
+        cpus, memory_bytes = self._job_limits(job)
+        job.workdir = workdir = _new_workdir()
         env = self._environment(job, workdir)
         env.update(credentials)
         # Inside a sandbox a missing program is only found missing after the sandbox started: look first.
@@ -83,11 +105,34 @@ class JobLauncher(ExecutorCore):
             raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), self._command[0])
         if self._registry is not None:  # before any process exists: a crash from here on is cleaned up
             self._registry.record(job.job_id, workdir)
+        return self._popen_in_box(
+            self._command, workdir, env, stdin=subprocess.DEVNULL, cpus=cpus, memory_bytes=memory_bytes
+        )
+
+    def _popen_in_box(
+        self,
+        command: list[str],
+        workdir: Path,
+        env: Mapping[str, str],
+        *,
+        stdin: int,
+        cpus: frozenset[int],
+        memory_bytes: int,
+    ) -> subprocess.Popen[bytes]:
+        """Start ``command`` in the sandbox, in ``workdir``, with ``env``: a new session (its own process
+        group), stdout and stderr on one pipe, pinned to ``cpus``, its address space capped at
+        ``memory_bytes``, dying with the calling thread (``_limit_worker``).
+
+        Raises
+        ------
+        OSError, subprocess.SubprocessError
+            The sandbox could not be started.
+        """
         return subprocess.Popen(  # noqa: S603 - the command is the executor's own worker command
-            self.sandbox.command(self._command, workdir, self._read_only_paths()),
+            self.sandbox.command(command, workdir, self._read_only_paths()),
             cwd=workdir,
             env=env,
-            stdin=subprocess.DEVNULL,
+            stdin=stdin,
             stdout=subprocess.PIPE,
             # One pipe for both streams: the log keeps the order the program wrote its lines in
             # (two pipes read by two threads would interleave them at random).

@@ -29,7 +29,6 @@ from remote_batch.local.executor.constants import (
     logger,
 )
 from remote_batch.local.executor.job import _Job
-from remote_batch.local.executor.launch import JobLauncher
 from remote_batch.local.executor.limits import _signal_job
 from remote_batch.local.executor.logs import (
     _join_reader,
@@ -37,6 +36,7 @@ from remote_batch.local.executor.logs import (
     _LogShipper,
     _read_lines,
 )
+from remote_batch.local.executor.warm import WarmPool
 from remote_batch.local.sandbox import (
     kill_marked_processes,
 )
@@ -64,7 +64,7 @@ def _tree_bytes(root: Path) -> int:
     return total
 
 
-class JobRunner(JobLauncher):
+class JobRunner(WarmPool):
     """Runs each started job in its own thread, to its final event."""
 
     def _over_limit(self, job: _Job, what: str, limit_bytes: int | None) -> None:
@@ -121,7 +121,7 @@ class JobRunner(JobLauncher):
             _signal_job(job, signal.SIGKILL)
             with contextlib.suppress(OSError, subprocess.SubprocessError):
                 process.wait(READER_JOIN_SECONDS)
-            kill_marked_processes(frozenset({job.job_id}))
+            kill_marked_processes(job.markers)
         with self._cond:
             job.exited = True
             job.kill_at = None
@@ -185,6 +185,7 @@ class JobRunner(JobLauncher):
         if credentials is None:
             return
         with self._cond:
+            self._await_warm_locked()
             if job.termination_reason is not None:
                 self._fail_unstarted_locked(job, job.termination_reason)
                 return
@@ -218,7 +219,7 @@ class JobRunner(JobLauncher):
         # job's escaped processes; with one, a sandbox's inner bwrap orphaned before it could arrange
         # to die with its parent (seen once under load: it would have slept on, holding the namespace).
         _signal_job(job, signal.SIGKILL)
-        kill_marked_processes(frozenset({job.job_id}))
+        kill_marked_processes(job.markers)
         for reader in readers:
             _join_reader(reader, shipper)
         shipper.close()  # the whole log is readable before the final status is
