@@ -8,6 +8,7 @@ what was emitted (``emitted_for``) survives a restart of the local stack.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import threading
@@ -16,6 +17,13 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from functions.adapters.event_patterns import (
+    BATCH_DETAIL_TYPE,
+    BATCH_SOURCE,
+    as_event_ruler_sees,
+    job_changing_detail_pattern,
+)
 
 logger = logging.getLogger("remote_batch.local.bus")
 
@@ -50,6 +58,26 @@ def _job_key(envelope: Envelope) -> str | None:
     return name.split(":", 1)[0] if isinstance(name, str) else None
 
 
+@functools.cache
+def _rule_pattern() -> Any:
+    """The deployed rule's pattern, less its queue prefixes (local queues are all the service's),
+    as moto's EventBridge matches it."""
+    from moto.events.models import EventPattern
+
+    pattern = {
+        "source": [BATCH_SOURCE],
+        "detail-type": [BATCH_DETAIL_TYPE],
+        "detail": job_changing_detail_pattern(),
+    }
+    return EventPattern.load(json.dumps(pattern))
+
+
+def matches_rule(envelope: Envelope) -> bool:
+    """True when the deployed EventBridge rule would deliver ``envelope`` to batch_events (moto's
+    matcher, with arrays of objects shown as EventBridge matches them: ``as_event_ruler_sees``)."""
+    return bool(_rule_pattern().matches_event(as_event_ruler_sees(envelope)))
+
+
 class EventBus:
     """EventBridge → Lambda, in one process: ordered, at-least-once, with retries and a DLQ.
 
@@ -68,6 +96,10 @@ class EventBus:
         Lambda invocation tries 3 times).
     retry_delay : float
         Seconds before the first retry; doubles for each further retry.
+    rule : Callable[[dict], bool] | None
+        The rule's pattern: an envelope it does not match is recorded as emitted but never
+        delivered, as EventBridge leaves it out (the local stack passes ``matches_rule``); None
+        delivers every envelope.
     """
 
     def __init__(
@@ -77,8 +109,10 @@ class EventBus:
         duplicate: bool = False,
         max_attempts: int = 3,
         retry_delay: float = 0.1,
+        rule: Callable[[Envelope], bool] | None = None,
     ) -> None:
         self._deliver = deliver
+        self._rule = rule
         self._journal_path = Path(journal_path)
         self._duplicate = duplicate
         self._max_attempts = max(1, max_attempts)
@@ -156,6 +190,10 @@ class EventBus:
                 self._enqueue_locked(json.loads(json.dumps(envelope)))
 
     def _enqueue_locked(self, envelope: Envelope) -> None:
+        if self._rule is not None and not self._rule(envelope):
+            # As on AWS, where the rule's pattern leaves it out: it cannot change the job.
+            logger.debug("event filtered out by the rule event_id=%s", envelope.get("id"))
+            return
         if self._stopping:
             logger.warning("bus stopped; event not delivered event_id=%s", envelope.get("id"))
             self._dead_letters.append(envelope)

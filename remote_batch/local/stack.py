@@ -26,7 +26,7 @@ from functions.bootstrap import build_services, install, utc_now
 from functions.ports import Services
 from functions.settings import Settings
 from remote_batch.local.accounts import LocalAccounts
-from remote_batch.local.bus import EventBus
+from remote_batch.local.bus import EventBus, matches_rule
 from remote_batch.local.config import LocalConfig
 from remote_batch.local.executor import LocalBatchExecutor
 from remote_batch.local.files import write_bytes_atomic
@@ -145,7 +145,12 @@ class LocalStack:
             ),
             config.home / "outbox.jsonl",
         )
-        bus = EventBus(self._deliver_batch_event, config.home / "batch-events.jsonl", config.duplicate_events)
+        bus = EventBus(
+            self._deliver_batch_event,
+            config.home / "batch-events.jsonl",
+            config.duplicate_events,
+            rule=matches_rule,
+        )
         self._bus = bus
         registry = ProcessRegistry(config.home / "processes")
         remove_leftover_jobs(registry)
