@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import random
 import time
+from dataclasses import replace
 from datetime import datetime
 
 from aws_lambda_powertools import Logger
@@ -40,7 +41,8 @@ logger = Logger(child=True)
 MAX_WRITE_ATTEMPTS = 25
 
 
-def _settle(services: Services, transition: Transition, now: datetime) -> None:
+def _settle(services: Services, transition: Transition, now: datetime) -> Job:
+    """Settle a final transition; returns the job as written (its final charge in ``credits_spent``)."""
     job = transition.after
     charge, entry = final_charge(services, transition, job.credit_constraint, now)
     services.store.settle(transition, charge, entry, now)
@@ -52,6 +54,7 @@ def _settle(services: Services, transition: Transition, now: datetime) -> None:
         credits=str(charge.credits),
         unbilled=str(charge.unbilled),
     )
+    return replace(job, credits_spent=charge.credits, last_event_at=now)
 
 
 def _event_job(services: Services, job_id: str, state: BatchJobState) -> Job | None:
@@ -124,9 +127,10 @@ def apply_job_state_change(services: Services, state: BatchJobState, now: dateti
             break
         try:
             if transition.settles:
-                _settle(services, transition, now)
+                written = _settle(services, transition, now)
             else:
                 services.store.save_transition(transition, now)
+                written = replace(transition.after, last_event_at=now)
         except ConditionFailed:
             # Another event or a settlement of the same account won; back off with jitter, re-read.
             # pragma: no mutate start (a log line or the retry jitter: README "Testing")
@@ -134,7 +138,8 @@ def apply_job_state_change(services: Services, state: BatchJobState, now: dateti
             time.sleep(random.uniform(0, 0.02))  # noqa: S311 - jitter, not cryptography
             # pragma: no mutate end
             continue
-        job = transition.after
+        # The write was conditional on the position read: the job is what was written (no re-read).
+        job = written
         # pragma: no mutate start (a log line or the retry jitter: README "Testing")
         logger.info("job status", job_id=job.job_id, status=job.status.value, batch_status=state.status)
         # pragma: no mutate end
@@ -144,12 +149,11 @@ def apply_job_state_change(services: Services, state: BatchJobState, now: dateti
     else:
         raise DependencyFailed(f"job {state.job_name} kept changing; the event will be retried")
     try:
-        fresh = services.store.get_job(job.job_id) or job
         # A failed publish stays owed and is sent again by the meter: the event itself succeeded.
-        deliver_due_notifications(services, fresh, now, raise_on_failure=False)
+        # Claims are conditional, so a notification another writer claimed meanwhile is not resent.
+        deliver_due_notifications(services, job, now, raise_on_failure=False)
     except (RecordMissing, UnreadableRecord):
         # pragma: no mutate start (a log line or the retry jitter: README "Testing")
         logger.warning("job gone before its notifications were sent", job_id=job.job_id)
         # pragma: no mutate end
-        return job
-    return fresh
+    return job
