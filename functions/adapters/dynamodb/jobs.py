@@ -30,6 +30,8 @@ from functions.domain.timefmt import to_sortable
 # GET /jobs reads at most this many index pages per request: a span of expired or filtered-out jobs
 # then gives a short (even empty) page whose nextToken continues after it.
 MAX_LIST_QUERIES = 20
+# BatchGetItem takes at most 100 keys (DynamoDB API reference, BatchGetItem).
+BATCH_GET_LIMIT = 100
 
 
 class JobRecords(StoreBase):
@@ -207,19 +209,39 @@ class JobRecords(StoreBase):
     def list_stale_jobs(
         self, last_event_before: datetime, on_unreadable: Callable[[UnreadableRecord], None] | None = None
     ) -> Iterator[Job]:
-        """Live jobs that are not final and whose last event is older than ``last_event_before``
-        (the sparse ``unfinished`` index, one key-range query; past-TTL ones filtered out); an
-        unreadable item is logged, passed to ``on_unreadable`` and skipped."""
+        """Live jobs that are not final and whose last event is older than ``last_event_before``: the
+        sparse ``unfinished`` index (its keys, ``lastEventAt`` and ``ttl``) filtered on both, then
+        those jobs read whole (BatchGetItem, strongly consistent), and kept if still not final and
+        quiet. An unreadable item is logged, passed to ``on_unreadable`` and skipped."""
+        before = to_sortable(last_event_before)
         kwargs: dict[str, Any] = {
             "TableName": self._jobs,
             "IndexName": "unfinished",
-            "KeyConditionExpression": "openPartition = :p AND lastEventAt < :t",
+            "KeyConditionExpression": "openPartition = :p",
+            "FilterExpression": "lastEventAt < :t",
             "ExpressionAttributeValues": {
                 ":p": serialize_value(OPEN_PARTITION),
-                ":t": serialize_value(to_sortable(last_event_before)),
+                ":t": serialize_value(before),
             },
         }
-        yield from self._jobs_of(self._query(**self._not_expired_filter(kwargs)), on_unreadable)
+        ids = [str(item["jobId"]) for item in self._query(**self._not_expired_filter(kwargs))]
+        for job in self._jobs_of(self._batch_get_items(ids), on_unreadable):
+            if not job.is_final and to_sortable(job.last_event_at or job.submitted_at) < before:
+                yield job
+
+    def _batch_get_items(self, job_ids: list[str]) -> Iterator[dict[str, Any]]:
+        """The job items of ``job_ids`` (plain values; absent ones left out), BatchGetItem 100 keys a
+        call, strongly consistent, unprocessed keys asked again."""
+        unique = list(dict.fromkeys(job_ids))
+        for start in range(0, len(unique), BATCH_GET_LIMIT):
+            keys = [serialize_item({"jobId": job_id}) for job_id in unique[start : start + BATCH_GET_LIMIT]]
+            request: dict[str, Any] = {self._jobs: {"Keys": keys, "ConsistentRead": True}}
+            while request:
+                with store_errors("BatchGetItem"):
+                    response = self._db.batch_get_item(RequestItems=request)
+                for item in response.get("Responses", {}).get(self._jobs, []):
+                    yield deserialize_item(dict(item))
+                request = dict(response.get("UnprocessedKeys") or {})
 
     def mark_reconciled(self, job_id: str, now: datetime) -> None:
         """Set ``lastEventAt`` of a non-final job to ``now`` after the meter checked it with Batch.
