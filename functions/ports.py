@@ -16,6 +16,7 @@ from functions.domain.credits import Charge
 from functions.domain.errors import UnreadableRecord
 from functions.domain.jobs import Account, BatchJobState, Job, LedgerEntry, NotificationRecord, Transition
 from functions.domain.machine_classes import GeoZone
+from functions.domain.presumed import PresumedTransition
 from functions.domain.runtime import WORKER_PYTHON_VERSION
 from functions.domain.status import JobStatus
 
@@ -57,6 +58,13 @@ class JobRepository(Protocol):
     def save_transition(self, transition: Transition, now: datetime) -> None:
         """Store a non-final transition. Raises ``ConditionFailed`` when the stored job moved since
         ``transition.before`` was read (a concurrent or replayed event)."""
+
+    def save_presumed_transition(
+        self, presumed: PresumedTransition, now: datetime
+    ) -> tuple[Job | None, Job | None]:
+        """Store an event's transition without reading the job, only if ``presumed.holds_for`` the
+        stored job: returns (the job written, None), else (None, the job as stored). Raises
+        ``RecordMissing`` when the job is gone, ``UnreadableRecord`` for an item that is not a job."""
 
     def settle(
         self, transition: Transition, charge: Charge, entry: LedgerEntry | None, now: datetime

@@ -30,6 +30,7 @@ from functions.domain.jobs import (
     apply_batch_event,
     is_credit_constraint_reason,
 )
+from functions.domain.presumed import presume_transition
 from functions.domain.status import is_known_batch_status
 from functions.logic.array_events import apply_array_event
 from functions.logic.job_outcomes import discard_outputs, final_charge, final_outcome
@@ -108,8 +109,28 @@ def apply_job_state_change(services: Services, state: BatchJobState, now: dateti
     # An array's spans are named <parent> or <parent>_<offset> (``arrays.span_job_name``).
     span = parse_span_job_name(state.job_name)
     job_id = span[0] if span is not None else state.job_name
+    # STARTING and RUNNING are written without a read when the job is where they usually find it;
+    # otherwise the failed write returns the job as it is, and the event is applied from that.
+    known: Job | None = None
+    presumed = presume_transition(state) if job_id == state.job_name else None
+    if presumed is not None:
+        try:
+            written, known = services.store.save_presumed_transition(presumed, now)
+        except (RecordMissing, UnreadableRecord):
+            return _event_job(services, job_id, state)  # logs why the event is ignored: None
+        if written is not None:
+            return _after_write(services, state, written, now)
+    return _apply_from_read(services, state, job_id, known, now)
+
+
+def _apply_from_read(
+    services: Services, state: BatchJobState, job_id: str, known: Job | None, now: datetime
+) -> Job | None:
+    """``apply_job_state_change`` from the job as stored (``known``, else read), re-read after a lost
+    race; the transition's write is conditional on the position it was computed from."""
     for _ in range(MAX_WRITE_ATTEMPTS):
-        job = _event_job(services, job_id, state)
+        job = known if known is not None else _event_job(services, job_id, state)
+        known = None  # a lost race reads the job again
         if job is None:
             return None
         if job.type == JobType.ARRAY:
@@ -139,15 +160,24 @@ def apply_job_state_change(services: Services, state: BatchJobState, now: dateti
             # pragma: no mutate end
             continue
         # The write was conditional on the position read: the job is what was written (no re-read).
-        job = written
-        # pragma: no mutate start (a log line or the retry jitter: README "Testing")
-        logger.info("job status", job_id=job.job_id, status=job.status.value, batch_status=state.status)
-        # pragma: no mutate end
-        if transition.settles and is_credit_constraint_reason(job.status_reason):
-            discard_outputs(services, job)
-        break
+        if transition.settles and is_credit_constraint_reason(written.status_reason):
+            discard_outputs(services, written)
+        return _after_write(services, state, written, now)
     else:
         raise DependencyFailed(f"job {state.job_name} kept changing; the event will be retried")
+    return _deliver(services, job, now)
+
+
+def _after_write(services: Services, state: BatchJobState, job: Job, now: datetime) -> Job:
+    """Log the status an event wrote, then send what the job owes; returns the job."""
+    # pragma: no mutate start (a log line or the retry jitter: README "Testing")
+    logger.info("job status", job_id=job.job_id, status=job.status.value, batch_status=state.status)
+    # pragma: no mutate end
+    return _deliver(services, job, now)
+
+
+def _deliver(services: Services, job: Job, now: datetime) -> Job:
+    """Send what ``job`` (as written or read) owes now; returns it."""
     try:
         # A failed publish stays owed and is sent again by the meter: the event itself succeeded.
         # Claims are conditional, so a notification another writer claimed meanwhile is not resent.

@@ -290,9 +290,10 @@ def reconcile_stale_jobs(
 ) -> int:
     """Ask Batch about non-final jobs with no event for 10 minutes; apply what it says.
 
-    Returns how many jobs were checked; the ids of the jobs it made final are added to ``ended``. A job Batch does not know (never submitted, or past
-    Batch's retention) is ended ``Terminated`` with a reason saying so. A job that cannot be read
-    or written is logged, counted in ``skips`` and skipped.
+    Returns how many jobs were checked; the ids of the jobs it made final are added to ``ended``.
+    A job Batch does not know (never submitted, or past Batch's retention) is ended ``Terminated``
+    with a reason saying so. A job that cannot be read or written is logged, counted in ``skips``
+    and skipped.
     """
     guard = skips or _Skips()
     stale = list(services.store.list_stale_jobs(now - STALE_AFTER, on_unreadable=guard.unreadable))

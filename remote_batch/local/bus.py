@@ -109,6 +109,7 @@ class EventBus:
         duplicate: bool = False,
         max_attempts: int = 3,
         retry_delay: float = 0.1,
+        *,
         rule: Callable[[Envelope], bool] | None = None,
     ) -> None:
         self._deliver = deliver

@@ -69,13 +69,18 @@ def test_table_indexes_match_spec(synth: Synth, spec: TableSpec) -> None:
         assert sorted(built[index.name]["Projection"].get("NonKeyAttributes", [])) == sorted(index.included)
 
 
-def test_the_unfinished_index_key_never_moves_and_it_holds_only_what_the_stale_query_reads(synth: Synth) -> None:
+def test_the_unfinished_index_key_never_moves_and_it_holds_only_what_the_stale_query_reads(
+    synth: Synth,
+) -> None:
     # A transition changes lastEventAt: one small index write, not a delete and a put of the whole job.
     props = _table(synth, JOBS)["Properties"]
     (unfinished,) = [i for i in props["GlobalSecondaryIndexes"] if i["IndexName"] == "unfinished"]
 
     assert unfinished["KeySchema"] == _key_schema("openPartition", "jobId")
-    assert unfinished["Projection"] == {"ProjectionType": "INCLUDE", "NonKeyAttributes": ["lastEventAt", "ttl"]}
+    assert unfinished["Projection"] == {
+        "ProjectionType": "INCLUDE",
+        "NonKeyAttributes": ["lastEventAt", "ttl"],
+    }
 
 
 def _data_bucket(compute: Synth) -> dict[str, Any]:

@@ -6,12 +6,15 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import re
 from collections.abc import Callable, Iterator
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
-from functions.adapters.dynamodb.base import StoreBase, store_errors
+from botocore.exceptions import ClientError
+
+from functions.adapters.dynamodb.base import LIVE_JOB, StoreBase, store_errors
 from functions.adapters.dynamodb.items import (
     METER_PARTITION,
     OPEN_PARTITION,
@@ -22,8 +25,9 @@ from functions.adapters.dynamodb.items import (
     serialize_value,
 )
 from functions.domain.errors import ConditionFailed, RecordMissing, UnreadableRecord, ValidationFailed
-from functions.domain.jobs import MAX_TERMINATE_ATTEMPTS, Job, Transition
-from functions.domain.status import JobStatus
+from functions.domain.jobs import MAX_TERMINATE_ATTEMPTS, Job, JobType, Transition, ms_to_datetime
+from functions.domain.presumed import PresumedTransition
+from functions.domain.status import METERED_STATUSES, JobStatus
 from functions.domain.text import URLSAFE_BASE64_PATTERN, full_match
 from functions.domain.timefmt import to_sortable
 
@@ -130,6 +134,97 @@ class JobRecords(StoreBase):
             if self._missing(exc):
                 raise RecordMissing(f"Job {transition.after.job_id} no longer exists.") from None
             raise
+
+    def save_presumed_transition(
+        self, presumed: PresumedTransition, now: datetime
+    ) -> tuple[Job | None, Job | None]:
+        """Write an event's transition without reading the job: one UpdateItem conditional on
+        ``presumed.holds_for`` (a live Single job in the presumed status, no later event applied, of
+        the event's Batch job or none), returning what it wrote (``ALL_NEW``) or, when the condition
+        failed, the job as it is (``ALL_OLD``).
+
+        Returns
+        -------
+        tuple[Job | None, Job | None]
+            (the job written, None), or (None, the job as stored) when it is not in the presumed state.
+
+        Raises
+        ------
+        RecordMissing
+            The job does not exist or is past its TTL.
+        UnreadableRecord
+            The stored item is not a whole job.
+        """
+        state = presumed.state
+        values: dict[str, Any] = {
+            ":status": presumed.target.value,
+            ":presumed": presumed.presumed.value,
+            ":position": state.position,
+            ":batchJobId": state.batch_job_id,
+            ":lastEventAt": to_sortable(now),
+            ":openPartition": OPEN_PARTITION,
+            ":single": JobType.SINGLE.value,
+        }
+        sets = [
+            "#status = :status",
+            "#eventPosition = :position",
+            "#batchJobId = if_not_exists(#batchJobId, :batchJobId)",
+            "#lastEventAt = :lastEventAt",
+            "#openPartition = :openPartition",
+        ]
+        removes = ["#completedAt"]
+        if presumed.entered:
+            sets.append("#statusHistory = list_append(if_not_exists(#statusHistory, :initial), :entered)")
+            values[":initial"] = [JobStatus.QUEUED.value]
+            values[":entered"] = [status.value for status in presumed.entered]
+        optional = {
+            "statusReason": presumed.status_reason,
+            "startedAt": to_sortable(ms_to_datetime(state.started_at_ms))
+            if state.started_at_ms is not None
+            else None,
+            "exitCode": state.exit_code,
+            "logStreamName": state.log_stream_name,
+        }
+        for field, value in optional.items():
+            if value is not None:
+                sets.append(f"#{field} = :{field}")
+                values[f":{field}"] = value
+            elif field == "statusReason":
+                removes.append("#statusReason")
+        if presumed.target in METERED_STATUSES:
+            sets.append("#meterPartition = :meterPartition")
+            values[":meterPartition"] = METER_PARTITION
+        else:
+            removes.append("#meterPartition")
+        values[":liveNow"] = self._now_epoch()
+        update = "SET " + ", ".join(sets) + " REMOVE " + ", ".join(removes)
+        condition = (
+            f"{LIVE_JOB} AND #type = :single AND #status = :presumed AND #eventPosition < :position"
+            " AND (attribute_not_exists(#batchJobId) OR #batchJobId = :batchJobId)"
+        )
+        # DynamoDB refuses a name the expressions do not use.
+        used = set(re.findall(r"#\w+", update + " " + condition))
+        kwargs: dict[str, Any] = {
+            "TableName": self._jobs,
+            "Key": serialize_item({"jobId": presumed.job_id}),
+            "UpdateExpression": update,
+            "ConditionExpression": condition,
+            "ExpressionAttributeNames": {name: name[1:] for name in sorted(used)},
+            "ExpressionAttributeValues": {k: serialize_value(v) for k, v in values.items()},
+            "ReturnValues": "ALL_NEW",
+            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+        }
+        try:
+            with store_errors("UpdateItem"):
+                response = self._db.update_item(**kwargs)
+        except ConditionFailed as exc:
+            if self._missing(exc):
+                raise RecordMissing(f"Job {presumed.job_id} no longer exists.") from None
+            old = exc.__cause__.response.get("Item") if isinstance(exc.__cause__, ClientError) else None
+            if not old:
+                return None, self.get_job(presumed.job_id)
+            return None, job_from_item(deserialize_item(dict(old)))
+        return job_from_item(deserialize_item(dict(response["Attributes"]))), None
 
     def set_termination_reason(self, job_id: str, reason: str) -> Job | None:
         """Record the service's termination reason unless the job is final or has one.

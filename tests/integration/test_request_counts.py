@@ -1,0 +1,110 @@
+"""DynamoDB requests per step of a Single job's life (issue 14): each step's count is pinned, so a
+read that creeps back in (a read before a conditional write, a read after a write) fails here."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+from benchmarks.capacity import RequestRecorder
+from remote_batch.local.bus import matches_rule
+from tests.events import batch_event, job_lifecycle
+
+
+def _dynamodb(call: Callable[[], Any]) -> tuple[Any, Counter[str]]:
+    with RequestRecorder() as recorder:
+        result = call()
+    counts = Counter(
+        {k.split(":", 1)[1]: v for k, v in recorder.usage.requests.items() if k.startswith("dynamodb:")}
+    )
+    return result, counts
+
+
+def _submitted(stack, notifications: Any) -> tuple[str, str, list[dict[str, Any]]]:
+    status, job = stack.api("POST", "/jobs", body={"code": "1", "notifications": notifications})
+    assert status == 202, job
+    stored = stack.services.store.get_job(job["jobId"])
+    created = int(stack.clock().timestamp() * 1000)
+    events = job_lifecycle(
+        job["jobId"],
+        stored.batch_job_id,
+        created_at=created,
+        started_at=created + 5_000,
+        stopped_at=created + 65_000,
+    )
+    return job["jobId"], stored.batch_job_id, events
+
+
+def test_each_event_of_a_job_without_notifications_is_one_write_and_no_read(stack) -> None:
+    job_id, _, events = _submitted(stack, "None")
+    pending, runnable, starting, running, succeeded = events
+
+    # The rule leaves out a first attempt's PENDING and RUNNABLE: no Lambda call at all.
+    assert not matches_rule(pending)
+    assert not matches_rule(runnable)
+    # STARTING and RUNNING: one conditional UpdateItem each, returning the job it wrote.
+    summary, counts = _dynamodb(lambda: stack.deliver(starting))
+    assert summary["status"] == "Starting"
+    assert counts == Counter({"UpdateItem": 1})
+    summary, counts = _dynamodb(lambda: stack.deliver(running))
+    assert summary["status"] == "Running"
+    assert counts == Counter({"UpdateItem": 1})
+    # The settlement: the job and the balance read, then one transaction; nothing read after it.
+    stack.clock.advance(60)
+    summary, counts = _dynamodb(lambda: stack.deliver(succeeded))
+    assert summary["status"] == "Succeeded"
+    assert counts == Counter({"GetItem": 2, "TransactWriteItems": 1})
+    assert stack.services.store.get_job(job_id).status_history[-1].value == "Succeeded"
+
+
+def test_an_event_that_finds_the_job_elsewhere_is_applied_from_the_failed_writes_answer(stack) -> None:
+    # Given a job whose STARTING event was lost: RUNNING finds it Queued, not Starting
+    job_id, batch_id, events = _submitted(stack, "None")
+    running = events[3]
+
+    summary, counts = _dynamodb(lambda: stack.deliver(running))
+
+    # Then the presumed write fails and returns the job (ALL_OLD): no GetItem, one more UpdateItem
+    assert summary["status"] == "Running"
+    assert counts == Counter({"UpdateItem": 2})
+    job = stack.services.store.get_job(job_id)
+    assert [s.value for s in job.status_history] == ["Queued", "Starting", "Running"]
+    assert job.batch_job_id == batch_id
+
+
+def test_a_duplicate_event_reads_the_job_once_and_writes_nothing_more(stack) -> None:
+    job_id, _, events = _submitted(stack, "None")
+    starting = events[2]
+    stack.deliver(starting)
+    before = stack.services.store.get_job(job_id)
+
+    summary, counts = _dynamodb(lambda: stack.deliver(starting))
+
+    assert summary["status"] == "Starting"
+    assert counts == Counter({"UpdateItem": 1})  # the failed presumed write, its answer the job
+    assert stack.services.store.get_job(job_id) == before
+
+
+def test_an_event_of_another_batch_job_of_the_same_name_changes_nothing(stack) -> None:
+    job_id, _, _ = _submitted(stack, "None")
+    before = stack.services.store.get_job(job_id)
+    stranger = batch_event(job_id, "another-batch-job", "STARTING")
+
+    stack.deliver(stranger)
+
+    assert stack.services.store.get_job(job_id) == before
+
+
+def test_the_meter_reads_the_metered_index_once_per_tick(stack) -> None:
+    _, _, events = _submitted(stack, "None")
+    for event in events[2:4]:
+        stack.deliver(event)
+    stack.clock.advance(60)
+
+    report, counts = _dynamodb(stack.tick)
+
+    assert report["metered"] == 1
+    assert report["stuck"] == 0
+    # notifyRetry, metered, unfinished: one Query each; the raise of creditsSpent; the balance.
+    assert counts == Counter({"Query": 3, "UpdateItem": 1, "GetItem": 1})
