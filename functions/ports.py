@@ -67,9 +67,15 @@ class JobRepository(Protocol):
         ``RecordMissing`` when the job is gone, ``UnreadableRecord`` for an item that is not a job."""
 
     def settle(
-        self, transition: Transition, charge: Charge, entry: LedgerEntry | None, now: datetime
+        self,
+        transition: Transition,
+        charge: Charge,
+        entry: LedgerEntry | None,
+        now: datetime,
+        claims: frozenset[str] = frozenset(),
     ) -> None:
-        """Store a final transition with its charge in one transaction: the job update, the ledger
+        """Store a final transition with its charge in one transaction: the job update (with the
+        notification keys ``claims`` added to the job's claimed ones), the ledger
         entry (deterministic id, written only if absent) and the balance change.
 
         Raises ``ConditionFailed`` when the job moved since read, the entry exists, or the balance

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import random
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from aws_lambda_powertools import Logger
@@ -23,6 +23,7 @@ from functions.domain.errors import (
     UnreadableRecord,
 )
 from functions.domain.jobs import (
+    Account,
     BatchJobState,
     Job,
     JobType,
@@ -34,7 +35,7 @@ from functions.domain.presumed import presume_transition
 from functions.domain.status import is_known_batch_status
 from functions.logic.array_events import apply_array_event
 from functions.logic.job_outcomes import discard_outputs, final_charge, final_outcome
-from functions.logic.notifying import deliver_due_notifications
+from functions.logic.notifying import deliver_due_notifications, status_claims
 from functions.ports import Services
 
 logger = Logger(child=True)
@@ -42,11 +43,27 @@ logger = Logger(child=True)
 MAX_WRITE_ATTEMPTS = 25
 
 
-def _settle(services: Services, transition: Transition, now: datetime) -> Job:
-    """Settle a final transition; returns the job as written (its final charge in ``credits_spent``)."""
+@dataclass(frozen=True, slots=True)
+class _Settled:
+    """A settled job as written (its final charge in ``credits_spent``; ``claims`` not yet in its
+    ``sent_notifications``), its account as read for the charge, and the notification keys claimed
+    in the settlement's own write."""
+
+    job: Job
+    account: Account
+    claims: frozenset[str]
+
+
+def _settle(services: Services, transition: Transition, now: datetime) -> _Settled:
+    """Settle a final transition, claiming in the same write the status notifications it makes due."""
     job = transition.after
-    charge, entry = final_charge(services, transition, job.credit_constraint, now)
-    services.store.settle(transition, charge, entry, now)
+    account = services.store.get_account(job.account_id)
+    if account is None:
+        raise DependencyFailed(f"account {job.account_id} of job {job.job_id} is missing")
+    charge, entry = final_charge(services, transition, job.credit_constraint, now, account)
+    written = replace(job, credits_spent=charge.credits, last_event_at=now)
+    claims = status_claims(written, now)
+    services.store.settle(transition, charge, entry, now, claims)
     services.events.count("CreditsCharged", float(charge.credits), amount=True)
     logger.info(
         "job settled",
@@ -55,7 +72,7 @@ def _settle(services: Services, transition: Transition, now: datetime) -> Job:
         credits=str(charge.credits),
         unbilled=str(charge.unbilled),
     )
-    return replace(job, credits_spent=charge.credits, last_event_at=now)
+    return _Settled(written, account, claims)
 
 
 def _event_job(services: Services, job_id: str, state: BatchJobState) -> Job | None:
@@ -146,9 +163,11 @@ def _apply_from_read(
         transition = apply_batch_event(job, state, final_reason, warnings=warnings, charged=charged)
         if transition is None:
             break
+        settled: _Settled | None = None
         try:
             if transition.settles:
-                written = _settle(services, transition, now)
+                settled = _settle(services, transition, now)
+                written = settled.job
             else:
                 services.store.save_transition(transition, now)
                 written = replace(transition.after, last_event_at=now)
@@ -162,28 +181,50 @@ def _apply_from_read(
         # The write was conditional on the position read: the job is what was written (no re-read).
         if transition.settles and is_credit_constraint_reason(written.status_reason):
             discard_outputs(services, written)
+        if settled is not None:
+            return _after_write(
+                services, state, written, now, account=settled.account, claimed=settled.claims
+            )
         return _after_write(services, state, written, now)
     else:
         raise DependencyFailed(f"job {state.job_name} kept changing; the event will be retried")
     return _deliver(services, job, now)
 
 
-def _after_write(services: Services, state: BatchJobState, job: Job, now: datetime) -> Job:
+def _after_write(
+    services: Services,
+    state: BatchJobState,
+    job: Job,
+    now: datetime,
+    *,
+    account: Account | None = None,
+    claimed: frozenset[str] = frozenset(),
+) -> Job:
     """Log the status an event wrote, then send what the job owes; returns the job."""
     # pragma: no mutate start (a log line or the retry jitter: README "Testing")
     logger.info("job status", job_id=job.job_id, status=job.status.value, batch_status=state.status)
     # pragma: no mutate end
-    return _deliver(services, job, now)
+    return _deliver(services, job, now, account=account, claimed=claimed)
 
 
-def _deliver(services: Services, job: Job, now: datetime) -> Job:
-    """Send what ``job`` (as written or read) owes now; returns it."""
+def _deliver(
+    services: Services,
+    job: Job,
+    now: datetime,
+    *,
+    account: Account | None = None,
+    claimed: frozenset[str] = frozenset(),
+) -> Job:
+    """Send what ``job`` (as written or read) owes now, with the account already read and the keys
+    already claimed when the caller has them; returns the job (those keys claimed)."""
     try:
         # A failed publish stays owed and is sent again by the meter: the event itself succeeded.
         # Claims are conditional, so a notification another writer claimed meanwhile is not resent.
-        deliver_due_notifications(services, job, now, raise_on_failure=False)
+        deliver_due_notifications(
+            services, job, now, raise_on_failure=False, account=account, claimed=claimed
+        )
     except (RecordMissing, UnreadableRecord):
         # pragma: no mutate start (a log line or the retry jitter: README "Testing")
         logger.warning("job gone before its notifications were sent", job_id=job.job_id)
         # pragma: no mutate end
-    return job
+    return replace(job, sent_notifications=job.sent_notifications | claimed) if claimed else job

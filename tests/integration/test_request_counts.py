@@ -108,3 +108,24 @@ def test_the_meter_reads_the_metered_index_once_per_tick(stack) -> None:
     assert report["stuck"] == 0
     # notifyRetry, metered, unfinished: one Query each; the raise of creditsSpent; the balance.
     assert counts == Counter({"Query": 3, "UpdateItem": 1, "GetItem": 1})
+
+
+def test_a_settlement_claims_its_notification_in_its_own_write_and_reads_the_account_once(stack) -> None:
+    job_id, _, events = _submitted(stack, [{"events": ["JobCompleted"], "methods": ["Email"]}])
+    for event in events[2:4]:
+        stack.deliver(event)
+    stack.clock.advance(60)
+
+    summary, counts = _dynamodb(lambda: stack.deliver(events[4]))
+
+    # The job and the account (balance and contacts) read once, the transaction claims the
+    # JobCompleted key, and one UpdateItem appends the outcome to the notification log.
+    assert summary["status"] == "Succeeded"
+    assert counts == Counter({"GetItem": 2, "TransactWriteItems": 1, "UpdateItem": 1})
+    assert [(n.event, n.method) for n in stack.notifier.sent] == [("JobCompleted", "Email")]
+    job = stack.services.store.get_job(job_id)
+    assert job.sent_notifications == frozenset({"JobCompleted#3/Email"})  # the 4th status entered
+    assert [(r.event, r.outcome) for r in job.notification_log] == [("JobCompleted", "sent")]
+    # A redelivered final event sends nothing again.
+    stack.deliver(events[4])
+    assert len(stack.notifier.sent) == 1

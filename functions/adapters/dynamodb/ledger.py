@@ -32,14 +32,32 @@ class AccountsAndLedger(StoreBase):
     """The account and ledger half of ``JobRepository``, and the settlement of a job."""
 
     def settle(
-        self, transition: Transition, charge: Charge, entry: LedgerEntry | None, now: datetime
+        self,
+        transition: Transition,
+        charge: Charge,
+        entry: LedgerEntry | None,
+        now: datetime,
+        claims: frozenset[str] = frozenset(),
     ) -> None:
-        """The final transition, the ledger entry and the balance change in one transaction.
+        """The final transition, the ledger entry and the balance change in one transaction; the
+        notification keys ``claims`` are claimed in the job's update (added to ``sentNotifications``).
 
         Raises ``RecordMissing`` when the job is gone, ``ConditionFailed`` on any other lost race.
         """
         final = replace(transition, after=replace(transition.after, credits_spent=charge.credits))
-        items: list[TransactWriteItemTypeDef] = [{"Update": self._transition_update(final, now)}]
+        update = self._transition_update(final, now)
+        if claims:
+            update["UpdateExpression"] += " ADD #sentNotifications :claims DELETE #retryNotifications :claims"
+            update["ExpressionAttributeNames"] = {
+                **update["ExpressionAttributeNames"],
+                "#sentNotifications": "sentNotifications",
+                "#retryNotifications": "retryNotifications",
+            }
+            update["ExpressionAttributeValues"] = {
+                **update["ExpressionAttributeValues"],
+                ":claims": serialize_value(set(claims)),
+            }
+        items: list[TransactWriteItemTypeDef] = [{"Update": update}]
         if entry is not None:
             items += self._charge_items(entry)
         self._transact(items, transition.after.job_id, self._missing)
