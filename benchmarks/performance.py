@@ -159,6 +159,9 @@ def _job_life(notifications: str | None) -> dict[str, Any]:
             events = job_lifecycle(
                 job_id, stored.batch_job_id, created_at=created, started_at=started, stopped_at=stopped
             )
+            for event in events:
+                # As AWS Batch sends them: with the tags the submit gave the job (its account's).
+                event["detail"]["tags"]["remote-batch:accountId"] = stored.account_id
             for event in events[:-1]:
                 stack.clock.advance(1)
                 if not _rule_delivers(event):

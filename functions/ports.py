@@ -66,6 +66,10 @@ class JobRepository(Protocol):
         stored job: returns (the job written, None), else (None, the job as stored). Raises
         ``RecordMissing`` when the job is gone, ``UnreadableRecord`` for an item that is not a job."""
 
+    def get_job_and_account(self, job_id: str, account_id: str) -> tuple[Job | None, Account | None]:
+        """The job and the account in one strongly consistent read (each None when absent; the job
+        also when past its TTL). Raises ``UnreadableRecord`` for a job item that is not a job."""
+
     def settle(
         self,
         transition: Transition,

@@ -32,7 +32,7 @@ from functions.domain.jobs import (
     is_credit_constraint_reason,
 )
 from functions.domain.presumed import presume_transition
-from functions.domain.status import is_known_batch_status
+from functions.domain.status import FINAL_BATCH_STATUSES, is_known_batch_status
 from functions.logic.array_events import apply_array_event
 from functions.logic.job_outcomes import discard_outputs, final_charge, final_outcome
 from functions.logic.notifying import deliver_due_notifications, status_claims
@@ -45,19 +45,21 @@ MAX_WRITE_ATTEMPTS = 25
 
 @dataclass(frozen=True, slots=True)
 class _Settled:
-    """A settled job as written (its final charge in ``credits_spent``; ``claims`` not yet in its
-    ``sent_notifications``), its account as read for the charge, and the notification keys claimed
-    in the settlement's own write."""
+    """A job as written (a settled one: its final charge in ``credits_spent``, ``claims`` not yet in
+    its ``sent_notifications``), the account read for the charge, and the notification keys claimed
+    in the settlement's own write (None and none for a transition that is not final)."""
 
     job: Job
-    account: Account
+    account: Account | None
     claims: frozenset[str]
 
 
-def _settle(services: Services, transition: Transition, now: datetime) -> _Settled:
-    """Settle a final transition, claiming in the same write the status notifications it makes due."""
+def _settle(services: Services, transition: Transition, now: datetime, account: Account | None) -> _Settled:
+    """Settle a final transition, claiming in the same write the status notifications it makes due.
+    ``account`` is the job's account as read with the job (strongly consistent); None reads it."""
     job = transition.after
-    account = services.store.get_account(job.account_id)
+    if account is None:
+        account = services.store.get_account(job.account_id)
     if account is None:
         raise DependencyFailed(f"account {job.account_id} of job {job.job_id} is missing")
     charge, entry = final_charge(services, transition, job.credit_constraint, now, account)
@@ -75,16 +77,24 @@ def _settle(services: Services, transition: Transition, now: datetime) -> _Settl
     return _Settled(written, account, claims)
 
 
-def _event_job(services: Services, job_id: str, state: BatchJobState) -> Job | None:
+def _event_job(services: Services, job_id: str, state: BatchJobState) -> tuple[Job | None, Account | None]:
     """The job an event names, or None (logged) when it is unknown, gone or unreadable: a late event
-    for those is neither applied nor charged."""
+    for those is neither applied nor charged. A final event that names its account (the Batch job's
+    ``remote-batch:accountId`` tag) reads the job and the account (for the charge and the
+    notifications' contacts) in one request; the account is None otherwise."""
+    account: Account | None = None
     try:
-        job = services.store.get_job(job_id)
+        if state.account_id and state.status in FINAL_BATCH_STATUSES:
+            job, account = services.store.get_job_and_account(job_id, state.account_id)
+        else:
+            job = services.store.get_job(job_id)
     except UnreadableRecord as exc:
         # pragma: no mutate start (a log line or the retry jitter: README "Testing")
         logger.error("event for an unreadable job item ignored", job_name=state.job_name, problem=exc.message)
         # pragma: no mutate end
-        return None
+        return None, None
+    if job is not None and account is not None and account.account_id != job.account_id:
+        account = None  # a tag that does not match the job's account is not trusted
     if job is None:
         # Unknown, deleted, or past its record TTL.
         # pragma: no mutate start (a log line or the retry jitter: README "Testing")
@@ -92,7 +102,7 @@ def _event_job(services: Services, job_id: str, state: BatchJobState) -> Job | N
             "event for unknown job ignored", job_name=state.job_name, batch_job_id=state.batch_job_id
         )
         # pragma: no mutate end
-    return job
+    return job, account
 
 
 def apply_job_state_change(services: Services, state: BatchJobState, now: datetime) -> Job | None:
@@ -134,7 +144,7 @@ def apply_job_state_change(services: Services, state: BatchJobState, now: dateti
         try:
             written, known = services.store.save_presumed_transition(presumed, now)
         except (RecordMissing, UnreadableRecord):
-            return _event_job(services, job_id, state)  # logs why the event is ignored: None
+            return _event_job(services, job_id, state)[0]  # logs why the event is ignored: None
         if written is not None:
             return _after_write(services, state, written, now)
     return _apply_from_read(services, state, job_id, known, now)
@@ -146,8 +156,11 @@ def _apply_from_read(
     """``apply_job_state_change`` from the job as stored (``known``, else read), re-read after a lost
     race; the transition's write is conditional on the position it was computed from."""
     for _ in range(MAX_WRITE_ATTEMPTS):
-        job = known if known is not None else _event_job(services, job_id, state)
-        known = None  # a lost race reads the job again
+        account: Account | None = None
+        job: Job | None = known
+        if job is None:
+            job, account = _event_job(services, job_id, state)
+        known = None  # a lost race reads the job (and the account) again
         if job is None:
             return None
         if job.type == JobType.ARRAY:
@@ -163,14 +176,8 @@ def _apply_from_read(
         transition = apply_batch_event(job, state, final_reason, warnings=warnings, charged=charged)
         if transition is None:
             break
-        settled: _Settled | None = None
         try:
-            if transition.settles:
-                settled = _settle(services, transition, now)
-                written = settled.job
-            else:
-                services.store.save_transition(transition, now)
-                written = replace(transition.after, last_event_at=now)
+            settled = _write(services, transition, now, account)
         except ConditionFailed:
             # Another event or a settlement of the same account won; back off with jitter, re-read.
             # pragma: no mutate start (a log line or the retry jitter: README "Testing")
@@ -179,16 +186,23 @@ def _apply_from_read(
             # pragma: no mutate end
             continue
         # The write was conditional on the position read: the job is what was written (no re-read).
-        if transition.settles and is_credit_constraint_reason(written.status_reason):
-            discard_outputs(services, written)
-        if settled is not None:
-            return _after_write(
-                services, state, written, now, account=settled.account, claimed=settled.claims
-            )
-        return _after_write(services, state, written, now)
+        if transition.settles and is_credit_constraint_reason(settled.job.status_reason):
+            discard_outputs(services, settled.job)
+        return _after_write(
+            services, state, settled.job, now, account=settled.account, claimed=settled.claims
+        )
     else:
         raise DependencyFailed(f"job {state.job_name} kept changing; the event will be retried")
     return _deliver(services, job, now)
+
+
+def _write(services: Services, transition: Transition, now: datetime, account: Account | None) -> _Settled:
+    """Store ``transition`` (a final one settled with its charge); returns the job as written, with
+    the account and the claims of a settlement. Raises ``ConditionFailed`` when the job moved."""
+    if transition.settles:
+        return _settle(services, transition, now, account)
+    services.store.save_transition(transition, now)
+    return _Settled(replace(transition.after, last_event_at=now), None, frozenset())
 
 
 def _after_write(

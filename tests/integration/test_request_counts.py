@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
+from decimal import Decimal
 from typing import Any
 
 from benchmarks.capacity import RequestRecorder
@@ -129,3 +130,37 @@ def test_a_settlement_claims_its_notification_in_its_own_write_and_reads_the_acc
     # A redelivered final event sends nothing again.
     stack.deliver(events[4])
     assert len(stack.notifier.sent) == 1
+
+
+def test_a_final_event_tagged_with_its_account_reads_the_job_and_the_account_in_one_request(stack) -> None:
+    # AWS Batch's events carry the tags the submit gave the job (remote-batch:accountId among them)
+    job_id, _, events = _submitted(stack, "None")
+    for event in events:
+        event["detail"]["tags"]["remote-batch:accountId"] = "dev"
+    for event in events[2:4]:
+        stack.deliver(event)
+    stack.clock.advance(60)
+    balance = stack.balance("dev")
+
+    summary, counts = _dynamodb(lambda: stack.deliver(events[4]))
+
+    assert summary["status"] == "Succeeded"
+    assert counts == Counter({"BatchGetItem": 1, "TransactWriteItems": 1})
+    assert stack.services.store.get_job(job_id).credits_spent == Decimal("1.0000")
+    assert stack.balance("dev") == balance - Decimal("1.0000")
+
+
+def test_a_final_event_whose_account_tag_is_not_the_jobs_charges_the_jobs_account(stack) -> None:
+    job_id, _, events = _submitted(stack, "None")
+    events[4]["detail"]["tags"]["remote-batch:accountId"] = "someone-else"
+    for event in events[2:4]:
+        stack.deliver(event)
+    stack.clock.advance(60)
+    balance = stack.balance("dev")
+
+    summary, counts = _dynamodb(lambda: stack.deliver(events[4]))
+
+    assert summary["status"] == "Succeeded"
+    # The tag's account is not the job's: the job's own account is read for the charge.
+    assert counts == Counter({"BatchGetItem": 1, "GetItem": 1, "TransactWriteItems": 1})
+    assert stack.balance("dev") == balance - Decimal("1.0000")

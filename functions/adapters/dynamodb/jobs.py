@@ -220,10 +220,12 @@ class JobRecords(StoreBase):
         except ConditionFailed as exc:
             if self._missing(exc):
                 raise RecordMissing(f"Job {presumed.job_id} no longer exists.") from None
-            old = exc.__cause__.response.get("Item") if isinstance(exc.__cause__, ClientError) else None
+            cause = exc.__cause__
+            response_body: dict[str, Any] = dict(cause.response) if isinstance(cause, ClientError) else {}
+            old: dict[str, Any] = response_body.get("Item") or {}
             if not old:
                 return None, self.get_job(presumed.job_id)
-            return None, job_from_item(deserialize_item(dict(old)))
+            return None, job_from_item(deserialize_item(old))
         return job_from_item(deserialize_item(dict(response["Attributes"]))), None
 
     def set_termination_reason(self, job_id: str, reason: str) -> Job | None:

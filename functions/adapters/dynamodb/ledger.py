@@ -21,7 +21,7 @@ from functions.adapters.dynamodb.items import (
 )
 from functions.domain.credits import Charge, quantize_credits
 from functions.domain.errors import ConditionFailed, DependencyFailed, RecordMissing
-from functions.domain.jobs import Account, LedgerEntry, LedgerKind, Transition
+from functions.domain.jobs import Account, Job, LedgerEntry, LedgerKind, Transition
 from functions.domain.timefmt import to_sortable
 
 if TYPE_CHECKING:  # the stubs are a dev dependency; the Lambda runtime has no need of them
@@ -108,6 +108,26 @@ class AccountsAndLedger(StoreBase):
                 },
             }
         }
+
+    def get_job_and_account(self, job_id: str, account_id: str) -> tuple[Job | None, Account | None]:
+        """The job (None when absent or past its TTL) and the account (None when absent), read
+        strongly consistent in one BatchGetItem. Raises ``UnreadableRecord`` for a job item that is
+        not a whole job."""
+        request: dict[str, Any] = {
+            self._jobs: {"Keys": [serialize_item({"jobId": job_id})], "ConsistentRead": True},
+            self._accounts: {"Keys": [serialize_item({"accountId": account_id})], "ConsistentRead": True},
+        }
+        found: dict[str, list[dict[str, Any]]] = {self._jobs: [], self._accounts: []}
+        while request:
+            with store_errors("BatchGetItem"):
+                response = self._db.batch_get_item(RequestItems=request)
+            for table, items in response.get("Responses", {}).items():
+                found[table] += [deserialize_item(dict(item)) for item in items]
+            # The unprocessed keys come back in the request's own shape (BatchGetItem reference).
+            request = dict(response.get("UnprocessedKeys") or {})
+        job = self._live_job(found[self._jobs][0], "get") if found[self._jobs] else None
+        account = account_from_item(found[self._accounts][0]) if found[self._accounts] else None
+        return job, account
 
     def get_account(self, account_id: str) -> Account | None:
         """The account, read strongly consistent, or None."""
