@@ -60,11 +60,48 @@ class TableSpec:
 # a put of the whole job; the meter finds jobs whose events may have been lost with one Query
 # filtered on lastEventAt, then reads those few (rarely any) jobs. notifyRetry holds the jobs with
 # a notification whose publish failed, for the meter to send again.
+# What GET /jobs shows of each job (``handlers.api.models.jobs.job_view``) and what reading it back
+# needs (``payloadKind``; ``ttl`` for the expiry filter): the byAccount index holds only these, so
+# a write of anything else (the Batch job id, a notification claim, a termination request, the
+# meter's reconciliation mark) costs the index nothing.
+JOB_LIST_ATTRIBUTES = (
+    "name",
+    "type",
+    "payloadKind",
+    "parentJobId",
+    "arrayIndex",
+    "arraySize",
+    "status",
+    "statusReason",
+    "machineClass",
+    "geoZone",
+    "creditConstraint",
+    "timeConstraint",
+    "notifications",
+    "creditsSpent",
+    "creditsSettled",
+    "exitCode",
+    "submittedAt",
+    "startedAt",
+    "completedAt",
+    "childStatusCounts",
+    "batchReason",
+    "warnings",
+    "notificationLog",
+    "ttl",
+)
+
 JOBS = TableSpec(
     logical_name="Jobs",
     partition_key="jobId",
     indexes=(
-        Index("byAccount", partition_key="accountId", sort_key="listKey"),
+        Index(
+            "byAccount",
+            partition_key="accountId",
+            sort_key="listKey",
+            projection="INCLUDE",
+            included=JOB_LIST_ATTRIBUTES,
+        ),
         Index("metered", partition_key="meterPartition", sort_key="jobId"),
         Index(
             "unfinished",

@@ -164,3 +164,40 @@ def test_a_final_event_whose_account_tag_is_not_the_jobs_charges_the_jobs_accoun
     # The tag's account is not the job's: the job's own account is read for the charge.
     assert counts == Counter({"BatchGetItem": 1, "GetItem": 1, "TransactWriteItems": 1})
     assert stack.balance("dev") == balance - Decimal("1.0000")
+
+
+def test_the_list_shows_each_job_as_get_does_from_the_slim_index(stack) -> None:
+    # A job with everything the view shows: a name, caps, a reason, notifications sent and logged
+    body = {
+        "code": "1",
+        "name": "listed",
+        "creditConstraint": 5,
+        "timeConstraint": 600,
+        "notifications": [{"events": ["JobStarting", "JobCompleted"], "methods": ["Email", "SMS"]}],
+    }
+    status, job = stack.api("POST", "/jobs", body=body)
+    assert status == 202, job
+    stored = stack.services.store.get_job(job["jobId"])
+    created = int(stack.clock().timestamp() * 1000)
+    events = job_lifecycle(
+        job["jobId"],
+        stored.batch_job_id,
+        created_at=created,
+        started_at=created + 5_000,
+        stopped_at=created + 65_000,
+    )
+    for event in events[2:]:
+        stack.deliver(event)
+    queued_status, queued = stack.api("POST", "/jobs", body={"code": "2", "notifications": "None"})
+    assert queued_status == 202, queued
+
+    listed_status, listed = stack.api("GET", "/jobs")
+
+    assert listed_status == 200, listed
+    for shown in listed["jobs"]:
+        got_status, got = stack.api("GET", f"/jobs/{shown['jobId']}")
+        assert got_status == 200
+        assert shown == got
+    assert [j["jobId"] for j in listed["jobs"]] == [queued["jobId"], job["jobId"]]
+    assert listed["jobs"][1]["notificationLog"]
+    assert listed["jobs"][1]["status"] == "Succeeded"
