@@ -18,10 +18,12 @@ from dataclasses import dataclass, replace
 
 from functions.domain.batch_reasons import normalize_reason
 from functions.domain.jobs import BatchJobState, Job, JobType, ms_to_datetime
-from functions.domain.status import BATCH_TO_JOB_STATUS, JobStatus, statuses_between
+from functions.domain.status import BATCH_TO_JOB_STATUS, JobStatus, event_position, statuses_between
 
 # The status a job has, in the usual order of events, when the event of this Batch status comes.
 PRESUMED_STATUS = {"STARTING": JobStatus.QUEUED, "RUNNING": JobStatus.STARTING}
+# A job's ``event_position`` before any Batch event was applied.
+NO_EVENT = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,8 +35,11 @@ class PresumedTransition:
     state : BatchJobState
         The event (its ``job_name`` is the job's id).
     presumed : JobStatus
-        The status the job must have (and no later event applied) for this transition to be the one
-        ``apply_batch_event`` computes.
+        The status the job must have for this transition to be the one ``apply_batch_event`` computes.
+    before : int
+        The ``event_position`` the job must have: the event before this one in the same attempt
+        (RUNNING: its STARTING; STARTING: none in a first attempt, whose PENDING and RUNNABLE the rule
+        leaves out, else the retry's RUNNABLE).
     target : JobStatus
         The status the event moves the job to.
     entered : tuple[JobStatus, ...]
@@ -45,6 +50,7 @@ class PresumedTransition:
 
     state: BatchJobState
     presumed: JobStatus
+    before: int
     target: JobStatus
     entered: tuple[JobStatus, ...]
     status_reason: str | None
@@ -56,13 +62,13 @@ class PresumedTransition:
 
     def holds_for(self, job: Job) -> bool:
         """True when ``job`` is in the state this transition presumes: a Single job named by the event,
-        in ``presumed`` status, with no later event applied, and of the event's Batch job (or of none
-        yet). The store's write condition says the same."""
+        in ``presumed`` status at position ``before``, and of the event's Batch job (or of none yet).
+        The store's write condition says the same."""
         return (
             job.job_id == self.job_id
             and job.type == JobType.SINGLE
             and job.status == self.presumed
-            and job.event_position < self.state.position
+            and job.event_position == self.before
             and (job.batch_job_id is None or job.batch_job_id == self.state.batch_job_id)
         )
 
@@ -94,9 +100,14 @@ def presume_transition(state: BatchJobState) -> PresumedTransition | None:
         return None
     target = BATCH_TO_JOB_STATUS[state.status]
     entered = statuses_between(presumed, target, ever_ran=state.started_at_ms is not None)
+    if state.status == "RUNNING":
+        before = event_position(state.attempt_count, "STARTING")
+    else:
+        before = event_position(state.attempt_count, "RUNNABLE") if state.attempt_count else NO_EVENT
     return PresumedTransition(
         state=state,
         presumed=presumed,
+        before=before,
         target=target,
         entered=tuple(entered),
         status_reason=normalize_reason(state.status_reason),

@@ -139,23 +139,26 @@ def apply_job_state_change(services: Services, state: BatchJobState, now: dateti
     # STARTING and RUNNING are written without a read when the job is where they usually find it;
     # otherwise the failed write returns the job as it is, and the event is applied from that.
     known: Job | None = None
+    written: Job | None = None
     presumed = presume_transition(state) if job_id == state.job_name else None
     if presumed is not None:
         try:
             written, known = services.store.save_presumed_transition(presumed, now)
         except (RecordMissing, UnreadableRecord):
-            return _event_job(services, job_id, state)[0]  # logs why the event is ignored: None
+            known = None  # gone or unreadable as far as the write could tell: read it and see
         if written is not None:
             return _after_write(services, state, written, now)
-    return _apply_from_read(services, state, job_id, known, now)
+    # The presumed write, when tried, was the first of the attempts.
+    attempts = MAX_WRITE_ATTEMPTS - 1 if presumed is not None else MAX_WRITE_ATTEMPTS
+    return _apply_from_read(services, state, job_id, known, now, attempts=attempts)
 
 
 def _apply_from_read(
-    services: Services, state: BatchJobState, job_id: str, known: Job | None, now: datetime
+    services: Services, state: BatchJobState, job_id: str, known: Job | None, now: datetime, *, attempts: int
 ) -> Job | None:
     """``apply_job_state_change`` from the job as stored (``known``, else read), re-read after a lost
-    race; the transition's write is conditional on the position it was computed from."""
-    for _ in range(MAX_WRITE_ATTEMPTS):
+    race, for at most ``attempts`` writes; each is conditional on the position it was computed from."""
+    for _ in range(attempts):
         account: Account | None = None
         job: Job | None = known
         if job is None:

@@ -43,10 +43,9 @@ def state(status: str, **fields) -> BatchJobState:
     known_batch_id=st.booleans(),
     known_start=st.booleans(),
     history=st.sampled_from([(JobStatus.QUEUED,), (JobStatus.QUEUED, JobStatus.STARTING)]),
-    position=st.integers(-1, 2),
 )
 def test_the_presumed_transition_is_the_one_applied_to_the_job_as_read(
-    status, attempts, started, exit_code, reason, log, known_batch_id, known_start, history, position
+    status, attempts, started, exit_code, reason, log, known_batch_id, known_start, history
 ) -> None:
     event = state(
         status,
@@ -65,7 +64,7 @@ def test_the_presumed_transition_is_the_one_applied_to_the_job_as_read(
         submitted_at=SUBMITTED_AT,
         status=presumed.presumed,
         status_history=history,
-        event_position=position,
+        event_position=presumed.before,
         batch_job_id=BATCH_ID if known_batch_id else None,
         started_at=SUBMITTED_AT if known_start else None,
         log_stream_name="older/stream",
@@ -86,16 +85,21 @@ def test_starting_presumes_queued_and_running_presumes_starting() -> None:
     )
 
     assert starting is not None and running is not None
-    assert (starting.presumed, starting.target, starting.entered) == (
+    assert (starting.presumed, starting.before, starting.target, starting.entered) == (
         JobStatus.QUEUED,
+        -1,  # no event yet: the rule leaves out a first attempt's PENDING and RUNNABLE
         JobStatus.STARTING,
         (JobStatus.STARTING,),
     )
-    assert (running.presumed, running.target, running.entered) == (
+    assert (running.presumed, running.before, running.target, running.entered) == (
         JobStatus.STARTING,
+        3,  # its STARTING
         JobStatus.RUNNING,
         (JobStatus.RUNNING,),
     )
+    retried = presume_transition(state("STARTING", attempt_count=1))
+    assert retried is not None
+    assert retried.before == 12  # the retry's RUNNABLE
 
 
 def test_other_events_and_arrays_are_not_presumed() -> None:
@@ -120,6 +124,7 @@ def test_a_job_elsewhere_does_not_hold_the_presumption() -> None:
 
     assert not presumed.holds_for(replace(job, status=JobStatus.QUEUED))  # STARTING was lost
     assert not presumed.holds_for(replace(job, event_position=14))  # this event (or a later one) applied
+    assert not presumed.holds_for(replace(job, event_position=12))  # its STARTING not applied
     assert not presumed.holds_for(replace(job, batch_job_id="another-batch-job"))
     assert not presumed.holds_for(replace(job, type=JobType.ARRAY))
     assert not presumed.holds_for(replace(job, job_id="job-other"))

@@ -139,8 +139,8 @@ class JobRecords(StoreBase):
         self, presumed: PresumedTransition, now: datetime
     ) -> tuple[Job | None, Job | None]:
         """Write an event's transition without reading the job: one UpdateItem conditional on
-        ``presumed.holds_for`` (a live Single job in the presumed status, no later event applied, of
-        the event's Batch job or none), returning what it wrote (``ALL_NEW``) or, when the condition
+        ``presumed.holds_for`` (a live Single job in the presumed status and event position, of the
+        event's Batch job or none), returning what it wrote (``ALL_NEW``) or, when the condition
         failed, the job as it is (``ALL_OLD``).
 
         Returns
@@ -160,6 +160,7 @@ class JobRecords(StoreBase):
             ":status": presumed.target.value,
             ":presumed": presumed.presumed.value,
             ":position": state.position,
+            ":before": presumed.before,
             ":batchJobId": state.batch_job_id,
             ":lastEventAt": to_sortable(now),
             ":openPartition": OPEN_PARTITION,
@@ -199,7 +200,7 @@ class JobRecords(StoreBase):
         values[":liveNow"] = self._now_epoch()
         update = "SET " + ", ".join(sets) + " REMOVE " + ", ".join(removes)
         condition = (
-            f"{LIVE_JOB} AND #type = :single AND #status = :presumed AND #eventPosition < :position"
+            f"{LIVE_JOB} AND #type = :single AND #status = :presumed AND #eventPosition = :before"
             " AND (attribute_not_exists(#batchJobId) OR #batchJobId = :batchJobId)"
         )
         # DynamoDB refuses a name the expressions do not use.
