@@ -6,7 +6,8 @@ ratios of two things measured side by side vary much less):
 
 1. **Job life** (in this process's children, moto in-process, the handlers called as Lambda calls them):
    ``POST /jobs`` of ``1`` (``notifications`` default, then ``"None"``), the Batch events of one attempt
-   as AWS Batch emits them (PENDING, RUNNABLE, STARTING, RUNNING, SUCCEEDED: no event for SUBMITTED),
+   as AWS Batch emits them (PENDING, RUNNABLE, STARTING, RUNNING, SUCCEEDED: no event for SUBMITTED)
+   and the tree's EventBridge rule delivers them (its pattern leaves out what cannot change a job),
    one meter tick while it runs, the settlement, ``GET /jobs/{id}/result``. Every AWS request is
    counted by service and operation (``benchmarks.capacity.RequestRecorder``, a wrapper on botocore's
    ``BaseClient._make_api_call``); DynamoDB write/read request units are COMPUTED from the item images
@@ -121,6 +122,16 @@ def _timed(invocations: list[dict[str, Any]], function: str, call: Callable[[], 
     return result
 
 
+def _rule_delivers(event: dict[str, Any]) -> bool:
+    """True when the tree's EventBridge rule delivers ``event`` to batch_events (its pattern, as the
+    local bus applies it); a tree without a content filter delivers every event."""
+    try:
+        from remote_batch.local.bus import matches_rule
+    except ImportError:
+        return True
+    return matches_rule(event)
+
+
 def _job_life(notifications: str | None) -> dict[str, Any]:
     """One Single job of ``1`` from submit to its result read, every AWS request counted."""
     import boto3
@@ -151,8 +162,13 @@ def _job_life(notifications: str | None) -> dict[str, Any]:
             events = job_lifecycle(
                 job_id, stored.batch_job_id, created_at=created, started_at=started, stopped_at=stopped
             )
+            for event in events:
+                # As AWS Batch sends them: with the tags the submit gave the job (its account's).
+                event["detail"]["tags"]["remote-batch:accountId"] = stored.account_id
             for event in events[:-1]:
                 stack.clock.advance(1)
+                if not _rule_delivers(event):
+                    continue  # EventBridge's rule leaves it out: no Lambda call
                 _timed(invocations, "batch_events", functools.partial(stack.deliver, event))
             stack.clock.advance(30)
             _timed(invocations, "meter", stack.tick)

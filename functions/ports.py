@@ -18,6 +18,7 @@ from functions.domain.fleet import AuditEntry, ClassAvailability
 from functions.domain.jobs import Account, BatchJobState, Job, LedgerEntry, NotificationRecord, Transition
 from functions.domain.machine_classes import GeoZone
 from functions.domain.roles import AccountMembers, Member
+from functions.domain.presumed import PresumedTransition
 from functions.domain.runtime import WORKER_PYTHON_VERSION
 from functions.domain.status import JobStatus
 
@@ -60,10 +61,27 @@ class JobRepository(Protocol):
         """Store a non-final transition. Raises ``ConditionFailed`` when the stored job moved since
         ``transition.before`` was read (a concurrent or replayed event)."""
 
+    def save_presumed_transition(
+        self, presumed: PresumedTransition, now: datetime
+    ) -> tuple[Job | None, Job | None]:
+        """Store an event's transition without reading the job, only if ``presumed.holds_for`` the
+        stored job: returns (the job written, None), else (None, the job as stored). Raises
+        ``RecordMissing`` when the job is gone, ``UnreadableRecord`` for an item that is not a job."""
+
+    def get_job_and_account(self, job_id: str, account_id: str) -> tuple[Job | None, Account | None]:
+        """The job and the account in one strongly consistent read (each None when absent; the job
+        also when past its TTL). Raises ``UnreadableRecord`` for a job item that is not a job."""
+
     def settle(
-        self, transition: Transition, charge: Charge, entry: LedgerEntry | None, now: datetime
+        self,
+        transition: Transition,
+        charge: Charge,
+        entry: LedgerEntry | None,
+        now: datetime,
+        claims: frozenset[str] = frozenset(),
     ) -> None:
-        """Store a final transition with its charge in one transaction: the job update, the ledger
+        """Store a final transition with its charge in one transaction: the job update (with the
+        notification keys ``claims`` added to the job's claimed ones), the ledger
         entry (deterministic id, written only if absent) and the balance change.
 
         Raises ``ConditionFailed`` when the job moved since read, the entry exists, or the balance

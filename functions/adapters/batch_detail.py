@@ -53,6 +53,11 @@ class BatchJobDetail(BaseModel):
     attempts: list[dict[str, Any]] = Field(default_factory=list)
     container: BatchContainerDetail | None = None
     array_properties: BatchArrayProperties | None = Field(default=None, alias="arrayProperties")
+    tags: dict[str, Any] = Field(default_factory=dict)
+
+
+# The tag the submit gives every Batch job with its account (``logic.submission.batch_submission``).
+ACCOUNT_TAG = "remote-batch:accountId"
 
 
 def _text(value: Any) -> str | None:
@@ -119,4 +124,5 @@ def to_state(detail: BatchJobDetail, observed_at_ms: int) -> BatchJobState:
         observed_at_ms=observed_at_ms,
         array_index=detail.array_properties.index if detail.array_properties else None,
         array_size=detail.array_properties.size if detail.array_properties else None,
+        account_id=_text(detail.tags.get(ACCOUNT_TAG)),
     )

@@ -14,6 +14,7 @@ if TYPE_CHECKING:  # the stubs are a dev dependency: nothing of boto3 is importe
         GlobalSecondaryIndexTypeDef,
         KeySchemaElementTypeDef,
         LocalSecondaryIndexTypeDef,
+        ProjectionTypeDef,
     )
 
 
@@ -21,14 +22,16 @@ if TYPE_CHECKING:  # the stubs are a dev dependency: nothing of boto3 is importe
 class Index:
     """A secondary index. ``local`` indexes share the table's partition key.
 
-    ``projection`` is ``ALL`` or ``KEYS_ONLY``.
+    ``projection`` is ``ALL``, ``KEYS_ONLY`` or ``INCLUDE`` (the keys and ``included``): an index
+    write costs a write unit whenever an attribute it holds changes, so it holds what its queries read.
     """
 
     name: str
     partition_key: str
     sort_key: str | None = None
     local: bool = False
-    projection: Literal["ALL", "KEYS_ONLY"] = "ALL"
+    projection: Literal["ALL", "KEYS_ONLY", "INCLUDE"] = "ALL"
+    included: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,16 +55,64 @@ class TableSpec:
 # Jobs. byAccount is sparse: only top-level jobs carry listKey (submittedAt#jobId), so
 # GET /jobs never reads array children. metered is sparse: only Starting/Running jobs carry
 # meterPartition, so the meter's cost grows with running jobs, not with history. unfinished is
-# sparse too: every job that is not final carries openPartition, sorted by lastEventAt, so the
-# meter finds jobs whose events may have been lost with one key-range query. notifyRetry holds
-# the jobs with a notification whose publish failed, for the meter to send again.
+# sparse too: every job that is not final carries openPartition; its sort key (jobId) never moves
+# and it holds only lastEventAt and ttl (the meter's stale query) and machineClass, geoZone, status
+# and type (the admin fleet counts: ``OperationsStore.count_unfinished``), so a transition costs it
+# one small write (lastEventAt moves with every event anyway), not a delete and a put of the whole
+# job; the meter finds jobs whose events may have been lost with one Query filtered on lastEventAt,
+# then reads those few (rarely any) jobs. notifyRetry holds the jobs with
+# a notification whose publish failed, for the meter to send again.
+# What GET /jobs shows of each job (``handlers.api.models.jobs.job_view``) and what reading it back
+# needs (``payloadKind``; ``ttl`` for the expiry filter): the byAccount index holds only these, so
+# a write of anything else (the Batch job id, a notification claim, a termination request, the
+# meter's reconciliation mark) costs the index nothing.
+UNFINISHED_ATTRIBUTES = ("lastEventAt", "ttl", "machineClass", "geoZone", "status", "type")
+JOB_LIST_ATTRIBUTES = (
+    "name",
+    "type",
+    "payloadKind",
+    "parentJobId",
+    "arrayIndex",
+    "arraySize",
+    "status",
+    "statusReason",
+    "machineClass",
+    "geoZone",
+    "creditConstraint",
+    "timeConstraint",
+    "notifications",
+    "creditsSpent",
+    "creditsSettled",
+    "exitCode",
+    "submittedAt",
+    "startedAt",
+    "completedAt",
+    "childStatusCounts",
+    "batchReason",
+    "warnings",
+    "notificationLog",
+    "ttl",
+)
+
 JOBS = TableSpec(
     logical_name="Jobs",
     partition_key="jobId",
     indexes=(
-        Index("byAccount", partition_key="accountId", sort_key="listKey"),
+        Index(
+            "byAccount",
+            partition_key="accountId",
+            sort_key="listKey",
+            projection="INCLUDE",
+            included=JOB_LIST_ATTRIBUTES,
+        ),
         Index("metered", partition_key="meterPartition", sort_key="jobId"),
-        Index("unfinished", partition_key="openPartition", sort_key="lastEventAt"),
+        Index(
+            "unfinished",
+            partition_key="openPartition",
+            sort_key="jobId",
+            projection="INCLUDE",
+            included=UNFINISHED_ATTRIBUTES,
+        ),
         Index("notifyRetry", partition_key="retryPartition", sort_key="jobId", projection="KEYS_ONLY"),
     ),
     ttl_attribute="ttl",
@@ -102,21 +153,18 @@ def create_table_request(spec: TableSpec, name: str) -> CreateTableInputTypeDef:
             schema.append({"AttributeName": sort_key, "KeyType": "RANGE"})
         return schema
 
+    def projection(index: Index) -> ProjectionTypeDef:
+        if index.projection == "INCLUDE":
+            return {"ProjectionType": "INCLUDE", "NonKeyAttributes": list(index.included)}
+        return {"ProjectionType": index.projection}
+
     def global_index(index: Index) -> GlobalSecondaryIndexTypeDef:
         keys = key_schema(index.partition_key, index.sort_key)
-        return {
-            "IndexName": index.name,
-            "KeySchema": keys,
-            "Projection": {"ProjectionType": index.projection},
-        }
+        return {"IndexName": index.name, "KeySchema": keys, "Projection": projection(index)}
 
     def local_index(index: Index) -> LocalSecondaryIndexTypeDef:
         keys = key_schema(index.partition_key, index.sort_key)
-        return {
-            "IndexName": index.name,
-            "KeySchema": keys,
-            "Projection": {"ProjectionType": index.projection},
-        }
+        return {"IndexName": index.name, "KeySchema": keys, "Projection": projection(index)}
 
     request: CreateTableInputTypeDef = {
         "TableName": name,

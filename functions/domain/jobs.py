@@ -270,6 +270,8 @@ class BatchJobState:
     are ``arrayProperties.index`` (an array child's, whose ``batch_job_id`` is ``<array id>:<index>``)
     and ``arrayProperties.size`` (an array job's own events, which also carry ``statusSummary``);
     both None for a job that is no array (AWS Batch API reference, ``ArrayPropertiesDetail``).
+    ``account_id`` is the ``remote-batch:accountId`` tag the submit gave the Batch job (``tags``), a
+    hint that lets the final event read the job and its account in one request; None without it.
     """
 
     batch_job_id: str
@@ -286,6 +288,7 @@ class BatchJobState:
     observed_at_ms: int | None = None
     array_index: int | None = None
     array_size: int | None = None
+    account_id: str | None = None
 
     @property
     def reasons(self) -> tuple[str, ...]:

@@ -52,6 +52,9 @@ BATCH_STATUS_RANK: dict[str, int] = {
     "FAILED": 5,
 }
 
+# The AWS Batch statuses that end a job (its charge is settled on them).
+FINAL_BATCH_STATUSES = ("SUCCEEDED", "FAILED")
+
 BATCH_TO_JOB_STATUS: dict[str, JobStatus] = {
     "SUBMITTED": JobStatus.QUEUED,
     "PENDING": JobStatus.QUEUED,

@@ -23,7 +23,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """
     services = get_services()
     report = meter_tick(services, services.clock())
-    stuck = count_stuck_jobs(services, services.clock())
+    stuck = count_stuck_jobs(services, services.clock(), report.running)
     metrics.add_metric(name="MeteredJobs", unit=MetricUnit.Count, value=report.metered)
     # Jobs whose item could not be read or written this tick (logged with their ids; alarm on it).
     metrics.add_metric(name="SkippedJobs", unit=MetricUnit.Count, value=report.skipped)

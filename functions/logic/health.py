@@ -38,10 +38,14 @@ def stuck_jobs(jobs: Iterable[Job], now: datetime) -> list[Job]:
     return stuck
 
 
-def count_stuck_jobs(services: Services, now: datetime) -> int:
+def count_stuck_jobs(services: Services, now: datetime, metered: Iterable[Job] | None = None) -> int:
     """Count the stuck Starting/Running jobs (``stuck_jobs``), log each, and report the number as the
-    ``StuckJobs`` event (0 included, so the alarm on it always has data). Returns the number."""
-    stuck = stuck_jobs(services.store.list_metered_jobs(), now)
+    ``StuckJobs`` event (0 included, so the alarm on it always has data). Returns the number.
+
+    ``metered`` are the Starting/Running jobs the caller already read (the meter tick's, so the index
+    is queried once per tick); None reads them from the ``metered`` index.
+    """
+    stuck = stuck_jobs(services.store.list_metered_jobs() if metered is None else metered, now)
     for job in stuck:
         logger.warning("job stuck past its batch timeout", job_id=job.job_id, started_at=str(job.started_at))
     services.events.count("StuckJobs", len(stuck))

@@ -16,6 +16,7 @@ from functions.domain.arrays import job_data_path
 from functions.domain.credits import Charge, settle_charge
 from functions.domain.errors import DependencyFailed, PayloadTooLarge
 from functions.domain.jobs import (
+    Account,
     BatchJobState,
     Job,
     LedgerEntry,
@@ -127,7 +128,11 @@ def final_outcome(
 
 
 def final_charge(
-    services: Services, transition: Transition, cap: Decimal | None, now: datetime
+    services: Services,
+    transition: Transition,
+    cap: Decimal | None,
+    now: datetime,
+    account: Account | None = None,
 ) -> tuple[Charge, LedgerEntry | None]:
     """The charge of a job's final transition (a job's or an array child's) and its ledger entry.
 
@@ -140,10 +145,13 @@ def final_charge(
     nothing to record: a charge the balance could not cover still gets one (credits 0, the rest
     ``unbilled``), so every running cost is explained in the ledger.
 
+    ``account`` is the job's account as just read (strongly consistent) by the caller; None reads it.
+
     Raises ``DependencyFailed`` when the job's account is missing (or DynamoDB failed).
     """
     job = transition.after
-    account = services.store.get_account(job.account_id)
+    if account is None:
+        account = services.store.get_account(job.account_id)
     if account is None:
         raise DependencyFailed(f"account {job.account_id} of job {job.job_id} is missing")
     running_ms = transition.running_ms

@@ -53,13 +53,15 @@ T = TypeVar("T")
 @dataclass(frozen=True, slots=True)
 class MeterReport:
     """What one tick did: jobs metered, ``creditsSpent`` raised, TerminateJob requests sent, jobs
-    reconciled, and jobs skipped because they could not be read or written (each counted once)."""
+    reconciled, and jobs skipped because they could not be read or written (each counted once);
+    ``running`` are the Starting/Running jobs the tick read (for ``health.count_stuck_jobs``)."""
 
     metered: int
     updated: int
     terminated: int = 0
     reconciled: int = 0
     skipped: int = 0
+    running: tuple[Job, ...] = ()
 
 
 @dataclass
@@ -109,7 +111,8 @@ def meter_tick(services: Services, now: datetime) -> MeterReport:
     # First what earlier deliveries failed to publish (this tick's failures wait for the next one).
     retry_failed_notifications(services, now, skips)
     by_account: dict[str, list[MeterReading]] = defaultdict(list)
-    for job in services.store.list_metered_jobs(on_unreadable=skips.unreadable):
+    running = tuple(services.store.list_metered_jobs(on_unreadable=skips.unreadable))
+    for job in running:
         reading = skips.guard(job.job_id, "read", partial(read_meter, job, now))
         if reading is not None:
             by_account[job.account_id].append(reading)
@@ -122,7 +125,8 @@ def meter_tick(services: Services, now: datetime) -> MeterReport:
     for readings in by_account.values():
         for reading in readings:
             skips.guard(reading.job.job_id, "notify", partial(notify_progress, services, reading, now))
-    reconciled = reconcile_stale_jobs(services, now, skips)
+    ended: set[str] = set()
+    reconciled = reconcile_stale_jobs(services, now, skips, ended)
     skipped = len(skips.job_ids)
     logger.info(
         "meter tick",
@@ -133,7 +137,12 @@ def meter_tick(services: Services, now: datetime) -> MeterReport:
         skipped=skipped,
     )
     return MeterReport(
-        metered=metered, updated=updated, terminated=terminated, reconciled=reconciled, skipped=skipped
+        metered=metered,
+        updated=updated,
+        terminated=terminated,
+        reconciled=reconciled,
+        skipped=skipped,
+        running=tuple(job for job in running if job.job_id not in ended),
     )
 
 
@@ -276,12 +285,15 @@ def _index_in_span(batch_job_id: str) -> int | None:
     return int(suffix) if colon and suffix.isascii() and suffix.isdigit() else None
 
 
-def reconcile_stale_jobs(services: Services, now: datetime, skips: _Skips | None = None) -> int:
+def reconcile_stale_jobs(
+    services: Services, now: datetime, skips: _Skips | None = None, ended: set[str] | None = None
+) -> int:
     """Ask Batch about non-final jobs with no event for 10 minutes; apply what it says.
 
-    Returns how many jobs were checked. A job Batch does not know (never submitted, or past
-    Batch's retention) is ended ``Terminated`` with a reason saying so. A job that cannot be read
-    or written is logged, counted in ``skips`` and skipped.
+    Returns how many jobs were checked; the ids of the jobs it made final are added to ``ended``.
+    A job Batch does not know (never submitted, or past Batch's retention) is ended ``Terminated``
+    with a reason saying so. A job that cannot be read or written is logged, counted in ``skips``
+    and skipped.
     """
     guard = skips or _Skips()
     stale = list(services.store.list_stale_jobs(now - STALE_AFTER, on_unreadable=guard.unreadable))
@@ -314,15 +326,18 @@ def reconcile_stale_jobs(services: Services, now: datetime, skips: _Skips | None
                 state = _synthetic_failure(job, reason, now)
             # A store or publish failure for one job must not stop the tick for the others: what was
             # not written is still stale next tick; a failed publish released its key.
-            guard.guard(job.job_id, "reconcile", partial(_reconcile, services, job, state, now))
+            applied = guard.guard(job.job_id, "reconcile", partial(_reconcile, services, job, state, now))
+            if applied is not None and applied.is_final and ended is not None:
+                ended.add(job.job_id)
     return len(stale)
 
 
-def _reconcile(services: Services, job: Job, state: BatchJobState, now: datetime) -> None:
+def _reconcile(services: Services, job: Job, state: BatchJobState, now: datetime) -> Job | None:
     applied = apply_job_state_change(services, state, now)
     if applied is not None and not applied.is_final:
         services.store.mark_reconciled(job.job_id, now)
     logger.info("job reconciled", job_id=job.job_id, batch_status=state.status)
+    return applied
 
 
 def _reconcile_array(services: Services, parent: Job, now: datetime) -> None:

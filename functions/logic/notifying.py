@@ -104,8 +104,26 @@ def _drop_abandoned(services: Services, job: Job, now: datetime) -> None:
         _record(services, job=job, due=due, outcome="skipped", to=None, detail=detail, now=now)
 
 
+def status_claims(job: Job, now: datetime) -> frozenset[str]:
+    """Keys of the status notifications ``job`` (as about to be written) owes at ``now``, for the
+    write that makes them due to claim (DESIGN.md "Notifications": only the writer that added a key
+    publishes it; a status write conditional on the job's event position has one writer). Progress
+    notifications are claimed on their own (only while the job is open); none when more are owed
+    than one delivery sends (those go out over the meter's ticks)."""
+    pending = due_notifications(job, now)
+    if len(pending) > MAX_SENDS_PER_DELIVERY:
+        return frozenset()
+    return frozenset(due.key for due in pending if not is_progress(due.event))
+
+
 def deliver_due_notifications(
-    services: Services, job: Job, now: datetime, raise_on_failure: bool = True
+    services: Services,
+    job: Job,
+    now: datetime,
+    raise_on_failure: bool = True,
+    *,
+    account: Account | None = None,
+    claimed: frozenset[str] = frozenset(),
 ) -> int:
     """Publish what ``job`` owes at ``now`` (status and progress notifications) and has not sent.
 
@@ -120,6 +138,12 @@ def deliver_due_notifications(
     raise_on_failure : bool
         Re-raise a transient publish failure (batch_events: EventBridge retries) or leave it to the
         meter's ticks (meter).
+    account : Account | None
+        The job's account as the caller just read it (its contacts); None reads it (once).
+    claimed : frozenset[str]
+        Keys the caller already claimed in the write that made them due (``status_claims``); they
+        are sent without a claim of their own. ``job`` is the job without them in
+        ``sent_notifications``.
 
     Returns
     -------
@@ -141,12 +165,15 @@ def deliver_due_notifications(
         # one job never holds up the others for long.
         pending = pending[:MAX_SENDS_PER_DELIVERY]
         services.store.request_notification_retry(job.job_id)
-    account = services.store.get_account(job.account_id)
+    if account is None:
+        account = services.store.get_account(job.account_id)
     attempts = publish_attempts(job)
     sent = 0
     failure: DependencyFailed | None = None
     for due in pending:
-        if not services.store.claim_notification(job.job_id, due.key, while_open=is_progress(due.event)):
+        if due.key not in claimed and not services.store.claim_notification(
+            job.job_id, due.key, while_open=is_progress(due.event)
+        ):
             continue
         address = contact_for(account, due.method)
         if not address:

@@ -10,7 +10,11 @@ from constructs import Construct
 from functions.adapters.tables import ALL_TABLES, Index, TableSpec
 from infra import constants
 
-_PROJECTIONS = {"ALL": dynamodb.ProjectionType.ALL, "KEYS_ONLY": dynamodb.ProjectionType.KEYS_ONLY}
+_PROJECTIONS = {
+    "ALL": dynamodb.ProjectionType.ALL,
+    "KEYS_ONLY": dynamodb.ProjectionType.KEYS_ONLY,
+    "INCLUDE": dynamodb.ProjectionType.INCLUDE,
+}
 
 
 class Data(Construct):
@@ -76,7 +80,10 @@ class Data(Construct):
             if sort_key is None:
                 raise ValueError(f"local index {index.name} needs a sort key")
             table.add_local_secondary_index(
-                index_name=index.name, sort_key=sort_key, projection_type=projection
+                index_name=index.name,
+                sort_key=sort_key,
+                projection_type=projection,
+                non_key_attributes=list(index.included) or None,
             )
         else:
             table.add_global_secondary_index(
@@ -84,6 +91,7 @@ class Data(Construct):
                 partition_key=_string_key(index.partition_key),
                 sort_key=sort_key,
                 projection_type=projection,
+                non_key_attributes=list(index.included) or None,
             )
 
 

@@ -14,18 +14,25 @@ from aws_cdk import aws_lambda_destinations as destinations
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
+from functions.adapters.event_patterns import (
+    BATCH_DETAIL_TYPE,
+    BATCH_SOURCE,
+    job_changing_detail_pattern,
+)
 from infra import constants
-
-BATCH_SOURCE = "aws.batch"
-BATCH_DETAIL_TYPE = "Batch Job State Change"
 
 
 def batch_state_change_pattern(job_queue_arn_prefixes: Sequence[str]) -> events.EventPattern:
-    """``Batch Job State Change`` events of the queues whose ARN starts with one of the prefixes."""
+    """``Batch Job State Change`` events of the queues whose ARN starts with one of the prefixes that
+    can change a job (``functions.adapters.event_patterns``: a first attempt's PENDING and RUNNABLE
+    are left out, so they cost no Lambda call)."""
     return events.EventPattern(
         source=[BATCH_SOURCE],
         detail_type=[BATCH_DETAIL_TYPE],
-        detail={"jobQueue": [{"prefix": prefix} for prefix in job_queue_arn_prefixes]},
+        detail={
+            "jobQueue": [{"prefix": prefix} for prefix in job_queue_arn_prefixes],
+            **job_changing_detail_pattern(),
+        },
     )
 
 

@@ -12,6 +12,7 @@ survives a restart of the local stack.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import threading
@@ -21,6 +22,13 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from functions.adapters.event_patterns import (
+    BATCH_DETAIL_TYPE,
+    BATCH_SOURCE,
+    as_event_ruler_sees,
+    job_changing_detail_pattern,
+)
 
 logger = logging.getLogger("remote_batch.local.bus")
 
@@ -65,6 +73,26 @@ def worker_of(envelope: Envelope, workers: int) -> int:
     return 0 if key is None else zlib.crc32(key.encode()) % workers
 
 
+@functools.cache
+def _rule_pattern() -> Any:
+    """The deployed rule's pattern, less its queue prefixes (local queues are all the service's),
+    as moto's EventBridge matches it."""
+    from moto.events.models import EventPattern
+
+    pattern = {
+        "source": [BATCH_SOURCE],
+        "detail-type": [BATCH_DETAIL_TYPE],
+        "detail": job_changing_detail_pattern(),
+    }
+    return EventPattern.load(json.dumps(pattern))
+
+
+def matches_rule(envelope: Envelope) -> bool:
+    """True when the deployed EventBridge rule would deliver ``envelope`` to batch_events (moto's
+    matcher, with arrays of objects shown as EventBridge matches them: ``as_event_ruler_sees``)."""
+    return bool(_rule_pattern().matches_event(as_event_ruler_sees(envelope)))
+
+
 class EventBus:
     """EventBridge → Lambda, in one process: concurrent across jobs, ordered per job, at-least-once,
     with retries and a DLQ.
@@ -87,6 +115,10 @@ class EventBus:
     workers : int
         Delivery threads (the local stack uses ``DELIVERY_WORKERS``); 1, the default, delivers
         every event in publication order, across jobs too.
+    rule : Callable[[dict], bool] | None
+        The rule's pattern: an envelope it does not match is recorded as emitted but never
+        delivered, as EventBridge leaves it out (the local stack passes ``matches_rule``); None
+        delivers every envelope.
     """
 
     def __init__(
@@ -98,8 +130,10 @@ class EventBus:
         retry_delay: float = 0.1,
         *,
         workers: int = 1,
+        rule: Callable[[Envelope], bool] | None = None,
     ) -> None:
         self._deliver = deliver
+        self._rule = rule
         self._journal_path = Path(journal_path)
         self._duplicate = duplicate
         self._max_attempts = max(1, max_attempts)
@@ -178,6 +212,10 @@ class EventBus:
                 self._enqueue_locked(json.loads(json.dumps(envelope)))
 
     def _enqueue_locked(self, envelope: Envelope) -> None:
+        if self._rule is not None and not self._rule(envelope):
+            # As on AWS, where the rule's pattern leaves it out: it cannot change the job.
+            logger.debug("event filtered out by the rule event_id=%s", envelope.get("id"))
+            return
         if self._stopping:
             logger.warning("bus stopped; event not delivered event_id=%s", envelope.get("id"))
             self._dead_letters.append(envelope)

@@ -27,7 +27,7 @@ from functions.domain.machine_classes import GeoZone
 from functions.ports import Services
 from functions.settings import Settings
 from remote_batch.local.accounts import LocalAccounts
-from remote_batch.local.bus import DELIVERY_WORKERS, EventBus
+from remote_batch.local.bus import DELIVERY_WORKERS, EventBus, matches_rule
 from remote_batch.local.config import LocalConfig
 from remote_batch.local.executor import LocalBatchExecutor, LocalBatchGateway
 from remote_batch.local.files import write_bytes_atomic
@@ -156,6 +156,7 @@ class LocalStack:
             config.home / "batch-events.jsonl",
             config.duplicate_events,
             workers=DELIVERY_WORKERS,
+            rule=matches_rule,
         )
         self._bus = bus
         registry = ProcessRegistry(config.home / "processes")

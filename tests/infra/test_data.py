@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from aws_cdk.assertions import Match
 
-from functions.adapters.tables import ALL_TABLES, TableSpec
+from functions.adapters.tables import ALL_TABLES, JOBS, TableSpec
 from infra import constants
 from tests.infra.conftest import Synth
 
@@ -66,6 +66,21 @@ def test_table_indexes_match_spec(synth: Synth, spec: TableSpec) -> None:
         assert built[index.name] in props[kind]
         assert built[index.name]["KeySchema"] == _key_schema(index.partition_key, index.sort_key)
         assert built[index.name]["Projection"]["ProjectionType"] == index.projection
+        assert sorted(built[index.name]["Projection"].get("NonKeyAttributes", [])) == sorted(index.included)
+
+
+def test_the_unfinished_index_key_never_moves_and_it_holds_only_what_its_queries_read(
+    synth: Synth,
+) -> None:
+    # A transition changes lastEventAt: one small index write, not a delete and a put of the whole job.
+    props = _table(synth, JOBS)["Properties"]
+    (unfinished,) = [i for i in props["GlobalSecondaryIndexes"] if i["IndexName"] == "unfinished"]
+
+    assert unfinished["KeySchema"] == _key_schema("openPartition", "jobId")
+    assert unfinished["Projection"] == {
+        "ProjectionType": "INCLUDE",
+        "NonKeyAttributes": ["lastEventAt", "ttl", "machineClass", "geoZone", "status", "type"],
+    }
 
 
 def _data_bucket(compute: Synth) -> dict[str, Any]:

@@ -6,12 +6,15 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import re
 from collections.abc import Callable, Iterator
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
-from functions.adapters.dynamodb.base import StoreBase, store_errors
+from botocore.exceptions import ClientError
+
+from functions.adapters.dynamodb.base import LIVE_JOB, StoreBase, store_errors
 from functions.adapters.dynamodb.items import (
     METER_PARTITION,
     OPEN_PARTITION,
@@ -22,14 +25,17 @@ from functions.adapters.dynamodb.items import (
     serialize_value,
 )
 from functions.domain.errors import ConditionFailed, RecordMissing, UnreadableRecord, ValidationFailed
-from functions.domain.jobs import MAX_TERMINATE_ATTEMPTS, Job, Transition
-from functions.domain.status import JobStatus
+from functions.domain.jobs import MAX_TERMINATE_ATTEMPTS, Job, JobType, Transition, ms_to_datetime
+from functions.domain.presumed import PresumedTransition
+from functions.domain.status import METERED_STATUSES, JobStatus
 from functions.domain.text import URLSAFE_BASE64_PATTERN, full_match
 from functions.domain.timefmt import to_sortable
 
 # GET /jobs reads at most this many index pages per request: a span of expired or filtered-out jobs
 # then gives a short (even empty) page whose nextToken continues after it.
 MAX_LIST_QUERIES = 20
+# BatchGetItem takes at most 100 keys (DynamoDB API reference, BatchGetItem).
+BATCH_GET_LIMIT = 100
 
 
 class JobRecords(StoreBase):
@@ -129,6 +135,100 @@ class JobRecords(StoreBase):
                 raise RecordMissing(f"Job {transition.after.job_id} no longer exists.") from None
             raise
 
+    def save_presumed_transition(
+        self, presumed: PresumedTransition, now: datetime
+    ) -> tuple[Job | None, Job | None]:
+        """Write an event's transition without reading the job: one UpdateItem conditional on
+        ``presumed.holds_for`` (a live Single job in the presumed status and event position, of the
+        event's Batch job or none), returning what it wrote (``ALL_NEW``) or, when the condition
+        failed, the job as it is (``ALL_OLD``).
+
+        Returns
+        -------
+        tuple[Job | None, Job | None]
+            (the job written, None), or (None, the job as stored) when it is not in the presumed state.
+
+        Raises
+        ------
+        RecordMissing
+            The job does not exist or is past its TTL.
+        UnreadableRecord
+            The stored item is not a whole job.
+        """
+        state = presumed.state
+        values: dict[str, Any] = {
+            ":status": presumed.target.value,
+            ":presumed": presumed.presumed.value,
+            ":position": state.position,
+            ":before": presumed.before,
+            ":batchJobId": state.batch_job_id,
+            ":lastEventAt": to_sortable(now),
+            ":openPartition": OPEN_PARTITION,
+            ":single": JobType.SINGLE.value,
+        }
+        sets = [
+            "#status = :status",
+            "#eventPosition = :position",
+            "#batchJobId = if_not_exists(#batchJobId, :batchJobId)",
+            "#lastEventAt = :lastEventAt",
+            "#openPartition = :openPartition",
+        ]
+        removes = ["#completedAt"]
+        if presumed.entered:
+            sets.append("#statusHistory = list_append(if_not_exists(#statusHistory, :initial), :entered)")
+            values[":initial"] = [JobStatus.QUEUED.value]
+            values[":entered"] = [status.value for status in presumed.entered]
+        optional = {
+            "statusReason": presumed.status_reason,
+            "startedAt": to_sortable(ms_to_datetime(state.started_at_ms))
+            if state.started_at_ms is not None
+            else None,
+            "exitCode": state.exit_code,
+            "logStreamName": state.log_stream_name,
+        }
+        for field, value in optional.items():
+            if value is not None:
+                sets.append(f"#{field} = :{field}")
+                values[f":{field}"] = value
+            elif field == "statusReason":
+                removes.append("#statusReason")
+        if presumed.target in METERED_STATUSES:
+            sets.append("#meterPartition = :meterPartition")
+            values[":meterPartition"] = METER_PARTITION
+        else:
+            removes.append("#meterPartition")
+        values[":liveNow"] = self._now_epoch()
+        update = "SET " + ", ".join(sets) + " REMOVE " + ", ".join(removes)
+        condition = (
+            f"{LIVE_JOB} AND #type = :single AND #status = :presumed AND #eventPosition = :before"
+            " AND (attribute_not_exists(#batchJobId) OR #batchJobId = :batchJobId)"
+        )
+        # DynamoDB refuses a name the expressions do not use.
+        used = set(re.findall(r"#\w+", update + " " + condition))
+        kwargs: dict[str, Any] = {
+            "TableName": self._jobs,
+            "Key": serialize_item({"jobId": presumed.job_id}),
+            "UpdateExpression": update,
+            "ConditionExpression": condition,
+            "ExpressionAttributeNames": {name: name[1:] for name in sorted(used)},
+            "ExpressionAttributeValues": {k: serialize_value(v) for k, v in values.items()},
+            "ReturnValues": "ALL_NEW",
+            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+        }
+        try:
+            with store_errors("UpdateItem"):
+                response = self._db.update_item(**kwargs)
+        except ConditionFailed as exc:
+            if self._missing(exc):
+                raise RecordMissing(f"Job {presumed.job_id} no longer exists.") from None
+            cause = exc.__cause__
+            response_body: dict[str, Any] = dict(cause.response) if isinstance(cause, ClientError) else {}
+            old: dict[str, Any] = response_body.get("Item") or {}
+            if not old:
+                return None, self.get_job(presumed.job_id)
+            return None, job_from_item(deserialize_item(old))
+        return job_from_item(deserialize_item(dict(response["Attributes"]))), None
+
     def set_termination_reason(self, job_id: str, reason: str) -> Job | None:
         """Record the service's termination reason unless the job is final or has one.
 
@@ -207,19 +307,39 @@ class JobRecords(StoreBase):
     def list_stale_jobs(
         self, last_event_before: datetime, on_unreadable: Callable[[UnreadableRecord], None] | None = None
     ) -> Iterator[Job]:
-        """Live jobs that are not final and whose last event is older than ``last_event_before``
-        (the sparse ``unfinished`` index, one key-range query; past-TTL ones filtered out); an
-        unreadable item is logged, passed to ``on_unreadable`` and skipped."""
+        """Live jobs that are not final and whose last event is older than ``last_event_before``: the
+        sparse ``unfinished`` index (its keys, ``lastEventAt`` and ``ttl``) filtered on both, then
+        those jobs read whole (BatchGetItem, strongly consistent), and kept if still not final and
+        quiet. An unreadable item is logged, passed to ``on_unreadable`` and skipped."""
+        before = to_sortable(last_event_before)
         kwargs: dict[str, Any] = {
             "TableName": self._jobs,
             "IndexName": "unfinished",
-            "KeyConditionExpression": "openPartition = :p AND lastEventAt < :t",
+            "KeyConditionExpression": "openPartition = :p",
+            "FilterExpression": "lastEventAt < :t",
             "ExpressionAttributeValues": {
                 ":p": serialize_value(OPEN_PARTITION),
-                ":t": serialize_value(to_sortable(last_event_before)),
+                ":t": serialize_value(before),
             },
         }
-        yield from self._jobs_of(self._query(**self._not_expired_filter(kwargs)), on_unreadable)
+        ids = [str(item["jobId"]) for item in self._query(**self._not_expired_filter(kwargs))]
+        for job in self._jobs_of(self._batch_get_items(ids), on_unreadable):
+            if not job.is_final and to_sortable(job.last_event_at or job.submitted_at) < before:
+                yield job
+
+    def _batch_get_items(self, job_ids: list[str]) -> Iterator[dict[str, Any]]:
+        """The job items of ``job_ids`` (plain values; absent ones left out), BatchGetItem 100 keys a
+        call, strongly consistent, unprocessed keys asked again."""
+        unique = list(dict.fromkeys(job_ids))
+        for start in range(0, len(unique), BATCH_GET_LIMIT):
+            keys = [serialize_item({"jobId": job_id}) for job_id in unique[start : start + BATCH_GET_LIMIT]]
+            request: dict[str, Any] = {self._jobs: {"Keys": keys, "ConsistentRead": True}}
+            while request:
+                with store_errors("BatchGetItem"):
+                    response = self._db.batch_get_item(RequestItems=request)
+                for item in response.get("Responses", {}).get(self._jobs, []):
+                    yield deserialize_item(dict(item))
+                request = dict(response.get("UnprocessedKeys") or {})
 
     def mark_reconciled(self, job_id: str, now: datetime) -> None:
         """Set ``lastEventAt`` of a non-final job to ``now`` after the meter checked it with Batch.

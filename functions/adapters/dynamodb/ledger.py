@@ -21,7 +21,7 @@ from functions.adapters.dynamodb.items import (
 )
 from functions.domain.credits import Charge, quantize_credits
 from functions.domain.errors import ConditionFailed, DependencyFailed, RecordMissing
-from functions.domain.jobs import Account, LedgerEntry, LedgerKind, Transition
+from functions.domain.jobs import Account, Job, LedgerEntry, LedgerKind, Transition
 from functions.domain.timefmt import to_sortable
 
 if TYPE_CHECKING:  # the stubs are a dev dependency; the Lambda runtime has no need of them
@@ -32,14 +32,32 @@ class AccountsAndLedger(StoreBase):
     """The account and ledger half of ``JobRepository``, and the settlement of a job."""
 
     def settle(
-        self, transition: Transition, charge: Charge, entry: LedgerEntry | None, now: datetime
+        self,
+        transition: Transition,
+        charge: Charge,
+        entry: LedgerEntry | None,
+        now: datetime,
+        claims: frozenset[str] = frozenset(),
     ) -> None:
-        """The final transition, the ledger entry and the balance change in one transaction.
+        """The final transition, the ledger entry and the balance change in one transaction; the
+        notification keys ``claims`` are claimed in the job's update (added to ``sentNotifications``).
 
         Raises ``RecordMissing`` when the job is gone, ``ConditionFailed`` on any other lost race.
         """
         final = replace(transition, after=replace(transition.after, credits_spent=charge.credits))
-        items: list[TransactWriteItemTypeDef] = [{"Update": self._transition_update(final, now)}]
+        update = self._transition_update(final, now)
+        if claims:
+            update["UpdateExpression"] += " ADD #sentNotifications :claims DELETE #retryNotifications :claims"
+            update["ExpressionAttributeNames"] = {
+                **update["ExpressionAttributeNames"],
+                "#sentNotifications": "sentNotifications",
+                "#retryNotifications": "retryNotifications",
+            }
+            update["ExpressionAttributeValues"] = {
+                **update["ExpressionAttributeValues"],
+                ":claims": serialize_value(set(claims)),
+            }
+        items: list[TransactWriteItemTypeDef] = [{"Update": update}]
         if entry is not None:
             items += self._charge_items(entry)
         self._transact(items, transition.after.job_id, self._missing)
@@ -90,6 +108,26 @@ class AccountsAndLedger(StoreBase):
                 },
             }
         }
+
+    def get_job_and_account(self, job_id: str, account_id: str) -> tuple[Job | None, Account | None]:
+        """The job (None when absent or past its TTL) and the account (None when absent), read
+        strongly consistent in one BatchGetItem. Raises ``UnreadableRecord`` for a job item that is
+        not a whole job."""
+        request: dict[str, Any] = {
+            self._jobs: {"Keys": [serialize_item({"jobId": job_id})], "ConsistentRead": True},
+            self._accounts: {"Keys": [serialize_item({"accountId": account_id})], "ConsistentRead": True},
+        }
+        found: dict[str, list[dict[str, Any]]] = {self._jobs: [], self._accounts: []}
+        while request:
+            with store_errors("BatchGetItem"):
+                response = self._db.batch_get_item(RequestItems=request)
+            for table, items in response.get("Responses", {}).items():
+                found[table] += [deserialize_item(dict(item)) for item in items]
+            # The unprocessed keys come back in the request's own shape (BatchGetItem reference).
+            request = dict(response.get("UnprocessedKeys") or {})
+        job = self._live_job(found[self._jobs][0], "get") if found[self._jobs] else None
+        account = account_from_item(found[self._accounts][0]) if found[self._accounts] else None
+        return job, account
 
     def get_account(self, account_id: str) -> Account | None:
         """The account, read strongly consistent, or None."""
