@@ -226,6 +226,8 @@ def test_disable_refuses_submits_with_the_reason_and_enable_restores_them(fleet_
     )
     assert fleet_stack.batch[GeoZone.UNITED_STATES].submissions == []
 
+    # The audit log is ordered by time; two actions at the very same instant have no order.
+    fleet_stack.clock.advance(1)
     status, state = fleet_stack.api(
         "POST", "/admin/machine-classes/Basic2x8/zones/UnitedStates/enable", **ADMIN
     )
