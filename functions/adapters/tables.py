@@ -91,6 +91,7 @@ JOB_LIST_ATTRIBUTES = (
     "batchReason",
     "warnings",
     "notificationLog",
+    "submittedBy",
     "ttl",
 )
 
