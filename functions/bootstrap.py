@@ -20,8 +20,10 @@ import boto3
 from botocore.config import Config
 
 from functions.adapters.batch import AwsBatchGateway
+from functions.adapters.batch_computes import AwsComputeEnvironments, ComputeTemplate
 from functions.adapters.dns import SocketResolver
 from functions.adapters.dynamodb import DynamoJobStore
+from functions.adapters.dynamodb.computes import DynamoComputeStore
 from functions.adapters.logs import CloudWatchLogReader
 from functions.adapters.s3 import S3BlobStore
 from functions.adapters.sns import SnsEmailSubscriptions, SnsNotifier
@@ -32,6 +34,7 @@ from functions.ports import (
     BatchGateway,
     BatchRoute,
     Clock,
+    ComputeEnvironments,
     EventCounter,
     HostResolver,
     Notifier,
@@ -96,6 +99,7 @@ def build_services(
     clock: Clock = utc_now,
     resolver: HostResolver | None = None,
     events: EventCounter | None = None,
+    compute_environments: Mapping[GeoZone, ComputeEnvironments] | None = None,
 ) -> Services:
     """Build every adapter from ``settings``.
 
@@ -115,6 +119,9 @@ def build_services(
         Resolves webhook hosts (default: the C library's resolver).
     events : EventCounter | None
         Where the logic counts its events (default: CloudWatch metrics through powertools).
+    compute_environments : Mapping[GeoZone, ComputeEnvironments] | None
+        Replaces AWS Batch's dedicated compute environments per zone (the local executor's); default:
+        AWS Batch in each zone that has a ``computeTemplate``.
     """
     session = session or boto3.Session()
     lock = threading.Lock()
@@ -139,10 +146,27 @@ def build_services(
         region = zone_settings.region
         s3 = client("s3", region, S3_CONFIG)
         logs = client("logs", region)
+        batch_client = client("batch", region)
         if batch_gateways is not None and zone in batch_gateways:
             gateway = batch_gateways[zone]
         else:
-            gateway = AwsBatchGateway(client("batch", region))
+            gateway = AwsBatchGateway(batch_client)
+        computes: ComputeEnvironments | None = None
+        if compute_environments is not None and zone in compute_environments:
+            computes = compute_environments[zone]
+        elif (template := zone_settings.compute_template) is not None:
+            computes = AwsComputeEnvironments(
+                batch_client,
+                ComputeTemplate(
+                    subnets=template.subnets,
+                    security_groups=template.security_groups,
+                    instance_role=template.instance_role,
+                    service_role=template.service_role,
+                    instance_types=template.instance_types,
+                    launch_templates=template.launch_templates,
+                    tags={"remote-batch:prefix": settings.compute_prefix},
+                ),
+            )
         zones[zone] = ZoneServices(
             blobs=S3BlobStore(s3, zone_settings.bucket),
             batch=gateway,
@@ -153,6 +177,7 @@ def build_services(
             },
             bucket=zone_settings.bucket,
             region=region,
+            computes=computes,
         )
     return Services(
         store=store,
@@ -168,6 +193,10 @@ def build_services(
         resolver=resolver,
         worker_python=settings.worker_python,
         array_span_size=settings.array_span_size,
+        compute_store=DynamoComputeStore(
+            dynamodb, settings.computes_table, settings.accounts_table, settings.ledger_table
+        ),
+        compute_prefix=settings.compute_prefix,
     )
 
 

@@ -81,7 +81,17 @@ LEDGER = TableSpec(
 # Powertools idempotency persistence layer's default schema.
 IDEMPOTENCY = TableSpec(logical_name="Idempotency", partition_key="id", ttl_attribute="expiration")
 
-ALL_TABLES = (JOBS, ACCOUNTS, LEDGER, IDEMPOTENCY)
+# Dedicated computes (``functions.adapters.dynamodb.computes``): per account, one ``compute#<name>`` item
+# per compute and one ``reserved#<Family>#<Zone>`` counter of the quota its computes hold. The sparse
+# ``allComputes`` index (only compute items carry ``computePartition``) lists every compute for the meter.
+COMPUTES = TableSpec(
+    logical_name="Computes",
+    partition_key="accountId",
+    sort_key="entry",
+    indexes=(Index("allComputes", partition_key="computePartition", sort_key="computeKey"),),
+)
+
+ALL_TABLES = (JOBS, ACCOUNTS, LEDGER, IDEMPOTENCY, COMPUTES)
 
 
 def create_table_request(spec: TableSpec, name: str) -> CreateTableInputTypeDef:

@@ -167,6 +167,9 @@ class LocalStack:
                 zone: executor.gateway(z.region, z.log_group) for zone, z in settings.zones.items()
             },
             notifier=outbox,
+            compute_environments={
+                zone: executor.compute_environments(z.region) for zone, z in settings.zones.items()
+            },
         )
         install(services)
         lambdas = LocalLambdas(settings.home_region)

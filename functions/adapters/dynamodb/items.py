@@ -119,6 +119,7 @@ def job_to_item(job: Job) -> dict[str, Any]:
         "dataDeletedAt": to_sortable(job.data_deleted_at) if job.data_deleted_at else None,
         "batchReason": job.batch_reason,
         "warnings": list(job.warnings) or None,
+        "compute": job.compute,
         "terminationRequestedAt": (
             to_sortable(job.termination_requested_at) if job.termination_requested_at else None
         ),
@@ -193,6 +194,7 @@ def _job_from_item(item: dict[str, Any]) -> Job:
         record_expires_at=datetime.fromtimestamp(int(ttl), tz=UTC) if ttl is not None else None,
         credits_settled=quantize_credits(item.get("creditsSettled", Decimal(0))),
         array_spans=tuple(str(span) for span in item.get("arraySpans", [])),
+        compute=item.get("compute"),
     )
 
 
@@ -231,6 +233,7 @@ def entry_to_item(entry: LedgerEntry) -> dict[str, Any]:
         "jobId": entry.job_id,
         "unbilled": entry.unbilled if entry.unbilled else None,
         "reason": entry.reason,
+        "compute": entry.compute,
     }
 
 
@@ -246,4 +249,5 @@ def entry_from_item(item: dict[str, Any]) -> LedgerEntry:
         job_id=item.get("jobId"),
         unbilled=quantize_credits(item.get("unbilled", Decimal(0))),
         reason=item.get("reason"),
+        compute=item.get("compute"),
     )

@@ -7,7 +7,9 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Iterable
+from functools import partial
 
+from remote_batch.local.executor.computes import ComputePools
 from remote_batch.local.executor.constants import (
     REASON_EXECUTOR_ERROR,
     REASON_TIMEOUT,
@@ -61,7 +63,7 @@ class _QueueView:
         return lambda job: announce(job, self)
 
 
-class Scheduler(JobRunner):
+class Scheduler(ComputePools, JobRunner):
     """The scheduler thread's loop and the queue it keeps."""
 
     def _schedule(self) -> None:
@@ -77,6 +79,9 @@ class Scheduler(JobRunner):
                         self._guard_locked(
                             self._submitted.popleft(), view.announce_with(self._announce_locked)
                         )
+                    # Dedicated computes first: they take free slots before the shared queue does.
+                    for job, free in self._ready_on_pools_locked():
+                        self._guard_locked(job, partial(self._start_locked, free=free))
                     while self._runnable and self._runnable[0].vcpus <= len(self._free_slots):
                         self._guard_locked(self._runnable.popleft(), self._start_locked)
                     wait = self._enforce_deadlines_locked()
@@ -96,6 +101,10 @@ class Scheduler(JobRunner):
 
     def _announce_locked(self, job: _Job, view: _QueueView) -> None:
         """Publish PENDING and RUNNABLE (saying why it waits, when it must) and queue the job."""
+        pool = self._pool_of_locked(job)
+        if pool is not None:
+            self._announce_on_pool_locked(job, pool)
+            return
         self._publish_locked(job, "PENDING", job.note)
         waiting = view.waiting_reason(job.vcpus, self.vcpus)
         reason = ". ".join(r for r in (job.note, waiting) if r) or None
@@ -103,9 +112,11 @@ class Scheduler(JobRunner):
         self._runnable.append(job)
         view.joined(job.vcpus)
 
-    def _start_locked(self, job: _Job) -> None:
-        job.slots = tuple(sorted(self._free_slots)[: job.vcpus])
-        self._free_slots.difference_update(job.slots)
+    def _start_locked(self, job: _Job, free: set[int] | None = None) -> None:
+        """Start ``job`` on slots from ``free`` (default: the shared pool's)."""
+        free = self._free_slots if free is None else free
+        job.slots = tuple(sorted(free)[: job.vcpus])
+        free.difference_update(job.slots)
         self._publish_locked(job, "STARTING", job.note, task=job.task)
         job.runner = threading.Thread(
             target=self._run, args=(job,), name=f"batch-job-{job.job_id[:8]}", daemon=True
