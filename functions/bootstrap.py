@@ -20,7 +20,7 @@ import boto3
 from botocore.config import Config
 
 from functions.adapters.batch import AwsBatchGateway
-from functions.adapters.batch_computes import AwsComputeEnvironments, ComputeTemplate
+from functions.adapters.batch_computes import AwsComputeEnvironments, SsmComputeTemplate
 from functions.adapters.dns import SocketResolver
 from functions.adapters.dynamodb import DynamoJobStore
 from functions.adapters.dynamodb.computes import DynamoComputeStore
@@ -154,19 +154,10 @@ def build_services(
         computes: ComputeEnvironments | None = None
         if compute_environments is not None and zone in compute_environments:
             computes = compute_environments[zone]
-        elif (template := zone_settings.compute_template) is not None:
-            computes = AwsComputeEnvironments(
-                batch_client,
-                ComputeTemplate(
-                    subnets=template.subnets,
-                    security_groups=template.security_groups,
-                    instance_role=template.instance_role,
-                    service_role=template.service_role,
-                    instance_types=template.instance_types,
-                    launch_templates=template.launch_templates,
-                    tags={"remote-batch:prefix": settings.compute_prefix},
-                ),
-            )
+        elif zone_settings.compute_template_parameter is not None:
+            tags = {"remote-batch:prefix": settings.compute_prefix}
+            loader = SsmComputeTemplate(client("ssm", region), zone_settings.compute_template_parameter, tags)
+            computes = AwsComputeEnvironments(batch_client, loader, tags)
         zones[zone] = ZoneServices(
             blobs=S3BlobStore(s3, zone_settings.bucket),
             batch=gateway,

@@ -61,6 +61,7 @@ class ComputeTemplateSettings(BaseModel):
     service_role: str = Field(alias="serviceRole", min_length=20)
     instance_types: dict[str, tuple[str, ...]] = Field(alias="instanceTypes")
     launch_templates: dict[str, str] = Field(default_factory=dict, alias="launchTemplates")
+    image_types: dict[str, str] = Field(default_factory=dict, alias="imageTypes")
 
 
 class ZoneSettings(BaseModel):
@@ -72,8 +73,11 @@ class ZoneSettings(BaseModel):
     bucket: str = Field(min_length=3)
     log_group: str = Field(alias="logGroup", min_length=1)
     routes: dict[str, RouteSettings]
-    # Dedicated computes in the zone: absent when the deployment offers none there.
-    compute_template: ComputeTemplateSettings | None = Field(default=None, alias="computeTemplate")
+    # Dedicated computes in the zone: the SSM parameter (in the zone's region) holding the
+    # ``ComputeTemplateSettings`` JSON the zone's stack wrote; absent when the zone offers none.
+    compute_template_parameter: str | None = Field(
+        default=None, alias="computeTemplateParameter", min_length=1
+    )
 
     @field_validator("routes")
     @classmethod

@@ -15,13 +15,17 @@ lowers the desired count itself; a job queue is created on ``VALID`` compute env
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from pydantic import ValidationError
+
 from functions.adapters.errors import translate_errors
+from functions.domain.errors import DependencyFailed
 from functions.domain.machine_classes import MachineClass
 from functions.ports import EnvironmentState, QueueState
+from functions.settings import ComputeTemplateSettings
 
 if TYPE_CHECKING:
     from mypy_boto3_batch import BatchClient
@@ -45,7 +49,45 @@ class ComputeTemplate:
     service_role: str
     instance_types: Mapping[str, tuple[str, ...]]
     launch_templates: Mapping[str, str] = field(default_factory=dict)
+    image_types: Mapping[str, str] = field(default_factory=dict)
     tags: Mapping[str, str] = field(default_factory=dict)
+
+
+class SsmComputeTemplate:
+    """The zone's ``ComputeTemplate`` from the SSM parameter its stack wrote (JSON of
+    ``functions.settings.ComputeTemplateSettings``), read on first use and kept (it changes only with
+    a deploy of the zone's stack, which also restarts the functions).
+
+    Raises ``DependencyFailed`` when the parameter cannot be read or is malformed.
+    """
+
+    def __init__(self, ssm: Any, name: str, tags: Mapping[str, str]) -> None:
+        self._ssm = ssm
+        self._name = name
+        self._tags = dict(tags)
+        self._template: ComputeTemplate | None = None
+
+    def __call__(self) -> ComputeTemplate:
+        if self._template is None:
+            with translate_errors(
+                "ssm", "GetParameter", failed="The dedicated compute template is unreadable."
+            ):
+                value = self._ssm.get_parameter(Name=self._name)["Parameter"].get("Value", "")
+            try:
+                parsed = ComputeTemplateSettings.model_validate_json(value)
+            except ValidationError as exc:
+                raise DependencyFailed(f"SSM parameter {self._name} is not a compute template") from exc
+            self._template = ComputeTemplate(
+                subnets=parsed.subnets,
+                security_groups=parsed.security_groups,
+                instance_role=parsed.instance_role,
+                service_role=parsed.service_role,
+                instance_types=parsed.instance_types,
+                launch_templates=parsed.launch_templates,
+                image_types=parsed.image_types,
+                tags=self._tags,
+            )
+        return self._template
 
 
 class AwsComputeEnvironments:
@@ -55,20 +97,32 @@ class AwsComputeEnvironments:
     ----------
     client : BatchClient
         The zone region's Batch client (built once per cold start).
-    template : ComputeTemplate
-        The zone's network, roles and instance types.
+    template : ComputeTemplate | Callable[[], ComputeTemplate]
+        The zone's network, roles and instance types (or what loads them on first need:
+        ``SsmComputeTemplate``; only a creation needs them).
+    tags : Mapping[str, str]
+        Put on every queue (with ``remote-batch:compute``).
     """
 
-    def __init__(self, client: BatchClient, template: ComputeTemplate) -> None:
+    def __init__(
+        self,
+        client: BatchClient,
+        template: ComputeTemplate | Callable[[], ComputeTemplate],
+        tags: Mapping[str, str] | None = None,
+    ) -> None:
         self._batch = client
         self._template = template
+        self._tags = dict(tags if tags is not None else getattr(template, "tags", {}))
+
+    def _loaded(self) -> ComputeTemplate:
+        return self._template if isinstance(self._template, ComputeTemplate) else self._template()
 
     def create_environment(self, name: str, machine: MachineClass) -> None:
         """CreateComputeEnvironment: managed, EC2 on-demand, the class's instance types, 0 vCPUs
         (``maxvCpus`` the class's vCPUs until the first start sets min = max). None when it exists."""
         if self.describe_environment(name) is not None:
             return
-        template = self._template
+        template = self._loaded()
         resources: dict[str, Any] = {
             "type": "EC2",
             "allocationStrategy": "BEST_FIT_PROGRESSIVE",
@@ -84,6 +138,9 @@ class AwsComputeEnvironments:
         launch_template = template.launch_templates.get(machine.name)
         if launch_template:
             resources["launchTemplate"] = {"launchTemplateId": launch_template, "version": "$Latest"}
+        image_type = template.image_types.get(machine.name)
+        if image_type:
+            resources["ec2Configuration"] = [{"imageType": image_type}]
         with translate_errors("batch", "CreateComputeEnvironment", failed=BATCH_FAILED):
             self._batch.create_compute_environment(
                 computeEnvironmentName=name,
@@ -144,7 +201,7 @@ class AwsComputeEnvironments:
                 state="ENABLED",
                 priority=1,
                 computeEnvironmentOrder=[{"order": 1, "computeEnvironment": environment}],
-                tags={**self._template.tags, "remote-batch:compute": name},
+                tags={**self._tags, "remote-batch:compute": name},
             )
 
     def describe_queue(self, name: str) -> QueueState | None:

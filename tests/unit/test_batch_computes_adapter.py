@@ -5,6 +5,7 @@ AWS Batch API reference (UpdateComputeEnvironment never lowers ``desiredvCpus``)
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -12,7 +13,7 @@ import boto3
 import pytest
 from botocore.stub import Stubber
 
-from functions.adapters.batch_computes import AwsComputeEnvironments, ComputeTemplate
+from functions.adapters.batch_computes import AwsComputeEnvironments, ComputeTemplate, SsmComputeTemplate
 from functions.domain.errors import DependencyFailed
 from functions.domain.machine_classes import MACHINE_CLASSES
 from functions.ports import EnvironmentState, QueueState
@@ -25,6 +26,7 @@ TEMPLATE = ComputeTemplate(
     service_role="arn:aws:iam::123456789012:role/remote-batch-batch-service",
     instance_types={"Basic1x8": ("r7i.large", "r6i.large"), "GPU1xL40S": ("g6e.2xlarge",)},
     launch_templates={"GPU1xL40S": "lt-0gpu"},
+    image_types={"Basic1x8": "ECS_AL2023", "GPU1xL40S": "ECS_AL2023_NVIDIA"},
     tags={"remote-batch:prefix": "remote-batch-prod"},
 )
 
@@ -81,6 +83,7 @@ def test_create_environment_builds_it_from_the_template(
                 "instanceRole": TEMPLATE.instance_role,
                 "tags": tags,
                 "launchTemplate": {"launchTemplateId": "lt-0gpu", "version": "$Latest"},
+                "ec2Configuration": [{"imageType": "ECS_AL2023_NVIDIA"}],
             },
             "serviceRole": TEMPLATE.service_role,
             "tags": tags,
@@ -177,3 +180,42 @@ def test_a_refusal_is_a_dependency_failure(batch: tuple[AwsComputeEnvironments, 
     )
     with pytest.raises(DependencyFailed, match="ClientException"):
         adapter.delete_environment(NAME)
+
+
+def test_the_template_comes_from_ssm_once() -> None:
+    ssm = boto3.client("ssm", region_name="eu-central-1", aws_access_key_id="x", aws_secret_access_key="x")
+    value = json.dumps(
+        {
+            "subnets": ["subnet-1"],
+            "securityGroups": ["sg-1"],
+            "instanceRole": TEMPLATE.instance_role,
+            "serviceRole": TEMPLATE.service_role,
+            "instanceTypes": {"Basic1x8": ["r7i"]},
+            "launchTemplates": {"Basic1x8": "lt-1"},
+            "imageTypes": {"Basic1x8": "ECS_AL2023"},
+        }
+    )
+    with Stubber(ssm) as stub:
+        stub.add_response(
+            "get_parameter",
+            {"Parameter": {"Name": "/remote-batch/prod/EuropeanUnion/compute-template", "Value": value}},
+            {"Name": "/remote-batch/prod/EuropeanUnion/compute-template"},
+        )
+        loader = SsmComputeTemplate(ssm, "/remote-batch/prod/EuropeanUnion/compute-template", {"k": "v"})
+        first = loader()
+        assert loader() is first  # read once
+        stub.assert_no_pending_responses()
+    assert (first.subnets, first.instance_types["Basic1x8"], first.launch_templates["Basic1x8"]) == (
+        ("subnet-1",),
+        ("r7i",),
+        "lt-1",
+    )
+    assert first.tags == {"k": "v"}
+
+
+def test_a_malformed_template_is_a_dependency_failure() -> None:
+    ssm = boto3.client("ssm", region_name="eu-central-1", aws_access_key_id="x", aws_secret_access_key="x")
+    with Stubber(ssm) as stub:
+        stub.add_response("get_parameter", {"Parameter": {"Name": "p", "Value": '{"subnets": []}'}})
+        with pytest.raises(DependencyFailed, match="not a compute template"):
+            SsmComputeTemplate(ssm, "p", {})()
