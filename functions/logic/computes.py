@@ -408,27 +408,31 @@ def _meter_one(services: Services, compute: Compute, now: datetime) -> bool:
     if after is None:
         return True
     moved = after != fresh
-    decided = _decide(services, after, now)
+    scheduled = None
+    if after.schedules.daily and after.schedule_checked_at != now:
+        # Recorded before acting: a boundary is acted on once, even if a user undoes it right after.
+        scheduled = scheduled_request(after.schedules, after.schedule_checked_at, now)
+        after = _store(services).save_compute(after, replace(after, schedule_checked_at=now))
+    decided = _decide(services, after, now, scheduled)
     if decided is not None:
         request, reason = decided
         request_compute(services, after.account_id, after.name, request, now=now, reason=reason)
         return True
-    if after.schedules.daily and after.schedule_checked_at != now:
-        after = _store(services).save_compute(after, replace(after, schedule_checked_at=now))
     if settlement_due(after, now):
         store_step(services, Step(after, after), now, hourly=True)
         moved = True
     return moved
 
 
-def _decide(services: Services, compute: Compute, now: datetime) -> tuple[ComputeRequest, str] | None:
+def _decide(
+    services: Services, compute: Compute, now: datetime, scheduled: ComputeRequest | None
+) -> tuple[ComputeRequest, str] | None:
     """What the meter asks of a compute now, and why: the balance rule first, then the daily
-    schedules (the latest boundary since the last check), then the idle stop."""
+    schedules (``scheduled``: the latest boundary since the last check), then the idle stop."""
     if compute.status == ComputeStatus.RUNNING:
         account = services.store.get_account(compute.account_id)
         if account is not None and account.credit_balance - unsettled_cost(compute, now) <= 0:
             return ComputeRequest.STOP, OUT_OF_CREDITS_STOP
-    scheduled = scheduled_request(compute.schedules, compute.schedule_checked_at, now)
     if scheduled == ComputeRequest.START and compute.status == ComputeStatus.STOPPED:
         return scheduled, SCHEDULED_START
     if scheduled == ComputeRequest.STOP and compute.status in (ComputeStatus.RUNNING, ComputeStatus.STARTING):

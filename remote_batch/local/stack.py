@@ -29,6 +29,7 @@ from remote_batch.local.accounts import LocalAccounts
 from remote_batch.local.bus import EventBus
 from remote_batch.local.config import LocalConfig
 from remote_batch.local.executor import LocalBatchExecutor
+from remote_batch.local.executor.computes import restore_dedicated_computes
 from remote_batch.local.files import write_bytes_atomic
 from remote_batch.local.gateway import ApiGateway
 from remote_batch.local.iam import JobCredentials
@@ -172,6 +173,7 @@ class LocalStack:
             },
         )
         install(services)
+        restore_dedicated_computes(services, executor)
         lambdas = LocalLambdas(settings.home_region)
         self._lambdas = lambdas
         bus.start()

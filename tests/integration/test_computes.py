@@ -196,6 +196,12 @@ def test_idle_stop_and_daily_schedule(stack: Stack, computes: FakeComputeEnviron
     stack.clock.advance(60)
     stack.tick()
     assert _get(stack)["statusReason"] == "Started by its daily schedule"
+    # A user who stops it right after is not overruled by the same boundary on a later tick.
+    stack.api("POST", "/account/computes/lab/stop")
+    for _ in range(3):
+        stack.clock.advance(60)
+        stack.tick()
+    assert _get(stack)["status"] == "Stopped"
 
 
 @pytest.mark.parametrize(

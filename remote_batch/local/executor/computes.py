@@ -19,9 +19,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from functions.domain.computes import ComputeStatus
 from functions.domain.errors import DependencyFailed
 from functions.domain.machine_classes import MachineClass
-from functions.ports import EnvironmentState, QueueState
+from functions.logic.computes import batch_name
+from functions.ports import EnvironmentState, QueueState, Services
 from remote_batch.local.executor.constants import logger
 from remote_batch.local.executor.core import ExecutorCore
 from remote_batch.local.executor.job import _Job
@@ -281,3 +283,34 @@ class LocalComputeEnvironments:
             waiting = list(environment.runnable) if environment is not None else []
             for job in waiting:
                 executor._terminate_locked(job, "The job queue was deleted")
+
+
+def restore_dedicated_computes(services: Services, executor: LocalBatchExecutor) -> int:
+    """After a start of the local stack on kept state: remake the environment and queue of every
+    dedicated compute the store has (the executor keeps them in memory only), ``VALID`` at once and
+    scaled as the compute's status says (Starting/Running: its vCPUs; others 0). A compute being
+    created or deleted is left to the meter's next tick. Returns how many were remade."""
+    store = services.compute_store
+    if store is None:
+        return 0
+    remade = 0
+    for compute in store.list_all_computes():
+        if compute.status in (ComputeStatus.CREATING, ComputeStatus.DELETING):
+            continue
+        zone = services.zones.get(compute.geo_zone)
+        if zone is None:
+            continue
+        name = batch_name(services, compute)
+        key = (zone.region, name)
+        started = compute.status in (ComputeStatus.STARTING, ComputeStatus.RUNNING)
+        with executor._cond:
+            environment = executor._environments.setdefault(
+                key, _Environment(name=name, status="VALID", max_vcpus=compute.vcpus)
+            )
+            executor._compute_queues.setdefault(key, _Queue(name=name, environment=name, status="VALID"))
+            environment.max_vcpus = compute.vcpus if started else environment.max_vcpus
+            executor._scale_locked(environment, compute.vcpus if started else 0)
+        remade += 1
+    if remade:
+        logger.info("dedicated computes restored count=%d", remade)
+    return remade
