@@ -13,8 +13,9 @@ from functions.domain.computes import (
     Compute,
     Schedules,
 )
+from functions.domain.machine_classes import MACHINE_CLASSES
 from functions.domain.timefmt import to_api_time
-from functions.handlers.api.models.common import Credits
+from functions.handlers.api.models.common import Credits, geo_zone_field
 
 ComputeStatusName = Literal["Creating", "Starting", "Running", "Stopping", "Stopped", "Deleting", "Failed"]
 _CLOCK = r"^([01][0-9]|2[0-3]):[0-5][0-9]$"
@@ -26,14 +27,12 @@ class PutComputeBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     machineClass: str = Field(
-        min_length=1, max_length=64, description="A machine class (GET /machine-classes)."
-    )
-    geoZone: str = Field(
-        default="Automatic",
         min_length=1,
         max_length=64,
-        description="Automatic | UnitedStates | EuropeanUnion.",
+        description="A name from GET /machine-classes.",
+        json_schema_extra={"enum": list(MACHINE_CLASSES)},
     )
+    geoZone: str = geo_zone_field("Automatic | UnitedStates | EuropeanUnion.")
     count: int = Field(default=1, ge=1, le=MAX_COUNT, description=f"Machines of the class (1..{MAX_COUNT}).")
 
 
