@@ -1,15 +1,16 @@
 """Dedicated computes on this host: AWS Batch's compute environments and job queues of the service's
 dedicated computes (``functions.ports.ComputeEnvironments``), emulated by reserving vCPU slots.
 
-A compute environment scaled to N vCPUs (``minvCpus = maxvCpus = N``) reserves N of the host's vCPU
-slots (at most the host's), taking them from the shared pool as they come free (before any queued
-job of the shared queue); a job submitted to its queue starts on those slots at once, without
-waiting for shared capacity. Scaled to 0, its free slots go back to the shared pool at once and its
-busy ones when their jobs end. Like AWS Batch, every change is asynchronous: a created or updated
-environment or queue reports ``CREATING``/``UPDATING`` until the next describe, then ``VALID``; a
-deleted one ``DELETING``, then it is gone. The ordering rules are AWS Batch's: a queue needs a
-``VALID`` environment; only a ``DISABLED`` queue may be deleted; only a ``DISABLED`` environment no
-queue uses may be deleted (else ``ClientException``, as ``DependencyFailed``).
+A compute environment scaled to N vCPUs (``minvCpus = maxvCpus = N``) reserves N of the host's
+vCPU slots (at most all but one: the shared queue always keeps a vCPU, unless the host has only
+one), taking them from the shared pool as they come free (before any queued job of the shared
+queue); a job submitted to its queue starts on those slots at once, without waiting for shared
+capacity. Scaled to 0, its free slots go back to the shared pool at once and its busy ones when
+their jobs end. Like AWS Batch, every change is asynchronous: a created or updated environment or
+queue reports ``CREATING``/``UPDATING`` until the next describe, then ``VALID``; a deleted one
+``DELETING``, then it is gone. The ordering rules are AWS Batch's: a queue needs a ``VALID``
+environment; only a ``DISABLED`` queue may be deleted; only a ``DISABLED`` environment no queue uses
+may be deleted (else ``ClientException``, as ``DependencyFailed``).
 """
 
 from __future__ import annotations
@@ -96,7 +97,10 @@ class ComputePools(ExecutorCore):
         self._cond.notify_all()
 
     def _capped(self, environment: _Environment) -> int:
-        return min(environment.target, self.vcpus)
+        """What the environment may hold: its target, but never the host's last vCPU while others
+        hold the rest (the shared queue keeps at least one; on a 1-vCPU host a compute takes it)."""
+        others = sum(len(e.reserved) for e in self._environments.values() if e is not environment)
+        return min(environment.target, max(1, self.vcpus - 1 - others))
 
     def _ready_on_pools_locked(self) -> list[tuple[_Job, set[int]]]:
         """Top up each scaled-up environment's reservation from the free shared slots, then take its
