@@ -56,7 +56,8 @@ def get_compute(name: ComputeName, services: ServicesDep, caller: CallerDep) -> 
 
 
 def _put_responses() -> dict[int, Any]:
-    declared = _responses(201, _json(ComputeView, "Created"), 400, 409)
+    # 404: a path no route takes (e.g. a name with control characters never reaches the route).
+    declared = _responses(201, _json(ComputeView, "Created"), 400, 404, 409, 413)
     declared[200] = _json(ComputeView, "The existing compute (same spec)")
     return declared
 
@@ -134,7 +135,7 @@ def delete_compute(name: ComputeName, services: ServicesDep, caller: CallerDep) 
     "/account/computes/<name>/schedules",
     summary="Set a compute's schedules: idle stop and daily start/stop times",
     description=_action("computes/updateSchedules/action"),
-    responses=_responses(200, _json(ComputeView), 400, 404, 409),
+    responses=_responses(200, _json(ComputeView), 400, 404, 409, 413),
 )
 def put_schedules(
     name: ComputeName, body: Annotated[SchedulesBody, Body()], services: ServicesDep, caller: CallerDep
