@@ -128,6 +128,9 @@ def _job_life(notifications: str | None) -> dict[str, Any]:
     from benchmarks.capacity import RequestRecorder
     from functions.logic.job_outcomes import output_key
     from tests.events import job_lifecycle
+    from worker.entrypoint import publish
+    from worker.runner import Outcome
+    from worker.storage import JobStorage
 
     with _moto_stack() as stack:
         recorder = RequestRecorder()
@@ -156,14 +159,12 @@ def _job_life(notifications: str | None) -> dict[str, Any]:
             stack.clock.advance(30)
             final = _timed(invocations, "batch_events", lambda: stack.deliver(events[-1]))
             assert final.get("status") == "Succeeded", final
-            with recorder.paused():  # what the worker wrote (counted on the local stack, part 4)
+            with recorder.paused(), tempfile.TemporaryDirectory() as empty:
+                # What the worker writes, by the measured tree's own worker code, so GET /result
+                # reads that tree's layout (the worker's PUTs are counted on the local stack, part 4).
                 zone = stack.settings.zones[stored.geo_zone]
                 s3 = boto3.client("s3", region_name=zone.region)
-                document = {"result": 1, "resultRepr": "1", "messages": []}
-                s3.put_object(
-                    Bucket=zone.bucket, Key=output_key(job_id, "result.json"), Body=json.dumps(document)
-                )
-                s3.put_object(Bucket=zone.bucket, Key=output_key(job_id, "messages.json"), Body=b"[]")
+                publish(JobStorage(s3, zone.bucket), output_key(job_id, ""), Outcome(result=1), Path(empty))
             status, result = _timed(invocations, "api", lambda: stack.api("GET", f"/jobs/{job_id}/result"))
             assert status == 200, result
             assert result["result"] == 1, result
@@ -519,7 +520,8 @@ class _Local:
                 "PYTHONPATH": os.pathsep.join(dict.fromkeys([str(tree), str(REPO_ROOT)])),
             }
         )
-        command = [sys.executable, "-m", "benchmarks.performance", "--serve", str(self.counts_path)]
+        # -P: no working directory first on sys.path, so the tree's code (PYTHONPATH) is what runs.
+        command = [sys.executable, "-P", "-m", "benchmarks.performance", "--serve", str(self.counts_path)]
         self.log = (home / "stack.log").open("wb")
         self.process = subprocess.Popen(
             command, cwd=REPO_ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True
@@ -746,7 +748,9 @@ def _run_part(part: str, trees: Sequence[Path], burst: int) -> dict[str, Any]:
     with tempfile.NamedTemporaryFile(suffix=".json") as out:
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys([str(trees[0]), str(REPO_ROOT)]))
-        command = [sys.executable, "-m", "benchmarks.performance", "--part", part]
+        # -P (Python 3.11): `-m` would put the working directory (this checkout) first on sys.path,
+        # ahead of PYTHONPATH, and "before" would import this checkout's code, not the baseline's.
+        command = [sys.executable, "-P", "-m", "benchmarks.performance", "--part", part]
         for tree in trees:
             command += ["--tree", str(tree)]
         command += [

@@ -17,6 +17,7 @@ from functions.domain.credits import Charge
 from functions.domain.errors import UnreadableRecord
 from functions.domain.jobs import Account, BatchJobState, Job, LedgerEntry, NotificationRecord, Transition
 from functions.domain.machine_classes import GeoZone, MachineClass
+from functions.domain.roles import AccountMembers, Member
 from functions.domain.runtime import WORKER_PYTHON_VERSION
 from functions.domain.status import JobStatus
 
@@ -142,6 +143,15 @@ class JobRepository(Protocol):
 
     def list_ledger(self, account_id: str, start: datetime | None, end: datetime | None) -> list[LedgerEntry]:
         """An account's ledger entries in ``[start, end)``, newest first."""
+
+    # -- members (``functions.domain.roles``) -----------------------------------------------------
+    def get_members(self, account_id: str, user_id: str | None = None) -> AccountMembers:
+        """The account's members read strongly consistent (with ``user_id``: only that user's entry,
+        the one read of a request's authorization)."""
+
+    def save_members(self, account_id: str, members: Mapping[str, Member], expected_version: int) -> None:
+        """Replace the member map while its version is ``expected_version``; ``ConditionFailed``
+        when another change came first or the account is gone."""
 
     # -- array jobs (``functions.domain.arrays``) --------------------------------------------------
     def set_array_spans(self, job_id: str, batch_job_ids: Sequence[str]) -> None:

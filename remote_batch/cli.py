@@ -71,8 +71,14 @@ app = typer.Typer(
 )
 contacts_app = typer.Typer(cls=Group, help="The account's notification contacts.", no_args_is_help=True)
 admin_app = typer.Typer(cls=Group, help="Administration (admin role).", no_args_is_help=True)
+members_app = typer.Typer(
+    cls=Group,
+    help="The account's members and their roles (reader, contributor, owner).",
+    no_args_is_help=True,
+)
 app.add_typer(contacts_app, name="contacts")
 app.add_typer(admin_app, name="admin")
+app.add_typer(members_app, name="members")
 
 JsonOption = Annotated[bool, typer.Option("--json", help="Print the API's JSON.")]
 JobId = Annotated[str, typer.Argument(help="The job id (job-...).")]
@@ -83,9 +89,18 @@ def _connection(
     profile: Annotated[
         str | None, typer.Option("--profile", "-p", help="A stored profile (from `login`) to use.")
     ] = None,
+    account: Annotated[
+        str | None,
+        typer.Option(
+            "--account",
+            "-a",
+            envvar="REMOTE_BATCH_ACCOUNT",
+            help="The account to act in (X-Account-Id); default: your own. You must be its member.",
+        ),
+    ] = None,
 ) -> None:
-    if profile is not None:
-        rb.connect(profile=profile)
+    if profile is not None or account is not None:
+        rb.connect(profile=profile, account=account)
 
 
 def _print_json(value: Any) -> None:
@@ -463,6 +478,61 @@ def _account_value(value: Any) -> str:
     return str(value)
 
 
+@members_app.command("list")
+def members_list(json_output: JsonOption = False) -> None:
+    """The account's members and their roles, owners first."""
+    found = rb.members()
+    if json_output:
+        _print_json({"members": [m.data for m in found]})
+        return
+    table = Table(box=box.SIMPLE)
+    for column in ("user", "role", "set by", "set at"):
+        table.add_column(column)
+    for member in found:
+        table.add_row(
+            escape(member.user_id), member.role, escape(member.updated_by or "-"), member.updated_at or "-"
+        )
+    out.print(table)
+
+
+@members_app.command("set")
+def members_set(
+    user_id: Annotated[
+        str, typer.Argument(help="The user's id (their Cognito sub; locally, their account id).")
+    ],
+    role: Annotated[str, typer.Argument(help="reader, contributor or owner.")],
+    json_output: JsonOption = False,
+) -> None:
+    """Add a user to the account with a role, or change their role (owners)."""
+    member = rb.set_member(user_id, role)
+    if json_output:
+        _print_json(member.data)
+    else:
+        out.print(f"{member.user_id}: {member.role}")
+
+
+@members_app.command("remove")
+def members_remove(user_id: Annotated[str, typer.Argument(help="The member's user id.")]) -> None:
+    """Remove a member from the account (owners; never its last owner)."""
+    rb.remove_member(user_id)
+    out.print(f"{user_id} removed")
+
+
+@app.command("roles")
+def roles_command(json_output: JsonOption = False) -> None:
+    """The roles and the action each route checks (GET /roles)."""
+    table_json = rb.roles()
+    if json_output:
+        _print_json(table_json)
+        return
+    table = Table(box=box.SIMPLE)
+    for column in ("action", "scope", "roles"):
+        table.add_column(column)
+    for action in table_json["actions"]:
+        table.add_row(action["name"], action["scope"], ", ".join(action["roles"]))
+    out.print(table)
+
+
 @app.command("usage")
 def usage_command(
     start: Annotated[str | None, typer.Option("--from", help="ISO time, inclusive.")] = None,
@@ -573,6 +643,17 @@ def admin_grant(
         _print_json(found.data)
     else:
         out.print(f"{found.account_id}: balance {found.credit_balance}")
+
+
+@admin_app.command("create-account")
+def admin_create_account(
+    account_id: Annotated[str, typer.Argument(help="The new user's id (also their own account's).")],
+    credits: Annotated[str, typer.Option(help="Starting credits of their own account.")] = "0",
+    email: Annotated[str | None, typer.Option(help="Their email, for notifications.")] = None,
+) -> None:
+    """Local stack: make a user (and their own account) and print their token, shown once."""
+    token = rb.create_account(account_id, Decimal(credits), email)
+    out.print(token, soft_wrap=True)
 
 
 # -- login -----------------------------------------------------------------------------------------

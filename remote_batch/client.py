@@ -37,6 +37,8 @@ RETRY_STATUSES = (429, 502, 503, 504)
 #: A token is refreshed this many seconds before it expires.
 REFRESH_MARGIN_SECONDS = 60.0
 USER_AGENT = "remote-batch-python"
+#: The header naming the account a request acts in (API.md extension; absent: the token's own).
+ACCOUNT_HEADER = "X-Account-Id"
 
 
 def retry_policy(*, repeatable: bool = True) -> Retry:
@@ -115,13 +117,17 @@ class Client:
         Endpoint and token (and, for a Cognito profile, what refreshes the token).
     profile_name : str | None
         The stored profile it came from: a refreshed token is written back to it.
+    account : str | None
+        The account every request acts in (sent as ``X-Account-Id``); None: the token's own account.
+        The token's user must be a member of it (``rb.members``).
     """
 
-    def __init__(self, profile: Profile, profile_name: str | None = None) -> None:
+    def __init__(self, profile: Profile, profile_name: str | None = None, account: str | None = None) -> None:
         if not profile.token:
             raise ConfigurationError(f"The {profile.source} has no token; run `remote-batch login`.")
         self.profile = profile
         self.profile_name = profile_name
+        self.account = account
         self.endpoint = profile.endpoint.rstrip("/")
         self._session = _session(retry_policy(repeatable=True))
         self._once_session = _session(retry_policy(repeatable=False))
@@ -129,7 +135,8 @@ class Client:
         self._plain_session = _session(retry_policy(repeatable=True))
 
     def __repr__(self) -> str:
-        return f"Client({self.endpoint!r}, from {self.profile.source})"
+        acting = f", account {self.account!r}" if self.account else ""
+        return f"Client({self.endpoint!r}, from {self.profile.source}{acting})"
 
     # -- tokens ----------------------------------------------------------------------------------
     def _can_refresh(self) -> bool:
@@ -192,6 +199,8 @@ class Client:
             No answer after the retries.
         """
         headers = {"Accept": "application/json"}
+        if self.account is not None:
+            headers[ACCOUNT_HEADER] = self.account
         if body is not None:
             headers["Content-Type"] = "application/json"
         if method == "POST" and repeatable:

@@ -183,6 +183,11 @@ class Job:
         return self.data.get("name")
 
     @property
+    def submitted_by(self) -> str | None:
+        """The user who submitted the job (None for jobs from before users were recorded)."""
+        return self.data.get("submittedBy")
+
+    @property
     def type(self) -> str:
         """``Single``, ``Array`` or ``ArrayChild``."""
         return str(self.data.get("type", "Single"))

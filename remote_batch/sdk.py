@@ -1,5 +1,6 @@
 """The SDK's functions: ``rb.connect``, ``rb.submit``, ``rb.map``, ``rb.job``, ``rb.jobs``, ``rb.account``,
-``rb.usage``, ``rb.machine_classes``, ``rb.estimate``, ``rb.runtime``.
+``rb.usage``, ``rb.machine_classes``, ``rb.estimate``, ``rb.runtime``, ``rb.members``, ``rb.set_member``,
+``rb.remove_member``, ``rb.roles``, ``rb.create_account``.
 
 Each takes an optional ``client=``; without it they use the process's default client, made on first
 use by the lookup order of ``remote_batch.config`` (or set by ``rb.connect``).
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import sys
 import sysconfig
 import threading
@@ -39,23 +41,35 @@ JSON_LINES = "application/jsonl"
 PICKLE_TYPE = "application/x-python-pickle"
 CODE_TYPE = "text/x-python"
 
+#: The environment variable naming the account requests act in (``connect(account=...)`` wins).
+ACCOUNT_ENV = "REMOTE_BATCH_ACCOUNT"
+
 _lock = threading.Lock()
 _default: Client | None = None
 
 
-def connect(endpoint: str | None = None, token: str | None = None, *, profile: str | None = None) -> Client:
+def connect(
+    endpoint: str | None = None,
+    token: str | None = None,
+    *,
+    profile: str | None = None,
+    account: str | None = None,
+) -> Client:
     """Set (and return) the process's default client.
 
     ``connect(endpoint, token)`` uses those; ``connect(profile="name")`` a stored profile;
     ``connect()`` looks up as ``remote_batch.config`` says (environment, profile, local stack).
+    ``account`` (else ``REMOTE_BATCH_ACCOUNT``) is the account every request acts in (``X-Account-Id``);
+    neither: the token's own.
 
     Raises ``ConfigurationError`` when nothing is found or only one of ``endpoint``/``token`` is given.
     """
     global _default  # noqa: PLW0603 (the one default connection of the process, as requests' module API)
     if (endpoint is None) != (token is None):
         raise ConfigurationError("Give both endpoint and token, or neither.")
+    acting = account if account is not None else (os.environ.get(ACCOUNT_ENV) or None)
     if endpoint is not None and token is not None:
-        client = Client(Profile(endpoint=endpoint, token=token, source="connect()"))
+        client = Client(Profile(endpoint=endpoint, token=token, source="connect()"), account=acting)
     elif profile is not None:
         found = config.load_profile(profile)
         if found is None:
@@ -63,11 +77,11 @@ def connect(endpoint: str | None = None, token: str | None = None, *, profile: s
                 f"No profile {profile!r} in {config.profiles_path()}; "
                 f"run `remote-batch login --profile {profile}`."
             )
-        client = Client(found, profile)
+        client = Client(found, profile, account=acting)
     else:
         found = config.find_profile()
         name = found.source.removeprefix("profile ") if found.source.startswith("profile ") else None
-        client = Client(found, name)
+        client = Client(found, name, account=acting)
     with _lock:
         _default = client
     return client
@@ -372,6 +386,69 @@ def grant_credits(
     body = {"credits": Decimal(str(credits)), "reason": reason}
     response = api.request("POST", f"/admin/accounts/{account_id}/credits", body=body, repeatable=False)
     return _account(decode(response))
+
+
+@dataclass(frozen=True)
+class Member:
+    """A member of the account requests act in: the user, their role (``reader``, ``contributor``,
+    ``owner``), who set it and when (None for the account's founder)."""
+
+    user_id: str
+    role: str
+    updated_at: str | None
+    updated_by: str | None
+    data: dict[str, Any] = field(repr=False, default_factory=dict)
+
+
+def _member(document: dict[str, Any]) -> Member:
+    return Member(
+        user_id=str(document["userId"]),
+        role=str(document["role"]),
+        updated_at=document.get("updatedAt"),
+        updated_by=document.get("updatedBy"),
+        data=document,
+    )
+
+
+def members(*, client: Client | None = None) -> list[Member]:
+    """``GET /account/members``: the account's members, owners first. Raises ``Forbidden`` without
+    ``members/read``, ``NotFound`` when the token's user is no member of the account."""
+    return [_member(m) for m in _client(client).get("/account/members")["members"]]
+
+
+def set_member(user_id: str, role: str, *, client: Client | None = None) -> Member:
+    """``PUT /account/members/{userId}``: add ``user_id`` with ``role`` or change their role (owners).
+    Raises ``Conflict`` when it would demote the last owner, ``ValidationError`` for an unknown role."""
+    return _member(_decode_put(_client(client), f"/account/members/{user_id}", {"role": role}))
+
+
+def remove_member(user_id: str, *, client: Client | None = None) -> None:
+    """``DELETE /account/members/{userId}`` (owners). Raises ``NotFound`` for a user who is no
+    member, ``Conflict`` for the last owner."""
+    _client(client).request("DELETE", f"/account/members/{user_id}")
+
+
+def roles(*, client: Client | None = None) -> dict[str, Any]:
+    """``GET /roles``: the roles and the actions each holds (``{"roles": [...], "actions": [...]}``)."""
+    table: dict[str, Any] = _client(client).get("/roles")
+    return table
+
+
+def create_account(
+    account_id: str,
+    credits: Decimal | int | str = 0,
+    email: str | None = None,
+    *,
+    client: Client | None = None,
+) -> str:
+    """Local stack, admin: ``POST /admin/accounts``: a user ``account_id`` with their own account
+    (``credits``, ``email``); returns the user's token (shown once). Raises ``Conflict`` when it exists.
+    An owner then adds the user to a team's account with ``set_member``."""
+    from remote_batch.client import decode
+
+    body = {"accountId": account_id, "email": email, "credits": Decimal(str(credits))}
+    response = _client(client).request("POST", "/admin/accounts", body=body, repeatable=False)
+    return str(decode(response)["token"])
 
 
 def usage(

@@ -10,8 +10,11 @@ settings
 runner
     Runs ``code``, ``command`` or ``pickle`` input and returns an ``Outcome`` (no S3).
 encoding
-    Turns an ``Outcome`` into the bytes of ``result.json``, ``result.pickle``, ``messages.json`` and
-    ``preview.png``.
+    Turns an ``Outcome`` into its parts: the result's JSON document, its pickle, the messages, a
+    PNG preview.
+layout
+    Packs those parts into the job's output objects: ``outcome.json``, plus an object of its own only
+    for a part too big to inline or a picture of the result.
 storage
     The job's S3 objects (the only module that talks to AWS).
 entrypoint

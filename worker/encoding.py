@@ -1,9 +1,10 @@
 """Turn an ``Outcome`` into the bytes of the job's output objects.
 
-``result.json`` = ``{"result": <JSON value or null>, "resultRepr": "<repr, at most 10000 chars>"}``;
-``result.pickle`` = ``cloudpickle.dumps(result)``; ``messages.json`` = ``{"messages": [...],
-"error": null | {"type", "message", "traceback"[, "reason"]}}``; ``preview.png`` for a matplotlib Figure
-result, the repr drawn as text for anything else.
+The parts: the result's JSON document ``{"result": <JSON value or null>, "resultRepr": "<repr, at
+most 10000 chars>"}``; its pickle ``cloudpickle.dumps(result)``; the messages document ``{"messages":
+[...], "error": null | {"type", "message", "traceback"[, "reason"]}}``; a PNG preview: a matplotlib
+Figure or a PIL image as drawn (an *image* preview), the repr drawn as text for anything else (a *text*
+preview). ``worker.layout`` packs these parts into the job's output objects.
 
 Converting, repr-ing and pickling a result runs the user's methods (``__repr__``, ``__reduce__``,
 ``__iter__``, ``__len__``, ``__eq__``, a ``__class__`` property...), which may raise anything, loop
@@ -22,7 +23,7 @@ import math
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import cloudpickle
 
@@ -53,26 +54,39 @@ class NotJSONError(ValueError):
     """The value has no faithful JSON form."""
 
 
+#: What a preview shows: the result drawn (a plot, an image) or its repr rendered as text.
+PreviewKind = Literal["image", "text"]
+
+
 @dataclass(frozen=True)
 class EncodedOutputs:
-    """The bodies of the output objects.
+    """The encoded parts of a finished job's outcome (``worker.layout`` packs them into objects).
 
     Attributes
     ----------
     result_json : bytes
-        ``result.json``, UTF-8, always valid JSON (no NaN or Infinity).
+        The result's document ``{"result", "resultRepr"}``, UTF-8, always valid JSON (no NaN or
+        Infinity).
     result_pickle : bytes or None
-        ``result.pickle``; None when the result could not be pickled (a message says so).
+        The result's cloudpickle; None when the result could not be pickled (a message says so).
     messages_json : bytes
-        ``messages.json``, UTF-8, always valid JSON.
+        The messages document ``{"messages", "error"}``, UTF-8, always valid JSON.
     preview_png : bytes or None
-        ``preview.png``: the Figure as drawn, or the result's repr as text; None for a None result.
+        The PNG preview: the Figure or image as drawn, or the result's repr as text; None for a None
+        result.
+    preview_kind : {"image", "text"} or None
+        ``"image"`` when the preview is the result itself drawn (a Figure, a PIL image), ``"text"``
+        when it is the repr rendered as text; None with no preview.
+    result_repr : str
+        The ``resultRepr`` inside ``result_json`` (at most ``REPR_LIMIT`` characters).
     """
 
     result_json: bytes
     result_pickle: bytes | None
     messages_json: bytes
     preview_png: bytes | None
+    preview_kind: PreviewKind | None = None
+    result_repr: str = "None"
 
 
 def encode_outcome(outcome: Outcome, notes: list[str] | None = None) -> EncodedOutputs:
@@ -94,14 +108,17 @@ def encode_outcome(outcome: Outcome, notes: list[str] | None = None) -> EncodedO
     messages = [*outcome.messages, *(notes or [])]
     with default_interpreter_limits():
         result_pickle = _pickle_result(outcome.result, messages)
-        preview_png = _preview(outcome.result, messages)
-        result_json = _result_json(outcome.result, messages)
+        preview = _preview(outcome.result, messages)
+        result_repr = safe_repr(outcome.result)
+        result_json = _result_json(outcome.result, result_repr, messages)
         messages_json = messages_document(messages, outcome.error)
     return EncodedOutputs(
         result_json=result_json,
         result_pickle=result_pickle,
         messages_json=messages_json,
-        preview_png=preview_png,
+        preview_png=None if preview is None else preview[0],
+        preview_kind=None if preview is None else preview[1],
+        result_repr=result_repr,
     )
 
 
@@ -130,7 +147,7 @@ def messages_document(messages: list[str], error: JobError | None) -> bytes:
         }
         if error.reason:
             document["error"]["reason"] = _cut(" ".join(error.reason.split()), 1000)
-    return _dumps(document)
+    return dumps_document(document)
 
 
 def _pickle_result(value: Any, messages: list[str]) -> bytes | None:
@@ -144,30 +161,29 @@ def _pickle_result(value: Any, messages: list[str]) -> bytes | None:
         return None
 
 
-def _preview(value: Any, messages: list[str]) -> bytes | None:
+def _preview(value: Any, messages: list[str]) -> tuple[bytes, PreviewKind] | None:
     try:
-        return render_preview(value)
+        return draw_preview(value)
     except BaseException as exc:
         messages.append(f"preview.png not written: the result cannot be drawn ({describe_exception(exc)})")
         return None
 
 
-def _result_json(value: Any, messages: list[str]) -> bytes:
-    result_repr = safe_repr(value)
+def _result_json(value: Any, result_repr: str, messages: list[str]) -> bytes:
     try:
-        body = _dumps({"result": to_json(value), "resultRepr": result_repr})
+        body = dumps_document({"result": to_json(value), "resultRepr": result_repr})
     except NotJSONError as exc:
         if exc.args and exc.args[0] == _TOO_BIG:
             messages.append(f"result.json holds no JSON value: {_TOO_BIG} (result.pickle has the result)")
-        return _dumps({"result": None, "resultRepr": result_repr})
+        return dumps_document({"result": None, "resultRepr": result_repr})
     except BaseException as exc:  # the result's own methods raised while it was converted
         messages.append(
             f"result.json holds no JSON value: converting the result failed ({describe_exception(exc)})"
         )
-        return _dumps({"result": None, "resultRepr": result_repr})
+        return dumps_document({"result": None, "resultRepr": result_repr})
     if len(body) > RESULT_JSON_MAX_BYTES:
         messages.append(f"result.json holds no JSON value: {_TOO_BIG} (result.pickle has the result)")
-        return _dumps({"result": None, "resultRepr": result_repr})
+        return dumps_document({"result": None, "resultRepr": result_repr})
     return body
 
 
@@ -488,8 +504,8 @@ def default_interpreter_limits() -> Iterator[None]:
 
 
 def render_preview(value: Any) -> bytes | None:
-    """Draw the result as PNG (API.md ``OutputPreviewImage``): a matplotlib Figure as drawn, anything
-    else but None as its repr, rendered as text.
+    """Draw the result as PNG (API.md ``OutputPreviewImage``): a matplotlib Figure or a PIL image as
+    drawn, anything else but None as its repr, rendered as text.
 
     Parameters
     ----------
@@ -501,14 +517,35 @@ def render_preview(value: Any) -> bytes | None:
     bytes or None
         The PNG (a Figure at ``PREVIEW_DPI`` dots per inch), or None for a None result.
     """
+    drawn = draw_preview(value)
+    return None if drawn is None else drawn[0]
+
+
+def draw_preview(value: Any) -> tuple[bytes, PreviewKind] | None:
+    """``render_preview``'s PNG and what it shows: ``"image"`` for a matplotlib Figure (drawn at
+    ``PREVIEW_DPI``) or a PIL image (its pixels; a mode PNG cannot hold is converted to RGBA),
+    ``"text"`` for the repr of anything else; None for a None result.
+
+    Raises whatever the value's own methods raise while it is drawn (``encode_outcome`` guards it).
+    """
     if value is None:
         return None
     figure_module = sys.modules.get("matplotlib.figure")  # a Figure result means matplotlib is loaded
     if figure_module is not None and isinstance(value, figure_module.Figure):
         buffer = io.BytesIO()
         value.savefig(buffer, format="png", dpi=PREVIEW_DPI)
-        return buffer.getvalue()
-    return render_text_preview(safe_repr(value))
+        return buffer.getvalue(), "image"
+    image_module = sys.modules.get("PIL.Image")  # likewise for a PIL image
+    if image_module is not None and isinstance(value, image_module.Image):
+        image = value if value.mode in _PNG_MODES else value.convert("RGBA")
+        buffer = io.BytesIO()
+        image.save(buffer, format="PNG")
+        return buffer.getvalue(), "image"
+    return render_text_preview(safe_repr(value)), "text"
+
+
+#: The PIL image modes PNG stores as they are (Pillow's PNG plugin); others are converted to RGBA.
+_PNG_MODES = frozenset({"1", "L", "LA", "I", "I;16", "P", "RGB", "RGBA"})
 
 
 #: A text preview shows at most this many lines of this many characters.
@@ -540,8 +577,10 @@ def render_text_preview(text: str) -> bytes:
     return buffer.getvalue()
 
 
-def _dumps(document: dict[str, Any]) -> bytes:
-    # A lone surrogate (only possible inside a string) becomes the JSON escape \udXXX: valid UTF-8 always.
+def dumps_document(document: dict[str, Any]) -> bytes:
+    """``document`` as compact-enough UTF-8 JSON (non-ASCII kept, no NaN or Infinity: raises
+    ``ValueError`` for them). A lone surrogate (only possible inside a string) becomes the JSON
+    escape ``\\udXXX``, so the bytes are always valid UTF-8 and load back to the same string."""
     return json.dumps(document, ensure_ascii=False, allow_nan=False).encode("utf-8", "backslashreplace")
 
 

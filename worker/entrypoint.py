@@ -1,10 +1,10 @@
 """The worker's whole run: settings → input → run → outputs → exit code.
 
 What the user sees of the worker's own failures is one line in the job log (``remote-batch worker:
-...``) and, when the job's bucket can be written, ``messages.json`` with an ``error`` whose ``reason``
-becomes the job's ``statusReason``. Never the worker's traceback: its details (traceback, S3 error)
-go to the operator, in ``<output prefix>worker-error.txt`` and, when ``REMOTE_BATCH_OPERATOR_LOG``
-names a file, appended to that file (the local stack's executor logs it).
+...``) and, when the job's bucket can be written, ``outcome.json`` with an ``error`` whose ``reason``
+becomes the job's ``statusReason`` (``worker.layout``). Never the worker's traceback: its details
+(traceback, S3 error) go to the operator, in ``<output prefix>worker-error.txt`` and, when
+``REMOTE_BATCH_OPERATOR_LOG`` names a file, appended to that file (the local stack's executor logs it).
 """
 
 from __future__ import annotations
@@ -24,8 +24,9 @@ from typing import TYPE_CHECKING, Any
 import boto3
 from botocore.exceptions import ClientError
 
-from worker.encoding import encode_outcome, messages_document
+from worker.encoding import encode_outcome
 from worker.errors import InputNotFound, InvalidJobInput, StorageError, WorkerError
+from worker.layout import failure_outcome, outcome_objects
 from worker.runner import JobError, JobInput, Outcome, parse_job_input, payload_key, run_job
 from worker.settings import JOB_ID, WorkerSettings
 from worker.storage import JobStorage
@@ -49,11 +50,13 @@ INTERNAL_ERROR_REASON = "The job runner failed (an internal error, reported to t
 def main(environ: Mapping[str, str] | None = None, s3_client: S3Client | None = None) -> int:
     """Run the job the environment describes and upload its outputs.
 
-    Outputs, under ``REMOTE_BATCH_OUTPUT_PREFIX``, whether the user's code succeeded or not:
-    ``files/<path>`` for each file left in ``$REMOTE_BATCH_OUTPUT_DIR``, ``preview.png``,
-    ``result.pickle``, ``result.json``, then ``messages.json`` last, so its presence means the others
-    are complete. An input that cannot be read or is rejected before any user code runs leaves only
-    ``messages.json``, whose error says why in one sentence.
+    Outputs, under ``REMOTE_BATCH_OUTPUT_PREFIX``, whether the user's code succeeded or not
+    (``worker.layout``): ``files/<path>`` for each file left in ``$REMOTE_BATCH_OUTPUT_DIR``, a part of
+    the outcome too big to inline or a picture of the result (``result.json``, ``result.pickle``,
+    ``preview.png``, each only then), then ``outcome.json`` last, so its presence means the others are
+    complete: a job whose result is ``4`` writes ``outcome.json`` alone. An input that cannot be read
+    or is rejected before any user code runs leaves only ``outcome.json``, whose error says why in one
+    sentence.
 
     Parameters
     ----------
@@ -224,21 +227,16 @@ def publish(storage: JobStorage, prefix: str, outcome: Outcome, output_dir: Path
     """
     notes: list[str] = []
     storage.upload_directory(output_dir, prefix + "files/", notes)
-    encoded = encode_outcome(outcome, notes)
-    if encoded.preview_png is not None:
-        storage.write(prefix + "preview.png", encoded.preview_png, "image/png")
-    if encoded.result_pickle is not None:
-        storage.write(prefix + "result.pickle", encoded.result_pickle, "application/octet-stream")
-    storage.write(prefix + "result.json", encoded.result_json, "application/json")
-    storage.write(prefix + "messages.json", encoded.messages_json, "application/json")
+    for part in outcome_objects(encode_outcome(outcome, notes)):
+        storage.write(prefix + part.name, part.body, part.content_type)
 
 
 def _record_failure(storage: JobStorage, settings: WorkerSettings, kind: str, reason: str) -> None:
-    """Write ``messages.json`` saying why the job failed; best effort (the log line says it too)."""
+    """Write ``outcome.json`` saying why the job failed; best effort (the log line says it too)."""
     error = JobError(type=kind, message=reason, traceback="", reason=reason)
     with contextlib.suppress(Exception):
-        body = messages_document([f"{kind}: {reason}"], error)
-        storage.write(settings.job_output_prefix + "messages.json", body, "application/json")
+        part = failure_outcome([f"{kind}: {reason}"], error)
+        storage.write(settings.job_output_prefix + part.name, part.body, part.content_type)
 
 
 def _tell_user(sentence: str) -> None:

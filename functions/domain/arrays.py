@@ -188,6 +188,7 @@ def child_template(parent: Job, index: int) -> Job:
         array_size=parent.array_size,
         record_expires_at=parent.record_expires_at,
         compute=parent.compute,
+        submitted_by=parent.submitted_by,
     )
 
 

@@ -190,6 +190,7 @@ class Job:
     array_spans: tuple[str, ...] = ()
     # The dedicated compute the job runs on (``functions.domain.computes``): its queue, no charge.
     compute: str | None = None
+    submitted_by: str | None = None
 
     @property
     def expires_at(self) -> datetime:

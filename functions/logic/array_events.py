@@ -44,8 +44,15 @@ from functions.domain.jobs import (
     credit_constraint_reason,
     is_credit_constraint_reason,
 )
+from functions.domain.outcomes import OutcomeUnreadable
 from functions.domain.status import JobStatus, statuses_between
-from functions.logic.job_outcomes import discard_outputs, final_charge, final_outcome, output_key
+from functions.logic.job_outcomes import (
+    discard_outputs,
+    final_charge,
+    final_outcome,
+    output_key,
+    read_outcome,
+)
 from functions.logic.notifying import deliver_due_notifications
 from functions.logic.submission import terminate
 from functions.ports import Services
@@ -53,10 +60,11 @@ from functions.ports import Services
 logger = Logger(child=True)
 
 MAX_WRITE_ATTEMPTS = 25
-#: Children's ``result.json`` read at once while the parent's result is assembled.
+#: Children's outcomes read at once while the parent's result is assembled.
 RESULT_READERS = 16
-#: A child's ``result.json`` bigger than this is not inlined in the array's result (null, and its
-#: repr says where to find it): the array's document must stay one readable object.
+#: A child's result document bigger than this is not inlined in the array's result (null, and its
+#: repr says where to find it): the array's document must stay one readable object. The worker
+#: inlines a result in ``outcome.json`` up to the same size (``worker.layout``).
 MAX_CHILD_RESULT_BYTES = 1024 * 1024
 RESULT_DOCUMENT = "result.json"
 
@@ -232,21 +240,29 @@ def finish_array(services: Services, parent: Job, now: datetime) -> Job:
 
 
 def _child_result(services: Services, child: Job) -> tuple[Any, str]:
-    """(result, repr) of a Succeeded child from its ``result.json`` (JSON only: never unpickled)."""
+    """(result, repr) of a Succeeded child from its ``outcome.json`` (or, in the previous layout, its
+    ``result.json``): JSON only, never unpickled. A result the worker put in an object of its own is
+    over ``MAX_CHILD_RESULT_BYTES`` (``worker.layout``): not read, its repr says where it is."""
     blobs = services.zones[child.geo_zone].blobs
+    too_large = (
+        None,
+        f"<result of index {child.array_index} too large to inline: GET /jobs/{child.job_id}/result>",
+    )
     try:
-        raw = blobs.get(output_key(child.job_id, "result.json"), MAX_CHILD_RESULT_BYTES)
-    except PayloadTooLarge:
-        return (
-            None,
-            f"<result of index {child.array_index} too large to inline: GET /jobs/{child.job_id}/result>",
-        )
-    if raw is None:
-        return None, "None"
+        outcome = read_outcome(blobs, child.job_id)
+        if outcome is not None:
+            return (
+                too_large
+                if outcome.result_object is not None
+                else (outcome.result, outcome.result_repr or "None")
+            )
+        raw = blobs.get(output_key(child.job_id, RESULT_DOCUMENT), MAX_CHILD_RESULT_BYTES)
+    except (OutcomeUnreadable, PayloadTooLarge):
+        return too_large
     try:
-        document = json.loads(raw)
+        document = json.loads(raw) if raw is not None else None
     except ValueError:
-        return None, "None"
+        document = None
     if not isinstance(document, dict):
         return None, "None"
     return document.get("result"), str(document.get("resultRepr") or "None")

@@ -30,7 +30,16 @@ from functions.domain.jobs import (
     success_warnings,
 )
 from functions.domain.machine_classes import machine_class
-from functions.ports import Services
+from functions.domain.outcomes import (
+    LEGACY_MESSAGES_OBJECT,
+    OUTCOME_MAX_BYTES,
+    OUTCOME_OBJECT,
+    OutcomeUnreadable,
+    StoredOutcome,
+    error_summary,
+    parse_outcome,
+)
+from functions.ports import BlobStore, Services
 
 logger = Logger(child=True)
 
@@ -43,33 +52,53 @@ def output_key(job_id: str, name: str) -> str:
     return f"outputs/{job_data_path(job_id)}/{name}"
 
 
+def read_outcome(blobs: BlobStore, job_id: str) -> StoredOutcome | None:
+    """A job's ``outcome.json`` (``functions.domain.outcomes``) in its zone's bucket ``blobs``, read
+    whole in one GetObject.
+
+    Returns
+    -------
+    StoredOutcome or None
+        None when there is none: the worker wrote nothing yet (or nothing at all), or the job was
+        written in the previous layout (``result.json`` and ``messages.json``, read by the callers).
+
+    Raises
+    ------
+    OutcomeUnreadable
+        It is over ``OUTCOME_MAX_BYTES`` or not of the format read here.
+    DependencyFailed
+        S3 failed.
+    """
+    try:
+        raw = blobs.get(output_key(job_id, OUTCOME_OBJECT), OUTCOME_MAX_BYTES)
+    except PayloadTooLarge as exc:
+        raise OutcomeUnreadable(f"{OUTCOME_OBJECT} is over {OUTCOME_MAX_BYTES} bytes") from exc
+    return None if raw is None else parse_outcome(raw)
+
+
 def read_error_summary(services: Services, job: Job) -> str | None:
-    """The worker's error line (``ZeroDivisionError: division by zero``) from ``messages.json``.
+    """The worker's error line (``ZeroDivisionError: division by zero``) from ``outcome.json`` (or,
+    for a job of the previous layout, ``messages.json``).
 
     When the worker gave the error a ``reason`` (a sentence of its own: ``Memory limit of 8 GiB
     exceeded``, ``Exited with code 5``, ``The job's input was rejected: ...``), that sentence is the
     line. Only JSON is read: the Lambdas never unpickle or run user data. None when there is none.
     """
+    blobs = services.zones[job.geo_zone].blobs
     try:
-        raw = services.zones[job.geo_zone].blobs.get(
-            output_key(job.job_id, "messages.json"), MESSAGES_MAX_BYTES
-        )
-    except (DependencyFailed, PayloadTooLarge):
+        outcome = read_outcome(blobs, job.job_id)
+        if outcome is not None:
+            return error_summary(outcome.error)
+        raw = blobs.get(output_key(job.job_id, LEGACY_MESSAGES_OBJECT), MESSAGES_MAX_BYTES)
+    except (DependencyFailed, PayloadTooLarge, OutcomeUnreadable):
         logger.warning("messages unreadable", job_id=job.job_id)
         return None
     if raw is None:
         return None
     try:
-        error = json.loads(raw).get("error")
+        return error_summary(json.loads(raw).get("error"))
     except (ValueError, AttributeError):
         return None
-    if not isinstance(error, dict) or not error.get("type"):
-        return None
-    reason = error.get("reason")
-    if isinstance(reason, str) and reason.strip():
-        return " ".join(reason.split())
-    message = str(error.get("message") or "").strip()
-    return f"{error['type']}: {message}" if message else str(error["type"])
 
 
 def discard_outputs(services: Services, job: Job) -> None:

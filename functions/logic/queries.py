@@ -13,15 +13,33 @@ from typing import Any
 
 from functions.domain.arrays import child_job_id, job_data_path
 from functions.domain.batch_reasons import as_sentence
-from functions.domain.errors import Conflict, Expired, JobNotFinished, NoOutput, NotFound, ValidationFailed
+from functions.domain.errors import (
+    Conflict,
+    DependencyFailed,
+    Expired,
+    JobNotFinished,
+    NoOutput,
+    NotFound,
+    PayloadTooLarge,
+    ValidationFailed,
+)
 from functions.domain.jobs import Account, Job, JobType, is_credit_constraint_reason
 from functions.domain.limits import RESPONSE_BUDGET_BYTES, base64_bytes, presigned_seconds, wire_bytes
 from functions.domain.log_lines import PartJoiner, event_cost
+from functions.domain.outcomes import (
+    LEGACY_MESSAGES_OBJECT,
+    OUTCOME_OBJECT,
+    PICKLE_OBJECT,
+    PREVIEW_OBJECT,
+    RESULT_OBJECT,
+    OutcomeUnreadable,
+    StoredOutcome,
+)
 from functions.domain.status import JobStatus
 from functions.logic.array_events import RESULT_DOCUMENT, store_array_result
-from functions.logic.job_outcomes import output_key
+from functions.logic.job_outcomes import output_key, read_outcome
 from functions.logic.submission import get_owned_job
-from functions.ports import LogEvent, Services
+from functions.ports import BlobStore, LogEvent, Services
 
 MAX_LOG_EVENTS = 10_000
 #: Log streams deleted at once by ``DELETE`` of an array (one per child that ran).
@@ -30,6 +48,8 @@ LOG_DELETERS = 8
 MESSAGES_BUDGET_BYTES = 512 * 1024
 #: A result (``result.json``) is inlined up to this cost on the wire, with its messages.
 RESULT_BUDGET_BYTES = RESPONSE_BUDGET_BYTES - MESSAGES_BUDGET_BYTES
+#: The largest pickle inlined: its base64 (ASCII, nothing JSON escapes) fills the response's budget.
+PICKLE_INLINE_MAX_BYTES = RESPONSE_BUDGET_BYTES * 3 // 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,9 +57,12 @@ class JobResult:
     """A final job's ``EvaluationResult``.
 
     Exactly one of ``result`` (when ``inline``), ``result_url`` or ``pickle`` is meaningful:
-    ``result_url`` is a presigned GET (≤ 15 min, never past ``expiresAt``) of ``result.json`` (or
-    ``result.pickle``) when inlining it would take the response over its 5 MiB; ``pickle`` is base64.
-    ``messages_url`` replaces ``messages`` the same way (then ``messages`` is empty).
+    ``result_url`` is a presigned GET (≤ 15 min, never past ``expiresAt``) of a JSON document whose
+    ``result`` and ``resultRepr`` are the result's (``result.json``, or ``outcome.json`` when the
+    result is inline there), or of the raw pickle (``result.pickle``), when inlining it would take
+    the response over its 5 MiB; ``pickle`` is base64. ``messages_url`` replaces ``messages`` the
+    same way (then ``messages`` is empty): a JSON document whose ``messages`` are the job's
+    (``outcome.json``, or ``messages.json`` for a job of the previous layout).
     """
 
     job_id: str
@@ -77,11 +100,11 @@ def _final_job_with_data(services: Services, account_id: str, job_id: str, now: 
     return job
 
 
-def _messages(services: Services, job: Job, now: datetime) -> tuple[tuple[str, ...], str | None]:
-    """The job's messages, or () and a presigned URL of ``messages.json`` when they would take
-    more than ``MESSAGES_BUDGET_BYTES`` of the response."""
+def _legacy_messages(services: Services, job: Job, now: datetime) -> tuple[tuple[str, ...], str | None]:
+    """The messages of a job of the previous layout, or () and a presigned URL of ``messages.json``
+    when they would take more than ``MESSAGES_BUDGET_BYTES`` of the response."""
     blobs = services.zones[job.geo_zone].blobs
-    key = output_key(job.job_id, "messages.json")
+    key = output_key(job.job_id, LEGACY_MESSAGES_OBJECT)
     size = blobs.size(key)
     if size is None:
         return (), None
@@ -109,7 +132,8 @@ def _inline_result(document: Any) -> bool:
 
 
 def get_result(services: Services, account_id: str, job_id: str, now: datetime, as_pickle: bool) -> JobResult:
-    """``GET /jobs/{jobId}/result``.
+    """``GET /jobs/{jobId}/result``, from the job's ``outcome.json`` (one GetObject for a result that
+    is inline there, ``functions.domain.outcomes``), or from the previous layout's objects.
 
     Raises
     ------
@@ -117,6 +141,8 @@ def get_result(services: Services, account_id: str, job_id: str, now: datetime, 
         As API.md says.
     NoOutput
         The job ended Terminated without output (e.g. never ran, or its CreditConstraint discarded it).
+    DependencyFailed
+        S3 failed, or the job's outcome cannot be read (damaged, or of a format this code does not read).
     """
     job = _final_job_with_data(services, account_id, job_id, now)
     if job.status_reason and is_credit_constraint_reason(job.status_reason):
@@ -125,13 +151,113 @@ def get_result(services: Services, account_id: str, job_id: str, now: datetime, 
     if job.type == JobType.ARRAY:
         return _array_result(services, job, now, as_pickle)
     blobs = services.zones[job.geo_zone].blobs
-    url_seconds = presigned_seconds(job.expires_at, now)
     no_output = NoOutput(
         f"Job {job_id} ended {job.status.value} without output"
         + (f": {as_sentence(job.status_reason)}" if job.status_reason else ".")
     )
+    try:
+        outcome = read_outcome(blobs, job_id)
+    except OutcomeUnreadable as exc:
+        raise DependencyFailed(f"The result of job {job_id} could not be read ({exc}).") from exc
+    if outcome is None:
+        return _legacy_result(services, job, now, as_pickle, no_output)
+    seconds = presigned_seconds(job.expires_at, now)
+    return _outcome_result(blobs, job, outcome, seconds, as_pickle=as_pickle, no_output=no_output)
+
+
+def _outcome_result(
+    blobs: BlobStore,
+    job: Job,
+    outcome: StoredOutcome,
+    url_seconds: int,
+    *,
+    as_pickle: bool,
+    no_output: NoOutput,
+) -> JobResult:
+    """``get_result`` from the job's ``outcome.json`` and the objects it names."""
+    job_id = job.job_id
     if as_pickle:
-        key = output_key(job_id, "result.pickle")
+        if outcome.pickle_base64 is not None and len(outcome.pickle_base64) <= RESPONSE_BUDGET_BYTES:
+            return JobResult(job_id=job_id, pickle=outcome.pickle_base64)
+        if outcome.pickle_object is None:
+            raise no_output
+        return _pickle_object(blobs, output_key(job_id, PICKLE_OBJECT), url_seconds, job_id, no_output)
+    messages, messages_url = _outcome_messages(blobs, job_id, outcome, url_seconds)
+    if not outcome.ran:
+        if job.status == JobStatus.TERMINATED:
+            raise no_output
+        return JobResult(
+            job_id=job_id, result=None, result_repr="None", messages=messages, messages_url=messages_url
+        )
+    document: dict[str, Any] | None = {"result": outcome.result, "resultRepr": outcome.result_repr}
+    key = output_key(job_id, OUTCOME_OBJECT)
+    if outcome.result_object is not None:
+        key = output_key(job_id, RESULT_OBJECT)
+        document = _result_object(blobs, key, job_id)
+    if document is None or not _inline_result(document):
+        url = blobs.presigned_get(key, url_seconds)
+        return JobResult(
+            job_id=job_id, inline=False, result_url=url, messages=messages, messages_url=messages_url
+        )
+    return JobResult(
+        job_id=job_id,
+        result=document.get("result"),
+        result_repr=document.get("resultRepr"),
+        messages=messages,
+        messages_url=messages_url,
+    )
+
+
+def _result_object(blobs: BlobStore, key: str, job_id: str) -> dict[str, Any] | None:
+    """The result's own ``result.json`` (``{"result", "resultRepr"}``) in one GetObject, or None when
+    it is over ``RESULT_BUDGET_BYTES`` (not read: a file over the budget can only grow once escaped).
+
+    Raises ``DependencyFailed`` when it is missing though ``outcome.json`` names it, or S3 failed.
+    """
+    try:
+        raw = blobs.get(key, RESULT_BUDGET_BYTES)
+    except PayloadTooLarge:
+        return None
+    if raw is None:
+        raise DependencyFailed(f"The result of job {job_id} could not be read ({RESULT_OBJECT} is missing).")
+    document = json.loads(raw or b"{}")
+    return document if isinstance(document, dict) else {"result": None, "resultRepr": None}
+
+
+def _pickle_object(
+    blobs: BlobStore, key: str, url_seconds: int, job_id: str, no_output: NoOutput
+) -> JobResult:
+    """A pickle that is an object of its own: inline (base64) when it fits the response, else a
+    presigned GET of it; one GetObject either way. ``no_output`` when the object is absent."""
+    try:
+        data = blobs.get(key, PICKLE_INLINE_MAX_BYTES)
+    except PayloadTooLarge:
+        return JobResult(job_id=job_id, inline=False, result_url=blobs.presigned_get(key, url_seconds))
+    if data is None:
+        raise no_output
+    return JobResult(job_id=job_id, pickle=base64.b64encode(data).decode())
+
+
+def _outcome_messages(
+    blobs: BlobStore, job_id: str, outcome: StoredOutcome, url_seconds: int
+) -> tuple[tuple[str, ...], str | None]:
+    """The outcome's messages, or () and a presigned URL of ``outcome.json`` (whose ``messages``
+    they are) when they would take more than ``MESSAGES_BUDGET_BYTES`` of the response."""
+    if sum(wire_bytes(json.dumps(m)) + 1 for m in outcome.messages) > MESSAGES_BUDGET_BYTES:
+        return (), blobs.presigned_get(output_key(job_id, OUTCOME_OBJECT), url_seconds)
+    return outcome.messages, None
+
+
+def _legacy_result(
+    services: Services, job: Job, now: datetime, as_pickle: bool, no_output: NoOutput
+) -> JobResult:
+    """``get_result`` of a job the worker wrote in the previous layout (no ``outcome.json``:
+    ``result.json``, ``result.pickle``, ``messages.json``), or that left nothing."""
+    job_id = job.job_id
+    blobs = services.zones[job.geo_zone].blobs
+    url_seconds = presigned_seconds(job.expires_at, now)
+    if as_pickle:
+        key = output_key(job_id, PICKLE_OBJECT)
         size = blobs.size(key)
         if size is None:
             raise no_output
@@ -140,9 +266,9 @@ def get_result(services: Services, account_id: str, job_id: str, now: datetime, 
             return JobResult(job_id=job_id, inline=False, result_url=blobs.presigned_get(key, url_seconds))
         data = blobs.get(key) or b""
         return JobResult(job_id=job_id, pickle=base64.b64encode(data).decode())
-    key = output_key(job_id, "result.json")
+    key = output_key(job_id, RESULT_OBJECT)
     size = blobs.size(key)
-    messages, messages_url = _messages(services, job, now)
+    messages, messages_url = _legacy_messages(services, job, now)
     if size is None:
         if job.status == JobStatus.TERMINATED:
             raise no_output
@@ -369,6 +495,10 @@ def get_preview(services: Services, account_id: str, job_id: str, now: datetime)
     Served as a link whatever its size: the PNG never passes through API Gateway and Lambda (no
     binary media types, no 6 MB limit), and the client gets it straight from S3.
 
+    A picture of the result (a plot, an image) is the worker's ``preview.png``. The repr drawn as
+    text travels inside ``outcome.json`` (``functions.domain.outcomes``): the first request writes it
+    to ``preview.png`` (the same bytes each time: idempotent), so a presigned URL can point at it.
+
     Raises ``NotFound`` (no such job, or no preview: a None result, a job not finished), ``Expired``.
     """
     job = get_owned_job(services, account_id, job_id)
@@ -376,14 +506,30 @@ def get_preview(services: Services, account_id: str, job_id: str, now: datetime)
         raise expired(job_id)
     blobs = services.zones[job.geo_zone].blobs
     # An array's picture is its first child's (WCS's OutputPreviewImage of an array).
-    key = output_key(child_job_id(job_id, 0) if job.type == JobType.ARRAY else job_id, "preview.png")
+    owner = child_job_id(job_id, 0) if job.type == JobType.ARRAY else job_id
+    key = output_key(owner, PREVIEW_OBJECT)
     size = None
     if not (job.status_reason and is_credit_constraint_reason(job.status_reason)):
         size = blobs.size(key)
+        if size is None:
+            size = _store_inline_preview(blobs, owner, key)
     if size is None:
         raise NotFound(f"Job {job_id} has no preview image.")
     seconds = presigned_seconds(job.expires_at, now)
     return PreviewLink(url=blobs.presigned_get(key, seconds), size=size, expires_seconds=seconds)
+
+
+def _store_inline_preview(blobs: BlobStore, job_id: str, key: str) -> int | None:
+    """Write the text preview inline in the job's ``outcome.json`` to ``key``; its size in bytes, or
+    None when the job has none (no outcome yet, a None result, an outcome unreadable here)."""
+    try:
+        outcome = read_outcome(blobs, job_id)
+    except OutcomeUnreadable:
+        return None
+    if outcome is None or outcome.preview_png is None:
+        return None
+    blobs.put(key, outcome.preview_png, "image/png")
+    return len(outcome.preview_png)
 
 
 def delete_job_data(services: Services, account_id: str, job_id: str, now: datetime) -> int:

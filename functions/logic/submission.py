@@ -74,6 +74,8 @@ class JobRequest:
     # whether ``machine_class`` was asked for (else the compute's class is the job's).
     compute: str | None = None
     machine_class_given: bool = True
+    # The user who submits (the token's user id), recorded on the job as ``submittedBy``.
+    submitted_by: str | None = None
 
     @property
     def is_array(self) -> bool:
@@ -216,6 +218,7 @@ def new_job(
         array_size=array_size,
         child_status_counts=None if array_size is None else initial_counts(array_size),
         compute=prepared.compute,
+        submitted_by=request.submitted_by,
     )
 
 

@@ -26,6 +26,7 @@ from werkzeug.wrappers import Request, Response
 
 from functions.domain.errors import Forbidden, PayloadTooLarge, ServiceError, Unauthorized, ValidationFailed
 from functions.domain.limits import BODY_TOO_LARGE_MESSAGE, BODY_WITHOUT_LENGTH_MESSAGE, MAX_BODY_BYTES
+from functions.domain.roles import Role, denial_message, holds
 from remote_batch.local.accounts import LocalAccounts, parse_new_account
 from remote_batch.local.lambda_context import LOCAL_ACCOUNT_ID
 from remote_batch.local.tokens import Principal, TokenStore
@@ -176,10 +177,12 @@ class ApiGateway:
         self._accounts = accounts
         self._admin_environment = admin_environment
         self._clock = clock
-        self._local_routes: dict[tuple[str, str], Callable[[Request, bytes], Response]] = {
-            ("GET", "/local/batch-events"): self._emitted_events,
-            ("POST", "/local/batch-events"): self._replay_events,
-            ("POST", "/admin/accounts"): self._create_account,
+        # Each local-only route with its action of the role table (functions.domain.roles), as the
+        # api's routes name theirs.
+        self._local_routes: dict[tuple[str, str], tuple[str, Callable[[Request, bytes], Response]]] = {
+            ("GET", "/local/batch-events"): ("batchEvents/read", self._emitted_events),
+            ("POST", "/local/batch-events"): ("batchEvents/replay/action", self._replay_events),
+            ("POST", "/admin/accounts"): ("accounts/create/action", self._create_account),
         }
 
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
@@ -215,9 +218,10 @@ class ApiGateway:
         body = self._read_body(request)
         local_route = self._local_routes.get((request.method, request.path))
         if local_route is not None:
-            if principal is None or not principal.is_admin:
-                raise Forbidden("This route needs an admin token.")
-            return local_route(request, body)
+            action, serve = local_route
+            if not holds(Role.ADMIN if principal is not None and principal.is_admin else None, action):
+                raise Forbidden(denial_message(action, None, None))
+            return serve(request, body)
         return http_response(self._invoke_api(proxy_event(request, body, principal, self._clock())))
 
     def _authorize(self, request: Request) -> Principal:

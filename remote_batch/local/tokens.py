@@ -22,7 +22,10 @@ PRIVATE = 0o600
 
 @dataclass(frozen=True, slots=True)
 class Principal:
-    """Who a token belongs to: the account and its roles (``user``, ``admin``)."""
+    """Who a token belongs to: the user (``account_id``: a user's id is also the id of the account
+    they found, as a Cognito ``sub`` is deployed) and the token's roles (``user``, ``admin``). The
+    accounts a user acts in beyond their own are the api's business (``X-Account-Id`` and the
+    members of ``functions.domain.roles``), not the token's."""
 
     account_id: str
     roles: tuple[str, ...]

@@ -196,7 +196,7 @@ def test_hostile_job_is_refused_everything_but_its_own_data(
     code = (
         f"CREDENTIALS = {str(stack.home / 'credentials.json')!r}\n"
         f"BUCKET = 'remote-batch-local-us-east-1'\n"
-        f"OTHER_OUTPUT = 'outputs/{secret['jobId']}/result.json'\n"
+        f"OTHER_OUTPUT = 'outputs/{secret['jobId']}/outcome.json'\n"
         f"OTHER_UPLOAD = 'inputs/uploads/{account}/upl-01M8QNC6S7CZYCD2DX3CPV8RJ7'\n"
         f"GATEWAY = {stack.endpoint!r}\n"
         "OWN_INPUT = __import__('os').environ['REMOTE_BATCH_INPUT_KEY']\n"

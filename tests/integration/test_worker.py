@@ -58,6 +58,32 @@ class Job:
         listing = self.s3.list_objects_v2(Bucket=BUCKET, Prefix=self.output_prefix)
         return sorted(item["Key"].removeprefix(self.output_prefix) for item in listing.get("Contents", []))
 
+    def outcome(self) -> dict[str, Any]:
+        """``outcome.json`` (``worker.layout``), checked to be of its format."""
+        document = self.output_json("outcome.json")
+        assert document["format"] == "remote-batch.outcome/1"
+        return document
+
+    def result_document(self) -> dict[str, Any]:
+        """``{"result", "resultRepr"}``: inline in ``outcome.json``, or its ``result.json``."""
+        outcome = self.outcome()
+        if "resultObject" in outcome:
+            assert "result" not in outcome
+            return self.output_json(outcome["resultObject"])
+        return {"result": outcome["result"], "resultRepr": outcome["resultRepr"]}
+
+    def messages_document(self) -> dict[str, Any]:
+        """``{"messages", "error"}`` of ``outcome.json``."""
+        outcome = self.outcome()
+        return {"messages": outcome["messages"], "error": outcome["error"]}
+
+    def pickle_bytes(self) -> bytes | None:
+        """The result's pickle: inline (base64) in ``outcome.json`` or its ``result.pickle``."""
+        outcome = self.outcome()
+        if "pickleObject" in outcome:
+            return self.output(outcome["pickleObject"])
+        return base64.b64decode(outcome["pickle"]) if "pickle" in outcome else None
+
 
 # --- in-process, mock_aws ---------------------------------------------------------------------------
 
@@ -85,10 +111,28 @@ def test_code_result_and_messages_are_uploaded(s3):
     exit_code = main(job.env, s3)
 
     assert exit_code == 0
-    assert job.output_json("result.json") == {"result": 4, "resultRepr": "4"}
-    assert job.output_json("messages.json") == {"messages": ["<job>:2: UserWarning: w"], "error": None}
-    assert cloudpickle.loads(job.output("result.pickle")) == 4
-    assert job.output_names() == ["messages.json", "preview.png", "result.json", "result.pickle"]
+    assert job.result_document() == {"result": 4, "resultRepr": "4"}
+    assert job.messages_document() == {"messages": ["<job>:2: UserWarning: w"], "error": None}
+    assert cloudpickle.loads(job.pickle_bytes()) == 4
+    # Issue 14: the whole outcome is one object (one PUT): the result, its pickle, the messages and
+    # the text preview are inside outcome.json.
+    assert job.output_names() == ["outcome.json"]
+    assert base64.b64decode(job.outcome()["preview"]).startswith(b"\x89PNG")
+
+
+def test_a_job_whose_result_is_4_makes_exactly_one_s3_write(s3):
+    """Issue 14: the worker's S3 requests for ``4``: the input's GET and ONE PutObject (outcome.json)."""
+    job = Job(s3).put_input({"kind": "code", "code": "4"})
+    calls: list[tuple[str, str]] = []
+    s3.meta.events.register(
+        "before-parameter-build.s3",
+        lambda model, params, **_: calls.append((model.name, params.get("Key", ""))),
+    )
+
+    assert main(job.env, s3) == 0
+    assert calls == [("GetObject", job.input_key), ("PutObject", job.output_prefix + "outcome.json")]
+    assert job.result_document() == {"result": 4, "resultRepr": "4"}
+    assert cloudpickle.loads(job.pickle_bytes()) == 4
 
 
 def test_failing_code_still_uploads_its_outputs(s3):
@@ -97,8 +141,8 @@ def test_failing_code_still_uploads_its_outputs(s3):
     exit_code = main(job.env, s3)
 
     assert exit_code == 1
-    assert job.output_json("result.json") == {"result": None, "resultRepr": "None"}
-    messages = job.output_json("messages.json")
+    assert job.result_document() == {"result": None, "resultRepr": "None"}
+    messages = job.messages_document()
     assert messages["error"]["type"] == "ZeroDivisionError"
     assert messages["messages"][0] == "ZeroDivisionError: division by zero"
     assert messages["messages"][1] == messages["error"]["traceback"]
@@ -108,14 +152,14 @@ def test_exit_3_in_code_exits_3_with_outputs(s3):
     job = Job(s3).put_input({"kind": "code", "code": "exit(3)"})
 
     assert main(job.env, s3) == 3
-    assert job.output_json("messages.json")["messages"][0] == "SystemExit: 3"
+    assert job.messages_document()["messages"][0] == "SystemExit: 3"
 
 
 def test_memory_error_message_uses_the_machine_class_memory(s3):
     job = Job(s3, REMOTE_BATCH_MEMORY_GIB="8").put_input({"kind": "code", "code": "raise MemoryError"})
 
     assert main(job.env, s3) == 1
-    assert job.output_json("messages.json")["error"]["message"] == "Memory limit of 8 GiB exceeded"
+    assert job.messages_document()["error"]["message"] == "Memory limit of 8 GiB exceeded"
 
 
 def test_command_files_are_uploaded_under_files(s3, capfd):
@@ -139,21 +183,21 @@ def test_command_files_are_uploaded_under_files(s3, capfd):
     assert "files/link" not in job.output_names()  # only regular files
     head = s3.head_object(Bucket=BUCKET, Key=job.output_prefix + "files/plots/a.csv")
     assert head["ContentType"] == "text/csv"
-    assert job.output_json("result.json")["result"] is None
+    assert job.result_document()["result"] is None
 
 
 def test_failing_command_exit_code_propagates(s3):
     job = Job(s3).put_input({"kind": "command", "command": [sys.executable, "-c", "raise SystemExit(4)"]})
 
     assert main(job.env, s3) == 4
-    assert job.output_json("messages.json")["error"]["type"] == "CalledProcessError"
+    assert job.messages_document()["error"]["type"] == "CalledProcessError"
 
 
 def test_command_not_found_exits_127(s3):
     job = Job(s3).put_input({"kind": "command", "command": ["remote-batch-no-such-program"]})
 
     assert main(job.env, s3) == 127
-    assert job.output_json("messages.json")["messages"] == [
+    assert job.messages_document()["messages"] == [
         "FileNotFoundError: command not found: remote-batch-no-such-program"
     ]
 
@@ -165,7 +209,7 @@ def test_pickle_with_an_array_item(s3):
     )
 
     assert main(job.env, s3) == 0
-    assert job.output_json("result.json")["result"] == 41
+    assert job.result_document()["result"] == 41
 
 
 def test_an_uploaded_pickle_and_uploaded_code_are_read_from_their_payload_key(s3):
@@ -173,12 +217,12 @@ def test_an_uploaded_pickle_and_uploaded_code_are_read_from_their_payload_key(s3
     s3.put_object(Bucket=BUCKET, Key="inputs/uploads/dev/upl-1", Body=payload)
     job = Job(s3).put_input({"kind": "pickle", "payloadKey": "inputs/uploads/dev/upl-1"})
     assert main(job.env, s3) == 0
-    assert job.output_json("result.json")["result"] == 3_000_000
+    assert job.result_document()["result"] == 3_000_000
 
     s3.put_object(Bucket=BUCKET, Key="inputs/uploads/dev/upl-2", Body=b"x = 6\nx * 7")
     job = Job(s3).put_input({"kind": "code", "payloadKey": "inputs/uploads/dev/upl-2"})
     assert main(job.env, s3) == 0
-    assert job.output_json("result.json")["result"] == 42
+    assert job.result_document()["result"] == 42
 
 
 def test_a_missing_upload_is_a_worker_error(s3, capfd):
@@ -195,7 +239,7 @@ def test_code_with_an_array_item(s3):
     )
 
     assert main(job.env, s3) == 0
-    assert job.output_json("result.json")["result"] == 49
+    assert job.result_document()["result"] == 49
 
 
 def test_figure_result_uploads_a_preview(s3):
@@ -204,7 +248,11 @@ def test_figure_result_uploads_a_preview(s3):
 
     assert main(job.env, s3) == 0
     assert job.output("preview.png").startswith(b"\x89PNG")
-    assert job.output_json("result.json")["result"] is None
+    assert job.result_document()["result"] is None
+    # A picture of the result is an object of its own (the API links it); the rest stays inline.
+    assert job.output_names() == ["outcome.json", "preview.png"]
+    assert job.outcome()["previewObject"] == "preview.png"
+    assert "preview" not in job.outcome()
 
 
 def test_missing_input_object_is_a_worker_error(s3, capsys):
@@ -213,8 +261,9 @@ def test_missing_input_object_is_a_worker_error(s3, capsys):
     assert main(job.env, s3) == 2
     assert f"input not found: s3://{BUCKET}/{job.input_key}" in capsys.readouterr().err
     # No result: only the note saying why (its reason becomes the statusReason) and the operator's copy.
-    assert job.output_names() == ["messages.json", "worker-error.txt"]
-    assert job.output_json("messages.json")["error"]["reason"] == "The job's input is missing"
+    assert job.output_names() == ["outcome.json", "worker-error.txt"]
+    assert "resultRepr" not in job.outcome()  # the code never ran: no result
+    assert job.messages_document()["error"]["reason"] == "The job's input is missing"
 
 
 def test_malformed_input_is_a_worker_error(s3, capsys):
@@ -317,8 +366,8 @@ def test_python_m_worker_runs_code_end_to_end(moto_endpoint, server_s3):
     assert completed.returncode == 0, completed.stderr
     assert completed.stdout == "working\n"
     assert "<job>:3: DeprecationWarning: old api" in completed.stderr  # shown, not only captured
-    assert job.output_json("result.json") == {"result": [0, 2, 4], "resultRepr": "array([0, 2, 4])"}
-    assert job.output_json("messages.json")["messages"] == ["<job>:3: DeprecationWarning: old api"]
+    assert job.result_document() == {"result": [0, 2, 4], "resultRepr": "array([0, 2, 4])"}
+    assert job.messages_document()["messages"] == ["<job>:3: DeprecationWarning: old api"]
 
 
 def test_python_m_worker_failure_prints_the_traceback_and_exits_1(moto_endpoint, server_s3):
@@ -329,7 +378,7 @@ def test_python_m_worker_failure_prints_the_traceback_and_exits_1(moto_endpoint,
     assert completed.returncode == 1
     assert completed.stderr.rstrip().endswith("ZeroDivisionError: division by zero")
     assert 'File "<job>", line 2, in f' in completed.stderr
-    assert job.output_json("messages.json")["error"]["type"] == "ZeroDivisionError"
+    assert job.messages_document()["error"]["type"] == "ZeroDivisionError"
 
 
 def test_python_m_worker_never_prints_its_own_traceback_for_a_refused_input(moto_endpoint, server_s3):
@@ -352,7 +401,7 @@ def test_python_m_worker_survives_code_that_closes_its_output_streams(moto_endpo
     completed = _run_worker(_worker_env(job, moto_endpoint))
 
     assert completed.returncode == 0
-    assert job.output_json("result.json") == {"result": None, "resultRepr": "<int with 5001 digits>"}
+    assert job.result_document() == {"result": None, "resultRepr": "<int with 5001 digits>"}
 
 
 def test_python_m_worker_streams_output_before_the_code_ends(moto_endpoint, server_s3, tmp_path):
@@ -377,7 +426,7 @@ def test_python_m_worker_streams_output_before_the_code_ends(moto_endpoint, serv
 
     assert first_line == "started\n"
     assert worker.returncode == 0
-    assert job.output_json("result.json")["result"] is True
+    assert job.result_document()["result"] is True
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux-only")
@@ -446,9 +495,9 @@ def test_a_result_too_long_to_format_succeeds_with_a_short_repr(s3):
     job = Job(s3).put_input({"kind": "code", "code": "10**5000"})
 
     assert main(job.env, s3) == 0
-    assert job.output_json("result.json") == {"result": None, "resultRepr": "<int with 5001 digits>"}
-    assert job.output_json("messages.json") == {"messages": [], "error": None}
-    assert cloudpickle.loads(job.output("result.pickle")) == 10**5000
+    assert job.result_document() == {"result": None, "resultRepr": "<int with 5001 digits>"}
+    assert job.messages_document() == {"messages": [], "error": None}
+    assert cloudpickle.loads(job.pickle_bytes()) == 10**5000
 
 
 def test_an_unpicklable_self_referencing_result_succeeds_with_a_note(s3):
@@ -459,11 +508,12 @@ def test_an_unpicklable_self_referencing_result_succeeds_with_a_note(s3):
     job = Job(s3).put_input({"kind": "code", "code": code})
 
     assert main(job.env, s3) == 0
-    assert job.output_json("result.json") == {"result": None, "resultRepr": "[1, [...]]"}
-    assert job.output_json("messages.json")["messages"] == [
+    assert job.result_document() == {"result": None, "resultRepr": "[1, [...]]"}
+    assert job.messages_document()["messages"] == [
         "result.pickle not written: the result cannot be pickled (SystemExit: 9)"
     ]
-    assert "result.pickle" not in job.output_names()
+    assert job.pickle_bytes() is None
+    assert job.output_names() == ["outcome.json"]
 
 
 @pytest.mark.parametrize(
@@ -493,8 +543,9 @@ def test_a_refused_input_leaves_one_log_line_and_its_reason(s3, capsys, document
     log = capsys.readouterr()
     assert log.out == ""
     assert log.err == f"remote-batch worker: {reason}\n"
-    assert job.output_json("messages.json")["error"]["reason"] == reason
-    assert "result.json" not in job.output_names()
+    assert job.messages_document()["error"]["reason"] == reason
+    assert job.output_names() == ["outcome.json", "worker-error.txt"]
+    assert "resultRepr" not in job.outcome()
 
 
 def test_input_that_is_not_utf8_is_refused_with_a_reason(s3, capsys):
@@ -502,7 +553,7 @@ def test_input_that_is_not_utf8_is_refused_with_a_reason(s3, capsys):
     s3.put_object(Bucket=BUCKET, Key=job.input_key, Body=b'{"kind": "code", "code": "\xff"}')
 
     assert main(job.env, s3) == 2
-    reason = job.output_json("messages.json")["error"]["reason"]
+    reason = job.messages_document()["error"]["reason"]
     assert reason.startswith("The job's input was rejected: the input is not UTF-8 JSON (")
     assert "Traceback" not in capsys.readouterr().err
 
@@ -524,10 +575,7 @@ def test_an_unreadable_input_says_so_without_a_traceback(s3, capsys, monkeypatch
     assert (
         capsys.readouterr().err == "remote-batch worker: The job's input could not be read (AccessDenied)\n"
     )
-    assert (
-        job.output_json("messages.json")["error"]["reason"]
-        == "The job's input could not be read (AccessDenied)"
-    )
+    assert job.messages_document()["error"]["reason"] == "The job's input could not be read (AccessDenied)"
     assert "AccessDenied" in job.output("worker-error.txt").decode()
 
 
@@ -542,7 +590,7 @@ def test_the_workers_own_error_goes_to_the_operator_not_the_log(s3, capsys, monk
     assert main(job.env, s3) == 2
     log = capsys.readouterr()
     assert log.err == "remote-batch worker: internal error (RuntimeError); the operator has the details\n"
-    assert job.output_json("messages.json")["error"]["reason"] == (
+    assert job.messages_document()["error"]["reason"] == (
         "The job runner failed (an internal error, reported to the operator)"
     )
     for detail in (operator_log.read_text(), job.output("worker-error.txt").decode()):
@@ -569,9 +617,7 @@ def test_an_output_file_that_cannot_be_read_is_skipped_with_a_message(s3, monkey
     assert main(job.env, s3) == 0
     assert job.output("files/a.txt") == b"a"
     assert "files/locked.txt" not in job.output_names()
-    assert job.output_json("messages.json")["messages"] == [
-        "files/locked.txt not uploaded: Permission denied"
-    ]
+    assert job.messages_document()["messages"] == ["files/locked.txt not uploaded: Permission denied"]
 
 
 def test_a_command_out_of_memory_fails_with_the_memory_sentence(s3, capfd):
@@ -583,7 +629,7 @@ def test_a_command_out_of_memory_fails_with_the_memory_sentence(s3, capfd):
     )
 
     assert main(job.env, s3) == 1
-    assert job.output_json("messages.json")["error"] == {
+    assert job.messages_document()["error"] == {
         "type": "MemoryError",
         "message": "Memory limit of 8 GiB exceeded",
         "traceback": "",

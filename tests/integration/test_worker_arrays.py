@@ -65,15 +65,15 @@ def test_code_sees_its_item_and_global_index_and_writes_under_it(bucket):
     )
 
     assert main(job.env, bucket) == 0
-    assert child_output(bucket, job, 257, "result.json")["result"] == [257**2, 257]
+    assert child_output(bucket, job, 257, "outcome.json")["result"] == [257**2, 257]
     assert all(name.startswith("257/") for name in job.output_names())
-    assert "257/messages.json" in job.output_names()
+    assert job.output_names() == ["257/outcome.json"]  # one object for the whole outcome
 
 
 def test_a_one_item_span_is_its_index_zero(bucket):
     job = array_job(bucket, {"kind": "code", "code": "item"}, ["a", "b", "c"], offset=2, index=None)
     assert main(job.env, bucket) == 0
-    assert child_output(bucket, job, 2, "result.json")["result"] == "c"
+    assert child_output(bucket, job, 2, "outcome.json")["result"] == "c"
 
 
 def test_a_pickled_function_gets_the_item_first(bucket):
@@ -81,7 +81,7 @@ def test_a_pickled_function_gets_the_item_first(bucket):
     document = {"kind": "pickle", "pickle": base64.b64encode(payload).decode()}
     job = array_job(bucket, document, [1, 2, 3, 4], offset=0, index="2")
     assert main(job.env, bucket) == 0
-    assert child_output(bucket, job, 2, "result.json")["result"] == 9
+    assert child_output(bucket, job, 2, "outcome.json")["result"] == 9
 
 
 def test_a_command_reads_its_item_file_and_its_index(bucket):
@@ -104,5 +104,5 @@ def test_a_command_reads_its_item_file_and_its_index(bucket):
 def test_an_index_past_the_items_is_refused_before_any_user_code(bucket):
     job = array_job(bucket, {"kind": "code", "code": "item"}, [1, 2], offset=0, index="5")
     assert main(job.env, bucket) == 2
-    error = child_output(bucket, job, 5, "messages.json")["error"]
+    error = child_output(bucket, job, 5, "outcome.json")["error"]
     assert "array index 5 is outside the array's 2 items" in error["reason"]

@@ -100,7 +100,7 @@ def _isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """No connection leaks in from the machine: an empty config folder, no variables, no default
     client, an empty working directory; urllib3's backoff made short."""
     for name in ("REMOTE_BATCH_ENDPOINT", "REMOTE_BATCH_TOKEN", "REMOTE_BATCH_PROFILE", "REMOTE_BATCH_HOME",
-                 "REMOTE_BATCH_LOCAL_ACCOUNT"):  # fmt: skip
+                 "REMOTE_BATCH_LOCAL_ACCOUNT", "REMOTE_BATCH_ACCOUNT"):  # fmt: skip
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("REMOTE_BATCH_CONFIG_DIR", str(tmp_path / "config"))
     work = tmp_path / "work"

@@ -6,7 +6,8 @@ Every write is conditional: creates use ``attribute_not_exists``; job transition
 
 The store is split by concern: ``items`` (the items' shapes), ``base`` (client, error translation,
 queries, the live-job UpdateItem), ``jobs``, ``notifications`` and ``ledger`` (accounts, grants and
-the settlement), ``arrays`` (array parents, children and their roll-up). Calls are made directly on a
+the settlement), ``members`` (an account's members, on its item), ``arrays`` (array parents,
+children and their roll-up). Calls are made directly on a
 typed ``DynamoDBClient`` inside
 ``functions.adapters.errors.translate_errors``.
 """
@@ -23,6 +24,7 @@ from functions.adapters.dynamodb.items import (
     job_to_item,
 )
 from functions.adapters.dynamodb.jobs import MAX_LIST_QUERIES, JobRecords
+from functions.adapters.dynamodb.members import MemberRecords
 from functions.adapters.dynamodb.notifications import NOTIFICATION_LOG_LIMIT, NotificationClaims
 
 __all__ = [
@@ -39,7 +41,7 @@ __all__ = [
 ]
 
 
-class DynamoJobStore(JobRecords, NotificationClaims, ArrayRecords):
+class DynamoJobStore(JobRecords, NotificationClaims, ArrayRecords, MemberRecords):
     """``JobRepository`` on three DynamoDB tables (see ``functions.adapters.tables``).
 
     Every UpdateItem of a job is conditional on the job being alive (its key exists and its ``ttl``

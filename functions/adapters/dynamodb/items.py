@@ -118,6 +118,7 @@ def job_to_item(job: Job) -> dict[str, Any]:
         "notificationLog": [record_to_item(r) for r in job.notification_log] or None,
         "dataDeletedAt": to_sortable(job.data_deleted_at) if job.data_deleted_at else None,
         "batchReason": job.batch_reason,
+        "submittedBy": job.submitted_by,
         "warnings": list(job.warnings) or None,
         "compute": job.compute,
         "terminationRequestedAt": (
@@ -195,6 +196,7 @@ def _job_from_item(item: dict[str, Any]) -> Job:
         credits_settled=quantize_credits(item.get("creditsSettled", Decimal(0))),
         array_spans=tuple(str(span) for span in item.get("arraySpans", [])),
         compute=item.get("compute"),
+        submitted_by=item.get("submittedBy"),
     )
 
 

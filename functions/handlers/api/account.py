@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from typing import Annotated
 
+from aws_lambda_powertools.event_handler import Depends
 from aws_lambda_powertools.event_handler.openapi.params import Body, Query
 from aws_lambda_powertools.event_handler.router import APIGatewayRouter
 
 from functions.domain.timefmt import parse_query_time
 from functions.handlers.api.app import (
-    CallerDep,
+    Caller,
     ServicesDep,
+    require,
 )
 from functions.handlers.api.models import (
     AccountView,
@@ -31,7 +33,9 @@ router = APIGatewayRouter()
     summary="The caller's account and credit balance",
     responses=_responses(200, _json(AccountView)),
 )
-def get_account(services: ServicesDep, caller: CallerDep) -> AccountView:
+def get_account(
+    services: ServicesDep, caller: Annotated[Caller, Depends(require("account/read"))]
+) -> AccountView:
     account = queries.get_or_create_account(
         services, caller.account_id, caller.email, caller.roles, services.clock()
     )
@@ -44,7 +48,9 @@ def get_account(services: ServicesDep, caller: CallerDep) -> AccountView:
     responses=_responses(200, _json(ContactsView), 400, 413),
 )
 def put_contacts(
-    body: Annotated[ContactsBody, Body()], services: ServicesDep, caller: CallerDep
+    body: Annotated[ContactsBody, Body()],
+    services: ServicesDep,
+    caller: Annotated[Caller, Depends(require("contacts/write"))],
 ) -> ContactsView:
     given = body.model_fields_set
     before = services.store.get_account(caller.account_id)
@@ -68,7 +74,7 @@ def put_contacts(
 )
 def get_usage(
     services: ServicesDep,
-    caller: CallerDep,
+    caller: Annotated[Caller, Depends(require("usage/read"))],
     start: Annotated[
         str | None, Query(alias="from", description="ISO 8601 time, inclusive", json_schema_extra=_TIME)
     ] = None,

@@ -11,7 +11,7 @@ from aws_lambda_powertools.event_handler.router import APIGatewayRouter
 from functions.handlers.api.app import (
     Caller,
     ServicesDep,
-    require_admin,
+    require,
 )
 from functions.handlers.api.models import (
     AccountView,
@@ -33,7 +33,7 @@ def grant_credits(
     accountId: str,
     body: Annotated[GrantCreditsBody, Body()],
     services: ServicesDep,
-    admin: Annotated[Caller, Depends(require_admin)],
+    admin: Annotated[Caller, Depends(require("credits/grant/action"))],
 ) -> AccountView:
     account = accounts.grant_credits(services, accountId, body.credits, body.reason, services.clock())
     return account_view(account, accounts.email_status(services, account))

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from typing import Annotated, Any, TypeVar
 
@@ -23,16 +23,21 @@ from aws_lambda_powertools.event_handler.openapi.exceptions import (
 )
 
 from functions.bootstrap import get_services
+from functions.domain import roles
 from functions.domain.errors import (
     Forbidden,
     ServiceError,
     Unauthorized,
+    ValidationFailed,
 )
 from functions.domain.limits import MAX_BODY_BYTES
+from functions.domain.roles import Role, Scope
+from functions.domain.text import ACCOUNT_ID_PATTERN, full_match
 from functions.handlers.api.models import (
     ErrorBody,
     ErrorDetail,
 )
+from functions.logic import members
 from functions.observability import logger
 from functions.ports import Services
 
@@ -42,6 +47,8 @@ MAX_INLINE_BODY_BYTES = MAX_BODY_BYTES
 IDEMPOTENCY_SECONDS = 24 * 3600
 API_TITLE = "remote-batch"
 API_VERSION = "1"
+# The header naming the account a request acts in (absent: the caller's own account).
+ACCOUNT_HEADER = "X-Account-Id"
 
 
 # -- errors: one body for every failure ---------------------------------------------------------------
@@ -93,6 +100,7 @@ _PATTERN_RULES = {
     "pickle": "must be base64 (standard alphabet, padded)",
     "Idempotency-Key": "must be 1 to 128 visible ASCII characters (letters, digits, punctuation)",
     "pythonVersion": "must be a Python 3 major.minor version such as 3.12 (GET /runtime names the worker's)",
+    "userId": "must be a user id: 1 to 128 letters, digits or . _ @ - (starting with a letter or digit)",
 }
 
 
@@ -185,18 +193,33 @@ def _on_bug(exc: Exception) -> Response[str]:
     return error_response(500, "InternalError", "The service failed to answer; try again shortly.")
 
 
-# -- identity ----------------------------------------------------------------------------------------
+# -- identity and access -----------------------------------------------------------------------------
+# The attribute a ``require`` dependency carries its action's name in (read by ``route_actions``).
+ACTION_ATTRIBUTE = "remote_batch_action"
+
+
 @dataclass(frozen=True, slots=True)
 class Caller:
-    """Who is calling: the account (Cognito ``sub``), its roles and email claim."""
+    """Who is calling and where: ``account_id`` the account the request acts in (the token's own
+    until ``require`` resolved ``X-Account-Id``), ``user_id`` the token's user (Cognito ``sub``),
+    ``roles`` the token's (``user``, ``admin``), ``role`` the user's role in ``account_id`` (set by
+    ``require`` for account actions), and the email claim."""
 
     account_id: str
     roles: tuple[str, ...]
     email: str | None
+    user_id: str
+    role: Role | None = None
+
+    @property
+    def is_admin(self) -> bool:
+        """True when the token carries the service's admin role."""
+        return Role.ADMIN.value in self.roles
 
 
 def current_caller() -> Caller:
-    """The caller from the authorizer's claims (Cognito; the local gateway mints the same shape).
+    """The caller from the authorizer's claims (Cognito; the local gateway mints the same shape),
+    acting in their own account.
 
     Raises
     ------
@@ -204,20 +227,92 @@ def current_caller() -> Caller:
         No authorizer claims: the request did not pass an authorizer.
     """
     claims = app.current_event.request_context.authorizer.claims or {}
-    account_id = claims.get("sub")
-    if not account_id:
+    user_id = claims.get("sub")
+    if not user_id:
         raise Unauthorized("A valid Authorization: Bearer <token> header is required.")
     raw_groups = str(claims.get("cognito:groups") or "")
     groups = [g for g in raw_groups.strip("[]").replace(",", " ").split() if g]
-    return Caller(account_id=str(account_id), roles=("user", *groups), email=claims.get("email"))
+    return Caller(
+        account_id=str(user_id), roles=("user", *groups), email=claims.get("email"), user_id=str(user_id)
+    )
 
 
 ServicesDep = Annotated[Services, Depends(get_services)]
 CallerDep = Annotated[Caller, Depends(current_caller)]
 
 
+def requested_account() -> str | None:
+    """The ``X-Account-Id`` header's account id, or None when the request has none.
+
+    Raises ``ValidationFailed`` (field ``X-Account-Id``) for a value no account id can be.
+    """
+    value = app.current_event.headers.get(ACCOUNT_HEADER)  # case-insensitive in powertools 3
+    if value is None:
+        return None
+    if not full_match(ACCOUNT_ID_PATTERN, value):
+        raise ValidationFailed(
+            f"{ACCOUNT_HEADER} must be an account id: 1 to 128 letters, digits or . _ @ - "
+            "(starting with a letter or digit).",
+            field=ACCOUNT_HEADER,
+        )
+    return value
+
+
+def require(name: str) -> Callable[..., Caller | None]:
+    """The dependency a route declares its one action with: ``Depends(require("jobs/write"))``.
+
+    The dependency answers the caller acting in the request's account (``X-Account-Id``, else their
+    own) with their role there, once the action is theirs; ``/health``'s public action needs no token
+    (None). A route's action is read back by ``functions.handlers.api.openapi.route_actions``.
+
+    Raises
+    ------
+    KeyError
+        At import, for an action ``functions.domain.roles.ACTIONS`` does not have.
+
+    The dependency raises ``Unauthorized`` (no token), ``NotFound`` (no member of the account: the
+    same whether it exists, API.md's tenant isolation), ``Forbidden`` naming the missing action, and
+    ``ValidationFailed`` for a malformed ``X-Account-Id``.
+    """
+    wanted = roles.action(name)
+    dependency: Callable[..., Caller | None]
+    if wanted.scope is Scope.PUBLIC:
+
+        def public() -> None:
+            return None
+
+        dependency = public
+    elif wanted.scope is Scope.SERVICE:
+
+        def service(caller: CallerDep) -> Caller:
+            return caller
+
+        dependency = service
+    elif wanted.scope is Scope.ADMIN:
+
+        def admin(caller: CallerDep) -> Caller:
+            if not caller.is_admin:
+                raise Forbidden(roles.denial_message(name, None, None))
+            return replace(caller, role=Role.ADMIN)
+
+        dependency = admin
+    else:
+
+        def account(caller: CallerDep, services: ServicesDep) -> Caller:
+            account_id = requested_account() or caller.user_id
+            role = members.resolve_role(services, account_id, caller.user_id, caller.is_admin)
+            if not roles.holds(role, name):
+                raise Forbidden(roles.denial_message(name, role, account_id))
+            return replace(caller, account_id=account_id, role=role)
+
+        dependency = account
+    setattr(dependency, ACTION_ATTRIBUTE, name)
+    return dependency
+
+
 def require_admin(caller: CallerDep) -> Caller:
-    """The caller, if it has the admin role. Raises ``Forbidden`` otherwise."""
-    if "admin" not in caller.roles:
+    """The caller, if it has the admin role. Raises ``Forbidden`` otherwise. (Routes name their
+    action with ``require``; this stays for callers of version 1's dependency.)"""
+    if not caller.is_admin:
         raise Forbidden("This route needs the admin role.")
     return caller

@@ -1,17 +1,17 @@
-"""Routes over the caller's dedicated computes (``/account/computes``): create (idempotent), read,
-start, stop, restart, delete, schedules. Each route's description names the action a role needs
-(issue 16's role table: ``computes/read``, ``computes/write``, ...)."""
+"""Routes over the account's dedicated computes (``/account/computes``): create (idempotent), read,
+start, stop, restart, delete, schedules. Each route declares its one action (``require``: the role
+table's ``computes/read``, ``computes/write``, ...), also named in its description."""
 
 from __future__ import annotations
 
 from typing import Annotated, Any
 
-from aws_lambda_powertools.event_handler import Response, content_types
+from aws_lambda_powertools.event_handler import Depends, Response, content_types
 from aws_lambda_powertools.event_handler.openapi.params import Body, Path
 from aws_lambda_powertools.event_handler.router import APIGatewayRouter
 
 from functions.domain.computes import NAME_PATTERN, ComputeRequest, check_schedules
-from functions.handlers.api.app import CallerDep, ServicesDep
+from functions.handlers.api.app import Caller, ServicesDep, require
 from functions.handlers.api.models.computes import (
     ComputeListView,
     ComputeView,
@@ -21,6 +21,7 @@ from functions.handlers.api.models.computes import (
 )
 from functions.handlers.api.openapi import _json, _responses
 from functions.logic import computes
+from functions.ports import Services
 
 router = APIGatewayRouter()
 
@@ -39,7 +40,9 @@ def _action(name: str) -> str:
     description=_action("computes/read"),
     responses=_responses(200, _json(ComputeListView)),
 )
-def list_computes(services: ServicesDep, caller: CallerDep) -> ComputeListView:
+def list_computes(
+    services: ServicesDep, caller: Annotated[Caller, Depends(require("computes/read"))]
+) -> ComputeListView:
     return ComputeListView(
         computes=[compute_view(c) for c in computes.list_computes(services, caller.account_id)]
     )
@@ -51,7 +54,9 @@ def list_computes(services: ServicesDep, caller: CallerDep) -> ComputeListView:
     description=_action("computes/read"),
     responses=_responses(200, _json(ComputeView), 400, 404),
 )
-def get_compute(name: ComputeName, services: ServicesDep, caller: CallerDep) -> ComputeView:
+def get_compute(
+    name: ComputeName, services: ServicesDep, caller: Annotated[Caller, Depends(require("computes/read"))]
+) -> ComputeView:
     return compute_view(computes.get_compute(services, caller.account_id, name))
 
 
@@ -71,7 +76,10 @@ def _put_responses() -> dict[int, Any]:
     responses=_put_responses(),
 )
 def put_compute(
-    name: ComputeName, body: Annotated[PutComputeBody, Body()], services: ServicesDep, caller: CallerDep
+    name: ComputeName,
+    body: Annotated[PutComputeBody, Body()],
+    services: ServicesDep,
+    caller: Annotated[Caller, Depends(require("computes/write"))],
 ) -> Response[Any]:
     compute, created = computes.put_compute(
         services,
@@ -85,7 +93,7 @@ def put_compute(
     return Response(201 if created else 200, content_types.APPLICATION_JSON, compute_view(compute))
 
 
-def _request(services: ServicesDep, caller: CallerDep, name: str, request: ComputeRequest) -> Response[Any]:
+def _request(services: Services, caller: Caller, name: str, request: ComputeRequest) -> Response[Any]:
     compute = computes.request_compute(services, caller.account_id, name, request, now=services.clock())
     return Response(202, content_types.APPLICATION_JSON, compute_view(compute))
 
@@ -96,7 +104,11 @@ def _request(services: ServicesDep, caller: CallerDep, name: str, request: Compu
     description=_action("computes/start/action") + " Charged per second while Running.",
     responses=_responses(202, _json(ComputeView, "Accepted"), 400, 404, 409),
 )
-def start_compute(name: ComputeName, services: ServicesDep, caller: CallerDep) -> Response[Any]:
+def start_compute(
+    name: ComputeName,
+    services: ServicesDep,
+    caller: Annotated[Caller, Depends(require("computes/start/action"))],
+) -> Response[Any]:
     return _request(services, caller, name, ComputeRequest.START)
 
 
@@ -106,7 +118,11 @@ def start_compute(name: ComputeName, services: ServicesDep, caller: CallerDep) -
     description=_action("computes/stop/action") + " Its quota stays reserved while Stopped.",
     responses=_responses(202, _json(ComputeView, "Accepted"), 400, 404, 409),
 )
-def stop_compute(name: ComputeName, services: ServicesDep, caller: CallerDep) -> Response[Any]:
+def stop_compute(
+    name: ComputeName,
+    services: ServicesDep,
+    caller: Annotated[Caller, Depends(require("computes/stop/action"))],
+) -> Response[Any]:
     return _request(services, caller, name, ComputeRequest.STOP)
 
 
@@ -116,7 +132,11 @@ def stop_compute(name: ComputeName, services: ServicesDep, caller: CallerDep) ->
     description=_action("computes/restart/action"),
     responses=_responses(202, _json(ComputeView, "Accepted"), 400, 404, 409),
 )
-def restart_compute(name: ComputeName, services: ServicesDep, caller: CallerDep) -> Response[Any]:
+def restart_compute(
+    name: ComputeName,
+    services: ServicesDep,
+    caller: Annotated[Caller, Depends(require("computes/restart/action"))],
+) -> Response[Any]:
     return _request(services, caller, name, ComputeRequest.RESTART)
 
 
@@ -127,7 +147,9 @@ def restart_compute(name: ComputeName, services: ServicesDep, caller: CallerDep)
     "Batch deleted its queue and compute environment.",
     responses=_responses(202, _json(ComputeView, "Accepted"), 400, 404),
 )
-def delete_compute(name: ComputeName, services: ServicesDep, caller: CallerDep) -> Response[Any]:
+def delete_compute(
+    name: ComputeName, services: ServicesDep, caller: Annotated[Caller, Depends(require("computes/delete"))]
+) -> Response[Any]:
     return _request(services, caller, name, ComputeRequest.DELETE)
 
 
@@ -138,7 +160,10 @@ def delete_compute(name: ComputeName, services: ServicesDep, caller: CallerDep) 
     responses=_responses(200, _json(ComputeView), 400, 404, 409, 413),
 )
 def put_schedules(
-    name: ComputeName, body: Annotated[SchedulesBody, Body()], services: ServicesDep, caller: CallerDep
+    name: ComputeName,
+    body: Annotated[SchedulesBody, Body()],
+    services: ServicesDep,
+    caller: Annotated[Caller, Depends(require("computes/updateSchedules/action"))],
 ) -> ComputeView:
     schedules = check_schedules(body.idleStopMinutes, [(d.start, d.stop, d.timeZone) for d in body.daily])
     compute = computes.set_schedules(services, caller.account_id, name, schedules, services.clock())

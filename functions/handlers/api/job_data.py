@@ -10,14 +10,15 @@ import json
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
-from aws_lambda_powertools.event_handler import Response, content_types
+from aws_lambda_powertools.event_handler import Depends, Response, content_types
 from aws_lambda_powertools.event_handler.openapi.params import Query
 from aws_lambda_powertools.event_handler.router import APIGatewayRouter
 
 from functions.domain.timefmt import parse_query_time
 from functions.handlers.api.app import (
-    CallerDep,
+    Caller,
     ServicesDep,
+    require,
 )
 from functions.handlers.api.models import (
     JobLogView,
@@ -53,7 +54,7 @@ _LOG: dict[str, Any] = {
 def get_result(
     jobId: str,
     services: ServicesDep,
-    caller: CallerDep,
+    caller: Annotated[Caller, Depends(require("jobs/read"))],
     format: Annotated[Literal["json", "pickle"], Query()] = "json",
 ) -> Response[Any]:
     result = queries.get_result(services, caller.account_id, jobId, services.clock(), format == "pickle")
@@ -82,7 +83,7 @@ def get_log(
     jobId: str,
     *,
     services: ServicesDep,
-    caller: CallerDep,
+    caller: Annotated[Caller, Depends(require("jobs/read"))],
     format: Annotated[Literal["json", "text", "csv"], Query()] = "json",
     since: Annotated[str | None, Query(description="ISO 8601 time", json_schema_extra=_TIME)] = None,
     nextToken: Annotated[str | None, Query(description="From the previous page (extension)")] = None,
@@ -111,7 +112,9 @@ def get_log(
     summary="The job's output files with presigned URLs (15 min)",
     responses=_responses(200, _json(OutputsView), 404, 409, 410),
 )
-def get_outputs(jobId: str, services: ServicesDep, caller: CallerDep) -> OutputsView:
+def get_outputs(
+    jobId: str, services: ServicesDep, caller: Annotated[Caller, Depends(require("jobs/read"))]
+) -> OutputsView:
     files = queries.list_outputs(services, caller.account_id, jobId, services.clock())
     return OutputsView(files=[OutputFileView(name=f.name, size=f.size, url=f.url) for f in files])
 
@@ -132,7 +135,9 @@ _PREVIEW: dict[int, Any] = {
     summary="A picture of the result (OutputPreviewImage): 303 to its presigned URL",
     responses=_PREVIEW,
 )
-def get_preview(jobId: str, services: ServicesDep, caller: CallerDep) -> Response[Any]:
+def get_preview(
+    jobId: str, services: ServicesDep, caller: Annotated[Caller, Depends(require("jobs/read"))]
+) -> Response[Any]:
     link = queries.get_preview(services, caller.account_id, jobId, services.clock())
     # Always a link: the PNG never passes through API Gateway (no binary media type to negotiate,
     # no 6 MB Lambda limit). Clients that follow redirects get the image; others read the body.
@@ -150,6 +155,8 @@ def get_preview(jobId: str, services: ServicesDep, caller: CallerDep) -> Respons
     summary="Delete a final job's inputs, outputs and log now",
     responses=_responses(204, None, 404, 409, 410),
 )
-def delete_job(jobId: str, services: ServicesDep, caller: CallerDep) -> Response[Any]:
+def delete_job(
+    jobId: str, services: ServicesDep, caller: Annotated[Caller, Depends(require("jobs/delete"))]
+) -> Response[Any]:
     queries.delete_job_data(services, caller.account_id, jobId, services.clock())
     return Response(204, None, "")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Protocol
 
-from aws_lambda_powertools.event_handler import Response, content_types
+from aws_lambda_powertools.event_handler import Depends, Response, content_types
 from aws_lambda_powertools.event_handler.openapi.params import Body, Header, Query
 from aws_lambda_powertools.event_handler.router import APIGatewayRouter
 from aws_lambda_powertools.utilities.idempotency import (
@@ -33,9 +33,10 @@ from functions.domain.text import check_argv, is_ascii_digits
 from functions.domain.timefmt import to_api_time
 from functions.handlers.api.app import (
     IDEMPOTENCY_SECONDS,
-    CallerDep,
+    Caller,
     ServicesDep,
     app,
+    require,
 )
 from functions.handlers.api.models import (
     JobListView,
@@ -52,7 +53,7 @@ from functions.ports import Services
 router = APIGatewayRouter()
 
 
-def _job_request(body: SubmitJobBody) -> submission.JobRequest:
+def _job_request(body: SubmitJobBody, submitted_by: str | None = None) -> submission.JobRequest:
     payload: str | list[str]
     kind: PayloadKind | None
     if body.inputKey is not None:
@@ -79,6 +80,7 @@ def _job_request(body: SubmitJobBody) -> submission.JobRequest:
         array_items_key=body.arrayItemsKey,
         compute=body.compute,
         machine_class_given="machineClass" in body.model_fields_set,
+        submitted_by=submitted_by,
     )
 
 
@@ -135,7 +137,10 @@ def _idempotent_submit(services: Services) -> tuple[SubmitOnce, IdempotencyConfi
         def submit_once(request: dict[str, Any]) -> dict[str, str]:
             body: SubmitJobBody = request["body"]
             job = arrays.submit(
-                get_services(), request["accountId"], _job_request(body), get_services().clock()
+                get_services(),
+                request["accountId"],
+                _job_request(body, request["userId"]),
+                get_services().clock(),
             )
             return {"jobId": job.job_id}
 
@@ -155,14 +160,14 @@ def _idempotent_submit(services: Services) -> tuple[SubmitOnce, IdempotencyConfi
 def submit_job(
     body: Annotated[SubmitJobBody, Body()],
     services: ServicesDep,
-    caller: CallerDep,
+    caller: Annotated[Caller, Depends(require("jobs/write"))],
     idempotency_key: Annotated[
         str | None, Header(alias="Idempotency-Key", min_length=1, max_length=128, pattern=r"^[\x21-\x7e]+$")
     ] = None,
 ) -> Response[JobView]:
     now = services.clock()
     if idempotency_key is None:
-        job = arrays.submit(services, caller.account_id, _job_request(body), now)
+        job = arrays.submit(services, caller.account_id, _job_request(body, caller.user_id), now)
         return Response(202, content_types.APPLICATION_JSON, job_view(job))
     canonical = canonical_submit(body)  # refuses what can never run before recording the key
     submit_once, config = _idempotent_submit(services)
@@ -170,6 +175,7 @@ def submit_job(
     request = {
         "key": f"{caller.account_id}#{idempotency_key}",
         "accountId": caller.account_id,
+        "userId": caller.user_id,
         "canonical": canonical,
         # The validated model itself: only "key" and "canonical" are hashed, and a JSON round trip
         # would turn creditConstraint's Decimal into a string the model refuses.
@@ -204,7 +210,9 @@ def ascii_whole_number(value: Any) -> Any:
     responses=_responses(201, _json(UploadView, "Created"), 400, 413),
 )
 def create_upload(
-    body: Annotated[UploadBody, Body()], services: ServicesDep, caller: CallerDep
+    body: Annotated[UploadBody, Body()],
+    services: ServicesDep,
+    caller: Annotated[Caller, Depends(require("jobs/write"))],
 ) -> Response[UploadView]:
     now = services.clock()
     upload = uploads.create_upload(
@@ -237,7 +245,7 @@ def create_upload(
 )
 def list_jobs(
     services: ServicesDep,
-    caller: CallerDep,
+    caller: Annotated[Caller, Depends(require("jobs/read"))],
     status: Annotated[JobStatus | None, Query()] = None,
     limit: Annotated[int, BeforeValidator(ascii_whole_number), Query(ge=1, le=100)] = 50,
     nextToken: Annotated[str | None, Query()] = None,
@@ -247,7 +255,9 @@ def list_jobs(
 
 
 @router.get("/jobs/<jobId>", summary="One job", responses=_responses(200, _json(JobView), 404))
-def get_job(jobId: str, services: ServicesDep, caller: CallerDep) -> JobView:
+def get_job(
+    jobId: str, services: ServicesDep, caller: Annotated[Caller, Depends(require("jobs/read"))]
+) -> JobView:
     return job_view(submission.get_owned_job(services, caller.account_id, jobId))
 
 
@@ -256,7 +266,9 @@ def get_job(jobId: str, services: ServicesDep, caller: CallerDep) -> JobView:
     summary="Abort a job that is not final",
     responses=_responses(202, _json(JobView, "Accepted"), 404, 409),
 )
-def abort_job(jobId: str, services: ServicesDep, caller: CallerDep) -> Response[JobView]:
+def abort_job(
+    jobId: str, services: ServicesDep, caller: Annotated[Caller, Depends(require("jobs/abort/action"))]
+) -> Response[JobView]:
     job = submission.abort_job(services, caller.account_id, jobId)
     return Response(202, content_types.APPLICATION_JSON, job_view(job))
 
@@ -275,7 +287,7 @@ def list_children(
     jobId: str,
     *,
     services: ServicesDep,
-    caller: CallerDep,
+    caller: Annotated[Caller, Depends(require("jobs/read"))],
     status: Annotated[JobStatus | None, Query()] = None,
     limit: Annotated[int, BeforeValidator(ascii_whole_number), Query(ge=1, le=100)] = 50,
     nextToken: Annotated[str | None, Query()] = None,

@@ -1,11 +1,11 @@
 """Routes about the service itself: ``/health``, ``/openapi.json``, ``/machine-classes``, ``/runtime``,
-``/estimate``."""
+``/estimate``, ``/roles``."""
 
 from __future__ import annotations
 
 from typing import Annotated
 
-from aws_lambda_powertools.event_handler import Response, content_types
+from aws_lambda_powertools.event_handler import Depends, Response, content_types
 from aws_lambda_powertools.event_handler.openapi.params import Body
 from aws_lambda_powertools.event_handler.router import APIGatewayRouter
 
@@ -13,16 +13,19 @@ from functions.domain.credits import MINIMUM_CHARGED_SECONDS, estimate_credits
 from functions.domain.errors import ValidationFailed
 from functions.domain.machine_classes import MACHINE_CLASSES, machine_class, resolve_geo_zone
 from functions.handlers.api.app import (
-    CallerDep,
+    Caller,
     ServicesDep,
+    require,
 )
 from functions.handlers.api.models import (
     EstimateBody,
     EstimateView,
     HealthView,
     MachineClassesView,
+    RolesView,
     RuntimeView,
     machine_class_view,
+    roles_view,
 )
 from functions.handlers.api.openapi import _json, _responses, openapi_json
 
@@ -34,7 +37,7 @@ router = APIGatewayRouter()
     summary="Liveness: 200 once the stack takes jobs (no auth)",
     responses=_responses(200, _json(HealthView), auth=False),
 )
-def health() -> HealthView:
+def health(public: Annotated[None, Depends(require("health/read"))]) -> HealthView:
     return HealthView(status="ok")
 
 
@@ -45,7 +48,7 @@ def health() -> HealthView:
         200, {"description": "OpenAPI 3.1", "content": {"application/json": {"schema": {"type": "object"}}}}
     ),
 )
-def openapi_document() -> Response[str]:
+def openapi_document(caller: Annotated[Caller, Depends(require("service/read"))]) -> Response[str]:
     return Response(200, content_types.APPLICATION_JSON, openapi_json())
 
 
@@ -54,7 +57,7 @@ def openapi_document() -> Response[str]:
     summary="Machine classes with their credits per hour",
     responses=_responses(200, _json(MachineClassesView)),
 )
-def list_machine_classes(caller: CallerDep) -> MachineClassesView:
+def list_machine_classes(caller: Annotated[Caller, Depends(require("service/read"))]) -> MachineClassesView:
     return MachineClassesView(machineClasses=[machine_class_view(m) for m in MACHINE_CLASSES.values()])
 
 
@@ -63,7 +66,9 @@ def list_machine_classes(caller: CallerDep) -> MachineClassesView:
     summary="What jobs run with: the worker's Python version (extension)",
     responses=_responses(200, _json(RuntimeView)),
 )
-def get_runtime(services: ServicesDep, caller: CallerDep) -> RuntimeView:
+def get_runtime(
+    services: ServicesDep, caller: Annotated[Caller, Depends(require("service/read"))]
+) -> RuntimeView:
     return RuntimeView(pythonVersion=services.worker_python)
 
 
@@ -72,7 +77,9 @@ def get_runtime(services: ServicesDep, caller: CallerDep) -> RuntimeView:
     summary="Credits a run would be charged (the settlement's rules and the 60-second minimum)",
     responses=_responses(200, _json(EstimateView), 400, 413),
 )
-def estimate(body: Annotated[EstimateBody, Body()], caller: CallerDep) -> EstimateView:
+def estimate(
+    body: Annotated[EstimateBody, Body()], caller: Annotated[Caller, Depends(require("service/read"))]
+) -> EstimateView:
     for field in ("arrayItems", "arrayItemsKey"):
         if getattr(body, field) is not None:
             raise ValidationFailed(
@@ -90,3 +97,12 @@ def estimate(body: Annotated[EstimateBody, Body()], caller: CallerDep) -> Estima
         minimumSeconds=MINIMUM_CHARGED_SECONDS,
         billedSeconds=billed,
     )
+
+
+@router.get(
+    "/roles",
+    summary="The roles and the action each route checks (the one action -> role table)",
+    responses=_responses(200, _json(RolesView)),
+)
+def list_roles(caller: Annotated[Caller, Depends(require("service/read"))]) -> RolesView:
+    return roles_view()

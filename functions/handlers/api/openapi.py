@@ -7,9 +7,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from aws_lambda_powertools.event_handler.depends import build_dependency_tree
 from aws_lambda_powertools.event_handler.openapi.models import HTTPBearer
 
-from functions.handlers.api.app import API_TITLE, API_VERSION, app
+from functions.domain.roles import ACTIONS, Scope
+from functions.domain.text import ACCOUNT_ID_PATTERN
+from functions.handlers.api.app import ACCOUNT_HEADER, ACTION_ATTRIBUTE, API_TITLE, API_VERSION, app
 from functions.handlers.api.models import (
     ErrorBody,
 )
@@ -49,6 +52,34 @@ def _responses(
 
 _TIME: dict[str, Any] = {"format": "date-time"}
 
+ACTION_EXTENSION = "x-remote-batch-action"
+_ACCOUNT_PARAMETER = {
+    "name": ACCOUNT_HEADER,
+    "in": "header",
+    "required": False,
+    "description": "The account the request acts in; absent: the caller's own (the token's user id). "
+    "A user who is no member of it gets 404 NotFound, whether it exists or not.",
+    "schema": {"type": "string", "pattern": ACCOUNT_ID_PATTERN},
+}
+
+
+def route_actions() -> dict[tuple[str, str], list[str]]:
+    """Every route of the app (``("GET", "/jobs/{jobId}")``) with the actions its dependencies
+    declare (``functions.handlers.api.app.require``): exactly one each, which a test checks."""
+    found: dict[tuple[str, str], list[str]] = {}
+    # powertools keeps the registered routes here (no public accessor); include_router adds to them.
+    for route in app._static_routes + app._dynamic_routes:
+        names: list[str] = []
+        pending = list(build_dependency_tree(route.func).dependencies)
+        while pending:
+            node = pending.pop()
+            name = getattr(node.depends.dependency, ACTION_ATTRIBUTE, None)
+            if name is not None:
+                names.append(name)
+            pending.extend(node.dependant.dependencies)
+        found[(route.method, route.openapi_path)] = names
+    return found
+
 
 def openapi_json() -> str:
     """The OpenAPI 3.1 document, with validation failures as this API answers them: 400 and the
@@ -78,10 +109,39 @@ def openapi_json() -> str:
                     "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}},
                 }
     document["paths"]["/health"]["get"]["security"] = []
+    _document_actions(document)
     _json_schema_bounds(document)
     for name in ("HTTPValidationError", "ValidationError"):
         components.pop(name, None)
     return json.dumps(document)
+
+
+def _document_actions(document: dict[str, Any]) -> None:
+    """Name each operation's action (``x-remote-batch-action``, and in its description), and add the
+    ``X-Account-Id`` header to the operations that act in an account."""
+    for (method, path), names in route_actions().items():
+        operation = document.get("paths", {}).get(path, {}).get(method.lower())
+        if operation is None or len(names) != 1:
+            continue
+        operation[ACTION_EXTENSION] = names[0]
+        note = f"Action: `{names[0]}` (GET /roles lists the roles that hold it)."
+        operation["description"] = (
+            f"{operation['description']}\n\n{note}" if operation.get("description") else note
+        )
+        scope = ACTIONS[names[0]].scope
+        if scope is Scope.ACCOUNT:
+            operation.setdefault("parameters", []).append(dict(_ACCOUNT_PARAMETER))
+        # A denied action is 403; an account the caller is no member of, 404; a bad X-Account-Id, 400.
+        errors = {Scope.ACCOUNT: (400, 403, 404), Scope.ADMIN: (403,)}.get(scope, ())
+        responses = operation.setdefault("responses", {})
+        for code in errors:
+            responses.setdefault(
+                str(code),
+                {
+                    "description": _ERROR_WHEN[code],
+                    "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}},
+                },
+            )
 
 
 _BOUNDS = {"ge": "minimum", "le": "maximum", "gt": "exclusiveMinimum", "lt": "exclusiveMaximum"}

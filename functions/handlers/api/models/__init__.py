@@ -42,6 +42,15 @@ from functions.handlers.api.models.jobs import (
     UploadView,
     job_view,
 )
+from functions.handlers.api.models.members import (
+    AccessView,
+    MemberBody,
+    MembersView,
+    MemberView,
+    RolesView,
+    member_view,
+    roles_view,
+)
 from functions.handlers.api.models.meta import (
     EstimateBody,
     EstimateView,
@@ -53,6 +62,7 @@ from functions.handlers.api.models.meta import (
 
 __all__ = [
     "MAX_TIME_CONSTRAINT_SECONDS",
+    "AccessView",
     "AccountView",
     "CommandArg",
     "ContactsBody",
@@ -74,10 +84,14 @@ __all__ = [
     "LogEventView",
     "MachineClassView",
     "MachineClassesView",
+    "MemberBody",
+    "MemberView",
+    "MembersView",
     "NotificationRecordView",
     "OutputFileView",
     "OutputsView",
     "PreviewLinkView",
+    "RolesView",
     "RuntimeView",
     "SubmitJobBody",
     "UploadBody",
@@ -88,4 +102,6 @@ __all__ = [
     "ledger_entry_view",
     "log_event_view",
     "machine_class_view",
+    "member_view",
+    "roles_view",
 ]

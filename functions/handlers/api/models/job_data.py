@@ -25,12 +25,13 @@ class JobResultView(BaseModel):
     resultUrl: str | None = Field(
         default=None,
         description="Instead of result when inlining it would take the body over 5 MiB: a presigned "
-        "GET of result.json (or result.pickle), at most 15 min and never past expiresAt.",
+        "GET of a JSON document whose result and resultRepr are the result's (with format=pickle: of "
+        "the raw pickle), at most 15 min and never past expiresAt.",
     )
     messagesUrl: str | None = Field(
         default=None,
         description="Extension: instead of messages when they are over 512 KiB, a presigned GET of "
-        "messages.json.",
+        "a JSON document whose messages field holds them.",
     )
     errors: list[ChildErrorView] | None = Field(
         default=None,

@@ -243,6 +243,11 @@ class JobView(BaseModel):
         default=None,
         description="Extension: the dedicated compute the job runs on (its time is charged to the compute).",
     )
+    submittedBy: str | None = Field(
+        default=None,
+        description="Extension: the user who submitted the job (their user id; null for jobs submitted "
+        "before users were recorded).",
+    )
 
 
 class JobListView(BaseModel):
@@ -286,6 +291,7 @@ def job_view(job: Job) -> JobView:
         batchReason=job.batch_reason,
         warnings=list(job.warnings),
         compute=job.compute,
+        submittedBy=job.submitted_by,
         notificationLog=[
             NotificationRecordView.model_validate(
                 {
