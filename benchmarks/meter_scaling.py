@@ -126,6 +126,8 @@ def _settings(region: str) -> Any:
         ledger_table="bench-ledger",
         idempotency_table="bench-idempotency",
         operations_table="bench-operations",
+        computes_table="computes-table",
+        compute_prefix="remote-batch-test",
         email_topic_arn_prefix=f"arn:aws:sns:{region}:123456789012:bench-email-",
         home_region=region,
         zones={

@@ -20,9 +20,11 @@ import boto3
 from botocore.config import Config
 
 from functions.adapters.batch import AwsBatchGateway
+from functions.adapters.batch_computes import AwsComputeEnvironments, SsmComputeTemplate
 from functions.adapters.batch_fleet import AwsBatchFleet
 from functions.adapters.dns import SocketResolver
 from functions.adapters.dynamodb import DynamoJobStore
+from functions.adapters.dynamodb.computes import DynamoComputeStore
 from functions.adapters.dynamodb.operations import DynamoOperationsStore
 from functions.adapters.logs import CloudWatchLogReader
 from functions.adapters.s3 import S3BlobStore
@@ -34,6 +36,7 @@ from functions.ports import (
     BatchGateway,
     BatchRoute,
     Clock,
+    ComputeEnvironments,
     EventCounter,
     FleetControl,
     HostResolver,
@@ -100,6 +103,7 @@ def build_services(
     resolver: HostResolver | None = None,
     events: EventCounter | None = None,
     fleets: Mapping[GeoZone, FleetControl] | None = None,
+    compute_environments: Mapping[GeoZone, ComputeEnvironments] | None = None,
 ) -> Services:
     """Build every adapter from ``settings``.
 
@@ -121,6 +125,9 @@ def build_services(
         Where the logic counts its events (default: CloudWatch metrics through powertools).
     fleets : Mapping[GeoZone, FleetControl] | None
         Replaces the operators' AWS Batch switches per zone (the local executor's); default: AWS Batch.
+    compute_environments : Mapping[GeoZone, ComputeEnvironments] | None
+        Replaces AWS Batch's dedicated compute environments per zone (the local executor's); default:
+        AWS Batch in each zone that has a ``computeTemplate``.
     """
     session = session or boto3.Session()
     lock = threading.Lock()
@@ -151,6 +158,13 @@ def build_services(
         else:
             gateway = AwsBatchGateway(batch_client)
         fleet = fleets[zone] if fleets is not None and zone in fleets else AwsBatchFleet(batch_client)
+        computes: ComputeEnvironments | None = None
+        if compute_environments is not None and zone in compute_environments:
+            computes = compute_environments[zone]
+        elif zone_settings.compute_template_parameter is not None:
+            tags = {"remote-batch:prefix": settings.compute_prefix}
+            loader = SsmComputeTemplate(client("ssm", region), zone_settings.compute_template_parameter, tags)
+            computes = AwsComputeEnvironments(batch_client, loader, tags)
         zones[zone] = ZoneServices(
             blobs=S3BlobStore(s3, zone_settings.bucket),
             batch=gateway,
@@ -162,6 +176,7 @@ def build_services(
             bucket=zone_settings.bucket,
             region=region,
             fleet=fleet,
+            computes=computes,
         )
     return Services(
         store=store,
@@ -185,6 +200,10 @@ def build_services(
             settings.ledger_table,
             clock=clock,
         ),
+        compute_store=DynamoComputeStore(
+            dynamodb, settings.computes_table, settings.accounts_table, settings.ledger_table
+        ),
+        compute_prefix=settings.compute_prefix,
     )
 
 

@@ -12,13 +12,14 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Protocol
 
+from functions.domain.computes import Compute, Reservation
 from functions.domain.credits import Charge
 from functions.domain.errors import UnreadableRecord
 from functions.domain.fleet import AuditEntry, ClassAvailability
 from functions.domain.jobs import Account, BatchJobState, Job, LedgerEntry, NotificationRecord, Transition
-from functions.domain.machine_classes import GeoZone
-from functions.domain.roles import AccountMembers, Member
+from functions.domain.machine_classes import GeoZone, MachineClass
 from functions.domain.presumed import PresumedTransition
+from functions.domain.roles import AccountMembers, Member
 from functions.domain.runtime import WORKER_PYTHON_VERSION
 from functions.domain.status import JobStatus
 
@@ -472,6 +473,8 @@ class ZoneServices:
     bucket: str
     region: str
     fleet: FleetControl | None = None
+    # Dedicated computes' environments and queues (None: this deployment has none in the zone).
+    computes: ComputeEnvironments | None = None
 
 
 class EventCounter(Protocol):
@@ -508,3 +511,102 @@ class Services:
     array_span_size: int = 10_000
     # The operators' class states and audit log; None: every class is in service, no admin fleet routes.
     operations: OperationsStore | None = None
+    # Dedicated computes (None: the deployment has none) and the prefix of their AWS Batch names.
+    compute_store: ComputeRepository | None = None
+    compute_prefix: str = ""
+
+
+# -- dedicated compute (``functions.domain.computes``) -------------------------------------------------
+class ComputeRepository(Protocol):
+    """Dedicated computes and the quota they hold (DynamoDB; the ledger and balances are the job
+    store's tables, so a compute's charge moves money in one transaction with its record).
+
+    Every write is conditional on the ``version`` the caller read; a lost race raises
+    ``ConditionFailed`` (re-read, retry). Nothing here returns a DynamoDB item.
+    """
+
+    def create_compute(self, compute: Compute, reservation: Reservation) -> None:
+        """Write a new compute and add its quota reservation, in one transaction.
+        Raises ``ConditionFailed`` when the account has a compute of that name."""
+
+    def get_compute(self, account_id: str, name: str) -> Compute | None:
+        """The compute (strongly consistent), or None."""
+
+    def list_computes(self, account_id: str) -> list[Compute]:
+        """The account's computes, by name."""
+
+    def list_all_computes(self) -> Iterable[Compute]:
+        """Every account's computes (the meter's tick; a sparse index)."""
+
+    def save_compute(self, before: Compute, after: Compute) -> Compute:
+        """Store ``after`` if the stored version is ``before.version``; returns it with the new version."""
+
+    def settle_compute(self, before: Compute, after: Compute, entry: LedgerEntry) -> Compute:
+        """Store ``after``, put the ``compute`` ledger entry (only if absent) and move the balance
+        from ``entry.balance_after + entry.credits`` to ``entry.balance_after``, in one transaction."""
+
+    def remove_compute(self, before: Compute, reservation: Reservation) -> None:
+        """Delete a compute at ``before.version`` and release its reservation, in one transaction."""
+
+    def touch_compute(self, account_id: str, name: str, at: datetime) -> None:
+        """Raise ``last_activity_at`` to ``at`` (never lower it); nothing when the compute is gone."""
+
+    def reserved_quota(self, account_id: str) -> dict[str, tuple[int, int]]:
+        """The account's reservations by quota key (``Basic#UnitedStates``): (units, vCPUs)."""
+
+
+@dataclass(frozen=True, slots=True)
+class EnvironmentState:
+    """A compute environment as ``DescribeComputeEnvironments`` shows it: ``status`` (``CREATING``,
+    ``UPDATING``, ``DELETING``, ``DELETED``, ``VALID``, ``INVALID``), ``state`` (``ENABLED`` or
+    ``DISABLED``), its vCPU bounds, and ``reason`` (its ``statusReason``)."""
+
+    status: str
+    state: str
+    min_vcpus: int
+    max_vcpus: int
+    desired_vcpus: int
+    reason: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class QueueState:
+    """A job queue as ``DescribeJobQueues`` shows it: ``status`` (``CREATING``, ``UPDATING``,
+    ``DELETING``, ``DELETED``, ``VALID``, ``INVALID``), ``state`` (``ENABLED``/``DISABLED``), ``reason``."""
+
+    status: str
+    state: str
+    reason: str | None = None
+
+
+class ComputeEnvironments(Protocol):
+    """AWS Batch compute environments and job queues of dedicated computes in one geo zone's region
+    (or the local executor's emulation). Every call is asynchronous on AWS: the ``describe_*`` calls
+    say when it is done. Each raises ``DependencyFailed`` when Batch refuses."""
+
+    def create_environment(self, name: str, machine: MachineClass) -> None:
+        """CreateComputeEnvironment (managed EC2, the class's instance types, 0 vCPUs); none if it exists."""
+
+    def describe_environment(self, name: str) -> EnvironmentState | None:
+        """The environment, or None when it does not exist (or is DELETED)."""
+
+    def set_capacity(self, name: str, vcpus: int) -> None:
+        """UpdateComputeEnvironment: ``minvCpus = maxvCpus = desiredvCpus = vcpus``."""
+
+    def disable_environment(self, name: str) -> None:
+        """UpdateComputeEnvironment ``state=DISABLED`` (AWS deletes only a disabled environment)."""
+
+    def delete_environment(self, name: str) -> None:
+        """DeleteComputeEnvironment (its queue must be deleted first)."""
+
+    def create_queue(self, name: str, environment: str) -> None:
+        """CreateJobQueue on ``environment`` alone (it must be VALID); none if it exists."""
+
+    def describe_queue(self, name: str) -> QueueState | None:
+        """The queue, or None when it does not exist (or is DELETED)."""
+
+    def disable_queue(self, name: str) -> None:
+        """UpdateJobQueue ``state=DISABLED`` (AWS deletes only a disabled queue)."""
+
+    def delete_queue(self, name: str) -> None:
+        """DeleteJobQueue."""

@@ -48,6 +48,22 @@ class RouteSettings(BaseModel):
     job_definition: str = Field(alias="jobDefinition", min_length=1)
 
 
+class ComputeTemplateSettings(BaseModel):
+    """What a zone's dedicated compute environments are built from (``ComputeTemplate``): the
+    subnets, security groups, instance profile and Batch service role ARNs, and each machine class's
+    instance types and optional launch template id."""
+
+    model_config = ConfigDict(frozen=True, populate_by_name=True)
+
+    subnets: tuple[str, ...] = Field(min_length=1)
+    security_groups: tuple[str, ...] = Field(alias="securityGroups", min_length=1)
+    instance_role: str = Field(alias="instanceRole", min_length=20)
+    service_role: str = Field(alias="serviceRole", min_length=20)
+    instance_types: dict[str, tuple[str, ...]] = Field(alias="instanceTypes")
+    launch_templates: dict[str, str] = Field(default_factory=dict, alias="launchTemplates")
+    image_types: dict[str, str] = Field(default_factory=dict, alias="imageTypes")
+
+
 class ZoneSettings(BaseModel):
     """One geo zone's region, bucket, job log group and (machine class → queue, definition) routes."""
 
@@ -57,6 +73,11 @@ class ZoneSettings(BaseModel):
     bucket: str = Field(min_length=3)
     log_group: str = Field(alias="logGroup", min_length=1)
     routes: dict[str, RouteSettings]
+    # Dedicated computes in the zone: the SSM parameter (in the zone's region) holding the
+    # ``ComputeTemplateSettings`` JSON the zone's stack wrote; absent when the zone offers none.
+    compute_template_parameter: str | None = Field(
+        default=None, alias="computeTemplateParameter", min_length=1
+    )
 
     @field_validator("routes")
     @classmethod
@@ -73,7 +94,8 @@ class Settings(BaseSettings):
     Variables (each field's ``validation_alias``): ``REMOTE_BATCH_JOBS_TABLE``,
     ``REMOTE_BATCH_ACCOUNTS_TABLE``,
     ``REMOTE_BATCH_LEDGER_TABLE``, ``REMOTE_BATCH_IDEMPOTENCY_TABLE``, ``REMOTE_BATCH_OPERATIONS_TABLE``
-    (operators' class states and audit log),
+    (operators' class states and audit log), ``REMOTE_BATCH_COMPUTES_TABLE``,
+    ``REMOTE_BATCH_COMPUTE_PREFIX`` (the prefix of dedicated computes' AWS Batch names, ``<prefix>-cmp-*``),
     ``REMOTE_BATCH_EMAIL_TOPIC_ARN_PREFIX`` (the ARN every account's email topic starts with,
     ``arn:aws:sns:<region>:<account>:remote-batch-<stage>-email-``),
     ``REMOTE_BATCH_EMAIL_TOPIC_KEY`` (the KMS key those topics are encrypted with; optional: none locally),
@@ -101,6 +123,12 @@ class Settings(BaseSettings):
     ledger_table: str = Field(validation_alias="REMOTE_BATCH_LEDGER_TABLE", min_length=3)
     idempotency_table: str = Field(validation_alias="REMOTE_BATCH_IDEMPOTENCY_TABLE", min_length=3)
     operations_table: str = Field(validation_alias="REMOTE_BATCH_OPERATIONS_TABLE", min_length=3)
+    computes_table: str = Field(validation_alias="REMOTE_BATCH_COMPUTES_TABLE", min_length=3)
+    # Dedicated computes' compute environments and job queues are named <prefix>-cmp-...: the Lambdas'
+    # IAM policies allow Batch calls on exactly those names.
+    compute_prefix: str = Field(
+        validation_alias="REMOTE_BATCH_COMPUTE_PREFIX", pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]{2,59}$"
+    )
     email_topic_arn_prefix: str = Field(
         validation_alias="REMOTE_BATCH_EMAIL_TOPIC_ARN_PREFIX",
         min_length=1,
@@ -165,6 +193,8 @@ class Settings(BaseSettings):
             "REMOTE_BATCH_LEDGER_TABLE": self.ledger_table,
             "REMOTE_BATCH_IDEMPOTENCY_TABLE": self.idempotency_table,
             "REMOTE_BATCH_OPERATIONS_TABLE": self.operations_table,
+            "REMOTE_BATCH_COMPUTES_TABLE": self.computes_table,
+            "REMOTE_BATCH_COMPUTE_PREFIX": self.compute_prefix,
             "REMOTE_BATCH_EMAIL_TOPIC_ARN_PREFIX": self.email_topic_arn_prefix,
             "REMOTE_BATCH_EMAIL_TOPIC_KEY": self.email_topic_key,
             "REMOTE_BATCH_SMS_PER_ACCOUNT_PER_HOUR": str(self.sms_per_account_per_hour),

@@ -63,6 +63,10 @@ _EMAIL_TOPICS = (
     "One email topic per account (SNS allows 200 filter policies per shared topic), created when the "
     "account sets its email, named '<stage prefix>-email-<digest>': the grant covers that prefix only."
 )
+_COMPUTES = (
+    "Dedicated computes' compute environments and job queues are created at run time, one per compute, "
+    "named '<stage prefix>-cmp-<account digest>-<name>': the grant covers that name prefix only."
+)
 _LAMBDA_RUNTIME = (
     "Python 3.12 is pinned on purpose: the public Powertools v3 layer (with pydantic) is built per "
     "Python version and the layer ARN in infra/constants.py names python312; move both together."
@@ -73,9 +77,10 @@ _LAMBDA_RUNTIME = (
 class ControlPlaneFindings:
     """The control plane stack's constructs that carry accepted findings (the stack passes its own).
 
-    ``jobs_table``/``ledger_table`` are the DynamoDB tables (for their ``<LogicalId.Arn>/index/*``),
-    ``email_topic_prefix`` the name prefix of the per-account email topics, ``rest_api`` the API
-    Gateway REST API and ``health_method`` its public ``GET /health`` method.
+    ``jobs_table``/``ledger_table``/``computes_table`` are the DynamoDB tables (for their
+    ``<LogicalId.Arn>/index/*``), ``email_topic_prefix`` the name prefix of the per-account email
+    topics, ``rest_api`` the API Gateway REST API and ``health_method`` its public ``GET /health``
+    method.
     """
 
     stack: Stack
@@ -86,6 +91,7 @@ class ControlPlaneFindings:
     meter_function: lambda_.Function
     jobs_table: IConstruct
     ledger_table: IConstruct
+    computes_table: IConstruct
     email_topic_prefix: str
     dead_letter_queue: IConstruct
     rest_api: IConstruct
@@ -107,11 +113,31 @@ def acknowledge_compute(
     instance_role: IConstruct,
     job_role: IConstruct,
     execution_role: IConstruct,
+    dedicated_roles: tuple[IConstruct, IConstruct],
     dead_letter_queue: IConstruct | None,
 ) -> None:
     """Attach the accepted findings to a geo zone's compute stack's constructs: its data ``bucket``,
-    its Batch roles, and the dead-letter queue of its event forwarder (None in the home region)."""
+    its Batch roles, the dedicated computes' (instance, Batch service) roles, and the dead-letter
+    queue of its event forwarder (None in the home region)."""
     _acknowledge_compute(stack, bucket, instance_role, job_role, execution_role)
+    dedicated_instance, batch_service = dedicated_roles
+    _acknowledge(
+        dedicated_instance,
+        (
+            "AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/"
+            "AmazonEC2ContainerServiceforEC2Role]",
+            "The AWS-maintained policy an ECS container instance of a dedicated compute needs to join its "
+            "cluster; job containers cannot use it (the launch template's IMDSv2 hop limit 1).",
+        ),
+    )
+    _acknowledge(
+        batch_service,
+        (
+            "AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AWSBatchServiceRole]",
+            "The AWS-maintained policy AWS Batch documents for a compute environment's service role; the "
+            "control plane may pass only this role (and the dedicated instance role) to Batch.",
+        ),
+    )
     if dead_letter_queue is not None:
         _acknowledge_dead_letter_queue(dead_letter_queue)
 
@@ -181,7 +207,7 @@ def _acknowledge_functions(scopes: ControlPlaneFindings) -> None:
     partition = _partition(stack)
     table_indexes = [
         (f"AwsSolutions-IAM5[Resource::{_arn_token(stack, table)}/index/*]", _TABLE_INDEXES)
-        for table in (scopes.jobs_table, scopes.ledger_table)
+        for table in (scopes.jobs_table, scopes.ledger_table, scopes.computes_table)
     ]
     bucket_objects = [
         (f"AwsSolutions-IAM5[Resource::arn:{partition}:s3:::{zone.bucket_name}/*]", _S3_GRANT)
@@ -214,6 +240,14 @@ def _acknowledge_functions(scopes: ControlPlaneFindings) -> None:
         for zone in zones
     ]
 
+    dedicated = [
+        (
+            f"AwsSolutions-IAM5[Resource::{_batch_arn(partition, zone, kind)}/{zone.compute_prefix}-cmp-*]",
+            _COMPUTES,
+        )
+        for zone in zones
+        for kind in ("compute-environment", "job-queue")
+    ]
     email_topics = (
         f"AwsSolutions-IAM5[Resource::arn:{partition}:sns:{_home_region(stack)}:<AWS::AccountId>:"
         f"{scopes.email_topic_prefix}*]",
@@ -228,6 +262,7 @@ def _acknowledge_functions(scopes: ControlPlaneFindings) -> None:
         *job_log_streams,
         *bucket_objects,
         *table_indexes,
+        *dedicated,
     )
     _acknowledge(
         scopes.batch_events_function.role,
@@ -248,6 +283,7 @@ def _acknowledge_functions(scopes: ControlPlaneFindings) -> None:
         *bucket_objects,
         *array_results,
         *table_indexes,
+        *dedicated,
     )
     for function in (scopes.api_function, scopes.batch_events_function, scopes.meter_function):
         _acknowledge(function, ("AwsSolutions-L1", _LAMBDA_RUNTIME))

@@ -43,6 +43,28 @@ class ZoneNames:
         """
         return f"{constants.SERVICE_NAME}-{self.stage}-"
 
+    @property
+    def compute_prefix(self) -> str:
+        """Dedicated computes' compute environments and job queues are named ``<this>-cmp-...``
+        (``functions.domain.computes.resource_name``): ``remote-batch-dev``."""
+        return f"{constants.SERVICE_NAME}-{self.stage}"
+
+    @property
+    def dedicated_instance_role_name(self) -> str:
+        """The container instances' role (and instance profile) of the zone's dedicated computes; a
+        fixed name, so the control plane may pass exactly it (IAM is global: the region is in it)."""
+        return f"{constants.SERVICE_NAME}-{self.stage}-{self.region}-dedicated-instance"
+
+    @property
+    def batch_service_role_name(self) -> str:
+        """The Batch service role the zone's dedicated compute environments are created with."""
+        return f"{constants.SERVICE_NAME}-{self.stage}-{self.region}-batch-service"
+
+    @property
+    def compute_template_parameter_name(self) -> str:
+        """The SSM parameter (in the zone's region) holding what its dedicated computes are built from."""
+        return f"/{constants.SERVICE_NAME}/{self.stage}/{self.zone}/compute-template"
+
     def job_queue_name(self, machine_class: str) -> str:
         """The machine class's job queue (``remote-batch-dev-Basic1x8``)."""
         return f"{self.prefix}{machine_class}"

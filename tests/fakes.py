@@ -6,12 +6,13 @@ import socket
 import threading
 import uuid
 from dataclasses import dataclass, field
+from typing import Any
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from functions.domain.errors import DependencyFailed
 from functions.domain.jobs import BatchJobState
-from functions.ports import BatchSubmission, OutgoingNotification
+from functions.ports import BatchSubmission, EnvironmentState, OutgoingNotification, QueueState
 
 
 class FakeLambdaContext(LambdaContext):
@@ -103,3 +104,81 @@ class FakeResolver:
         except (socket.gaierror, UnicodeError):
             return []
         return list(dict.fromkeys(str(info[4][0]) for info in infos))
+
+
+@dataclass
+class FakeComputeEnvironments:
+    """``ComputeEnvironments`` in memory, asynchronous as AWS Batch is: a created or updated
+    environment or queue reports ``CREATING``/``UPDATING`` on the first describe after the change and
+    ``VALID`` from the next; a deleted one ``DELETING``, then it is gone. ``calls`` records every
+    call in order (``("set_capacity", name, 4)``); ``fail`` makes the next call raise."""
+
+    environments: dict[str, dict[str, Any]] = field(default_factory=dict)
+    queues: dict[str, dict[str, Any]] = field(default_factory=dict)
+    calls: list[tuple[Any, ...]] = field(default_factory=list)
+    fail: bool = False
+    broken: str | None = None
+
+    def _call(self, *call: Any) -> None:
+        self.calls.append(call)
+        if self.fail:
+            self.fail = False
+            raise DependencyFailed("AWS Batch refused the dedicated compute's change (ServerException)")
+
+    @staticmethod
+    def _settle(item: dict[str, Any], store: dict[str, dict[str, Any]], name: str) -> None:
+        if item["status"] == "DELETING":
+            del store[name]
+        elif item["status"] in ("CREATING", "UPDATING"):
+            item["status"] = "VALID"
+
+    def create_environment(self, name: str, machine: Any) -> None:
+        self._call("create_environment", name, machine.name)
+        self.environments.setdefault(
+            name, {"status": "CREATING", "state": "ENABLED", "min": 0, "max": machine.vcpus}
+        )
+
+    def describe_environment(self, name: str) -> EnvironmentState | None:
+        item = self.environments.get(name)
+        if item is None:
+            return None
+        status = "INVALID" if self.broken else item["status"]
+        state = EnvironmentState(status, item["state"], item["min"], item["max"], item["min"], self.broken)
+        self._settle(item, self.environments, name)
+        return state
+
+    def set_capacity(self, name: str, vcpus: int) -> None:
+        self._call("set_capacity", name, vcpus)
+        self.environments[name].update(status="UPDATING", min=vcpus, max=vcpus)
+
+    def disable_environment(self, name: str) -> None:
+        self._call("disable_environment", name)
+        self.environments[name].update(status="UPDATING", state="DISABLED")
+
+    def delete_environment(self, name: str) -> None:
+        self._call("delete_environment", name)
+        assert self.environments[name]["state"] == "DISABLED", "AWS deletes only a DISABLED environment"
+        assert all(q["environment"] != name for q in self.queues.values()), "its queue must go first"
+        self.environments[name]["status"] = "DELETING"
+
+    def create_queue(self, name: str, environment: str) -> None:
+        self._call("create_queue", name, environment)
+        assert self.environments[environment]["status"] == "VALID", "a queue needs a VALID environment"
+        self.queues.setdefault(name, {"status": "CREATING", "state": "ENABLED", "environment": environment})
+
+    def describe_queue(self, name: str) -> QueueState | None:
+        item = self.queues.get(name)
+        if item is None:
+            return None
+        state = QueueState(item["status"], item["state"])
+        self._settle(item, self.queues, name)
+        return state
+
+    def disable_queue(self, name: str) -> None:
+        self._call("disable_queue", name)
+        self.queues[name].update(status="UPDATING", state="DISABLED")
+
+    def delete_queue(self, name: str) -> None:
+        self._call("delete_queue", name)
+        assert self.queues[name]["state"] == "DISABLED", "AWS deletes only a DISABLED queue"
+        self.queues[name]["status"] = "DELETING"

@@ -138,7 +138,17 @@ IDEMPOTENCY = TableSpec(logical_name="Idempotency", partition_key="id", ttl_attr
 # one Query of their partition: a few dozen class items, an admin's page of audit entries.
 OPERATIONS = TableSpec(logical_name="Operations", partition_key="pk", sort_key="sk", ttl_attribute="ttl")
 
-ALL_TABLES = (JOBS, ACCOUNTS, LEDGER, IDEMPOTENCY, OPERATIONS)
+# Dedicated computes (``functions.adapters.dynamodb.computes``): per account, one ``compute#<name>`` item
+# per compute and one ``reserved#<Family>#<Zone>`` counter of the quota its computes hold. The sparse
+# ``allComputes`` index (only compute items carry ``computePartition``) lists every compute for the meter.
+COMPUTES = TableSpec(
+    logical_name="Computes",
+    partition_key="accountId",
+    sort_key="entry",
+    indexes=(Index("allComputes", partition_key="computePartition", sort_key="computeKey"),),
+)
+
+ALL_TABLES = (JOBS, ACCOUNTS, LEDGER, IDEMPOTENCY, OPERATIONS, COMPUTES)
 
 
 def create_table_request(spec: TableSpec, name: str) -> CreateTableInputTypeDef:

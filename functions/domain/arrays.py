@@ -187,6 +187,7 @@ def child_template(parent: Job, index: int) -> Job:
         array_index=index,
         array_size=parent.array_size,
         record_expires_at=parent.record_expires_at,
+        compute=parent.compute,
         submitted_by=parent.submitted_by,
     )
 

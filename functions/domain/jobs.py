@@ -23,7 +23,7 @@ from functions.domain.batch_reasons import (
     raw_batch_reason,
 )
 from functions.domain.credits import ZERO
-from functions.domain.machine_classes import GeoZone, MachineClass
+from functions.domain.machine_classes import GeoZone, MachineClass, machine_class
 from functions.domain.notifications import NotificationRule
 from functions.domain.queue_limits import describe_queue_limit
 from functions.domain.status import (
@@ -144,6 +144,9 @@ class Job:
     array_spans : tuple[str, ...]
         An ``Array`` parent's AWS Batch job ids, one per span (``functions.domain.arrays``), in
         offset order.
+    compute : str | None
+        The dedicated compute the job was submitted to; its running time is the compute's, so the
+        job itself is charged 0 (``job_rate``).
     """
 
     job_id: str
@@ -185,6 +188,8 @@ class Job:
     record_expires_at: datetime | None = None
     credits_settled: Decimal = ZERO
     array_spans: tuple[str, ...] = ()
+    # The dedicated compute the job runs on (``functions.domain.computes``): its queue, no charge.
+    compute: str | None = None
     submitted_by: str | None = None
 
     @property
@@ -235,6 +240,8 @@ class LedgerKind(StrEnum):
     CHARGE = "charge"
     GRANT = "grant"
     REFUND = "refund"
+    # A dedicated compute's running time (``functions.domain.computes``).
+    COMPUTE = "compute"
 
 
 @dataclass(frozen=True, slots=True)
@@ -254,6 +261,14 @@ class LedgerEntry:
     job_id: str | None = None
     unbilled: Decimal = ZERO
     reason: str | None = None
+    # The dedicated compute a ``compute`` entry charges (or a job ran on), else None.
+    compute: str | None = None
+
+
+def job_rate(job: Job) -> Decimal:
+    """What an hour of the job's Running time costs (credits): its machine class's price, or 0 on a
+    dedicated compute, whose own running time is charged instead (``functions.domain.computes``)."""
+    return ZERO if job.compute is not None else machine_class(job.machine_class).credits_per_hour
 
 
 def charge_entry_id(job_id: str) -> str:

@@ -13,8 +13,7 @@ from decimal import Decimal
 
 from functions.domain.arrays import array_spent
 from functions.domain.credits import spent_so_far
-from functions.domain.jobs import Job, JobType, credit_constraint_reason, time_constraint_reason
-from functions.domain.machine_classes import machine_class
+from functions.domain.jobs import Job, JobType, credit_constraint_reason, job_rate, time_constraint_reason
 from functions.domain.status import JobStatus
 
 
@@ -51,7 +50,7 @@ def read_meter(job: Job, now: datetime) -> MeterReading:
     if job.type == JobType.ARRAY or job.status != JobStatus.RUNNING or job.started_at is None:
         return MeterReading(job, 0, job.credits_spent, None)
     running_ms = max(0, int((now - job.started_at).total_seconds() * 1000))
-    rate = machine_class(job.machine_class).credits_per_hour
+    rate = job_rate(job)
     own_cap = None if job.type == JobType.ARRAY_CHILD else job.credit_constraint
     spent = max(spent_so_far(running_ms, rate, own_cap), job.credits_spent)
     cap = None

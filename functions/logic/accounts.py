@@ -182,7 +182,7 @@ def account_usage(services: Services, account_id: str, start: datetime | None, e
     if start is not None and end is not None and start > end:
         raise ValidationFailed("from must not be after to.", field="from")
     entries = services.store.list_ledger(account_id, start, end)
-    charged = sum((e.credits for e in entries if e.kind == LedgerKind.CHARGE), ZERO)
+    charged = sum((e.credits for e in entries if e.kind in (LedgerKind.CHARGE, LedgerKind.COMPUTE)), ZERO)
     return Usage(entries=entries, total_charged=quantize_credits(charged))
 
 

@@ -119,6 +119,7 @@ def submit_array(services: Services, account_id: str, request: JobRequest, now: 
                 job_name=span_job_name(parent.job_id, span.offset),
                 environment={ARRAY_OFFSET_VARIABLE: str(span.offset)},
                 array_size=span.count if span.is_batch_array else None,
+                job_queue=prepared.job_queue,
             )
             submitted.append(zone_services.batch.submit_job(submission))
     except Exception:

@@ -13,18 +13,21 @@ from decimal import Decimal
 from aws_lambda_powertools import Logger
 
 from functions.domain.arrays import job_data_path
+from functions.domain.computes import job_on_compute_note
 from functions.domain.credits import Charge, settle_charge
 from functions.domain.errors import DependencyFailed, PayloadTooLarge
 from functions.domain.jobs import (
     Account,
     BatchJobState,
     Job,
+    JobType,
     LedgerEntry,
     LedgerKind,
     Transition,
     charge_entry_id,
     describe_failure,
     is_infrastructure_loss,
+    job_rate,
     success_warnings,
 )
 from functions.domain.machine_classes import machine_class
@@ -159,10 +162,11 @@ def final_charge(
         # Time past the job's timeConstraint is the enforcement's latency (a meter tick, the Batch
         # timeout's 60 s minimum), not the user's: it is not billed.
         running_ms = min(running_ms, job.time_constraint * 1000)
-    rate = machine_class(job.machine_class).credits_per_hour
-    charge = settle_charge(running_ms, rate, cap, account.credit_balance)
+    charge = settle_charge(running_ms, job_rate(job), cap, account.credit_balance)
     entry = None
-    if charge.credits > 0 or charge.unbilled > 0:
+    # A job on a dedicated compute costs 0 (the compute pays); its entry says so.
+    on_compute = job.compute is not None and job.type == JobType.SINGLE and running_ms is not None
+    if charge.credits > 0 or charge.unbilled > 0 or on_compute:
         entry = LedgerEntry(
             entry_id=charge_entry_id(job.job_id),
             account_id=job.account_id,
@@ -172,5 +176,7 @@ def final_charge(
             balance_after=account.credit_balance - charge.credits,
             job_id=job.job_id,
             unbilled=charge.unbilled,
+            reason=job_on_compute_note(job.compute) if job.compute is not None else None,
+            compute=job.compute,
         )
     return charge, entry

@@ -32,6 +32,7 @@ from functions.domain.machine_classes import GeoZone
 from functions.domain.metering import MeterReading, balance_exhausted, read_array_meter, read_meter
 from functions.domain.notification_schedule import due_notifications
 from functions.logic.array_events import finish_array
+from functions.logic.computes import meter_computes
 from functions.logic.job_events import apply_job_state_change
 from functions.logic.notifying import deliver_due_notifications
 from functions.logic.submission import terminate
@@ -127,6 +128,14 @@ def meter_tick(services: Services, now: datetime) -> MeterReport:
             skips.guard(reading.job.job_id, "notify", partial(notify_progress, services, reading, now))
     ended: set[str] = set()
     reconciled = reconcile_stale_jobs(services, now, skips, ended)
+    # Dedicated computes: provisioning, schedules, idle stops, the balance rule, hourly settlements.
+    on_computes = {
+        (r.job.account_id, r.job.compute)
+        for rs in by_account.values()
+        for r in rs
+        if r.job.compute is not None
+    }
+    meter_computes(services, now, on_computes)
     skipped = len(skips.job_ids)
     logger.info(
         "meter tick",

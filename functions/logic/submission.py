@@ -34,6 +34,7 @@ from functions.domain.machine_classes import GeoZone, MachineClass, machine_clas
 from functions.domain.notifications import NotificationRule, normalize_notifications
 from functions.domain.runtime import check_pickle_python
 from functions.domain.text import JOB_ID_PATTERN, full_match
+from functions.logic.computes import compute_for_job, note_job_submitted
 from functions.logic.fleet import ensure_class_available
 from functions.logic.uploads import uploaded_input
 from functions.ports import BatchSubmission, Services, ZoneServices
@@ -70,6 +71,10 @@ class JobRequest:
     python_version: str | None = None
     array_items: list[Any] | None = None
     array_items_key: str | None = None
+    # The caller's dedicated compute to run on (``functions.logic.computes.compute_for_job``), and
+    # whether ``machine_class`` was asked for (else the compute's class is the job's).
+    compute: str | None = None
+    machine_class_given: bool = True
     # The user who submits (the token's user id), recorded on the job as ``submittedBy``.
     submitted_by: str | None = None
 
@@ -132,6 +137,9 @@ class PreparedSubmission:
     rules: tuple[NotificationRule, ...]
     kind: PayloadKind
     document: dict[str, Any]
+    # On a dedicated compute: its name and its job queue (else None: the class's shared queue).
+    compute: str | None = None
+    job_queue: str | None = None
 
 
 def prepare_submission(services: Services, account_id: str, request: JobRequest) -> PreparedSubmission:
@@ -148,8 +156,16 @@ def prepare_submission(services: Services, account_id: str, request: JobRequest)
     ClassUnavailable
         An operator took the class out of service in the zone (503, with the operator's reason).
     """
-    machine = machine_class(request.machine_class)
-    zone = resolve_geo_zone(request.geo_zone)
+    compute, job_queue = None, None
+    if request.compute is not None:
+        requested = request.machine_class if request.machine_class_given else None
+        on, machine, job_queue = compute_for_job(
+            services, account_id, request.compute, requested, request.geo_zone
+        )
+        zone, compute = on.geo_zone, on.name
+    else:
+        machine = machine_class(request.machine_class)
+        zone = resolve_geo_zone(request.geo_zone)
     if zone not in services.zones:
         available = ", ".join(z.value for z in services.zones)
         raise ValidationFailed(
@@ -170,7 +186,15 @@ def prepare_submission(services: Services, account_id: str, request: JobRequest)
     if account is None or account.credit_balance <= 0:
         balance = account.credit_balance if account else Decimal(0)
         raise InsufficientCredits(f"The account's credit balance is {balance}; add credits to submit jobs.")
-    return PreparedSubmission(machine=machine, zone=zone, rules=rules, kind=kind, document=document)
+    return PreparedSubmission(
+        machine=machine,
+        zone=zone,
+        rules=rules,
+        kind=kind,
+        document=document,
+        compute=compute,
+        job_queue=job_queue,
+    )
 
 
 def new_job(
@@ -197,6 +221,7 @@ def new_job(
         submitted_at=now,
         array_size=array_size,
         child_status_counts=None if array_size is None else initial_counts(array_size),
+        compute=prepared.compute,
         submitted_by=request.submitted_by,
     )
 
@@ -209,14 +234,16 @@ def batch_submission(
     job_name: str,
     environment: Mapping[str, str] | None = None,
     array_size: int | None = None,
+    job_queue: str | None = None,
 ) -> BatchSubmission:
     """The ``SubmitJob`` of ``job`` (or of one span of an array) on ``machine``'s queue in its zone:
     the worker's environment (job id, bucket, input key, output prefix, memory in GiB, then
-    ``environment``), the timeout backing its caps (``batch_timeout``), the job and account tags."""
+    ``environment``), the timeout backing its caps (``batch_timeout``), the job and account tags.
+    ``job_queue`` (a dedicated compute's) replaces the class's shared queue."""
     route = zone_services.routes[machine.name]
     return BatchSubmission(
         job_name=job_name,
-        job_queue=route.job_queue,
+        job_queue=job_queue or route.job_queue,
         job_definition=route.job_definition,
         vcpus=machine.vcpus,
         memory_mib=machine.memory_mib,
@@ -263,7 +290,9 @@ def submit_job(services: Services, account_id: str, request: JobRequest, now: da
     except Exception:
         zone_services.blobs.delete_prefix(f"inputs/{job.job_id}/")
         raise
-    submission = batch_submission(job, machine, zone_services, job_name=job.job_id)
+    submission = batch_submission(
+        job, machine, zone_services, job_name=job.job_id, job_queue=prepared.job_queue
+    )
     try:
         batch_job_id = zone_services.batch.submit_job(submission)
     except Exception:
@@ -272,6 +301,8 @@ def submit_job(services: Services, account_id: str, request: JobRequest, now: da
         zone_services.blobs.delete_prefix(f"inputs/{job.job_id}/")
         raise
     services.store.set_batch_job_id(job.job_id, batch_job_id)
+    if job.compute is not None:
+        note_job_submitted(services, account_id, job.compute, now)
     services.events.count("JobsSubmitted")
     logger.info("job submitted", job_id=job.job_id, batch_job_id=batch_job_id, machine_class=machine.name)
     return replace(job, batch_job_id=batch_job_id)

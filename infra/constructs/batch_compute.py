@@ -26,6 +26,7 @@ from aws_cdk import aws_ecs as ecs
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_s3 as s3
+from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
 from functions.domain.job_policy import job_policy_statements
@@ -134,6 +135,8 @@ class BatchCompute(Construct):
         self.routes = {
             name: self._build_route(machine_class) for name, machine_class in MACHINE_CLASSES.items()
         }
+        self.dedicated_instance_role, self.batch_service_role = self._build_dedicated_roles()
+        self.compute_template = self._build_compute_template()
 
     @property
     def job_queues(self) -> list[batch.JobQueue]:
@@ -257,6 +260,64 @@ class BatchCompute(Construct):
             security_groups=[self.security_group],
             instance_role=self.instance_role,
             launch_template=launch_template,
+        )
+
+    # Dedicated computes: made at run time by the control plane (``functions/logic/computes.py``)
+
+    def _build_dedicated_roles(self) -> tuple[iam.Role, iam.Role]:
+        """The roles the control plane passes to CreateComputeEnvironment: the container instances'
+        (with its instance profile) and the Batch service role, both with fixed names."""
+        instance_role = iam.Role(
+            self,
+            "DedicatedInstanceRole",
+            role_name=self.names.dedicated_instance_role_name,
+            assumed_by=iam.ServicePrincipal("ec2.amazonaws.com"),
+            description=f"{constants.SERVICE_NAME} {self.names.zone} dedicated compute instances (ECS agent)",
+            managed_policies=[
+                iam.ManagedPolicy.from_aws_managed_policy_name(
+                    "service-role/AmazonEC2ContainerServiceforEC2Role"
+                )
+            ],
+        )
+        self.dedicated_instance_profile = iam.InstanceProfile(
+            self,
+            "DedicatedInstanceProfile",
+            role=instance_role,
+            instance_profile_name=self.names.dedicated_instance_role_name,
+        )
+        service_role = iam.Role(
+            self,
+            "BatchServiceRole",
+            role_name=self.names.batch_service_role_name,
+            assumed_by=iam.ServicePrincipal("batch.amazonaws.com"),
+            description=f"{constants.SERVICE_NAME} {self.names.zone} dedicated compute environments",
+            managed_policies=[
+                iam.ManagedPolicy.from_aws_managed_policy_name("service-role/AWSBatchServiceRole")
+            ],
+        )
+        return instance_role, service_role
+
+    def _build_compute_template(self) -> ssm.StringParameter:
+        """``functions.settings.ComputeTemplateSettings`` as JSON in SSM: the shared pools' network,
+        instance types, launch templates and AMI types per class, and the dedicated roles."""
+        classes = {name: self.pools[constants.MACHINE_CLASS_POOLS[name]] for name in MACHINE_CLASSES}
+        template = {
+            "subnets": [subnet.subnet_id for subnet in self.vpc.private_subnets],
+            "securityGroups": [self.security_group.security_group_id],
+            "instanceRole": self.dedicated_instance_profile.instance_profile_arn,
+            "serviceRole": self.batch_service_role.role_arn,
+            "instanceTypes": {name: list(p.pool.instance_types) for name, p in classes.items()},
+            "launchTemplates": {name: p.launch_template.launch_template_id for name, p in classes.items()},
+            "imageTypes": {
+                name: "ECS_AL2023_NVIDIA" if p.pool.gpu else "ECS_AL2023" for name, p in classes.items()
+            },
+        }
+        return ssm.StringParameter(
+            self,
+            "ComputeTemplate",
+            parameter_name=self.names.compute_template_parameter_name,
+            description=f"{constants.SERVICE_NAME} {self.names.zone} dedicated compute template",
+            string_value=Stack.of(self).to_json_string(template),
         )
 
     # Jobs

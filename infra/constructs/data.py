@@ -43,6 +43,10 @@ class Data(Construct):
         return self.tables["Ledger"]
 
     @property
+    def computes_table(self) -> dynamodb.Table:
+        return self.tables["Computes"]
+
+    @property
     def idempotency_table(self) -> dynamodb.Table:
         return self.tables["Idempotency"]
 

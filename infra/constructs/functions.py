@@ -137,11 +137,19 @@ class Functions(Construct):
             "REMOTE_BATCH_LEDGER_TABLE": data.ledger_table.table_name,
             "REMOTE_BATCH_IDEMPOTENCY_TABLE": data.idempotency_table.table_name,
             "REMOTE_BATCH_OPERATIONS_TABLE": data.operations_table.table_name,
+            "REMOTE_BATCH_COMPUTES_TABLE": data.computes_table.table_name,
+            "REMOTE_BATCH_COMPUTE_PREFIX": self._compute_prefix(),
             "REMOTE_BATCH_EMAIL_TOPIC_ARN_PREFIX": self._notifications.topic_arn_prefix,
             "REMOTE_BATCH_EMAIL_TOPIC_KEY": self._notifications.key.key_arn,
             "REMOTE_BATCH_ZONES": self._zones_json(),
             "REMOTE_BATCH_WORKER_PYTHON": WORKER_PYTHON_VERSION,
         }
+
+    def _compute_prefix(self) -> str:
+        prefixes = {zone.compute_prefix for zone in self._zones}
+        if len(prefixes) != 1:  # pragma: no cover - every zone has the stage's prefix
+            raise ValueError(f"zones disagree on the compute prefix: {sorted(prefixes)}")
+        return prefixes.pop()
 
     def _zones_json(self) -> str:
         # Queue and definition names, not ARNs: SubmitJob takes either, and names keep the
@@ -151,6 +159,7 @@ class Functions(Construct):
                 "region": zone.region,
                 "bucket": zone.bucket_name,
                 "logGroup": zone.job_log_group_name,
+                "computeTemplateParameter": zone.compute_template_parameter_name,
                 "routes": {
                     machine_class: {
                         "jobQueue": zone.job_queue_name(machine_class),
@@ -219,6 +228,7 @@ class Functions(Construct):
         self._grant_batch(role, submit=True)
         self._grant_fleet_control(role)
         self._grant_job_logs(role)
+        self._grant_dedicated_computes(role)
 
     def _grant_batch_events(self, role: iam.IRole) -> None:
         """Apply status changes, settle charges, roll arrays up (and stop one at its cap), notify, discard
@@ -242,6 +252,71 @@ class Functions(Construct):
         self._grant_array_results(role)
         self._grant_notify(role)
         self._grant_batch(role, submit=False)
+        self._data.computes_table.grant_read_write_data(role)
+        self._grant_dedicated_computes(role)
+
+    def _grant_dedicated_computes(self, role: iam.IRole) -> None:
+        """Dedicated computes (``functions/logic/computes.py``): create, scale, disable and delete the
+        compute environments and job queues named ``<prefix>-cmp-*`` only (the api on a request, the
+        meter on its ticks), tag them with the service's keys, pass exactly the zone's dedicated
+        instance role and Batch service role, read the zone's compute template (the api's SubmitJob
+        to those queues is in ``_grant_batch``)."""
+        environments = [
+            self._batch_arn(zone, "compute-environment", f"{zone.compute_prefix}-cmp-*")
+            for zone in self._zones
+        ]
+        queues = [self._batch_arn(zone, "job-queue", f"{zone.compute_prefix}-cmp-*") for zone in self._zones]
+        role.add_to_principal_policy(
+            iam.PolicyStatement(
+                actions=[
+                    "batch:CreateComputeEnvironment",
+                    "batch:UpdateComputeEnvironment",
+                    "batch:DeleteComputeEnvironment",
+                ],
+                resources=environments,
+            )
+        )
+        # CreateJobQueue is authorized on the queue and on the compute environments it names.
+        role.add_to_principal_policy(
+            iam.PolicyStatement(
+                actions=["batch:CreateJobQueue", "batch:UpdateJobQueue", "batch:DeleteJobQueue"],
+                resources=[*queues, *environments],
+            )
+        )
+        role.add_to_principal_policy(
+            iam.PolicyStatement(
+                actions=["batch:TagResource"],
+                resources=[*queues, *environments],
+                conditions={
+                    "ForAllValues:StringEquals": {
+                        "aws:TagKeys": ["remote-batch:compute", "remote-batch:prefix"]
+                    }
+                },
+            )
+        )
+        # DescribeComputeEnvironments and DescribeJobQueues support no resource-level permissions.
+        role.add_to_principal_policy(
+            iam.PolicyStatement(
+                actions=["batch:DescribeComputeEnvironments", "batch:DescribeJobQueues"], resources=["*"]
+            )
+        )
+        stack = Stack.of(self)
+        passed = [
+            stack.format_arn(service="iam", region="", resource="role", resource_name=name)
+            for zone in self._zones
+            for name in (zone.dedicated_instance_role_name, zone.batch_service_role_name)
+        ]
+        role.add_to_principal_policy(iam.PolicyStatement(actions=["iam:PassRole"], resources=passed))
+        parameters = [
+            stack.format_arn(
+                service="ssm",
+                region=zone.region,
+                resource="parameter",
+                resource_name=zone.compute_template_parameter_name.lstrip("/"),
+            )
+            for zone in self._zones
+        ]
+        role.add_to_principal_policy(iam.PolicyStatement(actions=["ssm:GetParameter"], resources=parameters))
 
     def _grant_array_results(self, role: iam.IRole) -> None:
         """PutObject under ``outputs/`` only: an array's result document, assembled from its children's
@@ -349,6 +424,10 @@ class Functions(Construct):
             # SubmitJob requires the job (job/*: its id exists only once submitted) and the job queue,
             # and is authorized on the job definition too (with or without its revision).
             queues = self._job_queue_arns()
+            # And the dedicated computes' queues (``<prefix>-cmp-*``, made at run time).
+            queues += [
+                self._batch_arn(zone, "job-queue", f"{zone.compute_prefix}-cmp-*") for zone in self._zones
+            ]
             role.add_to_principal_policy(
                 iam.PolicyStatement(
                     actions=["batch:SubmitJob"],

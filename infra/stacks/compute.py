@@ -73,6 +73,7 @@ class ComputeStack(Stack):
             instance_role=self.compute.instance_role,
             job_role=self.compute.job_role,
             execution_role=self.compute.execution_role,
+            dedicated_roles=(self.compute.dedicated_instance_role, self.compute.batch_service_role),
             dead_letter_queue=None if self.forwarder is None else self.forwarder.dead_letter_queue,
         )
 

@@ -81,6 +81,7 @@ class ControlPlaneStack(Stack):
                 meter_function=self.functions.meter,
                 jobs_table=self.data.jobs_table,
                 ledger_table=self.data.ledger_table,
+                computes_table=self.data.computes_table,
                 email_topic_prefix=self.notifications.topic_name_prefix,
                 dead_letter_queue=self.events.dead_letter_queue,
                 rest_api=self.api.rest_api,

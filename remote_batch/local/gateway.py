@@ -26,8 +26,8 @@ from werkzeug.wrappers import Request, Response
 
 from functions.domain.errors import Forbidden, PayloadTooLarge, ServiceError, Unauthorized, ValidationFailed
 from functions.domain.limits import BODY_TOO_LARGE_MESSAGE, BODY_WITHOUT_LENGTH_MESSAGE, MAX_BODY_BYTES
-from functions.domain.roles import Role, denial_message, holds
 from functions.domain.rate_limits import RATE_LIMITED_CODE, RATE_LIMITED_MESSAGE, retry_after_header
+from functions.domain.roles import Role, denial_message, holds
 from remote_batch.local.accounts import LocalAccounts, parse_new_account
 from remote_batch.local.lambda_context import LOCAL_ACCOUNT_ID
 from remote_batch.local.rate_limit import AccountRateLimiter

@@ -30,6 +30,7 @@ from remote_batch.local.accounts import LocalAccounts
 from remote_batch.local.bus import DELIVERY_WORKERS, EventBus, matches_rule
 from remote_batch.local.config import LocalConfig
 from remote_batch.local.executor import LocalBatchExecutor, LocalBatchGateway
+from remote_batch.local.executor.computes import restore_dedicated_computes
 from remote_batch.local.files import write_bytes_atomic
 from remote_batch.local.gateway import ApiGateway
 from remote_batch.local.iam import JobCredentials
@@ -175,9 +176,17 @@ class LocalStack:
         self._executor = executor
         gateways = _zone_gateways(executor, settings)
         services = build_services(
-            settings, session=clients.session, batch_gateways=gateways, notifier=outbox, fleets=gateways
+            settings,
+            session=clients.session,
+            batch_gateways=gateways,
+            notifier=outbox,
+            fleets=gateways,
+            compute_environments={
+                zone: executor.compute_environments(z.region) for zone, z in settings.zones.items()
+            },
         )
         install(services)
+        restore_dedicated_computes(services, executor)
         lambdas = LocalLambdas(settings.home_region)
         self._lambdas = lambdas
         bus.start()
@@ -186,18 +195,7 @@ class LocalStack:
         accounts = LocalAccounts(services, tokens, utc_now, config.home / "credentials.json")
         built_in = accounts.ensure_built_in()
 
-        recovered: list[str] = []
-        if last_alive is not None:
-            recovered = recover_unfinished_jobs(
-                clients.client("dynamodb", settings.home_region),
-                settings,
-                bus.publish,
-                last_alive,
-                emitted_for=bus.emitted_for,
-                redeliver=bus.replay,
-            )
-            if recovered and not bus.wait_idle(RECOVERY_DRAIN_SECONDS):
-                logger.warning("recovered jobs not settled yet count=%d", len(recovered))
+        recovered = _recover(clients, settings, bus, last_alive)
         self._stopped_at_path.unlink(missing_ok=True)
         self._stamp_alive()
         self._recovered = True
@@ -354,6 +352,26 @@ def _ensure_port_free(host: str, port: int) -> None:
             raise PortInUse(
                 f"{host}:{port} is in use (another local stack?); set REMOTE_BATCH_PORT to another port"
             ) from exc
+
+
+def _recover(
+    clients: AwsClients, settings: Settings, bus: EventBus, last_alive: datetime | None
+) -> list[str]:
+    """After a crash (``last_alive``: the stack's last sign of life; None: a clean stop), end the jobs
+    that were unfinished through their events, and wait a while for them to settle; their ids."""
+    if last_alive is None:
+        return []
+    recovered = recover_unfinished_jobs(
+        clients.client("dynamodb", settings.home_region),
+        settings,
+        bus.publish,
+        last_alive,
+        emitted_for=bus.emitted_for,
+        redeliver=bus.replay,
+    )
+    if recovered and not bus.wait_idle(RECOVERY_DRAIN_SECONDS):
+        logger.warning("recovered jobs not settled yet count=%d", len(recovered))
+    return recovered
 
 
 def _zone_gateways(executor: LocalBatchExecutor, settings: Settings) -> dict[GeoZone, LocalBatchGateway]:

@@ -78,6 +78,8 @@ def test_only_api_submits_and_only_to_the_service_queues_and_definitions(synth: 
 
     (submit,) = [s for s in _policy_of(synth, functions.api) if "batch:SubmitJob" in _listed(s["Action"])]
     queues = [_batch_arn(r, f"job-queue/remote-batch-dev-{mc}") for r in regions for mc in MACHINE_CLASSES]
+    # Dedicated computes' queues, made at run time under one name prefix.
+    queues += [_batch_arn(r, "job-queue/remote-batch-dev-cmp-*") for r in regions]
     # SubmitJob requires the job (job/*) and the queue; it is authorized on the definition with its
     # revision, or without one when the definition is named without a revision.
     definitions = [
@@ -120,9 +122,10 @@ def test_functions_reach_both_zone_buckets_by_name(synth: Synth, name: str) -> N
 @pytest.mark.parametrize(
     ("name", "tables"),
     [
-        ("api", {"Jobs", "Accounts", "Ledger", "Idempotency", "Operations"}),
+        ("api", {"Jobs", "Accounts", "Ledger", "Idempotency", "Operations", "Computes"}),
         ("batch_events", {"Jobs", "Accounts", "Ledger"}),
-        ("meter", {"Jobs", "Accounts", "Ledger"}),
+        # The meter advances, schedules and settles dedicated computes.
+        ("meter", {"Jobs", "Accounts", "Ledger", "Computes"}),
     ],
 )
 def test_functions_reach_only_their_tables(synth: Synth, name: str, tables: set[str]) -> None:

@@ -115,6 +115,7 @@ def create_resources(env: dict[str, str]) -> None:
         "Ledger": env["REMOTE_BATCH_LEDGER_TABLE"],
         "Idempotency": env["REMOTE_BATCH_IDEMPOTENCY_TABLE"],
         "Operations": env["REMOTE_BATCH_OPERATIONS_TABLE"],
+        "Computes": env["REMOTE_BATCH_COMPUTES_TABLE"],
     }
     for spec in ALL_TABLES:
         dynamodb.create_table(**create_table_request(spec, names[spec.logical_name]))

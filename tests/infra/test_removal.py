@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from functions.adapters.tables import ALL_TABLES
 from tests.infra.conftest import SynthApp
 
 pytestmark = pytest.mark.infra
@@ -77,11 +78,10 @@ def test_every_zone_keeps_its_fixed_name_bucket_only_past_creation(app_synth: Sy
 
 
 def test_every_table_is_deletion_protected(app_synth: SynthApp) -> None:
-    from functions.adapters.tables import ALL_TABLES
 
     tables = app_synth.control_plane.resources("AWS::DynamoDB::Table")
 
-    assert len(tables) == len(ALL_TABLES) == 5
+    assert len(tables) == len(ALL_TABLES) == 6
     for logical_id, table in tables.items():
         assert table["Properties"]["DeletionProtectionEnabled"] is True, logical_id
 

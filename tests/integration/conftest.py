@@ -135,6 +135,8 @@ def make_settings() -> Settings:
         ledger_table="test-ledger",
         idempotency_table="test-idempotency",
         operations_table="test-operations",
+        computes_table="test-computes",
+        compute_prefix="remote-batch-test",
         email_topic_arn_prefix="arn:aws:sns:us-east-1:123456789012:test-email-",
         home_region="us-east-1",
         zones={
@@ -155,6 +157,7 @@ def create_resources(settings: Settings) -> None:
         "Ledger": settings.ledger_table,
         "Idempotency": settings.idempotency_table,
         "Operations": settings.operations_table,
+        "Computes": settings.computes_table,
     }
     for spec in ALL_TABLES:
         dynamodb.create_table(**create_table_request(spec, names[spec.logical_name]))

@@ -973,3 +973,72 @@ def test_a_job_past_its_log_limit_is_ended_with_the_reason(make_stack, logs):
     # 10,485 whole 100-byte lines (99 bytes each without the newline) and the first 76 bytes of the next
     full, partial = divmod(1024 * 1024, 100)
     assert stored["storedBytes"] == full * 99 + partial
+
+
+# -- dedicated computes (remote_batch/local/executor/computes.py) ---------------------------------------
+def _field(state: Any, name: str) -> Any:
+    """A field of a describe's answer (None when the resource is gone)."""
+    return getattr(state, name, None)
+
+
+def _compute_up(stack: Stack, name: str, vcpus: int) -> Any:
+    """Create a dedicated compute's environment and queue as the meter would (a describe between each
+    asynchronous change), scaled to ``vcpus``; returns the region's ComputeEnvironments."""
+    from functions.domain.machine_classes import MACHINE_CLASSES
+
+    batch = stack.executor.compute_environments(REGION)
+    batch.create_environment(name, MACHINE_CLASSES["Basic1x8"])
+    with pytest.raises(DependencyFailed, match="is not VALID"):
+        batch.create_queue(name, name)  # AWS: a queue needs a VALID environment
+    assert _field(batch.describe_environment(name), "status") == "CREATING"
+    assert _field(batch.describe_environment(name), "status") == "VALID"
+    batch.create_queue(name, name)
+    batch.describe_queue(name)
+    assert _field(batch.describe_queue(name), "status") == "VALID"
+    batch.set_capacity(name, vcpus)
+    assert _field(batch.describe_environment(name), "status") == "UPDATING"
+    return batch
+
+
+def test_a_started_compute_reserves_vcpus_and_its_jobs_skip_the_shared_queue(make_stack):
+    # Given 2 vCPUs, one reserved by a started compute
+    stack = make_stack(vcpus=2)
+    batch = _compute_up(stack, "rb-cmp-lab", 1)
+    assert _eventually(lambda: _field(batch.describe_environment("rb-cmp-lab"), "desired_vcpus") == 1)
+    # When a 2-vCPU job waits on the shared queue (1 vCPU free there) and a job goes to the compute
+    shared = stack.gateway.submit_job(_submission(vcpus=2))
+    runnable = stack.delivered.wait_for(shared, "RUNNABLE")
+    assert "Waiting for 2 vCPUs" in runnable["detail"]["statusReason"]
+    on_compute = stack.gateway.submit_job(
+        dataclasses.replace(_submission(SLEEP="0.2"), job_queue="rb-cmp-lab")
+    )
+    # Then the compute's job runs at once and the shared one stays queued
+    stack.delivered.wait_for(on_compute, "SUCCEEDED")
+    assert stack.executor.status_of(shared) == "RUNNABLE"
+    # When the compute is stopped, its vCPU goes back and the shared job runs
+    batch.set_capacity("rb-cmp-lab", 0)
+    stack.delivered.wait_for(shared, "SUCCEEDED")
+
+
+def test_a_stopped_computes_jobs_wait_and_aws_order_is_enforced(make_stack):
+    stack = make_stack(vcpus=2)
+    batch = _compute_up(stack, "rb-cmp-idle", 0)
+    waiting = stack.gateway.submit_job(dataclasses.replace(_submission(), job_queue="rb-cmp-idle"))
+    runnable = stack.delivered.wait_for(waiting, "RUNNABLE")
+    assert runnable["detail"]["statusReason"] == "Waiting for dedicated compute rb-cmp-idle to start"
+    with pytest.raises(DependencyFailed, match="must be DISABLED"):
+        batch.delete_queue("rb-cmp-idle")
+    batch.disable_queue("rb-cmp-idle")
+    batch.describe_queue("rb-cmp-idle")
+    batch.disable_environment("rb-cmp-idle")
+    with pytest.raises(DependencyFailed, match="used by a job queue"):
+        batch.delete_environment("rb-cmp-idle")
+    batch.delete_queue("rb-cmp-idle")
+    # Its waiting job fails as AWS Batch fails a deleted queue's jobs
+    failed = stack.delivered.wait_for(waiting, "FAILED")
+    assert failed["detail"]["statusReason"] == "The job queue was deleted"
+    assert _field(batch.describe_queue("rb-cmp-idle"), "status") == "DELETING"
+    assert batch.describe_queue("rb-cmp-idle") is None
+    batch.delete_environment("rb-cmp-idle")
+    batch.describe_environment("rb-cmp-idle")
+    assert batch.describe_environment("rb-cmp-idle") is None

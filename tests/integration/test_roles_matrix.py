@@ -62,6 +62,20 @@ REQUESTS: dict[tuple[str, str], dict[str, Any]] = {
     ("GET", "/jobs/{jobId}/log"): {},
     ("GET", "/jobs/{jobId}/outputs"): {},
     ("GET", "/jobs/{jobId}/preview.png"): {},
+    ("GET", "/account/computes"): {},
+    ("GET", "/account/computes/{name}"): {"path": "/account/computes/lab"},
+    ("PUT", "/account/computes/{name}"): {
+        "path": "/account/computes/lab",
+        "body": {"machineClass": "Basic1x8"},
+    },
+    ("DELETE", "/account/computes/{name}"): {"path": "/account/computes/lab"},
+    ("POST", "/account/computes/{name}/start"): {"path": "/account/computes/lab/start"},
+    ("POST", "/account/computes/{name}/stop"): {"path": "/account/computes/lab/stop"},
+    ("POST", "/account/computes/{name}/restart"): {"path": "/account/computes/lab/restart"},
+    ("PUT", "/account/computes/{name}/schedules"): {
+        "path": "/account/computes/lab/schedules",
+        "body": {"idleStopMinutes": 30},
+    },
     ("POST", "/admin/accounts/{accountId}/credits"): {
         "path": f"/admin/accounts/{ACCOUNT}/credits",
         "body": {"credits": 1, "reason": "matrix"},

@@ -39,6 +39,8 @@ def _settings() -> Settings:
         ledger_table="ledger",
         idempotency_table="idempotency",
         operations_table="operations",
+        computes_table="computes-table",
+        compute_prefix="remote-batch-test",
         email_topic_arn_prefix="arn:aws:sns:us-east-1:123456789012:rb-email-",
         home_region="us-east-1",
         zones={

@@ -120,6 +120,7 @@ def job_to_item(job: Job) -> dict[str, Any]:
         "batchReason": job.batch_reason,
         "submittedBy": job.submitted_by,
         "warnings": list(job.warnings) or None,
+        "compute": job.compute,
         "terminationRequestedAt": (
             to_sortable(job.termination_requested_at) if job.termination_requested_at else None
         ),
@@ -194,6 +195,7 @@ def _job_from_item(item: dict[str, Any]) -> Job:
         record_expires_at=datetime.fromtimestamp(int(ttl), tz=UTC) if ttl is not None else None,
         credits_settled=quantize_credits(item.get("creditsSettled", Decimal(0))),
         array_spans=tuple(str(span) for span in item.get("arraySpans", [])),
+        compute=item.get("compute"),
         submitted_by=item.get("submittedBy"),
     )
 
@@ -233,6 +235,7 @@ def entry_to_item(entry: LedgerEntry) -> dict[str, Any]:
         "jobId": entry.job_id,
         "unbilled": entry.unbilled if entry.unbilled else None,
         "reason": entry.reason,
+        "compute": entry.compute,
     }
 
 
@@ -248,4 +251,5 @@ def entry_from_item(item: dict[str, Any]) -> LedgerEntry:
         job_id=item.get("jobId"),
         unbilled=quantize_credits(item.get("unbilled", Decimal(0))),
         reason=item.get("reason"),
+        compute=item.get("compute"),
     )

@@ -78,6 +78,8 @@ def _job_request(body: SubmitJobBody, submitted_by: str | None = None) -> submis
         python_version=body.pythonVersion,
         array_items=body.arrayItems,
         array_items_key=body.arrayItemsKey,
+        compute=body.compute,
+        machine_class_given="machineClass" in body.model_fields_set,
         submitted_by=submitted_by,
     )
 
@@ -97,8 +99,12 @@ def canonical_submit(body: SubmitJobBody) -> dict[str, Any]:
         "payload": request.payload,
         "inputKey": request.input_key,
         "name": request.name,
-        "machineClass": machine_class(request.machine_class).name,
+        # On a compute, an unnamed class is the compute's (not the default).
+        "machineClass": machine_class(request.machine_class).name
+        if request.machine_class_given or request.compute is None
+        else None,
         "geoZone": resolve_geo_zone(request.geo_zone).value,
+        "compute": request.compute,
         "creditConstraint": None if credit is None else format(credit.normalize(), "f"),
         "timeConstraint": request.time_constraint,
         "notifications": rules_to_json(normalize_notifications(request.notifications)),

@@ -112,7 +112,7 @@ class ArrayJobs(Scheduler):
             return
         parent.termination_reason = parent.termination_reason or reason
         waiting = {child for child in parent.children if child.status in QUEUED_STATUSES}
-        for queue in (self._submitted, self._runnable):  # at once, not one search per child
+        for queue in self._queues_locked():  # at once, not one search per child
             kept = [job for job in queue if job not in waiting]
             if len(kept) != len(queue):
                 queue.clear()

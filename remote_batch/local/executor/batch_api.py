@@ -17,6 +17,7 @@ from typing import Any
 from functions.domain.errors import DependencyFailed
 from functions.ports import BatchSubmission
 from remote_batch.local.executor.arrays import ArrayJobs
+from remote_batch.local.executor.computes import LocalComputeEnvironments
 from remote_batch.local.executor.constants import (
     AWS_MIN_TIMEOUT_SECONDS,
     FINAL_STATUSES,
@@ -157,6 +158,8 @@ class LocalBatchExecutor(ArrayJobs):
         self._submitted = deque()
         self._runnable = deque()
         self._gateways = {}
+        self._init_pools()
+        self._compute_apis: dict[str, LocalComputeEnvironments] = {}
         self._closed = False
         self._stopped = False
         self._scheduler = threading.Thread(target=self._schedule, name="batch-scheduler", daemon=True)
@@ -179,6 +182,11 @@ class LocalBatchExecutor(ArrayJobs):
         created = LocalBatchGateway(self, region, log_group, self._logs_client(region))
         with self._cond:
             return self._gateways.setdefault((region, log_group), created)
+
+    def compute_environments(self, region: str) -> LocalComputeEnvironments:
+        """The ``ComputeEnvironments`` of one region (dedicated computes; the same object per region)."""
+        with self._cond:
+            return self._compute_apis.setdefault(region, LocalComputeEnvironments(self, region))
 
     def submit(self, gateway: LocalBatchGateway, submission: BatchSubmission) -> str:
         """Queue ``submission`` in ``gateway``'s zone; returns the Batch job id (use the gateway). With

@@ -7,7 +7,7 @@ import signal
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -164,13 +164,22 @@ class ExecutorCore:
 
     def _release_locked(self, job: _Job) -> None:
         self.fleet.release(job.environment, len(job.slots))
-        self._free_slots.update(job.slots)
+        self._return_slots_locked(job.slots)
         job.slots = ()
         self._cond.notify_all()
 
+    def _return_slots_locked(self, slots: Iterable[int]) -> None:
+        """Give a job's vCPU slots back (to the shared pool; ``ComputePools`` routes a dedicated
+        compute's own back to it)."""
+        self._free_slots.update(slots)
+
+    def _queues_locked(self) -> Iterable[deque[_Job]]:
+        """Every queue a job may wait in (the shared ones; ``ComputePools`` adds the dedicated ones)."""
+        return (self._submitted, self._runnable)
+
     def _terminate_locked(self, job: _Job, reason: str) -> None:
         if job.status in QUEUED_STATUSES:
-            for queue in (self._submitted, self._runnable):
+            for queue in self._queues_locked():
                 if job in queue:
                     queue.remove(job)
             self._fail_unstarted_locked(job, reason)
@@ -186,7 +195,7 @@ class ExecutorCore:
     def _abandon_locked(self, job: _Job, reason: str) -> None:
         """End a job whose handling failed: terminate a spawned worker (its runner publishes the
         final event); fail any other job that is not final, even if that event cannot be published."""
-        for queue in (self._submitted, self._runnable):
+        for queue in self._queues_locked():
             if job in queue:
                 queue.remove(job)
         if job.status in FINAL_STATUSES:

@@ -7,7 +7,9 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Iterable
+from functools import partial
 
+from remote_batch.local.executor.computes import ComputePools
 from remote_batch.local.executor.constants import (
     REASON_EXECUTOR_ERROR,
     REASON_TIMEOUT,
@@ -61,7 +63,7 @@ class _QueueView:
         return lambda job: announce(job, self)
 
 
-class Scheduler(JobRunner):
+class Scheduler(ComputePools, JobRunner):
     """The scheduler thread's loop and the queue it keeps."""
 
     def _schedule(self) -> None:
@@ -77,6 +79,9 @@ class Scheduler(JobRunner):
                         self._guard_locked(
                             self._submitted.popleft(), view.announce_with(self._announce_locked)
                         )
+                    # Dedicated computes first: they take free slots before the shared queue does.
+                    for ready, free in self._ready_on_pools_locked():
+                        self._guard_locked(ready, partial(self._start_locked, free=free))
                     while (job := self._next_startable_locked()) is not None:
                         self._runnable.remove(job)
                         self._guard_locked(job, self._start_locked)
@@ -97,6 +102,10 @@ class Scheduler(JobRunner):
 
     def _announce_locked(self, job: _Job, view: _QueueView) -> None:
         """Publish PENDING and RUNNABLE (saying why it waits, when it must) and queue the job."""
+        pool = self._pool_of_locked(job)
+        if pool is not None:
+            self._announce_on_pool_locked(job, pool)
+            return
         self._publish_locked(job, "PENDING", job.note)
         waiting = view.waiting_reason(job.vcpus, self.vcpus)
         reason = ". ".join(r for r in (job.note, waiting) if r) or None
@@ -114,9 +123,13 @@ class Scheduler(JobRunner):
                 return job if job.vcpus <= len(self._free_slots) else None
         return None
 
-    def _start_locked(self, job: _Job) -> None:
-        job.slots = tuple(sorted(self._free_slots)[: job.vcpus])
-        self._free_slots.difference_update(job.slots)
+    def _start_locked(self, job: _Job, free: set[int] | None = None) -> None:
+        """Start ``job`` on slots from ``free`` (a dedicated compute's; default: the shared pool's),
+        counted against its queue's compute environment's ``maxvCpus`` (a dedicated compute's queue
+        has none in the fleet: its own slots bound it)."""
+        free = self._free_slots if free is None else free
+        job.slots = tuple(sorted(free)[: job.vcpus])
+        free.difference_update(job.slots)
         job.environment = self.fleet.environment_of(job.gateway.region, job.submission.job_queue)
         self.fleet.claim(job.environment, len(job.slots))
         self._publish_locked(job, "STARTING", job.note, task=job.task)

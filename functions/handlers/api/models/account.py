@@ -12,7 +12,7 @@ from pydantic import (
 )
 
 from functions.domain.credits import MAX_CREDITS
-from functions.domain.jobs import Account, LedgerEntry
+from functions.domain.jobs import Account, LedgerEntry, LedgerKind
 from functions.domain.text import (
     E164_PATTERN,
     EMAIL_PATTERN,
@@ -63,12 +63,20 @@ class LedgerEntryView(BaseModel):
     """One ledger entry of ``GET /account/usage``."""
 
     at: str
-    kind: Literal["charge", "grant", "refund"]
+    kind: Literal["charge", "grant", "refund", "compute"]
     credits: Credits
     jobId: str | None
     balanceAfter: Credits
     unbilled: Credits = Field(
         default=Decimal(0), description="Extension: cost the balance could not cover (charges only)."
+    )
+    compute: str | None = Field(
+        default=None,
+        description="Extension: the dedicated compute a `compute` entry charges, or the one a job ran on.",
+    )
+    note: str | None = Field(
+        default=None,
+        description="Extension: what a `compute` entry bills (seconds, rate) or why a job's charge is 0.",
     )
 
 
@@ -112,4 +120,6 @@ def ledger_entry_view(entry: LedgerEntry) -> LedgerEntryView:
         jobId=entry.job_id,
         balanceAfter=entry.balance_after,
         unbilled=entry.unbilled,
+        compute=entry.compute,
+        note=entry.reason if entry.kind in (LedgerKind.COMPUTE, LedgerKind.CHARGE) else None,
     )

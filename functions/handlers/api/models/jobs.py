@@ -110,6 +110,15 @@ class SubmitJobBody(BaseModel):
         "`arrayIndex`, a pickle gets the item as its first argument, a command REMOTE_BATCH_ITEM_FILE "
         "and AWS_BATCH_JOB_ARRAY_INDEX.",
     )
+    compute: str | None = Field(
+        default=None,
+        min_length=2,
+        max_length=32,
+        pattern=r"^[A-Za-z][A-Za-z0-9-]{1,31}$",
+        description="Extension: run on this dedicated compute of the account (Running or Starting; "
+        "PUT /account/computes/{name}). Its machine class and zone are the job's; the job's own "
+        "running time is not charged (the compute's is).",
+    )
     arrayItemsKey: str | None = Field(
         default=None,
         min_length=1,
@@ -230,6 +239,10 @@ class JobView(BaseModel):
         description="Extension: sentences about a job that ended well but not cleanly, e.g. a process "
         "killed for memory while the job still succeeded.",
     )
+    compute: str | None = Field(
+        default=None,
+        description="Extension: the dedicated compute the job runs on (its time is charged to the compute).",
+    )
     submittedBy: str | None = Field(
         default=None,
         description="Extension: the user who submitted the job (their user id; null for jobs submitted "
@@ -277,6 +290,7 @@ def job_view(job: Job) -> JobView:
         childStatusCounts=visible_counts(job.child_status_counts),
         batchReason=job.batch_reason,
         warnings=list(job.warnings),
+        compute=job.compute,
         submittedBy=job.submitted_by,
         notificationLog=[
             NotificationRecordView.model_validate(

@@ -1,0 +1,593 @@
+"""Dedicated compute: a named, long-lived slice of capacity an account creates, starts, stops,
+restarts and deletes (Azure Machine Learning's *compute instance*, built on AWS Batch as a managed
+compute environment with its own job queue whose ``minvCpus = maxvCpus`` = the compute's vCPUs while
+it is started and 0 while it is stopped).
+
+This module is the pure part: the compute's record, its lifecycle as a state machine, its charges,
+its schedules and the quota it holds. It reads no clock (times are passed in) and calls nothing.
+
+Lifecycle
+---------
+Requests (``ComputeRequest``) come from the API, events (``ComputeEvent``) from the meter's polls of
+AWS Batch (``DescribeComputeEnvironments``/``DescribeJobQueues``: compute environment state changes
+are asynchronous, ``CREATING`` → ``VALID``)::
+
+    Creating --READY--> Stopped --start--> Starting --CAPACITY_UP--> Running
+    Running --stop--> Stopping --CAPACITY_DOWN--> Stopped
+    Running --restart--> Stopping(restart) --CAPACITY_DOWN--> Starting
+    any but Deleting --delete--> Deleting --GONE--> (removed)
+    Creating/Starting/Running/Stopping --BROKEN--> Failed
+
+A start of a Starting or Running compute and a stop of a Stopping or Stopped one are no-ops (the
+compute is returned unchanged); a request the status does not allow raises ``Conflict`` naming the
+status; an event the status does not expect is ignored (the poll that sees it is stale). Leaving
+``Running`` (stop, restart, delete, failure) settles its running time (``Step.settle``).
+
+Charges
+-------
+While ``Running`` a compute is charged per second at its class's ``creditsPerHour`` × ``count``,
+whether jobs run on it or not; jobs on it are not charged again. Its time is settled at each stop
+and at least hourly by the meter: a settlement bills whole seconds (``floor`` for an hourly one, the
+remainder carried to the next; ``ceil`` for the one that ends a run, so no started second is
+free) at ``seconds × rate × count / 3600`` rounded half-up to 4 places. There is no 60-second
+minimum (that rule is a job's: a compute's periods are contiguous slices of one run).
+
+Quota
+-----
+A compute holds ``count`` × its class's vCPUs (GPUs for a GPU class) of its account's quota of the
+class's family in its zone from creation until it is deleted, Stopped included (as Azure ML
+reserves a stopped compute instance's cores), so it can always start again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, time, timedelta
+from decimal import Decimal
+from enum import StrEnum
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
+
+from functions.domain.credits import SECONDS_PER_HOUR, ZERO, quantize_credits
+from functions.domain.errors import Conflict, ValidationFailed
+from functions.domain.machine_classes import GeoZone, MachineClass, machine_class
+
+NAME_PATTERN = r"^[A-Za-z][A-Za-z0-9-]{1,31}$"
+MAX_COUNT = 64
+MAX_IDLE_STOP_MINUTES = 7 * 24 * 60
+MAX_DAILY_SCHEDULES = 8
+SETTLE_EVERY = timedelta(hours=1)
+# A schedule boundary is acted on only when the meter sees it within this long (a meter down for
+# days does not replay a week of starts and stops).
+SCHEDULE_LOOKBACK = timedelta(days=1)
+OUT_OF_CREDITS_STOP = "Stopped: account out of credits"
+IDLE_STOP = "Stopped: idle for {minutes} min"
+SCHEDULED_STOP = "Stopped by its daily schedule"
+SCHEDULED_START = "Started by its daily schedule"
+
+
+class ComputeStatus(StrEnum):
+    """A compute's status as the API shows it."""
+
+    CREATING = "Creating"
+    STARTING = "Starting"
+    RUNNING = "Running"
+    STOPPING = "Stopping"
+    STOPPED = "Stopped"
+    DELETING = "Deleting"
+    FAILED = "Failed"
+
+
+class ComputeRequest(StrEnum):
+    """What a user (or the meter on a schedule, an idle timer or the balance rule) asks."""
+
+    START = "start"
+    STOP = "stop"
+    RESTART = "restart"
+    DELETE = "delete"
+
+
+class ComputeEvent(StrEnum):
+    """What the meter's poll of AWS Batch found.
+
+    ``READY``: the compute environment is ``VALID`` and its job queue ``VALID``/``ENABLED``.
+    ``CAPACITY_UP``: the environment finished its update to the compute's vCPUs (status ``VALID``,
+    ``desiredvCpus`` ≥ ``minvCpus``). ``CAPACITY_DOWN``: it finished its update to 0 vCPUs.
+    ``GONE``: the queue and the environment are deleted. ``BROKEN``: the environment is ``INVALID``.
+    """
+
+    READY = "ready"
+    CAPACITY_UP = "capacity_up"
+    CAPACITY_DOWN = "capacity_down"
+    GONE = "gone"
+    BROKEN = "broken"
+
+
+# Every edge the machine may take (the state machine test checks no other ever happens).
+LEGAL_EDGES: frozenset[tuple[ComputeStatus, ComputeStatus]] = frozenset(
+    {
+        (ComputeStatus.CREATING, ComputeStatus.STOPPED),
+        (ComputeStatus.STOPPED, ComputeStatus.STARTING),
+        (ComputeStatus.STARTING, ComputeStatus.RUNNING),
+        (ComputeStatus.STARTING, ComputeStatus.STOPPING),
+        (ComputeStatus.RUNNING, ComputeStatus.STOPPING),
+        (ComputeStatus.STOPPING, ComputeStatus.STOPPED),
+        (ComputeStatus.STOPPING, ComputeStatus.STARTING),
+        *((s, ComputeStatus.DELETING) for s in ComputeStatus if s != ComputeStatus.DELETING),
+        *(
+            (s, ComputeStatus.FAILED)
+            for s in (
+                ComputeStatus.CREATING,
+                ComputeStatus.STARTING,
+                ComputeStatus.RUNNING,
+                ComputeStatus.STOPPING,
+            )
+        ),
+    }
+)
+
+
+@dataclass(frozen=True, slots=True)
+class DailySchedule:
+    """Start and/or stop the compute every day at a local time of ``time_zone`` (IANA name)."""
+
+    start: time | None
+    stop: time | None
+    time_zone: str
+
+
+@dataclass(frozen=True, slots=True)
+class Schedules:
+    """``idle_stop_minutes``: stop a Running compute no job has used for that many minutes (None:
+    never); ``daily``: daily start/stop times."""
+
+    idle_stop_minutes: int | None = None
+    daily: tuple[DailySchedule, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Compute:
+    """A dedicated compute as the service keeps it.
+
+    Attributes
+    ----------
+    account_id, name : str
+        The owner and the compute's name (unique per account).
+    machine_class : str
+        Its machine class; ``count`` machines of it.
+    geo_zone : GeoZone
+        Where it runs.
+    status, status_reason :
+        ``ComputeStatus`` and a sentence for people (why it failed, what stopped it).
+    created_at : datetime
+        When it was asked for.
+    version : int
+        Bumped by every write; each write is conditional on the version it read.
+    restart_pending : bool
+        Stopping for a restart: it starts again once stopped.
+    running_since : datetime | None
+        When the current run began (set exactly while Running).
+    settled_until : datetime | None
+        The current run is billed up to here (set exactly while Running).
+    last_activity_at : datetime | None
+        Last time a job was submitted to it or seen Starting/Running on it (idle stops).
+    credits_spent : Decimal
+        Credits settled so far, all runs.
+    running_seconds : int
+        Seconds billed so far, all runs.
+    schedule_checked_at : datetime | None
+        Until when the daily schedules have been applied.
+    """
+
+    account_id: str
+    name: str
+    machine_class: str
+    geo_zone: GeoZone
+    count: int
+    created_at: datetime
+    status: ComputeStatus = ComputeStatus.CREATING
+    status_reason: str | None = None
+    schedules: Schedules = field(default_factory=Schedules)
+    version: int = 0
+    restart_pending: bool = False
+    running_since: datetime | None = None
+    settled_until: datetime | None = None
+    last_activity_at: datetime | None = None
+    credits_spent: Decimal = ZERO
+    running_seconds: int = 0
+    schedule_checked_at: datetime | None = None
+
+    @property
+    def machine(self) -> MachineClass:
+        """Its machine class."""
+        return machine_class(self.machine_class)
+
+    @property
+    def vcpus(self) -> int:
+        """``count`` × the class's vCPUs: the compute environment's min = max vCPUs while started."""
+        return self.count * self.machine.vcpus
+
+    @property
+    def credits_per_hour(self) -> Decimal:
+        """What an hour Running costs: the class's rate × ``count``."""
+        return self.machine.credits_per_hour * self.count
+
+    def same_spec(self, machine: str, zone: GeoZone, count: int) -> bool:
+        """Whether a ``PUT`` with this spec asks for this very compute (then it is idempotent)."""
+        return (self.machine_class, self.geo_zone, self.count) == (machine, zone, count)
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One move of the machine: ``after`` is None when the compute is gone (deleted);
+    ``settle`` is the time its running time must be settled up to (it left Running), else None;
+    ``changed`` is False for a no-op."""
+
+    before: Compute
+    after: Compute | None
+    settle: datetime | None = None
+
+    @property
+    def changed(self) -> bool:
+        """True when the step moved or changed anything."""
+        return self.after != self.before
+
+
+# -- validation ---------------------------------------------------------------------------------------
+def check_name(name: str) -> str:
+    """A compute's name: 2..32 ASCII letters, digits and hyphens, starting with a letter (it becomes
+    part of AWS Batch resource names). Raises ``ValidationFailed`` (``field="name"``)."""
+    if not re.fullmatch(NAME_PATTERN, name):
+        raise ValidationFailed(
+            f"Compute name {name!r} must be 2 to 32 letters, digits and hyphens, starting with a letter.",
+            field="name",
+        )
+    return name
+
+
+def check_count(count: int) -> int:
+    """Machines in a compute: 1..``MAX_COUNT``. Raises ``ValidationFailed`` (``field="count"``)."""
+    if not 1 <= count <= MAX_COUNT:
+        raise ValidationFailed(f"count must be between 1 and {MAX_COUNT}, got {count}.", field="count")
+    return count
+
+
+def parse_clock_time(text: str, field_path: str) -> time:
+    """``HH:MM`` (24-hour) as a time. Raises ``ValidationFailed`` naming ``field_path``."""
+    match = re.fullmatch(r"([01][0-9]|2[0-3]):([0-5][0-9])", text)
+    if not match:
+        raise ValidationFailed(
+            f"{field_path} must be a time HH:MM (00:00 to 23:59), got {text!r}.", field_path
+        )
+    return time(int(match.group(1)), int(match.group(2)))
+
+
+def check_time_zone(name: str, field_path: str) -> str:
+    """An IANA time zone name (``Europe/Berlin``, ``UTC``). Raises ``ValidationFailed``."""
+    if name not in _time_zones():
+        raise ValidationFailed(
+            f"{field_path} must be an IANA time zone name such as Europe/Berlin or UTC, got {name!r}.",
+            field_path,
+        )
+    try:
+        ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ValidationFailed(f"{field_path}: time zone {name!r} is not available.", field_path) from None
+    return name
+
+
+_ZONES: list[frozenset[str]] = []
+
+
+def _time_zones() -> frozenset[str]:
+    if not _ZONES:
+        _ZONES.append(frozenset(available_timezones()) | {"UTC"})
+    return _ZONES[0]
+
+
+def check_schedules(
+    idle_stop_minutes: int | None, daily: list[tuple[str | None, str | None, str]]
+) -> Schedules:
+    """Validated schedules from a request: ``idle_stop_minutes`` 1..``MAX_IDLE_STOP_MINUTES`` or None;
+    ``daily`` as ``(start, stop, timeZone)`` with ``HH:MM`` times, at least one of them, at most
+    ``MAX_DAILY_SCHEDULES`` entries.
+
+    Raises ``ValidationFailed`` naming the field (``idleStopMinutes``, ``daily[0].start``, ...).
+    """
+    if idle_stop_minutes is not None and not 1 <= idle_stop_minutes <= MAX_IDLE_STOP_MINUTES:
+        raise ValidationFailed(
+            f"idleStopMinutes must be between 1 and {MAX_IDLE_STOP_MINUTES}, got {idle_stop_minutes}.",
+            "idleStopMinutes",
+        )
+    if len(daily) > MAX_DAILY_SCHEDULES:
+        raise ValidationFailed(f"daily takes at most {MAX_DAILY_SCHEDULES} entries.", "daily")
+    parsed = []
+    for i, (start, stop, zone) in enumerate(daily):
+        if start is None and stop is None:
+            raise ValidationFailed(f"daily[{i}] needs a start or a stop time.", f"daily[{i}]")
+        parsed.append(
+            DailySchedule(
+                start=parse_clock_time(start, f"daily[{i}].start") if start is not None else None,
+                stop=parse_clock_time(stop, f"daily[{i}].stop") if stop is not None else None,
+                time_zone=check_time_zone(zone, f"daily[{i}].timeZone"),
+            )
+        )
+    return Schedules(idle_stop_minutes=idle_stop_minutes, daily=tuple(parsed))
+
+
+def new_compute(
+    account_id: str, name: str, *, machine: str, zone: GeoZone, count: int, now: datetime
+) -> Compute:
+    """A compute being created (``Creating``). Raises ``ValidationFailed`` for a bad name, class or count."""
+    return Compute(
+        account_id=account_id,
+        name=check_name(name),
+        machine_class=machine_class(machine).name,
+        geo_zone=zone,
+        count=check_count(count),
+        created_at=now,
+    )
+
+
+# -- the state machine ---------------------------------------------------------------------------------
+def _refuse(compute: Compute, request: ComputeRequest, hint: str) -> Conflict:
+    return Conflict(f"Compute {compute.name} is {compute.status.value}: cannot {request.value} it; {hint}.")
+
+
+def _leave_running(compute: Compute, now: datetime) -> datetime | None:
+    """The time to settle up to when a compute leaves Running at ``now`` (None if it was not Running)."""
+    return now if compute.status == ComputeStatus.RUNNING else None
+
+
+def _stopped_run(
+    compute: Compute, *, status: ComputeStatus, status_reason: str | None, restart_pending: bool | None = None
+) -> Compute:
+    """``compute`` in ``status`` with no run in progress (its time is settled by the step)."""
+    pending = compute.restart_pending if restart_pending is None else restart_pending
+    return replace(
+        compute,
+        status=status,
+        status_reason=status_reason,
+        restart_pending=pending,
+        running_since=None,
+        settled_until=None,
+    )
+
+
+def _delete(compute: Compute, now: datetime, reason: str | None) -> Step:
+    if compute.status == ComputeStatus.DELETING:
+        return Step(compute, compute)
+    after = _stopped_run(compute, status=ComputeStatus.DELETING, status_reason=reason, restart_pending=False)
+    return Step(compute, after, _leave_running(compute, now))
+
+
+def _start(compute: Compute, now: datetime, reason: str | None) -> Step:
+    if compute.status in (ComputeStatus.STARTING, ComputeStatus.RUNNING):
+        return Step(compute, compute)
+    if compute.status != ComputeStatus.STOPPED:
+        raise _refuse(compute, ComputeRequest.START, _hint(compute.status))
+    return Step(compute, replace(compute, status=ComputeStatus.STARTING, status_reason=reason))
+
+
+def _stop(compute: Compute, now: datetime, reason: str | None) -> Step:
+    status = compute.status
+    if status == ComputeStatus.STOPPED or (status == ComputeStatus.STOPPING and not compute.restart_pending):
+        return Step(compute, compute)
+    if status == ComputeStatus.STOPPING:  # a stop cancels the restart in progress
+        return Step(compute, replace(compute, restart_pending=False, status_reason=reason))
+    if status not in (ComputeStatus.STARTING, ComputeStatus.RUNNING):
+        raise _refuse(compute, ComputeRequest.STOP, _hint(status))
+    after = _stopped_run(compute, status=ComputeStatus.STOPPING, status_reason=reason)
+    return Step(compute, after, _leave_running(compute, now))
+
+
+def _restart(compute: Compute, now: datetime, reason: str | None) -> Step:
+    status = compute.status
+    if status == ComputeStatus.STOPPING:
+        after = replace(compute, restart_pending=True, status_reason=reason)
+        return Step(compute, compute if compute.restart_pending else after)
+    if status not in (ComputeStatus.STARTING, ComputeStatus.RUNNING):
+        hint = "start it instead" if status == ComputeStatus.STOPPED else _hint(status)
+        raise _refuse(compute, ComputeRequest.RESTART, hint)
+    after = _stopped_run(compute, status=ComputeStatus.STOPPING, status_reason=reason, restart_pending=True)
+    return Step(compute, after, _leave_running(compute, now))
+
+
+_REQUESTS = {
+    ComputeRequest.START: _start,
+    ComputeRequest.STOP: _stop,
+    ComputeRequest.RESTART: _restart,
+    ComputeRequest.DELETE: _delete,
+}
+
+
+def apply_request(
+    compute: Compute, request: ComputeRequest, now: datetime, reason: str | None = None
+) -> Step:
+    """The step ``request`` makes at ``now``.
+
+    ``reason`` becomes the ``status_reason`` (the meter says why it stopped or started a compute).
+
+    Raises
+    ------
+    Conflict
+        The status does not allow the request (starting a compute that is Creating, Stopping,
+        Deleting or Failed; stopping one that is Creating, Deleting or Failed; restarting one that
+        is not Starting, Running or Stopping).
+    """
+    return _REQUESTS[request](compute, now, reason)
+
+
+def _hint(status: ComputeStatus) -> str:
+    return {
+        ComputeStatus.CREATING: "wait until it is Stopped",
+        ComputeStatus.STOPPING: "wait until it is Stopped",
+        ComputeStatus.DELETING: "it is being deleted",
+        ComputeStatus.FAILED: "delete it and create it again",
+    }.get(status, "try again shortly")
+
+
+_BREAKABLE = (ComputeStatus.CREATING, ComputeStatus.STARTING, ComputeStatus.RUNNING, ComputeStatus.STOPPING)
+
+
+def apply_event(compute: Compute, event: ComputeEvent, now: datetime, reason: str | None = None) -> Step:
+    """The step a poll's finding makes at ``now``; an event the status does not expect changes
+    nothing. ``reason`` is AWS Batch's ``statusReason`` for ``BROKEN``."""
+    status = compute.status
+    after: Compute | None = compute
+    settle = None
+    if event == ComputeEvent.READY and status == ComputeStatus.CREATING:
+        after = replace(compute, status=ComputeStatus.STOPPED, status_reason=None)
+    elif event == ComputeEvent.CAPACITY_UP and status == ComputeStatus.STARTING:
+        after = replace(
+            compute, status=ComputeStatus.RUNNING, running_since=now, settled_until=now, last_activity_at=now
+        )
+    elif event == ComputeEvent.CAPACITY_DOWN and status == ComputeStatus.STOPPING:
+        next_status = ComputeStatus.STARTING if compute.restart_pending else ComputeStatus.STOPPED
+        after = replace(compute, status=next_status, restart_pending=False)
+    elif event == ComputeEvent.GONE and status == ComputeStatus.DELETING:
+        after = None
+    elif event == ComputeEvent.BROKEN and status in _BREAKABLE:
+        why = f"AWS Batch: {reason}" if reason else "AWS Batch reported the compute environment INVALID"
+        after = _stopped_run(compute, status=ComputeStatus.FAILED, status_reason=why, restart_pending=False)
+        settle = _leave_running(compute, now)
+    return Step(compute, after, settle)
+
+
+# -- charges -------------------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Settlement:
+    """One settlement of a compute's running time: ``seconds`` billed from ``start`` to
+    ``until`` (``start + seconds``), costing ``cost`` credits before the balance's cut."""
+
+    start: datetime
+    until: datetime
+    seconds: int
+    cost: Decimal
+
+
+def compute_cost(seconds: int, credits_per_hour: Decimal) -> Decimal:
+    """``seconds × credits_per_hour / 3600`` rounded half-up to 4 places (credits)."""
+    return quantize_credits(Decimal(seconds) * credits_per_hour / SECONDS_PER_HOUR)
+
+
+def settlement(
+    compute: Compute, settled_until: datetime, until: datetime, *, final: bool
+) -> Settlement | None:
+    """What to bill for a run from ``settled_until`` to ``until``: whole seconds, rounded down for an
+    hourly settlement (the rest carries over) and up for the ``final`` one; None when there is no
+    whole second to bill."""
+    elapsed = max((until - settled_until).total_seconds(), 0.0)
+    seconds = math.ceil(elapsed - 1e-9) if final else math.floor(elapsed + 1e-9)
+    if seconds <= 0:
+        return None
+    return Settlement(
+        start=settled_until,
+        until=settled_until + timedelta(seconds=seconds),
+        seconds=seconds,
+        cost=compute_cost(seconds, compute.credits_per_hour),
+    )
+
+
+def settlement_due(compute: Compute, now: datetime) -> bool:
+    """True when a Running compute's unsettled time reached ``SETTLE_EVERY`` (the meter settles it)."""
+    return (
+        compute.status == ComputeStatus.RUNNING
+        and compute.settled_until is not None
+        and now - compute.settled_until >= SETTLE_EVERY
+    )
+
+
+def compute_entry_id(name: str, start: datetime) -> str:
+    """The deterministic ledger id of a compute's settlement from ``start``
+    (``compute#lab#2026-12-01T08:00:00.000000Z``): a replayed settlement cannot charge twice."""
+    return f"compute#{name}#{start.astimezone(UTC).strftime('%Y-%m-%dT%H:%M:%S.%fZ')}"
+
+
+def settlement_reason(compute: Compute, seconds: int) -> str:
+    """``Dedicated compute lab (Basic1x8 x 1): 37 s at 60 credits/hour``."""
+    rate = compute.credits_per_hour.normalize()
+    return (
+        f"Dedicated compute {compute.name} ({compute.machine_class} x {compute.count}): "
+        f"{seconds} s at {rate:f} credits/hour"
+    )
+
+
+def job_on_compute_note(name: str) -> str:
+    """The ledger note of a job that ran on a dedicated compute (charged 0: the compute pays)."""
+    return f"Ran on dedicated compute {name}: its time is charged to the compute"
+
+
+# -- schedules -----------------------------------------------------------------------------------------
+def idle_expired(compute: Compute, now: datetime) -> bool:
+    """True when a Running compute with an idle stop has had no job for ``idle_stop_minutes``."""
+    minutes = compute.schedules.idle_stop_minutes
+    if compute.status != ComputeStatus.RUNNING or minutes is None or compute.running_since is None:
+        return False
+    last = max(compute.running_since, compute.last_activity_at or compute.running_since)
+    return now - last >= timedelta(minutes=minutes)
+
+
+def scheduled_request(schedules: Schedules, since: datetime | None, now: datetime) -> ComputeRequest | None:
+    """The request of the latest daily start or stop time in ``(since, now]`` (None: none fell there,
+    or ``since`` is None: the schedules are new and nothing before them is replayed). Times are each
+    schedule's local wall-clock time; a time skipped by a daylight-saving change falls at the next
+    valid instant (``zoneinfo``'s fold rules)."""
+    if since is None or now <= since:
+        return None
+    since = max(since, now - SCHEDULE_LOOKBACK)
+    latest: tuple[datetime, ComputeRequest] | None = None
+    for daily in schedules.daily:
+        zone = ZoneInfo(daily.time_zone)
+        first_day = since.astimezone(zone).date() - timedelta(days=1)
+        last_day = now.astimezone(zone).date()
+        day = first_day
+        while day <= last_day:
+            for at, request in ((daily.start, ComputeRequest.START), (daily.stop, ComputeRequest.STOP)):
+                if at is None:
+                    continue
+                moment = datetime.combine(day, at, tzinfo=zone).astimezone(UTC)
+                if since < moment <= now and (latest is None or moment > latest[0]):
+                    latest = (moment, request)
+            day += timedelta(days=1)
+    return None if latest is None else latest[1]
+
+
+# -- quota ---------------------------------------------------------------------------------------------
+FAMILIES = ("Basic", "Memory", "Compute", "GPU")
+
+
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    """What a compute holds of its account's quota: ``units`` of ``family`` in ``zone`` (GPUs for
+    the GPU family, vCPUs otherwise) and ``vcpus`` of the account's total. The same rule as a job's
+    ``functions.domain.quotas.demand_of`` with ``count`` machines."""
+
+    family: str
+    zone: GeoZone
+    units: int
+    vcpus: int
+
+    @property
+    def key(self) -> str:
+        """``Basic#UnitedStates``: the quota counter this reservation moves."""
+        return f"{self.family}#{self.zone.value}"
+
+
+def reservation_of(compute: Compute) -> Reservation:
+    """The quota ``compute`` holds from creation until deletion."""
+    machine = compute.machine
+    family = next(f for f in FAMILIES if machine.name.startswith(f))
+    units = (machine.gpus if family == "GPU" else machine.vcpus) * compute.count
+    return Reservation(family, compute.geo_zone, units, machine.vcpus * compute.count)
+
+
+# -- AWS Batch names -----------------------------------------------------------------------------------
+def resource_name(prefix: str, account_id: str, name: str) -> str:
+    """The name of a compute's compute environment and job queue: ``<prefix>-cmp-<12 hex of the
+    account>-<name>`` (≤ 128 letters, digits, hyphens and underscores, as AWS Batch names must be;
+    the IAM policy allows exactly ``<prefix>-cmp-*``)."""
+    digest = hashlib.sha256(account_id.encode()).hexdigest()[:12]
+    return f"{prefix}-cmp-{digest}-{name}"

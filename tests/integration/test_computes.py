@@ -1,0 +1,278 @@
+"""Dedicated compute on moto, through the api and meter handlers: idempotent creation, the quota it
+holds, provisioning that follows AWS Batch's asynchronous states in AWS's order, exact charges at
+stop and hourly, the balance rule, schedules, idle stops, jobs on its queue charged 0, deletion."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import Any
+
+import pytest
+
+from functions import bootstrap
+from functions.domain.computes import resource_name
+from functions.domain.machine_classes import GeoZone
+from tests.events import batch_event
+from tests.fakes import FakeComputeEnvironments
+from tests.integration.conftest import Stack
+
+SPEC = {"machineClass": "Basic2x8", "geoZone": "UnitedStates", "count": 2}  # 4 vCPUs, 180 credits/hour
+NAME = resource_name("remote-batch-test", "dev", "lab")
+
+
+@pytest.fixture
+def computes(stack: Stack) -> FakeComputeEnvironments:
+    """The stack with an in-memory AWS Batch for dedicated computes in both zones."""
+    fake = FakeComputeEnvironments()
+    zones = {zone: replace(z, computes=fake) for zone, z in stack.services.zones.items()}
+    stack.services = replace(stack.services, zones=zones)
+    bootstrap.install(stack.services)
+    return fake
+
+
+def _get(stack: Stack, name: str = "lab") -> dict[str, Any]:
+    status, body = stack.api("GET", f"/account/computes/{name}")
+    assert status == 200, body
+    return dict(body)
+
+
+def _running(stack: Stack, fake: FakeComputeEnvironments) -> None:
+    """PUT, the meter's polls until Stopped, start, polls until Running."""
+    status, body = stack.api("PUT", "/account/computes/lab", body=SPEC)
+    assert status == 201, body
+    for _ in range(4):
+        stack.tick()
+    assert _get(stack)["status"] == "Stopped"
+    status, body = stack.api("POST", "/account/computes/lab/start")
+    assert status == 202, body
+    for _ in range(3):
+        stack.tick()
+    assert _get(stack)["status"] == "Running"
+
+
+def _compute_entries(stack: Stack) -> list[dict[str, Any]]:
+    status, usage = stack.api("GET", "/account/usage")
+    assert status == 200
+    return [e for e in usage["entries"] if e["kind"] == "compute"]
+
+
+def test_put_is_idempotent_and_holds_the_quota(stack: Stack, computes: FakeComputeEnvironments) -> None:
+    status, created = stack.api("PUT", "/account/computes/lab", body=SPEC)
+    assert status == 201 and created["status"] == "Creating" and created["vcpus"] == 4
+    status, again = stack.api("PUT", "/account/computes/lab", body=SPEC)
+    assert status == 200 and again["createdAt"] == created["createdAt"]
+    status, other = stack.api("PUT", "/account/computes/lab", body={**SPEC, "count": 3})
+    assert status == 409 and other["error"]["code"] == "Conflict"
+    status, listed = stack.api("GET", "/account/computes")
+    assert [c["name"] for c in listed["computes"]] == ["lab"]
+    assert stack.services.compute_store is not None
+    assert stack.services.compute_store.reserved_quota("dev") == {"Basic#UnitedStates": (4, 4)}
+    # Another account sees nothing.
+    assert stack.api("GET", "/account/computes/lab", account_id="other")[0] == 404
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({**SPEC, "machineClass": "Huge"}, "machineClass"),
+        ({**SPEC, "count": 0}, "count"),
+        ({**SPEC, "geoZone": "Mars"}, "geoZone"),
+        ({**SPEC, "extra": 1}, "extra"),
+    ],
+)
+def test_bad_specs_are_400_naming_the_field(
+    stack: Stack, computes: FakeComputeEnvironments, body: dict[str, Any], field: str
+) -> None:
+    status, error = stack.api("PUT", "/account/computes/lab", body=body)
+    assert status == 400 and error["error"]["field"] == field, error
+
+
+def test_provisioning_follows_aws_order(stack: Stack, computes: FakeComputeEnvironments) -> None:
+    _running(stack, computes)
+    stack.api("DELETE", "/account/computes/lab")
+    for _ in range(8):
+        stack.tick()
+    assert stack.api("GET", "/account/computes/lab")[0] == 404
+    assert [c[0] for c in computes.calls] == [
+        "create_environment",
+        "create_queue",
+        "set_capacity",
+        "disable_queue",
+        "delete_queue",
+        "disable_environment",
+        "delete_environment",
+    ]
+    # Deleting a Running compute goes straight to disabling: AWS Batch ends its instances.
+    assert [c[2] for c in computes.calls if c[0] == "set_capacity"] == [4]
+    assert stack.services.compute_store is not None
+    assert stack.services.compute_store.reserved_quota("dev") == {}
+
+
+def test_stop_charges_running_seconds_times_rate_exactly(
+    stack: Stack, computes: FakeComputeEnvironments
+) -> None:
+    _running(stack, computes)
+    before = stack.balance("dev")
+    stack.clock.advance(1234.5)
+    status, stopping = stack.api("POST", "/account/computes/lab/stop")
+    assert status == 202 and stopping["status"] == "Stopping"
+    # Running 1234.5 s → 1235 s billed (the last started second too), 180 credits/hour.
+    expected = Decimal("61.7500")
+    (entry,) = _compute_entries(stack)
+    assert Decimal(str(entry["credits"])) == expected
+    assert entry["note"] == "Dedicated compute lab (Basic2x8 x 2): 1235 s at 180 credits/hour"
+    assert stack.balance("dev") == before - expected
+    assert stopping["creditsSpent"] == expected and stopping["runningSeconds"] == 1235
+    # A duplicated stop charges nothing more.
+    assert stack.api("POST", "/account/computes/lab/stop")[0] == 202
+    assert len(_compute_entries(stack)) == 1
+    stack.tick()  # AWS Batch still UPDATING
+    assert _get(stack)["status"] == "Stopping"
+    stack.tick()
+    assert _get(stack)["status"] == "Stopped"
+
+
+def test_the_meter_settles_at_least_hourly(stack: Stack, computes: FakeComputeEnvironments) -> None:
+    _running(stack, computes)
+    stack.clock.advance(3600.4)
+    stack.tick()
+    (hourly,) = _compute_entries(stack)
+    assert Decimal(str(hourly["credits"])) == Decimal(180)  # 3600 s; the 0.4 s carries over
+    stack.clock.advance(10)
+    stack.api("POST", "/account/computes/lab/stop")
+    entries = _compute_entries(stack)
+    assert sorted(Decimal(str(e["credits"])) for e in entries) == [Decimal("0.55"), Decimal(180)]  # 11 s
+    assert _get(stack)["runningSeconds"] == 3611
+
+
+def test_out_of_credits_stops_it(stack: Stack, computes: FakeComputeEnvironments) -> None:
+    stack.add_account("poor", "1")
+    status, _ = stack.api("PUT", "/account/computes/lab", body=SPEC, account_id="poor")
+    assert status == 201
+    for _ in range(4):
+        stack.tick()
+    stack.api("POST", "/account/computes/lab/start", account_id="poor")
+    for _ in range(3):
+        stack.tick()
+    stack.clock.advance(25)  # 25 s × 180/h = 1.25 credits > 1
+    stack.tick()
+    status, compute = stack.api("GET", "/account/computes/lab", account_id="poor")
+    assert (
+        compute["status"] in ("Stopping", "Stopped")
+        and compute["statusReason"] == "Stopped: account out of credits"
+    )
+    assert stack.balance("poor") == Decimal(0)
+    status, usage = stack.api("GET", "/account/usage", account_id="poor")
+    (entry,) = [e for e in usage["entries"] if e["kind"] == "compute"]
+    assert (Decimal(str(entry["credits"])), Decimal(str(entry["unbilled"]))) == (Decimal(1), Decimal("0.25"))
+
+
+def test_idle_stop_and_daily_schedule(stack: Stack, computes: FakeComputeEnvironments) -> None:
+    _running(stack, computes)
+    status, body = stack.api(
+        "PUT",
+        "/account/computes/lab/schedules",
+        body={
+            "idleStopMinutes": 5,
+            "daily": [{"start": "08:00", "stop": "20:00", "timeZone": "Europe/Berlin"}],
+        },
+    )
+    assert status == 200 and body["schedules"]["daily"][0]["timeZone"] == "Europe/Berlin"
+    stack.clock.advance(4 * 60)
+    stack.tick()
+    assert _get(stack)["status"] == "Running"
+    stack.clock.advance(61)
+    stack.tick()
+    assert _get(stack)["statusReason"] == "Stopped: idle for 5 min"
+    stack.tick()
+    stack.tick()
+    assert _get(stack)["status"] == "Stopped"
+    # The clock is 2026-11-29 17:29 UTC: the next 08:00 in Berlin is 07:00 UTC on the 30th.
+    stack.clock.now = datetime(2026, 11, 30, 6, 59, 30, tzinfo=UTC)
+    stack.tick()
+    assert _get(stack)["status"] == "Stopped"
+    stack.clock.advance(60)
+    stack.tick()
+    assert _get(stack)["statusReason"] == "Started by its daily schedule"
+    # A user who stops it right after is not overruled by the same boundary on a later tick.
+    stack.api("POST", "/account/computes/lab/stop")
+    for _ in range(3):
+        stack.clock.advance(60)
+        stack.tick()
+    assert _get(stack)["status"] == "Stopped"
+
+
+@pytest.mark.parametrize(
+    ("schedules", "field"),
+    [
+        ({"idleStopMinutes": 0}, "idleStopMinutes"),
+        ({"daily": [{"start": "8:00", "timeZone": "UTC"}]}, "daily[0].start"),
+        ({"daily": [{"start": "08:00", "timeZone": "Nowhere/Land"}]}, "daily[0].timeZone"),
+    ],
+)
+def test_bad_schedules_are_400(
+    stack: Stack, computes: FakeComputeEnvironments, schedules: dict[str, Any], field: str
+) -> None:
+    stack.api("PUT", "/account/computes/lab", body=SPEC)
+    status, error = stack.api("PUT", "/account/computes/lab/schedules", body=schedules)
+    assert status == 400 and error["error"]["field"] == field, error
+
+
+def test_a_job_on_the_compute_goes_to_its_queue_and_is_charged_zero(
+    stack: Stack, computes: FakeComputeEnvironments
+) -> None:
+    status, refused = stack.api("POST", "/jobs", body={"code": "1", "compute": "lab"})
+    assert status == 400 and refused["error"]["field"] == "compute"
+    _running(stack, computes)
+    status, wrong = stack.api(
+        "POST", "/jobs", body={"code": "1", "compute": "lab", "machineClass": "Basic1x8"}
+    )
+    assert status == 400 and wrong["error"]["field"] == "machineClass"
+    job_id, batch_id, started = stack.start_running({"code": "1", "compute": "lab"})
+    submission = stack.batch[GeoZone.UNITED_STATES].submissions[-1]
+    assert submission.job_queue == NAME and submission.vcpus == 2
+    before = stack.balance("dev")
+    stack.deliver(
+        batch_event(
+            job_id,
+            batch_id,
+            "SUCCEEDED",
+            created_at=started,
+            started_at=started,
+            stopped_at=started + 600_000,
+        )
+    )
+    status, job = stack.api("GET", f"/jobs/{job_id}")
+    assert job["status"] == "Succeeded" and job["creditsSpent"] == 0 and job["compute"] == "lab"
+    assert stack.balance("dev") == before
+    status, usage = stack.api("GET", "/account/usage")
+    (entry,) = [e for e in usage["entries"] if e["jobId"] == job_id]
+    assert entry["credits"] == 0 and entry["compute"] == "lab" and "charged to the compute" in entry["note"]
+
+
+def test_a_failed_environment_makes_it_failed_with_the_reason(
+    stack: Stack, computes: FakeComputeEnvironments
+) -> None:
+    stack.api("PUT", "/account/computes/lab", body=SPEC)
+    computes.broken = "CLIENT_ERROR - subnet-1 does not exist"
+    stack.tick()
+    compute = _get(stack)
+    assert compute["status"] == "Failed"
+    assert compute["statusReason"] == "AWS Batch: CLIENT_ERROR - subnet-1 does not exist"
+    assert stack.api("POST", "/account/computes/lab/start")[0] == 409
+
+
+def test_a_batch_failure_is_retried_by_the_meter(stack: Stack, computes: FakeComputeEnvironments) -> None:
+    computes.fail = True
+    status, created = stack.api("PUT", "/account/computes/lab", body=SPEC)
+    assert status == 201 and created["status"] == "Creating"
+    for _ in range(5):  # CreateComputeEnvironment again, then its CREATING, then the queue's
+        stack.tick()
+    assert _get(stack)["status"] == "Stopped"
+    assert [c[0] for c in computes.calls].count("create_environment") == 2
+
+
+def test_no_compute_routes_without_a_token(stack: Stack, computes: FakeComputeEnvironments) -> None:
+    assert stack.api("GET", "/account/computes", account_id=None)[0] == 401

@@ -1,0 +1,260 @@
+"""Dedicated compute's pure rules: the lifecycle state machine (hypothesis: no illegal transition
+from any order of requests and events, duplicated start/stop are no-ops), exact settlements,
+schedules, the quota it holds, names."""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime, time, timedelta
+from decimal import ROUND_HALF_UP, Decimal
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+
+from functions.domain.computes import (
+    LEGAL_EDGES,
+    Compute,
+    ComputeEvent,
+    ComputeRequest,
+    ComputeStatus,
+    DailySchedule,
+    Schedules,
+    apply_event,
+    apply_request,
+    check_schedules,
+    compute_cost,
+    compute_entry_id,
+    idle_expired,
+    new_compute,
+    reservation_of,
+    resource_name,
+    scheduled_request,
+    settlement,
+)
+from functions.domain.errors import Conflict, ValidationFailed
+from functions.domain.machine_classes import MACHINE_CLASSES, GeoZone
+
+T0 = datetime(2026, 12, 1, 8, 0, tzinfo=UTC)
+
+
+def _compute(**changes: object) -> Compute:
+    compute = new_compute("acct", "lab", machine="Basic1x8", zone=GeoZone.UNITED_STATES, count=1, now=T0)
+    from dataclasses import replace
+
+    return replace(compute, **changes)  # type: ignore[arg-type]
+
+
+class ComputeLifecycle(RuleBasedStateMachine):
+    """Any interleaving of user requests and AWS Batch poll findings."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.compute: Compute | None = _compute()
+        self.now = T0
+        self.deleted = False
+
+    def _apply(self, step_of: object) -> None:
+        assert self.compute is not None
+        before = self.compute
+        step = step_of(before)  # type: ignore[operator]
+        after = step.after
+        if after is None:
+            assert before.status == ComputeStatus.DELETING
+            self.deleted = True
+        elif after.status != before.status:
+            assert (before.status, after.status) in LEGAL_EDGES
+        # Settled exactly when leaving Running.
+        left_running = before.status == ComputeStatus.RUNNING and (
+            after is None or after.status != before.status
+        )
+        assert (step.settle is not None) == left_running
+        self.compute = after
+
+    @rule(request=st.sampled_from(list(ComputeRequest)), seconds=st.integers(0, 5000))
+    def request(self, request: ComputeRequest, seconds: int) -> None:
+        if self.compute is None:
+            return
+        self.now += timedelta(seconds=seconds)
+        try:
+            self._apply(lambda c: apply_request(c, request, self.now))
+        except Conflict as exc:
+            refusal = exc.message
+        else:
+            return
+        assert self.compute is not None and self.compute.status.value in refusal
+
+    @rule(event=st.sampled_from(list(ComputeEvent)), seconds=st.integers(0, 5000))
+    def event(self, event: ComputeEvent, seconds: int) -> None:
+        if self.compute is None:
+            return
+        self.now += timedelta(seconds=seconds)
+        self._apply(lambda c: apply_event(c, event, self.now, "CLIENT_ERROR"))
+
+    @rule(request=st.sampled_from([ComputeRequest.START, ComputeRequest.STOP]))
+    def duplicated(self, request: ComputeRequest) -> None:
+        """A start (or stop) sent twice: the second changes nothing."""
+        if self.compute is None:
+            return
+        try:
+            first = apply_request(self.compute, request, self.now)
+        except Conflict:
+            return
+        if first.after is not None:
+            second = apply_request(first.after, request, self.now)
+            assert not second.changed and second.settle is None
+            self.compute = first.after
+
+    @invariant()
+    def consistent(self) -> None:
+        compute = self.compute
+        if compute is None:
+            return
+        running = compute.status == ComputeStatus.RUNNING
+        assert (compute.running_since is not None) == running
+        assert (compute.settled_until is not None) == running
+        assert not compute.restart_pending or compute.status == ComputeStatus.STOPPING
+        if compute.status == ComputeStatus.FAILED:
+            assert compute.status_reason
+
+
+TestComputeLifecycle = ComputeLifecycle.TestCase
+TestComputeLifecycle.settings = settings(max_examples=300, stateful_step_count=40, deadline=None)
+
+
+def test_the_happy_path_and_its_no_ops() -> None:
+    compute = _compute()
+    stopped = apply_event(compute, ComputeEvent.READY, T0).after
+    assert stopped is not None and stopped.status == ComputeStatus.STOPPED
+    starting = apply_request(stopped, ComputeRequest.START, T0).after
+    assert starting is not None and starting.status == ComputeStatus.STARTING
+    running = apply_event(starting, ComputeEvent.CAPACITY_UP, T0).after
+    assert running is not None and running.running_since == T0 and running.settled_until == T0
+    assert not apply_request(running, ComputeRequest.START, T0).changed
+    stop = apply_request(running, ComputeRequest.STOP, T0 + timedelta(seconds=9))
+    assert stop.settle == T0 + timedelta(seconds=9) and stop.after is not None
+    assert stop.after.status == ComputeStatus.STOPPING and stop.after.running_since is None
+    assert not apply_request(stop.after, ComputeRequest.STOP, T0).changed
+    restarted = apply_request(running, ComputeRequest.RESTART, T0).after
+    assert restarted is not None and restarted.restart_pending
+    again = apply_event(restarted, ComputeEvent.CAPACITY_DOWN, T0).after
+    assert again is not None and again.status == ComputeStatus.STARTING and not again.restart_pending
+
+
+@pytest.mark.parametrize(
+    ("status", "request_", "words"),
+    [
+        (ComputeStatus.CREATING, ComputeRequest.START, "wait until it is Stopped"),
+        (ComputeStatus.FAILED, ComputeRequest.STOP, "delete it and create it again"),
+        (ComputeStatus.STOPPED, ComputeRequest.RESTART, "start it instead"),
+        (ComputeStatus.DELETING, ComputeRequest.START, "being deleted"),
+    ],
+)
+def test_refused_requests_name_the_status(
+    status: ComputeStatus, request_: ComputeRequest, words: str
+) -> None:
+    with pytest.raises(Conflict, match=words) as raised:
+        apply_request(_compute(status=status), request_, T0)
+    assert status.value in raised.value.message
+
+
+@given(
+    running_ms=st.integers(0, 10 * 3600 * 1000),
+    machine=st.sampled_from(sorted(MACHINE_CLASSES)),
+    count=st.integers(1, 64),
+    hourly=st.lists(st.integers(1, 3 * 3600 * 1000), max_size=4),
+)
+def test_settlements_bill_every_started_second_exactly_once(
+    running_ms: int, machine: str, count: int, hourly: list[int]
+) -> None:
+    compute = _compute(machine_class=machine, count=count)
+    rate = MACHINE_CLASSES[machine].credits_per_hour * count
+    settled, billed, total = T0, 0, Decimal(0)
+    elapsed = 0
+    for ms in hourly:  # hourly settlements: whole seconds, the rest carried
+        elapsed += ms
+        bill = settlement(compute, settled, T0 + timedelta(milliseconds=elapsed), final=False)
+        if bill is not None:
+            assert bill.seconds == math.floor(
+                (T0 + timedelta(milliseconds=elapsed) - settled).total_seconds()
+            )
+            settled, billed, total = bill.until, billed + bill.seconds, total + bill.cost
+    end = T0 + timedelta(milliseconds=elapsed + running_ms)
+    final = settlement(compute, settled, end, final=True)
+    if final is not None:
+        billed, total = billed + final.seconds, total + final.cost
+        expected = (Decimal(final.seconds) * rate / 3600).quantize(Decimal("0.0001"), rounding=ROUND_HALF_UP)
+        assert final.cost == expected
+    assert billed == math.ceil((elapsed + running_ms) / 1000)
+
+
+def test_compute_cost_examples() -> None:
+    assert compute_cost(11, Decimal(60)) == Decimal("0.1833")
+    assert compute_cost(3600, Decimal(90) * 2) == Decimal(180)
+    assert compute_cost(1, Decimal(2300)) == Decimal("0.6389")
+    assert compute_entry_id("lab", T0) == "compute#lab#2026-12-01T08:00:00.000000Z"
+
+
+def test_daily_schedule_fires_the_latest_boundary_in_its_time_zone() -> None:
+    # Europe/Berlin is UTC+1 in December: 08:00 there is 07:00 UTC, 20:00 is 19:00 UTC.
+    schedules = Schedules(daily=(DailySchedule(time(8, 0), time(20, 0), "Europe/Berlin"),))
+    day = datetime(2026, 12, 1, tzinfo=UTC)
+    assert scheduled_request(schedules, day + timedelta(hours=6, minutes=59), day + timedelta(hours=7)) == (
+        ComputeRequest.START
+    )
+    assert scheduled_request(schedules, day + timedelta(hours=7), day + timedelta(hours=7, minutes=1)) is None
+    assert scheduled_request(schedules, day + timedelta(hours=6), day + timedelta(hours=19, minutes=5)) == (
+        ComputeRequest.STOP
+    )
+    assert scheduled_request(schedules, None, day + timedelta(hours=7)) is None
+
+
+def test_idle_stop_counts_from_the_last_job_or_the_start() -> None:
+    running = _compute(
+        status=ComputeStatus.RUNNING,
+        running_since=T0,
+        settled_until=T0,
+        last_activity_at=T0 + timedelta(minutes=3),
+        schedules=Schedules(idle_stop_minutes=5),
+    )
+    assert not idle_expired(running, T0 + timedelta(minutes=7, seconds=59))
+    assert idle_expired(running, T0 + timedelta(minutes=8))
+    assert not idle_expired(_compute(schedules=Schedules(idle_stop_minutes=1)), T0 + timedelta(hours=1))
+
+
+def test_the_quota_a_compute_holds() -> None:
+    gpu = reservation_of(_compute(machine_class="GPU4xL4", count=2, geo_zone=GeoZone.EUROPEAN_UNION))
+    assert (gpu.key, gpu.units, gpu.vcpus) == ("GPU#EuropeanUnion", 8, 96)
+    basic = reservation_of(_compute(machine_class="Basic2x8", count=3))
+    assert (basic.key, basic.units, basic.vcpus) == ("Basic#UnitedStates", 6, 6)
+
+
+@pytest.mark.parametrize(
+    ("idle", "daily", "field"),
+    [
+        (0, [], "idleStopMinutes"),
+        (None, [(None, None, "UTC")], "daily[0]"),
+        (None, [("25:00", None, "UTC")], "daily[0].start"),
+        (None, [("08:00", None, "Mars/Olympus")], "daily[0].timeZone"),
+    ],
+)
+def test_bad_schedules_name_the_field(
+    idle: int | None, daily: list[tuple[str | None, str | None, str]], field: str
+) -> None:
+    with pytest.raises(ValidationFailed) as raised:
+        check_schedules(idle, daily)
+    assert raised.value.field == field
+
+
+@pytest.mark.parametrize("name", ["x", "1lab", "lab_1", "a" * 33, "lab!"])
+def test_bad_names_are_refused(name: str) -> None:
+    with pytest.raises(ValidationFailed) as raised:
+        new_compute("acct", name, machine="Basic1x8", zone=GeoZone.UNITED_STATES, count=1, now=T0)
+    assert raised.value.field == "name"
+
+
+def test_batch_names_carry_the_prefix_and_stay_within_aws_limits() -> None:
+    name = resource_name("remote-batch-prod", "a" * 64, "l" * 32)
+    assert name.startswith("remote-batch-prod-cmp-") and len(name) <= 128
+    assert resource_name("p", "acct-1", "lab") != resource_name("p", "acct-2", "lab")
