@@ -267,7 +267,7 @@ def test_a_job_in_a_warm_worker_has_its_own_session_environment_folder_and_limit
     assert facts["as"] == [1024 * MIB, 1024 * MIB]
     assert facts["stdinIsNull"] is True
     # and its result is the worker's, as from a fresh worker
-    result = stack.s3.get_object(Bucket=BUCKET, Key=f"outputs/{env['JOB_VAR']}/result.json")
+    result = stack.s3.get_object(Bucket=BUCKET, Key=f"outputs/{env['JOB_VAR']}/outcome.json")
     assert json.loads(result["Body"].read())["result"] == 4
     # and its folder is removed, its record gone, a fresh warm worker takes its place
     assert _eventually(lambda: not Path(facts["cwd"]).exists())
