@@ -125,6 +125,7 @@ def _settings(region: str) -> Any:
         accounts_table="bench-accounts",
         ledger_table="bench-ledger",
         idempotency_table="bench-idempotency",
+        quotas_table="bench-quotas",
         email_topic_arn_prefix=f"arn:aws:sns:{region}:123456789012:bench-email-",
         home_region=region,
         zones={
@@ -249,6 +250,7 @@ def tables(region: str, t0: datetime) -> tuple[Any, RequestLog, Any, str]:
         "Accounts": settings.accounts_table,
         "Ledger": settings.ledger_table,
         "Idempotency": settings.idempotency_table,
+        "Quotas": settings.quotas_table,
     }
     log = RequestLog()
     session = boto3.Session(region_name=region)

@@ -25,6 +25,7 @@ from functions.adapters.dynamodb import DynamoJobStore
 from functions.adapters.logs import CloudWatchLogReader
 from functions.adapters.s3 import S3BlobStore
 from functions.adapters.sns import SnsEmailSubscriptions, SnsNotifier
+from functions.adapters.sqs import SqsDispatchQueue
 from functions.adapters.webhook import WebhookSender
 from functions.domain.machine_classes import GeoZone
 from functions.observability import MetricsEvents
@@ -32,6 +33,7 @@ from functions.ports import (
     BatchGateway,
     BatchRoute,
     Clock,
+    DispatchQueue,
     EventCounter,
     HostResolver,
     Notifier,
@@ -96,6 +98,7 @@ def build_services(
     clock: Clock = utc_now,
     resolver: HostResolver | None = None,
     events: EventCounter | None = None,
+    dispatch: DispatchQueue | None = None,
 ) -> Services:
     """Build every adapter from ``settings``.
 
@@ -115,6 +118,9 @@ def build_services(
         Resolves webhook hosts (default: the C library's resolver).
     events : EventCounter | None
         Where the logic counts its events (default: CloudWatch metrics through powertools).
+    dispatch : DispatchQueue | None
+        Where admitted jobs go (the local stack's queue); default: the SQS queue of
+        ``REMOTE_BATCH_DISPATCH_QUEUE_URL``, or none (jobs are sent within the admitting call).
     """
     session = session or boto3.Session()
     lock = threading.Lock()
@@ -127,8 +133,15 @@ def build_services(
 
     dynamodb = client("dynamodb", settings.home_region)
     store = DynamoJobStore(
-        dynamodb, settings.jobs_table, settings.accounts_table, settings.ledger_table, clock=clock
+        dynamodb,
+        settings.jobs_table,
+        settings.accounts_table,
+        settings.ledger_table,
+        clock=clock,
+        quotas_table=settings.quotas_table,
     )
+    if dispatch is None and settings.dispatch_queue_url:
+        dispatch = SqsDispatchQueue(client("sqs", settings.home_region), settings.dispatch_queue_url)
     sns = client("sns", settings.home_region)
     resolver = resolver or SocketResolver()
     if notifier is None:
@@ -168,6 +181,7 @@ def build_services(
         resolver=resolver,
         worker_python=settings.worker_python,
         array_span_size=settings.array_span_size,
+        dispatch=dispatch,
     )
 
 

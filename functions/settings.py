@@ -72,7 +72,9 @@ class Settings(BaseSettings):
 
     Variables (each field's ``validation_alias``): ``REMOTE_BATCH_JOBS_TABLE``,
     ``REMOTE_BATCH_ACCOUNTS_TABLE``,
-    ``REMOTE_BATCH_LEDGER_TABLE``, ``REMOTE_BATCH_IDEMPOTENCY_TABLE``,
+    ``REMOTE_BATCH_LEDGER_TABLE``, ``REMOTE_BATCH_IDEMPOTENCY_TABLE``, ``REMOTE_BATCH_QUOTAS_TABLE``,
+    ``REMOTE_BATCH_DISPATCH_QUEUE_URL`` (optional), ``REMOTE_BATCH_DISPATCH_TPS`` (optional, default 40),
+    ``REMOTE_BATCH_DISPATCH_CONCURRENCY`` (optional, default 4),
     ``REMOTE_BATCH_EMAIL_TOPIC_ARN_PREFIX`` (the ARN every account's email topic starts with,
     ``arn:aws:sns:<region>:<account>:remote-batch-<stage>-email-``),
     ``REMOTE_BATCH_EMAIL_TOPIC_KEY`` (the KMS key those topics are encrypted with; optional: none locally),
@@ -99,6 +101,17 @@ class Settings(BaseSettings):
     accounts_table: str = Field(validation_alias="REMOTE_BATCH_ACCOUNTS_TABLE", min_length=3)
     ledger_table: str = Field(validation_alias="REMOTE_BATCH_LEDGER_TABLE", min_length=3)
     idempotency_table: str = Field(validation_alias="REMOTE_BATCH_IDEMPOTENCY_TABLE", min_length=3)
+    quotas_table: str = Field(validation_alias="REMOTE_BATCH_QUOTAS_TABLE", min_length=3)
+    # The SQS queue the api puts admitted jobs on for the dispatcher (``functions.logic.dispatch``);
+    # empty: the job is sent to AWS Batch within the request that admitted it (tests, no queue).
+    dispatch_queue_url: str = Field(default="", validation_alias="REMOTE_BATCH_DISPATCH_QUEUE_URL")
+    # SubmitJob calls per second the dispatcher makes in all (AWS Batch allows about 50 per account),
+    # shared by at most ``dispatch_concurrency`` dispatcher instances (the event source mapping's
+    # maximum concurrency): each paces itself at dispatch_tps / dispatch_concurrency.
+    dispatch_tps: float = Field(default=40.0, validation_alias="REMOTE_BATCH_DISPATCH_TPS", gt=0, le=50)
+    dispatch_concurrency: int = Field(
+        default=4, validation_alias="REMOTE_BATCH_DISPATCH_CONCURRENCY", ge=1, le=100
+    )
     email_topic_arn_prefix: str = Field(
         validation_alias="REMOTE_BATCH_EMAIL_TOPIC_ARN_PREFIX",
         min_length=1,
@@ -162,6 +175,10 @@ class Settings(BaseSettings):
             "REMOTE_BATCH_ACCOUNTS_TABLE": self.accounts_table,
             "REMOTE_BATCH_LEDGER_TABLE": self.ledger_table,
             "REMOTE_BATCH_IDEMPOTENCY_TABLE": self.idempotency_table,
+            "REMOTE_BATCH_QUOTAS_TABLE": self.quotas_table,
+            "REMOTE_BATCH_DISPATCH_QUEUE_URL": self.dispatch_queue_url,
+            "REMOTE_BATCH_DISPATCH_TPS": str(self.dispatch_tps),
+            "REMOTE_BATCH_DISPATCH_CONCURRENCY": str(self.dispatch_concurrency),
             "REMOTE_BATCH_EMAIL_TOPIC_ARN_PREFIX": self.email_topic_arn_prefix,
             "REMOTE_BATCH_EMAIL_TOPIC_KEY": self.email_topic_key,
             "REMOTE_BATCH_SMS_PER_ACCOUNT_PER_HOUR": str(self.sms_per_account_per_hour),

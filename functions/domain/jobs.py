@@ -72,6 +72,20 @@ class PayloadKind(StrEnum):
     PICKLE = "pickle"
 
 
+class DispatchState(StrEnum):
+    """Where a job stands between ``POST /jobs`` and AWS Batch.
+
+    ``Held``: over its account's quota, waiting (counted as queued). ``Admitted``: holds its quota,
+    waiting for the dispatcher. ``Dispatching``: a dispatcher claimed it and is calling SubmitJob.
+    ``Dispatched``: AWS Batch took it (``batch_job_id`` set).
+    """
+
+    HELD = "Held"
+    ADMITTED = "Admitted"
+    DISPATCHING = "Dispatching"
+    DISPATCHED = "Dispatched"
+
+
 @dataclass(frozen=True, slots=True)
 class NotificationRecord:
     """One line of a job's ``notificationLog``: what was sent, skipped or failed, when, how.
@@ -144,6 +158,9 @@ class Job:
     array_spans : tuple[str, ...]
         An ``Array`` parent's AWS Batch job ids, one per span (``functions.domain.arrays``), in
         offset order.
+    dispatch_state : DispatchState | None
+        Where a job submitted through the quota and the dispatcher is (``functions.logic.quotas``,
+        ``functions.logic.dispatch``); None for a job that never took part (an array's child).
     """
 
     job_id: str
@@ -185,6 +202,16 @@ class Job:
     record_expires_at: datetime | None = None
     credits_settled: Decimal = ZERO
     array_spans: tuple[str, ...] = ()
+    dispatch_state: DispatchState | None = None
+
+    @property
+    def holds_quota(self) -> bool:
+        """True while the job holds its quota units (admitted, whether sent to AWS Batch yet or not)."""
+        return self.dispatch_state in (
+            DispatchState.ADMITTED,
+            DispatchState.DISPATCHING,
+            DispatchState.DISPATCHED,
+        )
 
     @property
     def expires_at(self) -> datetime:

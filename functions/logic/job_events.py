@@ -31,6 +31,7 @@ from functions.domain.jobs import (
 )
 from functions.domain.status import is_known_batch_status
 from functions.logic.array_events import apply_array_event
+from functions.logic.dispatch import admit_after_end
 from functions.logic.job_outcomes import discard_outputs, final_charge, final_outcome
 from functions.logic.notifying import deliver_due_notifications
 from functions.ports import Services
@@ -143,6 +144,9 @@ def apply_job_state_change(services: Services, state: BatchJobState, now: dateti
         break
     else:
         raise DependencyFailed(f"job {state.job_name} kept changing; the event will be retried")
+    # A final job gave its quota back as it settled: the account's held jobs may go (a replayed final
+    # event runs this again, which heals an admission a failure cut short).
+    admit_after_end(services, job)
     try:
         fresh = services.store.get_job(job.job_id) or job
         # A failed publish stays owed and is sent again by the meter: the event itself succeeded.

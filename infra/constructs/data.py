@@ -19,7 +19,7 @@ class Data(Construct):
     Attributes
     ----------
     tables : dict[str, dynamodb.Table]
-        By the spec's ``logical_name`` (``Jobs``, ``Accounts``, ``Ledger``, ``Idempotency``).
+        By the spec's ``logical_name`` (``Jobs``, ``Accounts``, ``Ledger``, ``Idempotency``, ``Quotas``).
     """
 
     def __init__(self, scope: Construct, construct_id: str) -> None:
@@ -37,6 +37,10 @@ class Data(Construct):
     @property
     def ledger_table(self) -> dynamodb.Table:
         return self.tables["Ledger"]
+
+    @property
+    def quotas_table(self) -> dynamodb.Table:
+        return self.tables["Quotas"]
 
     @property
     def idempotency_table(self) -> dynamodb.Table:

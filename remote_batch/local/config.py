@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from functions.domain.text import ASCII_DECIMAL, is_ascii_digits
+from remote_batch.local.executor.rate_limit import DEFAULT_SUBMIT_TPS
 
 DEFAULT_PORT = 8787
 DEFAULT_METER_INTERVAL_SECONDS = 60.0
@@ -44,6 +45,9 @@ class LocalConfig:
     output_limit_bytes : int | None
         Caps every job's files below its machine class's output limit
         (``REMOTE_BATCH_OUTPUT_LIMIT_BYTES``; default: the class's, 10 GiB for Basic classes).
+    batch_submit_tps : int
+        SubmitJob calls the local Batch gateway accepts per second (``REMOTE_BATCH_BATCH_TPS``,
+        default 50 as AWS Batch); more are refused with ``TooManyRequestsException``.
     """
 
     home: Path
@@ -55,6 +59,7 @@ class LocalConfig:
     host: str = HOST
     log_limit_bytes: int | None = None
     output_limit_bytes: int | None = None
+    batch_submit_tps: int = DEFAULT_SUBMIT_TPS
 
     @property
     def state_dir(self) -> Path:
@@ -82,6 +87,7 @@ class LocalConfig:
             ),
             log_limit_bytes=_optional_int(environ, "REMOTE_BATCH_LOG_LIMIT_BYTES"),
             output_limit_bytes=_optional_int(environ, "REMOTE_BATCH_OUTPUT_LIMIT_BYTES"),
+            batch_submit_tps=_optional_int(environ, "REMOTE_BATCH_BATCH_TPS") or DEFAULT_SUBMIT_TPS,
         )
 
 

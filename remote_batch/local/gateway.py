@@ -158,6 +158,8 @@ class ApiGateway:
         Held while an admin route writes, as the api function would be.
     clock : Callable[[], datetime]
         ``requestTimeEpoch``'s source.
+    dispatch_stats : Callable[[], dict] | None
+        The dispatch queue's and the Batch gateway's SubmitJob numbers (``GET /local/dispatch``).
     """
 
     def __init__(
@@ -169,7 +171,9 @@ class ApiGateway:
         accounts: LocalAccounts,
         admin_environment: Callable[[], Any],
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        dispatch_stats: Callable[[], dict[str, Any]] | None = None,
     ) -> None:
+        self._dispatch_stats = dispatch_stats
         self._tokens = tokens
         self._invoke_api = invoke_api
         self._events = events
@@ -180,6 +184,7 @@ class ApiGateway:
             ("GET", "/local/batch-events"): self._emitted_events,
             ("POST", "/local/batch-events"): self._replay_events,
             ("POST", "/admin/accounts"): self._create_account,
+            ("GET", "/local/dispatch"): self._dispatch_numbers,
         }
 
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
@@ -265,6 +270,9 @@ class ApiGateway:
                 raise ValidationFailed("Each event must be a JSON object.", field=f"events[{index}]")
         self._events.replay(events)
         return _json_response(202, {"accepted": len(events)})
+
+    def _dispatch_numbers(self, request: Request, body: bytes) -> Response:
+        return _json_response(200, self._dispatch_stats() if self._dispatch_stats else {})
 
     def _create_account(self, request: Request, body: bytes) -> Response:
         new = parse_new_account(_parse_json(body))

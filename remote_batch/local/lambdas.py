@@ -1,4 +1,4 @@
-"""The three Lambda functions, invoked in-process with the execution model of Lambda.
+"""The four Lambda functions, invoked in-process with the execution model of Lambda.
 
 One execution environment per function: each function serves one invocation at a time (its
 handler, like Powertools' resolver, keeps per-request state in module globals and is not
@@ -20,8 +20,8 @@ from remote_batch.local.lambda_context import LocalLambdaContext
 logger = logging.getLogger(__name__)
 
 # The same memory and timeouts the CDK app gives the deployed functions (infra/constants.py).
-_MEMORY_MIB = {"api": 1024, "batch_events": 512, "meter": 1024}
-_TIMEOUT_SECONDS = {"api": 29, "batch_events": 60, "meter": 55}
+_MEMORY_MIB = {"api": 1024, "batch_events": 512, "meter": 1024, "dispatcher": 512}
+_TIMEOUT_SECONDS = {"api": 29, "batch_events": 60, "meter": 55, "dispatcher": 60}
 _FUNCTION_PREFIX = "remote-batch-local-"
 
 
@@ -46,7 +46,7 @@ class _Function:
 
 
 class LocalLambdas:
-    """The api, batch_events and meter functions of ``functions.handlers``.
+    """The api, batch_events, meter and dispatcher functions of ``functions.handlers``.
 
     Parameters
     ----------
@@ -55,9 +55,10 @@ class LocalLambdas:
     """
 
     def __init__(self, region: str) -> None:
-        from functions.handlers import api, batch_events, meter
+        from functions.handlers import api, batch_events, dispatcher, meter
 
         self._api = _Function("api", api.handler, region)
+        self._dispatcher = _Function("dispatcher", dispatcher.handler, region)
         self._batch_events = _Function("batch_events", batch_events.handler, region)
         self._meter = _Function("meter", meter.handler, region)
 
@@ -74,6 +75,10 @@ class LocalLambdas:
         """Invoke the meter function with one scheduled-event envelope."""
         return self._meter.invoke(envelope)
 
+    def dispatch(self, event: dict[str, Any]) -> Any:
+        """Invoke the dispatcher function with an SQS event; returns its partial batch response."""
+        return self._dispatcher.invoke(event)
+
     @contextmanager
     def api_environment(self) -> Iterator[None]:
         """Run gateway-side work (the local-only admin routes) as if inside the api function."""
@@ -85,10 +90,10 @@ class LocalLambdas:
         """Hold every function idle, so the tables can be read as one consistent snapshot.
 
         Every DynamoDB write of the service happens inside a function. A function may deliver to
-        another synchronously (api or meter → batch_events through the bus), never the reverse, so
-        taking the locks outermost first cannot deadlock.
+        another synchronously (api, meter or dispatcher → batch_events through the bus), never the
+        reverse, so taking the locks outermost first cannot deadlock.
         """
         with ExitStack() as stack:
-            for function in (self._api, self._meter, self._batch_events):
+            for function in (self._api, self._meter, self._dispatcher, self._batch_events):
                 stack.enter_context(function.lock)
             yield

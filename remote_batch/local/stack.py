@@ -12,7 +12,7 @@ import logging
 import os
 import socket
 import threading
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -28,6 +28,7 @@ from functions.settings import Settings
 from remote_batch.local.accounts import LocalAccounts
 from remote_batch.local.bus import EventBus
 from remote_batch.local.config import LocalConfig
+from remote_batch.local.dispatch_queue import LocalDispatchQueue
 from remote_batch.local.executor import LocalBatchExecutor
 from remote_batch.local.files import write_bytes_atomic
 from remote_batch.local.gateway import ApiGateway
@@ -59,6 +60,7 @@ BUS_DRAIN_SECONDS = 30.0
 # Seconds between two "alive" stamps: how far a crash's time can be off when recovery bills a job.
 ALIVE_INTERVAL = 1.0
 EXECUTOR_STOP_SECONDS = 10.0
+DISPATCH_STOP_SECONDS = 10.0
 # Powertools in the in-process Lambdas: no X-Ray daemon, no CloudWatch metrics; warnings only in the
 # console unless the person asks for more (POWERTOOLS_LOG_LEVEL=INFO).
 POWERTOOLS_DEFAULTS = {
@@ -102,6 +104,7 @@ class LocalStack:
         self._tickers: list[Ticker] = []
         self._executor: LocalBatchExecutor | None = None
         self._bus: EventBus | None = None
+        self._dispatch_queue: LocalDispatchQueue | None = None
         self._lambdas: LocalLambdas | None = None
         self._snapshots: StateSnapshots | None = None
         self._log_store: LogStore | None = None
@@ -158,8 +161,12 @@ class LocalStack:
             credentials=JobCredentials(clients.client("iam", settings.home_region)),
             log_limit_bytes=config.log_limit_bytes,
             output_limit_bytes=config.output_limit_bytes,
+            submit_tps=config.batch_submit_tps,
         )
         self._executor = executor
+        self._dispatch_queue = dispatch_queue = LocalDispatchQueue(
+            self._dispatch, region=settings.home_region, account=LOCAL_ACCOUNT_ID
+        )
         services = build_services(
             settings,
             session=clients.session,
@@ -167,11 +174,13 @@ class LocalStack:
                 zone: executor.gateway(z.region, z.log_group) for zone, z in settings.zones.items()
             },
             notifier=outbox,
+            dispatch=dispatch_queue,
         )
         install(services)
         lambdas = LocalLambdas(settings.home_region)
         self._lambdas = lambdas
         bus.start()
+        dispatch_queue.start()
 
         tokens = TokenStore(config.home / "tokens.json")
         accounts = LocalAccounts(services, tokens, utc_now, config.home / "credentials.json")
@@ -207,6 +216,7 @@ class LocalStack:
             events=bus,
             accounts=accounts,
             admin_environment=lambdas.api_environment,
+            dispatch_stats=self._dispatch_numbers,
         )
         # Binding listens at once, but nothing is answered before serve_forever: a request that
         # arrives meanwhile waits, and credentials.json names the bound port before the first answer.
@@ -238,6 +248,8 @@ class LocalStack:
                 self._server.server_close()
             for ticker in self._tickers:
                 ticker.stop()
+            if self._dispatch_queue is not None:
+                self._dispatch_queue.stop(timeout=DISPATCH_STOP_SECONDS)
             if self._executor is not None:
                 self._executor.shutdown(timeout=EXECUTOR_STOP_SECONDS)
             if self._bus is not None:
@@ -258,6 +270,26 @@ class LocalStack:
         if self._lambdas is None:
             raise RuntimeError("the batch_events function is not loaded yet")
         self._lambdas.deliver_batch_event(envelope)
+
+    def _dispatch(self, event: dict[str, Any]) -> Any:
+        if self._lambdas is None:
+            raise RuntimeError("the dispatcher function is not loaded yet")
+        return self._lambdas.dispatch(event)
+
+    def _dispatch_numbers(self) -> dict[str, Any]:
+        """``GET /local/dispatch``: the dispatch queue's numbers and the Batch gateway's SubmitJob counts."""
+        numbers: dict[str, Any] = {}
+        if self._dispatch_queue is not None:
+            numbers["dispatchQueue"] = asdict(self._dispatch_queue.stats())
+        if self._executor is not None:
+            report = self._executor.submit_rate.report()
+            numbers["submitJob"] = {
+                "tps": report.tps,
+                "accepted": report.accepted,
+                "throttled": report.throttled,
+                "maxInAnySecond": report.max_in_any_second,
+            }
+        return numbers
 
     def _tick_meter(self, services: Services, settings: Settings) -> None:
         if self._lambdas is not None:

@@ -134,6 +134,7 @@ def make_settings() -> Settings:
         accounts_table="test-accounts",
         ledger_table="test-ledger",
         idempotency_table="test-idempotency",
+        quotas_table="test-quotas",
         email_topic_arn_prefix="arn:aws:sns:us-east-1:123456789012:test-email-",
         home_region="us-east-1",
         zones={
@@ -153,6 +154,7 @@ def create_resources(settings: Settings) -> None:
         "Accounts": settings.accounts_table,
         "Ledger": settings.ledger_table,
         "Idempotency": settings.idempotency_table,
+        "Quotas": settings.quotas_table,
     }
     for spec in ALL_TABLES:
         dynamodb.create_table(**create_table_request(spec, names[spec.logical_name]))

@@ -38,6 +38,7 @@ def _settings() -> Settings:
         accounts_table="accounts",
         ledger_table="ledger",
         idempotency_table="idempotency",
+        quotas_table="quotas",
         email_topic_arn_prefix="arn:aws:sns:us-east-1:123456789012:rb-email-",
         home_region="us-east-1",
         zones={

@@ -22,6 +22,7 @@ def settings() -> Settings:
         accounts_table="t-accounts",
         ledger_table="t-ledger",
         idempotency_table="t-idem",
+        quotas_table="t-quotas",
         email_topic_arn_prefix="arn:aws:sns:us-east-1:123456789012:rb-email-",
         email_topic_key=SECRET_LOOKING,
         sms_per_account_per_hour=12,

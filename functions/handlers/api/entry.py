@@ -18,7 +18,7 @@ from functions.domain.errors import (
 )
 from functions.domain.limits import BODY_TOO_LARGE_MESSAGE
 from functions.domain.text import first_surrogate_path
-from functions.handlers.api import account, admin, job_data, jobs, meta
+from functions.handlers.api import account, admin, job_data, jobs, meta, quotas
 from functions.handlers.api.app import (
     MAX_INLINE_BODY_BYTES,
     app,
@@ -29,7 +29,7 @@ from functions.handlers.api.models import (
 )
 from functions.observability import API_GATEWAY_REQUEST_ID, lambda_entry
 
-for _router in (meta.router, jobs.router, job_data.router, account.router, admin.router):
+for _router in (meta.router, jobs.router, job_data.router, account.router, quotas.router, admin.router):
     app.include_router(_router)
 
 

@@ -34,6 +34,7 @@ from remote_batch.local.executor.constants import (
 from remote_batch.local.executor.gateway import LocalBatchGateway
 from remote_batch.local.executor.limits import _signal_job
 from remote_batch.local.executor.memory import job_memory_ceiling_mib
+from remote_batch.local.executor.rate_limit import DEFAULT_SUBMIT_TPS, SubmitRateLimit
 from remote_batch.local.sandbox import (
     ProcessRegistry,
     Sandbox,
@@ -94,6 +95,9 @@ class LocalBatchExecutor(ArrayJobs):
     output_limit_bytes : int | None
         Caps the bytes of files every job keeps in its working directory (outputs, temporary files)
         below its class's ``output_limit_bytes``; past it: ``Output limit of <size> exceeded``.
+    submit_tps : int
+        SubmitJob calls accepted per second (``rate_limit.SubmitRateLimit``; AWS Batch's is about 50):
+        more are refused with ``TooManyRequestsException`` as AWS Batch does.
     """
 
     def __init__(
@@ -115,6 +119,7 @@ class LocalBatchExecutor(ArrayJobs):
         credentials: CredentialIssuer | None = None,
         log_limit_bytes: int | None = None,
         output_limit_bytes: int | None = None,
+        submit_tps: int = DEFAULT_SUBMIT_TPS,
     ) -> None:
         cpu_ids = sorted(os.sched_getaffinity(0))
         self.vcpus = max(1, vcpus if vcpus is not None else len(cpu_ids))
@@ -137,6 +142,7 @@ class LocalBatchExecutor(ArrayJobs):
         self._log_limit_cap = log_limit_bytes
         self._output_limit_cap = output_limit_bytes
         self._bus = bus
+        self.submit_rate = SubmitRateLimit(submit_tps)
         self._logs_client = logs_client
         # vCPU slot i runs on CPU id _cpu_of_slot[i]; more slots than CPUs share them round-robin.
         self._cpu_of_slot = [cpu_ids[i % len(cpu_ids)] for i in range(self.vcpus)]
