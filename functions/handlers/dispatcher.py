@@ -56,7 +56,8 @@ SQS_FIRST_MESSAGE_ID = "Records[0].messageId"
 @lambda_entry(SQS_FIRST_MESSAGE_ID)
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """Dispatch each message's job; returns the ``batchItemFailures`` of those to deliver again."""
-    processor = BatchProcessor(event_type=EventType.SQS)
+    # Every record failing is still a partial answer (each delivered again), not an invocation error.
+    processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
     response: dict[str, Any] = dict(
         process_partial_response(
             event=event, record_handler=_dispatch_record, processor=processor, context=context

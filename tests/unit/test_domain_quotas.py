@@ -72,8 +72,10 @@ def test_a_job_over_its_family_limit_is_refused_naming_family_zone_limit_and_req
 
 
 def test_a_job_over_the_total_is_refused() -> None:
-    with pytest.raises(QuotaExceeded, match="needs 16 vCPUs but the account.s total quota is 15 vCPUs"):
-        check_fits_alone(demand_of(MACHINE_CLASSES["Memory16x128"], US), QuotaLimits(total=15), "Memory16x128")
+    with pytest.raises(QuotaExceeded, match=r"needs 16 vCPUs but the account's total quota is 15 vCPUs"):
+        check_fits_alone(
+            demand_of(MACHINE_CLASSES["Memory16x128"], US), QuotaLimits(total=15), "Memory16x128"
+        )
 
 
 def test_the_waiting_reason_names_the_family_zone_and_numbers() -> None:
