@@ -267,14 +267,30 @@ class QuotaRecords(StoreBase):
         """Claim an admitted job for SubmitJob (``dispatchState`` ``Admitted`` → ``Dispatching``) while it
         is not final; returns the job after the claim, or None when another dispatcher has it, it was
         sent already, it is not admitted or it ended (aborted). ``RecordMissing`` when it is gone."""
-        return self._dispatch_update(
-            job_id, DispatchState.ADMITTED, DispatchState.DISPATCHING, extra_condition=True
+        response = self._update_job(
+            job_id,
+            "SET dispatchState = :after",
+            condition="dispatchState = :before AND NOT #status IN (:succeeded, :terminated)",
+            names={"#status": "status"},
+            values={
+                ":before": DispatchState.ADMITTED.value,
+                ":after": DispatchState.DISPATCHING.value,
+                ":succeeded": JobStatus.SUCCEEDED.value,
+                ":terminated": JobStatus.TERMINATED.value,
+            },
+            return_new=True,
+        )
+        return (
+            self._live_job(deserialize_item(dict(response["Attributes"])), "dispatch") if response else None
         )
 
     def release_dispatch(self, job_id: str) -> None:
         """Give a claim back after SubmitJob failed for a while (``Dispatching`` → ``Admitted``)."""
-        self._dispatch_update(
-            job_id, DispatchState.DISPATCHING, DispatchState.ADMITTED, extra_condition=False
+        self._update_job(
+            job_id,
+            "SET dispatchState = :after",
+            condition="dispatchState = :before",
+            values={":before": DispatchState.DISPATCHING.value, ":after": DispatchState.ADMITTED.value},
         )
 
     def record_dispatch(self, job_id: str, batch_job_id: str) -> Job | None:
@@ -290,29 +306,6 @@ class QuotaRecords(StoreBase):
                 ":dispatched": DispatchState.DISPATCHED.value,
                 ":dispatching": DispatchState.DISPATCHING.value,
             },
-            return_new=True,
-        )
-        return (
-            self._live_job(deserialize_item(dict(response["Attributes"])), "dispatch") if response else None
-        )
-
-    def _dispatch_update(
-        self, job_id: str, before: DispatchState, after: DispatchState, *, extra_condition: bool
-    ) -> Job | None:
-        condition = "dispatchState = :before"
-        values: dict[str, Any] = {":before": before.value, ":after": after.value}
-        names: dict[str, str] = {}
-        if extra_condition:
-            condition += " AND NOT #status IN (:succeeded, :terminated)"
-            names["#status"] = "status"
-            values[":succeeded"] = JobStatus.SUCCEEDED.value
-            values[":terminated"] = JobStatus.TERMINATED.value
-        response = self._update_job(
-            job_id,
-            "SET dispatchState = :after",
-            condition=condition,
-            names=names,
-            values=values,
             return_new=True,
         )
         return (
