@@ -92,6 +92,7 @@ class ControlPlaneStack(Stack):
                 api_function=self.functions.api,
                 batch_events_function=self.functions.batch_events,
                 meter_function=self.functions.meter,
+                dispatcher_function=self.functions.dispatcher,
                 jobs_table=self.data.jobs_table,
                 ledger_table=self.data.ledger_table,
                 email_topic_prefix=self.notifications.topic_name_prefix,

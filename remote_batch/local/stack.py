@@ -12,7 +12,7 @@ import logging
 import os
 import socket
 import threading
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -280,7 +280,13 @@ class LocalStack:
         """``GET /local/dispatch``: the dispatch queue's numbers and the Batch gateway's SubmitJob counts."""
         numbers: dict[str, Any] = {}
         if self._dispatch_queue is not None:
-            numbers["dispatchQueue"] = asdict(self._dispatch_queue.stats())
+            stats = self._dispatch_queue.stats()
+            numbers["dispatchQueue"] = {
+                "sent": stats.sent,
+                "deliveries": stats.deliveries,
+                "waiting": stats.waiting,
+                "deadLetters": stats.dead_letters,
+            }
         if self._executor is not None:
             report = self._executor.submit_rate.report()
             numbers["submitJob"] = {
