@@ -26,6 +26,7 @@ from aws_lambda_powertools import Logger
 from functions.domain.errors import BatchRefused, ConditionFailed, DependencyFailed, RecordMissing
 from functions.domain.jobs import DispatchState, Job, Transition
 from functions.domain.machine_classes import machine_class
+from functions.domain.quotas import QuotaLimits
 from functions.domain.status import JobStatus, statuses_between
 from functions.logic import quotas
 from functions.logic.job_outcomes import final_charge
@@ -106,9 +107,10 @@ def enqueue(services: Services, job_ids: Sequence[str]) -> None:
         dispatch_job(services, job_id, receive_count=MAX_RECEIVES)
 
 
-def admit_and_enqueue(services: Services, account_id: str) -> list[str]:
-    """Admit what the account's quota lets go now (``quotas.admit_waiting``) and enqueue it."""
-    admitted = quotas.admit_waiting(services, account_id)
+def admit_and_enqueue(services: Services, account_id: str, limits: QuotaLimits | None = None) -> list[str]:
+    """Admit what the account's quota lets go now (``quotas.admit_waiting``; ``limits`` when read
+    already) and enqueue it."""
+    admitted = quotas.admit_waiting(services, account_id, limits)
     enqueue(services, admitted)
     return admitted
 

@@ -25,6 +25,7 @@ from functions.domain.jobs import DispatchState, Job
 from functions.domain.machine_classes import GeoZone, MachineClass
 from functions.domain.quotas import (
     Demand,
+    HeldJob,
     QuotaKey,
     QuotaLimits,
     QuotaLine,
@@ -50,8 +51,9 @@ MAX_ADMISSION_PASSES = 20
 
 def check_submit(
     services: Services, account_id: str, machine: MachineClass, zone: GeoZone, array_size: int | None = None
-) -> Demand:
-    """What a new job of ``machine`` in ``zone`` would hold, after checking it could ever be admitted.
+) -> tuple[Demand, QuotaLimits]:
+    """What a new job of ``machine`` in ``zone`` would hold, after checking it could ever be admitted,
+    and the account's limits.
 
     Raises
     ------
@@ -59,19 +61,25 @@ def check_submit(
         The job alone needs more than the account's limit for its family and zone, or its total.
     """
     demand = demand_of(machine, zone, array_size)
-    check_fits_alone(demand, services.store.get_quota_limits(account_id), machine.name)
-    return demand
+    limits = services.store.get_quota_limits(account_id)
+    check_fits_alone(demand, limits, machine.name)
+    return demand, limits
 
 
-def hold(services: Services, job: Job, demand: Demand) -> Job:
+def hold(services: Services, job: Job, demand: Demand, limits: QuotaLimits) -> tuple[Job, bool]:
     """Write a new job held for quota (counted as queued). Its ``statusReason`` says what it waits for
-    when the account's usage (or older held jobs of its family and zone) already stands in its way;
-    ``admit_waiting`` then admits it if it can.
+    when the account's usage (or older held jobs of its family and zone) already stands in its way.
+
+    Returns
+    -------
+    tuple[Job, bool]
+        The job as written, and whether it may be admitted on its own at once (nothing of its family
+        and zone waited and it fitted when read): the caller tries ``admit_job`` for it alone, else
+        ``admit_waiting``, which also catches a release that happened between the read and the write.
 
     Raises ``ConditionFailed`` (the id exists) or ``DependencyFailed``.
     """
     usage = services.store.get_quota_usage(job.account_id)
-    limits = services.store.get_quota_limits(job.account_id)
     waits = usage.waiting(demand.key) > 0 or not fits(demand, usage, limits)
     held = replace(
         job,
@@ -79,10 +87,18 @@ def hold(services: Services, job: Job, demand: Demand) -> Job:
         status_reason=waiting_reason(demand, usage, limits) if waits else None,
     )
     services.store.hold_job(held)
-    return held
+    return held, not waits
 
 
-def admit_waiting(services: Services, account_id: str) -> list[str]:
+def admit_new(services: Services, job: Job, demand: Demand, limits: QuotaLimits) -> Job | None:
+    """Admit a job ``hold`` said may go at once (one conditional write); the job admitted, or None
+    when the write lost (``admit_waiting`` then decides)."""
+    if services.store.admit_job(job.account_id, HeldJob(job.job_id, demand), limits):
+        return replace(job, dispatch_state=DispatchState.ADMITTED, status_reason=None)
+    return None
+
+
+def admit_waiting(services: Services, account_id: str, limits: QuotaLimits | None = None) -> list[str]:
     """Admit the account's held jobs that fit now, oldest first per family and zone.
 
     A family and zone whose oldest held job does not fit admits none after it (no overtaking); its
@@ -95,7 +111,7 @@ def admit_waiting(services: Services, account_id: str) -> list[str]:
         The ids admitted by this call, in admission order (the caller hands them to the dispatcher).
     """
     store = services.store
-    limits = store.get_quota_limits(account_id)
+    limits = limits or store.get_quota_limits(account_id)
     admitted: list[str] = []
     for _ in range(MAX_ADMISSION_PASSES):
         held = store.list_held_jobs(account_id)

@@ -263,19 +263,25 @@ def submit_job(services: Services, account_id: str, request: JobRequest, now: da
     from functions.logic import dispatch, quotas  # dispatch imports this module
 
     prepared = prepare_submission(services, account_id, request)
-    demand = quotas.check_submit(services, account_id, prepared.machine, prepared.zone)
+    demand, limits = quotas.check_submit(services, account_id, prepared.machine, prepared.zone)
     job = new_job(account_id, request, prepared, now)
     zone_services = services.zones[prepared.zone]
     zone_services.blobs.put(input_key(job.job_id), json.dumps(prepared.document).encode(), "application/json")
     try:
-        job = quotas.hold(services, job, demand)
+        job, alone = quotas.hold(services, job, demand, limits)
     except Exception:
         zone_services.blobs.delete_prefix(f"inputs/{job.job_id}/")
         raise
     services.events.count("JobsSubmitted")
     logger.info("job accepted", job_id=job.job_id, machine_class=prepared.machine.name)
     try:
-        dispatch.admit_and_enqueue(services, account_id)
+        admitted = quotas.admit_new(services, job, demand, limits) if alone else None
+        if admitted is not None:
+            dispatch.enqueue(services, [job.job_id])
+            # Queued: answer as admitted; without a queue it was sent (or ended) here: read it.
+            fresh = services.store.get_job(job.job_id) if services.dispatch is None else None
+            return fresh or admitted
+        dispatch.admit_and_enqueue(services, account_id, limits)
     except DependencyFailed:
         # The job is stored and held: the account's next release or submit, or the meter's
         # backstop, admits it.
