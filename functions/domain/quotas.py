@@ -205,10 +205,14 @@ def fits(demand: Demand, usage: Usage, limits: QuotaLimits) -> bool:
 
 def waiting_reason(demand: Demand, usage: Usage, limits: QuotaLimits) -> str:
     """The held job's ``statusReason``: ``Waiting for quota: Memory vCPUs in EuropeanUnion (64 of 64
-    in use)``, or ``Waiting for quota: total vCPUs (768 of 768 in use)`` when the total is what
+    in use)``, or ``Waiting for quota: total vCPUs (768 of 768 in use)`` when the total alone is what
     blocks it."""
     key = demand.key
-    if usage.used(key) + demand.units > limits.limit(key):
+    family_fits = usage.used(key) + demand.units <= limits.limit(key)
+    total_fits = usage.total_in_use + demand.vcpus <= limits.total_limit
+    # The family's numbers unless the total alone blocks it (a job queued behind older ones of its
+    # family and zone waits for the family's quota too).
+    if not family_fits or total_fits:
         unit = unit_of(key.family).value
         return (
             f"Waiting for quota: {key.family.value} {unit}s in {key.zone.value} "

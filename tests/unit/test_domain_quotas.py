@@ -95,6 +95,14 @@ def test_the_waiting_reason_names_the_total_when_it_blocks() -> None:
     assert waiting_reason(demand, usage, limits) == "Waiting for quota: total vCPUs (10 of 10 in use)"
 
 
+def test_a_job_queued_behind_older_ones_names_its_family_even_with_room() -> None:
+    # The family has room (1 of 2) but older jobs of it wait: the reason names the family's numbers.
+    usage = Usage({BASIC_US: 1}, {BASIC_US: 3}, total_in_use=1)
+    demand = demand_of(MACHINE_CLASSES["Basic1x8"], US)
+    reason = waiting_reason(demand, usage, QuotaLimits({BASIC_US: 2}))
+    assert reason == "Waiting for quota: Basic vCPUs in UnitedStates (1 of 2 in use)"
+
+
 def test_limits_keep_unlisted_entries_and_reset_the_total_to_the_default() -> None:
     limits = QuotaLimits({BASIC_US: 2}, total=100).with_changes({MEMORY_EU: 8}, None, set_total=True)
     assert limits.limit(BASIC_US) == 2
