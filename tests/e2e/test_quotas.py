@@ -1,7 +1,7 @@
 """Issue 15 items 1-2 on the local stack: quotas hold jobs and let them go oldest first; a burst of
 submits is absorbed by the dispatch queue and reaches the Batch gateway below its SubmitJob rate.
 
-By default the burst is scaled down (150 submits from 8 threads, the gateway at 20 SubmitJob calls
+By default the burst is scaled down (60 submits from 4 threads, the gateway at 20 SubmitJob calls
 per second so its throttling and the dispatcher's backoff are exercised); with
 ``REMOTE_BATCH_E2E_FULL=1`` it runs the issue's figures: 2,000 submits from 50 threads, the gateway at
 50 per second (about 20 minutes on 2 cores: every job runs a worker process).
@@ -22,7 +22,7 @@ from tests.e2e.conftest import Client, LocalStackProcess, _free_port, wait_for
 pytestmark = pytest.mark.e2e
 
 FULL_SCALE = os.environ.get("REMOTE_BATCH_E2E_FULL") == "1"
-BURST_JOBS, BURST_THREADS, GATEWAY_TPS = (2000, 50, 50) if FULL_SCALE else (200, 20, 20)
+BURST_JOBS, BURST_THREADS, GATEWAY_TPS = (2000, 50, 50) if FULL_SCALE else (60, 4, 20)
 SLEEPING = {
     "code": "import time\ntime.sleep(2)\n'slept'",
     "machineClass": "Basic1x8",
