@@ -603,7 +603,7 @@ def test_the_whole_flow_runs_under_each_functions_own_role(flow: FlowRun) -> Non
     # Every function did its part, under its own role, and each step's AWS calls were made.
     operations = {(c.function, c.operation) for c in enforcer.calls}
     for expected in [
-        ("api", "sqs:SendMessage"),
+        ("api", "sqs:SendMessageBatch"),
         ("dispatcher", "batch:SubmitJob"),
         ("api", "batch:TerminateJob"),
         ("api", "sns:CreateTopic"),

@@ -317,7 +317,7 @@ def test_concurrent_submits_and_completions_never_exceed_the_limit_nor_leave_a_j
         submitted.put(replace(job, tags={**job.tags, "batch": batch_id}))
         return batch_id
 
-    gateway.submit_job = submit_job  # type: ignore[method-assign]
+    gateway.submit_job = submit_job  # type: ignore[method-assign,assignment]
     request = submission.JobRequest(payload_kind=PayloadKind.CODE, payload="1", geo_zone="UnitedStates")
 
     def submit(_: int) -> str:
