@@ -12,10 +12,12 @@ to be sent to AWS Batch) until it ends: Starting, Running, and the short time it
 own queue all count, because AWS Batch may start it at any moment then. A job over the limit is
 *held* (``Queued``, ``statusReason`` ``Waiting for quota: ...``) and counts as *queued* instead.
 
-An array job holds ``arraySize`` x its class's units: AWS Batch runs an array's children concurrently
-as far as the compute environment's capacity allows, so the service must assume all of them may run
-at once (the service cannot hold back single children of one AWS Batch array job). An array larger
-than its family's limit is refused like a single job over it; split it or ask for a higher quota.
+The rule for an array job (``demand_of`` with ``array_size``): it holds ``arraySize`` x its class's
+units, because AWS Batch runs an array's children concurrently as far as the compute environment's
+capacity allows, so the service must assume all of them may run at once (it cannot hold back single
+children of one AWS Batch array job). Array submits do not go through the quota yet
+(``functions.logic.arrays`` submits them directly): with the default limits most arrays would be
+larger than their family's limit, which needs per-span admission first.
 
 Everything here is pure: the store keeps the counters with conditional writes
 (``functions.adapters.dynamodb.quotas``), the logic (``functions.logic.quotas``) decides with this.
