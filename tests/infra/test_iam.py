@@ -72,11 +72,13 @@ def _batch_arn(region: str, resource: str) -> dict[str, Any]:
     return {"Fn::Join": ["", [f"arn:aws:batch:{region}:", {"Ref": "AWS::AccountId"}, f":{resource}"]]}
 
 
-def test_only_api_submits_and_only_to_the_service_queues_and_definitions(synth: Synth) -> None:
+def test_only_the_dispatcher_submits_and_only_to_the_service_queues_and_definitions(synth: Synth) -> None:
     functions = synth.stack.functions
     regions = ("us-east-1", "eu-central-1")
 
-    (submit,) = [s for s in _policy_of(synth, functions.api) if "batch:SubmitJob" in _listed(s["Action"])]
+    (submit,) = [
+        s for s in _policy_of(synth, functions.dispatcher) if "batch:SubmitJob" in _listed(s["Action"])
+    ]
     queues = [_batch_arn(r, f"job-queue/remote-batch-dev-{mc}") for r in regions for mc in MACHINE_CLASSES]
     # SubmitJob requires the job (job/*) and the queue; it is authorized on the definition with its
     # revision, or without one when the definition is named without a revision.
@@ -88,7 +90,8 @@ def test_only_api_submits_and_only_to_the_service_queues_and_definitions(synth: 
     ]
     jobs = [_batch_arn(r, "job/*") for r in regions]
     assert sorted(map(json.dumps, submit["Resource"])) == sorted(map(json.dumps, jobs + queues + definitions))
-    for other in (functions.batch_events, functions.meter):
+    # POST /jobs never calls AWS Batch: the api only puts admitted jobs on the dispatch queue.
+    for other in (functions.api, functions.batch_events, functions.meter):
         assert not [s for s in _policy_of(synth, other) if "batch:SubmitJob" in _listed(s["Action"])]
 
 
@@ -120,9 +123,10 @@ def test_functions_reach_both_zone_buckets_by_name(synth: Synth, name: str) -> N
 @pytest.mark.parametrize(
     ("name", "tables"),
     [
-        ("api", {"Jobs", "Accounts", "Ledger", "Idempotency"}),
-        ("batch_events", {"Jobs", "Accounts", "Ledger"}),
-        ("meter", {"Jobs", "Accounts", "Ledger"}),
+        ("api", {"Jobs", "Accounts", "Ledger", "Idempotency", "Quotas"}),
+        ("batch_events", {"Jobs", "Accounts", "Ledger", "Quotas"}),
+        ("meter", {"Jobs", "Accounts", "Ledger", "Quotas"}),
+        ("dispatcher", {"Jobs", "Accounts", "Ledger", "Quotas"}),
     ],
 )
 def test_functions_reach_only_their_tables(synth: Synth, name: str, tables: set[str]) -> None:

@@ -79,7 +79,7 @@ def test_every_zone_keeps_its_fixed_name_bucket_only_past_creation(app_synth: Sy
 def test_every_table_is_deletion_protected(app_synth: SynthApp) -> None:
     tables = app_synth.control_plane.resources("AWS::DynamoDB::Table")
 
-    assert len(tables) == 4
+    assert len(tables) == 5
     for logical_id, table in tables.items():
         assert table["Properties"]["DeletionProtectionEnabled"] is True, logical_id
 
