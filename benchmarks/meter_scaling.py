@@ -128,6 +128,7 @@ def _settings(region: str) -> Any:
         operations_table="bench-operations",
         computes_table="computes-table",
         compute_prefix="remote-batch-test",
+        quotas_table="bench-quotas",
         email_topic_arn_prefix=f"arn:aws:sns:{region}:123456789012:bench-email-",
         home_region=region,
         zones={
@@ -252,6 +253,7 @@ def tables(region: str, t0: datetime) -> tuple[Any, RequestLog, Any, str]:
         "Accounts": settings.accounts_table,
         "Ledger": settings.ledger_table,
         "Idempotency": settings.idempotency_table,
+        "Quotas": settings.quotas_table,
     }
     log = RequestLog()
     session = boto3.Session(region_name=region)

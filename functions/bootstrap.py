@@ -29,6 +29,7 @@ from functions.adapters.dynamodb.operations import DynamoOperationsStore
 from functions.adapters.logs import CloudWatchLogReader
 from functions.adapters.s3 import S3BlobStore
 from functions.adapters.sns import SnsEmailSubscriptions, SnsNotifier
+from functions.adapters.sqs import SqsDispatchQueue
 from functions.adapters.webhook import WebhookSender
 from functions.domain.machine_classes import GeoZone
 from functions.observability import MetricsEvents
@@ -37,6 +38,7 @@ from functions.ports import (
     BatchRoute,
     Clock,
     ComputeEnvironments,
+    DispatchQueue,
     EventCounter,
     FleetControl,
     HostResolver,
@@ -104,6 +106,7 @@ def build_services(
     events: EventCounter | None = None,
     fleets: Mapping[GeoZone, FleetControl] | None = None,
     compute_environments: Mapping[GeoZone, ComputeEnvironments] | None = None,
+    dispatch: DispatchQueue | None = None,
 ) -> Services:
     """Build every adapter from ``settings``.
 
@@ -128,6 +131,9 @@ def build_services(
     compute_environments : Mapping[GeoZone, ComputeEnvironments] | None
         Replaces AWS Batch's dedicated compute environments per zone (the local executor's); default:
         AWS Batch in each zone that has a ``computeTemplate``.
+    dispatch : DispatchQueue | None
+        Where admitted jobs go (the local stack's queue); default: the SQS queue of
+        ``REMOTE_BATCH_DISPATCH_QUEUE_URL``, or none (jobs are sent within the admitting call).
     """
     session = session or boto3.Session()
     lock = threading.Lock()
@@ -140,8 +146,15 @@ def build_services(
 
     dynamodb = client("dynamodb", settings.home_region)
     store = DynamoJobStore(
-        dynamodb, settings.jobs_table, settings.accounts_table, settings.ledger_table, clock=clock
+        dynamodb,
+        settings.jobs_table,
+        settings.accounts_table,
+        settings.ledger_table,
+        clock=clock,
+        quotas_table=settings.quotas_table,
     )
+    if dispatch is None and settings.dispatch_queue_url:
+        dispatch = SqsDispatchQueue(client("sqs", settings.home_region), settings.dispatch_queue_url)
     sns = client("sns", settings.home_region)
     resolver = resolver or SocketResolver()
     if notifier is None:
@@ -204,6 +217,7 @@ def build_services(
             dynamodb, settings.computes_table, settings.accounts_table, settings.ledger_table
         ),
         compute_prefix=settings.compute_prefix,
+        dispatch=dispatch,
     )
 
 

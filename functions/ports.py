@@ -19,6 +19,7 @@ from functions.domain.fleet import AuditEntry, ClassAvailability
 from functions.domain.jobs import Account, BatchJobState, Job, LedgerEntry, NotificationRecord, Transition
 from functions.domain.machine_classes import GeoZone, MachineClass
 from functions.domain.presumed import PresumedTransition
+from functions.domain.quotas import HeldJob, QuotaLimits, Usage
 from functions.domain.roles import AccountMembers, Member
 from functions.domain.runtime import WORKER_PYTHON_VERSION
 from functions.domain.status import JobStatus
@@ -217,6 +218,39 @@ class JobRepository(Protocol):
 
     def get_jobs(self, job_ids: Sequence[str]) -> list[Job]:
         """The live jobs among ``job_ids`` (strongly consistent reads), in no particular order."""
+
+    # -- quotas and the dispatcher (``functions.domain.quotas``, ``functions.logic.dispatch``) -----------
+    def get_quota_limits(self, account_id: str) -> QuotaLimits:
+        """The account's limits: its overrides over the defaults."""
+
+    def put_quota_limits(self, account_id: str, limits: QuotaLimits) -> None:
+        """Store the account's overrides."""
+
+    def get_quota_usage(self, account_id: str) -> Usage:
+        """Units in use and queued per family and zone, and vCPUs in all (strongly consistent)."""
+
+    def list_held_jobs(self, account_id: str) -> list[HeldJob]:
+        """The account's jobs waiting for quota, oldest first (a bounded page)."""
+
+    def hold_job(self, job: Job) -> None:
+        """Create a job held for quota (``dispatchState`` ``Held``), counted as queued, in one write.
+        Raises ``ConditionFailed`` when the id exists."""
+
+    def admit_job(self, account_id: str, held: HeldJob, limits: QuotaLimits) -> bool:
+        """Move a held job's units to in use, only within ``limits`` (a conditional transaction); False
+        when a limit would be exceeded or the job is no longer held."""
+
+    def set_waiting_reason(self, job_id: str, reason: str) -> None:
+        """Set a held job's ``statusReason`` (no-op once it is no longer held)."""
+
+    def claim_dispatch(self, job_id: str) -> Job | None:
+        """``Admitted`` → ``Dispatching`` while not final; the job, or None for the writers that lost."""
+
+    def release_dispatch(self, job_id: str) -> None:
+        """``Dispatching`` → ``Admitted`` (SubmitJob failed for now)."""
+
+    def record_dispatch(self, job_id: str, batch_job_id: str) -> Job | None:
+        """Record SubmitJob's Batch job id and ``Dispatched``; the job after the write, or None."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -477,6 +511,14 @@ class ZoneServices:
     computes: ComputeEnvironments | None = None
 
 
+class DispatchQueue(Protocol):
+    """Where admitted jobs wait for the dispatcher (an SQS queue with a DLQ deployed; a local queue
+    in the local stack). Delivery is at least once: the dispatcher's claim makes a repeat harmless."""
+
+    def send(self, job_ids: Sequence[str]) -> None:
+        """Enqueue each job id. Raises ``DependencyFailed`` when the queue refuses."""
+
+
 class EventCounter(Protocol):
     """Counts what the service did, as operators watch it (CloudWatch metrics on AWS).
 
@@ -509,6 +551,8 @@ class Services:
     worker_python: str = WORKER_PYTHON_VERSION
     # Most children per AWS Batch array job (``functions.domain.arrays.plan_spans``; AWS allows 10,000).
     array_span_size: int = 10_000
+    # Where admitted jobs go for the dispatcher; None: sent to AWS Batch within the admitting call.
+    dispatch: DispatchQueue | None = None
     # The operators' class states and audit log; None: every class is in service, no admin fleet routes.
     operations: OperationsStore | None = None
     # Dedicated computes (None: the deployment has none) and the prefix of their AWS Batch names.

@@ -96,6 +96,9 @@ class Settings(BaseSettings):
     ``REMOTE_BATCH_LEDGER_TABLE``, ``REMOTE_BATCH_IDEMPOTENCY_TABLE``, ``REMOTE_BATCH_OPERATIONS_TABLE``
     (operators' class states and audit log), ``REMOTE_BATCH_COMPUTES_TABLE``,
     ``REMOTE_BATCH_COMPUTE_PREFIX`` (the prefix of dedicated computes' AWS Batch names, ``<prefix>-cmp-*``),
+    ``REMOTE_BATCH_LEDGER_TABLE``, ``REMOTE_BATCH_IDEMPOTENCY_TABLE``, ``REMOTE_BATCH_QUOTAS_TABLE``,
+    ``REMOTE_BATCH_DISPATCH_QUEUE_URL`` (optional), ``REMOTE_BATCH_DISPATCH_TPS`` (optional, default 40),
+    ``REMOTE_BATCH_DISPATCH_CONCURRENCY`` (optional, default 4),
     ``REMOTE_BATCH_EMAIL_TOPIC_ARN_PREFIX`` (the ARN every account's email topic starts with,
     ``arn:aws:sns:<region>:<account>:remote-batch-<stage>-email-``),
     ``REMOTE_BATCH_EMAIL_TOPIC_KEY`` (the KMS key those topics are encrypted with; optional: none locally),
@@ -128,6 +131,17 @@ class Settings(BaseSettings):
     # IAM policies allow Batch calls on exactly those names.
     compute_prefix: str = Field(
         validation_alias="REMOTE_BATCH_COMPUTE_PREFIX", pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]{2,59}$"
+    )
+    quotas_table: str = Field(validation_alias="REMOTE_BATCH_QUOTAS_TABLE", min_length=3)
+    # The SQS queue the api puts admitted jobs on for the dispatcher (``functions.logic.dispatch``);
+    # empty: the job is sent to AWS Batch within the request that admitted it (tests, no queue).
+    dispatch_queue_url: str = Field(default="", validation_alias="REMOTE_BATCH_DISPATCH_QUEUE_URL")
+    # SubmitJob calls per second the dispatcher makes in all (AWS Batch allows about 50 per account),
+    # shared by at most ``dispatch_concurrency`` dispatcher instances (the event source mapping's
+    # maximum concurrency): each paces itself at dispatch_tps / dispatch_concurrency.
+    dispatch_tps: float = Field(default=40.0, validation_alias="REMOTE_BATCH_DISPATCH_TPS", gt=0, le=50)
+    dispatch_concurrency: int = Field(
+        default=4, validation_alias="REMOTE_BATCH_DISPATCH_CONCURRENCY", ge=1, le=100
     )
     email_topic_arn_prefix: str = Field(
         validation_alias="REMOTE_BATCH_EMAIL_TOPIC_ARN_PREFIX",
@@ -195,6 +209,10 @@ class Settings(BaseSettings):
             "REMOTE_BATCH_OPERATIONS_TABLE": self.operations_table,
             "REMOTE_BATCH_COMPUTES_TABLE": self.computes_table,
             "REMOTE_BATCH_COMPUTE_PREFIX": self.compute_prefix,
+            "REMOTE_BATCH_QUOTAS_TABLE": self.quotas_table,
+            "REMOTE_BATCH_DISPATCH_QUEUE_URL": self.dispatch_queue_url,
+            "REMOTE_BATCH_DISPATCH_TPS": str(self.dispatch_tps),
+            "REMOTE_BATCH_DISPATCH_CONCURRENCY": str(self.dispatch_concurrency),
             "REMOTE_BATCH_EMAIL_TOPIC_ARN_PREFIX": self.email_topic_arn_prefix,
             "REMOTE_BATCH_EMAIL_TOPIC_KEY": self.email_topic_key,
             "REMOTE_BATCH_SMS_PER_ACCOUNT_PER_HOUR": str(self.sms_per_account_per_hour),

@@ -59,13 +59,30 @@ LAMBDA_RUNTIME_LOCK_FILE = "functions/runtime.lock"
 LAMBDA_LAYER_DIR = "build/lambda/layer"
 LAMBDA_LAYER_ZIP = "build/lambda/layer.zip"  # what CDK uploads: LAMBDA_LAYER_DIR, zipped reproducibly
 LAMBDA_RUNTIME_SDK_DIR = "build/lambda-runtime"
-LAMBDA_MEMORY_MIB = {"api": 1024, "batch_events": 512, "meter": 1024}
-LAMBDA_TIMEOUT_SECONDS = {"api": 29, "batch_events": 60, "meter": 55}
+LAMBDA_MEMORY_MIB = {"api": 1024, "batch_events": 512, "meter": 1024, "dispatcher": 512}
+LAMBDA_TIMEOUT_SECONDS = {"api": 29, "batch_events": 60, "meter": 55, "dispatcher": 60}
 LAMBDA_HANDLERS = {
     "api": "functions.handlers.api.handler",
     "batch_events": "functions.handlers.batch_events.handler",
     "meter": "functions.handlers.meter.handler",
+    "dispatcher": "functions.handlers.dispatcher.handler",
 }
+
+# The dispatch queue (functions/logic/dispatch.py). SubmitJob calls per second in all, below AWS Batch's
+# ~50 per account and region; the event source mapping's maximum concurrency (SQS's minimum is 2), each
+# instance pacing itself at the rate divided by it; up to 10 messages per invocation (one instance paces
+# 10 SubmitJob calls at 10/s: 1 s of a 60 s timeout; a throttled call backs off up to ~3.5 s per job).
+DISPATCH_TPS = 40
+DISPATCH_MAX_CONCURRENCY = 4
+DISPATCH_BATCH_SIZE = 10
+# Six times the function's timeout (the AWS Lambda developer guide's advice for SQS event sources).
+DISPATCH_VISIBILITY_TIMEOUT_SECONDS = 360
+# The DLQ takes a message only after the dispatcher's own give-up (functions.logic.dispatch.MAX_RECEIVES,
+# which ends the job Terminated) failed too.
+DISPATCH_MAX_RECEIVE_COUNT = 12
+DISPATCH_DLQ_RETENTION_DAYS = 14
+# Alarm when the oldest message waits this long (a stalled dispatcher or AWS Batch refusing for long).
+DISPATCH_BACKLOG_ALARM_SECONDS = 900
 
 # API Gateway.
 API_STAGE_NAME = "v1"
@@ -96,7 +113,7 @@ FUNCTION_ERRORS_ALARM_THRESHOLD = 1
 # minute), and any job still Starting/Running past its Batch timeout plus the meter's margin.
 API_5XX_RATE_ALARM_THRESHOLD = 0.05
 API_LATENCY_P90_ALARM_MS = 5000
-FUNCTION_DURATION_P90_ALARM_MS = {"api": 5000, "batch_events": 30_000, "meter": 27_500}
+FUNCTION_DURATION_P90_ALARM_MS = {"api": 5000, "batch_events": 30_000, "meter": 27_500, "dispatcher": 30_000}
 LATENCY_ALARM_EVALUATION_PERIODS = 2
 METER_SILENCE_MINUTES = 3
 STUCK_JOBS_ALARM_THRESHOLD = 0

@@ -89,6 +89,7 @@ class ControlPlaneFindings:
     api_function: lambda_.Function
     batch_events_function: lambda_.Function
     meter_function: lambda_.Function
+    dispatcher_function: lambda_.Function
     jobs_table: IConstruct
     ledger_table: IConstruct
     computes_table: IConstruct
@@ -285,7 +286,24 @@ def _acknowledge_functions(scopes: ControlPlaneFindings) -> None:
         *table_indexes,
         *dedicated,
     )
-    for function in (scopes.api_function, scopes.batch_events_function, scopes.meter_function):
+    # The dispatcher: SubmitJob (job/*, the definitions' revisions), TerminateJob of a job aborted while
+    # it was submitted, notifications of a job it ends (X-Ray and SMS on "*", the topic key).
+    _acknowledge(
+        scopes.dispatcher_function.role,
+        wildcard,
+        topic_key,
+        email_topics,
+        *jobs,
+        *job_definitions,
+        *table_indexes,
+    )
+    functions = (
+        scopes.api_function,
+        scopes.batch_events_function,
+        scopes.meter_function,
+        scopes.dispatcher_function,
+    )
+    for function in functions:
         _acknowledge(function, ("AwsSolutions-L1", _LAMBDA_RUNTIME))
 
 

@@ -11,7 +11,7 @@ from pydantic import ValidationError
 
 from functions.adapters.batch_detail import BatchJobDetail, to_state
 from functions.adapters.errors import translate_errors
-from functions.domain.errors import DependencyFailed
+from functions.domain.errors import BatchRefused
 from functions.domain.jobs import BatchJobState
 from functions.ports import BatchSubmission
 
@@ -87,8 +87,8 @@ def translated_errors(action: str, consequence: str) -> Iterator[None]:
     DependencyFailed
         Throttling (``ThrottlingException``, ``TooManyRequestsException``...): "AWS Batch is busy";
         ``ClientException`` (AWS Batch's 400: a job, queue or definition it does not know, bad
-        parameters): "AWS Batch refused to ..."; ``ServerException`` and any other error code, and
-        errors reaching the endpoint at all (``EndpointConnectionError``, timeouts: botocore's
+        parameters): ``BatchRefused`` "AWS Batch refused to ..."; ``ServerException`` and any other
+        error code, and errors reaching the endpoint at all (``EndpointConnectionError``, timeouts: botocore's
         ``BotoCoreError``): "AWS Batch did not ...". The original error is the ``__cause__``; its
         code is logged, never shown to the caller.
     """
@@ -100,7 +100,7 @@ def translated_errors(action: str, consequence: str) -> Iterator[None]:
         unreachable=f"AWS Batch could not be reached to {action}; {consequence}",
         permanent=CLIENT_ERROR_CODES,
         refused=f"AWS Batch refused to {action}; {consequence}",
-        refusal=DependencyFailed,
+        refusal=BatchRefused,
     ):
         yield
 

@@ -130,6 +130,12 @@ LEDGER = TableSpec(
     indexes=(Index("byTime", partition_key="accountId", sort_key="at", local=True),),
 )
 
+# Quotas (``functions.adapters.dynamodb.quotas``): per account, its limits (``limits``), a usage counter
+# per family and zone (``usage#Basic#UnitedStates``: inUse, queued) and for the total (``usage#total``),
+# and one ``held#<jobId>`` item per job waiting for quota, so the account's held jobs read oldest first
+# with one Query.
+QUOTAS = TableSpec(logical_name="Quotas", partition_key="accountId", sort_key="entry")
+
 # Powertools idempotency persistence layer's default schema.
 IDEMPOTENCY = TableSpec(logical_name="Idempotency", partition_key="id", ttl_attribute="expiration")
 
@@ -148,7 +154,7 @@ COMPUTES = TableSpec(
     indexes=(Index("allComputes", partition_key="computePartition", sort_key="computeKey"),),
 )
 
-ALL_TABLES = (JOBS, ACCOUNTS, LEDGER, IDEMPOTENCY, OPERATIONS, COMPUTES)
+ALL_TABLES = (JOBS, ACCOUNTS, LEDGER, IDEMPOTENCY, QUOTAS, OPERATIONS, COMPUTES)
 
 
 def create_table_request(spec: TableSpec, name: str) -> CreateTableInputTypeDef:

@@ -40,6 +40,14 @@ class ValidationFailed(ServiceError):
     code = "ValidationError"
 
 
+class QuotaExceeded(ServiceError):
+    """A job that alone needs more than its account's quota for its machine family and geo zone, or
+    more than its total (400): it could never be admitted (``functions.domain.quotas``)."""
+
+    status = 400
+    code = "QuotaExceeded"
+
+
 class Unauthorized(ServiceError):
     """Missing, malformed, expired or unknown token (401)."""
 
@@ -115,6 +123,11 @@ class DependencyFailed(ServiceError):
 
     status = 500
     code = "InternalError"
+
+
+class BatchRefused(DependencyFailed):
+    """AWS Batch refused a request for good (its ``ClientException``: an unknown queue or definition,
+    bad parameters): sending the same request again cannot succeed."""
 
 
 class DeliveryRefused(DependencyFailed):

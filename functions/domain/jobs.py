@@ -72,6 +72,20 @@ class PayloadKind(StrEnum):
     PICKLE = "pickle"
 
 
+class DispatchState(StrEnum):
+    """Where a job stands between ``POST /jobs`` and AWS Batch.
+
+    ``Held``: over its account's quota, waiting (counted as queued). ``Admitted``: holds its quota,
+    waiting for the dispatcher. ``Dispatching``: a dispatcher claimed it and is calling SubmitJob.
+    ``Dispatched``: AWS Batch took it (``batch_job_id`` set).
+    """
+
+    HELD = "Held"
+    ADMITTED = "Admitted"
+    DISPATCHING = "Dispatching"
+    DISPATCHED = "Dispatched"
+
+
 @dataclass(frozen=True, slots=True)
 class NotificationRecord:
     """One line of a job's ``notificationLog``: what was sent, skipped or failed, when, how.
@@ -147,6 +161,9 @@ class Job:
     compute : str | None
         The dedicated compute the job was submitted to; its running time is the compute's, so the
         job itself is charged 0 (``job_rate``).
+    dispatch_state : DispatchState | None
+        Where a job submitted through the quota and the dispatcher is (``functions.logic.quotas``,
+        ``functions.logic.dispatch``); None for a job that never took part (an array's child).
     """
 
     job_id: str
@@ -191,6 +208,16 @@ class Job:
     # The dedicated compute the job runs on (``functions.domain.computes``): its queue, no charge.
     compute: str | None = None
     submitted_by: str | None = None
+    dispatch_state: DispatchState | None = None
+
+    @property
+    def holds_quota(self) -> bool:
+        """True while the job holds its quota units (admitted, whether sent to AWS Batch yet or not)."""
+        return self.dispatch_state in (
+            DispatchState.ADMITTED,
+            DispatchState.DISPATCHING,
+            DispatchState.DISPATCHED,
+        )
 
     @property
     def expires_at(self) -> datetime:

@@ -34,6 +34,7 @@ from functions.domain.jobs import (
 from functions.domain.presumed import presume_transition
 from functions.domain.status import FINAL_BATCH_STATUSES, is_known_batch_status
 from functions.logic.array_events import apply_array_event
+from functions.logic.dispatch import admit_after_end
 from functions.logic.job_outcomes import discard_outputs, final_charge, final_outcome
 from functions.logic.notifying import deliver_due_notifications, status_claims
 from functions.ports import Services
@@ -234,6 +235,9 @@ def _deliver(
 ) -> Job:
     """Send what ``job`` (as written or read) owes now, with the account already read and the keys
     already claimed when the caller has them; returns the job (those keys claimed)."""
+    # A final job gave its quota back as it settled: the account's held jobs may go (a replayed final
+    # event runs this again, which heals an admission a failure cut short).
+    admit_after_end(services, job)
     try:
         # A failed publish stays owed and is sent again by the meter: the event itself succeeded.
         # Claims are conditional, so a notification another writer claimed meanwhile is not resent.

@@ -27,12 +27,13 @@ from aws_lambda_powertools import Logger
 
 from functions.domain.arrays import child_job_id, parse_span_job_name, span_job_name
 from functions.domain.errors import DependencyFailed, UnreadableRecord
-from functions.domain.jobs import OUT_OF_CREDITS, BatchJobState, Job, JobType
+from functions.domain.jobs import OUT_OF_CREDITS, BatchJobState, DispatchState, Job, JobType
 from functions.domain.machine_classes import GeoZone
 from functions.domain.metering import MeterReading, balance_exhausted, read_array_meter, read_meter
 from functions.domain.notification_schedule import due_notifications
 from functions.logic.array_events import finish_array
 from functions.logic.computes import meter_computes
+from functions.logic.dispatch import admit_and_enqueue, enqueue
 from functions.logic.job_events import apply_job_state_change
 from functions.logic.notifying import deliver_due_notifications
 from functions.logic.submission import terminate
@@ -326,6 +327,10 @@ def reconcile_stale_jobs(
             logger.exception("reconciliation skipped", zone=str(zone))
             continue
         for job in jobs:
+            if job.batch_job_id is None and job.dispatch_state is not None:
+                # Not in AWS Batch yet: waiting for quota or for the dispatcher, not lost.
+                guard.guard(job.job_id, "reconcile", partial(_nudge_undispatched, services, job, now))
+                continue
             if job.type == JobType.ARRAY:
                 guard.guard(job.job_id, "reconcile", lambda j=job: _reconcile_array(services, j, now))  # type: ignore[misc]
                 continue
@@ -339,6 +344,17 @@ def reconcile_stale_jobs(
             if applied is not None and applied.is_final and ended is not None:
                 ended.add(job.job_id)
     return len(stale)
+
+
+def _nudge_undispatched(services: Services, job: Job, now: datetime) -> None:
+    """The backstop of a job not yet in AWS Batch that had no event for a while: admit what its
+    account's quota lets go (an admission a failure cut short), send an admitted job's message again
+    (one lost or dead-lettered; the dispatcher's claim makes a repeat harmless), then mark it checked.
+    A job in ``Dispatching`` is left to its dispatcher."""
+    admitted = admit_and_enqueue(services, job.account_id)
+    if job.dispatch_state == DispatchState.ADMITTED and job.job_id not in admitted:
+        enqueue(services, [job.job_id])
+    services.store.mark_reconciled(job.job_id, now)
 
 
 def _reconcile(services: Services, job: Job, state: BatchJobState, now: datetime) -> Job | None:

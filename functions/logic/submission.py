@@ -1,8 +1,8 @@
 """Submitting and aborting jobs.
 
-Submit writes the input to S3, the job to DynamoDB (conditional create), then calls Batch
-``SubmitJob`` and records its id. When Batch refuses, the job record and its input are removed again
-(compensation), so no job looks submitted but never runs.
+Submit writes the input to S3 and the job to DynamoDB, held for its account's quota; the dispatcher
+(``functions.logic.dispatch``) calls Batch ``SubmitJob`` once the quota admits it. A job AWS Batch
+never takes ends ``Terminated`` with the reason, free.
 """
 
 from __future__ import annotations
@@ -29,12 +29,19 @@ from functions.domain.errors import (
     ValidationFailed,
 )
 from functions.domain.ids import new_ulid
-from functions.domain.jobs import ABORTED_BY_USER, Job, JobType, PayloadKind, credit_cap_seconds
+from functions.domain.jobs import (
+    ABORTED_BY_USER,
+    DispatchState,
+    Job,
+    JobType,
+    PayloadKind,
+    credit_cap_seconds,
+)
 from functions.domain.machine_classes import GeoZone, MachineClass, machine_class, resolve_geo_zone
 from functions.domain.notifications import NotificationRule, normalize_notifications
 from functions.domain.runtime import check_pickle_python
 from functions.domain.text import JOB_ID_PATTERN, full_match
-from functions.logic.computes import compute_for_job, note_job_submitted
+from functions.logic.computes import compute_for_job
 from functions.logic.fleet import ensure_class_available
 from functions.logic.uploads import uploaded_input
 from functions.ports import BatchSubmission, Services, ZoneServices
@@ -263,49 +270,57 @@ def batch_submission(
 
 
 def submit_job(services: Services, account_id: str, request: JobRequest, now: datetime) -> Job:
-    """Create a job and hand it to AWS Batch.
+    """Create a job; the dispatcher hands it to AWS Batch once its account's quota admits it.
+
+    The input goes to S3 and the job to DynamoDB held for quota (``quotas.hold``); the account's held
+    jobs that fit are then admitted and enqueued (``dispatch.admit_and_enqueue``). AWS Batch is not
+    called here: a burst of submits is absorbed by the dispatch queue.
 
     Returns
     -------
     Job
-        The job, Queued, with its Batch job id.
+        The job, Queued: admitted (waiting for the dispatcher) or held with ``statusReason``
+        ``Waiting for quota: ...``.
 
     Raises
     ------
     ValidationFailed
         Unknown machine class or geo zone, a zone this deployment lacks, a bad notifications spec,
         an ``inputKey`` that is not the caller's upload in the job's zone.
+    QuotaExceeded
+        The job alone needs more than its account's quota for its family and zone (or its total).
     InsufficientCredits
         The account's balance is not positive.
     DependencyFailed
-        S3, DynamoDB or Batch failed; nothing is left behind.
+        S3 or DynamoDB failed; nothing is left behind.
     """
+    from functions.logic import dispatch, quotas  # dispatch imports this module
+
     prepared = prepare_submission(services, account_id, request)
-    machine = prepared.machine
+    demand, limits = quotas.check_submit(services, account_id, prepared.machine, prepared.zone)
     job = new_job(account_id, request, prepared, now)
     zone_services = services.zones[prepared.zone]
     zone_services.blobs.put(input_key(job.job_id), json.dumps(prepared.document).encode(), "application/json")
     try:
-        services.store.create_job(job)
+        job, alone = quotas.hold(services, job, demand, limits)
     except Exception:
         zone_services.blobs.delete_prefix(f"inputs/{job.job_id}/")
         raise
-    submission = batch_submission(
-        job, machine, zone_services, job_name=job.job_id, job_queue=prepared.job_queue
-    )
-    try:
-        batch_job_id = zone_services.batch.submit_job(submission)
-    except Exception:
-        logger.exception("batch submit failed; removing the job", job_id=job.job_id)
-        services.store.delete_job(job.job_id)
-        zone_services.blobs.delete_prefix(f"inputs/{job.job_id}/")
-        raise
-    services.store.set_batch_job_id(job.job_id, batch_job_id)
-    if job.compute is not None:
-        note_job_submitted(services, account_id, job.compute, now)
     services.events.count("JobsSubmitted")
-    logger.info("job submitted", job_id=job.job_id, batch_job_id=batch_job_id, machine_class=machine.name)
-    return replace(job, batch_job_id=batch_job_id)
+    logger.info("job accepted", job_id=job.job_id, machine_class=prepared.machine.name)
+    try:
+        admitted = quotas.admit_new(services, job, demand, limits) if alone else None
+        if admitted is not None:
+            dispatch.enqueue(services, [job.job_id])
+            # Queued: answer as admitted; without a queue it was sent (or ended) here: read it.
+            fresh = services.store.get_job(job.job_id) if services.dispatch is None else None
+            return fresh or admitted
+        dispatch.admit_and_enqueue(services, account_id, limits)
+    except DependencyFailed:
+        # The job is stored and held: the account's next release or submit, or the meter's
+        # backstop, admits it.
+        logger.exception("admission deferred", job_id=job.job_id)
+    return services.store.get_job(job.job_id) or job
 
 
 def get_owned_job(services: Services, account_id: str, job_id: str) -> Job:
@@ -376,6 +391,8 @@ def terminate(services: Services, job: Job, reason: str, now: datetime | None = 
     if updated.type == JobType.ARRAY:
         return _terminate_array(services, updated, reason, now)
     batch_job_id = updated.batch_job_id
+    if batch_job_id is None and updated.dispatch_state is not None:
+        return _end_before_batch(services, updated, reason, now)
     if batch_job_id is None:
         raise DependencyFailed(f"job {job.job_id} has no AWS Batch id yet; try again in a moment")
     if not services.store.claim_termination(job.job_id, now):
@@ -391,6 +408,18 @@ def terminate(services: Services, job: Job, reason: str, now: datetime | None = 
     return replace(
         updated, termination_requested_at=now, termination_attempts=updated.termination_attempts + 1
     )
+
+
+def _end_before_batch(services: Services, job: Job, reason: str, now: datetime) -> Job:
+    """Terminate a job AWS Batch has no id for yet: one held or admitted ends here, free (nothing to
+    terminate in AWS Batch); for one whose SubmitJob is in flight (``Dispatching``) the reason is
+    recorded and the dispatcher terminates it once AWS Batch named it (``dispatch.dispatch_job``)."""
+    if job.dispatch_state == DispatchState.DISPATCHING:
+        logger.info("termination left to the dispatcher", job_id=job.job_id)
+        return job
+    from functions.logic.dispatch import end_undispatched  # dispatch imports this module
+
+    return end_undispatched(services, job, job.termination_reason or reason, now)
 
 
 def _terminate_array(services: Services, parent: Job, reason: str, now: datetime) -> Job:

@@ -23,7 +23,7 @@ class Data(Construct):
     Attributes
     ----------
     tables : dict[str, dynamodb.Table]
-        By the spec's ``logical_name`` (``Jobs``, ``Accounts``, ``Ledger``, ``Idempotency``).
+        By the spec's ``logical_name`` (``Jobs``, ``Accounts``, ``Ledger``, ``Idempotency``, ``Quotas``).
     """
 
     def __init__(self, scope: Construct, construct_id: str) -> None:
@@ -45,6 +45,10 @@ class Data(Construct):
     @property
     def computes_table(self) -> dynamodb.Table:
         return self.tables["Computes"]
+
+    @property
+    def quotas_table(self) -> dynamodb.Table:
+        return self.tables["Quotas"]
 
     @property
     def idempotency_table(self) -> dynamodb.Table:

@@ -1,4 +1,4 @@
-"""The three Lambdas (api, batch_events, meter), each with its own least-privilege role.
+"""The four Lambdas (api, batch_events, meter, dispatcher), each with its own least-privilege role.
 
 Each geo zone's bucket, queues, job definitions and job log group live in that zone's compute stack,
 possibly in another region: the functions address them by their deterministic names
@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from aws_cdk import ArnFormat, Duration, RemovalPolicy, Stack
+from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
@@ -26,6 +27,7 @@ from functions.domain.machine_classes import MACHINE_CLASSES
 from functions.domain.runtime import WORKER_PYTHON_VERSION
 from infra import constants, lambda_bundle
 from infra.constructs.data import Data
+from infra.constructs.dispatch import DispatchQueue
 from infra.constructs.notifications import Notifications
 from infra.naming import ZoneNames
 
@@ -49,12 +51,15 @@ ARCHITECTURE = {"x86_64": lambda_.Architecture.X86_64, "arm64": lambda_.Architec
 
 
 class Functions(Construct):
-    """The api, batch_events and meter functions.
+    """The api, batch_events, meter and dispatcher functions.
 
     Parameters
     ----------
     data : Data
         The tables the functions read and write.
+    dispatch : DispatchQueue
+        The queue admitted jobs wait in: the api, batch_events and meter send to it (each may admit
+        jobs), the dispatcher consumes it.
     notifications : Notifications
         The accounts' email topics (by name prefix) they publish to and the api creates.
     zones : Sequence[ZoneNames]
@@ -62,7 +67,7 @@ class Functions(Construct):
 
     Attributes
     ----------
-    api, batch_events, meter : lambda_.Function
+    api, batch_events, meter, dispatcher : lambda_.Function
     environment : dict[str, str]
         The variables every function gets (``functions/settings.py``).
     """
@@ -75,9 +80,11 @@ class Functions(Construct):
         data: Data,
         notifications: Notifications,
         zones: Sequence[ZoneNames],
+        dispatch: DispatchQueue,
     ) -> None:
         super().__init__(scope, construct_id)
         self._data = data
+        self._dispatch = dispatch
         self._notifications = notifications
         self._zones = list(zones)
         self._buckets = {zone.zone: self._import_bucket(zone) for zone in self._zones}
@@ -89,10 +96,13 @@ class Functions(Construct):
         self.api = self._build_function("api", "Api")
         self.batch_events = self._build_function("batch_events", "BatchEvents")
         self.meter = self._build_function("meter", "Meter")
+        self.dispatcher = self._build_function("dispatcher", "Dispatcher")
+        dispatch.connect(self.dispatcher)
 
         self._grant_api(self._role(self.api))
         self._grant_batch_events(self._role(self.batch_events))
         self._grant_meter(self._role(self.meter))
+        self._grant_dispatcher(self._role(self.dispatcher))
 
     # Building blocks
 
@@ -139,6 +149,10 @@ class Functions(Construct):
             "REMOTE_BATCH_OPERATIONS_TABLE": data.operations_table.table_name,
             "REMOTE_BATCH_COMPUTES_TABLE": data.computes_table.table_name,
             "REMOTE_BATCH_COMPUTE_PREFIX": self._compute_prefix(),
+            "REMOTE_BATCH_QUOTAS_TABLE": data.quotas_table.table_name,
+            "REMOTE_BATCH_DISPATCH_QUEUE_URL": self._dispatch.queue.queue_url,
+            "REMOTE_BATCH_DISPATCH_TPS": str(constants.DISPATCH_TPS),
+            "REMOTE_BATCH_DISPATCH_CONCURRENCY": str(constants.DISPATCH_MAX_CONCURRENCY),
             "REMOTE_BATCH_EMAIL_TOPIC_ARN_PREFIX": self._notifications.topic_arn_prefix,
             "REMOTE_BATCH_EMAIL_TOPIC_KEY": self._notifications.key.key_arn,
             "REMOTE_BATCH_ZONES": self._zones_json(),
@@ -225,16 +239,19 @@ class Functions(Construct):
         # An account's email gets its own topic; a replaced one's topic is deleted; GET /account reads
         # whether the subscription is confirmed.
         self._notifications.grant_manage_topics(role)
-        self._grant_batch(role, submit=True)
+        # Abort sends TerminateJob (SubmitJob is the dispatcher's); an admitted job goes on the queue.
+        self._grant_batch(role, submit=False)
+        self._dispatch.queue.grant_send_messages(role)
         self._grant_fleet_control(role)
         self._grant_job_logs(role)
         self._grant_dedicated_computes(role)
 
     def _grant_batch_events(self, role: iam.IRole) -> None:
-        """Apply status changes, settle charges, roll arrays up (and stop one at its cap), notify, discard
-        a capped job's output."""
-        for table in (self._data.jobs_table, self._data.accounts_table, self._data.ledger_table):
+        """Apply status changes, settle charges (giving quota back), admit held jobs onto the dispatch
+        queue, roll arrays up (and stop one at its cap), notify, discard a capped job's output."""
+        for table in self._state_tables():
             table.grant_read_write_data(role)
+        self._dispatch.queue.grant_send_messages(role)
         self._grant_objects(role, write=False)
         self._grant_array_results(role)
         self._grant_notify(role)
@@ -245,9 +262,11 @@ class Functions(Construct):
         )
 
     def _grant_meter(self, role: iam.IRole) -> None:
-        """Meter running jobs, terminate those over their caps, reconcile lost events, notify."""
-        for table in (self._data.jobs_table, self._data.accounts_table, self._data.ledger_table):
+        """Meter running jobs, terminate those over their caps, reconcile lost events, notify, resend
+        admitted jobs' dispatch messages (the backstop)."""
+        for table in self._state_tables():
             table.grant_read_write_data(role)
+        self._dispatch.queue.grant_send_messages(role)
         self._grant_objects(role, write=False)
         self._grant_array_results(role)
         self._grant_notify(role)
@@ -317,6 +336,23 @@ class Functions(Construct):
             for zone in self._zones
         ]
         role.add_to_principal_policy(iam.PolicyStatement(actions=["ssm:GetParameter"], resources=parameters))
+
+    def _grant_dispatcher(self, role: iam.IRole) -> None:
+        """SubmitJob each admitted job (TerminateJob one aborted meanwhile); end one AWS Batch refuses
+        (settle it, give its quota back, admit the next held jobs, notify). The event source mapping
+        grants receiving and deleting its queue's messages."""
+        for table in self._state_tables():
+            table.grant_read_write_data(role)
+        self._dispatch.queue.grant_send_messages(role)
+        self._grant_batch(role, submit=True)
+        self._grant_notify(role)
+        # A job sent to a dedicated compute restarts its idle timer (``computes.note_job_submitted``).
+        self._data.computes_table.grant_read_write_data(role)
+
+    def _state_tables(self) -> tuple[dynamodb.ITable, ...]:
+        """The tables jobs, money and quotas live in (not the api's idempotency records)."""
+        data = self._data
+        return (data.jobs_table, data.accounts_table, data.ledger_table, data.quotas_table)
 
     def _grant_array_results(self, role: iam.IRole) -> None:
         """PutObject under ``outputs/`` only: an array's result document, assembled from its children's

@@ -40,6 +40,9 @@ class Monitoring(Construct):
         The API's stage: alarms on its 5xx rate and p90 latency.
     meter : lambda_.IFunction | None
         The meter: alarms when it has not run for ``METER_SILENCE_MINUTES``, and on ``StuckJobs``.
+    backlog_queues : Mapping[str, sqs.IQueue] | None
+        Work queues by a short name (``Dispatch``): each alarms when its oldest message is older than
+        ``DISPATCH_BACKLOG_ALARM_SECONDS`` (a stalled consumer).
 
     Attributes
     ----------
@@ -48,7 +51,8 @@ class Monitoring(Construct):
     key : kms.Key
     alarms : dict[str, cloudwatch.Alarm]
         ``<Name>DeadLetterQueueDepth``, ``<Name>FunctionErrors``, ``<Name>DurationP90``,
-        ``ApiServerErrorRate``, ``ApiLatencyP90``, ``MeterNotRunning``, ``StuckJobs``, ``SkippedJobs``.
+        ``ApiServerErrorRate``, ``ApiLatencyP90``, ``MeterNotRunning``, ``StuckJobs``, ``SkippedJobs``,
+        ``<Name>BacklogAge``.
     """
 
     def __init__(
@@ -61,6 +65,7 @@ class Monitoring(Construct):
         duration_thresholds_ms: Mapping[str, float] | None = None,
         api_stage: apigw.Stage | None = None,
         meter: lambda_.IFunction | None = None,
+        backlog_queues: Mapping[str, sqs.IQueue] | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
         self.key = self._build_key()
@@ -76,6 +81,8 @@ class Monitoring(Construct):
             self._build_api_alarms(api_stage)
         if meter is not None:
             self._build_meter_alarms(meter)
+        for name, queue in (backlog_queues or {}).items():
+            self._build_backlog_alarm(name, queue)
         action = cloudwatch_actions.SnsAction(self.operator_topic)
         for alarm in self.alarms.values():
             alarm.add_alarm_action(action)
@@ -139,6 +146,23 @@ class Monitoring(Construct):
             threshold=constants.DLQ_DEPTH_ALARM_THRESHOLD,
             evaluation_periods=1,
             comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+        )
+
+    def _build_backlog_alarm(self, name: str, queue: sqs.IQueue) -> None:
+        self.alarms[f"{name}BacklogAge"] = cloudwatch.Alarm(
+            self,
+            f"{name}BacklogAgeAlarm",
+            alarm_description=(
+                f"{constants.SERVICE_NAME}: the {name} queue's oldest message waits too long; check its "
+                "consumer's errors and AWS Batch's SubmitJob throttling."
+            ),
+            metric=queue.metric_approximate_age_of_oldest_message(
+                period=self._period(), statistic=cloudwatch.Stats.MAXIMUM
+            ),
+            threshold=constants.DISPATCH_BACKLOG_ALARM_SECONDS,
+            evaluation_periods=1,
+            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
             treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
         )
 

@@ -13,6 +13,7 @@ from infra import constants, nag_suppressions
 from infra.constructs.api import Api
 from infra.constructs.auth import Auth
 from infra.constructs.data import Data
+from infra.constructs.dispatch import DispatchQueue
 from infra.constructs.events import Events
 from infra.constructs.functions import Functions
 from infra.constructs.monitoring import Monitoring
@@ -42,8 +43,14 @@ class ControlPlaneStack(Stack):
             raise ValueError(f"every zone belongs to one stage, got {sorted(stages)}")
         self.notifications = Notifications(self, "Notifications", stage=stages.pop())
         self.auth = Auth(self, "Auth")
+        self.dispatch = DispatchQueue(self, "Dispatch")
         self.functions = Functions(
-            self, "Functions", data=self.data, notifications=self.notifications, zones=self.zones
+            self,
+            "Functions",
+            data=self.data,
+            notifications=self.notifications,
+            zones=self.zones,
+            dispatch=self.dispatch,
         )
         self.events = Events(
             self,
@@ -56,17 +63,23 @@ class ControlPlaneStack(Stack):
         self.monitoring = Monitoring(
             self,
             "Monitoring",
-            dead_letter_queues={"Events": self.events.dead_letter_queue},
+            dead_letter_queues={
+                "Events": self.events.dead_letter_queue,
+                "Dispatch": self.dispatch.dead_letter_queue,
+            },
             functions={
                 "Api": self.functions.api,
                 "BatchEvents": self.functions.batch_events,
                 "Meter": self.functions.meter,
+                "Dispatcher": self.functions.dispatcher,
             },
             duration_thresholds_ms={
                 "Api": constants.FUNCTION_DURATION_P90_ALARM_MS["api"],
                 "BatchEvents": constants.FUNCTION_DURATION_P90_ALARM_MS["batch_events"],
                 "Meter": constants.FUNCTION_DURATION_P90_ALARM_MS["meter"],
+                "Dispatcher": constants.FUNCTION_DURATION_P90_ALARM_MS["dispatcher"],
             },
+            backlog_queues={"Dispatch": self.dispatch.queue},
             api_stage=self.api.rest_api.deployment_stage,
             meter=self.functions.meter,
         )
@@ -79,6 +92,7 @@ class ControlPlaneStack(Stack):
                 api_function=self.functions.api,
                 batch_events_function=self.functions.batch_events,
                 meter_function=self.functions.meter,
+                dispatcher_function=self.functions.dispatcher,
                 jobs_table=self.data.jobs_table,
                 ledger_table=self.data.ledger_table,
                 computes_table=self.data.computes_table,

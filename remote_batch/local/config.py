@@ -9,6 +9,7 @@ from pathlib import Path
 
 from functions.domain.rate_limits import ACCOUNT_BURST, ACCOUNT_REQUESTS_PER_SECOND
 from functions.domain.text import ASCII_DECIMAL, is_ascii_digits
+from remote_batch.local.executor.rate_limit import DEFAULT_SUBMIT_TPS
 
 DEFAULT_PORT = 8787
 DEFAULT_METER_INTERVAL_SECONDS = 60.0
@@ -54,6 +55,9 @@ class LocalConfig:
         deployed limit; 0 turns it off); past it the gateway answers 429 ``RateLimited``.
     rate_burst : int
         Requests an account may make at once (``REMOTE_BATCH_RATE_BURST``, default 200).
+    batch_submit_tps : int
+        SubmitJob calls the local Batch gateway accepts per second (``REMOTE_BATCH_BATCH_TPS``,
+        default 50 as AWS Batch); more are refused with ``TooManyRequestsException``.
     """
 
     home: Path
@@ -68,6 +72,7 @@ class LocalConfig:
     rate_limit: float = ACCOUNT_REQUESTS_PER_SECOND
     rate_burst: int = ACCOUNT_BURST
     warm_workers: int = DEFAULT_WARM_WORKERS
+    batch_submit_tps: int = DEFAULT_SUBMIT_TPS
 
     @property
     def state_dir(self) -> Path:
@@ -102,6 +107,7 @@ class LocalConfig:
                     environ, "REMOTE_BATCH_LOCAL_WARM_WORKERS", DEFAULT_WARM_WORKERS, minimum=0, maximum=16
                 )
             ),
+            batch_submit_tps=_optional_int(environ, "REMOTE_BATCH_BATCH_TPS") or DEFAULT_SUBMIT_TPS,
         )
 
 

@@ -163,6 +163,8 @@ class ApiGateway:
         ``requestTimeEpoch``'s source.
     limiter : AccountRateLimiter | None
         Each account's request rate (429 ``RateLimited`` with ``Retry-After`` past it); None: no limit.
+    dispatch_stats : Callable[[], dict] | None
+        The dispatch queue's and the Batch gateway's SubmitJob numbers (``GET /local/dispatch``).
     """
 
     def __init__(
@@ -175,7 +177,9 @@ class ApiGateway:
         admin_environment: Callable[[], Any],
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         limiter: AccountRateLimiter | None = None,
+        dispatch_stats: Callable[[], dict[str, Any]] | None = None,
     ) -> None:
+        self._dispatch_stats = dispatch_stats
         self._tokens = tokens
         self._invoke_api = invoke_api
         self._events = events
@@ -189,6 +193,7 @@ class ApiGateway:
             ("GET", "/local/batch-events"): ("batchEvents/read", self._emitted_events),
             ("POST", "/local/batch-events"): ("batchEvents/replay/action", self._replay_events),
             ("POST", "/admin/accounts"): ("accounts/create/action", self._create_account),
+            ("GET", "/local/dispatch"): ("fleet/read", self._dispatch_numbers),
         }
 
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
@@ -281,6 +286,9 @@ class ApiGateway:
                 raise ValidationFailed("Each event must be a JSON object.", field=f"events[{index}]")
         self._events.replay(events)
         return _json_response(202, {"accepted": len(events)})
+
+    def _dispatch_numbers(self, request: Request, body: bytes) -> Response:
+        return _json_response(200, self._dispatch_stats() if self._dispatch_stats else {})
 
     def _create_account(self, request: Request, body: bytes) -> Response:
         new = parse_new_account(_parse_json(body))

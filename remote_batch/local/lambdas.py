@@ -1,4 +1,4 @@
-"""The three Lambda functions, invoked in-process with the execution model of Lambda.
+"""The four Lambda functions, invoked in-process with the execution model of Lambda.
 
 Invocations run concurrently, as on AWS, where each concurrent invocation gets an execution
 environment of its own: each runs in its caller's thread (an HTTP request's, a bus worker's, the
@@ -24,8 +24,8 @@ from remote_batch.local.lambda_context import LocalLambdaContext
 logger = logging.getLogger(__name__)
 
 # The same memory and timeouts the CDK app gives the deployed functions (infra/constants.py).
-_MEMORY_MIB = {"api": 1024, "batch_events": 512, "meter": 1024}
-_TIMEOUT_SECONDS = {"api": 29, "batch_events": 60, "meter": 55}
+_MEMORY_MIB = {"api": 1024, "batch_events": 512, "meter": 1024, "dispatcher": 512}
+_TIMEOUT_SECONDS = {"api": 29, "batch_events": 60, "meter": 55, "dispatcher": 60}
 _FUNCTION_PREFIX = "remote-batch-local-"
 
 
@@ -64,7 +64,7 @@ class _Function:
 
 
 class LocalLambdas:
-    """The api, batch_events and meter functions of ``functions.handlers``.
+    """The api, batch_events, meter and dispatcher functions of ``functions.handlers``.
 
     Parameters
     ----------
@@ -73,7 +73,7 @@ class LocalLambdas:
     """
 
     def __init__(self, region: str) -> None:
-        from functions.handlers import api, batch_events, meter
+        from functions.handlers import api, batch_events, dispatcher, meter
         from functions.handlers.api.app import app as resolver
         from functions.observability import logger as powertools_logger
         from functions.observability import metrics
@@ -82,6 +82,7 @@ class LocalLambdas:
         confine_logger(powertools_logger)
         confine_metrics(metrics)
         self._api = _Function("api", api.handler, region)
+        self._dispatcher = _Function("dispatcher", dispatcher.handler, region)
         self._batch_events = _Function("batch_events", batch_events.handler, region)
         self._meter = _Function("meter", meter.handler, region)
 
@@ -98,6 +99,10 @@ class LocalLambdas:
         """Invoke the meter function with one scheduled-event envelope."""
         return self._meter.invoke(envelope)
 
+    def dispatch(self, event: dict[str, Any]) -> Any:
+        """Invoke the dispatcher function with an SQS event; returns its partial batch response."""
+        return self._dispatcher.invoke(event)
+
     @contextmanager
     def api_environment(self) -> Iterator[None]:
         """Run gateway-side work (the local-only admin routes) as one more api invocation."""
@@ -105,6 +110,7 @@ class LocalLambdas:
             yield
 
     def in_flight(self) -> dict[str, tuple[int, int]]:
-        """Per function (``api``, ``batch_events``, ``meter``): invocations running now and the most
-        that ran at once since the start."""
-        return {f.name: (f.running, f.peak) for f in (self._api, self._batch_events, self._meter)}
+        """Per function (``api``, ``dispatcher``, ``batch_events``, ``meter``): invocations running now
+        and the most that ran at once since the start."""
+        functions = (self._api, self._dispatcher, self._batch_events, self._meter)
+        return {f.name: (f.running, f.peak) for f in functions}

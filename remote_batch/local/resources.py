@@ -96,6 +96,9 @@ def local_settings(environ: Mapping[str, str] | None = None) -> Settings:
         operations_table=tables["Operations"],
         computes_table=tables["Computes"],
         compute_prefix=NAME_PREFIX,
+        quotas_table=tables["Quotas"],
+        # One dispatcher execution environment locally (LocalDispatchQueue delivers one batch at a time).
+        dispatch_concurrency=1,
         email_topic_arn_prefix=f"arn:aws:sns:{HOME_REGION}:{LOCAL_ACCOUNT_ID}:{EMAIL_TOPIC_NAME_PREFIX}",
         home_region=HOME_REGION,
         zones=zones,

@@ -29,6 +29,7 @@ from functions.settings import Settings
 from remote_batch.local.accounts import LocalAccounts
 from remote_batch.local.bus import DELIVERY_WORKERS, EventBus, matches_rule
 from remote_batch.local.config import LocalConfig
+from remote_batch.local.dispatch_queue import LocalDispatchQueue
 from remote_batch.local.executor import LocalBatchExecutor, LocalBatchGateway
 from remote_batch.local.executor.computes import restore_dedicated_computes
 from remote_batch.local.files import write_bytes_atomic
@@ -63,6 +64,7 @@ BUS_DRAIN_SECONDS = 30.0
 # Seconds between two "alive" stamps: how far a crash's time can be off when recovery bills a job.
 ALIVE_INTERVAL = 1.0
 EXECUTOR_STOP_SECONDS = 10.0
+DISPATCH_STOP_SECONDS = 10.0
 # Powertools in the in-process Lambdas: no X-Ray daemon, no CloudWatch metrics; warnings only in the
 # console unless the person asks for more (POWERTOOLS_LOG_LEVEL=INFO).
 POWERTOOLS_DEFAULTS = {
@@ -106,6 +108,7 @@ class LocalStack:
         self._tickers: list[Ticker] = []
         self._executor: LocalBatchExecutor | None = None
         self._bus: EventBus | None = None
+        self._dispatch_queue: LocalDispatchQueue | None = None
         self._lambdas: LocalLambdas | None = None
         self._snapshots: StateSnapshots | None = None
         self._log_store: LogStore | None = None
@@ -171,9 +174,13 @@ class LocalStack:
             credentials=JobCredentials(clients.client("iam", settings.home_region)),
             log_limit_bytes=config.log_limit_bytes,
             output_limit_bytes=config.output_limit_bytes,
+            submit_tps=config.batch_submit_tps,
             warm_workers=config.warm_workers,
         )
         self._executor = executor
+        self._dispatch_queue = dispatch_queue = LocalDispatchQueue(
+            self._dispatch, region=settings.home_region, account=LOCAL_ACCOUNT_ID
+        )
         gateways = _zone_gateways(executor, settings)
         services = build_services(
             settings,
@@ -184,12 +191,14 @@ class LocalStack:
             compute_environments={
                 zone: executor.compute_environments(z.region) for zone, z in settings.zones.items()
             },
+            dispatch=dispatch_queue,
         )
         install(services)
         restore_dedicated_computes(services, executor)
         lambdas = LocalLambdas(settings.home_region)
         self._lambdas = lambdas
         bus.start()
+        dispatch_queue.start()
 
         tokens = TokenStore(config.home / "tokens.json")
         accounts = LocalAccounts(services, tokens, utc_now, config.home / "credentials.json")
@@ -215,6 +224,7 @@ class LocalStack:
             accounts=accounts,
             admin_environment=lambdas.api_environment,
             limiter=AccountRateLimiter(config.rate_limit, config.rate_burst),
+            dispatch_stats=self._dispatch_numbers,
         )
         # Binding listens at once, but nothing is answered before serve_forever: a request that
         # arrives meanwhile waits, and credentials.json names the bound port before the first answer.
@@ -246,6 +256,8 @@ class LocalStack:
                 self._server.server_close()
             for ticker in self._tickers:
                 ticker.stop()
+            if self._dispatch_queue is not None:
+                self._dispatch_queue.stop(timeout=DISPATCH_STOP_SECONDS)
             if self._executor is not None:
                 self._executor.shutdown(timeout=EXECUTOR_STOP_SECONDS)
             if self._bus is not None:
@@ -266,6 +278,32 @@ class LocalStack:
         if self._lambdas is None:
             raise RuntimeError("the batch_events function is not loaded yet")
         self._lambdas.deliver_batch_event(envelope)
+
+    def _dispatch(self, event: dict[str, Any]) -> Any:
+        if self._lambdas is None:
+            raise RuntimeError("the dispatcher function is not loaded yet")
+        return self._lambdas.dispatch(event)
+
+    def _dispatch_numbers(self) -> dict[str, Any]:
+        """``GET /local/dispatch``: the dispatch queue's numbers and the Batch gateway's SubmitJob counts."""
+        numbers: dict[str, Any] = {}
+        if self._dispatch_queue is not None:
+            stats = self._dispatch_queue.stats()
+            numbers["dispatchQueue"] = {
+                "sent": stats.sent,
+                "deliveries": stats.deliveries,
+                "waiting": stats.waiting,
+                "deadLetters": stats.dead_letters,
+            }
+        if self._executor is not None:
+            report = self._executor.submit_rate.report()
+            numbers["submitJob"] = {
+                "tps": report.tps,
+                "accepted": report.accepted,
+                "throttled": report.throttled,
+                "maxInAnySecond": report.max_in_any_second,
+            }
+        return numbers
 
     def _tick_meter(self, services: Services, settings: Settings) -> None:
         if self._lambdas is not None:

@@ -198,6 +198,25 @@ def _logs(operation: str, region: str, params: Mapping[str, Any]) -> list[Author
 # -- Evaluation ------------------------------------------------------------------------------------------
 
 
+# -- SQS (sqs: Actions table; the batch forms are authorized as their single actions) --------------------
+_SQS_ACTIONS = {
+    "SendMessage": "sqs:SendMessage",
+    "SendMessageBatch": "sqs:SendMessage",
+    "ReceiveMessage": "sqs:ReceiveMessage",
+    "DeleteMessage": "sqs:DeleteMessage",
+    "DeleteMessageBatch": "sqs:DeleteMessage",
+    "GetQueueAttributes": "sqs:GetQueueAttributes",
+}
+
+
+def _sqs(operation: str, region: str, params: Mapping[str, Any]) -> list[AuthorizationRequest]:
+    """A queue's actions on its ARN, from the QueueUrl (``https://sqs.<region>.amazonaws.com/<account>/<name>``)."""
+    if operation not in _SQS_ACTIONS:
+        raise LookupError(f"sqs:{operation}")
+    account, name = str(params["QueueUrl"]).rstrip("/").split("/")[-2:]
+    return [AuthorizationRequest(_SQS_ACTIONS[operation], _arn("sqs", region, name, account=account))]
+
+
 def _values(value: Any) -> list[str]:
     return [str(v) for v in (value if isinstance(value, list) else [value])]
 
@@ -325,6 +344,8 @@ class IamEnforcer:
             return _batch(operation, region, params, self._revision_of)
         if service == "logs":
             return _logs(operation, region, params)
+        if service == "sqs":
+            return _sqs(operation, region, params)
         if service == "sts" and operation == "GetCallerIdentity":
             return []
         raise LookupError(f"{service}:{operation}")

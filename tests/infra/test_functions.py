@@ -1,4 +1,4 @@
-"""The three Lambdas: runtime, code asset, dependencies layer, tracing, roles, and the settings they get."""
+"""The four Lambdas: runtime, code asset, dependencies layer, tracing, roles, and the settings they get."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ HANDLERS = {
     "api": "functions.handlers.api.handler",
     "batch_events": "functions.handlers.batch_events.handler",
     "meter": "functions.handlers.meter.handler",
+    "dispatcher": "functions.handlers.dispatcher.handler",
 }
 ENVIRONMENT = {
     "POWERTOOLS_SERVICE_NAME",
@@ -27,6 +28,11 @@ ENVIRONMENT = {
     "REMOTE_BATCH_OPERATIONS_TABLE",
     "REMOTE_BATCH_COMPUTES_TABLE",
     "REMOTE_BATCH_COMPUTE_PREFIX",
+    "REMOTE_BATCH_QUOTAS_TABLE",
+    # The dispatch queue and the dispatcher's SubmitJob pacing (functions/logic/dispatch.py).
+    "REMOTE_BATCH_DISPATCH_QUEUE_URL",
+    "REMOTE_BATCH_DISPATCH_TPS",
+    "REMOTE_BATCH_DISPATCH_CONCURRENCY",
     "REMOTE_BATCH_EMAIL_TOPIC_ARN_PREFIX",
     "REMOTE_BATCH_EMAIL_TOPIC_KEY",
     "REMOTE_BATCH_ZONES",

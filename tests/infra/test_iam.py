@@ -72,11 +72,13 @@ def _batch_arn(region: str, resource: str) -> dict[str, Any]:
     return {"Fn::Join": ["", [f"arn:aws:batch:{region}:", {"Ref": "AWS::AccountId"}, f":{resource}"]]}
 
 
-def test_only_api_submits_and_only_to_the_service_queues_and_definitions(synth: Synth) -> None:
+def test_only_the_dispatcher_submits_and_only_to_the_service_queues_and_definitions(synth: Synth) -> None:
     functions = synth.stack.functions
     regions = ("us-east-1", "eu-central-1")
 
-    (submit,) = [s for s in _policy_of(synth, functions.api) if "batch:SubmitJob" in _listed(s["Action"])]
+    (submit,) = [
+        s for s in _policy_of(synth, functions.dispatcher) if "batch:SubmitJob" in _listed(s["Action"])
+    ]
     queues = [_batch_arn(r, f"job-queue/remote-batch-dev-{mc}") for r in regions for mc in MACHINE_CLASSES]
     # Dedicated computes' queues, made at run time under one name prefix.
     queues += [_batch_arn(r, "job-queue/remote-batch-dev-cmp-*") for r in regions]
@@ -90,7 +92,8 @@ def test_only_api_submits_and_only_to_the_service_queues_and_definitions(synth: 
     ]
     jobs = [_batch_arn(r, "job/*") for r in regions]
     assert sorted(map(json.dumps, submit["Resource"])) == sorted(map(json.dumps, jobs + queues + definitions))
-    for other in (functions.batch_events, functions.meter):
+    # POST /jobs never calls AWS Batch: the api only puts admitted jobs on the dispatch queue.
+    for other in (functions.api, functions.batch_events, functions.meter):
         assert not [s for s in _policy_of(synth, other) if "batch:SubmitJob" in _listed(s["Action"])]
 
 
@@ -122,10 +125,12 @@ def test_functions_reach_both_zone_buckets_by_name(synth: Synth, name: str) -> N
 @pytest.mark.parametrize(
     ("name", "tables"),
     [
-        ("api", {"Jobs", "Accounts", "Ledger", "Idempotency", "Operations", "Computes"}),
-        ("batch_events", {"Jobs", "Accounts", "Ledger"}),
+        ("api", {"Jobs", "Accounts", "Ledger", "Idempotency", "Quotas", "Operations", "Computes"}),
+        ("batch_events", {"Jobs", "Accounts", "Ledger", "Quotas"}),
         # The meter advances, schedules and settles dedicated computes.
-        ("meter", {"Jobs", "Accounts", "Ledger", "Computes"}),
+        ("meter", {"Jobs", "Accounts", "Ledger", "Quotas", "Computes"}),
+        # A job sent to a dedicated compute restarts its idle timer.
+        ("dispatcher", {"Jobs", "Accounts", "Ledger", "Quotas", "Computes"}),
     ],
 )
 def test_functions_reach_only_their_tables(synth: Synth, name: str, tables: set[str]) -> None:

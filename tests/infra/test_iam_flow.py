@@ -37,6 +37,7 @@ import pytest
 from functions.adapters.dynamodb import DynamoJobStore
 from functions.adapters.tables import ALL_TABLES, create_table_request
 from functions.domain.jobs import Account
+from functions.logic import dispatch
 from infra import constants
 from tests.events import api_event, job_lifecycle, scheduled_event
 from tests.fakes import FakeLambdaContext
@@ -47,7 +48,7 @@ from tests.infra.test_iam_lint import resolver_of
 
 pytestmark = pytest.mark.infra
 
-FUNCTIONS = ("api", "batch_events", "meter")
+FUNCTIONS = ("api", "batch_events", "meter", "dispatcher")
 ACCOUNT = "alice"
 
 
@@ -116,9 +117,12 @@ def create_resources(env: dict[str, str]) -> None:
         "Idempotency": env["REMOTE_BATCH_IDEMPOTENCY_TABLE"],
         "Operations": env["REMOTE_BATCH_OPERATIONS_TABLE"],
         "Computes": env["REMOTE_BATCH_COMPUTES_TABLE"],
+        "Quotas": env["REMOTE_BATCH_QUOTAS_TABLE"],
     }
     for spec in ALL_TABLES:
         dynamodb.create_table(**create_table_request(spec, names[spec.logical_name]))
+    # The dispatch queue, by the name its URL in the environment ends with.
+    _admin("sqs", region).create_queue(QueueName=env["REMOTE_BATCH_DISPATCH_QUEUE_URL"].rsplit("/", 1)[-1])
     batch_trust = {
         "Version": "2012-10-17",
         "Statement": [
@@ -279,6 +283,39 @@ class Lambdas:
         except json.JSONDecodeError:
             return response["statusCode"], body
 
+    def dispatch(self) -> Any:
+        """Deliver what waits on the dispatch queue to the dispatcher (as the event source mapping does)."""
+        from functions.handlers import dispatcher
+
+        url = self._deployment.functions["dispatcher"].environment["REMOTE_BATCH_DISPATCH_QUEUE_URL"]
+        with unenforced(self._enforcer):
+            messages = (
+                _admin("sqs", "us-east-1")
+                .receive_message(QueueUrl=url, MaxNumberOfMessages=10)
+                .get("Messages", [])
+            )
+        records = [
+            {
+                "messageId": m["MessageId"],
+                "receiptHandle": m["ReceiptHandle"],
+                "body": m["Body"],
+                "attributes": {
+                    "ApproximateReceiveCount": "1",
+                    "SentTimestamp": "0",
+                    "SenderId": "x",
+                    "ApproximateFirstReceiveTimestamp": "0",
+                },
+                "messageAttributes": {},
+                "md5OfBody": m["MD5OfBody"],
+                "eventSource": "aws:sqs",
+                "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:dispatch",
+                "awsRegion": "us-east-1",
+            }
+            for m in messages
+        ]
+        self._as("dispatcher")
+        return dispatcher.handler({"Records": records}, FakeLambdaContext())
+
     def deliver(self, event: dict[str, Any]) -> Any:
         from functions.handlers import batch_events
 
@@ -380,7 +417,11 @@ def run_flow(
                     body={"code": "2 + 2", "geoZone": "UnitedStates", "notifications": rules},
                     headers={"Idempotency-Key": "iam-flow-1"},
                 )
-                if job_id:
+                # The api put the job on the dispatch queue; the dispatcher submits it to AWS Batch.
+                lambdas.dispatch()
+                with unenforced(enforcer):
+                    stored = store.get_job(job_id) if job_id else None
+                if stored is not None and stored.batch_job_id:
                     _finish(lambdas, enforcer, store, us, job_id, statuses)
         finally:
             receiver.server.shutdown()
@@ -454,6 +495,7 @@ def _finish(
         "POST", "/jobs", body={"code": "1", "geoZone": "UnitedStates", "notifications": "None"}
     )
     statuses["submit second"] = status
+    lambdas.dispatch()
     if status == 202:
         statuses["abort"], _ = lambdas.api("POST", f"/jobs/{other['jobId']}/abort")
     # Two hours on, no event came for the aborted job: the meter asks Batch (DescribeJobs).
@@ -468,6 +510,7 @@ def _capped(lambdas: Lambdas, enforcer: IamEnforcer, statuses: dict[str, int]) -
     statuses["submit capped (EU)"], job = lambdas.api("POST", "/jobs", body=body)
     if statuses["submit capped (EU)"] != 202:
         return
+    lambdas.dispatch()
     job_id = job["jobId"]
     statuses["get capped"], view = lambdas.api("GET", f"/jobs/{job_id}")
     zone = json.loads(lambdas.environment("api")["REMOTE_BATCH_ZONES"])["EuropeanUnion"]
@@ -562,7 +605,8 @@ def test_the_whole_flow_runs_under_each_functions_own_role(flow: FlowRun) -> Non
     # Every function did its part, under its own role, and each step's AWS calls were made.
     operations = {(c.function, c.operation) for c in enforcer.calls}
     for expected in [
-        ("api", "batch:SubmitJob"),
+        ("api", "sqs:SendMessageBatch"),
+        ("dispatcher", "batch:SubmitJob"),
         ("api", "batch:TerminateJob"),
         ("api", "sns:CreateTopic"),
         ("api", "sns:Subscribe"),
@@ -591,11 +635,12 @@ def test_the_whole_flow_runs_under_each_functions_own_role(flow: FlowRun) -> Non
 def test_removing_one_statement_fails_the_flow_with_access_denied(
     deployment: Deployment, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Without the api's tag-on-create statement, SubmitJob (sent with tags) is refused."""
+    """Without the dispatcher's tag-on-create statement, SubmitJob (sent with tags) is refused."""
 
     def drop(function: str, statement: dict[str, Any]) -> bool:
-        return function == "api" and "batch:TagResource" in statement.get("Action", [])
+        return function == "dispatcher" and "batch:TagResource" in statement.get("Action", [])
 
+    monkeypatch.setattr(dispatch, "backoff_seconds", lambda attempt: 0.0)
     run = run_flow(deployment, monkeypatch, drop)
     denied = run.enforcer.denials()
     message = "\n".join(
@@ -604,11 +649,13 @@ def test_removing_one_statement_fails_the_flow_with_access_denied(
     )
     print(f"\nnegative test: {message}\nstatuses: {run.statuses}")
 
-    # The submit and its idempotent retry: each SubmitJob refused for the tag-on-create authorization
-    # only; the api answers 500 (DependencyFailed), nothing charged, no job.
-    assert [c.operation for c in denied] == ["batch:SubmitJob", "batch:SubmitJob"]
+    # The submit is accepted (202); each SubmitJob the dispatcher tries is refused for the tag-on-create
+    # authorization only, and the job waits admitted for the queue's next delivery, nothing charged.
+    assert run.statuses["submit"] == 202 and run.job_id
+    assert [c.operation for c in denied] == ["batch:SubmitJob"] * dispatch.SUBMIT_ATTEMPTS
+    assert {c.function for c in denied} == {"dispatcher"}
     assert {r.action for c in denied for r in c.denied} == {"batch:TagResource"}
-    assert run.statuses["submit"] == 500 and run.job_id == ""
+    assert "get job" not in run.statuses
 
 
 def test_each_authorization_names_a_resource_type_and_condition_keys_the_action_has(flow: FlowRun) -> None:

@@ -137,6 +137,7 @@ def make_settings() -> Settings:
         operations_table="test-operations",
         computes_table="test-computes",
         compute_prefix="remote-batch-test",
+        quotas_table="test-quotas",
         email_topic_arn_prefix="arn:aws:sns:us-east-1:123456789012:test-email-",
         home_region="us-east-1",
         zones={
@@ -158,6 +159,7 @@ def create_resources(settings: Settings) -> None:
         "Idempotency": settings.idempotency_table,
         "Operations": settings.operations_table,
         "Computes": settings.computes_table,
+        "Quotas": settings.quotas_table,
     }
     for spec in ALL_TABLES:
         dynamodb.create_table(**create_table_request(spec, names[spec.logical_name]))

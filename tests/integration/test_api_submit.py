@@ -10,6 +10,7 @@ import boto3
 import pytest
 
 from functions.domain.machine_classes import GeoZone
+from functions.logic import dispatch
 
 JOBS = "test-jobs"
 
@@ -153,14 +154,22 @@ def test_another_accounts_job_is_404(stack):
     assert stack.batch[GeoZone.UNITED_STATES].terminations == []
 
 
-def test_batch_refusal_leaves_nothing_behind(stack):
+def test_a_job_aws_batch_never_takes_ends_terminated_free(stack, monkeypatch):
+    # POST /jobs no longer calls AWS Batch: the dispatcher does (here within the request, no queue),
+    # retries what AWS Batch refuses for now and ends the job when it never takes it.
+    monkeypatch.setattr(dispatch, "backoff_seconds", lambda attempt: 0.0)
     stack.batch[GeoZone.UNITED_STATES].fail = True
-    status, error = stack.api("POST", "/jobs", body={"code": "1"})
-    assert status == 500
-    assert error["error"]["code"] == "InternalError"
-    assert "Traceback" not in json.dumps(error)
-    assert stack.count_items(JOBS) == 0
-    assert stack.count_objects() == 0
+    balance = stack.balance("dev")
+    status, job = stack.api("POST", "/jobs", body={"code": "1"})
+    assert status == 202
+    assert job["status"] == "Terminated"
+    assert job["statusReason"] == (
+        f"AWS Batch did not accept the job after {dispatch.MAX_RECEIVES * dispatch.SUBMIT_ATTEMPTS} "
+        "attempts; nothing was charged"
+    )
+    assert job["creditsSpent"] == 0
+    assert stack.balance("dev") == balance
+    assert "Traceback" not in json.dumps(job, default=str)
 
 
 def test_insufficient_credits_is_402(stack):

@@ -80,6 +80,11 @@ REQUESTS: dict[tuple[str, str], dict[str, Any]] = {
         "path": f"/admin/accounts/{ACCOUNT}/credits",
         "body": {"credits": 1, "reason": "matrix"},
     },
+    ("GET", "/account/quotas"): {},
+    ("PUT", "/admin/accounts/{accountId}/quotas"): {
+        "path": f"/admin/accounts/{ACCOUNT}/quotas",
+        "body": {"quotas": [{"family": "Memory", "geoZone": "UnitedStates", "limit": 384}]},
+    },
     ("GET", "/admin/machine-classes"): {},
     ("GET", "/admin/audit"): {},
     # A class the matrix's jobs do not use, so taking it out of service changes no other row.

@@ -41,6 +41,7 @@ def _settings() -> Settings:
         operations_table="operations",
         computes_table="computes-table",
         compute_prefix="remote-batch-test",
+        quotas_table="quotas",
         email_topic_arn_prefix="arn:aws:sns:us-east-1:123456789012:rb-email-",
         home_region="us-east-1",
         zones={

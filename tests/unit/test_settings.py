@@ -25,6 +25,7 @@ def settings() -> Settings:
         operations_table="t-ops",
         computes_table="computes-table",
         compute_prefix="remote-batch-test",
+        quotas_table="t-quotas",
         email_topic_arn_prefix="arn:aws:sns:us-east-1:123456789012:rb-email-",
         email_topic_key=SECRET_LOOKING,
         sms_per_account_per_hour=12,

@@ -26,6 +26,7 @@ from functions.adapters.dynamodb.items import (
 from functions.adapters.dynamodb.jobs import MAX_LIST_QUERIES, JobRecords
 from functions.adapters.dynamodb.members import MemberRecords
 from functions.adapters.dynamodb.notifications import NOTIFICATION_LOG_LIMIT, NotificationClaims
+from functions.adapters.dynamodb.quotas import QuotaRecords
 
 __all__ = [
     "BATCH_GET_KEYS",
@@ -41,7 +42,7 @@ __all__ = [
 ]
 
 
-class DynamoJobStore(JobRecords, NotificationClaims, ArrayRecords, MemberRecords):
+class DynamoJobStore(QuotaRecords, JobRecords, NotificationClaims, ArrayRecords, MemberRecords):
     """``JobRepository`` on three DynamoDB tables (see ``functions.adapters.tables``).
 
     Every UpdateItem of a job is conditional on the job being alive (its key exists and its ``ttl``
@@ -58,4 +59,6 @@ class DynamoJobStore(JobRecords, NotificationClaims, ArrayRecords, MemberRecords
         Table names.
     clock : Callable[[], datetime] | None
         Source of "now" for the TTL checks (the service's clock; the wall clock by default).
+    quotas_table : str | None
+        The quotas table (``QuotaRecords``); None: a store whose jobs take no part in quotas.
     """

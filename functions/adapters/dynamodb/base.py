@@ -27,7 +27,11 @@ from functions.domain.status import JobStatus
 
 if TYPE_CHECKING:  # the stubs are a dev dependency; the Lambda runtime has no need of them
     from mypy_boto3_dynamodb import DynamoDBClient
-    from mypy_boto3_dynamodb.type_defs import UpdateItemOutputTypeDef, UpdateTypeDef
+    from mypy_boto3_dynamodb.type_defs import (
+        TransactWriteItemTypeDef,
+        UpdateItemOutputTypeDef,
+        UpdateTypeDef,
+    )
 
 # A job item is alive while it exists and its TTL has not passed (DynamoDB deletes expired items
 # days late, so every read and every write of an existing job checks it).
@@ -54,8 +58,11 @@ class StoreBase:
         accounts_table: str,
         ledger_table: str,
         clock: Callable[[], datetime] | None = None,
+        *,
+        quotas_table: str | None = None,
     ) -> None:
         self._db = client
+        self._quotas = quotas_table
         self._jobs = jobs_table
         self._accounts = accounts_table
         self._ledger = ledger_table
@@ -171,6 +178,11 @@ class StoreBase:
             return True
         ttl = deserialize_item(old).get("ttl")
         return ttl is not None and int(ttl) <= self._now_epoch()
+
+    def release_items(self, job: Job) -> list[TransactWriteItemTypeDef]:
+        """The items a settlement adds to give back what the job holds (none here; the quota store's
+        ``QuotaRecords.release_items`` says what)."""
+        return []
 
     def get_job(self, job_id: str) -> Job | None:
         """The job, read strongly consistent, or None (also when past its TTL).

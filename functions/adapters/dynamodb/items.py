@@ -15,6 +15,7 @@ from functions.domain.errors import UnreadableRecord
 from functions.domain.jobs import (
     RECORD_TTL,
     Account,
+    DispatchState,
     Job,
     JobType,
     LedgerEntry,
@@ -125,6 +126,7 @@ def job_to_item(job: Job) -> dict[str, Any]:
             to_sortable(job.termination_requested_at) if job.termination_requested_at else None
         ),
         "terminationAttempts": job.termination_attempts or None,
+        "dispatchState": job.dispatch_state.value if job.dispatch_state else None,
         "ttl": int((job.record_expires_at or job.submitted_at + RECORD_TTL).timestamp()),
     }
     values.update(_array_values(job))
@@ -197,6 +199,7 @@ def _job_from_item(item: dict[str, Any]) -> Job:
         array_spans=tuple(str(span) for span in item.get("arraySpans", [])),
         compute=item.get("compute"),
         submitted_by=item.get("submittedBy"),
+        dispatch_state=DispatchState(item["dispatchState"]) if item.get("dispatchState") else None,
     )
 
 

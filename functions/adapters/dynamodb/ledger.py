@@ -60,6 +60,7 @@ class AccountsAndLedger(StoreBase):
         items: list[TransactWriteItemTypeDef] = [{"Update": update}]
         if entry is not None:
             items += self._charge_items(entry)
+        items += self.release_items(transition.before)  # the job's quota, given back as it ends
         self._transact(items, transition.after.job_id, self._missing)
 
     def _transact(

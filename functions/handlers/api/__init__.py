@@ -22,7 +22,6 @@ from functions.handlers.api.app import (  # noqa: E402 (the cache above is read 
     app,
     current_caller,
     error_response,
-    require_admin,
 )
 from functions.handlers.api.entry import handler, single_valued  # noqa: E402
 from functions.handlers.api.jobs import ascii_whole_number, canonical_submit  # noqa: E402
@@ -42,6 +41,5 @@ __all__ = [
     "error_response",
     "handler",
     "openapi_json",
-    "require_admin",
     "single_valued",
 ]

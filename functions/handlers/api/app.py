@@ -308,11 +308,3 @@ def require(name: str) -> Callable[..., Caller | None]:
         dependency = account
     setattr(dependency, ACTION_ATTRIBUTE, name)
     return dependency
-
-
-def require_admin(caller: CallerDep) -> Caller:
-    """The caller, if it has the admin role. Raises ``Forbidden`` otherwise. (Routes name their
-    action with ``require``; this stays for callers of version 1's dependency.)"""
-    if not caller.is_admin:
-        raise Forbidden("This route needs the admin role.")
-    return caller

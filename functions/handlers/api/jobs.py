@@ -157,6 +157,11 @@ def _idempotent_submit(services: Services) -> tuple[SubmitOnce, IdempotencyConfi
 @router.post(
     "/jobs",
     summary="Submit a job",
+    description=(
+        "The job is stored and answered at once; it is sent to AWS Batch when its account's quota "
+        "admits it (until then it is Queued with statusReason `Waiting for quota: ...`). A job that "
+        "alone exceeds its machine family's quota answers 400 `QuotaExceeded`."
+    ),
     responses=_responses(202, _json(JobView, "Accepted"), 400, 402, 409, 413, 503),
 )
 def submit_job(

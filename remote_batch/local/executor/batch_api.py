@@ -36,6 +36,7 @@ from remote_batch.local.executor.fleet import LocalFleet
 from remote_batch.local.executor.gateway import LocalBatchGateway
 from remote_batch.local.executor.limits import _signal_job
 from remote_batch.local.executor.memory import job_memory_ceiling_mib
+from remote_batch.local.executor.rate_limit import DEFAULT_SUBMIT_TPS, SubmitRateLimit
 from remote_batch.local.executor.warm import WARM_WORKERS
 from remote_batch.local.sandbox import (
     ProcessRegistry,
@@ -101,6 +102,9 @@ class LocalBatchExecutor(ArrayJobs):
         The most idle warm workers kept (``warm``: sandboxed workers started ahead of need, each
         running one job); 0 starts every job's worker when it starts. Only for the default
         ``worker_command``: a custom command always starts with its job.
+    submit_tps : int
+        SubmitJob calls accepted per second (``rate_limit.SubmitRateLimit``; AWS Batch's is about 50):
+        more are refused with ``TooManyRequestsException`` as AWS Batch does.
     """
 
     def __init__(
@@ -123,6 +127,7 @@ class LocalBatchExecutor(ArrayJobs):
         log_limit_bytes: int | None = None,
         output_limit_bytes: int | None = None,
         warm_workers: int = WARM_WORKERS,
+        submit_tps: int = DEFAULT_SUBMIT_TPS,
     ) -> None:
         cpu_ids = sorted(os.sched_getaffinity(0))
         self.vcpus = max(1, vcpus if vcpus is not None else len(cpu_ids))
@@ -145,6 +150,7 @@ class LocalBatchExecutor(ArrayJobs):
         self._log_limit_cap = log_limit_bytes
         self._output_limit_cap = output_limit_bytes
         self._bus = bus
+        self.submit_rate = SubmitRateLimit(submit_tps)
         self._logs_client = logs_client
         # vCPU slot i runs on CPU id _cpu_of_slot[i]; more slots than CPUs share them round-robin.
         self._cpu_of_slot = [cpu_ids[i % len(cpu_ids)] for i in range(self.vcpus)]

@@ -48,8 +48,10 @@ class LocalBatchGateway:
         Raises
         ------
         DependencyFailed
-            When the executor has been shut down.
+            When the executor has been shut down; "AWS Batch is busy" (``TooManyRequestsException``)
+            past the executor's SubmitJob rate (``rate_limit.SubmitRateLimit``), as AWS Batch answers.
         """
+        self._executor.submit_rate.admit()
         return self._executor.submit(self, submission)
 
     def terminate_job(self, batch_job_id: str, reason: str) -> None:

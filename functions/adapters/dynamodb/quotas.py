@@ -1,0 +1,313 @@
+"""DynamoDB: the quota counters, held jobs and the dispatch claims (``functions.domain.quotas``).
+
+One item per account and entry in the quotas table (``functions.adapters.tables.QUOTAS``):
+
+- ``limits``: the account's overrides (``overrides``: a map ``Basic#UnitedStates`` → units; ``total``);
+- ``usage#<Family>#<Zone>``: ``inUse`` and ``queued`` units; ``usage#total``: the same in vCPUs;
+- ``held#<jobId>``: a job waiting for quota (``key``, ``units``, ``vcpus``), read oldest first.
+
+Usage only moves inside a ``TransactWriteItems`` that also moves the job: holding a job writes it with
+its ``held#`` item and the queued counters; admitting it flips its ``dispatchState`` from ``Held``,
+deletes the ``held#`` item and adds its units to ``inUse`` under the condition ``inUse <= limit - units``
+(so no interleaving of admissions ever exceeds a limit); ending it releases its units in the very
+transaction that settles it (``release_items``, added by ``AccountsAndLedger.settle``).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from functions.adapters.dynamodb.base import LIVE_JOB, StoreBase, store_errors
+from functions.adapters.dynamodb.items import (
+    deserialize_item,
+    job_to_item,
+    serialize_item,
+    serialize_value,
+)
+from functions.domain.errors import ConditionFailed
+from functions.domain.jobs import DispatchState, Job, JobType
+from functions.domain.machine_classes import machine_class
+from functions.domain.quotas import Demand, HeldJob, QuotaKey, QuotaLimits, Usage, demand_of
+from functions.domain.status import JobStatus
+
+if TYPE_CHECKING:  # the stubs are a dev dependency; the Lambda runtime has no need of them
+    from mypy_boto3_dynamodb.type_defs import TransactWriteItemTypeDef
+
+LIMITS_ENTRY = "limits"
+TOTAL_ENTRY = "usage#total"
+USAGE_PREFIX = "usage#"
+HELD_PREFIX = "held#"
+# Held jobs read per admission pass (one Query page): the oldest of each family come first anyway.
+HELD_PAGE = 200
+
+
+def usage_entry(key: QuotaKey) -> str:
+    """``usage#Basic#UnitedStates``."""
+    return USAGE_PREFIX + key.name
+
+
+def held_entry(job_id: str) -> str:
+    """``held#<jobId>``."""
+    return HELD_PREFIX + job_id
+
+
+def job_demand(job: Job) -> Demand:
+    """What ``job`` holds while admitted (``quotas.demand_of`` of its class, zone and array size)."""
+    return demand_of(machine_class(job.machine_class), job.geo_zone, job.array_size)
+
+
+class QuotaRecords(StoreBase):
+    """The quota part of ``DynamoJobStore`` (its ``quotas_table``)."""
+
+    @property
+    def _quota_table(self) -> str:
+        if not self._quotas:
+            raise ValueError("this store was built without a quotas table")
+        return self._quotas
+
+    def _key(self, account_id: str, entry: str) -> dict[str, Any]:
+        return serialize_item({"accountId": account_id, "entry": entry})
+
+    # -- limits and usage --------------------------------------------------------------------------
+    def get_quota_limits(self, account_id: str) -> QuotaLimits:
+        """The account's limits (its overrides over the defaults), read strongly consistent."""
+        with store_errors("GetItem"):
+            response = self._db.get_item(
+                TableName=self._quota_table, Key=self._key(account_id, LIMITS_ENTRY), ConsistentRead=True
+            )
+        item = deserialize_item(response["Item"]) if "Item" in response else {}
+        overrides = {QuotaKey.parse(k): int(v) for k, v in (item.get("overrides") or {}).items()}
+        total = item.get("total")
+        return QuotaLimits(overrides, int(total) if total is not None else None)
+
+    def put_quota_limits(self, account_id: str, limits: QuotaLimits) -> None:
+        """Store the account's overrides (replacing what was stored)."""
+        values = {
+            "accountId": account_id,
+            "entry": LIMITS_ENTRY,
+            "overrides": {k.name: v for k, v in limits.overrides.items()} or None,
+            "total": limits.total,
+        }
+        with store_errors("PutItem"):
+            self._db.put_item(TableName=self._quota_table, Item=serialize_item(values))
+
+    def get_quota_usage(self, account_id: str) -> Usage:
+        """The account's counters (units in use and queued per key; vCPUs in all), strongly consistent."""
+        items = self._query(
+            TableName=self._quota_table,
+            KeyConditionExpression="accountId = :a AND begins_with(#entry, :p)",
+            ExpressionAttributeNames={"#entry": "entry"},
+            ExpressionAttributeValues={
+                ":a": serialize_value(account_id),
+                ":p": serialize_value(USAGE_PREFIX),
+            },
+            ConsistentRead=True,
+        )
+        in_use: dict[QuotaKey, int] = {}
+        queued: dict[QuotaKey, int] = {}
+        total_in_use = total_queued = 0
+        for item in items:
+            entry = str(item["entry"])
+            used, waiting = int(item.get("inUse", 0)), int(item.get("queued", 0))
+            if entry == TOTAL_ENTRY:
+                total_in_use, total_queued = used, waiting
+            else:
+                key = QuotaKey.parse(entry.removeprefix(USAGE_PREFIX))
+                in_use[key], queued[key] = used, waiting
+        return Usage(in_use, queued, total_in_use, total_queued)
+
+    def list_held_jobs(self, account_id: str) -> list[HeldJob]:
+        """The account's held jobs, oldest first (at most ``HELD_PAGE``), strongly consistent."""
+        with store_errors("Query"):
+            page = self._db.query(
+                TableName=self._quota_table,
+                KeyConditionExpression="accountId = :a AND begins_with(#entry, :p)",
+                ExpressionAttributeNames={"#entry": "entry"},
+                ExpressionAttributeValues={
+                    ":a": serialize_value(account_id),
+                    ":p": serialize_value(HELD_PREFIX),
+                },
+                ConsistentRead=True,
+                Limit=HELD_PAGE,
+            )
+        held = []
+        for raw in page.get("Items", []):
+            item = deserialize_item(raw)
+            demand = Demand(QuotaKey.parse(str(item["key"])), int(item["units"]), int(item["vcpus"]))
+            held.append(HeldJob(str(item["entry"]).removeprefix(HELD_PREFIX), demand))
+        return held
+
+    def _counter_update(
+        self, account_id: str, entry: str, in_use: int, queued: int, *, at_most: int | None = None
+    ) -> TransactWriteItemTypeDef:
+        """ADD ``in_use`` and ``queued`` to a usage counter; with ``at_most``, only while ``inUse`` is at
+        most that before the change."""
+        update: dict[str, Any] = {
+            "TableName": self._quota_table,
+            "Key": self._key(account_id, entry),
+            "UpdateExpression": "ADD inUse :u, queued :q",
+            "ExpressionAttributeValues": {":u": serialize_value(in_use), ":q": serialize_value(queued)},
+        }
+        if at_most is not None:
+            update["ConditionExpression"] = "attribute_not_exists(inUse) OR inUse <= :max"
+            update["ExpressionAttributeValues"][":max"] = serialize_value(at_most)
+        return {"Update": update}  # type: ignore[typeddict-item]
+
+    # -- the job's way through the quota -------------------------------------------------------------
+    def hold_job(self, job: Job) -> None:
+        """Create ``job`` (``dispatchState`` ``Held``) with its ``held#`` item and its units counted as
+        queued, in one transaction. ``ConditionFailed`` when the job id exists."""
+        demand = job_demand(job)
+        held = {
+            "accountId": job.account_id,
+            "entry": held_entry(job.job_id),
+            "key": demand.key.name,
+            "units": demand.units,
+            "vcpus": demand.vcpus,
+        }
+        items: list[TransactWriteItemTypeDef] = [
+            {
+                "Put": {
+                    "TableName": self._jobs,
+                    "Item": serialize_item(job_to_item(job)),
+                    "ConditionExpression": "attribute_not_exists(jobId)",
+                }
+            },
+            {"Put": {"TableName": self._quota_table, "Item": serialize_item(held)}},
+            self._counter_update(job.account_id, usage_entry(demand.key), 0, demand.units),
+            self._counter_update(job.account_id, TOTAL_ENTRY, 0, demand.vcpus),
+        ]
+        with store_errors("TransactWriteItems"):
+            self._db.transact_write_items(TransactItems=items)
+
+    def admit_job(self, account_id: str, held: HeldJob, limits: QuotaLimits) -> bool:
+        """Admit a held job: its ``dispatchState`` becomes ``Admitted`` (its waiting reason removed), its
+        ``held#`` item goes, and its units move from queued to in use, only while that keeps its
+        family's ``inUse`` and the total's within ``limits``: one transaction.
+
+        Returns False, changing nothing, when a limit would be exceeded or the job is no longer held
+        (admitted by another writer, aborted, gone).
+        """
+        demand = held.demand
+        family_room = limits.limit(demand.key) - demand.units
+        total_room = limits.total_limit - demand.vcpus
+        if family_room < 0 or total_room < 0:
+            return False
+        job_update: dict[str, Any] = {
+            "TableName": self._jobs,
+            "Key": serialize_item({"jobId": held.job_id}),
+            "UpdateExpression": "SET dispatchState = :admitted REMOVE statusReason",
+            "ConditionExpression": f"{LIVE_JOB} AND dispatchState = :held",
+            "ExpressionAttributeNames": {"#ttl": "ttl"},
+            "ExpressionAttributeValues": {
+                ":admitted": serialize_value(DispatchState.ADMITTED.value),
+                ":held": serialize_value(DispatchState.HELD.value),
+                ":liveNow": serialize_value(self._now_epoch()),
+            },
+        }
+        items: list[TransactWriteItemTypeDef] = [
+            {"Update": job_update},  # type: ignore[typeddict-item]
+            {
+                "Delete": {
+                    "TableName": self._quota_table,
+                    "Key": self._key(account_id, held_entry(held.job_id)),
+                    "ConditionExpression": "attribute_exists(accountId)",
+                }
+            },
+            self._counter_update(
+                account_id, usage_entry(demand.key), demand.units, -demand.units, at_most=family_room
+            ),
+            self._counter_update(account_id, TOTAL_ENTRY, demand.vcpus, -demand.vcpus, at_most=total_room),
+        ]
+        try:
+            with store_errors("TransactWriteItems"):
+                self._db.transact_write_items(TransactItems=items)
+        except ConditionFailed:
+            return False
+        return True
+
+    def release_items(self, job: Job) -> list[TransactWriteItemTypeDef]:
+        """The transaction items that give back what ``job`` (as read) holds when it ends: an admitted
+        job's units in use, a held job's queued units and its ``held#`` item (only while it exists, so a
+        job admitted since it was read cancels the settlement: the caller re-reads). Nothing for a job
+        outside the quota (an array's child, one submitted before quotas) or a store without them."""
+        if not self._quotas or job.dispatch_state is None or job.type == JobType.ARRAY_CHILD:
+            return []
+        demand = job_demand(job)
+        account = job.account_id
+        if job.dispatch_state == DispatchState.HELD:
+            return [
+                {
+                    "Delete": {
+                        "TableName": self._quota_table,
+                        "Key": self._key(account, held_entry(job.job_id)),
+                        "ConditionExpression": "attribute_exists(accountId)",
+                    }
+                },
+                self._counter_update(account, usage_entry(demand.key), 0, -demand.units),
+                self._counter_update(account, TOTAL_ENTRY, 0, -demand.vcpus),
+            ]
+        return [
+            self._counter_update(account, usage_entry(demand.key), -demand.units, 0),
+            self._counter_update(account, TOTAL_ENTRY, -demand.vcpus, 0),
+        ]
+
+    def set_waiting_reason(self, job_id: str, reason: str) -> None:
+        """Set a held job's ``statusReason`` (no-op once it is no longer held); ``RecordMissing`` when
+        the job is gone."""
+        self._update_job(
+            job_id,
+            "SET statusReason = :r",
+            condition="dispatchState = :held",
+            values={":r": reason, ":held": DispatchState.HELD.value},
+        )
+
+    # -- the dispatcher's claim ------------------------------------------------------------------------
+    def claim_dispatch(self, job_id: str) -> Job | None:
+        """Claim an admitted job for SubmitJob (``dispatchState`` ``Admitted`` → ``Dispatching``) while it
+        is not final; returns the job after the claim, or None when another dispatcher has it, it was
+        sent already, it is not admitted or it ended (aborted). ``RecordMissing`` when it is gone."""
+        response = self._update_job(
+            job_id,
+            "SET dispatchState = :after",
+            condition="dispatchState = :before AND NOT #status IN (:succeeded, :terminated)",
+            names={"#status": "status"},
+            values={
+                ":before": DispatchState.ADMITTED.value,
+                ":after": DispatchState.DISPATCHING.value,
+                ":succeeded": JobStatus.SUCCEEDED.value,
+                ":terminated": JobStatus.TERMINATED.value,
+            },
+            return_new=True,
+        )
+        return (
+            self._live_job(deserialize_item(dict(response["Attributes"])), "dispatch") if response else None
+        )
+
+    def release_dispatch(self, job_id: str) -> None:
+        """Give a claim back after SubmitJob failed for a while (``Dispatching`` → ``Admitted``)."""
+        self._update_job(
+            job_id,
+            "SET dispatchState = :after",
+            condition="dispatchState = :before",
+            values={":before": DispatchState.DISPATCHING.value, ":after": DispatchState.ADMITTED.value},
+        )
+
+    def record_dispatch(self, job_id: str, batch_job_id: str) -> Job | None:
+        """Record the Batch job id SubmitJob returned (unless an event recorded it first) and
+        ``dispatchState`` ``Dispatched``; returns the job after the write (it may have ended meanwhile:
+        the caller then terminates the Batch job). ``RecordMissing`` when it is gone."""
+        response = self._update_job(
+            job_id,
+            "SET batchJobId = if_not_exists(batchJobId, :b), dispatchState = :dispatched",
+            condition="dispatchState = :dispatching",
+            values={
+                ":b": batch_job_id,
+                ":dispatched": DispatchState.DISPATCHED.value,
+                ":dispatching": DispatchState.DISPATCHING.value,
+            },
+            return_new=True,
+        )
+        return (
+            self._live_job(deserialize_item(dict(response["Attributes"])), "dispatch") if response else None
+        )

@@ -1,0 +1,283 @@
+"""Quotas: how much compute one account's jobs may hold at once, per machine family and geo zone.
+
+The model is Azure Machine Learning's (one of the references this service follows): a dedicated-core
+quota per VM family per region, plus a total per region (Azure ML docs, "Manage and increase quotas
+for resources", "VM family vCPU quotas"). Here a family's quota counts vCPUs (GPUs for the GPU
+family) in one geo zone, and the account's total counts vCPUs of every family and zone together.
+
+What a job holds
+----------------
+A job holds its machine class's vCPUs (GPUs for a GPU class) from the moment it is *admitted* (about
+to be sent to AWS Batch) until it ends: Starting, Running, and the short time it waits in AWS Batch's
+own queue all count, because AWS Batch may start it at any moment then. A job over the limit is
+*held* (``Queued``, ``statusReason`` ``Waiting for quota: ...``) and counts as *queued* instead.
+
+The rule for an array job (``demand_of`` with ``array_size``): it holds ``arraySize`` x its class's
+units, because AWS Batch runs an array's children concurrently as far as the compute environment's
+capacity allows, so the service must assume all of them may run at once (it cannot hold back single
+children of one AWS Batch array job). Array submits do not go through the quota yet
+(``functions.logic.arrays`` submits them directly): with the default limits most arrays would be
+larger than their family's limit, which needs per-span admission first.
+
+Everything here is pure: the store keeps the counters with conditional writes
+(``functions.adapters.dynamodb.quotas``), the logic (``functions.logic.quotas``) decides with this.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from functions.domain.errors import QuotaExceeded, ValidationFailed
+from functions.domain.machine_classes import GeoZone, MachineClass
+
+
+class Family(StrEnum):
+    """A machine family: the machine classes whose names start with it (``Memory16x128``)."""
+
+    BASIC = "Basic"
+    MEMORY = "Memory"
+    COMPUTE = "Compute"
+    GPU = "GPU"
+
+
+class Unit(StrEnum):
+    """What a family's quota counts."""
+
+    VCPU = "vCPU"
+    GPU = "GPU"
+
+
+# Default limits per family and geo zone (units of ``unit_of``), and the per-account total (vCPUs of
+# every family and zone). Each family's default admits one job of its largest class (Memory192x1536
+# and Compute192x384: 192 vCPUs; GPU4xL4: 4 GPUs) and a few of its smaller ones; an operator raises an
+# account's limits with ``PUT /admin/accounts/{accountId}/quotas``.
+DEFAULT_FAMILY_LIMITS: Mapping[Family, int] = {
+    Family.BASIC: 64,
+    Family.MEMORY: 384,
+    Family.COMPUTE: 384,
+    Family.GPU: 8,
+}
+DEFAULT_TOTAL_LIMIT = 768
+# The largest limit an operator may set (units): far above any AWS Batch compute environment.
+MAX_LIMIT = 1_000_000
+
+
+def family_of(machine: MachineClass) -> Family:
+    """The family of a machine class (its name's prefix: ``Basic1x8`` → ``Basic``)."""
+    for family in Family:
+        if machine.name.startswith(family.value):
+            return family
+    raise ValueError(f"machine class {machine.name} belongs to no family")
+
+
+def unit_of(family: Family) -> Unit:
+    """GPUs for the GPU family, vCPUs for the others."""
+    return Unit.GPU if family == Family.GPU else Unit.VCPU
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaKey:
+    """One family in one geo zone."""
+
+    family: Family
+    zone: GeoZone
+
+    @property
+    def name(self) -> str:
+        """``Basic#UnitedStates``: how the store names it."""
+        return f"{self.family.value}#{self.zone.value}"
+
+    @staticmethod
+    def parse(name: str) -> QuotaKey:
+        """The key ``name`` (``QuotaKey.name``) names. Raises ``ValueError`` for anything else."""
+        family, _, zone = name.partition("#")
+        return QuotaKey(Family(family), GeoZone(zone))
+
+
+ALL_KEYS: tuple[QuotaKey, ...] = tuple(QuotaKey(f, z) for z in GeoZone for f in Family)
+
+
+@dataclass(frozen=True, slots=True)
+class Demand:
+    """What one job holds while admitted: ``units`` of its family's quota in its zone, and ``vcpus``
+    of the account's total."""
+
+    key: QuotaKey
+    units: int
+    vcpus: int
+
+
+def demand_of(machine: MachineClass, zone: GeoZone, array_size: int | None = None) -> Demand:
+    """What a job of ``machine`` in ``zone`` holds (an array: ``array_size`` times one child's)."""
+    family = family_of(machine)
+    count = array_size or 1
+    per_job = machine.gpus if unit_of(family) == Unit.GPU else machine.vcpus
+    return Demand(QuotaKey(family, zone), per_job * count, machine.vcpus * count)
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaLimits:
+    """An account's limits: its overrides (set by an operator) over the defaults.
+
+    ``overrides`` maps a ``QuotaKey`` to its limit; ``total`` overrides ``DEFAULT_TOTAL_LIMIT`` when set.
+    """
+
+    overrides: Mapping[QuotaKey, int] = field(default_factory=dict)
+    total: int | None = None
+
+    def limit(self, key: QuotaKey) -> int:
+        """The limit of ``key`` (units)."""
+        return self.overrides.get(key, DEFAULT_FAMILY_LIMITS[key.family])
+
+    @property
+    def total_limit(self) -> int:
+        """The account's total (vCPUs)."""
+        return DEFAULT_TOTAL_LIMIT if self.total is None else self.total
+
+    def with_changes(
+        self, changes: Mapping[QuotaKey, int], total: int | None, set_total: bool
+    ) -> QuotaLimits:
+        """These limits with ``changes`` replacing theirs (others keep theirs) and, with ``set_total``,
+        the total set to ``total`` (None: back to the default)."""
+        return QuotaLimits({**self.overrides, **changes}, total if set_total else self.total)
+
+
+def check_limit(value: int, field_path: str) -> int:
+    """A limit an operator sets: a whole number 0..``MAX_LIMIT``. Raises ``ValidationFailed``."""
+    if not 0 <= value <= MAX_LIMIT:
+        raise ValidationFailed(f"{field_path} must be between 0 and {MAX_LIMIT}.", field=field_path)
+    return value
+
+
+def check_fits_alone(demand: Demand, limits: QuotaLimits, machine_class: str) -> None:
+    """Refuse a job that could never be admitted: it alone holds more than its family's limit or
+    the account's total.
+
+    Raises
+    ------
+    QuotaExceeded
+        Naming the family, zone, limit and request (``field`` ``machineClass``).
+    """
+    key = demand.key
+    limit = limits.limit(key)
+    unit = unit_of(key.family).value
+    if demand.units > limit:
+        raise QuotaExceeded(
+            f"{machine_class} needs {demand.units} {unit}s but the account's {key.family.value} quota in "
+            f"{key.zone.value} is {limit} {unit}s; ask an operator for a higher quota.",
+            field="machineClass",
+        )
+    if demand.vcpus > limits.total_limit:
+        raise QuotaExceeded(
+            f"{machine_class} needs {demand.vcpus} vCPUs but the account's total quota is "
+            f"{limits.total_limit} vCPUs; ask an operator for a higher quota.",
+            field="machineClass",
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """What an account's jobs hold now: per key, units in use and units queued (held jobs); in all,
+    vCPUs in use and queued."""
+
+    in_use: Mapping[QuotaKey, int] = field(default_factory=dict)
+    queued: Mapping[QuotaKey, int] = field(default_factory=dict)
+    total_in_use: int = 0
+    total_queued: int = 0
+
+    def used(self, key: QuotaKey) -> int:
+        """Units of ``key`` in use."""
+        return self.in_use.get(key, 0)
+
+    def waiting(self, key: QuotaKey) -> int:
+        """Units of ``key`` queued."""
+        return self.queued.get(key, 0)
+
+
+def fits(demand: Demand, usage: Usage, limits: QuotaLimits) -> bool:
+    """True when admitting ``demand`` keeps its family and the total within their limits."""
+    key = demand.key
+    return (
+        usage.used(key) + demand.units <= limits.limit(key)
+        and usage.total_in_use + demand.vcpus <= limits.total_limit
+    )
+
+
+def waiting_reason(demand: Demand, usage: Usage, limits: QuotaLimits) -> str:
+    """The held job's ``statusReason``: ``Waiting for quota: Memory vCPUs in EuropeanUnion (64 of 64
+    in use)``, or ``Waiting for quota: total vCPUs (768 of 768 in use)`` when the total alone is what
+    blocks it."""
+    key = demand.key
+    family_fits = usage.used(key) + demand.units <= limits.limit(key)
+    total_fits = usage.total_in_use + demand.vcpus <= limits.total_limit
+    # The family's numbers unless the total alone blocks it (a job queued behind older ones of its
+    # family and zone waits for the family's quota too).
+    if not family_fits or total_fits:
+        unit = unit_of(key.family).value
+        return (
+            f"Waiting for quota: {key.family.value} {unit}s in {key.zone.value} "
+            f"({usage.used(key)} of {limits.limit(key)} in use)"
+        )
+    return f"Waiting for quota: total vCPUs ({usage.total_in_use} of {limits.total_limit} in use)"
+
+
+@dataclass(frozen=True, slots=True)
+class HeldJob:
+    """A job waiting for quota: its id (ids sort by submission time) and what it will hold."""
+
+    job_id: str
+    demand: Demand
+
+
+def admission_order(held: Iterable[HeldJob]) -> list[HeldJob]:
+    """The order to try admitting an account's held jobs: oldest first (by id: ``job-<ULID>`` sorts by
+    submission time). Each (family, zone) is a queue of its own, so a job blocked on one family never
+    holds back a job of another (``admit_waiting`` stops a key at its first job that does not fit)."""
+    return sorted(held, key=lambda h: h.job_id)
+
+
+def plan_admissions(held: Iterable[HeldJob], usage: Usage, limits: QuotaLimits) -> list[HeldJob]:
+    """The held jobs that may be admitted now, in admission order, as the pure rule says: each key's
+    jobs oldest first, stopping that key at its first job that does not fit (no overtaking within a
+    family and zone); the total is shared by every key.
+
+    The store applies each admission with a conditional write, so this is what a single admitter would
+    do; concurrent admitters each re-check under the store's conditions.
+    """
+    in_use = dict(usage.in_use)
+    total = usage.total_in_use
+    blocked: set[QuotaKey] = set()
+    admitted: list[HeldJob] = []
+    for job in admission_order(held):
+        key = job.demand.key
+        if key in blocked:
+            continue
+        current = Usage(in_use, usage.queued, total)
+        if not fits(job.demand, current, limits):
+            blocked.add(key)
+            continue
+        in_use[key] = in_use.get(key, 0) + job.demand.units
+        total += job.demand.vcpus
+        admitted.append(job)
+    return admitted
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaLine:
+    """One line of ``GET /account/quotas``."""
+
+    key: QuotaKey
+    unit: Unit
+    limit: int
+    in_use: int
+    queued: int
+
+
+def quota_lines(usage: Usage, limits: QuotaLimits) -> list[QuotaLine]:
+    """Every family in every zone with its limit, units in use and units queued."""
+    return [
+        QuotaLine(key, unit_of(key.family), limits.limit(key), usage.used(key), usage.waiting(key))
+        for key in ALL_KEYS
+    ]

@@ -1,0 +1,79 @@
+"""Models of the quota routes: ``GET /account/quotas`` and ``PUT /admin/accounts/{accountId}/quotas``."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from functions.domain.quotas import MAX_LIMIT
+from functions.logic.quotas import QuotaReport
+
+FamilyName = Literal["Basic", "Memory", "Compute", "GPU"]
+ZoneName = Literal["UnitedStates", "EuropeanUnion"]
+
+
+class QuotaView(BaseModel):
+    """One machine family in one geo zone: its limit, what the account's jobs hold (``inUse``) and what
+    its held jobs wait for (``queued``), in ``unit`` (vCPUs; GPUs for the GPU family)."""
+
+    family: FamilyName
+    geoZone: ZoneName
+    unit: Literal["vCPU", "GPU"]
+    limit: int
+    inUse: int
+    queued: int
+
+
+class QuotaTotalView(BaseModel):
+    """The account's total over every family and zone, in vCPUs."""
+
+    unit: Literal["vCPU"] = "vCPU"
+    limit: int
+    inUse: int
+    queued: int
+
+
+class QuotasView(BaseModel):
+    """``GET /account/quotas`` (and the answer of the admin's ``PUT``)."""
+
+    quotas: list[QuotaView]
+    total: QuotaTotalView
+
+
+class QuotaLimitIn(BaseModel):
+    """One limit an operator sets."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    family: FamilyName
+    geoZone: ZoneName
+    limit: int = Field(ge=0, le=MAX_LIMIT, description="vCPUs (GPUs for the GPU family) held at once")
+
+
+class QuotasBody(BaseModel):
+    """``PUT /admin/accounts/{accountId}/quotas``: the listed entries replace those limits (others keep
+    theirs); ``total`` (vCPUs) replaces the total when given (null: back to the default)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    quotas: list[QuotaLimitIn] = Field(default_factory=list, max_length=8)
+    total: int | None = Field(default=None, ge=0, le=MAX_LIMIT)
+
+
+def quotas_view(report: QuotaReport) -> QuotasView:
+    """The API's view of a quota report."""
+    return QuotasView(
+        quotas=[
+            QuotaView(
+                family=line.key.family.value,
+                geoZone=line.key.zone.value,
+                unit=line.unit.value,
+                limit=line.limit,
+                inUse=line.in_use,
+                queued=line.queued,
+            )
+            for line in report.lines
+        ],
+        total=QuotaTotalView(limit=report.total_limit, inUse=report.total_in_use, queued=report.total_queued),
+    )

@@ -1,0 +1,202 @@
+"""Quotas for their owner and operators: check a submit, hold a job, admit waiting jobs, report usage.
+
+A submitted job is written *held* (counted as queued), then the account's held jobs are admitted
+oldest first within its limits (``admit_waiting``); every job that ends gives its units back in the
+transaction that settles it and admits the account's next held jobs. Because both sides write before
+they look (a submit holds then admits; an ending job releases then admits) and every admission is a
+conditional write, no interleaving admits past a limit, and no job stays held while the capacity it
+waits for is free: whichever writer comes second sees the other's write.
+
+Fairness across accounts: limits are per account, so one account's burst never takes another's
+quota; the dispatcher's queue holds at most an account's admitted jobs, never its held ones, so an
+account's share of the dispatcher is bounded by its own quota.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+from aws_lambda_powertools import Logger
+
+from functions.domain.errors import NotFound
+from functions.domain.jobs import DispatchState, Job
+from functions.domain.machine_classes import GeoZone, MachineClass
+from functions.domain.quotas import (
+    Demand,
+    HeldJob,
+    QuotaKey,
+    QuotaLimits,
+    QuotaLine,
+    Usage,
+    admission_order,
+    check_fits_alone,
+    check_limit,
+    demand_of,
+    fits,
+    quota_lines,
+    waiting_reason,
+)
+
+if TYPE_CHECKING:
+    from functions.ports import Services
+
+logger = Logger(child=True)
+
+# Re-reads after an admission lost a race before the pass gives up (the next release or submit of the
+# account, or the meter's backstop, admits what is left).
+MAX_ADMISSION_PASSES = 20
+
+
+def check_submit(
+    services: Services, account_id: str, machine: MachineClass, zone: GeoZone, array_size: int | None = None
+) -> tuple[Demand, QuotaLimits]:
+    """What a new job of ``machine`` in ``zone`` would hold, after checking it could ever be admitted,
+    and the account's limits.
+
+    Raises
+    ------
+    QuotaExceeded
+        The job alone needs more than the account's limit for its family and zone, or its total.
+    """
+    demand = demand_of(machine, zone, array_size)
+    limits = services.store.get_quota_limits(account_id)
+    check_fits_alone(demand, limits, machine.name)
+    return demand, limits
+
+
+def hold(services: Services, job: Job, demand: Demand, limits: QuotaLimits) -> tuple[Job, bool]:
+    """Write a new job held for quota (counted as queued). Its ``statusReason`` says what it waits for
+    when the account's usage (or older held jobs of its family and zone) already stands in its way.
+
+    Returns
+    -------
+    tuple[Job, bool]
+        The job as written, and whether it may be admitted on its own at once (nothing of its family
+        and zone waited and it fitted when read): the caller tries ``admit_job`` for it alone, else
+        ``admit_waiting``, which also catches a release that happened between the read and the write.
+
+    Raises ``ConditionFailed`` (the id exists) or ``DependencyFailed``.
+    """
+    usage = services.store.get_quota_usage(job.account_id)
+    waits = usage.waiting(demand.key) > 0 or not fits(demand, usage, limits)
+    held = replace(
+        job,
+        dispatch_state=DispatchState.HELD,
+        status_reason=waiting_reason(demand, usage, limits) if waits else None,
+    )
+    services.store.hold_job(held)
+    return held, not waits
+
+
+def admit_new(services: Services, job: Job, demand: Demand, limits: QuotaLimits) -> Job | None:
+    """Admit a job ``hold`` said may go at once (one conditional write); the job admitted, or None
+    when the write lost (``admit_waiting`` then decides)."""
+    if services.store.admit_job(job.account_id, HeldJob(job.job_id, demand), limits):
+        return replace(job, dispatch_state=DispatchState.ADMITTED, status_reason=None)
+    return None
+
+
+def admit_waiting(services: Services, account_id: str, limits: QuotaLimits | None = None) -> list[str]:
+    """Admit the account's held jobs that fit now, oldest first per family and zone.
+
+    A family and zone whose oldest held job does not fit admits none after it (no overtaking); its
+    oldest job's ``statusReason`` is refreshed with the current numbers. An admission that loses a race
+    (another writer admitted or ended the job, or took the room) re-reads and goes on.
+
+    Returns
+    -------
+    list[str]
+        The ids admitted by this call, in admission order (the caller hands them to the dispatcher).
+    """
+    store = services.store
+    limits = limits or store.get_quota_limits(account_id)
+    admitted: list[str] = []
+    for _ in range(MAX_ADMISSION_PASSES):
+        held = store.list_held_jobs(account_id)
+        if not held:
+            break
+        usage = store.get_quota_usage(account_id)
+        blocked: set[QuotaKey] = set()
+        raced = False
+        for job in admission_order(held):
+            key = job.demand.key
+            if key in blocked:
+                continue
+            if not fits(job.demand, usage, limits):
+                blocked.add(key)
+                store.set_waiting_reason(job.job_id, waiting_reason(job.demand, usage, limits))
+                continue
+            if not store.admit_job(account_id, job, limits):
+                raced = True
+                break
+            admitted.append(job.job_id)
+            usage = _with_admitted(usage, job.demand)
+        if not raced:
+            break
+    if admitted:
+        logger.info("jobs admitted", account_id=account_id, count=len(admitted))
+    return admitted
+
+
+def _with_admitted(usage: Usage, demand: Demand) -> Usage:
+    key = demand.key
+    return Usage(
+        {**usage.in_use, key: usage.used(key) + demand.units},
+        {**usage.queued, key: usage.waiting(key) - demand.units},
+        usage.total_in_use + demand.vcpus,
+        usage.total_queued - demand.vcpus,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaReport:
+    """``GET /account/quotas``: each family in each zone, and the account's total (vCPUs)."""
+
+    lines: list[QuotaLine]
+    total_limit: int
+    total_in_use: int
+    total_queued: int
+
+
+def account_quotas(services: Services, account_id: str) -> QuotaReport:
+    """The account's limits, units in use and units queued."""
+    usage = services.store.get_quota_usage(account_id)
+    limits = services.store.get_quota_limits(account_id)
+    return QuotaReport(quota_lines(usage, limits), limits.total_limit, usage.total_in_use, usage.total_queued)
+
+
+def set_account_quotas(
+    services: Services,
+    account_id: str,
+    changes: Sequence[tuple[str, str, int]],
+    total: int | None,
+    set_total: bool,
+) -> QuotaReport:
+    """``PUT /admin/accounts/{accountId}/quotas``: the listed (family, zone, limit) entries replace
+    those limits, the others keep theirs; with ``set_total``, the total becomes ``total`` (None: the
+    default). Jobs held under the old limits are admitted at once if the new ones let them.
+
+    Raises
+    ------
+    NotFound
+        No such account.
+    ValidationFailed
+        A limit outside 0..``quotas.MAX_LIMIT`` (``field`` names the entry).
+    """
+    if services.store.get_account(account_id) is None:
+        raise NotFound(f"No account {account_id}.")
+    parsed: dict[QuotaKey, int] = {}
+    for index, (family, zone, limit) in enumerate(changes):
+        parsed[QuotaKey.parse(f"{family}#{zone}")] = check_limit(limit, f"quotas[{index}].limit")
+    if set_total and total is not None:
+        check_limit(total, "total")
+    limits: QuotaLimits = services.store.get_quota_limits(account_id).with_changes(parsed, total, set_total)
+    services.store.put_quota_limits(account_id, limits)
+    logger.info("quotas set", account_id=account_id, changed=len(parsed), total=limits.total)
+    # Raised limits may let held jobs go now (imported here: dispatch imports this module).
+    from functions.logic.dispatch import admit_and_enqueue
+
+    admit_and_enqueue(services, account_id)
+    return account_quotas(services, account_id)

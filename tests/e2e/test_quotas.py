@@ -1,0 +1,171 @@
+"""Issue 15 items 1-2 on the local stack: quotas hold jobs and let them go oldest first; a burst of
+submits is absorbed by the dispatch queue and reaches the Batch gateway below its SubmitJob rate.
+
+By default the burst is scaled down (60 submits from 4 threads, the gateway at 20 SubmitJob calls
+per second so its throttling and the dispatcher's backoff are exercised); with
+``REMOTE_BATCH_E2E_FULL=1`` it runs the issue's figures: 2,000 submits from 50 threads, the gateway at
+50 per second (about 20 minutes on 2 cores: every job runs a worker process).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pytest
+
+from tests.e2e.conftest import Client, LocalStackProcess, _free_port, wait_for
+
+pytestmark = pytest.mark.e2e
+
+FULL_SCALE = os.environ.get("REMOTE_BATCH_E2E_FULL") == "1"
+BURST_JOBS, BURST_THREADS, GATEWAY_TPS = (2000, 50, 50) if FULL_SCALE else (60, 4, 20)
+SLEEPING = {
+    "code": "import time\ntime.sleep(2)\n'slept'",
+    "machineClass": "Basic1x8",
+    "geoZone": "UnitedStates",
+}
+QUOTA_REASON = "Waiting for quota: Basic vCPUs in UnitedStates (2 of 2 in use)"
+
+
+@pytest.fixture(scope="module")
+def quota_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStackProcess]:
+    """A local stack of its own (the gateway's SubmitJob counts are this module's), 2 vCPUs of host."""
+    root = tmp_path_factory.mktemp("quota-stack")
+    process = LocalStackProcess(
+        root / "home",
+        _free_port(),
+        # Snapshots hold every function while they copy the tables (seconds once thousands of jobs
+        # exist): taken rarely here, so the burst measures the submit path, not the snapshots.
+        {
+            "REMOTE_BATCH_BATCH_TPS": str(GATEWAY_TPS),
+            "REMOTE_BATCH_LOCAL_VCPUS": "2",
+            "REMOTE_BATCH_SNAPSHOT_INTERVAL": "600",
+            "REMOTE_BATCH_METER_INTERVAL": "5",
+        },
+    )
+    process.start()
+    yield process
+    assert process.stop() == 0
+
+
+def new_account(stack: LocalStackProcess, name: str, quotas: dict[str, Any]) -> Client:
+    admin = stack.client("admin")
+    created = admin.post("/admin/accounts", json={"accountId": name, "email": None, "credits": 100000})
+    assert created.status_code == 201, created.text
+    client = Client(stack.endpoint, created.json()["token"])
+    answer = admin.request("PUT", f"/admin/accounts/{name}/quotas", json=quotas)
+    assert answer.status_code == 200, answer.text
+    return client
+
+
+def basic_us(client: Client) -> dict[str, Any]:
+    body = client.body(client.get("/account/quotas"))
+    return next(q for q in body["quotas"] if (q["family"], q["geoZone"]) == ("Basic", "UnitedStates"))
+
+
+def test_a_basic_quota_of_two_runs_two_at_a_time_in_submission_order(quota_stack: LocalStackProcess) -> None:
+    client = new_account(
+        quota_stack, "quota-two", {"quotas": [{"family": "Basic", "geoZone": "UnitedStates", "limit": 2}]}
+    )
+    answers = [client.submit(SLEEPING) for _ in range(10)]
+    ids = [a["jobId"] for a in answers]
+    moments = {"after submit": basic_us(client)}
+    # As each POST answered: the first two admitted, the other eight waiting with the reason.
+    reasons = [a["statusReason"] for a in answers]
+    print("\nPOST /jobs statusReason:", json.dumps(reasons, indent=1))
+    assert reasons[:2] == [None, None]
+    # "2 of 2" unless a job ended during the submits (then "1 of 2": it waits behind older ones).
+    assert all(str(r).startswith(QUOTA_REASON.split("(", maxsplit=1)[0]) for r in reasons[2:]), reasons
+    assert reasons.count(QUOTA_REASON) >= 6, reasons
+    assert moments["after submit"]["inUse"] <= 2
+    # Halfway: still never more than 2 in use.
+    wait_for(
+        lambda: client.job(ids[4])["status"] in ("Running", "Succeeded") or None, 60, "the fifth job to start"
+    )
+    moments["halfway"] = basic_us(client)
+    assert moments["halfway"]["inUse"] <= 2
+    done = [client.wait_status(job_id, timeout=120) for job_id in ids]
+    moments["at the end"] = basic_us(client)
+    print("\nGET /account/quotas (Basic, UnitedStates):", json.dumps(moments, indent=1))
+    print("starts:", [(j["jobId"][-6:], j["startedAt"], j["completedAt"]) for j in done])
+    assert [j["status"] for j in done] == ["Succeeded"] * 10
+    starts = [j["startedAt"] for j in done]
+    assert starts == sorted(starts), "jobs started in submission order"
+    # Never more than 2 ran at once: each job started no earlier than the job two before it ended.
+    for earlier, later in zip(done, done[2:], strict=False):
+        assert later["startedAt"] >= earlier["completedAt"], (earlier, later)
+    assert moments["at the end"] | {"limit": 2} == {**moments["at the end"], "inUse": 0, "queued": 0}
+
+
+def test_a_compute_job_over_a_quota_of_32_is_400(quota_stack: LocalStackProcess) -> None:
+    client = new_account(
+        quota_stack,
+        "quota-compute",
+        {"quotas": [{"family": "Compute", "geoZone": "UnitedStates", "limit": 32}]},
+    )
+    answer = client.post("/jobs", json={"code": "1", "machineClass": "Compute64x128"})
+    print("\nPOST /jobs Compute64x128 with a Compute quota of 32:", answer.status_code, answer.text)
+    assert answer.status_code == 400
+    assert answer.json()["error"]["code"] == "QuotaExceeded"
+
+
+def test_a_burst_is_absorbed_below_the_gateway_rate_and_every_job_runs_once(
+    quota_stack: LocalStackProcess,
+) -> None:
+    client = new_account(
+        quota_stack,
+        "burst",
+        {
+            "quotas": [{"family": "Basic", "geoZone": "UnitedStates", "limit": BURST_JOBS}],
+            "total": BURST_JOBS,
+        },
+    )
+    admin = quota_stack.client("admin")
+    before = admin.body(admin.get("/local/dispatch"))["submitJob"]
+
+    def submit(_: int) -> tuple[int, str | None]:
+        answer = client.post("/jobs", json={"code": "1"})
+        return answer.status_code, answer.json().get("jobId") if answer.status_code == 202 else None
+
+    with ThreadPoolExecutor(max_workers=BURST_THREADS) as pool:
+        answers = list(pool.map(submit, range(BURST_JOBS)))
+    statuses = {status for status, _ in answers}
+    assert statuses <= {202, 429}, statuses
+    accepted = [job_id for status, job_id in answers if status == 202 and job_id]
+    assert len(set(accepted)) == len(accepted)
+
+    def all_final() -> bool | None:
+        pending = [j for j in accepted if client.job(j)["status"] not in ("Succeeded", "Terminated")]
+        return True if not pending else None
+
+    wait_for(all_final, 60 + len(accepted) * 1.5, "every accepted job to end")
+    final = [client.job(job_id) for job_id in accepted]
+    assert {j["status"] for j in final} == {"Succeeded"}, [j for j in final if j["status"] != "Succeeded"][:3]
+    after = admin.body(admin.get("/local/dispatch"))
+    submit_job = after["submitJob"]
+    print(
+        "\nburst:",
+        json.dumps(
+            {
+                "posts": len(answers),
+                "answers": {str(s): sum(1 for a, _ in answers if a == s) for s in sorted(statuses)},
+                "succeeded": len(final),
+                "submitJob": submit_job,
+                "dispatchQueue": after["dispatchQueue"],
+            }
+        ),
+    )
+    # The gateway never saw more than its rate in any (sliding) second.
+    assert submit_job["maxInAnySecond"] <= GATEWAY_TPS
+    # Each accepted job reached AWS Batch exactly once: as many accepted SubmitJob calls as jobs, and
+    # every job's events name one Batch job.
+    assert submit_job["accepted"] - before["accepted"] == len(accepted)
+    for job_id in accepted:
+        events = admin.body(admin.get("/local/batch-events", params={"jobId": job_id}))["events"]
+        assert len({e["detail"]["jobId"] for e in events}) == 1, job_id
+    assert after["dispatchQueue"]["deadLetters"] == 0
+    assert basic_us(client)["inUse"] == 0 and basic_us(client)["queued"] == 0

@@ -1,0 +1,376 @@
+"""Quotas and the dispatcher on moto: held jobs, admission as usage frees, 400 QuotaExceeded, abort of a
+job never sent, the dispatcher Lambda's partial batch answers, and concurrent submits and completions
+that never admit past a limit nor leave a job held while its capacity is free."""
+
+from __future__ import annotations
+
+import json
+import queue
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from decimal import Decimal
+from typing import Any
+
+import pytest
+from moto.core.botocore_stubber import BotocoreStubber
+
+from functions import bootstrap
+from functions.domain.errors import BatchRefused, DependencyFailed
+from functions.domain.jobs import BatchJobState, DispatchState, JobType, PayloadKind
+from functions.domain.machine_classes import GeoZone
+from functions.domain.quotas import Family, QuotaKey, QuotaLimits
+from functions.domain.status import JobStatus
+from functions.logic import dispatch, submission
+from functions.logic.job_events import apply_job_state_change
+from functions.ports import BatchSubmission
+from tests.events import batch_event
+from tests.fakes import FakeLambdaContext
+from tests.integration.conftest import Stack
+
+US = GeoZone.UNITED_STATES
+BASIC_US = QuotaKey(Family.BASIC, US)
+ADMIN = {"account_id": "admin", "groups": "admin"}
+SLEEPER = {"code": "import time\ntime.sleep(1)", "machineClass": "Basic1x8", "geoZone": "UnitedStates"}
+
+
+def set_basic_us(stack: Stack, limit: int) -> None:
+    status, body = stack.api(
+        "PUT",
+        "/admin/accounts/dev/quotas",
+        body={"quotas": [{"family": "Basic", "geoZone": "UnitedStates", "limit": limit}]},
+        **ADMIN,
+    )
+    assert status == 200, body
+
+
+def basic_us_line(stack: Stack) -> dict[str, Any]:
+    status, body = stack.api("GET", "/account/quotas")
+    assert status == 200
+    return next(q for q in body["quotas"] if q["family"] == "Basic" and q["geoZone"] == "UnitedStates")
+
+
+def finish(stack: Stack, job_id: str) -> None:
+    stored = stack.services.store.get_job(job_id)
+    assert stored is not None and stored.batch_job_id is not None
+    stack.deliver(
+        batch_event(
+            job_id,
+            stored.batch_job_id,
+            "SUCCEEDED",
+            started_at=1_764_000_001_000,
+            stopped_at=1_764_000_002_000,
+        )
+    )
+
+
+def test_jobs_over_the_quota_wait_with_the_reason_and_go_oldest_first_as_usage_frees(stack: Stack) -> None:
+    set_basic_us(stack, 2)
+    ids = []
+    for _ in range(4):
+        status, job = stack.api("POST", "/jobs", body=SLEEPER)
+        assert status == 202
+        ids.append(job["jobId"])
+    # Two were sent to AWS Batch; two wait with the reason.
+    assert [s.job_name for s in stack.batch[US].submissions] == ids[:2]
+    for job_id in ids[2:]:
+        _, job = stack.api("GET", f"/jobs/{job_id}")
+        assert job["status"] == "Queued"
+        assert job["statusReason"] == "Waiting for quota: Basic vCPUs in UnitedStates (2 of 2 in use)"
+    assert basic_us_line(stack) == {
+        "family": "Basic",
+        "geoZone": "UnitedStates",
+        "unit": "vCPU",
+        "limit": 2,
+        "inUse": 2,
+        "queued": 2,
+    }
+    # One ends: the oldest waiting job is sent, in the same event's handling.
+    finish(stack, ids[0])
+    assert [s.job_name for s in stack.batch[US].submissions] == ids[:3]
+    _, third = stack.api("GET", f"/jobs/{ids[2]}")
+    assert third["statusReason"] is None
+    assert basic_us_line(stack)["inUse"] == 2 and basic_us_line(stack)["queued"] == 1
+    for job_id in ids[1:3]:
+        finish(stack, job_id)
+    finish(stack, ids[3])
+    assert [s.job_name for s in stack.batch[US].submissions] == ids
+    assert basic_us_line(stack) | {"limit": 0} == {
+        **basic_us_line(stack),
+        "limit": 0,
+        "inUse": 0,
+        "queued": 0,
+    }
+    _, total = stack.api("GET", "/account/quotas")
+    assert total["total"] == {"unit": "vCPU", "limit": 768, "inUse": 0, "queued": 0}
+
+
+def test_a_job_alone_over_its_family_quota_is_400_quota_exceeded(stack: Stack) -> None:
+    status, _ = stack.api(
+        "PUT",
+        "/admin/accounts/dev/quotas",
+        body={"quotas": [{"family": "Compute", "geoZone": "UnitedStates", "limit": 32}]},
+        **ADMIN,
+    )
+    assert status == 200
+    status, body = stack.api("POST", "/jobs", body={"code": "1", "machineClass": "Compute64x128"})
+    assert status == 400
+    assert body["error"] == {
+        "code": "QuotaExceeded",
+        "message": "Compute64x128 needs 64 vCPUs but the account's Compute quota in UnitedStates is 32 "
+        "vCPUs; ask an operator for a higher quota.",
+        "field": "machineClass",
+    }
+    assert stack.batch[US].submissions == []
+    assert stack.count_items(stack.settings.jobs_table) == 0
+
+
+def test_only_an_admin_sets_quotas_and_unknown_accounts_are_404(stack: Stack) -> None:
+    body = {"quotas": [{"family": "GPU", "geoZone": "EuropeanUnion", "limit": 1}]}
+    status, answer = stack.api("PUT", "/admin/accounts/dev/quotas", body=body)
+    assert (status, answer["error"]["code"]) == (403, "Forbidden")
+    status, answer = stack.api("PUT", "/admin/accounts/nobody/quotas", body=body, **ADMIN)
+    assert (status, answer["error"]["code"]) == (404, "NotFound")
+    status, answer = stack.api(
+        "PUT",
+        "/admin/accounts/dev/quotas",
+        body={"quotas": [{"family": "Tiny", "geoZone": "EuropeanUnion", "limit": 1}]},
+        **ADMIN,
+    )
+    assert status == 400 and answer["error"]["field"] == "quotas[0].family"
+
+
+def test_raising_a_quota_admits_the_held_jobs_at_once(stack: Stack) -> None:
+    set_basic_us(stack, 1)
+    ids = [stack.api("POST", "/jobs", body=SLEEPER)[1]["jobId"] for _ in range(3)]
+    assert len(stack.batch[US].submissions) == 1
+    set_basic_us(stack, 3)
+    assert [s.job_name for s in stack.batch[US].submissions] == ids
+
+
+def test_aborting_a_held_job_ends_it_free_without_aws_batch(stack: Stack) -> None:
+    set_basic_us(stack, 1)
+    first = stack.api("POST", "/jobs", body=SLEEPER)[1]["jobId"]
+    held = stack.api("POST", "/jobs", body=SLEEPER)[1]["jobId"]
+    balance = stack.balance("dev")
+    status, job = stack.api("POST", f"/jobs/{held}/abort")
+    assert status == 202
+    assert (job["status"], job["statusReason"], job["creditsSpent"]) == ("Terminated", "Aborted by user", 0)
+    assert [s.job_name for s in stack.batch[US].submissions] == [first]
+    assert stack.batch[US].terminations == []
+    assert stack.balance("dev") == balance
+    assert basic_us_line(stack)["queued"] == 0
+    # Ending the running one leaves nothing waiting or held.
+    finish(stack, first)
+    assert basic_us_line(stack) | {"limit": 1} == {**basic_us_line(stack), "inUse": 0, "queued": 0}
+    status, _ = stack.api("DELETE", f"/jobs/{held}")
+    assert status == 204
+
+
+class RecordingQueue:
+    """A ``DispatchQueue`` that keeps what was sent."""
+
+    def __init__(self) -> None:
+        self.sent: list[str] = []
+
+    def send(self, job_ids: Any) -> None:
+        self.sent.extend(job_ids)
+
+
+def sqs_event(job_ids: list[str], receive_count: int = 1) -> dict[str, Any]:
+    return {
+        "Records": [
+            {
+                "messageId": f"m{i}",
+                "receiptHandle": f"r{i}",
+                "body": json.dumps({"jobId": job_id}),
+                "attributes": {
+                    "ApproximateReceiveCount": str(receive_count),
+                    "SentTimestamp": "1764000000000",
+                    "SenderId": "test",
+                    "ApproximateFirstReceiveTimestamp": "1764000000000",
+                },
+                "messageAttributes": {},
+                "md5OfBody": "x",
+                "eventSource": "aws:sqs",
+                "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:dispatch",
+                "awsRegion": "us-east-1",
+            }
+            for i, job_id in enumerate(job_ids)
+        ]
+    }
+
+
+@pytest.fixture
+def queued(stack: Stack) -> RecordingQueue:
+    """The stack with a dispatch queue: POST /jobs answers without calling AWS Batch."""
+    recording = RecordingQueue()
+    bootstrap.install(replace(stack.services, dispatch=recording))
+    stack.services = bootstrap.get_services()
+    return recording
+
+
+def test_post_answers_without_aws_batch_and_the_dispatcher_submits_once(
+    stack: Stack, queued: RecordingQueue
+) -> None:
+    from functions.handlers import dispatcher
+
+    status, job = stack.api("POST", "/jobs", body=SLEEPER)
+    assert status == 202
+    assert stack.batch[US].submissions == []
+    assert queued.sent == [job["jobId"]]
+    # A duplicate delivery submits once.
+    answer = dispatcher.handler(sqs_event([job["jobId"], job["jobId"]]), FakeLambdaContext())
+    assert answer == {"batchItemFailures": []}
+    assert [s.job_name for s in stack.batch[US].submissions] == [job["jobId"]]
+    stored = stack.services.store.get_job(job["jobId"])
+    assert stored is not None and stored.dispatch_state == DispatchState.DISPATCHED and stored.batch_job_id
+
+
+def test_a_job_aborted_before_its_turn_is_never_submitted(stack: Stack, queued: RecordingQueue) -> None:
+    from functions.handlers import dispatcher
+
+    job_id = stack.api("POST", "/jobs", body=SLEEPER)[1]["jobId"]
+    status, job = stack.api("POST", f"/jobs/{job_id}/abort")
+    assert (status, job["status"]) == (202, "Terminated")
+    assert dispatcher.handler(sqs_event([job_id]), FakeLambdaContext()) == {"batchItemFailures": []}
+    assert stack.batch[US].submissions == []
+    assert basic_us_line(stack)["inUse"] == 0
+
+
+def test_throttling_is_retried_then_the_job_ends_terminated_free(
+    stack: Stack, queued: RecordingQueue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from functions.handlers import dispatcher
+
+    monkeypatch.setattr(dispatch, "backoff_seconds", lambda attempt: 0.0)
+    job_id = stack.api("POST", "/jobs", body=SLEEPER)[1]["jobId"]
+    stack.batch[US].fail = True
+    answer = dispatcher.handler(sqs_event([job_id]), FakeLambdaContext())
+    assert answer == {"batchItemFailures": [{"itemIdentifier": "m0"}]}
+    stored = stack.services.store.get_job(job_id)
+    assert stored is not None and stored.dispatch_state == DispatchState.ADMITTED and not stored.is_final
+    # The last delivery the dispatcher allows ends it.
+    answer = dispatcher.handler(sqs_event([job_id], receive_count=dispatch.MAX_RECEIVES), FakeLambdaContext())
+    assert answer == {"batchItemFailures": []}
+    _, job = stack.api("GET", f"/jobs/{job_id}")
+    assert job["status"] == "Terminated"
+    assert job["statusReason"] == (
+        f"AWS Batch did not accept the job after {dispatch.MAX_RECEIVES * dispatch.SUBMIT_ATTEMPTS} "
+        "attempts; nothing was charged"
+    )
+    assert job["creditsSpent"] == 0
+    assert basic_us_line(stack)["inUse"] == 0
+
+
+def test_a_job_aws_batch_refuses_ends_at_once(
+    stack: Stack, queued: RecordingQueue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from functions.handlers import dispatcher
+
+    job_id = stack.api("POST", "/jobs", body=SLEEPER)[1]["jobId"]
+
+    def refuse(submission: BatchSubmission) -> str:
+        raise BatchRefused("AWS Batch refused to accept the job")
+
+    monkeypatch.setattr(stack.batch[US], "submit_job", refuse)
+    assert dispatcher.handler(sqs_event([job_id]), FakeLambdaContext()) == {"batchItemFailures": []}
+    _, job = stack.api("GET", f"/jobs/{job_id}")
+    assert (job["status"], job["statusReason"]) == ("Terminated", dispatch.REFUSED_REASON)
+
+
+# -- concurrency ---------------------------------------------------------------------------------------
+@pytest.fixture
+def one_request_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Serialize moto's handling of requests (tests/integration/test_concurrent_settlement.py says why:
+    moto is not thread-safe; DynamoDB makes each request atomic, this gives moto that and no more)."""
+    lock = threading.Lock()
+    process_request = BotocoreStubber.process_request
+
+    def serialized(self: Any, request: Any) -> Any:
+        with lock:
+            return process_request(self, request)
+
+    monkeypatch.setattr(BotocoreStubber, "process_request", serialized)
+
+
+LIMIT = 3
+JOBS = 36
+
+
+def test_concurrent_submits_and_completions_never_exceed_the_limit_nor_leave_a_job_held(
+    stack: Stack, one_request_at_a_time: None
+) -> None:
+    services = stack.services
+    services.store.put_quota_limits("dev", QuotaLimits({BASIC_US: LIMIT}))
+    gateway = stack.batch[US]
+    submitted: queue.Queue[BatchSubmission] = queue.Queue()
+    lock = threading.Lock()
+    running = {"now": 0, "peak": 0}
+    record = gateway.submit_job
+
+    def submit_job(job: BatchSubmission) -> str:
+        with lock:
+            running["now"] += 1
+            running["peak"] = max(running["peak"], running["now"])
+        batch_id = record(job)
+        submitted.put(replace(job, tags={**job.tags, "batch": batch_id}))
+        return batch_id
+
+    gateway.submit_job = submit_job  # type: ignore[method-assign,assignment]
+    request = submission.JobRequest(payload_kind=PayloadKind.CODE, payload="1", geo_zone="UnitedStates")
+
+    def submit(_: int) -> str:
+        return submission.submit_job(services, "dev", request, stack.clock()).job_id
+
+    def complete(_: int) -> int:
+        done = 0
+        while True:
+            try:
+                job = submitted.get(timeout=3)
+            except queue.Empty:
+                return done
+            with lock:
+                running["now"] -= 1
+            state = BatchJobState(
+                batch_job_id=job.tags["batch"],
+                job_name=job.job_name,
+                status="SUCCEEDED",
+                status_reason=None,
+                created_at_ms=1_764_000_000_000,
+                started_at_ms=1_764_000_001_000,
+                stopped_at_ms=1_764_000_002_000,
+                exit_code=0,
+                log_stream_name="s",
+                attempt_count=0,
+            )
+            for _attempt in range(5):
+                try:
+                    apply_job_state_change(services, state, stack.clock())
+                    break
+                except DependencyFailed:
+                    continue  # kept losing races: EventBridge would deliver it again
+            done += 1
+
+    with ThreadPoolExecutor(max_workers=9) as pool:
+        completers = [pool.submit(complete, i) for i in range(3)]
+        ids = list(pool.map(submit, range(JOBS)))
+        completed = sum(c.result() for c in completers)
+
+    # Never more than the limit at once (the counter lags the store: it is at most what the store holds).
+    assert running["peak"] <= LIMIT
+    assert completed == JOBS
+    # Every job was sent exactly once and ended; nothing holds or waits.
+    assert sorted(s.job_name for s in gateway.submissions) == sorted(ids)
+    jobs = services.store.get_jobs(ids)
+    assert {j.status for j in jobs} == {JobStatus.SUCCEEDED}
+    assert all(j.type == JobType.SINGLE for j in jobs)
+    usage = services.store.get_quota_usage("dev")
+    assert (usage.used(BASIC_US), usage.waiting(BASIC_US), usage.total_in_use, usage.total_queued) == (
+        0,
+        0,
+        0,
+        0,
+    )
+    assert services.store.list_held_jobs("dev") == []
+    assert stack.balance("dev") == Decimal(10000) - JOBS * Decimal(1)
