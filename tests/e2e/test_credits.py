@@ -18,7 +18,8 @@ pytestmark = pytest.mark.e2e
 
 SLEEPER = "import time; time.sleep(600)"
 # API.md's fields, and `unbilled` (this service's extension, CHANGELOG.md).
-LEDGER_FIELDS = {"at", "kind", "credits", "jobId", "balanceAfter", "unbilled"}
+# API.md's fields, plus the extensions: unbilled (issue 4), compute and note (dedicated compute, issue 16).
+LEDGER_FIELDS = {"at", "kind", "credits", "jobId", "balanceAfter", "unbilled", "compute", "note"}
 
 
 def _credits(value: Any) -> Decimal:

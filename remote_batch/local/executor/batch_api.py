@@ -204,7 +204,8 @@ class LocalBatchExecutor(ArrayJobs):
             When the executor has been shut down; for an array size AWS Batch refuses, a job queue
             the fleet does not know or that is DISABLED (its cause is AWS Batch's ``ClientException``).
         """
-        self.fleet.check_submit(gateway.region, submission.job_queue)
+        if not self.check_compute_submit(gateway.region, submission.job_queue):
+            self.fleet.check_submit(gateway.region, submission.job_queue)
         if submission.array_size is not None:
             return self._submit_array(gateway, submission, submission.array_size)
         job_id = str(uuid.uuid4())

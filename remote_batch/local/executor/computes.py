@@ -78,6 +78,22 @@ class ComputePools(ExecutorCore):
         self._environments = {}
         self._compute_queues = {}
 
+    def check_compute_submit(self, region: str, job_queue: str) -> bool:
+        """Whether ``job_queue`` (a name or ARN) is a dedicated compute's queue in ``region``: True when
+        it is and takes jobs; False for any other queue (the fleet's to check).
+
+        Raises ``DependencyFailed`` (AWS Batch's ``ClientException``, as SubmitJob answers) when it is
+        a compute's queue that is DISABLED or being deleted."""
+        with self._cond:
+            queue = self._compute_queues.get((region, _queue_name(job_queue)))
+            if queue is None:
+                return False
+            if queue.state != "ENABLED" or queue.status in ("DELETING", "DELETED"):
+                raise _refuse(
+                    f"Job queue {queue.name} is {queue.state} ({queue.status}): it takes no new jobs."
+                )
+        return True
+
     # -- the scheduler's side ---------------------------------------------------------------------
     def _pool_of_locked(self, job: _Job) -> _Environment | None:
         """The environment whose queue ``job`` was submitted to (None: the shared queue)."""
