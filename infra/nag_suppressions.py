@@ -286,8 +286,9 @@ def _acknowledge_functions(scopes: ControlPlaneFindings) -> None:
         *table_indexes,
         *dedicated,
     )
-    # The dispatcher: SubmitJob (job/*, the definitions' revisions), TerminateJob of a job aborted while
-    # it was submitted, notifications of a job it ends (X-Ray and SMS on "*", the topic key).
+    # The dispatcher: SubmitJob (job/*, the definitions' revisions, the dedicated computes' queues),
+    # TerminateJob of a job aborted while it was submitted, notifications of a job it ends (X-Ray and
+    # SMS on "*", the topic key).
     _acknowledge(
         scopes.dispatcher_function.role,
         wildcard,
@@ -296,6 +297,7 @@ def _acknowledge_functions(scopes: ControlPlaneFindings) -> None:
         *jobs,
         *job_definitions,
         *table_indexes,
+        *dedicated,
     )
     functions = (
         scopes.api_function,

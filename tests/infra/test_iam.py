@@ -200,26 +200,40 @@ def test_api_updates_exactly_the_service_queues_and_compute_environments(synth: 
     from infra.constants import COMPUTE_POOLS
 
     regions = ("us-east-1", "eu-central-1")
-    policy = _policy_of(synth, synth.stack.functions.api)
 
-    def resources_of(action: str) -> list[Any]:
-        (statement,) = [s for s in policy if action in _listed(s["Action"])]
-        return _listed(statement["Resource"])
+    def resources_of(function: Any, action: str) -> list[str]:
+        policy = _policy_of(synth, function)
+        found = {
+            json.dumps(r) for s in policy if action in _listed(s["Action"]) for r in _listed(s["Resource"])
+        }
+        return sorted(found)
 
+    api = synth.stack.functions.api
+    # The dedicated computes' own (issue 16): made at run time under one name prefix; CreateJobQueue,
+    # granted with UpdateJobQueue, is authorized on the environments the queue names too.
+    own_queues = [_batch_arn(r, "job-queue/remote-batch-dev-cmp-*") for r in regions]
+    own_environments = [_batch_arn(r, "compute-environment/remote-batch-dev-cmp-*") for r in regions]
     queues = [_batch_arn(r, f"job-queue/remote-batch-dev-{mc}") for r in regions for mc in MACHINE_CLASSES]
-    assert sorted(map(json.dumps, resources_of("batch:UpdateJobQueue"))) == sorted(map(json.dumps, queues))
+    assert resources_of(api, "batch:UpdateJobQueue") == sorted(
+        map(json.dumps, queues + own_queues + own_environments)
+    )
     environments = [
         _batch_arn(r, f"compute-environment/remote-batch-dev-{pool}-{kind}")
         for r in regions
         for pool in COMPUTE_POOLS
         for kind in ("Spot", "OnDemand")
     ]
-    assert sorted(map(json.dumps, resources_of("batch:UpdateComputeEnvironment"))) == sorted(
-        map(json.dumps, environments)
+    assert resources_of(api, "batch:UpdateComputeEnvironment") == sorted(
+        map(json.dumps, environments + own_environments)
     )
     # The describes have no resource-level permissions (Service Authorization Reference).
-    assert resources_of("batch:DescribeJobQueues") == ["*"]
-    assert resources_of("batch:DescribeComputeEnvironments") == ["*"]
-    for other in (synth.stack.functions.batch_events, synth.stack.functions.meter):
-        actions = {a for s in _policy_of(synth, other) for a in _listed(s["Action"])}
-        assert not actions & {"batch:UpdateJobQueue", "batch:UpdateComputeEnvironment"}
+    assert resources_of(api, "batch:DescribeJobQueues") == [json.dumps("*")]
+    assert resources_of(api, "batch:DescribeComputeEnvironments") == [json.dumps("*")]
+    # batch_events switches nothing; the meter only the dedicated computes' own (schedules, idle stops).
+    actions = {a for s in _policy_of(synth, synth.stack.functions.batch_events) for a in _listed(s["Action"])}
+    assert not actions & {"batch:UpdateJobQueue", "batch:UpdateComputeEnvironment"}
+    meter = synth.stack.functions.meter
+    assert resources_of(meter, "batch:UpdateJobQueue") == sorted(
+        map(json.dumps, own_queues + own_environments)
+    )
+    assert resources_of(meter, "batch:UpdateComputeEnvironment") == sorted(map(json.dumps, own_environments))

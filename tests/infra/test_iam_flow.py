@@ -465,9 +465,10 @@ def _finish(
     # What the worker (the zone's job role, not a Lambda) leaves behind: its outputs and its log.
     with unenforced(enforcer):
         s3 = _admin("s3", "us-east-1")
+        # The worker's one document (worker.layout: result, repr and messages together).
+        outcome = {"format": "remote-batch.outcome/1", "result": 4, "resultRepr": "4", "messages": []}
         outputs = {
-            "result.json": json.dumps({"result": 4, "resultRepr": "4"}),
-            "messages.json": json.dumps({"messages": [], "error": None}),
+            "outcome.json": json.dumps({**outcome, "error": None}),
             "files/out.csv": "x\n1\n",
         }
         for name, body in outputs.items():
@@ -577,7 +578,7 @@ def test_the_whole_flow_runs_under_each_functions_own_role(flow: FlowRun) -> Non
     # put finds the first record) and batch_events' at-most-once claims on notifications.
     errors = [(c.function, c.operation, c.error) for c in enforcer.calls if c.error]
     assert ("api", "dynamodb:PutItem", "ConditionalCheckFailedException") in errors
-    assert {error for _, _, error in errors} == {"ConditionalCheckFailedException"}
+    assert {error for _, _, error in errors} == {"ConditionalCheckFailedException"}, errors
     assert {k: v for k, v in run.statuses.items() if " status " not in f" {k}"} == {
         "grant credits": 200,
         "set contacts": 200,
