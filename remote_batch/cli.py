@@ -483,7 +483,7 @@ def members_list(json_output: JsonOption = False) -> None:
     """The account's members and their roles, owners first."""
     found = rb.members()
     if json_output:
-        _print_json({"members": [m.data for m in found]})
+        _print_json([m.data for m in found])
         return
     table = Table(box=box.SIMPLE)
     for column in ("user", "role", "set by", "set at"):
@@ -584,7 +584,7 @@ def machine_classes_command(json_output: JsonOption = False) -> None:
     """The machine classes and their prices."""
     classes = rb.machine_classes()
     if json_output:
-        _print_json({"machineClasses": [m.data for m in classes]})
+        _print_json([m.data for m in classes])
         return
     table = Table()
     for column in ("name", "vCPUs", "memory GiB", "GPUs", "credits/hour"):

@@ -397,7 +397,7 @@ class Member:
     role: str
     updated_at: str | None
     updated_by: str | None
-    data: dict[str, Any] = field(repr=False, default_factory=dict)
+    data: dict[str, Any] = field(repr=False, compare=False, default_factory=dict)
 
 
 def _member(document: dict[str, Any]) -> Member:
@@ -476,7 +476,7 @@ class MachineClass:
     gpus: int
     gpu_type: str | None
     credits_per_hour: Decimal
-    data: dict[str, Any] = field(repr=False, default_factory=dict)
+    data: dict[str, Any] = field(repr=False, compare=False, default_factory=dict)
 
 
 def machine_classes(*, client: Client | None = None) -> list[MachineClass]:
@@ -515,7 +515,7 @@ class Estimate:
     credits: Decimal
     credits_per_hour: Decimal
     minimum_seconds: int
-    data: dict[str, Any] = field(repr=False, default_factory=dict)
+    data: dict[str, Any] = field(repr=False, compare=False, default_factory=dict)
 
 
 def estimate(

@@ -74,4 +74,4 @@ def test_the_cli_acts_in_the_account_given(httpserver: HTTPServer, monkeypatch: 
     assert recorder.requests[0]["headers"]["X-Account-Id"] == "lab"
     result = CliRunner().invoke(app, ["--account", "lab", "members", "list", "--json"])
     # --json is the API's document, camelCase, as every read command prints it
-    assert json.loads(result.output) == {"members": MEMBERS["members"]}
+    assert json.loads(result.output) == MEMBERS["members"]
