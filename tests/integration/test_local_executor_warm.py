@@ -212,12 +212,24 @@ def _descendants() -> list[psutil.Process]:
     return found
 
 
+def _in_another_stack(process: psutil.Process) -> bool:
+    """Whether ``process`` runs under a ``python -m remote_batch.local`` of its own: the warm workers
+    of a stack another test's fixture keeps up in this session, not this test's executor's."""
+    for parent in process.parents():
+        if parent.pid == os.getpid():
+            return False
+        if "remote_batch.local" in parent.cmdline():
+            return True
+    return False
+
+
 def _warm_processes() -> list[psutil.Process]:
-    """Descendants of this process running ``-m worker.warm`` (sandboxes and the worker itself)."""
+    """This test's executor's ``-m worker.warm`` processes (sandboxes and the worker itself):
+    descendants of this process, less those of a local stack another fixture runs meanwhile."""
     found = []
     for process in _descendants():
         with contextlib.suppress(psutil.Error):
-            if "worker.warm" in process.cmdline():
+            if "worker.warm" in process.cmdline() and not _in_another_stack(process):
                 found.append(process)
     return found
 
