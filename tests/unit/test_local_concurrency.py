@@ -100,6 +100,8 @@ def test_concurrent_api_requests_each_see_their_own_event_and_context() -> None:
 def test_concurrent_invocations_keep_their_own_log_keys_and_metrics() -> None:
     logger = Logger(service="confinement-test", stream=io.StringIO())
     metrics = Metrics(namespace="ConfinementTest", service="confinement-test")
+    # Powertools keeps one metric set for every Metrics instance: drop what earlier tests left in it.
+    metrics.clear_metrics()
     confine_logger(logger)
     confine_metrics(metrics)
     barrier = threading.Barrier(2, timeout=BARRIER_SECONDS)
