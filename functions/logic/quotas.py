@@ -90,6 +90,17 @@ def hold(services: Services, job: Job, demand: Demand, limits: QuotaLimits) -> t
     return held, not waits
 
 
+def room_after_hold(services: Services, account_id: str, demand: Demand, limits: QuotaLimits) -> bool:
+    """Whether, read after a job was held, its family and zone and the account's total each have a
+    unit free: when either has none, no held job of that family can be admitted now, and the release
+    that makes room admits it (``dispatch.admit_after_end`` lists the held jobs after its release,
+    and this read follows the hold, so one of the two sees the other). The submit then skips the scan
+    of every held job: a burst past the quota costs each submit one read, not a read of all held jobs."""
+    usage = services.store.get_quota_usage(account_id)
+    key = demand.key
+    return usage.used(key) < limits.limit(key) and usage.total_in_use < limits.total_limit
+
+
 def admit_new(services: Services, job: Job, demand: Demand, limits: QuotaLimits) -> Job | None:
     """Admit a job ``hold`` said may go at once (one conditional write); the job admitted, or None
     when the write lost (``admit_waiting`` then decides)."""

@@ -315,7 +315,8 @@ def submit_job(services: Services, account_id: str, request: JobRequest, now: da
             # Queued: answer as admitted; without a queue it was sent (or ended) here: read it.
             fresh = services.store.get_job(job.job_id) if services.dispatch is None else None
             return fresh or admitted
-        dispatch.admit_and_enqueue(services, account_id, limits)
+        if quotas.room_after_hold(services, account_id, demand, limits):
+            dispatch.admit_and_enqueue(services, account_id, limits)
     except DependencyFailed:
         # The job is stored and held: the account's next release or submit, or the meter's
         # backstop, admits it.
