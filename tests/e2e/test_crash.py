@@ -42,6 +42,8 @@ class _Account:
     email: str | None = None
     phone: str | None = None
     jobs: list[str] = field(default_factory=list)
+    # Submits cut by the kill before their answer: each may or may not have been written.
+    unanswered_submits: int = 0
 
 
 @dataclass
@@ -50,6 +52,7 @@ class _Figures:
     acknowledged_jobs: int = 0
     recovered_jobs: int = 0
     double_charges: int = 0
+    unacknowledged_jobs: int = 0
     lost: list[str] = field(default_factory=list)
 
 
@@ -137,6 +140,22 @@ class _Workload:
         self.stack.kill_group()
         thread.join(30)
         self.accounts[account_id].jobs += [job["jobId"] for job in answered]
+        if not answered:
+            self.accounts[account_id].unanswered_submits += 1
+
+
+def _all_job_ids(client: Client) -> list[str]:
+    """Every job ``GET /jobs`` lists for the client's account (all pages)."""
+    ids: list[str] = []
+    token: str | None = None
+    while True:
+        page = Client.body(
+            client.get("/jobs", params={"limit": 100, **({"nextToken": token} if token else {})})
+        )
+        ids += [job["jobId"] for job in page["jobs"]]
+        token = page["nextToken"]
+        if not token:
+            return ids
 
 
 def _check(workload: _Workload, figures: _Figures) -> None:
@@ -153,6 +172,19 @@ def _check(workload: _Workload, figures: _Figures) -> None:
         if (account["email"], account["phone"]) != (expected.email, expected.phone):
             figures.lost.append(f"contacts of {account_id}: {account['email']}, {account['phone']}")
         charged = Decimal(0)
+        # A submit the kill cut before its 202 may still have written its job durably: the stack
+        # then runs and charges it (the client, told nothing, finds it in GET /jobs or retries with
+        # an Idempotency-Key). Such jobs count in the money checks, at most one per cut submit.
+        unacknowledged = [j for j in _all_job_ids(client) if j not in expected.jobs]
+        figures.unacknowledged_jobs += len(unacknowledged)
+        if len(unacknowledged) > expected.unanswered_submits:
+            figures.lost.append(
+                f"{account_id}: {len(unacknowledged)} jobs nobody acknowledged, "
+                f"from {expected.unanswered_submits} cut submits"
+            )
+        for job_id in unacknowledged:
+            job = client.wait_status(job_id, FINAL, timeout=60)
+            charged += Decimal(str(job["creditsSpent"]))
         for job_id in expected.jobs:
             figures.acknowledged_jobs += 1
             got = client.get(f"/jobs/{job_id}")
@@ -236,7 +268,8 @@ def test_kill_9_at_random_points_loses_nothing_acknowledged(tmp_path: Path) -> N
     print(
         f"\ncrash test: kills={figures.kills} seeds={len(SEEDS)} "
         f"jobs_acknowledged={figures.acknowledged_jobs} "
-        f"recovered={figures.recovered_jobs} double_charges={figures.double_charges} "
+        f"recovered={figures.recovered_jobs} unacknowledged={figures.unacknowledged_jobs} "
+        f"double_charges={figures.double_charges} "
         f"lost_acknowledgements={len(figures.lost)}"
     )
     assert figures.kills == len(SEEDS) * KILLS_PER_SEED
