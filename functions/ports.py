@@ -518,6 +518,11 @@ class DispatchQueue(Protocol):
     def send(self, job_ids: Sequence[str]) -> None:
         """Enqueue each job id. Raises ``DependencyFailed`` when the queue refuses."""
 
+    def request_admission(self, account_ids: Sequence[str]) -> None:
+        """Ask the dispatcher to admit what each account's held jobs may take now (its quota's usage
+        changed). The request is read after the caller's writes, so the admission sees them. Raises
+        ``DependencyFailed`` when the queue refuses."""
+
 
 class EventCounter(Protocol):
     """Counts what the service did, as operators watch it (CloudWatch metrics on AWS).

@@ -1,4 +1,5 @@
-"""SQS: the dispatch queue (``DispatchQueue``) the api and the meter put admitted jobs on."""
+"""SQS: the dispatch queue (``DispatchQueue``) the api, batch_events and the meter put admitted jobs and
+admission requests on."""
 
 from __future__ import annotations
 
@@ -22,6 +23,12 @@ def dispatch_message(job_id: str) -> str:
     return json.dumps({"jobId": job_id})
 
 
+def admission_message(account_id: str) -> str:
+    """The body of an admission request: ``{"accountId": "..."}`` (the dispatcher admits what the
+    account's held jobs may take now, ``functions.logic.dispatch.admit_and_enqueue``)."""
+    return json.dumps({"accountId": account_id})
+
+
 class SqsDispatchQueue:
     """``DispatchQueue`` on one SQS queue (a boto3 ``sqs`` client and the queue's URL; the project has
     no SQS type stubs, so the client is untyped)."""
@@ -31,18 +38,25 @@ class SqsDispatchQueue:
         self._url = queue_url
 
     def send(self, job_ids: Sequence[str]) -> None:
-        """SendMessageBatch, 10 messages a call; entries SQS reports failed are sent once more.
+        """One message per job (``dispatch_message``). Raises ``DependencyFailed`` when SQS fails or
+        still refuses an entry."""
+        self._send_bodies([dispatch_message(job_id) for job_id in job_ids])
 
-        Raises ``DependencyFailed`` when SQS fails or still refuses an entry.
-        """
-        for start in range(0, len(job_ids), SEND_BATCH_SIZE):
-            pending = list(job_ids[start : start + SEND_BATCH_SIZE])
+    def request_admission(self, account_ids: Sequence[str]) -> None:
+        """One admission request per account (``admission_message``). Raises ``DependencyFailed``
+        when SQS fails or still refuses an entry."""
+        self._send_bodies([admission_message(account_id) for account_id in dict.fromkeys(account_ids)])
+
+    def _send_bodies(self, bodies: Sequence[str]) -> None:
+        """SendMessageBatch, 10 messages a call; entries SQS reports failed are sent once more."""
+        for start in range(0, len(bodies), SEND_BATCH_SIZE):
+            pending = list(bodies[start : start + SEND_BATCH_SIZE])
             for _ in range(2):
-                entries = [{"Id": str(i), "MessageBody": dispatch_message(j)} for i, j in enumerate(pending)]
+                entries = [{"Id": str(i), "MessageBody": body} for i, body in enumerate(pending)]
                 with translate_errors("sqs", "SendMessageBatch", failed="The dispatch queue is unavailable."):
                     response = self._sqs.send_message_batch(QueueUrl=self._url, Entries=entries)
                 failed = {int(f["Id"]) for f in response.get("Failed", [])}
-                pending = [job_id for i, job_id in enumerate(pending) if i in failed]
+                pending = [body for i, body in enumerate(pending) if i in failed]
                 if not pending:
                     break
             if pending:

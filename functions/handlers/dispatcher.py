@@ -1,6 +1,8 @@
 """dispatcher Lambda: SQS messages of admitted jobs → AWS Batch ``SubmitJob`` (``functions.logic.dispatch``).
 
-Each message is ``{"jobId": "job-..."}``. The event source mapping's maximum concurrency bounds the
+Each message is ``{"jobId": "job-..."}`` (send that admitted job) or ``{"accountId": "..."}`` (admit
+what the account's held jobs may take now and enqueue them, once per account per delivered batch:
+``functions.logic.dispatch.request_admission``). The event source mapping's maximum concurrency bounds the
 instances; each paces its SubmitJob calls at ``REMOTE_BATCH_DISPATCH_TPS`` /
 ``REMOTE_BATCH_DISPATCH_CONCURRENCY`` per second, so together they stay below AWS Batch's limit.
 Answers SQS partial batch responses (``batchItemFailures``): a message whose job AWS Batch did not
@@ -20,7 +22,7 @@ from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from functions.bootstrap import get_services
-from functions.logic.dispatch import DispatchOutcome, Pacer, dispatch_job
+from functions.logic.dispatch import DispatchOutcome, Pacer, admit_and_enqueue, dispatch_job
 from functions.observability import lambda_entry, logger, metrics
 from functions.settings import load_settings
 
@@ -36,10 +38,19 @@ def _pacer() -> Pacer:
     return Pacer(settings.dispatch_tps / settings.dispatch_concurrency)
 
 
-def _dispatch_record(record: SQSRecord) -> None:
+def _dispatch_record(record: SQSRecord, admitted_accounts: set[str]) -> None:
     try:
-        job_id = str(json.loads(record.body)["jobId"])
-    except (ValueError, KeyError, TypeError):
+        body = json.loads(record.body)
+        account_id, job_id = body.get("accountId"), body.get("jobId")
+    except (ValueError, AttributeError):
+        account_id = job_id = None
+    if isinstance(account_id, str) and account_id:
+        # Every request of this batch was sent before the batch was read: one admission sees them all.
+        if account_id not in admitted_accounts:
+            admit_and_enqueue(get_services(), account_id)
+            admitted_accounts.add(account_id)
+        return
+    if not (isinstance(job_id, str) and job_id):
         logger.error("malformed dispatch message dropped", message_id=record.message_id)
         return
     receive_count = int(record.attributes.approximate_receive_count or 1)
@@ -55,12 +66,17 @@ SQS_FIRST_MESSAGE_ID = "Records[0].messageId"
 
 @lambda_entry(SQS_FIRST_MESSAGE_ID)
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    """Dispatch each message's job; returns the ``batchItemFailures`` of those to deliver again."""
+    """Dispatch each message's job or admit its account's held jobs; returns the ``batchItemFailures``
+    of those to deliver again (an admission that failed on DynamoDB is retried as well)."""
     # Every record failing is still a partial answer (each delivered again), not an invocation error.
     processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
+    admitted_accounts: set[str] = set()
     response: dict[str, Any] = dict(
         process_partial_response(
-            event=event, record_handler=_dispatch_record, processor=processor, context=context
+            event=event,
+            record_handler=lambda record: _dispatch_record(record, admitted_accounts),
+            processor=processor,
+            context=context,
         )
     )
     return response

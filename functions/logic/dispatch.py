@@ -117,11 +117,31 @@ def admit_and_enqueue(services: Services, account_id: str, limits: QuotaLimits |
     return admitted
 
 
+def request_admission(services: Services, account_id: str) -> None:
+    """Have what the account's held jobs may take now admitted: by the dispatcher (an admission
+    request on its queue), or here when no queue is configured (``admit_and_enqueue``).
+
+    The dispatcher runs admissions one account message at a time per instance (and once per account
+    per delivered batch: every request in a batch was sent before the batch was read), so a burst of
+    submits or endings costs one scan of the held jobs per batch, not one per request racing the
+    others for the same jobs. No request is lost: each is sent after its sender's write (a hold or a
+    release), so the scan it causes sees that write; a message lost with the local stack's memory is
+    made good by the meter's backstop (``metering._nudge_undispatched``).
+
+    Raises ``DependencyFailed`` when the queue refuses (the caller's write stands; the next request
+    of the account or the backstop admits).
+    """
+    if services.dispatch is not None:
+        services.dispatch.request_admission([account_id])
+        return
+    admit_and_enqueue(services, account_id)
+
+
 def admit_after_end(services: Services, job: Job) -> None:
-    """After ``job`` (as stored) is final: when it took part in the quota, admit and enqueue what its
-    account's held jobs may now take (``admit_and_enqueue``)."""
+    """After ``job`` (as stored) is final: when it took part in the quota, have its account's held
+    jobs admitted into what it gave back (``request_admission``)."""
     if job.is_final and job.dispatch_state is not None:
-        admit_and_enqueue(services, job.account_id)
+        request_admission(services, job.account_id)
 
 
 def dispatch_job(
@@ -249,7 +269,7 @@ def end_undispatched(services: Services, job: Job, reason: str, now: datetime) -
             continue
         logger.info("job ended before aws batch ran it", job_id=job.job_id, reason=after.status_reason)
         if current.holds_quota or current.dispatch_state == DispatchState.HELD:
-            admit_and_enqueue(services, current.account_id)
+            request_admission(services, current.account_id)
         deliver_due_notifications(services, after, now, raise_on_failure=False)
         return services.store.get_job(current.job_id) or after
     raise DependencyFailed(f"job {job.job_id} kept changing; try again")

@@ -272,8 +272,10 @@ def batch_submission(
 def submit_job(services: Services, account_id: str, request: JobRequest, now: datetime) -> Job:
     """Create a job; the dispatcher hands it to AWS Batch once its account's quota admits it.
 
-    The input goes to S3 and the job to DynamoDB held for quota (``quotas.hold``); the account's held
-    jobs that fit are then admitted and enqueued (``dispatch.admit_and_enqueue``). AWS Batch is not
+    The input goes to S3 and the job to DynamoDB held for quota (``quotas.hold``). A job that fits
+    with nothing of its family and zone waiting is admitted at once (one conditional write) and
+    enqueued; otherwise, when its family and the account's total have room, the dispatcher is asked
+    to admit the account's held jobs oldest first (``dispatch.request_admission``). AWS Batch is not
     called here: a burst of submits is absorbed by the dispatch queue.
 
     Returns
@@ -316,7 +318,7 @@ def submit_job(services: Services, account_id: str, request: JobRequest, now: da
             fresh = services.store.get_job(job.job_id) if services.dispatch is None else None
             return fresh or admitted
         if quotas.room_after_hold(services, account_id, demand, limits):
-            dispatch.admit_and_enqueue(services, account_id, limits)
+            dispatch.request_admission(services, account_id)
     except DependencyFailed:
         # The job is stored and held: the account's next release or submit, or the meter's
         # backstop, admits it.

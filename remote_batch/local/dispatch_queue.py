@@ -1,16 +1,18 @@
 """The local stack's dispatch queue: what SQS and the Lambda event source mapping do for the deployed
 dispatcher, in-process.
 
-Messages are delivered oldest first in batches of up to ``batch_size`` to the dispatcher function
-(``LocalLambdas.dispatch``) as SQS events; the answer's ``batchItemFailures`` are delivered again after
-``visibility_timeout`` seconds (a failed invocation: its whole batch), each delivery counted in the
-record's ``ApproximateReceiveCount``; a message delivered ``max_receives`` times without success goes
-to the dead-letter list (logged), as the deployed queue's redrive policy moves it to its DLQ. One
-delivery at a time: the dispatcher is one execution environment here, as the mapping's maximum
-concurrency bounds it deployed.
+Messages (a job to send, or an account whose held jobs to admit) are delivered oldest first in
+batches of up to ``batch_size`` to the dispatcher function (``LocalLambdas.dispatch``) as SQS events;
+the answer's ``batchItemFailures`` are delivered again after ``visibility_timeout`` seconds (a failed
+invocation: its whole batch), each delivery counted in the record's ``ApproximateReceiveCount``; a
+message delivered ``max_receives`` times without success goes to the dead-letter list (logged), as the
+deployed queue's redrive policy moves it to its DLQ. One delivery at a time: the dispatcher is one
+execution environment here, as the mapping's maximum concurrency bounds it deployed. An admission
+request for an account whose request still waits undelivered is not queued twice (the waiting one is
+read after it, so its admission sees the caller's writes).
 
-Messages live in memory only: after a restart, the meter's backstop sends admitted jobs' messages again
-(``functions.logic.metering``).
+Messages live in memory only: after a restart, the meter's backstop admits held jobs and sends
+admitted jobs' messages again (``functions.logic.metering``).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from functions.adapters.sqs import SEND_BATCH_SIZE, dispatch_message
+from functions.adapters.sqs import SEND_BATCH_SIZE, admission_message, dispatch_message
 
 logger = logging.getLogger(__name__)
 
@@ -87,6 +89,7 @@ class LocalDispatchQueue:
         self._max_receives = max_receives
         self._messages: list[_Message] = []
         self._dead: list[_Message] = []
+        self._undelivered_admissions: set[str] = set()  # bodies of admission requests not yet delivered
         self._sent = 0
         self._deliveries = 0
         self._busy = False
@@ -105,6 +108,21 @@ class LocalDispatchQueue:
             for job_id in job_ids:
                 self._messages.append(_Message(str(uuid.uuid4()), dispatch_message(job_id), now_ms))
             self._sent += len(job_ids)
+            self._cond.notify_all()
+
+    def request_admission(self, account_ids: Sequence[str]) -> None:
+        """Enqueue an admission request per account (``{"accountId": ...}``), unless one for that
+        account already waits undelivered: that one is read after this call, so its admission sees
+        the caller's writes (a burst of submits from one account makes one request per delivery,
+        not one each)."""
+        now_ms = int(time.time() * 1000)
+        with self._cond:
+            for account_id in account_ids:
+                body = admission_message(account_id)
+                if body not in self._undelivered_admissions:
+                    self._messages.append(_Message(str(uuid.uuid4()), body, now_ms))
+                    self._undelivered_admissions.add(body)
+                    self._sent += 1
             self._cond.notify_all()
 
     def stats(self) -> DispatchQueueStats:
@@ -142,6 +160,7 @@ class LocalDispatchQueue:
                     self._messages = [m for m in self._messages if id(m) not in taken]
                     for message in visible:
                         message.receive_count += 1
+                        self._undelivered_admissions.discard(message.body)
                     self._busy = True
                     self._deliveries += 1
                     return visible

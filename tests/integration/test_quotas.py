@@ -24,6 +24,7 @@ from functions.domain.status import JobStatus
 from functions.logic import dispatch, submission
 from functions.logic.job_events import apply_job_state_change
 from functions.ports import BatchSubmission
+from remote_batch.local.dispatch_queue import LocalDispatchQueue
 from tests.events import batch_event
 from tests.fakes import FakeLambdaContext
 from tests.integration.conftest import Stack
@@ -172,9 +173,13 @@ class RecordingQueue:
 
     def __init__(self) -> None:
         self.sent: list[str] = []
+        self.admissions: list[str] = []
 
     def send(self, job_ids: Any) -> None:
         self.sent.extend(job_ids)
+
+    def request_admission(self, account_ids: Any) -> None:
+        self.admissions.extend(account_ids)
 
 
 def sqs_event(job_ids: list[str], receive_count: int = 1) -> dict[str, Any]:
@@ -298,9 +303,22 @@ LIMIT = 3
 JOBS = 36
 
 
+@pytest.mark.parametrize("admission", ["inline", "dispatcher"])
 def test_concurrent_submits_and_completions_never_exceed_the_limit_nor_leave_a_job_held(
-    stack: Stack, one_request_at_a_time: None
+    stack: Stack, one_request_at_a_time: None, admission: str
 ) -> None:
+    # "dispatcher": as deployed and in the local stack, submits and endings ask the dispatcher (the
+    # local queue delivering to the dispatcher Lambda on its own thread) to admit; "inline": no queue.
+    local_queue: LocalDispatchQueue | None = None
+    if admission == "dispatcher":
+        from functions.handlers import dispatcher
+
+        local_queue = LocalDispatchQueue(
+            lambda event: dispatcher.handler(event, FakeLambdaContext()), region="us-east-1", account="1"
+        )
+        bootstrap.install(replace(stack.services, dispatch=local_queue))
+        stack.services = bootstrap.get_services()
+        local_queue.start()
     services = stack.services
     services.store.put_quota_limits("dev", QuotaLimits({BASIC_US: LIMIT}))
     gateway = stack.batch[US]
@@ -356,6 +374,10 @@ def test_concurrent_submits_and_completions_never_exceed_the_limit_nor_leave_a_j
         completers = [pool.submit(complete, i) for i in range(3)]
         ids = list(pool.map(submit, range(JOBS)))
         completed = sum(c.result() for c in completers)
+    if local_queue is not None:
+        assert local_queue.wait_idle(30)
+        local_queue.stop(5)
+        assert local_queue.stats().dead_letters == 0
 
     # Never more than the limit at once (the counter lags the store: it is at most what the store holds).
     assert running["peak"] <= LIMIT
@@ -374,3 +396,47 @@ def test_concurrent_submits_and_completions_never_exceed_the_limit_nor_leave_a_j
     )
     assert services.store.list_held_jobs("dev") == []
     assert stack.balance("dev") == Decimal(10000) - JOBS * Decimal(1)
+
+
+def test_an_admission_request_admits_the_accounts_held_jobs_once_per_delivered_batch(
+    stack: Stack, queued: RecordingQueue
+) -> None:
+    from functions.handlers import dispatcher
+
+    set_basic_us(stack, 1)
+    first = stack.api("POST", "/jobs", body=SLEEPER)[1]["jobId"]
+    held = [stack.api("POST", "/jobs", body=SLEEPER)[1]["jobId"] for _ in range(2)]
+    assert queued.sent == [first]
+    answer = dispatcher.handler(sqs_event([first]), FakeLambdaContext())
+    assert answer == {"batchItemFailures": []}
+    # The first ends: batch_events asks for an admission instead of scanning the held jobs itself.
+    finish(stack, first)
+    assert queued.admissions == ["dev"]
+    assert queued.sent == [first]
+    scans: list[str] = []
+    list_held = stack.services.store.list_held_jobs
+
+    def counted(account_id: str) -> Any:
+        scans.append(account_id)
+        return list_held(account_id)
+
+    stack.services.store.list_held_jobs = counted  # type: ignore[method-assign]
+    # Three requests of the account in one delivered batch (and a malformed one): one scan, the
+    # oldest held job admitted and enqueued, the next still held.
+    event = sqs_event([])
+    event["Records"] = [
+        {**record, "messageId": f"a{i}", "body": body}
+        for i, (record, body) in enumerate(
+            zip(
+                sqs_event(["x"] * 4)["Records"],
+                [json.dumps({"accountId": "dev"})] * 3 + [json.dumps({"accountId": 7})],
+                strict=True,
+            )
+        )
+    ]
+    answer = dispatcher.handler(event, FakeLambdaContext())
+    assert answer == {"batchItemFailures": []}
+    assert scans == ["dev"]
+    assert queued.sent == [first, held[0]]
+    states = {j.job_id: j.dispatch_state for j in stack.services.store.get_jobs(held)}
+    assert states == {held[0]: DispatchState.ADMITTED, held[1]: DispatchState.HELD}
