@@ -479,6 +479,11 @@ class OperationsStore(Protocol):
         """Store ``state`` and its audit entry in one transaction, only if the stored version is
         ``state.version - 1``. Raises ``ConditionFailed`` when another change came first."""
 
+    def save_quota_limits(self, account_id: str, limits: QuotaLimits, audit: AuditEntry) -> None:
+        """Store an account's quota ``limits`` and their audit entry in one transaction, only if the
+        stored version is ``limits.version - 1``. Raises ``ConditionFailed`` when another change came
+        first."""
+
     def record(self, audit: AuditEntry) -> None:
         """Add an audit entry (of a change made outside DynamoDB, e.g. in AWS Batch)."""
 

@@ -2,7 +2,8 @@
 
 One item per account and entry in the quotas table (``functions.adapters.tables.QUOTAS``):
 
-- ``limits``: the account's overrides (``overrides``: a map ``Basic#UnitedStates`` → units; ``total``);
+- ``limits``: the account's overrides (``overrides``: a map ``Basic#UnitedStates`` → units; ``total``;
+  ``version``, written with the operator's audit entry by ``limits_put``);
 - ``usage#<Family>#<Zone>``: ``inUse`` and ``queued`` units; ``usage#total``: the same in vCPUs;
 - ``held#<jobId>``: a job waiting for quota (``key``, ``units``, ``vcpus``), read oldest first.
 
@@ -51,6 +52,25 @@ def held_entry(job_id: str) -> str:
     return HELD_PREFIX + job_id
 
 
+def limits_put(table: str, account_id: str, limits: QuotaLimits) -> TransactWriteItemTypeDef:
+    """The conditional Put of an account's ``limits`` item at ``limits.version``: only over the version
+    before it (version 1: only where none is stored), so of two changes made from one read, one wins."""
+    values = {
+        "accountId": account_id,
+        "entry": LIMITS_ENTRY,
+        "overrides": {k.name: v for k, v in limits.overrides.items()} or None,
+        "total": limits.total,
+        "version": limits.version,
+    }
+    put: dict[str, Any] = {"TableName": table, "Item": serialize_item(values)}
+    if limits.version == 1:
+        put["ConditionExpression"] = "attribute_not_exists(version)"
+    else:
+        put["ConditionExpression"] = "version = :read"
+        put["ExpressionAttributeValues"] = {":read": serialize_value(limits.version - 1)}
+    return {"Put": put}  # type: ignore[typeddict-item]
+
+
 def job_demand(job: Job) -> Demand:
     """What ``job`` holds while admitted (``quotas.demand_of`` of its class, zone and array size)."""
     return demand_of(machine_class(job.machine_class), job.geo_zone, job.array_size)
@@ -78,10 +98,13 @@ class QuotaRecords(StoreBase):
         item = deserialize_item(response["Item"]) if "Item" in response else {}
         overrides = {QuotaKey.parse(k): int(v) for k, v in (item.get("overrides") or {}).items()}
         total = item.get("total")
-        return QuotaLimits(overrides, int(total) if total is not None else None)
+        return QuotaLimits(
+            overrides, int(total) if total is not None else None, version=int(item.get("version", 0))
+        )
 
     def put_quota_limits(self, account_id: str, limits: QuotaLimits) -> None:
-        """Store the account's overrides (replacing what was stored)."""
+        """Store the account's overrides (replacing what was stored, unconditionally and without an
+        audit entry: an operator's change goes through ``OperationsStore.save_quota_limits``)."""
         values = {
             "accountId": account_id,
             "entry": LIMITS_ENTRY,
