@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from aws_lambda_powertools import Logger
 
-from functions.domain.errors import ConditionFailed, Conflict, DependencyFailed, NotFound
+from functions.domain.errors import ConditionFailed, Conflict, DependencyFailed, NotFound, ValidationFailed
 from functions.domain.fleet import AuditAction, AuditEntry, account_target
 from functions.domain.jobs import DispatchState, Job
 from functions.domain.machine_classes import GeoZone, MachineClass
@@ -206,7 +206,8 @@ def set_account_quotas(
     NotFound
         No such account.
     ValidationFailed
-        A limit outside 0..``quotas.MAX_LIMIT`` (``field`` names the entry).
+        A limit outside 0..``quotas.MAX_LIMIT``, or a family and zone listed twice (``field`` names
+        the entry).
     Conflict
         Another operator changed the account's limits at the same moment (read them, retry).
     DependencyFailed
@@ -216,7 +217,13 @@ def set_account_quotas(
         raise NotFound(f"No account {account_id}.")
     parsed: dict[QuotaKey, int] = {}
     for index, (family, zone, limit) in enumerate(changes):
-        parsed[QuotaKey.parse(f"{family}#{zone}")] = check_limit(limit, f"quotas[{index}].limit")
+        key = QuotaKey.parse(f"{family}#{zone}")
+        if key in parsed:
+            raise ValidationFailed(
+                f"quotas lists {family} in {zone} twice; give each family and zone once.",
+                field=f"quotas[{index}]",
+            )
+        parsed[key] = check_limit(limit, f"quotas[{index}].limit")
     if set_total and total is not None:
         check_limit(total, "total")
     if services.operations is None:

@@ -200,3 +200,19 @@ def test_quota_limits_written_before_versions_existed_are_changed_over_no_versio
     _store(stack).save_quota_limits("dev", legacy.with_changes({}, 50, True), _entry(stack, "q"))
     stored = stack.services.store.get_quota_limits("dev")
     assert (stored.limit(BASIC_US), stored.total, stored.version) == (3, 50, 1)
+
+
+def test_a_family_and_zone_listed_twice_is_400_and_changes_nothing(stack: Stack) -> None:
+    twice = [
+        {"family": "Basic", "geoZone": "UnitedStates", "limit": 2},
+        {"family": "Basic", "geoZone": "UnitedStates", "limit": 8},
+    ]
+    status, answer = stack.api("PUT", PATH, body={"quotas": twice}, **ADMIN)
+
+    assert status == 400
+    assert answer["error"]["field"] == "quotas[1]"
+    assert answer["error"]["message"] == (
+        "quotas lists Basic in UnitedStates twice; give each family and zone once."
+    )
+    assert stack.services.store.get_quota_limits("dev").limit(BASIC_US) == 64
+    assert audit_entries(stack) == []
