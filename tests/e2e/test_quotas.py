@@ -113,6 +113,8 @@ def test_a_compute_job_over_a_quota_of_32_is_400(quota_stack: LocalStackProcess)
     assert answer.json()["error"]["code"] == "QuotaExceeded"
 
 
+# The full scale runs every job's worker on 2 cores: past the suite's 300 s per test.
+@pytest.mark.timeout(3600 if FULL_SCALE else 300)
 def test_a_burst_is_absorbed_below_the_gateway_rate_and_every_job_runs_once(
     quota_stack: LocalStackProcess,
 ) -> None:
