@@ -97,6 +97,12 @@ class Conflict(ServiceError):
     code = "Conflict"
 
 
+class StillInProgress(Conflict):
+    """The first request with this Idempotency-Key is still running (409 with ``Retry-After``)."""
+
+    retry_after_seconds = 1
+
+
 class Expired(ServiceError):
     """The job's inputs/outputs passed their 14-day retention (410)."""
 

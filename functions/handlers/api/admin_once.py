@@ -9,7 +9,8 @@ mid-way, still changes nothing twice.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Annotated, Any, Protocol
 
 from aws_lambda_powertools.event_handler.openapi.params import Header
@@ -24,7 +25,7 @@ from aws_lambda_powertools.utilities.idempotency.exceptions import (
 )
 
 import functions.handlers.api as api_package
-from functions.domain.errors import Conflict
+from functions.domain.errors import Conflict, StillInProgress
 from functions.handlers.api.app import IDEMPOTENCY_SECONDS, app
 from functions.ports import Services
 
@@ -93,14 +94,23 @@ def run_once(
         "canonical": canonical,
         "action": action,  # not hashed: only "key" and "canonical" are
     }
-    try:
+    with idempotency_conflicts():
         return _runner(services, action_name)(request=request)
+
+
+@contextmanager
+def idempotency_conflicts() -> Iterator[None]:
+    """Powertools' idempotency errors as API.md's 409s: a key used with another body is ``Conflict``
+    (``field="Idempotency-Key"``); a key whose first request still runs is ``StillInProgress``
+    (``Retry-After: 1``). Used by every route that takes an ``Idempotency-Key``."""
+    try:
+        yield
     except IdempotencyValidationError:
         raise Conflict(
             "This Idempotency-Key was used with a different body in the last 24 h; use a new key.",
             field="Idempotency-Key",
         ) from None
     except IdempotencyAlreadyInProgressError:
-        raise Conflict(
+        raise StillInProgress(
             "A request with this Idempotency-Key is still being processed; retry shortly."
         ) from None

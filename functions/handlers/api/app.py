@@ -154,7 +154,11 @@ def _on_service_error(exc: ServiceError) -> Response[str]:
     if exc.status >= 500 and not exc.shown_to_client:
         logger.exception("request failed", code=exc.code)
         return error_response(exc.status, exc.code, "The service failed to answer; try again shortly.")
-    return error_response(exc.status, exc.code, exc.message, exc.field)
+    response = error_response(exc.status, exc.code, exc.message, exc.field)
+    retry_after = getattr(exc, "retry_after_seconds", None)
+    if retry_after is not None:
+        response.headers["Retry-After"] = str(retry_after)
+    return response
 
 
 @app.not_found

@@ -14,23 +14,17 @@ from aws_lambda_powertools.utilities.idempotency import (
     IdempotencyConfig,
     idempotent_function,
 )
-from aws_lambda_powertools.utilities.idempotency.exceptions import (
-    IdempotencyAlreadyInProgressError,
-    IdempotencyValidationError,
-)
 from pydantic import BeforeValidator
 
 import functions.handlers.api as api_package
 from functions.bootstrap import get_services
-from functions.domain.errors import (
-    Conflict,
-)
 from functions.domain.jobs import PayloadKind
 from functions.domain.machine_classes import machine_class, resolve_geo_zone
 from functions.domain.notifications import normalize_notifications, rules_to_json
 from functions.domain.status import JobStatus
 from functions.domain.text import check_argv, is_ascii_digits
 from functions.domain.timefmt import to_api_time
+from functions.handlers.api.admin_once import idempotency_conflicts
 from functions.handlers.api.app import (
     IDEMPOTENCY_SECONDS,
     Caller,
@@ -50,7 +44,7 @@ from functions.handlers.api.openapi import _json, _responses
 from functions.logic import arrays, submission, uploads
 from functions.ports import Services
 
-router = APIGatewayRouter()
+router: APIGatewayRouter = APIGatewayRouter()
 
 
 def _job_request(body: SubmitJobBody, submitted_by: str | None = None) -> submission.JobRequest:
@@ -188,17 +182,8 @@ def submit_job(
         # would turn creditConstraint's Decimal into a string the model refuses.
         "body": body,
     }
-    try:
+    with idempotency_conflicts():
         outcome = submit_once(request=request)
-    except IdempotencyValidationError:
-        raise Conflict(
-            "This Idempotency-Key was used with a different body in the last 24 h; use a new key.",
-            field="Idempotency-Key",
-        ) from None
-    except IdempotencyAlreadyInProgressError:
-        raise Conflict(
-            "A request with this Idempotency-Key is still being processed; retry shortly."
-        ) from None
     job = submission.get_owned_job(services, caller.account_id, outcome["jobId"])
     return Response(202, content_types.APPLICATION_JSON, job_view(job))
 
