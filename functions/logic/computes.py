@@ -52,7 +52,7 @@ from functions.domain.credits import ZERO, quantize_credits
 from functions.domain.errors import ConditionFailed, Conflict, DependencyFailed, NotFound, ValidationFailed
 from functions.domain.jobs import LedgerEntry, LedgerKind
 from functions.domain.machine_classes import MachineClass, machine_class, resolve_geo_zone
-from functions.domain.quotas import check_reservation
+from functions.domain.quotas import Demand, check_reservation
 from functions.ports import ComputeEnvironments, ComputeRepository, Services
 
 logger = Logger(child=True)
@@ -217,16 +217,26 @@ def _status(compute: Compute | None) -> str:
 
 # -- charges -------------------------------------------------------------------------------------------
 def store_step(services: Services, step: Step, now: datetime, *, hourly: bool = False) -> Compute | None:
-    """Store one step: a removal or a failure gives the compute's reserved quota back; leaving Running
-    (``step.settle``) settles the run's unsettled time with the write; ``hourly`` settles a Running
-    compute up to ``now`` (whole seconds, the rest carried). Returns the stored compute (None once removed).
+    """Store one step: a removal or a failure gives the compute's reserved quota back (and has the
+    account's held jobs admitted into it); leaving Running (``step.settle``) settles the run's
+    unsettled time with the write; ``hourly`` settles a Running compute up to ``now`` (whole seconds,
+    the rest carried). Returns the stored compute (None once removed).
 
     Raises ``ConditionFailed`` on a lost race.
     """
+    # A deletion gives the reservation back, and so does a failure (``holds_reservation``).
+    release = released_reservation(step.before, step.after)
+    stored = _write_step(services, step, now, release, hourly=hourly)
+    _admit_after_release(services, step.before, release)
+    return stored
+
+
+def _write_step(
+    services: Services, step: Step, now: datetime, release: Demand | None, *, hourly: bool
+) -> Compute | None:
+    """``store_step``'s write: one transaction with the release and, when due, the settlement."""
     store = _store(services)
     before, after = step.before, step.after
-    # A deletion gives the reservation back, and so does a failure (``holds_reservation``).
-    release = released_reservation(before, after)
     if after is None:
         store.remove_compute(before, release)
         return None
@@ -262,6 +272,21 @@ def store_step(services: Services, step: Step, now: datetime, *, hourly: bool = 
     services.events.count("CreditsCharged", float(credits), amount=True)
     logger.info("compute settled", compute=before.name, seconds=bill.seconds, credits=str(credits))
     return stored
+
+
+def _admit_after_release(services: Services, compute: Compute, release: Demand | None) -> None:
+    """After ``compute`` gave its reservation back (``release``; None: nothing given back), have its
+    account's held jobs admitted into it (``dispatch.request_admission``). A failure to ask is logged:
+    the write stands, and the account's next submit or job end, or the meter's backstop, admits."""
+    if release is None:
+        return
+    from functions.logic.dispatch import request_admission  # dispatch imports this module
+
+    logger.info("compute reservation released", compute=compute.name, units=release.units)
+    try:
+        request_admission(services, compute.account_id)
+    except DependencyFailed:
+        logger.exception("admission after a compute's release deferred", compute=compute.name)
 
 
 def unsettled_cost(compute: Compute, now: datetime) -> Decimal:
