@@ -278,12 +278,12 @@ def one_request_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 LIMIT = 8
-COMPUTES = 6  # Basic2x8 x 1: 2 vCPUs each
-JOBS = 10  # Basic2x8: 2 vCPUs each
 
 
+# Computes of Basic2x8 x 1 and jobs of Basic2x8: 2 vCPUs each, 16 requests for 4 slots.
+@pytest.mark.parametrize(("n_computes", "n_jobs"), [(6, 10), (8, 8), (10, 6)])
 def test_concurrent_compute_creates_and_job_admissions_never_exceed_the_limit(
-    stack: Stack, computes: FakeComputeEnvironments, one_request_at_a_time: None
+    stack: Stack, computes: FakeComputeEnvironments, one_request_at_a_time: None, n_computes: int, n_jobs: int
 ) -> None:
     # Given Basic 8 in UnitedStates (room for 4 of the 16 two-vCPU requests)
     services = stack.services
@@ -312,8 +312,8 @@ def test_concurrent_compute_creates_and_job_admissions_never_exceed_the_limit(
 
     # When compute creates and job submits race
     with ThreadPoolExecutor(max_workers=8) as pool:
-        created_futures = [pool.submit(create_compute, i) for i in range(COMPUTES)]
-        job_futures = [pool.submit(submit_job, i) for i in range(JOBS)]
+        created_futures = [pool.submit(create_compute, i) for i in range(n_computes)]
+        job_futures = [pool.submit(submit_job, i) for i in range(n_jobs)]
         created = sum(f.result() for f in created_futures)
         ids = [f.result() for f in job_futures]
 
@@ -321,7 +321,7 @@ def test_concurrent_compute_creates_and_job_admissions_never_exceed_the_limit(
     usage = services.store.get_quota_usage("dev")
     jobs = services.store.get_jobs(ids)
     admitted = [j for j in jobs if j.holds_quota]
-    assert len(services.store.list_held_jobs("dev")) + len(admitted) == JOBS
+    assert len(services.store.list_held_jobs("dev")) + len(admitted) == n_jobs
     assert usage.reserved_of(BASIC_US) == usage.total_reserved == 2 * created
     assert usage.used(BASIC_US) == usage.total_in_use == 2 * len(admitted)
     assert usage.committed(BASIC_US) <= LIMIT
@@ -329,6 +329,6 @@ def test_concurrent_compute_creates_and_job_admissions_never_exceed_the_limit(
     assert len(services.compute_store.list_computes("dev")) == created
     assert sorted(sent(stack)) == sorted(j.job_id for j in admitted)
     # None waits while its capacity is free: the limit is full whenever a job is held.
-    if len(admitted) < JOBS:
+    if len(admitted) < n_jobs:
         assert usage.committed(BASIC_US) + 2 > LIMIT
     assert created + len(admitted) == LIMIT // 2
