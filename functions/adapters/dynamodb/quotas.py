@@ -84,6 +84,8 @@ def usage_counter_update(
     ``entry`` (created at 0 when absent); with ``at_most``, only while ``inUse`` (jobs and reservations:
     see the module's docstring) is at most that before the change."""
     adds = {"inUse": in_use, "queued": queued, "reserved": reserved}
+    # An ADD of 0 is left out (a job's counters never get a ``reserved`` attribute); ``inUse`` always
+    # stays, so the expression is never empty.
     moved = {name: value for name, value in adds.items() if value or name == "inUse"}
     values: dict[str, Any] = {f":{name}": serialize_value(value) for name, value in moved.items()}
     update: dict[str, Any] = {
