@@ -327,6 +327,9 @@ def submit_job(services: Services, account_id: str, request: JobRequest, now: da
         # The job is stored and held: the account's next release or submit, or the meter's
         # backstop, admits it.
         logger.exception("admission deferred", job_id=job.job_id)
+    if services.dispatch is not None:
+        return job  # held as written: the dispatcher admits it later
+    # Without a queue the admission ran here and may have sent (or ended) it: read it.
     return services.store.get_job(job.job_id) or job
 
 
@@ -356,6 +359,9 @@ def _submit_to_compute(
     except DependencyFailed:
         # The job is stored admitted: the meter's backstop enqueues it again (``_nudge_undispatched``).
         logger.exception("dispatch deferred", job_id=job.job_id)
+    if services.dispatch is not None:
+        return job  # queued: answer as admitted
+    # Without a queue it was sent (or ended) here: read it.
     return services.store.get_job(job.job_id) or job
 
 
