@@ -215,7 +215,11 @@ def build_services(
             quotas_table=settings.quotas_table,
         ),
         compute_store=DynamoComputeStore(
-            dynamodb, settings.computes_table, settings.accounts_table, settings.ledger_table
+            dynamodb,
+            settings.computes_table,
+            settings.accounts_table,
+            settings.ledger_table,
+            settings.quotas_table,
         ),
         compute_prefix=settings.compute_prefix,
         dispatch=dispatch,

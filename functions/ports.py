@@ -12,14 +12,14 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Protocol
 
-from functions.domain.computes import Compute, Reservation
+from functions.domain.computes import Compute
 from functions.domain.credits import Charge
 from functions.domain.errors import UnreadableRecord
 from functions.domain.fleet import AuditEntry, ClassAvailability
 from functions.domain.jobs import Account, BatchJobState, Job, LedgerEntry, NotificationRecord, Transition
 from functions.domain.machine_classes import GeoZone, MachineClass
 from functions.domain.presumed import PresumedTransition
-from functions.domain.quotas import HeldJob, QuotaLimits, Usage
+from functions.domain.quotas import Demand, HeldJob, QuotaLimits, Usage
 from functions.domain.roles import AccountMembers, Member
 from functions.domain.runtime import WORKER_PYTHON_VERSION
 from functions.domain.status import JobStatus
@@ -586,9 +586,11 @@ class ComputeRepository(Protocol):
     ``ConditionFailed`` (re-read, retry). Nothing here returns a DynamoDB item.
     """
 
-    def create_compute(self, compute: Compute, reservation: Reservation) -> None:
-        """Write a new compute and add its quota reservation, in one transaction.
-        Raises ``ConditionFailed`` when the account has a compute of that name."""
+    def create_compute(self, compute: Compute, reservation: Demand, limits: QuotaLimits) -> None:
+        """Write a new compute and reserve its quota (``functions.domain.quotas``: only while the
+        account's jobs and computes leave room for it within ``limits``), in one transaction.
+        Raises ``ConditionFailed`` when the account has a compute of that name or the reservation does
+        not fit (nothing written)."""
 
     def get_compute(self, account_id: str, name: str) -> Compute | None:
         """The compute (strongly consistent), or None."""
@@ -599,21 +601,24 @@ class ComputeRepository(Protocol):
     def list_all_computes(self) -> Iterable[Compute]:
         """Every account's computes (the meter's tick; a sparse index)."""
 
-    def save_compute(self, before: Compute, after: Compute) -> Compute:
-        """Store ``after`` if the stored version is ``before.version``; returns it with the new version."""
+    def save_compute(self, before: Compute, after: Compute, release: Demand | None = None) -> Compute:
+        """Store ``after`` if the stored version is ``before.version`` (giving ``release``, the
+        reservation of a compute that fails, back in the same transaction); returns it with the new
+        version."""
 
-    def settle_compute(self, before: Compute, after: Compute, entry: LedgerEntry) -> Compute:
-        """Store ``after``, put the ``compute`` ledger entry (only if absent) and move the balance
-        from ``entry.balance_after + entry.credits`` to ``entry.balance_after``, in one transaction."""
+    def settle_compute(
+        self, before: Compute, after: Compute, entry: LedgerEntry, release: Demand | None = None
+    ) -> Compute:
+        """Store ``after``, put the ``compute`` ledger entry (only if absent), move the balance from
+        ``entry.balance_after + entry.credits`` to ``entry.balance_after`` and give ``release`` back,
+        in one transaction."""
 
-    def remove_compute(self, before: Compute, reservation: Reservation) -> None:
-        """Delete a compute at ``before.version`` and release its reservation, in one transaction."""
+    def remove_compute(self, before: Compute, release: Demand | None) -> None:
+        """Delete a compute at ``before.version`` and give ``release`` (its reservation, None when it
+        gave it back already) back, in one transaction."""
 
     def touch_compute(self, account_id: str, name: str, at: datetime) -> None:
         """Raise ``last_activity_at`` to ``at`` (never lower it); nothing when the compute is gone."""
-
-    def reserved_quota(self, account_id: str) -> dict[str, tuple[int, int]]:
-        """The account's reservations by quota key (``Basic#UnitedStates``): (units, vCPUs)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -579,6 +579,39 @@ def usage_command(
     out.print(table)
 
 
+@app.command("quotas")
+def quotas_command(
+    show_all: Annotated[
+        bool, typer.Option("--all", help="Every family and zone, also those with nothing in use.")
+    ] = False,
+    json_output: JsonOption = False,
+) -> None:
+    """The account's quotas: per machine family and geo zone, the limit, what jobs hold, what dedicated
+    computes reserve, what held jobs wait for and what is free; then the total (vCPUs)."""
+    found = rb.quotas()
+    if json_output:
+        _print_json([q.data for q in found])
+        return
+    table = Table(box=box.SIMPLE)
+    for column in ("family", "zone", "unit", "limit", "in use", "reserved", "queued", "free"):
+        table.add_column(column, justify="left" if column in ("family", "zone", "unit") else "right")
+    for quota in found:
+        idle = not (quota.in_use or quota.reserved or quota.queued)
+        if idle and not show_all and quota.family != "total":
+            continue
+        table.add_row(
+            quota.family,
+            quota.geo_zone or "all",
+            quota.unit,
+            str(quota.limit),
+            str(quota.in_use),
+            str(quota.reserved),
+            str(quota.queued),
+            str(quota.free),
+        )
+    out.print(table)
+
+
 @app.command("machine-classes")
 def machine_classes_command(json_output: JsonOption = False) -> None:
     """The machine classes and their prices."""

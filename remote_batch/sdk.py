@@ -467,6 +467,52 @@ def usage(
 
 
 @dataclass(frozen=True)
+class Quota:
+    """One line of ``GET /account/quotas``: a machine family in a geo zone, or the account's total
+    (``family`` ``"total"``, ``geo_zone`` None, in vCPUs).
+
+    ``in_use``: units the account's admitted jobs hold; ``queued``: units its held jobs wait for;
+    ``reserved``: units its dedicated computes reserve (Stopped ones too; 0 from a server that does not
+    report it). Jobs and computes share ``limit``: ``in_use + reserved`` never exceeds it. Units are
+    vCPUs, GPUs for the GPU family (``unit``).
+    """
+
+    family: str
+    geo_zone: str | None
+    unit: str
+    limit: int
+    in_use: int
+    queued: int
+    reserved: int
+    data: dict[str, Any] = field(repr=False, compare=False, default_factory=dict)
+
+    @property
+    def free(self) -> int:
+        """Units a new job or compute may still take: ``limit - in_use - reserved`` (never below 0)."""
+        return max(self.limit - self.in_use - self.reserved, 0)
+
+
+def _quota(document: dict[str, Any], family: str | None = None) -> Quota:
+    return Quota(
+        family=family or str(document["family"]),
+        geo_zone=document.get("geoZone"),
+        unit=str(document["unit"]),
+        limit=int(document["limit"]),
+        in_use=int(document["inUse"]),
+        queued=int(document["queued"]),
+        reserved=int(document.get("reserved", 0)),
+        data=document,
+    )
+
+
+def quotas(*, client: Client | None = None) -> list[Quota]:
+    """``GET /account/quotas``: every machine family in every geo zone, then the account's total
+    (``family`` ``"total"``). Raises ``Forbidden`` without ``quotas/read``."""
+    document = _client(client).get("/account/quotas")
+    return [*(_quota(q) for q in document["quotas"]), _quota(document["total"], "total")]
+
+
+@dataclass(frozen=True)
 class MachineClass:
     """A machine class and its price (credits per hour of Running time)."""
 

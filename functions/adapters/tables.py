@@ -131,9 +131,9 @@ LEDGER = TableSpec(
 )
 
 # Quotas (``functions.adapters.dynamodb.quotas``): per account, its limits (``limits``), a usage counter
-# per family and zone (``usage#Basic#UnitedStates``: inUse, queued) and for the total (``usage#total``),
-# and one ``held#<jobId>`` item per job waiting for quota, so the account's held jobs read oldest first
-# with one Query.
+# per family and zone (``usage#Basic#UnitedStates``: inUse, queued, reserved by dedicated computes) and
+# for the total (``usage#total``), and one ``held#<jobId>`` item per job waiting for quota, so the
+# account's held jobs read oldest first with one Query.
 QUOTAS = TableSpec(logical_name="Quotas", partition_key="accountId", sort_key="entry")
 
 # Powertools idempotency persistence layer's default schema.
@@ -145,7 +145,7 @@ IDEMPOTENCY = TableSpec(logical_name="Idempotency", partition_key="id", ttl_attr
 OPERATIONS = TableSpec(logical_name="Operations", partition_key="pk", sort_key="sk", ttl_attribute="ttl")
 
 # Dedicated computes (``functions.adapters.dynamodb.computes``): per account, one ``compute#<name>`` item
-# per compute and one ``reserved#<Family>#<Zone>`` counter of the quota its computes hold. The sparse
+# per compute (the quota computes reserve is on the Quotas table's usage counters). The sparse
 # ``allComputes`` index (only compute items carry ``computePartition``) lists every compute for the meter.
 COMPUTES = TableSpec(
     logical_name="Computes",

@@ -34,9 +34,12 @@ minimum (that rule is a job's: a compute's periods are contiguous slices of one 
 
 Quota
 -----
-A compute holds ``count`` × its class's vCPUs (GPUs for a GPU class) of its account's quota of the
-class's family in its zone from creation until it is deleted, Stopped included (as Azure ML
-reserves a stopped compute instance's cores), so it can always start again.
+A compute reserves ``count`` × its class's vCPUs (GPUs for a GPU class) of its account's quota of the
+class's family in its zone, and their vCPUs of the total, from creation until it is deleted, Stopped
+included (as Azure ML reserves a stopped compute instance's cores), so it can always start again; a
+compute that fails gives them back then. It is created only when they fit in what the account's jobs
+and other computes leave free (``functions.domain.quotas.check_reservation``), and jobs submitted to it
+run on them without taking more.
 """
 
 from __future__ import annotations
@@ -53,6 +56,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 from functions.domain.credits import SECONDS_PER_HOUR, ZERO, quantize_credits
 from functions.domain.errors import Conflict, ValidationFailed
 from functions.domain.machine_classes import GeoZone, MachineClass, machine_class
+from functions.domain.quotas import Demand, demand_of
 
 NAME_PATTERN = r"^[A-Za-z][A-Za-z0-9-]{1,31}$"
 MAX_COUNT = 64
@@ -179,6 +183,9 @@ class Compute:
         Seconds billed so far, all runs.
     schedule_checked_at : datetime | None
         Until when the daily schedules have been applied.
+    quota_reserved : bool
+        Whether it holds its quota reservation (``reservation_of``): from creation on, until it fails
+        or is removed (a Deleting compute that had failed holds none, so its removal gives none back).
     """
 
     account_id: str
@@ -198,6 +205,7 @@ class Compute:
     credits_spent: Decimal = ZERO
     running_seconds: int = 0
     schedule_checked_at: datetime | None = None
+    quota_reserved: bool = True
 
     @property
     def machine(self) -> MachineClass:
@@ -451,7 +459,8 @@ def apply_event(compute: Compute, event: ComputeEvent, now: datetime, reason: st
         after = None
     elif event == ComputeEvent.BROKEN and status in _BREAKABLE:
         why = f"AWS Batch: {reason}" if reason else "AWS Batch reported the compute environment INVALID"
-        after = _stopped_run(compute, status=ComputeStatus.FAILED, status_reason=why, restart_pending=False)
+        failed = _stopped_run(compute, status=ComputeStatus.FAILED, status_reason=why, restart_pending=False)
+        after = replace(failed, quota_reserved=False)  # a Failed compute gives its quota back
         settle = _leave_running(compute, now)
     return Step(compute, after, settle)
 
@@ -556,32 +565,25 @@ def scheduled_request(schedules: Schedules, since: datetime | None, now: datetim
 
 
 # -- quota ---------------------------------------------------------------------------------------------
-FAMILIES = ("Basic", "Memory", "Compute", "GPU")
+def reservation_of(compute: Compute) -> Demand:
+    """The quota ``compute`` reserves from creation until deletion: ``count`` machines of its class,
+    by the same rule as a job's (``functions.domain.quotas.demand_of`` with ``count`` as the size)."""
+    return demand_of(compute.machine, compute.geo_zone, compute.count)
 
 
-@dataclass(frozen=True, slots=True)
-class Reservation:
-    """What a compute holds of its account's quota: ``units`` of ``family`` in ``zone`` (GPUs for
-    the GPU family, vCPUs otherwise) and ``vcpus`` of the account's total. The same rule as a job's
-    ``functions.domain.quotas.demand_of`` with ``count`` machines."""
-
-    family: str
-    zone: GeoZone
-    units: int
-    vcpus: int
-
-    @property
-    def key(self) -> str:
-        """``Basic#UnitedStates``: the quota counter this reservation moves."""
-        return f"{self.family}#{self.zone.value}"
+def holds_reservation(compute: Compute) -> bool:
+    """Whether ``compute`` holds its reservation: from creation until it fails or is removed (Stopped
+    included, so it can always start again; a Failed compute can only be deleted, so it gives its
+    quota back when it fails instead of holding it until then)."""
+    return compute.quota_reserved
 
 
-def reservation_of(compute: Compute) -> Reservation:
-    """The quota ``compute`` holds from creation until deletion."""
-    machine = compute.machine
-    family = next(f for f in FAMILIES if machine.name.startswith(f))
-    units = (machine.gpus if family == "GPU" else machine.vcpus) * compute.count
-    return Reservation(family, compute.geo_zone, units, machine.vcpus * compute.count)
+def released_reservation(before: Compute, after: Compute | None) -> Demand | None:
+    """The reservation a step from ``before`` to ``after`` (None: the compute is removed) gives back:
+    a compute that held it and no longer does (deleted, or Failed), else None."""
+    if not holds_reservation(before) or (after is not None and holds_reservation(after)):
+        return None
+    return reservation_of(before)
 
 
 # -- AWS Batch names -----------------------------------------------------------------------------------

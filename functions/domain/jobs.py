@@ -216,8 +216,9 @@ class Job:
 
     @property
     def holds_quota(self) -> bool:
-        """True while the job holds its quota units (admitted, whether sent to AWS Batch yet or not)."""
-        return self.dispatch_state in (
+        """True while the job holds its quota units (admitted, whether sent to AWS Batch yet or not).
+        Never for a job on a dedicated compute: it runs on the compute's reservation."""
+        return self.compute is None and self.dispatch_state in (
             DispatchState.ADMITTED,
             DispatchState.DISPATCHING,
             DispatchState.DISPATCHED,

@@ -12,6 +12,15 @@ to be sent to AWS Batch) until it ends: Starting, Running, and the short time it
 own queue all count, because AWS Batch may start it at any moment then. A job over the limit is
 *held* (``Queued``, ``statusReason`` ``Waiting for quota: ...``) and counts as *queued* instead.
 
+What a dedicated compute reserves
+---------------------------------
+A dedicated compute (``functions.domain.computes``) reserves ``count`` x its class's units of its
+family in its zone, and their vCPUs of the total, from its creation until it is deleted (Stopped
+included, as Azure ML keeps a stopped compute instance's cores; a Failed one gives them back). What is
+reserved is not free for jobs: a job is admitted only while ``in use + reserved + its units`` stays
+within the limit, and a compute is created only while ``in use + reserved + its units`` does. Jobs
+submitted to a compute run on its reserved capacity and hold nothing more.
+
 The rule for an array job (``demand_of`` with ``array_size``): it holds ``arraySize`` x its class's
 units, because AWS Batch runs an array's children concurrently as far as the compute environment's
 capacity allows, so the service must assume all of them may run at once (it cannot hold back single
@@ -26,7 +35,7 @@ Everything here is pure: the store keeps the counters with conditional writes
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
@@ -176,9 +185,23 @@ def check_limit(value: int, field_path: str) -> int:
     return value
 
 
+def _exceeded(
+    request: str, needed: int, unit: str, *, quota: str, limit: int, advice: str, taken: str = ""
+) -> QuotaExceeded:
+    """The ``QuotaExceeded`` of a request: ``<request> needs <n> <unit>s but the account's <quota> is
+    <limit> <unit>s[<taken>]; <advice>`` (``field`` ``machineClass``: the class decides the family)."""
+    return QuotaExceeded(
+        f"{request} needs {needed} {unit}s but the account's {quota} is {limit} {unit}s{taken}; {advice}.",
+        field="machineClass",
+    )
+
+
+ASK_OPERATOR = "ask an operator for a higher quota"
+
+
 def check_fits_alone(demand: Demand, limits: QuotaLimits, machine_class: str) -> None:
-    """Refuse a job that could never be admitted: it alone holds more than its family's limit or
-    the account's total.
+    """Refuse a job (or a compute: ``machine_class`` then reads ``Basic2x8 x 3``) that could never be
+    admitted: it alone holds more than its family's limit or the account's total.
 
     Raises
     ------
@@ -189,63 +212,133 @@ def check_fits_alone(demand: Demand, limits: QuotaLimits, machine_class: str) ->
     limit = limits.limit(key)
     unit = unit_of(key.family).value
     if demand.units > limit:
-        raise QuotaExceeded(
-            f"{machine_class} needs {demand.units} {unit}s but the account's {key.family.value} quota in "
-            f"{key.zone.value} is {limit} {unit}s; ask an operator for a higher quota.",
-            field="machineClass",
-        )
+        quota = f"{key.family.value} quota in {key.zone.value}"
+        raise _exceeded(machine_class, demand.units, unit, quota=quota, limit=limit, advice=ASK_OPERATOR)
     if demand.vcpus > limits.total_limit:
-        raise QuotaExceeded(
-            f"{machine_class} needs {demand.vcpus} vCPUs but the account's total quota is "
-            f"{limits.total_limit} vCPUs; ask an operator for a higher quota.",
-            field="machineClass",
+        raise _exceeded(
+            machine_class,
+            demand.vcpus,
+            "vCPU",
+            quota="total quota",
+            limit=limits.total_limit,
+            advice=ASK_OPERATOR,
         )
 
 
 @dataclass(frozen=True, slots=True)
 class Usage:
-    """What an account's jobs hold now: per key, units in use and units queued (held jobs); in all,
-    vCPUs in use and queued."""
+    """What an account holds now: per key, units in use by its admitted jobs, units queued (held jobs)
+    and units reserved by its dedicated computes; in all, the same in vCPUs.
+
+    ``in_use`` and ``reserved`` never overlap: a key's committed units (what no new job or compute may
+    take) are ``in_use + reserved``.
+    """
 
     in_use: Mapping[QuotaKey, int] = field(default_factory=dict)
     queued: Mapping[QuotaKey, int] = field(default_factory=dict)
     total_in_use: int = 0
     total_queued: int = 0
+    reserved: Mapping[QuotaKey, int] = field(default_factory=dict)
+    total_reserved: int = 0
 
     def used(self, key: QuotaKey) -> int:
-        """Units of ``key`` in use."""
+        """Units of ``key`` in use by admitted jobs."""
         return self.in_use.get(key, 0)
 
     def waiting(self, key: QuotaKey) -> int:
         """Units of ``key`` queued."""
         return self.queued.get(key, 0)
 
+    def reserved_of(self, key: QuotaKey) -> int:
+        """Units of ``key`` reserved by dedicated computes."""
+        return self.reserved.get(key, 0)
+
+    def committed(self, key: QuotaKey) -> int:
+        """Units of ``key`` taken: in use by jobs plus reserved by computes."""
+        return self.used(key) + self.reserved_of(key)
+
+    @property
+    def total_committed(self) -> int:
+        """vCPUs of the total taken: in use by jobs plus reserved by computes."""
+        return self.total_in_use + self.total_reserved
+
+
+def family_fits(demand: Demand, usage: Usage, limits: QuotaLimits) -> bool:
+    """True when ``demand`` fits in what its family and zone have free (limit - in use - reserved)."""
+    return usage.committed(demand.key) + demand.units <= limits.limit(demand.key)
+
+
+def total_fits(demand: Demand, usage: Usage, limits: QuotaLimits) -> bool:
+    """True when ``demand``'s vCPUs fit in what the account's total has free."""
+    return usage.total_committed + demand.vcpus <= limits.total_limit
+
 
 def fits(demand: Demand, usage: Usage, limits: QuotaLimits) -> bool:
-    """True when admitting ``demand`` keeps its family and the total within their limits."""
-    key = demand.key
-    return (
-        usage.used(key) + demand.units <= limits.limit(key)
-        and usage.total_in_use + demand.vcpus <= limits.total_limit
-    )
+    """True when admitting ``demand`` keeps its family and the total within their limits, counting
+    what jobs hold and what dedicated computes reserve."""
+    return family_fits(demand, usage, limits) and total_fits(demand, usage, limits)
+
+
+def _taken(committed: int, reserved: int, limit: int) -> str:
+    """``64 of 64 in use`` or ``64 of 64 in use, 16 of them reserved by dedicated compute``."""
+    text = f"{committed} of {limit} in use"
+    return f"{text}, {reserved} of them reserved by dedicated compute" if reserved else text
 
 
 def waiting_reason(demand: Demand, usage: Usage, limits: QuotaLimits) -> str:
     """The held job's ``statusReason``: ``Waiting for quota: Memory vCPUs in EuropeanUnion (64 of 64
     in use)``, or ``Waiting for quota: total vCPUs (768 of 768 in use)`` when the total alone is what
-    blocks it."""
+    blocks it. "In use" counts what dedicated computes reserve, said when there is some:
+    ``(64 of 64 in use, 16 of them reserved by dedicated compute)``."""
     key = demand.key
-    family_fits = usage.used(key) + demand.units <= limits.limit(key)
-    total_fits = usage.total_in_use + demand.vcpus <= limits.total_limit
     # The family's numbers unless the total alone blocks it (a job queued behind older ones of its
     # family and zone waits for the family's quota too).
-    if not family_fits or total_fits:
+    if not family_fits(demand, usage, limits) or total_fits(demand, usage, limits):
         unit = unit_of(key.family).value
-        return (
-            f"Waiting for quota: {key.family.value} {unit}s in {key.zone.value} "
-            f"({usage.used(key)} of {limits.limit(key)} in use)"
+        taken = _taken(usage.committed(key), usage.reserved_of(key), limits.limit(key))
+        return f"Waiting for quota: {key.family.value} {unit}s in {key.zone.value} ({taken})"
+    taken = _taken(usage.total_committed, usage.total_reserved, limits.total_limit)
+    return f"Waiting for quota: total vCPUs ({taken})"
+
+
+def check_reservation(demand: Demand, usage: Usage, limits: QuotaLimits, request: str) -> None:
+    """Refuse a dedicated compute (``request``: ``Basic2x8 x 3``) whose reservation does not fit in
+    what its family and zone, or the account's total, have free now (``in use + reserved + its units
+    <= limit``), or that alone exceeds a limit (``check_fits_alone``).
+
+    Raises
+    ------
+    QuotaExceeded
+        Naming the family (or the total), zone, limit, what is taken and the request (``field``
+        ``machineClass``), e.g. ``Basic2x8 x 3 needs 6 vCPUs but the account's Basic quota in
+        UnitedStates is 64 vCPUs, 60 of them in use (16 reserved by dedicated compute); ...``.
+    """
+    check_fits_alone(demand, limits, request)
+    advice = "wait for jobs to end, delete a compute or ask an operator for a higher quota"
+    key = demand.key
+    if not family_fits(demand, usage, limits):
+        unit = unit_of(key.family).value
+        quota = f"{key.family.value} quota in {key.zone.value}"
+        taken = _taken_of_limit(usage.committed(key), usage.reserved_of(key))
+        raise _exceeded(
+            request, demand.units, unit, quota=quota, limit=limits.limit(key), taken=taken, advice=advice
         )
-    return f"Waiting for quota: total vCPUs ({usage.total_in_use} of {limits.total_limit} in use)"
+    if not total_fits(demand, usage, limits):
+        taken = _taken_of_limit(usage.total_committed, usage.total_reserved)
+        raise _exceeded(
+            request,
+            demand.vcpus,
+            "vCPU",
+            quota="total quota",
+            limit=limits.total_limit,
+            taken=taken,
+            advice=advice,
+        )
+
+
+def _taken_of_limit(committed: int, reserved: int) -> str:
+    """``, 60 of them in use (16 reserved by dedicated compute)``."""
+    return f", {committed} of them in use ({reserved} reserved by dedicated compute)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -279,7 +372,7 @@ def plan_admissions(held: Iterable[HeldJob], usage: Usage, limits: QuotaLimits) 
         key = job.demand.key
         if key in blocked:
             continue
-        current = Usage(in_use, usage.queued, total)
+        current = replace(usage, in_use=in_use, total_in_use=total)
         if not fits(job.demand, current, limits):
             blocked.add(key)
             continue
@@ -298,11 +391,20 @@ class QuotaLine:
     limit: int
     in_use: int
     queued: int
+    reserved: int = 0
 
 
 def quota_lines(usage: Usage, limits: QuotaLimits) -> list[QuotaLine]:
-    """Every family in every zone with its limit, units in use and units queued."""
+    """Every family in every zone with its limit, units in use by jobs, units queued and units
+    reserved by dedicated computes."""
     return [
-        QuotaLine(key, unit_of(key.family), limits.limit(key), usage.used(key), usage.waiting(key))
+        QuotaLine(
+            key,
+            unit_of(key.family),
+            limits.limit(key),
+            usage.used(key),
+            usage.waiting(key),
+            usage.reserved_of(key),
+        )
         for key in ALL_KEYS
     ]

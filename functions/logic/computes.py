@@ -40,6 +40,7 @@ from functions.domain.computes import (
     compute_entry_id,
     idle_expired,
     new_compute,
+    released_reservation,
     reservation_of,
     resource_name,
     scheduled_request,
@@ -51,6 +52,7 @@ from functions.domain.credits import ZERO, quantize_credits
 from functions.domain.errors import ConditionFailed, Conflict, DependencyFailed, NotFound, ValidationFailed
 from functions.domain.jobs import LedgerEntry, LedgerKind
 from functions.domain.machine_classes import MachineClass, machine_class, resolve_geo_zone
+from functions.domain.quotas import Demand, check_reservation
 from functions.ports import ComputeEnvironments, ComputeRepository, Services
 
 logger = Logger(child=True)
@@ -106,13 +108,23 @@ def list_computes(services: Services, account_id: str) -> list[Compute]:
 def put_compute(
     services: Services, account_id: str, name: str, *, machine: str, zone_name: str, count: int, now: datetime
 ) -> tuple[Compute, bool]:
-    """``PUT /account/computes/{name}``: create the compute, or return the existing one unchanged
-    when it has this very spec (idempotent). Returns ``(compute, created)``.
+    """``PUT /account/computes/{name}``: create the compute, reserving its quota, or return the
+    existing one unchanged when it has this very spec (idempotent: its quota is reserved once).
+    Returns ``(compute, created)``.
+
+    The reservation is conditional (``functions.adapters.dynamodb.quotas``): the compute is written
+    only while its family and zone, and the account's total, keep ``in use + reserved + its units <=
+    limit``, in one transaction with the compute, so concurrent creates and job admissions never take
+    more than a limit between them. A create that loses (a concurrent PUT of the name, or jobs and
+    computes that took the room) re-reads and decides again.
 
     Raises
     ------
     ValidationFailed
         Bad name, machine class, zone (or one without dedicated compute here), or count.
+    QuotaExceeded
+        Its reservation does not fit in what the account's jobs and computes leave of its family's
+        quota in its zone or of its total, or alone exceeds a limit (``field`` ``machineClass``).
     Conflict
         A compute of that name exists with another spec.
     """
@@ -122,23 +134,26 @@ def put_compute(
     if zone_services is None or zone_services.computes is None:
         raise ValidationFailed(f"Dedicated compute is not available in {zone.value} here.", field="geoZone")
     store = _store(services)
-    existing = store.get_compute(account_id, name)
-    if existing is None:
+    reservation = reservation_of(compute)
+    limits = services.store.get_quota_limits(account_id)
+    for _ in range(WRITE_ATTEMPTS):
+        existing = store.get_compute(account_id, name)
+        if existing is not None:
+            if not existing.same_spec(compute.machine_class, zone, compute.count):
+                raise Conflict(
+                    f"Compute {name} exists as {existing.machine_class} x {existing.count} in "
+                    f"{existing.geo_zone.value}; delete it first to change it."
+                )
+            return existing, False
+        usage = services.store.get_quota_usage(account_id)
+        check_reservation(reservation, usage, limits, f"{compute.machine_class} x {compute.count}")
         try:
-            store.create_compute(compute, reservation_of(compute))
+            store.create_compute(compute, reservation, limits)
         except ConditionFailed:
-            existing = store.get_compute(account_id, name)  # a concurrent PUT won
-        else:
-            logger.info("compute created", account_id=account_id, compute=name, vcpus=compute.vcpus)
-            return _advance_quietly(services, compute, now), True
-    if existing is None:
-        raise DependencyFailed("The compute could not be created; try again.")
-    if not existing.same_spec(compute.machine_class, zone, compute.count):
-        raise Conflict(
-            f"Compute {name} exists as {existing.machine_class} x {existing.count} in "
-            f"{existing.geo_zone.value}; delete it first to change it."
-        )
-    return existing, False
+            continue  # a concurrent PUT of the name won, or others took the room: read again
+        logger.info("compute created", account_id=account_id, compute=name, vcpus=compute.vcpus)
+        return _advance_quietly(services, compute, now), True
+    raise DependencyFailed("The compute could not be created; try again.")
 
 
 def request_compute(
@@ -202,23 +217,35 @@ def _status(compute: Compute | None) -> str:
 
 # -- charges -------------------------------------------------------------------------------------------
 def store_step(services: Services, step: Step, now: datetime, *, hourly: bool = False) -> Compute | None:
-    """Store one step: a removal releases the quota; leaving Running (``step.settle``) settles the
-    run's unsettled time with the write; ``hourly`` settles a Running compute up to ``now`` (whole
-    seconds, the rest carried). Returns the stored compute (None once removed).
+    """Store one step: a removal or a failure gives the compute's reserved quota back (and has the
+    account's held jobs admitted into it); leaving Running (``step.settle``) settles the run's
+    unsettled time with the write; ``hourly`` settles a Running compute up to ``now`` (whole seconds,
+    the rest carried). Returns the stored compute (None once removed).
 
     Raises ``ConditionFailed`` on a lost race.
     """
+    # A deletion gives the reservation back, and so does a failure (``holds_reservation``).
+    release = released_reservation(step.before, step.after)
+    stored = _write_step(services, step, now, release, hourly=hourly)
+    _admit_after_release(services, step.before, release)
+    return stored
+
+
+def _write_step(
+    services: Services, step: Step, now: datetime, release: Demand | None, *, hourly: bool
+) -> Compute | None:
+    """``store_step``'s write: one transaction with the release and, when due, the settlement."""
     store = _store(services)
     before, after = step.before, step.after
     if after is None:
-        store.remove_compute(before, reservation_of(before))
+        store.remove_compute(before, release)
         return None
     until = step.settle or (now if hourly else None)
     if until is None or before.settled_until is None:
-        return store.save_compute(before, after)
+        return store.save_compute(before, after, release)
     bill = settlement(before, before.settled_until, until, final=not hourly)
     if bill is None:
-        return store.save_compute(before, after)
+        return store.save_compute(before, after, release)
     account = services.store.get_account(before.account_id)
     if account is None:
         raise DependencyFailed(f"account {before.account_id} of compute {before.name} is missing")
@@ -241,10 +268,25 @@ def store_step(services: Services, step: Step, now: datetime, *, hourly: bool = 
     )
     if hourly:
         settled = replace(settled, settled_until=bill.until)
-    stored = store.settle_compute(before, settled, entry)
+    stored = store.settle_compute(before, settled, entry, release)
     services.events.count("CreditsCharged", float(credits), amount=True)
     logger.info("compute settled", compute=before.name, seconds=bill.seconds, credits=str(credits))
     return stored
+
+
+def _admit_after_release(services: Services, compute: Compute, release: Demand | None) -> None:
+    """After ``compute`` gave its reservation back (``release``; None: nothing given back), have its
+    account's held jobs admitted into it (``dispatch.request_admission``). A failure to ask is logged:
+    the write stands, and the account's next submit or job end, or the meter's backstop, admits."""
+    if release is None:
+        return
+    from functions.logic.dispatch import request_admission  # dispatch imports this module
+
+    logger.info("compute reservation released", compute=compute.name, units=release.units)
+    try:
+        request_admission(services, compute.account_id)
+    except DependencyFailed:
+        logger.exception("admission after a compute's release deferred", compute=compute.name)
 
 
 def unsettled_cost(compute: Compute, now: datetime) -> Decimal:

@@ -159,9 +159,9 @@ def request_admission(services: Services, account_id: str) -> None:
 
 
 def admit_after_end(services: Services, job: Job) -> None:
-    """After ``job`` (as stored) is final: when it took part in the quota, have its account's held
-    jobs admitted into what it gave back (``request_admission``)."""
-    if job.is_final and job.dispatch_state is not None:
+    """After ``job`` (as stored) is final: when it took part in the quota (not one on a dedicated
+    compute), have its account's held jobs admitted into what it gave back (``request_admission``)."""
+    if job.is_final and job.dispatch_state is not None and job.compute is None:
         request_admission(services, job.account_id)
 
 

@@ -101,7 +101,7 @@ def room_after_hold(services: Services, account_id: str, demand: Demand, limits:
     of every held job: a burst past the quota costs each submit one read, not a read of all held jobs."""
     usage = services.store.get_quota_usage(account_id)
     key = demand.key
-    return usage.used(key) < limits.limit(key) and usage.total_in_use < limits.total_limit
+    return usage.committed(key) < limits.limit(key) and usage.total_committed < limits.total_limit
 
 
 def admit_new(services: Services, job: Job, demand: Demand, limits: QuotaLimits) -> Job | None:
@@ -156,29 +156,38 @@ def admit_waiting(services: Services, account_id: str, limits: QuotaLimits | Non
 
 def _with_admitted(usage: Usage, demand: Demand) -> Usage:
     key = demand.key
-    return Usage(
-        {**usage.in_use, key: usage.used(key) + demand.units},
-        {**usage.queued, key: usage.waiting(key) - demand.units},
-        usage.total_in_use + demand.vcpus,
-        usage.total_queued - demand.vcpus,
+    return replace(
+        usage,
+        in_use={**usage.in_use, key: usage.used(key) + demand.units},
+        queued={**usage.queued, key: usage.waiting(key) - demand.units},
+        total_in_use=usage.total_in_use + demand.vcpus,
+        total_queued=usage.total_queued - demand.vcpus,
     )
 
 
 @dataclass(frozen=True, slots=True)
 class QuotaReport:
-    """``GET /account/quotas``: each family in each zone, and the account's total (vCPUs)."""
+    """``GET /account/quotas``: each family in each zone, and the account's total (vCPUs): the limit,
+    what jobs hold (in use), what held jobs wait for (queued), what dedicated computes reserve."""
 
     lines: list[QuotaLine]
     total_limit: int
     total_in_use: int
     total_queued: int
+    total_reserved: int = 0
 
 
 def account_quotas(services: Services, account_id: str) -> QuotaReport:
-    """The account's limits, units in use and units queued."""
+    """The account's limits, units in use by jobs, units queued and units reserved by computes."""
     usage = services.store.get_quota_usage(account_id)
     limits = services.store.get_quota_limits(account_id)
-    return QuotaReport(quota_lines(usage, limits), limits.total_limit, usage.total_in_use, usage.total_queued)
+    return QuotaReport(
+        quota_lines(usage, limits),
+        limits.total_limit,
+        usage.total_in_use,
+        usage.total_queued,
+        usage.total_reserved,
+    )
 
 
 def set_account_quotas(

@@ -275,8 +275,10 @@ def submit_job(services: Services, account_id: str, request: JobRequest, now: da
     The input goes to S3 and the job to DynamoDB held for quota (``quotas.hold``). A job that fits
     with nothing of its family and zone waiting is admitted at once (one conditional write) and
     enqueued; otherwise, when its family and the account's total have room, the dispatcher is asked
-    to admit the account's held jobs oldest first (``dispatch.request_admission``). AWS Batch is not
-    called here: a burst of submits is absorbed by the dispatch queue.
+    to admit the account's held jobs oldest first (``dispatch.request_admission``). A job on a dedicated
+    compute (``request.compute``) runs on the compute's reservation: it is not held nor counted, but
+    admitted at once (``_submit_to_compute``). AWS Batch is not called here: a burst of submits is
+    absorbed by the dispatch queue.
 
     Returns
     -------
@@ -299,6 +301,8 @@ def submit_job(services: Services, account_id: str, request: JobRequest, now: da
     from functions.logic import dispatch, quotas  # dispatch imports this module
 
     prepared = prepare_submission(services, account_id, request)
+    if prepared.compute is not None:
+        return _submit_to_compute(services, account_id, request, prepared, now)
     demand, limits = quotas.check_submit(services, account_id, prepared.machine, prepared.zone)
     job = new_job(account_id, request, prepared, now)
     zone_services = services.zones[prepared.zone]
@@ -326,6 +330,38 @@ def submit_job(services: Services, account_id: str, request: JobRequest, now: da
     if services.dispatch is not None:
         return job  # held as written: the dispatcher admits it later
     # Without a queue the admission ran here and may have sent (or ended) it: read it.
+    return services.store.get_job(job.job_id) or job
+
+
+def _submit_to_compute(
+    services: Services, account_id: str, request: JobRequest, prepared: PreparedSubmission, now: datetime
+) -> Job:
+    """Create a job on a dedicated compute: it runs on the capacity the compute reserves, so it takes
+    nothing more of the quota (never held, never counted: written ``Admitted``) and goes to the
+    dispatcher at once, which sends it to the compute's job queue.
+
+    Raises ``DependencyFailed`` (S3 or DynamoDB failed; nothing is left behind).
+    """
+    from functions.logic import dispatch  # dispatch imports this module
+
+    job = replace(new_job(account_id, request, prepared, now), dispatch_state=DispatchState.ADMITTED)
+    zone_services = services.zones[prepared.zone]
+    zone_services.blobs.put(input_key(job.job_id), json.dumps(prepared.document).encode(), "application/json")
+    try:
+        services.store.create_job(job)
+    except Exception:
+        zone_services.blobs.delete_prefix(f"inputs/{job.job_id}/")
+        raise
+    services.events.count("JobsSubmitted")
+    logger.info("job accepted", job_id=job.job_id, machine_class=prepared.machine.name, compute=job.compute)
+    try:
+        dispatch.enqueue(services, [job.job_id])
+    except DependencyFailed:
+        # The job is stored admitted: the meter's backstop enqueues it again (``_nudge_undispatched``).
+        logger.exception("dispatch deferred", job_id=job.job_id)
+    if services.dispatch is not None:
+        return job  # queued: answer as admitted
+    # Without a queue it was sent (or ended) here: read it.
     return services.store.get_job(job.job_id) or job
 
 

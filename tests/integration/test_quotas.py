@@ -85,6 +85,7 @@ def test_jobs_over_the_quota_wait_with_the_reason_and_go_oldest_first_as_usage_f
         "limit": 2,
         "inUse": 2,
         "queued": 2,
+        "reserved": 0,
     }
     # One ends: the oldest waiting job is sent, in the same event's handling.
     finish(stack, ids[0])
@@ -103,7 +104,7 @@ def test_jobs_over_the_quota_wait_with_the_reason_and_go_oldest_first_as_usage_f
         "queued": 0,
     }
     _, total = stack.api("GET", "/account/quotas")
-    assert total["total"] == {"unit": "vCPU", "limit": 768, "inUse": 0, "queued": 0}
+    assert total["total"] == {"unit": "vCPU", "limit": 768, "inUse": 0, "queued": 0, "reserved": 0}
 
 
 def test_a_job_alone_over_its_family_quota_is_400_quota_exceeded(stack: Stack) -> None:

@@ -5,6 +5,7 @@ schedules, the quota it holds, names."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from datetime import UTC, datetime, time, timedelta
 from decimal import ROUND_HALF_UP, Decimal
 
@@ -26,8 +27,10 @@ from functions.domain.computes import (
     check_schedules,
     compute_cost,
     compute_entry_id,
+    holds_reservation,
     idle_expired,
     new_compute,
+    released_reservation,
     reservation_of,
     resource_name,
     scheduled_request,
@@ -41,7 +44,6 @@ T0 = datetime(2026, 12, 1, 8, 0, tzinfo=UTC)
 
 def _compute(**changes: object) -> Compute:
     compute = new_compute("acct", "lab", machine="Basic1x8", zone=GeoZone.UNITED_STATES, count=1, now=T0)
-    from dataclasses import replace
 
     return replace(compute, **changes)  # type: ignore[arg-type]
 
@@ -225,9 +227,35 @@ def test_idle_stop_counts_from_the_last_job_or_the_start() -> None:
 
 def test_the_quota_a_compute_holds() -> None:
     gpu = reservation_of(_compute(machine_class="GPU4xL4", count=2, geo_zone=GeoZone.EUROPEAN_UNION))
-    assert (gpu.key, gpu.units, gpu.vcpus) == ("GPU#EuropeanUnion", 8, 96)
+    assert (gpu.key.name, gpu.units, gpu.vcpus) == ("GPU#EuropeanUnion", 8, 96)
     basic = reservation_of(_compute(machine_class="Basic2x8", count=3))
-    assert (basic.key, basic.units, basic.vcpus) == ("Basic#UnitedStates", 6, 6)
+    assert (basic.key.name, basic.units, basic.vcpus) == ("Basic#UnitedStates", 6, 6)
+
+
+@pytest.mark.parametrize("status", [s for s in ComputeStatus if s != ComputeStatus.FAILED])
+def test_a_compute_holds_its_reservation_in_every_status_but_failed(status: ComputeStatus) -> None:
+    compute = _compute(machine_class="Basic2x8", count=3, status=status)
+    assert holds_reservation(compute)
+    # Moving between holding statuses (a stop, a start) gives nothing back; a deletion gives it all.
+    assert released_reservation(compute, _compute(status=ComputeStatus.STOPPED)) is None
+    assert released_reservation(compute, None) == reservation_of(compute)
+
+
+@pytest.mark.parametrize("status", [ComputeStatus.CREATING, ComputeStatus.RUNNING])
+def test_a_failure_gives_the_reservation_back_once(status: ComputeStatus) -> None:
+    # Given a compute failing while it is created, or while it runs
+    compute = _compute(machine_class="Basic2x8", count=3, status=status)
+    if status == ComputeStatus.RUNNING:
+        compute = replace(compute, running_since=T0, settled_until=T0)
+    failed = apply_event(compute, ComputeEvent.BROKEN, T0, "INVALID").after
+    assert failed is not None and failed.status == ComputeStatus.FAILED
+    assert not holds_reservation(failed)
+    assert released_reservation(compute, failed) == reservation_of(compute)
+    # Deleting the Failed compute later gives nothing back a second time.
+    deleting = apply_request(failed, ComputeRequest.DELETE, T0).after
+    assert deleting is not None and not holds_reservation(deleting)
+    assert released_reservation(failed, deleting) is None
+    assert released_reservation(deleting, None) is None
 
 
 @pytest.mark.parametrize(

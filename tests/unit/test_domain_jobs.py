@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from functions.domain.jobs import (
     MAX_STATUS_REASON,
     BatchJobState,
+    DispatchState,
     Job,
     apply_batch_event,
     charge_entry_id,
@@ -476,3 +477,13 @@ def test_a_job_is_gone_from_its_record_ttl_on_whether_or_not_dynamodb_deleted_it
     short = make_job(record_expires_at=SUBMITTED_AT + timedelta(hours=1))
     assert not short.is_gone(SUBMITTED_AT + timedelta(minutes=59))
     assert short.is_gone(SUBMITTED_AT + timedelta(hours=1))
+
+
+@pytest.mark.parametrize(
+    "state", [DispatchState.ADMITTED, DispatchState.DISPATCHING, DispatchState.DISPATCHED]
+)
+def test_an_admitted_job_holds_quota_unless_it_runs_on_a_dedicated_compute(state: DispatchState) -> None:
+    assert make_job(dispatch_state=state).holds_quota
+    # On a compute it runs on the compute's reservation: it holds nothing of its own.
+    assert not make_job(dispatch_state=state, compute="lab").holds_quota
+    assert not make_job(dispatch_state=DispatchState.HELD).holds_quota

@@ -20,6 +20,7 @@ from functions.domain.quotas import (
     Usage,
     check_fits_alone,
     check_limit,
+    check_reservation,
     demand_of,
     family_of,
     fits,
@@ -165,3 +166,93 @@ def test_a_plan_never_exceeds_a_limit_and_stops_only_at_a_job_that_does_not_fit(
     assert plan == held[: len(plan)]
     if len(plan) < len(held):
         assert not fits(held[len(plan)].demand, Usage({BASIC_US: used}, total_in_use=used), limits)
+
+
+# -- what dedicated computes reserve ---------------------------------------------------------------------
+def test_reserved_units_are_not_free_for_jobs() -> None:
+    # Given Basic 64 in UnitedStates: jobs hold 48, a compute reserves 16
+    usage = Usage({BASIC_US: 48}, total_in_use=48, reserved={BASIC_US: 16}, total_reserved=16)
+    one = demand_of(MACHINE_CLASSES["Basic1x8"], US)
+    assert usage.committed(BASIC_US) == 64 and usage.total_committed == 64
+    assert not fits(one, usage, QuotaLimits())
+    # The same 48 in use without the reservation leaves room.
+    assert fits(one, Usage({BASIC_US: 48}, total_in_use=48), QuotaLimits())
+
+
+def test_the_waiting_reason_says_what_dedicated_compute_reserves() -> None:
+    usage = Usage({BASIC_US: 48}, total_in_use=48, reserved={BASIC_US: 16}, total_reserved=16)
+    demand = demand_of(MACHINE_CLASSES["Basic1x8"], US)
+    assert waiting_reason(demand, usage, QuotaLimits()) == (
+        "Waiting for quota: Basic vCPUs in UnitedStates "
+        "(64 of 64 in use, 16 of them reserved by dedicated compute)"
+    )
+    # The total alone blocks: its numbers count the reservations too.
+    total = Usage({BASIC_US: 2}, total_in_use=2, reserved={MEMORY_EU: 8}, total_reserved=8)
+    assert waiting_reason(demand, total, QuotaLimits(total=10)) == (
+        "Waiting for quota: total vCPUs (10 of 10 in use, 8 of them reserved by dedicated compute)"
+    )
+
+
+def test_a_compute_that_fits_in_what_is_left_is_accepted() -> None:
+    usage = Usage({BASIC_US: 2}, total_in_use=2, reserved={BASIC_US: 2}, total_reserved=2)
+    check_reservation(Demand(BASIC_US, 4, 4), usage, QuotaLimits({BASIC_US: 8}), "Basic2x8 x 2")
+
+
+def test_a_compute_over_what_jobs_and_computes_leave_is_refused_with_the_numbers() -> None:
+    usage = Usage({BASIC_US: 2}, total_in_use=2, reserved={BASIC_US: 4}, total_reserved=4)
+    with pytest.raises(QuotaExceeded) as caught:
+        check_reservation(Demand(BASIC_US, 4, 4), usage, QuotaLimits({BASIC_US: 8}), "Basic2x8 x 2")
+    assert (caught.value.status, caught.value.field) == (400, "machineClass")
+    assert caught.value.message == (
+        "Basic2x8 x 2 needs 4 vCPUs but the account's Basic quota in UnitedStates is 8 vCPUs, 6 of them "
+        "in use (4 reserved by dedicated compute); wait for jobs to end, delete a compute or ask an "
+        "operator for a higher quota."
+    )
+
+
+def test_a_compute_over_the_total_left_is_refused() -> None:
+    usage = Usage({MEMORY_EU: 8}, total_in_use=8, reserved={MEMORY_EU: 8}, total_reserved=8)
+    with pytest.raises(QuotaExceeded) as caught:
+        check_reservation(Demand(BASIC_US, 4, 4), usage, QuotaLimits(total=18), "Basic2x8 x 2")
+    assert caught.value.message == (
+        "Basic2x8 x 2 needs 4 vCPUs but the account's total quota is 18 vCPUs, 16 of them in use "
+        "(8 reserved by dedicated compute); wait for jobs to end, delete a compute or ask an operator "
+        "for a higher quota."
+    )
+
+
+def test_a_compute_alone_over_its_family_limit_is_refused_as_a_job_is() -> None:
+    with pytest.raises(QuotaExceeded) as caught:
+        check_reservation(Demand(BASIC_US, 96, 96), Usage(), QuotaLimits(), "Basic4x16 x 24")
+    assert caught.value.message == (
+        "Basic4x16 x 24 needs 96 vCPUs but the account's Basic quota in UnitedStates is 64 vCPUs; "
+        "ask an operator for a higher quota."
+    )
+
+
+def test_report_lines_show_what_computes_reserve() -> None:
+    lines = quota_lines(Usage({BASIC_US: 2}, reserved={BASIC_US: 4}), QuotaLimits({BASIC_US: 8}))
+    basic = next(line for line in lines if line.key == BASIC_US)
+    assert (basic.limit, basic.in_use, basic.queued, basic.reserved) == (8, 2, 0, 4)
+    assert all(line.reserved == 0 for line in lines if line.key != BASIC_US)
+
+
+@given(
+    limit=st.integers(min_value=0, max_value=20),
+    reserved=st.integers(min_value=0, max_value=20),
+    sizes=st.lists(st.integers(min_value=1, max_value=6), max_size=30),
+)
+def test_a_plan_never_admits_into_reserved_units(limit: int, reserved: int, sizes: list[int]) -> None:
+    limits = QuotaLimits({BASIC_US: limit}, total=limit)
+    held_back = min(reserved, limit)
+    usage = Usage(reserved={BASIC_US: held_back}, total_reserved=held_back)
+    held = [_held(i, units=size) for i, size in enumerate(sizes)]
+    plan = plan_admissions(held, usage, limits)
+    used = sum(h.demand.units for h in plan)
+    assert used + held_back <= limit
+    assert plan == held[: len(plan)]
+    if len(plan) < len(held):
+        after = Usage(
+            {BASIC_US: used}, total_in_use=used, reserved={BASIC_US: held_back}, total_reserved=held_back
+        )
+        assert not fits(held[len(plan)].demand, after, limits)

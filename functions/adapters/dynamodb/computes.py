@@ -5,10 +5,11 @@ Items of one account (partition ``accountId``):
 
 - ``compute#<name>``: one compute; ``version`` guards every write; ``computePartition``/``computeKey``
   put it in the sparse ``allComputes`` index the meter reads.
-- ``reserved#<Family>#<Zone>``: the quota the account's computes hold (``units``: vCPUs, GPUs for the
-  GPU family; ``vcpus``: of the account's total), moved in the same transaction as a compute's
-  creation and deletion. Issue 15's quota counters (``usage#<Family>#<Zone>``) admit a job only while
-  ``inUse + reserved`` stays within the limit: this is the ``reserved`` term.
+
+The quota a compute reserves lives on the quotas table's usage counters (``usage#<Family>#<Zone>`` and
+``usage#total``: ``reserved``, counted in ``inUse`` too; ``functions.adapters.dynamodb.quotas``), moved
+in the same ``TransactWriteItems`` as the compute's creation (conditional on the limits), its failure
+and its deletion, so a compute and its reservation never exist one without the other.
 """
 
 from __future__ import annotations
@@ -22,11 +23,13 @@ from typing import TYPE_CHECKING, Any
 
 from functions.adapters.dynamodb.base import store_errors
 from functions.adapters.dynamodb.items import deserialize_item, entry_to_item, serialize_item, serialize_value
-from functions.domain.computes import Compute, ComputeStatus, DailySchedule, Reservation, Schedules
+from functions.adapters.dynamodb.quotas import reserve_items, unreserve_items
+from functions.domain.computes import Compute, ComputeStatus, DailySchedule, Schedules
 from functions.domain.credits import quantize_credits
 from functions.domain.errors import ConditionFailed, UnreadableRecord
 from functions.domain.jobs import LedgerEntry
 from functions.domain.machine_classes import GeoZone
+from functions.domain.quotas import Demand, QuotaLimits
 from functions.domain.timefmt import from_sortable, to_sortable
 
 if TYPE_CHECKING:  # the stubs are a dev dependency; the Lambda runtime has no need of them
@@ -93,6 +96,7 @@ def compute_to_item(compute: Compute) -> dict[str, Any]:
         "creditsSpent": compute.credits_spent,
         "runningSeconds": compute.running_seconds,
         "scheduleCheckedAt": _opt_time(compute.schedule_checked_at),
+        "quotaReserved": compute.quota_reserved,
     }
 
 
@@ -122,6 +126,7 @@ def compute_from_item(item: dict[str, Any]) -> Compute:
             credits_spent=quantize_credits(Decimal(item.get("creditsSpent", 0))),
             running_seconds=int(item.get("runningSeconds", 0)),
             schedule_checked_at=when("scheduleCheckedAt"),
+            quota_reserved=bool(item.get("quotaReserved", True)),
         )
     except (KeyError, ValueError, TypeError) as exc:
         key = f"{item.get('accountId')}/{item.get('entry')}"
@@ -135,15 +140,24 @@ class DynamoComputeStore:
     ----------
     client : DynamoDBClient
         The home region's client.
-    computes_table, accounts_table, ledger_table : str
-        Table names (the last two are the job store's: a compute's charge moves the same balance).
+    computes_table, accounts_table, ledger_table, quotas_table : str
+        Table names (the others are the job store's: a compute's charge moves the same balance, its
+        reservation the same quota counters).
     """
 
-    def __init__(self, client: DynamoDBClient, computes_table: str, accounts_table: str, ledger_table: str):
+    def __init__(
+        self,
+        client: DynamoDBClient,
+        computes_table: str,
+        accounts_table: str,
+        ledger_table: str,
+        quotas_table: str,
+    ):
         self._db = client
         self._computes = computes_table
         self._accounts = accounts_table
         self._ledger = ledger_table
+        self._quotas = quotas_table
 
     # -- reads ------------------------------------------------------------------------------------------
     def get_compute(self, account_id: str, name: str) -> Compute | None:
@@ -188,39 +202,13 @@ class DynamoComputeStore:
         for item in items:
             yield compute_from_item(item)
 
-    def reserved_quota(self, account_id: str) -> dict[str, tuple[int, int]]:
-        """The account's reservations: quota key (``Basic#UnitedStates``) → (units, vCPUs)."""
-        items = self._query(
-            TableName=self._computes,
-            KeyConditionExpression="accountId = :a AND begins_with(#e, :p)",
-            ExpressionAttributeNames={"#e": "entry"},
-            ExpressionAttributeValues={":a": serialize_value(account_id), ":p": serialize_value("reserved#")},
-            ConsistentRead=True,
-        )
-        return {
-            str(item["entry"]).removeprefix("reserved#"): (int(item["units"]), int(item["vcpus"]))
-            for item in items
-            if int(item.get("units", 0)) or int(item.get("vcpus", 0))
-        }
-
     # -- writes -----------------------------------------------------------------------------------------
-    def _reserve(self, account_id: str, reservation: Reservation, sign: int) -> TransactWriteItemTypeDef:
-        return {
-            "Update": {
-                "TableName": self._computes,
-                "Key": serialize_item({"accountId": account_id, "entry": f"reserved#{reservation.key}"}),
-                "UpdateExpression": "ADD units :u, vcpus :v",
-                "ExpressionAttributeValues": {
-                    ":u": serialize_value(sign * reservation.units),
-                    ":v": serialize_value(sign * reservation.vcpus),
-                },
-            }
-        }
+    def create_compute(self, compute: Compute, reservation: Demand, limits: QuotaLimits) -> None:
+        """Put the compute (only if absent) and reserve its quota (only while the account's jobs and
+        computes leave room for it within ``limits``) in one transaction.
 
-    def create_compute(self, compute: Compute, reservation: Reservation) -> None:
-        """Put the compute (only if absent) and add its reservation in one transaction.
-
-        Raises ``ConditionFailed`` when the name is taken.
+        Raises ``ConditionFailed`` when the name is taken or the reservation does not fit (nothing is
+        written: the caller re-reads to tell which).
         """
         with store_errors("TransactWriteItems"):
             self._db.transact_write_items(
@@ -232,7 +220,7 @@ class DynamoComputeStore:
                             "ConditionExpression": "attribute_not_exists(accountId)",
                         }
                     },
-                    self._reserve(compute.account_id, reservation, +1),
+                    *reserve_items(self._quotas, compute.account_id, reservation, limits),
                 ]
             )
 
@@ -248,23 +236,34 @@ class DynamoComputeStore:
             }
         }
 
-    def save_compute(self, before: Compute, after: Compute) -> Compute:
-        """Store ``after`` at version ``before.version + 1``. Raises ``ConditionFailed`` on a lost race
-        (or when the compute is gone)."""
+    def save_compute(self, before: Compute, after: Compute, release: Demand | None = None) -> Compute:
+        """Store ``after`` at version ``before.version + 1``, giving ``release`` (the reservation of a
+        compute that fails) back in the same transaction. Raises ``ConditionFailed`` on a lost race (or
+        when the compute is gone)."""
         stored, put = self._versioned_put(before, after)
-        with store_errors("PutItem"):
-            self._db.put_item(**put["Put"])
+        if release is None:
+            with store_errors("PutItem"):
+                self._db.put_item(**put["Put"])
+            return stored
+        with store_errors("TransactWriteItems"):
+            self._db.transact_write_items(
+                TransactItems=[put, *unreserve_items(self._quotas, before.account_id, release)]
+            )
         return stored
 
-    def settle_compute(self, before: Compute, after: Compute, entry: LedgerEntry) -> Compute:
-        """Store ``after``, the ``compute`` ledger entry (put only if absent: its id is deterministic)
-        and the balance change (conditional on the exact balance before), in one transaction.
+    def settle_compute(
+        self, before: Compute, after: Compute, entry: LedgerEntry, release: Demand | None = None
+    ) -> Compute:
+        """Store ``after``, the ``compute`` ledger entry (put only if absent: its id is deterministic),
+        the balance change (conditional on the exact balance before) and the release of ``release`` (a
+        compute that fails while Running), in one transaction.
 
         Raises ``ConditionFailed`` on any lost race (re-read, retry).
         """
         stored, put = self._versioned_put(before, after)
         items: list[TransactWriteItemTypeDef] = [
             put,
+            *(unreserve_items(self._quotas, before.account_id, release) if release is not None else ()),
             {
                 "Put": {
                     "TableName": self._ledger,
@@ -292,9 +291,10 @@ class DynamoComputeStore:
             self._db.transact_write_items(TransactItems=items)
         return stored
 
-    def remove_compute(self, before: Compute, reservation: Reservation) -> None:
-        """Delete the compute at ``before.version`` and release its reservation, in one transaction.
-        Raises ``ConditionFailed`` when it moved or is gone."""
+    def remove_compute(self, before: Compute, release: Demand | None) -> None:
+        """Delete the compute at ``before.version`` and give ``release`` back (None: a Failed compute's,
+        given back when it failed), in one transaction. Raises ``ConditionFailed`` when it moved or is
+        gone."""
         with store_errors("TransactWriteItems"):
             self._db.transact_write_items(
                 TransactItems=[
@@ -307,7 +307,11 @@ class DynamoComputeStore:
                             "ExpressionAttributeValues": {":v": serialize_value(before.version)},
                         }
                     },
-                    self._reserve(before.account_id, reservation, -1),
+                    *(
+                        unreserve_items(self._quotas, before.account_id, release)
+                        if release is not None
+                        else ()
+                    ),
                 ]
             )
 

@@ -4,14 +4,28 @@ One item per account and entry in the quotas table (``functions.adapters.tables.
 
 - ``limits``: the account's overrides (``overrides``: a map ``Basic#UnitedStates`` → units; ``total``;
   ``version``, written with the operator's audit entry by ``limits_put``);
-- ``usage#<Family>#<Zone>``: ``inUse`` and ``queued`` units; ``usage#total``: the same in vCPUs;
+- ``usage#<Family>#<Zone>``: ``inUse``, ``queued`` and ``reserved`` units; ``usage#total``: the same in
+  vCPUs;
 - ``held#<jobId>``: a job waiting for quota (``key``, ``units``, ``vcpus``), read oldest first.
 
-Usage only moves inside a ``TransactWriteItems`` that also moves the job: holding a job writes it with
-its ``held#`` item and the queued counters; admitting it flips its ``dispatchState`` from ``Held``,
-deletes the ``held#`` item and adds its units to ``inUse`` under the condition ``inUse <= limit - units``
-(so no interleaving of admissions ever exceeds a limit); ending it releases its units in the very
-transaction that settles it (``release_items``, added by ``AccountsAndLedger.settle``).
+``inUse`` counts every unit taken: admitted jobs' units *and* dedicated computes' reservations;
+``reserved`` says how many of them are computes' (so jobs hold ``inUse - reserved``, which is what
+``get_quota_usage`` reports as in use). The rule is ``jobs + reserved + units <= limit``, but a DynamoDB
+condition expression has no arithmetic (its grammar is ``operand comparator operand``, an operand being
+an attribute path or a value: DynamoDB Developer Guide, "Condition and filter expressions, operators,
+and functions"), so it cannot test ``inUse + reserved``. Keeping the sum in one attribute makes every
+admission and every compute creation one condition on that attribute, ``inUse <= limit - units``, and
+both kinds of writer serialize on the same item: no interleaving of job admissions and compute
+creations ever takes more than a limit.
+
+Usage only moves inside a ``TransactWriteItems`` that also moves the job or the compute: holding a job
+writes it with its ``held#`` item and the queued counters; admitting it flips its ``dispatchState`` from
+``Held``, deletes the ``held#`` item and adds its units to ``inUse`` under the condition; ending it
+releases its units in the very transaction that settles it (``release_items``, added by
+``AccountsAndLedger.settle``). Creating a compute adds its units to ``inUse`` and ``reserved`` under the
+same condition (``reserve_items``, added by ``DynamoComputeStore.create_compute``); deleting it (or its
+failing) subtracts them from both (``unreserve_items``). Jobs on a dedicated compute never move a
+counter: they run on its reservation.
 """
 
 from __future__ import annotations
@@ -78,6 +92,74 @@ def job_demand(job: Job) -> Demand:
     return demand_of(machine_class(job.machine_class), job.geo_zone, job.array_size)
 
 
+def usage_counter_update(
+    table: str,
+    account_id: str,
+    entry: str,
+    *,
+    in_use: int,
+    queued: int = 0,
+    reserved: int = 0,
+    at_most: int | None = None,
+) -> TransactWriteItemTypeDef:
+    """The transaction item that ADDs ``in_use``, ``queued`` and ``reserved`` to the usage counter
+    ``entry`` (created at 0 when absent); with ``at_most``, only while ``inUse`` (jobs and reservations:
+    see the module's docstring) is at most that before the change."""
+    adds = {"inUse": in_use, "queued": queued, "reserved": reserved}
+    # An ADD of 0 is left out (a job's counters never get a ``reserved`` attribute); ``inUse`` always
+    # stays, so the expression is never empty.
+    moved = {name: value for name, value in adds.items() if value or name == "inUse"}
+    values: dict[str, Any] = {f":{name}": serialize_value(value) for name, value in moved.items()}
+    update: dict[str, Any] = {
+        "TableName": table,
+        "Key": serialize_item({"accountId": account_id, "entry": entry}),
+        "UpdateExpression": "ADD " + ", ".join(f"{name} :{name}" for name in moved),
+        "ExpressionAttributeValues": values,
+    }
+    if at_most is not None:
+        update["ConditionExpression"] = "attribute_not_exists(inUse) OR inUse <= :max"
+        values[":max"] = serialize_value(at_most)
+    return {"Update": update}  # type: ignore[typeddict-item]
+
+
+def reserve_items(
+    table: str, account_id: str, demand: Demand, limits: QuotaLimits
+) -> list[TransactWriteItemTypeDef]:
+    """The transaction items that reserve ``demand`` for a dedicated compute: ``inUse`` and ``reserved``
+    of its family and zone and of the total grow by its units (vCPUs), only while ``inUse`` stays within
+    ``limits`` (jobs + reserved + units <= limit). The caller checks first that ``demand`` alone fits
+    (``quotas.check_reservation``): a negative room would make the condition fail forever."""
+    return [
+        usage_counter_update(
+            table,
+            account_id,
+            usage_entry(demand.key),
+            in_use=demand.units,
+            reserved=demand.units,
+            at_most=limits.limit(demand.key) - demand.units,
+        ),
+        usage_counter_update(
+            table,
+            account_id,
+            TOTAL_ENTRY,
+            in_use=demand.vcpus,
+            reserved=demand.vcpus,
+            at_most=limits.total_limit - demand.vcpus,
+        ),
+    ]
+
+
+def unreserve_items(table: str, account_id: str, demand: Demand) -> list[TransactWriteItemTypeDef]:
+    """The transaction items that give a compute's reservation ``demand`` back (unconditionally: the
+    compute's own write in the same transaction is what guards against releasing twice)."""
+    return [
+        usage_counter_update(
+            table, account_id, usage_entry(demand.key), in_use=-demand.units, reserved=-demand.units
+        ),
+        usage_counter_update(table, account_id, TOTAL_ENTRY, in_use=-demand.vcpus, reserved=-demand.vcpus),
+    ]
+
+
 class QuotaRecords(StoreBase):
     """The quota part of ``DynamoJobStore`` (its ``quotas_table``)."""
 
@@ -117,7 +199,8 @@ class QuotaRecords(StoreBase):
             self._db.put_item(TableName=self._quota_table, Item=serialize_item(values))
 
     def get_quota_usage(self, account_id: str) -> Usage:
-        """The account's counters (units in use and queued per key; vCPUs in all), strongly consistent."""
+        """The account's counters (units in use by jobs, queued and reserved by computes per key; vCPUs
+        in all), strongly consistent."""
         items = self._query(
             TableName=self._quota_table,
             KeyConditionExpression="accountId = :a AND begins_with(#entry, :p)",
@@ -130,16 +213,19 @@ class QuotaRecords(StoreBase):
         )
         in_use: dict[QuotaKey, int] = {}
         queued: dict[QuotaKey, int] = {}
-        total_in_use = total_queued = 0
+        reserved: dict[QuotaKey, int] = {}
+        total_in_use = total_queued = total_reserved = 0
         for item in items:
             entry = str(item["entry"])
-            used, waiting = int(item.get("inUse", 0)), int(item.get("queued", 0))
+            held_back = int(item.get("reserved", 0))
+            # ``inUse`` counts the reservation too (see the module's docstring): jobs hold the rest.
+            used, waiting = int(item.get("inUse", 0)) - held_back, int(item.get("queued", 0))
             if entry == TOTAL_ENTRY:
-                total_in_use, total_queued = used, waiting
+                total_in_use, total_queued, total_reserved = used, waiting, held_back
             else:
                 key = QuotaKey.parse(entry.removeprefix(USAGE_PREFIX))
-                in_use[key], queued[key] = used, waiting
-        return Usage(in_use, queued, total_in_use, total_queued)
+                in_use[key], queued[key], reserved[key] = used, waiting, held_back
+        return Usage(in_use, queued, total_in_use, total_queued, reserved, total_reserved)
 
     def list_held_jobs(self, account_id: str) -> list[HeldJob]:
         """The account's held jobs, oldest first (at most ``HELD_PAGE``), strongly consistent."""
@@ -167,16 +253,9 @@ class QuotaRecords(StoreBase):
     ) -> TransactWriteItemTypeDef:
         """ADD ``in_use`` and ``queued`` to a usage counter; with ``at_most``, only while ``inUse`` is at
         most that before the change."""
-        update: dict[str, Any] = {
-            "TableName": self._quota_table,
-            "Key": self._key(account_id, entry),
-            "UpdateExpression": "ADD inUse :u, queued :q",
-            "ExpressionAttributeValues": {":u": serialize_value(in_use), ":q": serialize_value(queued)},
-        }
-        if at_most is not None:
-            update["ConditionExpression"] = "attribute_not_exists(inUse) OR inUse <= :max"
-            update["ExpressionAttributeValues"][":max"] = serialize_value(at_most)
-        return {"Update": update}  # type: ignore[typeddict-item]
+        return usage_counter_update(
+            self._quota_table, account_id, entry, in_use=in_use, queued=queued, at_most=at_most
+        )
 
     # -- the job's way through the quota -------------------------------------------------------------
     def hold_job(self, job: Job) -> None:
@@ -255,8 +334,14 @@ class QuotaRecords(StoreBase):
         """The transaction items that give back what ``job`` (as read) holds when it ends: an admitted
         job's units in use, a held job's queued units and its ``held#`` item (only while it exists, so a
         job admitted since it was read cancels the settlement: the caller re-reads). Nothing for a job
-        outside the quota (an array's child, one submitted before quotas) or a store without them."""
-        if not self._quotas or job.dispatch_state is None or job.type == JobType.ARRAY_CHILD:
+        outside the quota (an array's child, one on a dedicated compute, one submitted before quotas) or
+        a store without them."""
+        if (
+            not self._quotas
+            or job.dispatch_state is None
+            or job.type == JobType.ARRAY_CHILD
+            or job.compute is not None
+        ):
             return []
         demand = job_demand(job)
         account = job.account_id

@@ -72,7 +72,11 @@ def _put_responses() -> dict[int, Any]:
     summary="Create a dedicated compute (idempotent: the same spec returns the existing one)",
     description=_action("computes/write")
     + " 201 when created (Creating, then Stopped once AWS Batch made its compute environment and "
-    "queue), 200 with the existing compute when it has this spec, 409 when it has another.",
+    "queue), 200 with the existing compute when it has this spec, 409 when it has another. A compute "
+    "reserves `count` x its class's vCPUs (GPUs for a GPU class) of the account's quota of its family "
+    "in its zone, and their vCPUs of the total, until it is deleted (Stopped too) or fails: 400 "
+    "`QuotaExceeded` when they do not fit in what the account's jobs and other computes leave "
+    "(`GET /account/quotas`: `inUse + reserved`).",
     responses=_put_responses(),
 )
 def put_compute(

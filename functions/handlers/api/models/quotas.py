@@ -14,8 +14,10 @@ ZoneName = Literal["UnitedStates", "EuropeanUnion"]
 
 
 class QuotaView(BaseModel):
-    """One machine family in one geo zone: its limit, what the account's jobs hold (``inUse``) and what
-    its held jobs wait for (``queued``), in ``unit`` (vCPUs; GPUs for the GPU family)."""
+    """One machine family in one geo zone: its limit, what the account's jobs hold (``inUse``), what
+    its held jobs wait for (``queued``) and what its dedicated computes reserve (``reserved``), in
+    ``unit`` (vCPUs; GPUs for the GPU family). A job is admitted, and a compute created, only while
+    ``inUse + reserved`` plus its own units stay within ``limit``."""
 
     family: FamilyName
     geoZone: ZoneName
@@ -23,6 +25,7 @@ class QuotaView(BaseModel):
     limit: int
     inUse: int
     queued: int
+    reserved: int = Field(description="Units reserved by the account's dedicated computes (Stopped ones too)")
 
 
 class QuotaTotalView(BaseModel):
@@ -32,6 +35,7 @@ class QuotaTotalView(BaseModel):
     limit: int
     inUse: int
     queued: int
+    reserved: int = Field(description="vCPUs reserved by the account's dedicated computes (Stopped ones too)")
 
 
 class QuotasView(BaseModel):
@@ -72,8 +76,14 @@ def quotas_view(report: QuotaReport) -> QuotasView:
                 limit=line.limit,
                 inUse=line.in_use,
                 queued=line.queued,
+                reserved=line.reserved,
             )
             for line in report.lines
         ],
-        total=QuotaTotalView(limit=report.total_limit, inUse=report.total_in_use, queued=report.total_queued),
+        total=QuotaTotalView(
+            limit=report.total_limit,
+            inUse=report.total_in_use,
+            queued=report.total_queued,
+            reserved=report.total_reserved,
+        ),
     )
