@@ -36,6 +36,7 @@ from remote_batch.local.executor.fleet import LocalFleet
 from remote_batch.local.executor.gateway import LocalBatchGateway
 from remote_batch.local.executor.limits import _signal_job
 from remote_batch.local.executor.memory import job_memory_ceiling_mib
+from remote_batch.local.executor.process_limit import PROCESS_LIMIT
 from remote_batch.local.executor.rate_limit import DEFAULT_SUBMIT_TPS, SubmitRateLimit
 from remote_batch.local.executor.warm import WARM_WORKERS
 from remote_batch.local.sandbox import (
@@ -98,6 +99,10 @@ class LocalBatchExecutor(ArrayJobs):
     output_limit_bytes : int | None
         Caps the bytes of files every job keeps in its working directory (outputs, temporary files)
         below its class's ``output_limit_bytes``; past it: ``Output limit of <size> exceeded``.
+    process_limit : int
+        The most tasks (processes plus threads) a job may hold at once (default ``PROCESS_LIMIT``,
+        1024; ``process_limit``); past it the job is killed at once and fails with ``Process limit
+        of <limit> exceeded``.
     warm_workers : int
         The most idle warm workers kept (``warm``: sandboxed workers started ahead of need, each
         running one job); 0 starts every job's worker when it starts. Only for the default
@@ -126,6 +131,7 @@ class LocalBatchExecutor(ArrayJobs):
         credentials: CredentialIssuer | None = None,
         log_limit_bytes: int | None = None,
         output_limit_bytes: int | None = None,
+        process_limit: int = PROCESS_LIMIT,
         warm_workers: int = WARM_WORKERS,
         submit_tps: int = DEFAULT_SUBMIT_TPS,
     ) -> None:
@@ -149,6 +155,7 @@ class LocalBatchExecutor(ArrayJobs):
         self._kill_grace_seconds = kill_grace_seconds
         self._log_limit_cap = log_limit_bytes
         self._output_limit_cap = output_limit_bytes
+        self._process_limit = process_limit
         self._bus = bus
         self.submit_rate = SubmitRateLimit(submit_tps)
         self._logs_client = logs_client

@@ -54,6 +54,7 @@ class ExecutorCore:
     _kill_grace_seconds: float
     _log_limit_cap: int | None
     _output_limit_cap: int | None
+    _process_limit: int
     _bus: EventPublisher
     _logs_client: Callable[[str], Any]
     _cpu_of_slot: list[int]

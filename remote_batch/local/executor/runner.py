@@ -36,6 +36,13 @@ from remote_batch.local.executor.logs import (
     _LogShipper,
     _read_lines,
 )
+from remote_batch.local.executor.process_limit import (
+    PROCESS_CHECK_CLOSE_SECONDS,
+    PROCESS_CHECK_SECONDS,
+    namespace_task_count,
+    process_limit_reason,
+    tree_task_count,
+)
 from remote_batch.local.executor.warm import WarmPool
 from remote_batch.local.sandbox import (
     kill_marked_processes,
@@ -92,6 +99,42 @@ class JobRunner(WarmPool):
             if _tree_bytes(workdir) > limit:
                 self._over_limit(job, "Output", limit)
                 return
+
+    def _watch_processes(self, job: _Job) -> None:
+        """While the job runs, count its tasks (processes and threads: ``process_limit``) every
+        ``PROCESS_CHECK_SECONDS`` (every ``PROCESS_CHECK_CLOSE_SECONDS`` once past half the limit);
+        past ``self._process_limit``, end it at once: SIGKILL to its namespace's init (the kernel kills
+        the rest), with the reason ``Process limit of <limit> exceeded``."""
+        limit = self._process_limit
+        pause = PROCESS_CHECK_SECONDS
+        while True:
+            with self._cond:
+                if job.exited or self._stopped:
+                    return
+                self._cond.wait(pause)
+                if job.exited or self._stopped or job.process is None:
+                    return
+                namespace, pid = job.namespace, job.process.pid
+            count = namespace_task_count(namespace) if namespace is not None else tree_task_count(pid)
+            if count > limit:
+                self._over_process_limit(job, count)
+                return
+            pause = PROCESS_CHECK_CLOSE_SECONDS if count * 2 > limit else PROCESS_CHECK_SECONDS
+
+    def _over_process_limit(self, job: _Job, count: int) -> None:
+        """Kill ``job`` now (no grace: a fork bomb would use it to grow): it holds ``count`` tasks,
+        over its process limit. The runner then publishes it FAILED with the reason, exit code 137."""
+        reason = process_limit_reason(self._process_limit)
+        logger.info("job over its limit batch_job_id=%s reason=%s tasks=%d", job.job_id, reason, count)
+        with self._cond:
+            if job.exited or job.status in FINAL_STATUSES:
+                return
+            if job.termination_reason is None:
+                job.termination_reason = reason
+            job.last_log_line = f"{reason}: the job held {count} processes and threads; all were killed."
+            _signal_job(job, signal.SIGKILL)
+            job.kill_at = None
+            self._cond.notify_all()
 
     def _run(self, job: _Job) -> None:
         """A running job's thread: run it (``_run_job``), then remove its working directory.
@@ -156,8 +199,9 @@ class JobRunner(WarmPool):
     def _start_watchers(
         self, job: _Job, process: subprocess.Popen[bytes], shipper: _LogShipper
     ) -> list[threading.Thread]:
-        """Start the console reader (which ships the log, up to the job's log limit) and the output
-        watcher of a job that just started; returns the readers, to join once the job exited."""
+        """Start the console reader (which ships the log, up to the job's log limit), the output
+        watcher and the process counter of a job that just started; returns the readers, to join once
+        the job exited."""
         log_limit = job.log_limit_bytes
         readers = [
             threading.Thread(
@@ -175,7 +219,26 @@ class JobRunner(WarmPool):
             target=self._watch_outputs, args=(job,), name=f"files-{job.job_id[:8]}", daemon=True
         )
         watcher.start()
+        counter = threading.Thread(
+            target=self._watch_processes, args=(job,), name=f"tasks-{job.job_id[:8]}", daemon=True
+        )
+        counter.start()
         return readers
+
+    def _finish_log(
+        self, job: _Job, readers: list[threading.Thread], shipper: _LogShipper, logs_ready: bool
+    ) -> None:
+        """Once the job exited: join its console readers, add the executor's last line (why it ended
+        the job, if it did), ship what is left; the whole log is readable before the final status is."""
+        for reader in readers:
+            _join_reader(reader, shipper)
+        with self._cond:
+            last_line = job.last_log_line
+        if last_line is not None:
+            shipper.append(last_line)
+        shipper.close()
+        if not logs_ready:
+            logger.warning("job log incomplete batch_job_id=%s", job.job_id)
 
     def _run_job(self, job: _Job) -> None:
         """Spawn the worker, ship its console, wait for it, kill what it left, publish the final event."""
@@ -220,11 +283,7 @@ class JobRunner(WarmPool):
         # to die with its parent (seen once under load: it would have slept on, holding the namespace).
         _signal_job(job, signal.SIGKILL)
         kill_marked_processes(job.markers)
-        for reader in readers:
-            _join_reader(reader, shipper)
-        shipper.close()  # the whole log is readable before the final status is
-        if not logs_ready:
-            logger.warning("job log incomplete batch_job_id=%s", job.job_id)
+        self._finish_log(job, readers, shipper, logs_ready)
         _log_operator_report(job)
 
         exit_code = _exit_code(returncode)
