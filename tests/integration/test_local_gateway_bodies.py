@@ -62,7 +62,7 @@ class Gateway:
         environ = EnvironBuilder(
             method="POST",
             path="/jobs",
-            headers={"Authorization": f"Bearer {self.token}", "Content-Type": "application/json"},
+            headers=[("Authorization", f"Bearer {self.token}"), ("Content-Type", "application/json")],
         ).get_environ()
         environ["wsgi.input"] = io.BufferedReader(stream)
         environ["CONTENT_LENGTH"] = str(content_length)
