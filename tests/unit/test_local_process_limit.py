@@ -14,7 +14,7 @@ import pytest
 from remote_batch.local.config import LocalConfig, LocalConfigError
 from remote_batch.local.executor.process_limit import (
     PROCESS_LIMIT,
-    namespace_task_count,
+    namespace_task_counts,
     process_limit_reason,
     tree_task_count,
 )
@@ -78,7 +78,7 @@ def test_a_namespace_counts_every_thread_of_its_processes():
         namespace = pid_namespace(init.pid)
         assert namespace is not None and namespace != pid_namespace(os.getpid())
         # Then it counts 5 tasks: the init's 4 threads and its child
-        assert namespace_task_count(namespace) == 5
+        assert namespace_task_counts({namespace}) == {namespace: 5}
     finally:
         outer.kill()
         outer.wait()
@@ -88,7 +88,7 @@ def test_a_namespace_counts_every_thread_of_its_processes():
 
 def _eventually_zero(namespace: str) -> bool:
     deadline = time.monotonic() + 5
-    while namespace_task_count(namespace) != 0:
+    while namespace_task_counts({namespace}):
         if time.monotonic() >= deadline:
             return False
         time.sleep(0.02)

@@ -177,6 +177,10 @@ class LocalBatchExecutor(ArrayJobs):
         self._stopped = False
         self._scheduler = threading.Thread(target=self._schedule, name="batch-scheduler", daemon=True)
         self._scheduler.start()
+        self._process_counter = threading.Thread(
+            target=self._watch_process_limits, name="process-limit", daemon=True
+        )
+        self._process_counter.start()
         self._start_warm_pool(warm_workers, python if worker_command is None else None)
         logger.info(
             "executor started vcpus=%d memory_mib=%d sandbox=%s warm_workers=%d",
@@ -339,4 +343,5 @@ class LocalBatchExecutor(ArrayJobs):
             self._revoke_array_credentials(parent)
         self._stop_warm_pool(max(0.1, deadline - time.monotonic()) + READER_JOIN_SECONDS)
         self._scheduler.join(max(0.1, deadline - time.monotonic()))
+        self._process_counter.join(max(0.1, deadline - time.monotonic()))
         logger.info("executor stopped")

@@ -71,6 +71,7 @@ class ExecutorCore:
     _closed: bool
     _stopped: bool
     _scheduler: threading.Thread
+    _process_counter: threading.Thread
 
     def _publish_locked(self, job: _Job, status: str, reason: str | None = None, **extra: Any) -> None:
         parent = job.array

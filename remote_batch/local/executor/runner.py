@@ -39,7 +39,7 @@ from remote_batch.local.executor.logs import (
 from remote_batch.local.executor.process_limit import (
     PROCESS_CHECK_CLOSE_SECONDS,
     PROCESS_CHECK_SECONDS,
-    namespace_task_count,
+    namespace_task_counts,
     process_limit_reason,
     tree_task_count,
 )
@@ -71,6 +71,11 @@ def _tree_bytes(root: Path) -> int:
     return total
 
 
+def _counted(job: _Job) -> bool:
+    """Whether the ``process-limit`` thread counts ``job``'s tasks: its worker runs."""
+    return job.process is not None and not job.exited
+
+
 class JobRunner(WarmPool):
     """Runs each started job in its own thread, to its final event."""
 
@@ -100,26 +105,31 @@ class JobRunner(WarmPool):
                 self._over_limit(job, "Output", limit)
                 return
 
-    def _watch_processes(self, job: _Job) -> None:
-        """While the job runs, count its tasks (processes and threads: ``process_limit``) every
-        ``PROCESS_CHECK_SECONDS`` (every ``PROCESS_CHECK_CLOSE_SECONDS`` once past half the limit);
-        past ``self._process_limit``, end it at once: SIGKILL to its namespace's init (the kernel kills
-        the rest), with the reason ``Process limit of <limit> exceeded``."""
+    def _watch_process_limits(self) -> None:
+        """The ``process-limit`` thread: while jobs run, count every running job's tasks (processes and
+        threads: ``process_limit``) in one read of ``/proc`` every ``PROCESS_CHECK_SECONDS`` (every
+        ``PROCESS_CHECK_CLOSE_SECONDS`` while a job is past half the limit); end a job past
+        ``self._process_limit`` at once (``_over_process_limit``). Returns when the executor stops."""
         limit = self._process_limit
-        pause = PROCESS_CHECK_SECONDS
         while True:
             with self._cond:
-                if job.exited or self._stopped:
+                self._cond.wait_for(lambda: self._stopped or any(_counted(job) for job in self._live))
+                if self._stopped:
                     return
-                self._cond.wait(pause)
-                if job.exited or self._stopped or job.process is None:
-                    return
-                namespace, pid = job.namespace, job.process.pid
-            count = namespace_task_count(namespace) if namespace is not None else tree_task_count(pid)
-            if count > limit:
-                self._over_process_limit(job, count)
-                return
-            pause = PROCESS_CHECK_CLOSE_SECONDS if count * 2 > limit else PROCESS_CHECK_SECONDS
+                jobs = [
+                    (job, job.namespace, job.process.pid)
+                    for job in self._live
+                    if _counted(job) and job.process
+                ]
+            counts = namespace_task_counts({namespace for _, namespace, _ in jobs if namespace is not None})
+            highest = 0
+            for job, namespace, pid in jobs:
+                count = counts.get(namespace, 0) if namespace is not None else tree_task_count(pid)
+                if count > limit:
+                    self._over_process_limit(job, count)
+                else:
+                    highest = max(highest, count)
+            time.sleep(PROCESS_CHECK_CLOSE_SECONDS if highest * 2 > limit else PROCESS_CHECK_SECONDS)
 
     def _over_process_limit(self, job: _Job, count: int) -> None:
         """Kill ``job`` now (no grace: a fork bomb would use it to grow): it holds ``count`` tasks,
@@ -199,9 +209,9 @@ class JobRunner(WarmPool):
     def _start_watchers(
         self, job: _Job, process: subprocess.Popen[bytes], shipper: _LogShipper
     ) -> list[threading.Thread]:
-        """Start the console reader (which ships the log, up to the job's log limit), the output
-        watcher and the process counter of a job that just started; returns the readers, to join once
-        the job exited."""
+        """Start the console reader (which ships the log, up to the job's log limit) and the output
+        watcher of a job that just started (the ``process-limit`` thread counts its tasks); returns the
+        readers, to join once the job exited."""
         log_limit = job.log_limit_bytes
         readers = [
             threading.Thread(
@@ -219,10 +229,6 @@ class JobRunner(WarmPool):
             target=self._watch_outputs, args=(job,), name=f"files-{job.job_id[:8]}", daemon=True
         )
         watcher.start()
-        counter = threading.Thread(
-            target=self._watch_processes, args=(job,), name=f"tasks-{job.job_id[:8]}", daemon=True
-        )
-        counter.start()
         return readers
 
     def _finish_log(
