@@ -121,24 +121,27 @@ class JobRunner(WarmPool):
                     for job in self._live
                     if _counted(job) and job.process
                 ]
-            counts = namespace_task_counts({namespace for _, namespace, _ in jobs if namespace is not None})
             highest = 0
-            for job, namespace, pid in jobs:
-                count = counts.get(namespace, 0) if namespace is not None else tree_task_count(pid)
-                if count > limit:
-                    self._over_process_limit(job, count)
-                else:
-                    highest = max(highest, count)
+            try:
+                counts = namespace_task_counts({ns for _, ns, _ in jobs if ns is not None})
+                for job, namespace, pid in jobs:
+                    count = counts.get(namespace, 0) if namespace is not None else tree_task_count(pid)
+                    if count > limit:
+                        self._over_process_limit(job, count)
+                    else:
+                        highest = max(highest, count)
+            except Exception:  # the next round retries; this thread must not die (no limit without it)
+                logger.exception("process count failed")
             time.sleep(PROCESS_CHECK_CLOSE_SECONDS if highest * 2 > limit else PROCESS_CHECK_SECONDS)
 
     def _over_process_limit(self, job: _Job, count: int) -> None:
         """Kill ``job`` now (no grace: a fork bomb would use it to grow): it holds ``count`` tasks,
         over its process limit. The runner then publishes it FAILED with the reason, exit code 137."""
         reason = process_limit_reason(self._process_limit)
-        logger.info("job over its limit batch_job_id=%s reason=%s tasks=%d", job.job_id, reason, count)
         with self._cond:
             if job.exited or job.status in FINAL_STATUSES:
                 return
+            logger.info("job over its limit batch_job_id=%s reason=%s tasks=%d", job.job_id, reason, count)
             if job.termination_reason is None:
                 job.termination_reason = reason
             job.last_log_line = f"{reason}: the job held {count} processes and threads; all were killed."
