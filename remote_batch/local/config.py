@@ -9,6 +9,7 @@ from pathlib import Path
 
 from functions.domain.rate_limits import ACCOUNT_BURST, ACCOUNT_REQUESTS_PER_SECOND
 from functions.domain.text import ASCII_DECIMAL, is_ascii_digits
+from remote_batch.local.executor.process_limit import PROCESS_LIMIT
 from remote_batch.local.executor.rate_limit import DEFAULT_SUBMIT_TPS
 
 DEFAULT_PORT = 8787
@@ -50,6 +51,10 @@ class LocalConfig:
     output_limit_bytes : int | None
         Caps every job's files below its machine class's output limit
         (``REMOTE_BATCH_OUTPUT_LIMIT_BYTES``; default: the class's, 10 GiB for Basic classes).
+    process_limit : int
+        The most processes and threads one job may hold at once (``REMOTE_BATCH_LOCAL_PROCESS_LIMIT``,
+        default 1024, ``executor.process_limit.PROCESS_LIMIT``); past it the job is killed and ends
+        with ``Process limit of <limit> exceeded``.
     rate_limit : float
         Requests per second each account may make (``REMOTE_BATCH_RATE_LIMIT``, default 100, the
         deployed limit; 0 turns it off); past it the gateway answers 429 ``RateLimited``.
@@ -69,6 +74,7 @@ class LocalConfig:
     host: str = HOST
     log_limit_bytes: int | None = None
     output_limit_bytes: int | None = None
+    process_limit: int = PROCESS_LIMIT
     rate_limit: float = ACCOUNT_REQUESTS_PER_SECOND
     rate_burst: int = ACCOUNT_BURST
     warm_workers: int = DEFAULT_WARM_WORKERS
@@ -100,6 +106,7 @@ class LocalConfig:
             ),
             log_limit_bytes=_optional_int(environ, "REMOTE_BATCH_LOG_LIMIT_BYTES"),
             output_limit_bytes=_optional_int(environ, "REMOTE_BATCH_OUTPUT_LIMIT_BYTES"),
+            process_limit=_optional_int(environ, "REMOTE_BATCH_LOCAL_PROCESS_LIMIT") or PROCESS_LIMIT,
             rate_limit=_number(environ, "REMOTE_BATCH_RATE_LIMIT", ACCOUNT_REQUESTS_PER_SECOND, minimum=0),
             rate_burst=_optional_int(environ, "REMOTE_BATCH_RATE_BURST") or ACCOUNT_BURST,
             warm_workers=int(

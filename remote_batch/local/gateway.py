@@ -22,6 +22,7 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from werkzeug.datastructures import Headers
+from werkzeug.exceptions import ClientDisconnected
 from werkzeug.wrappers import Request, Response
 
 from functions.domain.errors import Forbidden, PayloadTooLarge, ServiceError, Unauthorized, ValidationFailed
@@ -37,6 +38,13 @@ logger = logging.getLogger(__name__)
 
 # API Gateway's own limit (10 MiB); the deployed WAF web ACL refuses above API.md's 5 MiB first.
 MAX_GATEWAY_BODY_BYTES = 10 * 1024 * 1024
+# One read of a request body (bytes); a body arrives in as many reads as the network splits it into.
+BODY_READ_BYTES = 64 * 1024
+# A body that ended before its Content-Length: refused (400), never passed on cut short.
+TRUNCATED_BODY_MESSAGE = (
+    "The request body ended after {received} of the {expected} bytes its Content-Length announced; "
+    "send the whole body."
+)
 STAGE = "local"
 HEALTH_PATH = "/health"
 BEARER = "bearer "
@@ -257,15 +265,49 @@ class ApiGateway:
     @staticmethod
     def _read_body(request: Request) -> bytes:
         """The body, refused as the deployed stack refuses it: the WAF web ACL answers 413 to a
-        Content-Length over 5 MiB and to a chunked body; API Gateway to anything over 10 MiB."""
+        Content-Length over 5 MiB and to a chunked body; API Gateway to anything over 10 MiB.
+
+        The whole ``Content-Length`` is read before anything is invoked: one read of the input stream
+        returns what has arrived so far, so it is read until it is complete. A body that ends early
+        (the client closed the connection after fewer bytes than it announced) is never passed on:
+
+        Raises
+        ------
+        ValidationFailed
+            400 ``ValidationError`` with ``TRUNCATED_BODY_MESSAGE`` (the client that closed may not
+            read it; what matters is that no route ran).
+        PayloadTooLarge
+            413, as above.
+        """
         if "chunked" in request.headers.get("Transfer-Encoding", "").lower():
             raise PayloadTooLarge(BODY_WITHOUT_LENGTH_MESSAGE)
-        if request.content_length is not None and request.content_length > MAX_BODY_BYTES:
+        expected = request.content_length
+        if expected is not None and expected > MAX_BODY_BYTES:
             raise PayloadTooLarge(BODY_TOO_LARGE_MESSAGE)
-        body = request.stream.read(MAX_GATEWAY_BODY_BYTES + 1)
-        if len(body) > MAX_GATEWAY_BODY_BYTES:
+        stream = request.stream
+        parts: list[bytes] = []
+        received = 0
+        while received <= MAX_GATEWAY_BODY_BYTES:
+            try:
+                part = stream.read(min(BODY_READ_BYTES, MAX_GATEWAY_BODY_BYTES + 1 - received))
+            except ClientDisconnected:  # werkzeug: the stream ended before its Content-Length
+                part = b""
+            if not part:
+                break
+            parts.append(part)
+            received += len(part)
+        if received > MAX_GATEWAY_BODY_BYTES:
             raise PayloadTooLarge(BODY_TOO_LARGE_MESSAGE)
-        return body
+        if expected is not None and received < expected:
+            logger.info(
+                "truncated request body refused method=%s path=%s received=%d content_length=%d",
+                request.method,
+                request.path,
+                received,
+                expected,
+            )
+            raise ValidationFailed(TRUNCATED_BODY_MESSAGE.format(received=received, expected=expected))
+        return b"".join(parts)
 
     # -- local-only routes ---------------------------------------------------------------------------
     def _emitted_events(self, request: Request, body: bytes) -> Response:

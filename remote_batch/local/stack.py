@@ -174,6 +174,7 @@ class LocalStack:
             credentials=JobCredentials(clients.client("iam", settings.home_region)),
             log_limit_bytes=config.log_limit_bytes,
             output_limit_bytes=config.output_limit_bytes,
+            process_limit=config.process_limit,
             submit_tps=config.batch_submit_tps,
             warm_workers=config.warm_workers,
         )

@@ -12,7 +12,9 @@ flushed before the final event is published; at most ``LOG_BUFFER_BYTES`` wait b
 the store (beyond, the job's writes wait on its pipe). The job's ``stoppedAt`` is when its process
 ended, whatever shipping still takes. Past its machine class's log volume (console bytes) or output
 volume (bytes of files in its working directory, measured every second) the job is terminated with
-``Log limit of 1 GiB exceeded`` / ``Output limit of 10 GiB exceeded``.
+``Log limit of 1 GiB exceeded`` / ``Output limit of 10 GiB exceeded``. Past 1,024 processes and
+threads at once (``process_limit``: one thread counts every running job's PID namespace four times a
+second) it is killed at once, ``Process limit of 1024 exceeded``.
 
 Each job runs in its own working directory (``remote-batch-job-*`` in the system temp dir, also its
 ``TMPDIR``), removed once its final event is published; ``worker`` imports through ``PYTHONPATH``.
@@ -36,12 +38,12 @@ PENDING, then SUCCEEDED or FAILED by its children, with ``statusSummary``
 The modules, by concern: ``batch_api`` (``LocalBatchExecutor``: construction and its public API),
 ``arrays`` (array jobs' submit, TerminateJob of a parent, ListJobs of its children), ``gateway`` (one
 zone's ``BatchGateway``: SubmitJob, TerminateJob, DescribeJobs), ``scheduler`` (the run queue and its
-thread), ``runner`` (a running job's thread, output size accounting), ``launch`` (the worker's
-environment and sandboxed process), ``warm`` (the warm workers), ``limits`` (process limits and
-signals), ``logs`` (console log shipping), ``memory`` (the host's memory ceiling), ``core`` (the shared
-state and locked steps), ``job`` (a job's state), ``constants``. ``LocalBatchExecutor`` is a chain of
-mixins over ``ExecutorCore``: ``JobLauncher`` → ``WarmPool`` → ``JobRunner`` → ``Scheduler`` →
-``ArrayJobs`` → ``LocalBatchExecutor``.
+thread), ``runner`` (a running job's thread, output size accounting, the process-limit thread),
+``launch`` (the worker's environment and sandboxed process), ``warm`` (the warm workers), ``limits``
+(process limits and signals), ``logs`` (console log shipping), ``memory`` (the host's memory ceiling),
+``process_limit`` (counting a job's tasks), ``core`` (the shared state and locked steps), ``job`` (a
+job's state), ``constants``. ``LocalBatchExecutor`` is a chain of mixins over ``ExecutorCore``:
+``JobLauncher`` → ``WarmPool`` → ``JobRunner`` → ``Scheduler`` → ``ArrayJobs`` → ``LocalBatchExecutor``.
 """
 
 from remote_batch.local.executor.batch_api import LocalBatchExecutor

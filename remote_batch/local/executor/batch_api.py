@@ -36,6 +36,7 @@ from remote_batch.local.executor.fleet import LocalFleet
 from remote_batch.local.executor.gateway import LocalBatchGateway
 from remote_batch.local.executor.limits import _signal_job
 from remote_batch.local.executor.memory import job_memory_ceiling_mib
+from remote_batch.local.executor.process_limit import PROCESS_LIMIT
 from remote_batch.local.executor.rate_limit import DEFAULT_SUBMIT_TPS, SubmitRateLimit
 from remote_batch.local.executor.warm import WARM_WORKERS
 from remote_batch.local.sandbox import (
@@ -98,6 +99,10 @@ class LocalBatchExecutor(ArrayJobs):
     output_limit_bytes : int | None
         Caps the bytes of files every job keeps in its working directory (outputs, temporary files)
         below its class's ``output_limit_bytes``; past it: ``Output limit of <size> exceeded``.
+    process_limit : int
+        The most tasks (processes plus threads) a job may hold at once (default ``PROCESS_LIMIT``,
+        1024; ``process_limit``); past it the job is killed at once and fails with ``Process limit
+        of <limit> exceeded``.
     warm_workers : int
         The most idle warm workers kept (``warm``: sandboxed workers started ahead of need, each
         running one job); 0 starts every job's worker when it starts. Only for the default
@@ -126,6 +131,7 @@ class LocalBatchExecutor(ArrayJobs):
         credentials: CredentialIssuer | None = None,
         log_limit_bytes: int | None = None,
         output_limit_bytes: int | None = None,
+        process_limit: int = PROCESS_LIMIT,
         warm_workers: int = WARM_WORKERS,
         submit_tps: int = DEFAULT_SUBMIT_TPS,
     ) -> None:
@@ -149,6 +155,7 @@ class LocalBatchExecutor(ArrayJobs):
         self._kill_grace_seconds = kill_grace_seconds
         self._log_limit_cap = log_limit_bytes
         self._output_limit_cap = output_limit_bytes
+        self._process_limit = process_limit
         self._bus = bus
         self.submit_rate = SubmitRateLimit(submit_tps)
         self._logs_client = logs_client
@@ -170,6 +177,10 @@ class LocalBatchExecutor(ArrayJobs):
         self._stopped = False
         self._scheduler = threading.Thread(target=self._schedule, name="batch-scheduler", daemon=True)
         self._scheduler.start()
+        self._process_counter = threading.Thread(
+            target=self._watch_process_limits, name="process-limit", daemon=True
+        )
+        self._process_counter.start()
         self._start_warm_pool(warm_workers, python if worker_command is None else None)
         logger.info(
             "executor started vcpus=%d memory_mib=%d sandbox=%s warm_workers=%d",
@@ -355,4 +366,5 @@ class LocalBatchExecutor(ArrayJobs):
             self._revoke_array_credentials(parent)
         self._stop_warm_pool(max(0.1, deadline - time.monotonic()) + READER_JOIN_SECONDS)
         self._scheduler.join(max(0.1, deadline - time.monotonic()))
+        self._process_counter.join(max(0.1, deadline - time.monotonic()))
         logger.info("executor stopped")

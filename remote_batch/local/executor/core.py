@@ -54,6 +54,7 @@ class ExecutorCore:
     _kill_grace_seconds: float
     _log_limit_cap: int | None
     _output_limit_cap: int | None
+    _process_limit: int
     _bus: EventPublisher
     _logs_client: Callable[[str], Any]
     _cpu_of_slot: list[int]
@@ -70,6 +71,7 @@ class ExecutorCore:
     _closed: bool
     _stopped: bool
     _scheduler: threading.Thread
+    _process_counter: threading.Thread
 
     def _publish_locked(self, job: _Job, status: str, reason: str | None = None, **extra: Any) -> None:
         parent = job.array

@@ -51,6 +51,8 @@ class _Job:
     workdir: Path | None = None
     # The token of the warm worker that runs the job (its AWS_BATCH_JOB_ID before the job), if any.
     warm_token: str | None = None
+    # A line the executor adds to the job's log after the job's own (why it ended the job), if any.
+    last_log_line: str | None = None
     log_limit_bytes: int | None = None
     output_limit_bytes: int | None = None
     attempts: list[BatchAttempt] = field(default_factory=list)

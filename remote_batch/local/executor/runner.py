@@ -36,6 +36,13 @@ from remote_batch.local.executor.logs import (
     _LogShipper,
     _read_lines,
 )
+from remote_batch.local.executor.process_limit import (
+    PROCESS_CHECK_CLOSE_SECONDS,
+    PROCESS_CHECK_SECONDS,
+    namespace_task_counts,
+    process_limit_reason,
+    tree_task_count,
+)
 from remote_batch.local.executor.warm import WarmPool
 from remote_batch.local.sandbox import (
     kill_marked_processes,
@@ -62,6 +69,11 @@ def _tree_bytes(root: Path) -> int:
         except OSError:
             continue
     return total
+
+
+def _counted(job: _Job) -> bool:
+    """Whether the ``process-limit`` thread counts ``job``'s tasks: its worker runs."""
+    return job.process is not None and not job.exited
 
 
 class JobRunner(WarmPool):
@@ -92,6 +104,50 @@ class JobRunner(WarmPool):
             if _tree_bytes(workdir) > limit:
                 self._over_limit(job, "Output", limit)
                 return
+
+    def _watch_process_limits(self) -> None:
+        """The ``process-limit`` thread: while jobs run, count every running job's tasks (processes and
+        threads: ``process_limit``) in one read of ``/proc`` every ``PROCESS_CHECK_SECONDS`` (every
+        ``PROCESS_CHECK_CLOSE_SECONDS`` while a job is past half the limit); end a job past
+        ``self._process_limit`` at once (``_over_process_limit``). Returns when the executor stops."""
+        limit = self._process_limit
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda: self._stopped or any(_counted(job) for job in self._live))
+                if self._stopped:
+                    return
+                jobs = [
+                    (job, job.namespace, job.process.pid)
+                    for job in self._live
+                    if _counted(job) and job.process
+                ]
+            highest = 0
+            try:
+                counts = namespace_task_counts({ns for _, ns, _ in jobs if ns is not None})
+                for job, namespace, pid in jobs:
+                    count = counts.get(namespace, 0) if namespace is not None else tree_task_count(pid)
+                    if count > limit:
+                        self._over_process_limit(job, count)
+                    else:
+                        highest = max(highest, count)
+            except Exception:  # the next round retries; this thread must not die (no limit without it)
+                logger.exception("process count failed")
+            time.sleep(PROCESS_CHECK_CLOSE_SECONDS if highest * 2 > limit else PROCESS_CHECK_SECONDS)
+
+    def _over_process_limit(self, job: _Job, count: int) -> None:
+        """Kill ``job`` now (no grace: a fork bomb would use it to grow): it holds ``count`` tasks,
+        over its process limit. The runner then publishes it FAILED with the reason, exit code 137."""
+        reason = process_limit_reason(self._process_limit)
+        with self._cond:
+            if job.exited or job.status in FINAL_STATUSES:
+                return
+            logger.info("job over its limit batch_job_id=%s reason=%s tasks=%d", job.job_id, reason, count)
+            if job.termination_reason is None:
+                job.termination_reason = reason
+            job.last_log_line = f"{reason}: the job held {count} processes and threads; all were killed."
+            _signal_job(job, signal.SIGKILL)
+            job.kill_at = None
+            self._cond.notify_all()
 
     def _run(self, job: _Job) -> None:
         """A running job's thread: run it (``_run_job``), then remove its working directory.
@@ -157,7 +213,8 @@ class JobRunner(WarmPool):
         self, job: _Job, process: subprocess.Popen[bytes], shipper: _LogShipper
     ) -> list[threading.Thread]:
         """Start the console reader (which ships the log, up to the job's log limit) and the output
-        watcher of a job that just started; returns the readers, to join once the job exited."""
+        watcher of a job that just started (the ``process-limit`` thread counts its tasks); returns the
+        readers, to join once the job exited."""
         log_limit = job.log_limit_bytes
         readers = [
             threading.Thread(
@@ -176,6 +233,21 @@ class JobRunner(WarmPool):
         )
         watcher.start()
         return readers
+
+    def _finish_log(
+        self, job: _Job, readers: list[threading.Thread], shipper: _LogShipper, logs_ready: bool
+    ) -> None:
+        """Once the job exited: join its console readers, add the executor's last line (why it ended
+        the job, if it did), ship what is left; the whole log is readable before the final status is."""
+        for reader in readers:
+            _join_reader(reader, shipper)
+        with self._cond:
+            last_line = job.last_log_line
+        if last_line is not None:
+            shipper.append(last_line)
+        shipper.close()
+        if not logs_ready:
+            logger.warning("job log incomplete batch_job_id=%s", job.job_id)
 
     def _run_job(self, job: _Job) -> None:
         """Spawn the worker, ship its console, wait for it, kill what it left, publish the final event."""
@@ -220,11 +292,7 @@ class JobRunner(WarmPool):
         # to die with its parent (seen once under load: it would have slept on, holding the namespace).
         _signal_job(job, signal.SIGKILL)
         kill_marked_processes(job.markers)
-        for reader in readers:
-            _join_reader(reader, shipper)
-        shipper.close()  # the whole log is readable before the final status is
-        if not logs_ready:
-            logger.warning("job log incomplete batch_job_id=%s", job.job_id)
+        self._finish_log(job, readers, shipper, logs_ready)
         _log_operator_report(job)
 
         exit_code = _exit_code(returncode)

@@ -1,0 +1,110 @@
+"""The local API gateway reads a request's whole body before it invokes anything: a body that ends
+before its Content-Length is refused (400, API.md's error body), never passed on cut short."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from werkzeug.test import EnvironBuilder
+
+from remote_batch.local.gateway import ApiGateway
+from remote_batch.local.tokens import TokenStore
+
+BODY = b'{"code":"1"}'
+
+
+class Trickle(io.RawIOBase):
+    """A request body that arrives ``size`` bytes per read (as a slow network delivers it), then
+    ends (the client closed its side)."""
+
+    def __init__(self, data: bytes, size: int) -> None:
+        self._data = data
+        self._size = size
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        part, self._data = (
+            self._data[: min(self._size, len(buffer))],
+            self._data[min(self._size, len(buffer)) :],
+        )
+        buffer[: len(part)] = part
+        return len(part)
+
+
+class Gateway:
+    """An ``ApiGateway`` whose api Lambda records the events it is invoked with."""
+
+    def __init__(self, home: Path) -> None:
+        self.invoked: list[dict[str, Any]] = []
+        tokens = TokenStore(home / "tokens.json")
+        self.token = tokens.mint("acct-1", ("user",))
+
+        def invoke(event: dict[str, Any]) -> dict[str, Any]:
+            self.invoked.append(event)
+            return {"statusCode": 202, "body": json.dumps({"jobId": "j-1"})}
+
+        self.app = ApiGateway(
+            tokens=tokens,
+            invoke_api=invoke,
+            events=None,  # type: ignore[arg-type]
+            accounts=None,  # type: ignore[arg-type]
+            admin_environment=contextlib.nullcontext,
+        )
+
+    def post(self, stream: io.RawIOBase, content_length: int) -> tuple[int, dict[str, Any]]:
+        environ = EnvironBuilder(
+            method="POST",
+            path="/jobs",
+            headers=[("Authorization", f"Bearer {self.token}"), ("Content-Type", "application/json")],
+        ).get_environ()
+        environ["wsgi.input"] = io.BufferedReader(stream)
+        environ["CONTENT_LENGTH"] = str(content_length)
+        status: list[str] = []
+        chunks = self.app(environ, lambda code, headers, *rest: status.append(code))
+        return int(status[0].split()[0]), json.loads(b"".join(chunks))
+
+
+@pytest.fixture
+def gateway(tmp_path: Path) -> Gateway:
+    return Gateway(tmp_path)
+
+
+def test_a_body_shorter_than_its_content_length_is_refused_and_nothing_is_invoked(gateway: Gateway) -> None:
+    # When a client announces 100 bytes, sends the 12 of a valid job and closes
+    status, body = gateway.post(Trickle(BODY, 64), content_length=100)
+
+    # Then the gateway answers 400 with API.md's error body, and the api Lambda never ran
+    assert status == 400
+    assert body == {
+        "error": {
+            "code": "ValidationError",
+            "message": "The request body ended after 12 of the 100 bytes its Content-Length announced; "
+            "send the whole body.",
+            "field": None,
+        }
+    }
+    assert gateway.invoked == []
+
+
+def test_an_empty_body_announced_with_a_length_is_refused(gateway: Gateway) -> None:
+    status, body = gateway.post(Trickle(b"", 64), content_length=12)
+
+    assert status == 400
+    assert body["error"]["code"] == "ValidationError"
+    assert gateway.invoked == []
+
+
+def test_a_whole_body_arriving_in_small_pieces_is_passed_on_whole(gateway: Gateway) -> None:
+    # When the 12 bytes arrive 5 at a time
+    status, body = gateway.post(Trickle(BODY, 5), content_length=len(BODY))
+
+    # Then the api Lambda gets the whole body once
+    assert (status, body) == (202, {"jobId": "j-1"})
+    assert [event["body"] for event in gateway.invoked] == [BODY.decode()]
