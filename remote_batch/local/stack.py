@@ -42,6 +42,7 @@ from remote_batch.local.logstore import InProcessLogs, LogStore
 from remote_batch.local.outbox import OutboxNotifier
 from remote_batch.local.rate_limit import AccountRateLimiter
 from remote_batch.local.recovery import recover_unfinished_jobs, remove_leftover_jobs
+from remote_batch.local.recovery_computes import recover_dedicated_computes
 from remote_batch.local.resources import (
     NAME_PREFIX,
     AwsClients,
@@ -194,6 +195,8 @@ class LocalStack:
             dispatch=dispatch_queue,
         )
         install(services)
+        # Computes the last run left started: billed up to its last sign of life, then Stopped.
+        recover_dedicated_computes(services, last_alive)
         restore_dedicated_computes(services, executor)
         lambdas = LocalLambdas(settings.home_region)
         self._lambdas = lambdas

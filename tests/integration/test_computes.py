@@ -360,3 +360,26 @@ def test_the_meter_ends_a_job_left_running_on_a_stopped_compute(
     assert batch.terminations == [(batch_id, "Dedicated compute lab stopped")]
     stack.tick()  # asked once, not again at every tick
     assert len(batch.terminate_calls) == 2
+
+
+def test_a_local_stack_restart_bills_a_running_compute_only_up_to_its_last_alive_stamp(
+    stack: Stack, computes: FakeComputeEnvironments
+) -> None:
+    from remote_batch.local.recovery_computes import recover_dedicated_computes
+
+    _running(stack, computes)
+    stack.clock.advance(100.4)
+    last_alive = stack.clock()
+    stack.clock.advance(26)  # the stack was dead for 26 s
+    assert stack.services.compute_store is not None
+    assert recover_dedicated_computes(stack.services, last_alive) == 1
+    compute = _get(stack)
+    assert compute["status"] == "Stopped"
+    assert compute["statusReason"] == "Stopped: the local stack stopped while it ran"
+    # 100.4 s → 101 s at 180 credits/hour = 5.05 credits; none of the 26 s outage.
+    (entry,) = _compute_entries(stack)
+    assert Decimal(str(entry["credits"])) == Decimal("5.05")
+    assert compute["runningSeconds"] == 101
+    # A second start of the stack finds nothing left to recover.
+    assert recover_dedicated_computes(stack.services, stack.clock()) == 0
+    assert len(_compute_entries(stack)) == 1
