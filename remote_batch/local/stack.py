@@ -42,7 +42,6 @@ from remote_batch.local.logstore import InProcessLogs, LogStore
 from remote_batch.local.outbox import OutboxNotifier
 from remote_batch.local.rate_limit import AccountRateLimiter
 from remote_batch.local.recovery import recover_unfinished_jobs, remove_leftover_jobs
-from remote_batch.local.recovery_computes import recover_dedicated_computes
 from remote_batch.local.resources import (
     NAME_PREFIX,
     AwsClients,
@@ -195,9 +194,7 @@ class LocalStack:
             dispatch=dispatch_queue,
         )
         install(services)
-        # Computes the last run left started: billed up to its last sign of life, then Stopped.
-        recover_dedicated_computes(services, last_alive)
-        restore_dedicated_computes(services, executor)
+        restore_dedicated_computes(services, executor, last_alive)
         lambdas = LocalLambdas(settings.home_region)
         self._lambdas = lambdas
         bus.start()

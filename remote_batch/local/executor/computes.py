@@ -8,10 +8,10 @@ of the shared queue); a job submitted to its queue starts on those slots at once
 for shared capacity. A compute that gets fewer than N holds what is left; one that can get none
 (the other computes hold all the host may give) reports its environment ``INVALID`` with the
 reason, as AWS Batch reports an environment it cannot build, and reserves nothing (the service
-marks the compute Failed, not charged for its start). Scaled to 0, its free slots go back to the shared pool at once and its busy ones when
-their jobs end. Like AWS Batch, every change is asynchronous: a created or updated environment or
-queue reports ``CREATING``/``UPDATING`` until the next describe, then ``VALID``; a deleted one
-``DELETING``, then it is gone. The ordering rules are AWS Batch's: a queue needs a ``VALID``
+marks the compute Failed, not charged for its start). Scaled to 0, its free slots go back to the
+shared pool at once and its busy ones when their jobs end. Like AWS Batch, every change is
+asynchronous: a created or updated environment or queue reports ``CREATING``/``UPDATING`` until the
+next describe, then ``VALID``; a deleted one ``DELETING``, then it is gone. The ordering rules are AWS Batch's: a queue needs a ``VALID``
 environment; only a ``DISABLED`` queue may be deleted; only a ``DISABLED`` environment no queue uses
 may be deleted (else ``ClientException``, as ``DependencyFailed``).
 """
@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 from functions.domain.computes import ComputeStatus
@@ -31,6 +32,7 @@ from functions.ports import EnvironmentState, QueueState, Services
 from remote_batch.local.executor.constants import logger
 from remote_batch.local.executor.core import ExecutorCore
 from remote_batch.local.executor.job import _Job
+from remote_batch.local.recovery_computes import recover_dedicated_computes
 
 if TYPE_CHECKING:
     from remote_batch.local.executor.batch_api import LocalBatchExecutor
@@ -331,14 +333,20 @@ class LocalComputeEnvironments:
                 executor._terminate_locked(job, "The job queue was deleted")
 
 
-def restore_dedicated_computes(services: Services, executor: LocalBatchExecutor) -> int:
-    """After a start of the local stack on kept state: remake the environment and queue of every
-    dedicated compute the store has (the executor keeps them in memory only), ``VALID`` at once and
-    scaled as the compute's status says (Starting/Running: its vCPUs; others 0). A compute being
-    created or deleted is left to the meter's next tick. Returns how many were remade."""
+def restore_dedicated_computes(
+    services: Services, executor: LocalBatchExecutor, last_alive: datetime | None = None
+) -> int:
+    """After a start of the local stack on kept state: first bill each compute the last run left
+    started up to ``last_alive`` (the last run's last sign of life) and stop it
+    (``recovery_computes``: its emulated capacity died with that run), then remake the environment
+    and queue of every dedicated compute the store has (the executor keeps them in memory only),
+    ``VALID`` at once and scaled as the compute's status says (Starting/Running: its vCPUs; others
+    0). A compute being created or deleted is left to the meter's next tick. Returns how many were
+    remade."""
     store = services.compute_store
     if store is None:
         return 0
+    recover_dedicated_computes(services, last_alive)
     remade = 0
     for compute in store.list_all_computes():
         if compute.status in (ComputeStatus.CREATING, ComputeStatus.DELETING):
