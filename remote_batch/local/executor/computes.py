@@ -11,9 +11,10 @@ reason, as AWS Batch reports an environment it cannot build, and reserves nothin
 marks the compute Failed, not charged for its start). Scaled to 0, its free slots go back to the
 shared pool at once and its busy ones when their jobs end. Like AWS Batch, every change is
 asynchronous: a created or updated environment or queue reports ``CREATING``/``UPDATING`` until the
-next describe, then ``VALID``; a deleted one ``DELETING``, then it is gone. The ordering rules are AWS Batch's: a queue needs a ``VALID``
-environment; only a ``DISABLED`` queue may be deleted; only a ``DISABLED`` environment no queue uses
-may be deleted (else ``ClientException``, as ``DependencyFailed``).
+next describe, then ``VALID``; a deleted one ``DELETING``, then it is gone. The ordering rules are
+AWS Batch's: a queue needs a ``VALID`` environment; only a ``DISABLED`` queue may be deleted; only a
+``DISABLED`` environment no queue uses may be deleted (else ``ClientException``, as
+``DependencyFailed``).
 """
 
 from __future__ import annotations
