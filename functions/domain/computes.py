@@ -243,8 +243,8 @@ class Compute:
 @dataclass(frozen=True, slots=True)
 class Step:
     """One move of the machine: ``after`` is None when the compute is gone (deleted);
-    ``settle`` is the time its running time must be settled up to (it left Running), else None;
-    ``changed`` is False for a no-op."""
+    ``settle`` is the time its billed time must be settled up to (it left Starting or Running:
+    ``BILLED``), else None; ``changed`` is False for a no-op."""
 
     before: Compute
     after: Compute | None

@@ -370,8 +370,9 @@ def meter_computes(
     services: Services, now: datetime, active: Iterable[tuple[str, str]] = ()
 ) -> ComputeReport:
     """One meter tick over every compute: record the activity of computes with jobs Starting or
-    Running (``active``: (account id, compute name)), advance provisioning, then for Running ones
-    apply the balance rule, the daily schedules, the idle stop, and the hourly settlement.
+    Running (``active``: (account id, compute name)), advance provisioning, then apply the balance
+    rule and the hourly settlement to billed ones (Starting, Running), the daily schedules, and the
+    idle stop to Running ones.
 
     One compute's failure is logged and skipped; the others go on.
     """
