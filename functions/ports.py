@@ -145,6 +145,10 @@ class JobRepository(Protocol):
     def mark_reconciled(self, job_id: str, now: datetime) -> None:
         """Record that the meter checked a non-final job with Batch at ``now``."""
 
+    def list_unfinished_jobs_on(self, account_id: str, compute: str) -> Iterable[Job]:
+        """The account's top-level jobs (single jobs and array parents) submitted to dedicated
+        compute ``compute`` that are not final (held, queued, starting or running)."""
+
     def update_contacts(self, account: Account) -> Account:
         """Store the account's contacts (None removes); ``ConditionFailed`` for an unknown account."""
 

@@ -20,13 +20,30 @@ are asynchronous, ``CREATING`` → ``VALID``)::
 
 A start of a Starting or Running compute and a stop of a Stopping or Stopped one are no-ops (the
 compute is returned unchanged); a request the status does not allow raises ``Conflict`` naming the
-status; an event the status does not expect is ignored (the poll that sees it is stale). Leaving
-``Running`` (stop, restart, delete, failure) settles its running time (``Step.settle``).
+status; an event the status does not expect is ignored (the poll that sees it is stale). Leaving a
+billed status (``BILLED``: Starting or Running) by a stop, restart or delete settles its time
+(``Step.settle``); so does a failure of a Running compute (a failure while Starting is not charged:
+the capacity never came).
+
+Jobs on a compute
+-----------------
+A compute's jobs run only while it is billed. A stop, a restart or a delete of a Starting or
+Running compute ends every job on it (``ends_jobs``; the jobs fail with ``jobs_end_reason``,
+``Dedicated compute lab stopped``, charged 0 as every job on a compute is: the compute's time up to
+the stop is billed), as Azure ML's compute instance stop ends what runs on it. The meter also ends
+any job it finds Starting or Running on a compute that is not billed (a job submitted as the stop
+raced it, a failed compute).
 
 Charges
 -------
-While ``Running`` a compute is charged per second at its class's ``creditsPerHour`` × ``count``,
-whether jobs run on it or not; jobs on it are not charged again. Its time is settled at each stop
+From its start request (``Starting``) until it leaves ``Running``, a compute is charged per second
+at its class's ``creditsPerHour`` × ``count``, whether jobs run on it or not; jobs on it are not
+charged again. Billing begins at the start request, not when the meter first sees it Running,
+because that is when the machines begin to cost: AWS bills an EC2 instance from its launch and
+Azure ML a compute instance from its start, and on AWS the compute's job queue places jobs on each
+instance as soon as it joins the compute environment, before the whole environment is up (a job on
+a Starting compute is never free). The time it takes to scale down (``Stopping``) is not charged:
+no job runs on it then. Its time is settled at each stop
 and at least hourly by the meter: a settlement bills whole seconds (``floor`` for an hourly one, the
 remainder carried to the next; ``ceil`` for the one that ends a run, so no started second is
 free) at ``seconds × rate × count / 3600`` rounded half-up to 4 places. There is no 60-second
@@ -109,6 +126,10 @@ class ComputeEvent(StrEnum):
     BROKEN = "broken"
 
 
+# The statuses in which a compute is charged per second (and its jobs may run).
+BILLED = frozenset({ComputeStatus.STARTING, ComputeStatus.RUNNING})
+
+
 # Every edge the machine may take (the state machine test checks no other ever happens).
 LEGAL_EDGES: frozenset[tuple[ComputeStatus, ComputeStatus]] = frozenset(
     {
@@ -172,9 +193,9 @@ class Compute:
     restart_pending : bool
         Stopping for a restart: it starts again once stopped.
     running_since : datetime | None
-        When the current run began (set exactly while Running).
+        When the current billed run began: its start request (set exactly while Starting or Running).
     settled_until : datetime | None
-        The current run is billed up to here (set exactly while Running).
+        The current run is billed up to here (set exactly while Starting or Running).
     last_activity_at : datetime | None
         Last time a job was submitted to it or seen Starting/Running on it (idle stops).
     credits_spent : Decimal
@@ -230,8 +251,8 @@ class Compute:
 @dataclass(frozen=True, slots=True)
 class Step:
     """One move of the machine: ``after`` is None when the compute is gone (deleted);
-    ``settle`` is the time its running time must be settled up to (it left Running), else None;
-    ``changed`` is False for a no-op."""
+    ``settle`` is the time its billed time must be settled up to (it left Starting or Running:
+    ``BILLED``), else None; ``changed`` is False for a no-op."""
 
     before: Compute
     after: Compute | None
@@ -345,8 +366,14 @@ def _refuse(compute: Compute, request: ComputeRequest, hint: str) -> Conflict:
 
 
 def _leave_running(compute: Compute, now: datetime) -> datetime | None:
-    """The time to settle up to when a compute leaves Running at ``now`` (None if it was not Running)."""
-    return now if compute.status == ComputeStatus.RUNNING else None
+    """The time to settle up to when a compute leaves a billed status at ``now`` (None if it was
+    not billed)."""
+    return now if compute.status in BILLED else None
+
+
+def _billed_from(compute: Compute, now: datetime) -> Compute:
+    """``compute`` Starting, billed from ``now`` (a start request, or a restart's capacity down)."""
+    return replace(compute, status=ComputeStatus.STARTING, running_since=now, settled_until=now)
 
 
 def _stopped_run(
@@ -376,7 +403,7 @@ def _start(compute: Compute, now: datetime, reason: str | None) -> Step:
         return Step(compute, compute)
     if compute.status != ComputeStatus.STOPPED:
         raise _refuse(compute, ComputeRequest.START, _hint(compute.status))
-    return Step(compute, replace(compute, status=ComputeStatus.STARTING, status_reason=reason))
+    return Step(compute, replace(_billed_from(compute, now), status_reason=reason))
 
 
 def _stop(compute: Compute, now: datetime, reason: str | None) -> Step:
@@ -449,19 +476,21 @@ def apply_event(compute: Compute, event: ComputeEvent, now: datetime, reason: st
     if event == ComputeEvent.READY and status == ComputeStatus.CREATING:
         after = replace(compute, status=ComputeStatus.STOPPED, status_reason=None)
     elif event == ComputeEvent.CAPACITY_UP and status == ComputeStatus.STARTING:
-        after = replace(
-            compute, status=ComputeStatus.RUNNING, running_since=now, settled_until=now, last_activity_at=now
-        )
+        # Billed since the start request already; the idle timer counts from here.
+        after = replace(compute, status=ComputeStatus.RUNNING, last_activity_at=now)
     elif event == ComputeEvent.CAPACITY_DOWN and status == ComputeStatus.STOPPING:
-        next_status = ComputeStatus.STARTING if compute.restart_pending else ComputeStatus.STOPPED
-        after = replace(compute, status=next_status, restart_pending=False)
+        if compute.restart_pending:
+            after = replace(_billed_from(compute, now), restart_pending=False)
+        else:
+            after = replace(compute, status=ComputeStatus.STOPPED, restart_pending=False)
     elif event == ComputeEvent.GONE and status == ComputeStatus.DELETING:
         after = None
     elif event == ComputeEvent.BROKEN and status in _BREAKABLE:
         why = f"AWS Batch: {reason}" if reason else "AWS Batch reported the compute environment INVALID"
         failed = _stopped_run(compute, status=ComputeStatus.FAILED, status_reason=why, restart_pending=False)
         after = replace(failed, quota_reserved=False)  # a Failed compute gives its quota back
-        settle = _leave_running(compute, now)
+        # A failure while Starting is not charged (the capacity never came); one while Running is.
+        settle = now if status == ComputeStatus.RUNNING else None
     return Step(compute, after, settle)
 
 
@@ -501,9 +530,9 @@ def settlement(
 
 
 def settlement_due(compute: Compute, now: datetime) -> bool:
-    """True when a Running compute's unsettled time reached ``SETTLE_EVERY`` (the meter settles it)."""
+    """True when a billed compute's unsettled time reached ``SETTLE_EVERY`` (the meter settles it)."""
     return (
-        compute.status == ComputeStatus.RUNNING
+        compute.status in BILLED
         and compute.settled_until is not None
         and now - compute.settled_until >= SETTLE_EVERY
     )
@@ -522,6 +551,46 @@ def settlement_reason(compute: Compute, seconds: int) -> str:
         f"Dedicated compute {compute.name} ({compute.machine_class} x {compute.count}): "
         f"{seconds} s at {rate:f} credits/hour"
     )
+
+
+def ends_jobs(step: Step) -> bool:
+    """Whether ``step`` ends the jobs on the compute: a stop, restart or delete of a billed compute
+    (its capacity goes; what runs or waits on it is terminated, ``jobs_end_reason``)."""
+    after = step.after
+    return step.before.status in BILLED and (
+        after is None or after.status in (ComputeStatus.STOPPING, ComputeStatus.DELETING)
+    )
+
+
+_ENDED_BY = {
+    ComputeRequest.STOP: "stopped",
+    ComputeRequest.RESTART: "restarted",
+    ComputeRequest.DELETE: "deleted",
+}
+
+
+def jobs_end_reason(name: str, request: ComputeRequest, why: str | None = None) -> str:
+    """Why a job on compute ``name`` ended when ``request`` took its capacity away:
+    ``Dedicated compute lab stopped``, or with the meter's reason
+    ``Dedicated compute lab stopped: idle for 5 min`` (from ``Stopped: idle for 5 min``)."""
+    ended = f"Dedicated compute {name} {_ENDED_BY.get(request, 'stopped')}"
+    if not why:
+        return ended
+    detail = why.removeprefix("Stopped: ")
+    return f"{ended}: {detail[:1].lower()}{detail[1:]}"
+
+
+def stray_job_reason(compute: Compute | None, name: str) -> str | None:
+    """Why a job found Starting or Running on compute ``name`` (``compute`` as stored, None when
+    gone) must end: its compute is not billed (Stopping, Stopped, Failed, Deleting or gone). None
+    when the compute is billed (the job may run)."""
+    if compute is not None and compute.status in BILLED:
+        return None
+    if compute is None or compute.status == ComputeStatus.DELETING:
+        return f"Dedicated compute {name} deleted"
+    if compute.status == ComputeStatus.FAILED:
+        return f"Dedicated compute {name} failed"
+    return f"Dedicated compute {name} stopped"
 
 
 def job_on_compute_note(name: str) -> str:

@@ -24,6 +24,7 @@ from functools import partial
 from aws_lambda_powertools import Logger
 
 from functions.domain.computes import (
+    BILLED,
     IDLE_STOP,
     OUT_OF_CREDITS_STOP,
     SCHEDULED_START,
@@ -38,6 +39,7 @@ from functions.domain.computes import (
     apply_request,
     compute_cost,
     compute_entry_id,
+    ends_jobs,
     idle_expired,
     new_compute,
     released_reservation,
@@ -166,7 +168,9 @@ def request_compute(
     reason: str | None = None,
 ) -> Compute:
     """Start, stop, restart or delete a compute (a duplicated start or stop is a no-op), settle its
-    running time when it leaves Running, then make the AWS Batch call that follows.
+    billed time when it leaves Starting or Running, end the jobs on it when its capacity goes
+    (``domain.computes.ends_jobs``: ``compute_jobs.end_jobs_on_compute``), then make the AWS Batch
+    call that follows.
 
     Returns the compute as stored (as it was, for a delete that already removed it).
 
@@ -187,6 +191,11 @@ def request_compute(
         except ConditionFailed:
             continue
         logger.info("compute request", compute=name, request=request.value, status=_status(stored))
+        if ends_jobs(step):
+            # compute_jobs imports submission, which imports this module.
+            from functions.logic.compute_jobs import end_jobs_on_compute
+
+            end_jobs_on_compute(services, compute, request, reason, now)
         return _advance_quietly(services, stored, now) if stored is not None else compute
     raise DependencyFailed("The compute changed concurrently; try again.")
 
@@ -290,8 +299,8 @@ def _admit_after_release(services: Services, compute: Compute, release: Demand |
 
 
 def unsettled_cost(compute: Compute, now: datetime) -> Decimal:
-    """What a Running compute has cost since its last settlement (credits, whole seconds)."""
-    if compute.status != ComputeStatus.RUNNING or compute.settled_until is None:
+    """What a billed compute has cost since its last settlement (credits, whole seconds)."""
+    if compute.status not in BILLED or compute.settled_until is None:
         return ZERO
     seconds = int(max((now - compute.settled_until).total_seconds(), 0))
     return compute_cost(seconds, compute.credits_per_hour)
@@ -403,8 +412,9 @@ def meter_computes(
     services: Services, now: datetime, active: Iterable[tuple[str, str]] = ()
 ) -> ComputeReport:
     """One meter tick over every compute: record the activity of computes with jobs Starting or
-    Running (``active``: (account id, compute name)), advance provisioning, then for Running ones
-    apply the balance rule, the daily schedules, the idle stop, and the hourly settlement.
+    Running (``active``: (account id, compute name)), advance provisioning, then apply the balance
+    rule and the hourly settlement to billed ones (Starting, Running), the daily schedules, and the
+    idle stop to Running ones.
 
     One compute's failure is logged and skipped; the others go on.
     """
@@ -471,7 +481,7 @@ def _decide(
 ) -> tuple[ComputeRequest, str] | None:
     """What the meter asks of a compute now, and why: the balance rule first, then the daily
     schedules (``scheduled``: the latest boundary since the last check), then the idle stop."""
-    if compute.status == ComputeStatus.RUNNING:
+    if compute.status in BILLED:
         account = services.store.get_account(compute.account_id)
         if account is not None and account.credit_balance - unsettled_cost(compute, now) <= 0:
             return ComputeRequest.STOP, OUT_OF_CREDITS_STOP

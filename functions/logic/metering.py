@@ -32,6 +32,7 @@ from functions.domain.machine_classes import GeoZone
 from functions.domain.metering import MeterReading, balance_exhausted, read_array_meter, read_meter
 from functions.domain.notification_schedule import due_notifications
 from functions.logic.array_events import finish_array
+from functions.logic.compute_jobs import end_stray_jobs
 from functions.logic.computes import meter_computes
 from functions.logic.dispatch import ClaimRecovery, admit_and_enqueue, enqueue, recover_claim
 from functions.logic.job_events import apply_job_state_change
@@ -137,6 +138,8 @@ def meter_tick(services: Services, now: datetime) -> MeterReport:
         if r.job.compute is not None
     }
     meter_computes(services, now, on_computes)
+    # A job never runs on a compute that is not billed (its stop's termination failed or raced).
+    end_stray_jobs(services, (r.job for rs in by_account.values() for r in rs), now)
     skipped = len(skips.job_ids)
     logger.info(
         "meter tick",

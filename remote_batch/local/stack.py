@@ -195,7 +195,7 @@ class LocalStack:
             dispatch=dispatch_queue,
         )
         install(services)
-        restore_dedicated_computes(services, executor)
+        restore_dedicated_computes(services, executor, last_alive)
         lambdas = LocalLambdas(settings.home_region)
         self._lambdas = lambdas
         bus.start()

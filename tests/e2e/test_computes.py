@@ -1,12 +1,16 @@
 """Dedicated compute over HTTP on the local stack (issue 16's "Done when"): ``PUT`` twice makes one
 compute; started it is Running; a job on it starts before the same job on the busy shared queue;
 stopped, its ledger charge is its running seconds × rate exactly; an idle stop of 1 minute stops it
-by itself. The stack has 2 vCPUs (the compute reserves 1) and a 1-second meter."""
+by itself. A stop ends the jobs on it; after a ``kill -9`` of the stack a started compute is billed
+only up to the stack's last sign of life, then Stopped. The stack has 2 vCPUs (the compute reserves
+1) and a 1-second meter."""
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
 
@@ -21,7 +25,9 @@ RATE = Decimal(60)  # Basic1x8's credits per hour (DESIGN.md), count 1
 def two_cpu_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStackProcess]:
     """A local stack of its own with 2 vCPUs, so the shared queue's capacity is known."""
     root = tmp_path_factory.mktemp("compute-stack")
-    process = LocalStackProcess(root / "home", _free_port(), {"REMOTE_BATCH_LOCAL_VCPUS": "2"})
+    process = LocalStackProcess(
+        root / "home", _free_port(), {"REMOTE_BATCH_LOCAL_VCPUS": "2"}, new_session=True
+    )
     process.start()
     yield process
     assert process.stop() == 0
@@ -137,3 +143,52 @@ def test_dedicated_compute_lifecycle_charges_and_idle_stop(two_cpu_stack: LocalS
     deleted = dev.request("DELETE", "/account/computes/lab")
     assert deleted.status_code == 202 and Client.body(deleted)["status"] == "Deleting"
     wait_for(lambda: dev.get("/account/computes/lab").status_code == 404, 20, "compute lab to be deleted")
+
+
+def test_a_stop_ends_its_jobs_and_a_crash_bills_no_outage(two_cpu_stack: LocalStackProcess) -> None:
+    dev = two_cpu_stack.client("dev")
+    spec = {"machineClass": "Basic1x8", "geoZone": "UnitedStates", "count": 1}
+    assert dev.request("PUT", "/account/computes/lab2", json=spec).status_code == 201
+    _wait_compute(dev, "lab2", "Stopped", 20)
+    dev.post("/account/computes/lab2/start")
+    _wait_compute(dev, "lab2", "Running", 20)
+
+    # A stop ends the job running on it (no machine time after the stop is free), charged 0.
+    long_job = dev.submit({"code": "import time\ntime.sleep(300)", "compute": "lab2"})
+    dev.wait_status(long_job["jobId"], ("Running",), timeout=30)
+    stop_at = time.monotonic()
+    dev.post("/account/computes/lab2/stop")
+    ended = dev.wait_status(long_job["jobId"], timeout=20)
+    print(f"job on lab2 ended {time.monotonic() - stop_at:.1f} s after the stop: {ended['statusReason']}")
+    assert ended["status"] == "Terminated" and ended["statusReason"] == "Dedicated compute lab2 stopped"
+    assert ended["creditsSpent"] == 0
+    _wait_compute(dev, "lab2", "Stopped", 20)
+    settled = len(_compute_entries(dev))
+
+    # Started again, then the stack is killed (kill -9 of its process group) for a while.
+    dev.post("/account/computes/lab2/start")
+    since = datetime.fromisoformat(_wait_compute(dev, "lab2", "Running", 20)["runningSince"])
+    time.sleep(2)
+    killed_at = datetime.now(UTC)
+    two_cpu_stack.kill_group()
+    time.sleep(8)
+    two_cpu_stack.start()
+    dev = two_cpu_stack.client("dev")
+    after = _compute(dev, "lab2")
+    assert after["status"] == "Stopped", after
+    assert after["statusReason"] == "Stopped: the local stack stopped while it ran"
+    entries = _compute_entries(dev)
+    assert len(entries) == settled + 1, entries
+    (last,) = [e for e in entries if e["at"] == max(e["at"] for e in entries)]
+    billed = int(last["note"].split(": ")[1].split(" s at")[0])
+    up_to_kill = (killed_at - since).total_seconds()
+    print(
+        f"lab2 up {up_to_kill:.1f} s before the kill, dead 8 s: billed {billed} s ({last['credits']} credits)"
+    )
+    # Billed up to the last alive stamp (rewritten every second): never the 8 s outage.
+    assert up_to_kill - 2 <= billed <= math.ceil(up_to_kill), (billed, up_to_kill)
+    assert Decimal(str(last["credits"])) == _cost(billed)
+
+    deleted = dev.request("DELETE", "/account/computes/lab2")
+    assert deleted.status_code == 202, deleted.text
+    wait_for(lambda: dev.get("/account/computes/lab2").status_code == 404, 20, "compute lab2 to be deleted")

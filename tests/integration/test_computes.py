@@ -319,3 +319,110 @@ def test_a_value_off_its_pattern_is_told_the_rule_of_that_pattern(
     status, error = stack.api(method, path, body=body)
     assert status == 400, error
     assert error["error"]["message"] == message
+
+
+def _starting(stack: Stack) -> None:
+    """PUT, the meter's polls until Stopped, then start (Starting: AWS Batch still scaling up)."""
+    assert stack.api("PUT", "/account/computes/lab", body=SPEC)[0] == 201
+    for _ in range(4):
+        stack.tick()
+    status, body = stack.api("POST", "/account/computes/lab/start")
+    assert status == 202 and body["status"] == "Starting", body
+
+
+def test_a_stop_ends_the_jobs_on_the_compute_charged_zero(
+    stack: Stack, computes: FakeComputeEnvironments
+) -> None:
+    _running(stack, computes)
+    job_id, batch_id, started = stack.start_running({"code": "1", "compute": "lab"})
+    status, queued = stack.api("POST", "/jobs", body={"code": "2", "compute": "lab"})
+    assert status == 202
+    queued_batch_id = stack.services.store.get_job(queued["jobId"])
+    assert queued_batch_id is not None and queued_batch_id.batch_job_id is not None
+    stack.clock.advance(100)
+    before = stack.balance("dev")
+    assert stack.api("POST", "/account/computes/lab/stop")[0] == 202
+    # Both the running and the queued job are terminated through AWS Batch, with the compute's reason.
+    batch = stack.batch[GeoZone.UNITED_STATES]
+    assert sorted(batch.terminations) == sorted(
+        [
+            (batch_id, "Dedicated compute lab stopped"),
+            (queued_batch_id.batch_job_id, "Dedicated compute lab stopped"),
+        ]
+    )
+    stopped_at = started + 100_000
+    stack.deliver(
+        batch_event(
+            job_id,
+            batch_id,
+            "FAILED",
+            created_at=started,
+            started_at=started,
+            stopped_at=stopped_at,
+            status_reason="Dedicated compute lab stopped",
+        )
+    )
+    status, job = stack.api("GET", f"/jobs/{job_id}")
+    assert job["status"] == "Terminated" and job["statusReason"] == "Dedicated compute lab stopped"
+    assert job["creditsSpent"] == 0
+    # Only the compute's 100 s are charged: 100 × 180 / 3600 = 5 credits.
+    (entry,) = _compute_entries(stack)
+    assert Decimal(str(entry["credits"])) == Decimal(5)
+    assert stack.balance("dev") == before - Decimal(5)
+
+
+def test_a_job_on_a_starting_compute_is_billed_from_the_start_request(
+    stack: Stack, computes: FakeComputeEnvironments
+) -> None:
+    _starting(stack)
+    job_id, batch_id, _ = stack.start_running({"code": "1", "compute": "lab"})
+    stack.clock.advance(30)
+    stack.tick()  # AWS Batch is scaling up: still Starting, billed
+    compute = _get(stack)
+    assert compute["status"] in ("Starting", "Running") and compute["runningSince"] is not None
+    stack.clock.advance(12.2)
+    status, stopping = stack.api("POST", "/account/computes/lab/stop")
+    assert status == 202 and stopping["status"] == "Stopping"
+    # 42.2 s → 43 s billed at 180 credits/hour = 2.15 credits, from the start request on.
+    (entry,) = _compute_entries(stack)
+    assert Decimal(str(entry["credits"])) == Decimal("2.15")
+    assert stopping["runningSeconds"] == 43 and stopping["runningSince"] is None
+    assert (batch_id, "Dedicated compute lab stopped") in stack.batch[GeoZone.UNITED_STATES].terminations
+
+
+def test_the_meter_ends_a_job_left_running_on_a_stopped_compute(
+    stack: Stack, computes: FakeComputeEnvironments
+) -> None:
+    _running(stack, computes)
+    job_id, batch_id, _ = stack.start_running({"code": "1", "compute": "lab"})
+    batch = stack.batch[GeoZone.UNITED_STATES]
+    batch.fail_terminate = 1  # the stop's TerminateJob is refused
+    assert stack.api("POST", "/account/computes/lab/stop")[0] == 202
+    assert batch.terminations == []
+    stack.tick()
+    assert batch.terminations == [(batch_id, "Dedicated compute lab stopped")]
+    stack.tick()  # asked once, not again at every tick
+    assert len(batch.terminate_calls) == 2
+
+
+def test_a_local_stack_restart_bills_a_running_compute_only_up_to_its_last_alive_stamp(
+    stack: Stack, computes: FakeComputeEnvironments
+) -> None:
+    from remote_batch.local.recovery_computes import recover_dedicated_computes
+
+    _running(stack, computes)
+    stack.clock.advance(100.4)
+    last_alive = stack.clock()
+    stack.clock.advance(26)  # the stack was dead for 26 s
+    assert stack.services.compute_store is not None
+    assert recover_dedicated_computes(stack.services, last_alive) == 1
+    compute = _get(stack)
+    assert compute["status"] == "Stopped"
+    assert compute["statusReason"] == "Stopped: the local stack stopped while it ran"
+    # 100.4 s → 101 s at 180 credits/hour = 5.05 credits; none of the 26 s outage.
+    (entry,) = _compute_entries(stack)
+    assert Decimal(str(entry["credits"])) == Decimal("5.05")
+    assert compute["runningSeconds"] == 101
+    # A second start of the stack finds nothing left to recover.
+    assert recover_dedicated_computes(stack.services, stack.clock()) == 0
+    assert len(_compute_entries(stack)) == 1

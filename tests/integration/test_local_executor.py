@@ -1064,3 +1064,25 @@ def test_list_jobs_by_name_finds_a_job_of_any_status_in_its_queue_and_zone(make_
     assert stack.gateway.find_job_by_name("remote-batch-Basic1x8", "job-never") is None
     stack.gateway.terminate_job(blocker_id, "done")
     stack.delivered.wait_for(blocker_id, "FAILED")
+
+
+def test_two_computes_never_take_the_shared_queues_last_vcpu(make_stack):
+    # Given 2 vCPUs and two started 1-vCPU computes (the trial's case)
+    stack = make_stack(vcpus=2)
+    first = _compute_up(stack, "rb-cmp-one", 1)
+    assert _eventually(lambda: _field(first.describe_environment("rb-cmp-one"), "desired_vcpus") == 1)
+    second = _compute_up(stack, "rb-cmp-two", 1)
+    # Then the second cannot have a vCPU: the shared queue keeps the last one. Its environment is
+    # INVALID with the reason (the compute fails, not charged for its start) and holds nothing.
+    state = second.describe_environment("rb-cmp-two")
+    assert _field(state, "status") == "INVALID" and _field(state, "desired_vcpus") == 0
+    assert "no vCPU left" in _field(state, "reason") and "REMOTE_BATCH_LOCAL_VCPUS" in _field(state, "reason")
+    # And a shared job starts at once on the last vCPU
+    shared = stack.gateway.submit_job(_submission(SLEEP="0.2"))
+    runnable = stack.delivered.wait_for(shared, "RUNNABLE")
+    assert runnable["detail"].get("statusReason") is None
+    stack.delivered.wait_for(shared, "SUCCEEDED")
+    # Once the first compute stops, the failed one still takes nothing (it is INVALID, as in AWS)
+    first.set_capacity("rb-cmp-one", 0)
+    blocker = stack.gateway.submit_job(_submission(vcpus=2, SLEEP="0.2"))
+    stack.delivered.wait_for(blocker, "SUCCEEDED")

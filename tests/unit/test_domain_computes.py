@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from functions.domain.computes import (
+    BILLED,
     LEGAL_EDGES,
     Compute,
     ComputeEvent,
@@ -27,14 +28,17 @@ from functions.domain.computes import (
     check_schedules,
     compute_cost,
     compute_entry_id,
+    ends_jobs,
     holds_reservation,
     idle_expired,
+    jobs_end_reason,
     new_compute,
     released_reservation,
     reservation_of,
     resource_name,
     scheduled_request,
     settlement,
+    stray_job_reason,
 )
 from functions.domain.errors import Conflict, ValidationFailed
 from functions.domain.machine_classes import MACHINE_CLASSES, GeoZone
@@ -57,7 +61,7 @@ class ComputeLifecycle(RuleBasedStateMachine):
         self.now = T0
         self.deleted = False
 
-    def _apply(self, step_of: object) -> None:
+    def _apply(self, step_of: object, event: ComputeEvent | None = None) -> None:
         assert self.compute is not None
         before = self.compute
         step = step_of(before)  # type: ignore[operator]
@@ -67,11 +71,14 @@ class ComputeLifecycle(RuleBasedStateMachine):
             self.deleted = True
         elif after.status != before.status:
             assert (before.status, after.status) in LEGAL_EDGES
-        # Settled exactly when leaving Running.
-        left_running = before.status == ComputeStatus.RUNNING and (
-            after is None or after.status != before.status
-        )
-        assert (step.settle is not None) == left_running
+        # Settled exactly when leaving a billed status (Starting or Running) by a request, or Running
+        # by a failure: a failure while Starting is not charged. A restart's capacity down bills anew.
+        left_billed = before.status in BILLED and (after is None or after.status not in BILLED)
+        if event == ComputeEvent.BROKEN and before.status == ComputeStatus.STARTING:
+            left_billed = False
+        assert (step.settle is not None) == left_billed
+        if after is not None and after.status in BILLED and before.status not in BILLED:
+            assert after.running_since == after.settled_until == self.now
         self.compute = after
 
     @rule(request=st.sampled_from(list(ComputeRequest)), seconds=st.integers(0, 5000))
@@ -92,7 +99,7 @@ class ComputeLifecycle(RuleBasedStateMachine):
         if self.compute is None:
             return
         self.now += timedelta(seconds=seconds)
-        self._apply(lambda c: apply_event(c, event, self.now, "CLIENT_ERROR"))
+        self._apply(lambda c: apply_event(c, event, self.now, "CLIENT_ERROR"), event)
 
     @rule(request=st.sampled_from([ComputeRequest.START, ComputeRequest.STOP]))
     def duplicated(self, request: ComputeRequest) -> None:
@@ -113,9 +120,9 @@ class ComputeLifecycle(RuleBasedStateMachine):
         compute = self.compute
         if compute is None:
             return
-        running = compute.status == ComputeStatus.RUNNING
-        assert (compute.running_since is not None) == running
-        assert (compute.settled_until is not None) == running
+        billed = compute.status in BILLED
+        assert (compute.running_since is not None) == billed
+        assert (compute.settled_until is not None) == billed
         assert not compute.restart_pending or compute.status == ComputeStatus.STOPPING
         if compute.status == ComputeStatus.FAILED:
             assert compute.status_reason
@@ -142,6 +149,85 @@ def test_the_happy_path_and_its_no_ops() -> None:
     assert restarted is not None and restarted.restart_pending
     again = apply_event(restarted, ComputeEvent.CAPACITY_DOWN, T0).after
     assert again is not None and again.status == ComputeStatus.STARTING and not again.restart_pending
+
+
+def test_billing_starts_at_the_start_request_so_a_job_on_a_starting_compute_is_billed() -> None:
+    # The trial's case: started at 09:57:43, capacity seen up at 09:58:17, stopped at 09:59:03.
+    start_at = datetime(2026, 12, 1, 9, 57, 43, tzinfo=UTC)
+    stopped = _compute(status=ComputeStatus.STOPPED)
+    starting = apply_request(stopped, ComputeRequest.START, start_at).after
+    assert starting is not None and starting.status == ComputeStatus.STARTING
+    assert starting.running_since == starting.settled_until == start_at
+    running = apply_event(starting, ComputeEvent.CAPACITY_UP, start_at + timedelta(seconds=34)).after
+    assert running is not None and running.running_since == start_at  # not reset by the poll
+    assert running.last_activity_at == start_at + timedelta(seconds=34)  # the idle timer's floor
+    stop = apply_request(running, ComputeRequest.STOP, start_at + timedelta(seconds=80))
+    assert stop.settle == start_at + timedelta(seconds=80)
+    bill = settlement(running, start_at, stop.settle, final=True)
+    # 80 s (not the 46 s since the poll saw it Running) at 60 credits/hour.
+    assert bill is not None and bill.seconds == 80 and bill.cost == Decimal("1.3333")
+
+
+def test_a_stop_while_starting_settles_and_a_failure_while_starting_does_not() -> None:
+    starting = apply_request(_compute(status=ComputeStatus.STOPPED), ComputeRequest.START, T0).after
+    assert starting is not None
+    stop = apply_request(starting, ComputeRequest.STOP, T0 + timedelta(seconds=12.5))
+    assert stop.settle == T0 + timedelta(seconds=12.5)
+    bill = settlement(starting, T0, T0 + timedelta(seconds=12.5), final=True)
+    assert bill is not None and (bill.seconds, bill.cost) == (13, Decimal("0.2167"))
+    broken = apply_event(starting, ComputeEvent.BROKEN, T0 + timedelta(seconds=30), "CLIENT_ERROR")
+    assert broken.after is not None and broken.after.status == ComputeStatus.FAILED
+    assert broken.settle is None and broken.after.running_since is None
+
+
+def test_a_restart_bills_its_new_start_from_the_capacity_down() -> None:
+    running = _compute(status=ComputeStatus.RUNNING, running_since=T0, settled_until=T0)
+    restart = apply_request(running, ComputeRequest.RESTART, T0 + timedelta(seconds=60))
+    assert restart.settle == T0 + timedelta(seconds=60) and restart.after is not None
+    down_at = T0 + timedelta(seconds=95)
+    again = apply_event(restart.after, ComputeEvent.CAPACITY_DOWN, down_at).after
+    assert again is not None and again.status == ComputeStatus.STARTING
+    assert again.running_since == again.settled_until == down_at
+
+
+@pytest.mark.parametrize(
+    ("status", "request_", "ends"),
+    [
+        (ComputeStatus.RUNNING, ComputeRequest.STOP, True),
+        (ComputeStatus.STARTING, ComputeRequest.STOP, True),
+        (ComputeStatus.RUNNING, ComputeRequest.RESTART, True),
+        (ComputeStatus.RUNNING, ComputeRequest.DELETE, True),
+        (ComputeStatus.STOPPING, ComputeRequest.DELETE, False),  # its stop ended them already
+        (ComputeStatus.STOPPED, ComputeRequest.DELETE, False),  # the queue's deletion fails its jobs
+    ],
+)
+def test_which_requests_end_the_jobs_on_a_compute(
+    status: ComputeStatus, request_: ComputeRequest, ends: bool
+) -> None:
+    billed = status in BILLED
+    compute = _compute(
+        status=status, running_since=T0 if billed else None, settled_until=T0 if billed else None
+    )
+    assert ends_jobs(apply_request(compute, request_, T0 + timedelta(seconds=5))) is ends
+
+
+def test_the_reasons_jobs_on_a_compute_end_with() -> None:
+    assert jobs_end_reason("lab", ComputeRequest.STOP) == "Dedicated compute lab stopped"
+    assert jobs_end_reason("lab", ComputeRequest.RESTART) == "Dedicated compute lab restarted"
+    assert jobs_end_reason("lab", ComputeRequest.DELETE) == "Dedicated compute lab deleted"
+    assert (
+        jobs_end_reason("lab", ComputeRequest.STOP, "Stopped: account out of credits")
+        == "Dedicated compute lab stopped: account out of credits"
+    )
+    assert (
+        jobs_end_reason("lab", ComputeRequest.STOP, "Stopped by its daily schedule")
+        == "Dedicated compute lab stopped: stopped by its daily schedule"
+    )
+    assert stray_job_reason(_compute(status=ComputeStatus.STARTING), "lab") is None
+    assert stray_job_reason(_compute(status=ComputeStatus.RUNNING), "lab") is None
+    assert stray_job_reason(_compute(status=ComputeStatus.STOPPED), "lab") == "Dedicated compute lab stopped"
+    assert stray_job_reason(_compute(status=ComputeStatus.FAILED), "lab") == "Dedicated compute lab failed"
+    assert stray_job_reason(None, "lab") == "Dedicated compute lab deleted"
 
 
 @pytest.mark.parametrize(

@@ -327,6 +327,27 @@ class JobRecords(StoreBase):
             if not job.is_final and to_sortable(job.last_event_at or job.submitted_at) < before:
                 yield job
 
+    def list_unfinished_jobs_on(self, account_id: str, compute: str) -> Iterator[Job]:
+        """The account's not-final top-level jobs on dedicated compute ``compute``: the sparse
+        ``unfinished`` index's keys (cost grows with the jobs in flight, never with history), those
+        jobs read whole (BatchGetItem, strongly consistent) and kept when they are the account's, on
+        that compute and still not final. An unreadable item is logged and skipped."""
+        kwargs: dict[str, Any] = {
+            "TableName": self._jobs,
+            "IndexName": "unfinished",
+            "KeyConditionExpression": "openPartition = :p",
+            "ExpressionAttributeValues": {":p": serialize_value(OPEN_PARTITION)},
+        }
+        ids = [str(item["jobId"]) for item in self._query(**self._not_expired_filter(kwargs))]
+        for job in self._jobs_of(self._batch_get_items(ids), None):
+            if (
+                job.account_id == account_id
+                and job.compute == compute
+                and job.type != JobType.ARRAY_CHILD
+                and not job.is_final
+            ):
+                yield job
+
     def _batch_get_items(self, job_ids: list[str]) -> Iterator[dict[str, Any]]:
         """The job items of ``job_ids`` (plain values; absent ones left out), BatchGetItem 100 keys a
         call, strongly consistent, unprocessed keys asked again."""

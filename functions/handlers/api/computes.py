@@ -105,7 +105,8 @@ def _request(services: Services, caller: Caller, name: str, request: ComputeRequ
 @router.post(
     "/account/computes/<name>/start",
     summary="Start a Stopped compute (a no-op while Starting or Running)",
-    description=_action("computes/start/action") + " Charged per second while Running.",
+    description=_action("computes/start/action")
+    + " Charged per second from this request (Starting) until it stops.",
     responses=_responses(202, _json(ComputeView, "Accepted"), 400, 404, 409),
 )
 def start_compute(
@@ -119,7 +120,9 @@ def start_compute(
 @router.post(
     "/account/computes/<name>/stop",
     summary="Stop a compute (a no-op while Stopping or Stopped); its running time is settled",
-    description=_action("computes/stop/action") + " Its quota stays reserved while Stopped.",
+    description=_action("computes/stop/action")
+    + " Its jobs that are not final are terminated (`Dedicated compute <name> stopped`, charged 0);"
+    " its quota stays reserved while Stopped.",
     responses=_responses(202, _json(ComputeView, "Accepted"), 400, 404, 409),
 )
 def stop_compute(
@@ -133,7 +136,7 @@ def stop_compute(
 @router.post(
     "/account/computes/<name>/restart",
     summary="Restart a Starting or Running compute (stop, then start)",
-    description=_action("computes/restart/action"),
+    description=_action("computes/restart/action") + " Its jobs are terminated, as by a stop.",
     responses=_responses(202, _json(ComputeView, "Accepted"), 400, 404, 409),
 )
 def restart_compute(

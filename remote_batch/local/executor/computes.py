@@ -2,15 +2,19 @@
 dedicated computes (``functions.ports.ComputeEnvironments``), emulated by reserving vCPU slots.
 
 A compute environment scaled to N vCPUs (``minvCpus = maxvCpus = N``) reserves N of the host's
-vCPU slots (at most all but one: the shared queue always keeps a vCPU, unless the host has only
-one), taking them from the shared pool as they come free (before any queued job of the shared
-queue); a job submitted to its queue starts on those slots at once, without waiting for shared
-capacity. Scaled to 0, its free slots go back to the shared pool at once and its busy ones when
-their jobs end. Like AWS Batch, every change is asynchronous: a created or updated environment or
-queue reports ``CREATING``/``UPDATING`` until the next describe, then ``VALID``; a deleted one
-``DELETING``, then it is gone. The ordering rules are AWS Batch's: a queue needs a ``VALID``
-environment; only a ``DISABLED`` queue may be deleted; only a ``DISABLED`` environment no queue uses
-may be deleted (else ``ClientException``, as ``DependencyFailed``).
+vCPU slots (all computes together at most all but one: the shared queue always keeps a vCPU, unless
+the host has only one), taking them from the shared pool as they come free (before any queued job
+of the shared queue); a job submitted to its queue starts on those slots at once, without waiting
+for shared capacity. A compute that gets fewer than N holds what is left; one that can get none
+(the other computes hold all the host may give) reports its environment ``INVALID`` with the
+reason, as AWS Batch reports an environment it cannot build, and reserves nothing (the service
+marks the compute Failed, not charged for its start). Scaled to 0, its free slots go back to the
+shared pool at once and its busy ones when their jobs end. Like AWS Batch, every change is
+asynchronous: a created or updated environment or queue reports ``CREATING``/``UPDATING`` until the
+next describe, then ``VALID``; a deleted one ``DELETING``, then it is gone. The ordering rules are
+AWS Batch's: a queue needs a ``VALID`` environment; only a ``DISABLED`` queue may be deleted; only a
+``DISABLED`` environment no queue uses may be deleted (else ``ClientException``, as
+``DependencyFailed``).
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 from functions.domain.computes import ComputeStatus
@@ -28,6 +33,7 @@ from functions.ports import EnvironmentState, QueueState, Services
 from remote_batch.local.executor.constants import logger
 from remote_batch.local.executor.core import ExecutorCore
 from remote_batch.local.executor.job import _Job
+from remote_batch.local.recovery_computes import recover_dedicated_computes
 
 if TYPE_CHECKING:
     from remote_batch.local.executor.batch_api import LocalBatchExecutor
@@ -44,6 +50,7 @@ class _Environment:
     state: str = "ENABLED"
     target: int = 0
     max_vcpus: int = 0
+    reason: str | None = None
     reserved: set[int] = field(default_factory=set)
     free: set[int] = field(default_factory=set)
     runnable: deque[_Job] = field(default_factory=deque)
@@ -112,11 +119,31 @@ class ComputePools(ExecutorCore):
             (owner.free if owner is not None else self._free_slots).add(slot)
         self._cond.notify_all()
 
+    def _others_locked(self, environment: _Environment) -> int:
+        """The vCPU slots the other dedicated computes reserve."""
+        return sum(len(e.reserved) for e in self._environments.values() if e is not environment)
+
     def _capped(self, environment: _Environment) -> int:
-        """What the environment may hold: its target, but never the host's last vCPU while others
-        hold the rest (the shared queue keeps at least one; on a 1-vCPU host a compute takes it)."""
-        others = sum(len(e.reserved) for e in self._environments.values() if e is not environment)
-        return min(environment.target, max(1, self.vcpus - 1 - others))
+        """What the environment may hold: its target, within what the other computes leave of the
+        host's vCPUs but the last one (the shared queue keeps one; on a 1-vCPU host a compute takes
+        it). 0 when the others hold all a compute may have."""
+        kept = 1 if self.vcpus > 1 else 0
+        return max(0, min(environment.target, self.vcpus - kept - self._others_locked(environment)))
+
+    def _invalidate_if_starved_locked(self, environment: _Environment) -> None:
+        """A scaled-up, VALID environment that can get no vCPU at all becomes ``INVALID`` (scaled to
+        0, with the reason), so its compute fails rather than wait, billed, for capacity."""
+        if environment.status != "VALID" or environment.target <= 0 or self._capped(environment) > 0:
+            return
+        others = self._others_locked(environment)
+        kept = " and the shared queue keeps 1" if self.vcpus > 1 else ""
+        environment.reason = (
+            f"Local stack: no vCPU left for it: {others} of the host's {self.vcpus} vCPUs are held by "
+            f"other dedicated computes{kept}; stop another compute or raise REMOTE_BATCH_LOCAL_VCPUS"
+        )
+        environment.status = "INVALID"
+        self._scale_locked(environment, 0)
+        logger.info("compute environment invalid name=%s reason=%s", environment.name, environment.reason)
 
     def _ready_on_pools_locked(self) -> list[tuple[_Job, set[int]]]:
         """Top up each scaled-up environment's reservation from the free shared slots, then take its
@@ -215,14 +242,16 @@ class LocalComputeEnvironments:
             environment = executor._environments.get(self._key(name))
             if environment is None:
                 return None
+            executor._invalidate_if_starved_locked(environment)
             state = EnvironmentState(
                 status=environment.status,
                 state=environment.state,
                 min_vcpus=environment.target,
                 max_vcpus=environment.max_vcpus,
                 desired_vcpus=environment.target
-                if len(environment.reserved) >= executor._capped(environment)
+                if len(environment.reserved) >= executor._capped(environment) > 0
                 else len(environment.reserved),
+                reason=environment.reason,
             )
             executor._settle_locked(self.region)
             return state
@@ -305,14 +334,20 @@ class LocalComputeEnvironments:
                 executor._terminate_locked(job, "The job queue was deleted")
 
 
-def restore_dedicated_computes(services: Services, executor: LocalBatchExecutor) -> int:
-    """After a start of the local stack on kept state: remake the environment and queue of every
-    dedicated compute the store has (the executor keeps them in memory only), ``VALID`` at once and
-    scaled as the compute's status says (Starting/Running: its vCPUs; others 0). A compute being
-    created or deleted is left to the meter's next tick. Returns how many were remade."""
+def restore_dedicated_computes(
+    services: Services, executor: LocalBatchExecutor, last_alive: datetime | None = None
+) -> int:
+    """After a start of the local stack on kept state: first bill each compute the last run left
+    started up to ``last_alive`` (the last run's last sign of life) and stop it
+    (``recovery_computes``: its emulated capacity died with that run), then remake the environment
+    and queue of every dedicated compute the store has (the executor keeps them in memory only),
+    ``VALID`` at once and scaled as the compute's status says (Starting/Running: its vCPUs; others
+    0). A compute being created or deleted is left to the meter's next tick. Returns how many were
+    remade."""
     store = services.compute_store
     if store is None:
         return 0
+    recover_dedicated_computes(services, last_alive)
     remade = 0
     for compute in store.list_all_computes():
         if compute.status in (ComputeStatus.CREATING, ComputeStatus.DELETING):

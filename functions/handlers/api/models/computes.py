@@ -78,7 +78,8 @@ class ComputeView(BaseModel):
     creditsSpent: Credits = Field(description="Credits settled so far (every run).")
     runningSeconds: int = Field(description="Extension: seconds billed so far (every run).")
     runningSince: str | None = Field(
-        description="Extension: when the current run began (null unless Running)."
+        description="Extension: when the current billed run began: its start request (null unless "
+        "Starting or Running)."
     )
     createdAt: str
 
