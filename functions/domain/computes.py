@@ -312,7 +312,9 @@ _ZONES: list[frozenset[str]] = []
 
 def _time_zones() -> frozenset[str]:
     if not _ZONES:
-        _ZONES.append(frozenset(available_timezones()) | {"UTC"})
+        # The tz database's files that name no place: the host's own zone ("localtime", which differs by
+        # machine), "Factory" (a placeholder whose abbreviation is "-00") and "posixrules".
+        _ZONES.append((frozenset(available_timezones()) | {"UTC"}) - {"localtime", "Factory", "posixrules"})
     return _ZONES[0]
 
 

@@ -84,6 +84,7 @@ def test_put_is_idempotent_and_holds_the_quota(stack: Stack, computes: FakeCompu
     [
         ({**SPEC, "machineClass": "Huge"}, "machineClass"),
         ({**SPEC, "count": 0}, "count"),
+        ({**SPEC, "count": "2"}, "count"),
         ({**SPEC, "geoZone": "Mars"}, "geoZone"),
         ({**SPEC, "extra": 1}, "extra"),
     ],
@@ -215,6 +216,8 @@ def test_idle_stop_and_daily_schedule(stack: Stack, computes: FakeComputeEnviron
         ({"idleStopMinutes": 0}, "idleStopMinutes"),
         ({"daily": [{"start": "8:00", "timeZone": "UTC"}]}, "daily[0].start"),
         ({"daily": [{"start": "08:00", "timeZone": "Nowhere/Land"}]}, "daily[0].timeZone"),
+        ({"daily": [{"start": "08:00", "timeZone": "localtime"}]}, "daily[0].timeZone"),
+        ({"daily": [{"start": "08:00", "timeZone": "Factory"}]}, "daily[0].timeZone"),
     ],
 )
 def test_bad_schedules_are_400(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
 from functions.domain.computes import (
     MAX_COUNT,
@@ -34,7 +34,10 @@ class PutComputeBody(BaseModel):
         json_schema_extra={"enum": list(MACHINE_CLASSES)},
     )
     geoZone: str = geo_zone_field("Automatic | UnitedStates | EuropeanUnion.")
-    count: int = Field(default=1, ge=1, le=MAX_COUNT, description=f"Machines of the class (1..{MAX_COUNT}).")
+    # Strict: a JSON number, not "2" (as creditConstraint and the other numbers of this API).
+    count: StrictInt = Field(
+        default=1, ge=1, le=MAX_COUNT, description=f"Machines of the class (1..{MAX_COUNT})."
+    )
 
 
 class DailyScheduleModel(BaseModel):
