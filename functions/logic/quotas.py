@@ -184,7 +184,7 @@ def _admission_pass(
     """One pass over the keys with units queued (``admit_waiting``); appends to ``admitted`` and
     returns True when an admission lost a race (the caller re-reads)."""
     store = services.store
-    heads: list[tuple[str, str]] = []  # (job id, key name): the oldest unread-by-the-plan job per key
+    heads: list[tuple[str, str]] = []  # (job id, key name): each key's oldest job not yet offered
     queues: dict[str, _KeyQueue] = {}
     quiet: list[QuotaKey] = []
     for key in waiting:
