@@ -89,6 +89,9 @@ class IdleBatchGateway:
     def describe_jobs(self, batch_job_ids: Sequence[str], observed_at_ms: int) -> list[Any]:
         return []
 
+    def find_job_by_name(self, job_queue: str, job_name: str) -> str | None:
+        return None
+
 
 class NullNotifier:
     """Sends nothing (the meter sends no notification for these jobs)."""

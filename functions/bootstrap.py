@@ -212,6 +212,7 @@ def build_services(
             settings.accounts_table,
             settings.ledger_table,
             clock=clock,
+            quotas_table=settings.quotas_table,
         ),
         compute_store=DynamoComputeStore(
             dynamodb, settings.computes_table, settings.accounts_table, settings.ledger_table

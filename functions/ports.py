@@ -248,11 +248,13 @@ class JobRepository(Protocol):
         """Set a held job's ``statusReason`` (no-op once it is no longer held), also as the reason its
         held record carries (``HeldJob.reason``)."""
 
-    def claim_dispatch(self, job_id: str) -> Job | None:
-        """``Admitted`` → ``Dispatching`` while not final; the job, or None for the writers that lost."""
+    def claim_dispatch(self, job_id: str, now: datetime) -> Job | None:
+        """``Admitted`` → ``Dispatching`` (claimed at ``now``) while not final; the job, or None for the
+        writers that lost."""
 
-    def release_dispatch(self, job_id: str) -> None:
-        """``Dispatching`` → ``Admitted`` (SubmitJob failed for now)."""
+    def release_dispatch(self, job_id: str) -> bool:
+        """``Dispatching`` → ``Admitted`` (SubmitJob failed for now, or a dead dispatcher's claim whose
+        job AWS Batch does not have); False when the job was no longer ``Dispatching``."""
 
     def record_dispatch(self, job_id: str, batch_job_id: str) -> Job | None:
         """Record SubmitJob's Batch job id and ``Dispatched``; the job after the write, or None."""
@@ -340,6 +342,11 @@ class BatchGateway(Protocol):
 
         ``observed_at_ms`` stands in for a final job's missing ``stoppedAt``.
         """
+
+    def find_job_by_name(self, job_queue: str, job_name: str) -> str | None:
+        """The Batch job id of the job named ``job_name`` in ``job_queue`` (ListJobs with a ``JOB_NAME``
+        filter: jobs in any status, while Batch keeps them), the oldest when several; None when Batch
+        has none. Raises ``DependencyFailed`` when Batch fails or cannot be reached."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -483,6 +490,11 @@ class OperationsStore(Protocol):
     def save_class_state(self, state: ClassAvailability, audit: AuditEntry) -> None:
         """Store ``state`` and its audit entry in one transaction, only if the stored version is
         ``state.version - 1``. Raises ``ConditionFailed`` when another change came first."""
+
+    def save_quota_limits(self, account_id: str, limits: QuotaLimits, audit: AuditEntry) -> None:
+        """Store an account's quota ``limits`` and their audit entry in one transaction, only if the
+        stored version is ``limits.version - 1``. Raises ``ConditionFailed`` when another change came
+        first."""
 
     def record(self, audit: AuditEntry) -> None:
         """Add an audit entry (of a change made outside DynamoDB, e.g. in AWS Batch)."""

@@ -26,7 +26,7 @@ Finding = tuple[str, str]
 # Reasons shared by several scopes.
 _XRAY_DESCRIBE_SMS = (
     "Resource '*' only for actions that have no resource-level permissions: xray:PutTraceSegments and "
-    "xray:PutTelemetryRecords (active tracing), batch:DescribeJobs, batch:DescribeJobQueues, "
+    "xray:PutTelemetryRecords (active tracing), batch:DescribeJobs, batch:ListJobs, batch:DescribeJobQueues, "
     "batch:DescribeComputeEnvironments, and sns:Publish to a phone number (SMS has no ARN). Data actions "
     "and batch:UpdateJobQueue/UpdateComputeEnvironment are all scoped to the service's own resources."
 )

@@ -36,7 +36,8 @@ class FakeLambdaContext(LambdaContext):
 @dataclass
 class RecordingBatchGateway:
     """A ``BatchGateway`` that records submissions and terminations; ``fail`` makes submit refuse,
-    ``fail_terminate`` refuses that many TerminateJob calls (all calls are in ``terminate_calls``)."""
+    ``fail_terminate`` refuses that many TerminateJob calls (all calls are in ``terminate_calls``);
+    ``find_job_by_name`` finds what was submitted here."""
 
     submissions: list[BatchSubmission] = field(default_factory=list)
     terminations: list[tuple[str, str]] = field(default_factory=list)
@@ -45,12 +46,24 @@ class RecordingBatchGateway:
     described: list[list[str]] = field(default_factory=list)
     fail_terminate: int = 0
     terminate_calls: list[tuple[str, str]] = field(default_factory=list)
+    # The Batch id each submission got (same order as ``submissions``), and every ListJobs by name.
+    submitted_ids: list[str] = field(default_factory=list)
+    found_by_name: list[tuple[str, str]] = field(default_factory=list)
 
     def submit_job(self, submission: BatchSubmission) -> str:
         if self.fail:
             raise DependencyFailed("AWS Batch did not accept the job")
         self.submissions.append(submission)
-        return str(uuid.uuid4())
+        batch_job_id = str(uuid.uuid4())
+        self.submitted_ids.append(batch_job_id)
+        return batch_job_id
+
+    def find_job_by_name(self, job_queue: str, job_name: str) -> str | None:
+        self.found_by_name.append((job_queue, job_name))
+        for submission, batch_job_id in zip(self.submissions, self.submitted_ids, strict=True):
+            if (submission.job_queue, submission.job_name) == (job_queue, job_name):
+                return batch_job_id
+        return None
 
     def terminate_job(self, batch_job_id: str, reason: str) -> None:
         self.terminate_calls.append((batch_job_id, reason))

@@ -32,6 +32,11 @@ CLIENT_ERROR_CODES = frozenset({"ClientException"})
 # DescribeJobs takes at most 100 job ids (AWS Batch API reference).
 DESCRIBE_BATCH_SIZE = 100
 
+# ListJobs' filter on the job name: with a filter, ListJobs returns jobs in any status (its
+# ``jobStatus`` is ignored) and matches the name case-insensitively, a trailing ``*`` as a prefix (AWS
+# Batch API reference, ListJobs, ``filters``).
+JOB_NAME_FILTER = "JOB_NAME"
+
 # AWS Batch's smallest attemptDurationSeconds (SubmitJob API reference, JobTimeout).
 MIN_TIMEOUT_SECONDS = 60
 
@@ -148,3 +153,24 @@ class AwsBatchGateway:
                     logger.warning("job detail not understood", batch_job_id=raw.get("jobId"))
                     continue
         return states
+
+    def find_job_by_name(self, job_queue: str, job_name: str) -> str | None:
+        """ListJobs of ``job_queue`` with a ``JOB_NAME`` filter (every page), keeping the summaries whose
+        name is exactly ``job_name`` (the filter is case-insensitive and reads a trailing ``*`` as a
+        prefix); the oldest one's id (``createdAt``), or None.
+
+        Raises ``DependencyFailed`` when Batch refuses (a queue it does not know is a
+        ``ClientException``), throttles or cannot be reached.
+        """
+        found: list[tuple[int, str]] = []
+        with translated_errors("list the jobs", "the meter retries."):
+            pages = self._batch.get_paginator("list_jobs").paginate(
+                jobQueue=job_queue, filters=[{"name": JOB_NAME_FILTER, "values": [job_name]}]
+            )
+            for page in pages:
+                for summary in page.get("jobSummaryList", []):
+                    if summary["jobName"] == job_name:
+                        found.append((summary.get("createdAt", 0), summary["jobId"]))
+        if len(found) > 1:
+            logger.warning("several batch jobs share a name", job_name=job_name, count=len(found))
+        return min(found)[1] if found else None

@@ -5,12 +5,16 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 from aws_lambda_powertools import Logger
 
 from functions.adapters.errors import translate_errors
 from functions.domain.errors import DependencyFailed
+
+if TYPE_CHECKING:  # the stubs are a dev dependency; the Lambda runtime has no need of them
+    from mypy_boto3_sqs import SQSClient
+    from mypy_boto3_sqs.type_defs import SendMessageBatchRequestEntryTypeDef
 
 logger = Logger(child=True)
 
@@ -30,10 +34,9 @@ def admission_message(account_id: str) -> str:
 
 
 class SqsDispatchQueue:
-    """``DispatchQueue`` on one SQS queue (a boto3 ``sqs`` client and the queue's URL; the project has
-    no SQS type stubs, so the client is untyped)."""
+    """``DispatchQueue`` on one SQS queue (a typed boto3 ``sqs`` client and the queue's URL)."""
 
-    def __init__(self, client: Any, queue_url: str) -> None:
+    def __init__(self, client: SQSClient, queue_url: str) -> None:
         self._sqs = client
         self._url = queue_url
 
@@ -52,7 +55,9 @@ class SqsDispatchQueue:
         for start in range(0, len(bodies), SEND_BATCH_SIZE):
             pending = list(bodies[start : start + SEND_BATCH_SIZE])
             for _ in range(2):
-                entries = [{"Id": str(i), "MessageBody": body} for i, body in enumerate(pending)]
+                entries: list[SendMessageBatchRequestEntryTypeDef] = [
+                    {"Id": str(i), "MessageBody": body} for i, body in enumerate(pending)
+                ]
                 with translate_errors("sqs", "SendMessageBatch", failed="The dispatch queue is unavailable."):
                     response = self._sqs.send_message_batch(QueueUrl=self._url, Entries=entries)
                 failed = {int(f["Id"]) for f in response.get("Failed", [])}

@@ -46,6 +46,7 @@ class AuditAction(StrEnum):
     ENABLE_CLASS = "EnableMachineClass"
     SET_CAPACITY = "SetCapacity"
     GRANT_CREDITS = "GrantCredits"
+    SET_QUOTAS = "SetQuotas"
 
 
 class ClassUnavailable(ServiceError):
@@ -99,7 +100,8 @@ class AuditEntry:
     Attributes
     ----------
     entry_id : str
-        Unique; deterministic for a request made with an ``Idempotency-Key`` (see ``audit_entry_id``).
+        Unique; deterministic for a request made with an ``Idempotency-Key`` (see
+        ``functions.logic.audit.audit_entry_id``).
     at : datetime
         When the change was made (UTC).
     actor : str

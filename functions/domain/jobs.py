@@ -164,6 +164,9 @@ class Job:
     dispatch_state : DispatchState | None
         Where a job submitted through the quota and the dispatcher is (``functions.logic.quotas``,
         ``functions.logic.dispatch``); None for a job that never took part (an array's child).
+    dispatch_claimed_at : datetime | None
+        When a dispatcher last claimed the job for SubmitJob (``Dispatching``): the meter's backstop
+        recovers a claim older than ``dispatch.CLAIM_TIMEOUT`` (its dispatcher died).
     """
 
     job_id: str
@@ -209,6 +212,7 @@ class Job:
     compute: str | None = None
     submitted_by: str | None = None
     dispatch_state: DispatchState | None = None
+    dispatch_claimed_at: datetime | None = None
 
     @property
     def holds_quota(self) -> bool:

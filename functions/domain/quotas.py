@@ -28,6 +28,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Any
 
 from functions.domain.errors import QuotaExceeded, ValidationFailed
 from functions.domain.machine_classes import MACHINE_CLASSES, GeoZone, MachineClass
@@ -122,10 +123,13 @@ class QuotaLimits:
     """An account's limits: its overrides (set by an operator) over the defaults.
 
     ``overrides`` maps a ``QuotaKey`` to its limit; ``total`` overrides ``DEFAULT_TOTAL_LIMIT`` when set.
+    ``version`` counts the operators' changes (0: none stored): each change is written only over the
+    version it read, so two operators at once never both win, nor log a ``before`` that was not.
     """
 
     overrides: Mapping[QuotaKey, int] = field(default_factory=dict)
     total: int | None = None
+    version: int = 0
 
     def limit(self, key: QuotaKey) -> int:
         """The limit of ``key`` (units)."""
@@ -140,8 +144,29 @@ class QuotaLimits:
         self, changes: Mapping[QuotaKey, int], total: int | None, set_total: bool
     ) -> QuotaLimits:
         """These limits with ``changes`` replacing theirs (others keep theirs) and, with ``set_total``,
-        the total set to ``total`` (None: back to the default)."""
-        return QuotaLimits({**self.overrides, **changes}, total if set_total else self.total)
+        the total set to ``total`` (None: back to the default): the next version."""
+        return QuotaLimits(
+            {**self.overrides, **changes}, total if set_total else self.total, version=self.version + 1
+        )
+
+    def same_as(self, other: QuotaLimits) -> bool:
+        """True when both store the same overrides and total (whatever their versions)."""
+        return dict(self.overrides) == dict(other.overrides) and self.total == other.total
+
+    def view(self) -> dict[str, Any]:
+        """The audit log's ``before``/``after`` of an account's limits, in the spelling of
+        ``PUT /admin/accounts/{accountId}/quotas``'s body: every family in every zone and the total,
+        each as in force (an override, else the default)::
+
+            {"quotas": [{"family": "Basic", "geoZone": "UnitedStates", "limit": 64}, ...], "total": 768}
+        """
+        return {
+            "quotas": [
+                {"family": key.family.value, "geoZone": key.zone.value, "limit": self.limit(key)}
+                for key in ALL_KEYS
+            ],
+            "total": self.total_limit,
+        }
 
 
 def check_limit(value: int, field_path: str) -> int:

@@ -37,6 +37,10 @@ EMAIL_PATTERN = (
     r"^[A-Za-z0-9.!#$%&'*+/=?^_`{|}~-]{1,64}"
     r"@[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)+$"
 )
+# A 24-hour clock time, HH:MM (a schedule's daily start or stop).
+CLOCK_PATTERN = r"^([01][0-9]|2[0-3]):[0-5][0-9]$"
+# Any text without a NUL (a command's argument: exec cannot pass one).
+NO_NUL_PATTERN = r"^[^\x00]*$"
 # An https:// address as sent on the wire: visible ASCII only (hosts in their xn-- form).
 URL_CHARS_PATTERN = r"^[\x21-\x7e]+$"
 

@@ -33,6 +33,14 @@ def _operations(services: Services) -> OperationsStore:
     return services.operations
 
 
+def audit_entry_id(actor: str, action: AuditAction, target: str, idempotency_key: str | None) -> str:
+    """An audit entry's id: with an ``Idempotency-Key``, a digest of (operator, action, target, key),
+    the same for every retry of the request; without one, random (every request its own entry)."""
+    if idempotency_key is None:
+        return secrets.token_hex(16)
+    return request_digest(actor, action.value, target, idempotency_key)
+
+
 def grant_entry_id(actor: str, account_id: str, idempotency_key: str | None, now: datetime) -> str:
     """The grant's ledger id: ``grant#key#<digest of operator, account, key>`` with a key (the same
     for every retry), else ``grant#<time>#<random>`` (every request its own grant)."""

@@ -8,7 +8,10 @@ throttling is retried with exponential backoff and jitter, and a job AWS Batch r
 that stays unaccepted after ``MAX_RECEIVES`` deliveries) ends ``Terminated`` with the reason, free.
 
 A job is claimed before SubmitJob (``Admitted`` → ``Dispatching``, a conditional write), so a message
-delivered twice submits once, and a job aborted before its turn is never submitted.
+delivered twice submits once, and a job aborted before its turn is never submitted. A dispatcher that
+dies between its claim and the record of SubmitJob's answer leaves the job ``Dispatching``: the meter's
+backstop finds it after ``CLAIM_TIMEOUT`` and ``recover_claim`` looks it up in AWS Batch by name (the
+job's id, SubmitJob's ``jobName``) before anything else, so it is never submitted twice.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from enum import StrEnum
 
 from aws_lambda_powertools import Logger
@@ -33,7 +36,7 @@ from functions.logic import quotas
 from functions.logic.computes import note_job_submitted
 from functions.logic.job_outcomes import final_charge
 from functions.logic.notifying import deliver_due_notifications
-from functions.ports import Services
+from functions.ports import BatchSubmission, Services
 
 logger = Logger(child=True)
 
@@ -49,6 +52,14 @@ MAX_RECEIVES = 8
 NOT_ACCEPTED_REASON = "AWS Batch did not accept the job after {attempts} attempts; nothing was charged"
 REFUSED_REASON = "AWS Batch refused the job; nothing was charged"
 MAX_END_ATTEMPTS = 10
+# How long a claim (``Dispatching``) may stand before the meter's backstop takes it for a dead
+# dispatcher's (``recover_claim``). The dispatcher Lambda runs at most 60 s (infra/constants.py,
+# ``LAMBDA_TIMEOUT_SECONDS["dispatcher"]``; Lambda stops an invocation at its timeout) and records
+# SubmitJob's answer within ``SUBMIT_ATTEMPTS`` calls and backoffs of at most ``BACKOFF_CAP_SECONDS``
+# of it; the local stack's dispatcher works the same way. 15 minutes is fifteen of those lifetimes: no
+# live dispatcher still holds a claim that old, and a job it submitted is long listed by AWS Batch
+# (tests/unit/test_dispatch_claims.py keeps the bound above ten Lambda timeouts).
+CLAIM_TIMEOUT = timedelta(minutes=15)
 
 
 class DispatchOutcome(StrEnum):
@@ -58,6 +69,16 @@ class DispatchOutcome(StrEnum):
     SKIPPED = "skipped"  # not admitted, claimed by another dispatcher, sent already, ended or gone
     ENDED = "ended"  # refused for good or never accepted: Terminated with the reason
     RETRY = "retry"  # AWS Batch busy or unreachable: deliver the message again later
+
+
+class ClaimRecovery(StrEnum):
+    """What ``recover_claim`` did with a job left ``Dispatching``."""
+
+    WAITING = "waiting"  # claimed less than CLAIM_TIMEOUT ago: its dispatcher may still be at work
+    RECORDED = "recorded"  # AWS Batch has it: its Batch id recorded (``Dispatched``)
+    REQUEUED = "requeued"  # AWS Batch has none: the claim given back, the job enqueued again
+    ENDED = "ended"  # AWS Batch has none and it was aborted meanwhile: Terminated, free
+    SKIPPED = "skipped"  # not a standing claim (any more): sent, released or ended by another writer
 
 
 class Pacer:
@@ -174,28 +195,14 @@ def dispatch_job(
     DependencyFailed
         DynamoDB failed (the queue delivers the message again).
     """
-    from functions.logic.submission import batch_submission, terminate  # submission imports this module
-
     job = services.store.get_job(job_id)
     if job is None or job.is_final or job.dispatch_state != DispatchState.ADMITTED:
         return DispatchOutcome.SKIPPED
-    claimed = services.store.claim_dispatch(job_id)
+    claimed = services.store.claim_dispatch(job_id, services.clock())
     if claimed is None:
         return DispatchOutcome.SKIPPED
     zone_services = services.zones[claimed.geo_zone]
-    # A job on a dedicated compute goes to that compute's own job queue (``domain.computes``).
-    job_queue = (
-        resource_name(services.compute_prefix, claimed.account_id, claimed.compute)
-        if claimed.compute is not None
-        else None
-    )
-    submission = batch_submission(
-        claimed,
-        machine_class(claimed.machine_class),
-        zone_services,
-        job_name=claimed.job_id,
-        job_queue=job_queue,
-    )
+    submission = _submission(services, claimed)
     batch_job_id: str | None = None
     for attempt in range(SUBMIT_ATTEMPTS):
         if pacer is not None:
@@ -219,14 +226,102 @@ def dispatch_job(
         services.store.release_dispatch(job_id)
         return DispatchOutcome.RETRY
     recorded = services.store.record_dispatch(job_id, batch_job_id) or services.store.get_job(job_id)
+    _after_submit(services, claimed, recorded, batch_job_id)
+    return DispatchOutcome.SUBMITTED
+
+
+def _submission(services: Services, job: Job) -> BatchSubmission:
+    """The job's SubmitJob (``jobName`` its id); a job on a dedicated compute goes to that compute's own
+    job queue (``domain.computes``)."""
+    from functions.logic.submission import batch_submission  # submission imports this module
+
+    job_queue = (
+        resource_name(services.compute_prefix, job.account_id, job.compute)
+        if job.compute is not None
+        else None
+    )
+    return batch_submission(
+        job,
+        machine_class(job.machine_class),
+        services.zones[job.geo_zone],
+        job_name=job.job_id,
+        job_queue=job_queue,
+    )
+
+
+def _after_submit(services: Services, claimed: Job, recorded: Job | None, batch_job_id: str) -> None:
+    """What follows SubmitJob's answer once recorded: the count, a dedicated compute's activity, and the
+    termination of a job aborted while SubmitJob was in flight (the abort recorded its reason)."""
+    from functions.logic.submission import terminate  # submission imports this module
+
     services.events.count("JobsDispatched")
-    logger.info("job dispatched", job_id=job_id, batch_job_id=batch_job_id)
+    logger.info("job dispatched", job_id=claimed.job_id, batch_job_id=batch_job_id)
     if claimed.compute is not None:
         note_job_submitted(services, claimed.account_id, claimed.compute, services.clock())
     if recorded is not None and not recorded.is_final and recorded.termination_reason:
-        # Aborted while SubmitJob was in flight: the abort recorded its reason; terminate it now.
         terminate(services, recorded, recorded.termination_reason)
-    return DispatchOutcome.SUBMITTED
+
+
+def recover_claim(services: Services, job: Job, now: datetime) -> ClaimRecovery:
+    """The meter's backstop for a job left ``Dispatching`` by a dispatcher that died between its claim
+    and the record of SubmitJob's answer (no Batch id on the job).
+
+    A claim younger than ``CLAIM_TIMEOUT`` is left to its dispatcher. An older one: the job is looked
+    up in AWS Batch by name first (ListJobs of its job queue with a ``JOB_NAME`` filter; SubmitJob's
+    ``jobName`` is the job's id), so it is never submitted twice:
+
+    - found: its Batch id is recorded (``Dispatched``), as the dispatcher would have; its events
+      follow, or the reconciliation applies its state (a job aborted meanwhile is terminated now);
+    - not found: the claim is given back (``Admitted``) and the job enqueued again, for the
+      dispatcher to claim and submit; a job aborted meanwhile ends ``Terminated`` instead, free.
+
+    Parameters
+    ----------
+    job : Job
+        The job as the meter read it.
+    now : datetime
+        The meter's tick time.
+
+    Raises
+    ------
+    DependencyFailed
+        AWS Batch or DynamoDB failed (the next tick tries again; nothing was changed in Batch).
+    """
+    if job.dispatch_state != DispatchState.DISPATCHING or job.batch_job_id is not None or job.is_final:
+        return ClaimRecovery.SKIPPED
+    # A claim made before claims carried their time is as old as the job's last event at least.
+    claimed_at = job.dispatch_claimed_at or job.last_event_at or job.submitted_at
+    if now - claimed_at < CLAIM_TIMEOUT:
+        return ClaimRecovery.WAITING
+    return _settle_stranded(services, job, now)
+
+
+def _settle_stranded(services: Services, job: Job, now: datetime) -> ClaimRecovery:
+    """``recover_claim`` past the bound: record what AWS Batch has under the job's name, else give the
+    claim back and enqueue the job (or end it, aborted meanwhile)."""
+    submission = _submission(services, job)
+    try:
+        batch_job_id = services.zones[job.geo_zone].batch.find_job_by_name(
+            submission.job_queue, submission.job_name
+        )
+    except BatchRefused:
+        # AWS Batch does not know the queue (a dedicated compute deleted meanwhile): nothing is in it.
+        batch_job_id = None
+    if batch_job_id is not None:
+        recorded = services.store.record_dispatch(job.job_id, batch_job_id)
+        if recorded is None:
+            return ClaimRecovery.SKIPPED
+        logger.warning("stranded claim recorded", job_id=job.job_id, batch_job_id=batch_job_id)
+        _after_submit(services, job, recorded, batch_job_id)
+        return ClaimRecovery.RECORDED
+    if job.termination_reason:
+        end_undispatched(services, job, job.termination_reason, now)
+        return ClaimRecovery.ENDED
+    if not services.store.release_dispatch(job.job_id):
+        return ClaimRecovery.SKIPPED
+    logger.warning("stranded claim released", job_id=job.job_id)
+    enqueue(services, [job.job_id])
+    return ClaimRecovery.REQUEUED
 
 
 def end_undispatched(services: Services, job: Job, reason: str, now: datetime) -> Job:

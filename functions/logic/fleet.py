@@ -15,7 +15,6 @@ request finds the state already set, writes nothing and records no second audit 
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -35,9 +34,9 @@ from functions.domain.fleet import (
     disabled,
     enabled,
     ensure_available,
-    request_digest,
 )
 from functions.domain.machine_classes import MACHINE_CLASSES, GeoZone
+from functions.logic.audit import audit_entry_id
 from functions.ports import (
     ClassLoad,
     ComputeEnvironmentInfo,
@@ -208,12 +207,6 @@ def _zone_statuses(
     return statuses
 
 
-def _audit_id(actor: str, action: AuditAction, target: str, idempotency_key: str | None) -> str:
-    if idempotency_key is None:
-        return secrets.token_hex(16)
-    return request_digest(actor, action.value, target, idempotency_key)
-
-
 def set_class_availability(
     services: Services,
     *,
@@ -292,7 +285,7 @@ def _save(
     idempotency_key: str | None,
 ) -> None:
     audit = AuditEntry(
-        entry_id=_audit_id(actor, action, target, idempotency_key),
+        entry_id=audit_entry_id(actor, action, target, idempotency_key),
         at=now,
         actor=actor,
         action=action,
@@ -351,7 +344,7 @@ def set_capacity(
         target = class_target(machine_class, zone)
         operations.record(
             AuditEntry(
-                entry_id=_audit_id(actor, AuditAction.SET_CAPACITY, target, idempotency_key),
+                entry_id=audit_entry_id(actor, AuditAction.SET_CAPACITY, target, idempotency_key),
                 at=now,
                 actor=actor,
                 action=AuditAction.SET_CAPACITY,

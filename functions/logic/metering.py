@@ -33,7 +33,7 @@ from functions.domain.metering import MeterReading, balance_exhausted, read_arra
 from functions.domain.notification_schedule import due_notifications
 from functions.logic.array_events import finish_array
 from functions.logic.computes import meter_computes
-from functions.logic.dispatch import admit_and_enqueue, enqueue
+from functions.logic.dispatch import ClaimRecovery, admit_and_enqueue, enqueue, recover_claim
 from functions.logic.job_events import apply_job_state_change
 from functions.logic.notifying import deliver_due_notifications
 from functions.logic.submission import terminate
@@ -350,7 +350,13 @@ def _nudge_undispatched(services: Services, job: Job, now: datetime) -> None:
     """The backstop of a job not yet in AWS Batch that had no event for a while: admit what its
     account's quota lets go (an admission a failure cut short), send an admitted job's message again
     (one lost or dead-lettered; the dispatcher's claim makes a repeat harmless), then mark it checked.
-    A job in ``Dispatching`` is left to its dispatcher."""
+    A job in ``Dispatching`` is left to its dispatcher for ``dispatch.CLAIM_TIMEOUT``; past it, its
+    dispatcher died mid-way, and ``dispatch.recover_claim`` records the Batch job AWS Batch has under
+    its name, or gives the claim back and enqueues it again (never a second SubmitJob)."""
+    if job.dispatch_state == DispatchState.DISPATCHING:
+        recovery = recover_claim(services, job, now)
+        if recovery != ClaimRecovery.WAITING:
+            logger.info("stranded claim recovered", job_id=job.job_id, outcome=recovery.value)
     admitted = admit_and_enqueue(services, job.account_id)
     if job.dispatch_state == DispatchState.ADMITTED and job.job_id not in admitted:
         enqueue(services, [job.job_id])

@@ -18,11 +18,13 @@ import heapq
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 from aws_lambda_powertools import Logger
 
-from functions.domain.errors import NotFound
+from functions.domain.errors import ConditionFailed, Conflict, DependencyFailed, NotFound, ValidationFailed
+from functions.domain.fleet import AuditAction, AuditEntry, account_target
 from functions.domain.jobs import DispatchState, Job
 from functions.domain.machine_classes import GeoZone, MachineClass
 from functions.domain.quotas import (
@@ -40,6 +42,7 @@ from functions.domain.quotas import (
     quota_lines,
     waiting_reason,
 )
+from functions.logic.audit import audit_entry_id
 
 if TYPE_CHECKING:
     from functions.ports import Services
@@ -248,29 +251,69 @@ def set_account_quotas(
     changes: Sequence[tuple[str, str, int]],
     total: int | None,
     set_total: bool,
+    *,
+    actor: str,
+    now: datetime,
+    idempotency_key: str | None = None,
 ) -> QuotaReport:
     """``PUT /admin/accounts/{accountId}/quotas``: the listed (family, zone, limit) entries replace
     those limits, the others keep theirs; with ``set_total``, the total becomes ``total`` (None: the
     default). Jobs held under the old limits are admitted at once if the new ones let them.
+
+    The new limits and an audit entry (``SetQuotas``: who, when, every limit before and after,
+    ``QuotaLimits.view``) are written in one transaction, over the version of the limits read. A
+    request that finds the limits it asks for changes nothing and records nothing (so a retry, with
+    or without an ``Idempotency-Key``, never counts twice), as the fleet actions do.
 
     Raises
     ------
     NotFound
         No such account.
     ValidationFailed
-        A limit outside 0..``quotas.MAX_LIMIT`` (``field`` names the entry).
+        A limit outside 0..``quotas.MAX_LIMIT``, or a family and zone listed twice (``field`` names
+        the entry).
+    Conflict
+        Another operator changed the account's limits at the same moment (read them, retry).
+    DependencyFailed
+        DynamoDB failed, or the operations store (the audit log) is not configured.
     """
     if services.store.get_account(account_id) is None:
         raise NotFound(f"No account {account_id}.")
     parsed: dict[QuotaKey, int] = {}
     for index, (family, zone, limit) in enumerate(changes):
-        parsed[QuotaKey.parse(f"{family}#{zone}")] = check_limit(limit, f"quotas[{index}].limit")
+        key = QuotaKey.parse(f"{family}#{zone}")
+        if key in parsed:
+            raise ValidationFailed(
+                f"quotas lists {family} in {zone} twice; give each family and zone once.",
+                field=f"quotas[{index}]",
+            )
+        parsed[key] = check_limit(limit, f"quotas[{index}].limit")
     if set_total and total is not None:
         check_limit(total, "total")
-    limits: QuotaLimits = services.store.get_quota_limits(account_id).with_changes(parsed, total, set_total)
-    services.store.put_quota_limits(account_id, limits)
-    logger.info("quotas set", account_id=account_id, changed=len(parsed), total=limits.total)
-    # Raised limits may let held jobs go now (imported here: dispatch imports this module).
+    if services.operations is None:
+        raise DependencyFailed("the operations store (the audit log) is not configured")
+    current = services.store.get_quota_limits(account_id)
+    limits = current.with_changes(parsed, total, set_total)
+    if not limits.same_as(current):
+        target = account_target(account_id)
+        audit = AuditEntry(
+            entry_id=audit_entry_id(actor, AuditAction.SET_QUOTAS, target, idempotency_key),
+            at=now,
+            actor=actor,
+            action=AuditAction.SET_QUOTAS,
+            target=target,
+            before=current.view(),
+            after=limits.view(),
+        )
+        try:
+            services.operations.save_quota_limits(account_id, limits, audit)
+        except ConditionFailed:
+            raise Conflict(
+                "Another operator changed this account's quotas just now; read them and try again."
+            ) from None
+    logger.info("quotas set", account_id=account_id, changed=not limits.same_as(current), total=limits.total)
+    # Raised limits may let held jobs go now (also after an earlier attempt that stopped before this
+    # point; imported here: dispatch imports this module).
     from functions.logic.dispatch import admit_and_enqueue
 
     admit_and_enqueue(services, account_id)

@@ -323,6 +323,9 @@ def submit_job(services: Services, account_id: str, request: JobRequest, now: da
         # The job is stored and held: the account's next release or submit, or the meter's
         # backstop, admits it.
         logger.exception("admission deferred", job_id=job.job_id)
+    if services.dispatch is not None:
+        return job  # held as written: the dispatcher admits it later
+    # Without a queue the admission ran here and may have sent (or ended) it: read it.
     return services.store.get_job(job.job_id) or job
 
 

@@ -8,13 +8,12 @@ instances (each paces SubmitJob at ``DISPATCH_TPS`` / ``DISPATCH_MAX_CONCURRENCY
 
 from __future__ import annotations
 
-from aws_cdk import Duration
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_lambda_event_sources as sources
-from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
 from infra import constants
+from infra.constructs.queues import secure_queue
 
 
 class DispatchQueue(Construct):
@@ -27,22 +26,15 @@ class DispatchQueue(Construct):
 
     def __init__(self, scope: Construct, construct_id: str) -> None:
         super().__init__(scope, construct_id)
-        self.dead_letter_queue = sqs.Queue(
-            self,
-            "DeadLetterQueue",
-            encryption=sqs.QueueEncryption.SQS_MANAGED,
-            enforce_ssl=True,
-            retention_period=Duration.days(constants.DISPATCH_DLQ_RETENTION_DAYS),
+        self.dead_letter_queue = secure_queue(
+            self, "DeadLetterQueue", retention_days=constants.DISPATCH_DLQ_RETENTION_DAYS
         )
-        self.queue = sqs.Queue(
+        self.queue = secure_queue(
             self,
             "Queue",
-            encryption=sqs.QueueEncryption.SQS_MANAGED,
-            enforce_ssl=True,
-            visibility_timeout=Duration.seconds(constants.DISPATCH_VISIBILITY_TIMEOUT_SECONDS),
-            dead_letter_queue=sqs.DeadLetterQueue(
-                queue=self.dead_letter_queue, max_receive_count=constants.DISPATCH_MAX_RECEIVE_COUNT
-            ),
+            visibility_timeout_seconds=constants.DISPATCH_VISIBILITY_TIMEOUT_SECONDS,
+            dead_letter_queue=self.dead_letter_queue,
+            max_receive_count=constants.DISPATCH_MAX_RECEIVE_COUNT,
         )
 
     def connect(self, dispatcher: lambda_.Function) -> None:

@@ -20,6 +20,7 @@ from functions.adapters.event_patterns import (
     job_changing_detail_pattern,
 )
 from infra import constants
+from infra.constructs.queues import secure_queue
 
 
 def batch_state_change_pattern(job_queue_arn_prefixes: Sequence[str]) -> events.EventPattern:
@@ -79,13 +80,7 @@ class Events(Construct):
         self._configure_failed_invocations(meter, 0)
 
     def _build_dead_letter_queue(self) -> sqs.Queue:
-        return sqs.Queue(
-            self,
-            "DeadLetterQueue",
-            encryption=sqs.QueueEncryption.SQS_MANAGED,
-            enforce_ssl=True,
-            retention_period=Duration.days(constants.DLQ_RETENTION_DAYS),
-        )
+        return secure_queue(self, "DeadLetterQueue", retention_days=constants.DLQ_RETENTION_DAYS)
 
     def _build_batch_state_rule(
         self, handler: lambda_.IFunction, job_queue_arn_prefixes: Sequence[str]
@@ -153,12 +148,8 @@ class BatchEventForwarder(Construct):
         self, scope: Construct, construct_id: str, *, job_queue_arn_prefix: str, home_event_bus_arn: str
     ) -> None:
         super().__init__(scope, construct_id)
-        self.dead_letter_queue = sqs.Queue(
-            self,
-            "DeadLetterQueue",
-            encryption=sqs.QueueEncryption.SQS_MANAGED,
-            enforce_ssl=True,
-            retention_period=Duration.days(constants.DLQ_RETENTION_DAYS),
+        self.dead_letter_queue = secure_queue(
+            self, "DeadLetterQueue", retention_days=constants.DLQ_RETENTION_DAYS
         )
         self.role = iam.Role(
             self,

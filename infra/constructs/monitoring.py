@@ -108,6 +108,30 @@ class Monitoring(Construct):
             enforce_ssl=True,
         )
 
+    def _alarm(
+        self,
+        key: str,
+        *,
+        description: str,
+        metric: cloudwatch.IMetric,
+        threshold: float,
+        comparison: cloudwatch.ComparisonOperator,
+        evaluation_periods: int = 1,
+        treat_missing_data: cloudwatch.TreatMissingData = cloudwatch.TreatMissingData.NOT_BREACHING,
+    ) -> None:
+        """Alarm ``key`` (construct ``<key>Alarm``; its description prefixed with the service's name),
+        kept in ``alarms``; no data is not breaching unless said otherwise."""
+        self.alarms[key] = cloudwatch.Alarm(
+            self,
+            f"{key}Alarm",
+            alarm_description=f"{constants.SERVICE_NAME}: {description}",
+            metric=metric,
+            threshold=threshold,
+            evaluation_periods=evaluation_periods,
+            comparison_operator=comparison,
+            treat_missing_data=treat_missing_data,
+        )
+
     def _meter_count_alarm(self, name: str, description: str, *, threshold: float) -> None:
         """An alarm when the meter's count metric ``name`` (namespace ``RemoteBatch``, dimension
         ``service``; the largest value in a period) is over ``threshold``; no data is not breaching."""
@@ -118,124 +142,104 @@ class Monitoring(Construct):
             period=self._period(),
             statistic=cloudwatch.Stats.MAXIMUM,
         )
-        self.alarms[name] = cloudwatch.Alarm(
-            self,
-            f"{name}Alarm",
-            alarm_description=f"{constants.SERVICE_NAME}: {description}",
+        self._alarm(
+            name,
+            description=description,
             metric=metric,
             threshold=threshold,
-            evaluation_periods=1,
-            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
-            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+            comparison=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
         )
 
     def _period(self) -> Duration:
         return Duration.minutes(constants.ALARM_PERIOD_MINUTES)
 
     def _build_dead_letter_queue_alarm(self, name: str, queue: sqs.IQueue) -> None:
-        self.alarms[f"{name}DeadLetterQueueDepth"] = cloudwatch.Alarm(
-            self,
-            f"{name}DeadLetterQueueDepthAlarm",
-            alarm_description=(
-                f"{constants.SERVICE_NAME}: events in the {name} dead-letter queue were not delivered "
+        self._alarm(
+            f"{name}DeadLetterQueueDepth",
+            description=(
+                f"events in the {name} dead-letter queue were not delivered "
                 "or not handled; inspect and redrive them."
             ),
             metric=queue.metric_approximate_number_of_messages_visible(
                 period=self._period(), statistic=cloudwatch.Stats.MAXIMUM
             ),
             threshold=constants.DLQ_DEPTH_ALARM_THRESHOLD,
-            evaluation_periods=1,
-            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
-            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+            comparison=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
         )
 
     def _build_backlog_alarm(self, name: str, queue: sqs.IQueue) -> None:
-        self.alarms[f"{name}BacklogAge"] = cloudwatch.Alarm(
-            self,
-            f"{name}BacklogAgeAlarm",
-            alarm_description=(
-                f"{constants.SERVICE_NAME}: the {name} queue's oldest message waits too long; check its "
+        self._alarm(
+            f"{name}BacklogAge",
+            description=(
+                f"the {name} queue's oldest message waits too long; check its "
                 "consumer's errors and AWS Batch's SubmitJob throttling."
             ),
             metric=queue.metric_approximate_age_of_oldest_message(
                 period=self._period(), statistic=cloudwatch.Stats.MAXIMUM
             ),
             threshold=constants.DISPATCH_BACKLOG_ALARM_SECONDS,
-            evaluation_periods=1,
-            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
-            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+            comparison=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
         )
 
     def _build_function_errors_alarm(self, name: str, function: lambda_.IFunction) -> None:
-        self.alarms[f"{name}FunctionErrors"] = cloudwatch.Alarm(
-            self,
-            f"{name}FunctionErrorsAlarm",
-            alarm_description=f"{constants.SERVICE_NAME}: the {name} function raised; see its log.",
+        self._alarm(
+            f"{name}FunctionErrors",
+            description=f"the {name} function raised; see its log.",
             metric=function.metric_errors(period=self._period(), statistic=cloudwatch.Stats.SUM),
             threshold=constants.FUNCTION_ERRORS_ALARM_THRESHOLD,
-            evaluation_periods=1,
-            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
-            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+            comparison=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
         )
 
     def _build_duration_alarm(self, name: str, function: lambda_.IFunction, threshold_ms: float) -> None:
-        self.alarms[f"{name}DurationP90"] = cloudwatch.Alarm(
-            self,
-            f"{name}DurationP90Alarm",
-            alarm_description=(
-                f"{constants.SERVICE_NAME}: the {name} function's p90 duration is over {threshold_ms:g} ms; "
+        self._alarm(
+            f"{name}DurationP90",
+            description=(
+                f"the {name} function's p90 duration is over {threshold_ms:g} ms; "
                 "see its X-Ray traces for the slow calls."
             ),
             metric=function.metric_duration(period=self._period(), statistic=cloudwatch.Stats.p(90)),
             threshold=threshold_ms,
             evaluation_periods=constants.LATENCY_ALARM_EVALUATION_PERIODS,
-            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
-            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+            comparison=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
         )
 
     def _build_api_alarms(self, stage: apigw.Stage) -> None:
         # 5XXError is 1 for a request answered 5xx and 0 otherwise: its average is the 5xx rate.
-        self.alarms["ApiServerErrorRate"] = cloudwatch.Alarm(
-            self,
-            "ApiServerErrorRateAlarm",
-            alarm_description=(
-                f"{constants.SERVICE_NAME}: more than {constants.API_5XX_RATE_ALARM_THRESHOLD:.0%} of API "
+        self._alarm(
+            "ApiServerErrorRate",
+            description=(
+                f"more than {constants.API_5XX_RATE_ALARM_THRESHOLD:.0%} of API "
                 "requests were answered 5xx; see the api function's errors in its log."
             ),
             metric=stage.metric_server_error(period=self._period(), statistic=cloudwatch.Stats.AVERAGE),
             threshold=constants.API_5XX_RATE_ALARM_THRESHOLD,
-            evaluation_periods=1,
-            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
-            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+            comparison=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
         )
-        self.alarms["ApiLatencyP90"] = cloudwatch.Alarm(
-            self,
-            "ApiLatencyP90Alarm",
-            alarm_description=(
-                f"{constants.SERVICE_NAME}: the API's p90 latency is over "
+        self._alarm(
+            "ApiLatencyP90",
+            description=(
+                "the API's p90 latency is over "
                 f"{constants.API_LATENCY_P90_ALARM_MS} ms; compare with the api function's duration."
             ),
             metric=stage.metric_latency(period=self._period(), statistic=cloudwatch.Stats.p(90)),
             threshold=constants.API_LATENCY_P90_ALARM_MS,
             evaluation_periods=constants.LATENCY_ALARM_EVALUATION_PERIODS,
-            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
-            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+            comparison=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
         )
 
     def _build_meter_alarms(self, meter: lambda_.IFunction) -> None:
         # The schedule invokes the meter every minute: no invocation in 3 one-minute periods (no data
         # counts as none) means no metering, no caps enforced, no reconciliation.
-        self.alarms["MeterNotRunning"] = cloudwatch.Alarm(
-            self,
-            "MeterNotRunningAlarm",
-            alarm_description=(
-                f"{constants.SERVICE_NAME}: the meter has not run for {constants.METER_SILENCE_MINUTES} "
+        self._alarm(
+            "MeterNotRunning",
+            description=(
+                f"the meter has not run for {constants.METER_SILENCE_MINUTES} "
                 "minutes; check its EventBridge schedule rule is enabled and the function's throttles."
             ),
             metric=meter.metric_invocations(period=Duration.minutes(1), statistic=cloudwatch.Stats.SUM),
             threshold=1,
             evaluation_periods=constants.METER_SILENCE_MINUTES,
-            comparison_operator=cloudwatch.ComparisonOperator.LESS_THAN_THRESHOLD,
+            comparison=cloudwatch.ComparisonOperator.LESS_THAN_THRESHOLD,
             treat_missing_data=cloudwatch.TreatMissingData.BREACHING,
         )
         # The meter's count of Starting/Running jobs past their Batch timeout plus a margin

@@ -242,12 +242,13 @@ class MotoServer:
         """Start the server, write ``credentials_path`` (``write_credentials``); returns its endpoint URL."""
         logging.getLogger("werkzeug").setLevel(logging.ERROR)
         os.environ["MOTO_ACCOUNT_ID"] = LOCAL_ACCOUNT_ID
-        from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
+        from moto.moto_server.werkzeug_app import create_backend_app
 
         from remote_batch.local import moto_transactions
+        from remote_batch.local.moto_dispatch import RememberingDispatcher
 
         moto_transactions.install()
-        self.moto_app = DomainDispatcherApplication(create_backend_app)
+        self.moto_app = RememberingDispatcher(create_backend_app)
         self.access = MotoAccess(self.moto_app, LOCAL_ACCOUNT_ID, HOME_REGION)
         self.journaling = JournalingApp(self.access, self._journal)
         self.gate = IamGate(self.journaling)

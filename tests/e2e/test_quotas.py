@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -60,6 +61,31 @@ def new_account(stack: LocalStackProcess, name: str, quotas: dict[str, Any]) -> 
     answer = admin.request("PUT", f"/admin/accounts/{name}/quotas", json=quotas)
     assert answer.status_code == 200, answer.text
     return client
+
+
+def get_unthrottled(client: Client, path: str, params: dict[str, Any]) -> Any:
+    """``GET path``, waiting out a 429's ``Retry-After`` (a check of thousands of jobs, one request
+    each, passes the account's request rate)."""
+    while True:
+        response = client.get(path, params=params)
+        if response.status_code != 429:
+            return response
+        time.sleep(float(response.headers.get("Retry-After", "1")))
+
+
+def listed_statuses(client: Client) -> dict[str, str]:
+    """Every job of the client's account → its status, from ``GET /jobs`` pages of 100 (a poll of
+    thousands of jobs one GET each would pass the account's request rate); a 429 waits its
+    ``Retry-After``."""
+    statuses: dict[str, str] = {}
+    token: str | None = None
+    while True:
+        response = get_unthrottled(client, "/jobs", {"limit": 100, **({"nextToken": token} if token else {})})
+        page = client.body(response)
+        statuses.update({job["jobId"]: job["status"] for job in page["jobs"]})
+        token = page["nextToken"]
+        if not token:
+            return statuses
 
 
 def basic_us(client: Client) -> dict[str, Any]:
@@ -113,6 +139,8 @@ def test_a_compute_job_over_a_quota_of_32_is_400(quota_stack: LocalStackProcess)
     assert answer.json()["error"]["code"] == "QuotaExceeded"
 
 
+# The issue's full scale runs every job's worker on 2 cores: past the suite's 300 s per test.
+@pytest.mark.timeout(3600 if FULL_SCALE else 300)
 def test_a_burst_is_absorbed_below_the_gateway_rate_and_every_job_runs_once(
     quota_stack: LocalStackProcess,
 ) -> None:
@@ -139,12 +167,13 @@ def test_a_burst_is_absorbed_below_the_gateway_rate_and_every_job_runs_once(
     assert len(set(accepted)) == len(accepted)
 
     def all_final() -> bool | None:
-        pending = [j for j in accepted if client.job(j)["status"] not in ("Succeeded", "Terminated")]
-        return True if not pending else None
+        statuses = listed_statuses(client)
+        return True if all(statuses.get(j) in ("Succeeded", "Terminated") for j in accepted) else None
 
     wait_for(all_final, 60 + len(accepted) * 1.5, "every accepted job to end")
-    final = [client.job(job_id) for job_id in accepted]
-    assert {j["status"] for j in final} == {"Succeeded"}, [j for j in final if j["status"] != "Succeeded"][:3]
+    everything = listed_statuses(client)
+    succeeded = [j for j in accepted if everything[j] == "Succeeded"]
+    assert len(succeeded) == len(accepted), [(j, everything[j]) for j in accepted if j not in succeeded][:3]
     after = admin.body(admin.get("/local/dispatch"))
     submit_job = after["submitJob"]
     print(
@@ -153,7 +182,7 @@ def test_a_burst_is_absorbed_below_the_gateway_rate_and_every_job_runs_once(
             {
                 "posts": len(answers),
                 "answers": {str(s): sum(1 for a, _ in answers if a == s) for s in sorted(statuses)},
-                "succeeded": len(final),
+                "succeeded": len(succeeded),
                 "submitJob": submit_job,
                 "dispatchQueue": after["dispatchQueue"],
             }
@@ -165,7 +194,7 @@ def test_a_burst_is_absorbed_below_the_gateway_rate_and_every_job_runs_once(
     # every job's events name one Batch job.
     assert submit_job["accepted"] - before["accepted"] == len(accepted)
     for job_id in accepted:
-        events = admin.body(admin.get("/local/batch-events", params={"jobId": job_id}))["events"]
+        events = admin.body(get_unthrottled(admin, "/local/batch-events", {"jobId": job_id}))["events"]
         assert len({e["detail"]["jobId"] for e in events}) == 1, job_id
     assert after["dispatchQueue"]["deadLetters"] == 0
     assert basic_us(client)["inUse"] == 0 and basic_us(client)["queued"] == 0

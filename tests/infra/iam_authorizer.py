@@ -177,8 +177,9 @@ def _batch(
         return requests
     if operation in ("TerminateJob", "CancelJob"):
         return [AuthorizationRequest(f"batch:{operation}", _arn("batch", region, f"job/{params['jobId']}"))]
-    if operation == "DescribeJobs":
-        return [AuthorizationRequest("batch:DescribeJobs", "*")]
+    if operation in ("DescribeJobs", "ListJobs"):
+        # Neither supports resource-level permissions (no resource type in the Actions table).
+        return [AuthorizationRequest(f"batch:{operation}", "*")]
     raise LookupError(operation)
 
 

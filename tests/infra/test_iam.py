@@ -237,3 +237,14 @@ def test_api_updates_exactly_the_service_queues_and_compute_environments(synth: 
         map(json.dumps, own_queues + own_environments)
     )
     assert resources_of(meter, "batch:UpdateComputeEnvironment") == sorted(map(json.dumps, own_environments))
+
+
+def test_only_the_meter_lists_jobs_and_on_every_resource_as_aws_authorizes_it(synth: Synth) -> None:
+    # The backstop looks a dead dispatcher's job up by name (ListJobs); ListJobs has no resource type.
+    functions = synth.stack.functions
+    (listing,) = [s for s in _policy_of(synth, functions.meter) if "batch:ListJobs" in _listed(s["Action"])]
+    # CDK merges it into the statement of the other actions without resource-level permissions.
+    assert listing["Resource"] == "*"
+    assert {"batch:ListJobs", "batch:DescribeJobs"} <= set(_listed(listing["Action"]))
+    for other in (functions.api, functions.batch_events, functions.dispatcher):
+        assert not [s for s in _policy_of(synth, other) if "batch:ListJobs" in _listed(s["Action"])]

@@ -25,7 +25,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from functools import partial
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -373,8 +373,6 @@ def run_flow(
             env["REMOTE_BATCH_LEDGER_TABLE"],
         )
         # The first administrator's one-time seeding (README "Deploy"), not a Lambda's work.
-        from datetime import UTC, datetime
-
         store.create_account(Account(account_id=ACCOUNT, credit_balance=Decimal("0")), datetime.now(UTC))
         zones = json.loads(env["REMOTE_BATCH_ZONES"])
         us = zones["UnitedStates"]
@@ -499,8 +497,23 @@ def _finish(
     lambdas.dispatch()
     if status == 202:
         statuses["abort"], _ = lambdas.api("POST", f"/jobs/{other['jobId']}/abort")
-    # Two hours on, no event came for the aborted job: the meter asks Batch (DescribeJobs).
+    # A third job whose dispatcher claimed it and died before SubmitJob (the claim is the store's
+    # conditional write, made here as the dead dispatcher did).
+    status, stranded = lambdas.api(
+        "POST", "/jobs", body={"code": "3", "geoZone": "UnitedStates", "notifications": "None"}
+    )
+    statuses["submit stranded"] = status
+    if status == 202:
+        with unenforced(enforcer):
+            assert store.claim_dispatch(stranded["jobId"], datetime.now(UTC)) is not None
+    # Two hours on, no event came for the aborted job: the meter asks Batch (DescribeJobs); the
+    # stranded claim is past the bound: the meter looks its job up in Batch by name (ListJobs), finds
+    # none, gives the claim back and enqueues it again (SendMessageBatch).
     statuses["meter reconciled"] = int(lambdas.tick(later_seconds=7_200)["reconciled"])
+    if status == 202:
+        with unenforced(enforcer):
+            requeued = store.get_job(stranded["jobId"])
+        statuses["stranded status " + str(requeued.dispatch_state if requeued else None)] = 0
 
 
 def _capped(lambdas: Lambdas, enforcer: IamEnforcer, statuses: dict[str, int]) -> None:
@@ -599,8 +612,10 @@ def test_the_whole_flow_runs_under_each_functions_own_role(flow: FlowRun) -> Non
         "capped outputs left": 0,
         "submit second": 202,
         "abort": 202,
-        "meter reconciled": 1,
+        "submit stranded": 202,
+        "meter reconciled": 2,
     }
+    assert "stranded status Admitted" in run.statuses
     assert "job status Succeeded" in run.statuses
     assert "capped status Terminated" in run.statuses
     # Every function did its part, under its own role, and each step's AWS calls were made.
@@ -622,6 +637,8 @@ def test_the_whole_flow_runs_under_each_functions_own_role(flow: FlowRun) -> Non
         ("meter", "dynamodb:Query"),
         ("meter", "batch:TerminateJob"),
         ("meter", "batch:DescribeJobs"),
+        ("meter", "batch:ListJobs"),
+        ("meter", "sqs:SendMessageBatch"),
         ("batch_events", "s3:ListObjectsV2"),
         ("batch_events", "s3:DeleteObjects"),
     ]:

@@ -276,3 +276,41 @@ def test_a_batch_failure_is_retried_by_the_meter(stack: Stack, computes: FakeCom
 
 def test_no_compute_routes_without_a_token(stack: Stack, computes: FakeComputeEnvironments) -> None:
     assert stack.api("GET", "/account/computes", account_id=None)[0] == 401
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body", "message"),
+    [
+        (
+            "PUT",
+            "/account/computes/a.b",
+            SPEC,
+            "name must be 2 to 32 letters, digits or hyphens, starting with a letter; got 'a.b'.",
+        ),
+        (
+            "PUT",
+            "/account/computes/lab/schedules",
+            {"daily": [{"start": "25:00", "timeZone": "UTC"}]},
+            "daily[0].start must be a 24-hour time HH:MM, such as 08:00 or 18:30; got '25:00'.",
+        ),
+        (
+            "POST",
+            "/jobs",
+            {"code": "1", "compute": "-lead"},
+            "compute must be 2 to 32 letters, digits or hyphens, starting with a letter; got '-lead'.",
+        ),
+        (
+            "POST",
+            "/jobs",
+            {"command": ["echo", "a\u0000b"]},
+            "command[1] holds a character this field does not take (a NUL); got 'a\\x00b'.",
+        ),
+    ],
+)
+def test_a_value_off_its_pattern_is_told_the_rule_of_that_pattern(
+    stack: Stack, computes: FakeComputeEnvironments, method: str, path: str, body: Any, message: str
+) -> None:
+    stack.api("PUT", "/account/computes/lab", body=SPEC)
+    status, error = stack.api(method, path, body=body)
+    assert status == 400, error
+    assert error["error"]["message"] == message

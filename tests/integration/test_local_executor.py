@@ -1042,3 +1042,25 @@ def test_a_stopped_computes_jobs_wait_and_aws_order_is_enforced(make_stack):
     batch.delete_environment("rb-cmp-idle")
     batch.describe_environment("rb-cmp-idle")
     assert batch.describe_environment("rb-cmp-idle") is None
+
+
+def test_list_jobs_by_name_finds_a_job_of_any_status_in_its_queue_and_zone(make_stack):
+    stack = make_stack(vcpus=1)
+    done = _submission()
+    done_id = stack.gateway.submit_job(done)
+    stack.delivered.wait_for(done_id, "SUCCEEDED")
+    blocker = _submission(SLEEP="30")
+    blocker_id = stack.gateway.submit_job(blocker)
+    stack.delivered.wait_for(blocker_id, "RUNNING")
+
+    # Any status (ListJobs with a JOB_NAME filter ignores jobStatus); the queue by name or ARN.
+    assert stack.gateway.find_job_by_name("remote-batch-Basic1x8", done.job_name) == done_id
+    queue_arn = f"arn:aws:batch:{REGION}:{ACCOUNT}:job-queue/remote-batch-Basic1x8"
+    assert stack.gateway.find_job_by_name(queue_arn, blocker.job_name) == blocker_id
+    # Not another queue's, nor another zone's, nor a name never submitted.
+    assert stack.gateway.find_job_by_name("remote-batch-Basic2x8", done.job_name) is None
+    other_zone = stack.executor.gateway("us-east-1", LOG_GROUP)
+    assert other_zone.find_job_by_name("remote-batch-Basic1x8", done.job_name) is None
+    assert stack.gateway.find_job_by_name("remote-batch-Basic1x8", "job-never") is None
+    stack.gateway.terminate_job(blocker_id, "done")
+    stack.delivered.wait_for(blocker_id, "FAILED")

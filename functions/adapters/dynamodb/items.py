@@ -127,6 +127,7 @@ def job_to_item(job: Job) -> dict[str, Any]:
         ),
         "terminationAttempts": job.termination_attempts or None,
         "dispatchState": job.dispatch_state.value if job.dispatch_state else None,
+        "dispatchClaimedAt": to_sortable(job.dispatch_claimed_at) if job.dispatch_claimed_at else None,
         "ttl": int((job.record_expires_at or job.submitted_at + RECORD_TTL).timestamp()),
     }
     values.update(_array_values(job))
@@ -200,6 +201,7 @@ def _job_from_item(item: dict[str, Any]) -> Job:
         compute=item.get("compute"),
         submitted_by=item.get("submittedBy"),
         dispatch_state=DispatchState(item["dispatchState"]) if item.get("dispatchState") else None,
+        dispatch_claimed_at=_opt_time(item.get("dispatchClaimedAt")),
     )
 
 

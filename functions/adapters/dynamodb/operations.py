@@ -7,6 +7,9 @@ Items of the Operations table:
   ``changedAt``, ``version`` (each write conditional on the version read);
 - ``pk = "audit"``, ``sk = "<at, sortable>#<entryId>"``: ``entryId``, ``at``, ``actor``, ``action``,
   ``target``, ``before``, ``after``, ``reason``, ``ttl`` (epoch seconds: ``at`` + 400 days).
+
+An operator's change of an account's quota limits is written to the Quotas table's ``limits`` item
+(``functions.adapters.dynamodb.quotas.limits_put``) in the transaction of its audit entry.
 """
 
 from __future__ import annotations
@@ -30,12 +33,14 @@ from functions.adapters.dynamodb.items import (
     serialize_item,
     serialize_value,
 )
+from functions.adapters.dynamodb.quotas import limits_put
 from functions.adapters.errors import cancellation_reasons
 from functions.domain.credits import quantize_credits
 from functions.domain.errors import ConditionFailed, ValidationFailed
 from functions.domain.fleet import AuditAction, AuditEntry, ClassAvailability
 from functions.domain.jobs import LedgerEntry
 from functions.domain.machine_classes import GeoZone
+from functions.domain.quotas import QuotaLimits
 from functions.domain.text import URLSAFE_BASE64_PATTERN, full_match
 from functions.domain.timefmt import from_sortable, to_sortable
 from functions.ports import ClassLoad
@@ -107,6 +112,8 @@ class DynamoOperationsStore:
         Table names.
     clock : Callable[[], datetime] | None
         "now" for the TTL filter of the audit log (default: the wall clock).
+    quotas_table : str | None
+        The Quotas table (accounts' limits; None: ``save_quota_limits`` is unavailable).
     monotonic : Callable[[], float]
         Seconds for the class-state cache's age (``time.monotonic``).
     """
@@ -121,8 +128,10 @@ class DynamoOperationsStore:
         *,
         clock: Callable[[], datetime] | None = None,
         monotonic: Callable[[], float] = time.monotonic,
+        quotas_table: str | None = None,
     ) -> None:
         self._db = client
+        self._quotas = quotas_table
         self._table = operations_table
         self._jobs = jobs_table
         self._accounts = accounts_table
@@ -184,6 +193,16 @@ class DynamoOperationsStore:
             self._db.transact_write_items(TransactItems=[{"Put": put}, self._audit_put(audit)])
         with self._lock:
             self._cached = None
+
+    # -- quota limits ------------------------------------------------------------------------------
+    def save_quota_limits(self, account_id: str, limits: QuotaLimits, audit: AuditEntry) -> None:
+        """The account's limits (if its stored version is ``limits.version - 1``) and the audit entry, in
+        one transaction; ``ConditionFailed`` when another change came first."""
+        if not self._quotas:
+            raise ValueError("this store was built without a quotas table")
+        items: list[Any] = [limits_put(self._quotas, account_id, limits), self._audit_put(audit)]
+        with store_errors("TransactWriteItems"):
+            self._db.transact_write_items(TransactItems=items)
 
     # -- audit log ---------------------------------------------------------------------------------
     def _audit_put(self, audit: AuditEntry) -> Any:

@@ -2,7 +2,8 @@
 
 One item per account and entry in the quotas table (``functions.adapters.tables.QUOTAS``):
 
-- ``limits``: the account's overrides (``overrides``: a map ``Basic#UnitedStates`` → units; ``total``);
+- ``limits``: the account's overrides (``overrides``: a map ``Basic#UnitedStates`` → units; ``total``;
+  ``version``, written with the operator's audit entry by ``limits_put``);
 - ``usage#<Family>#<Zone>``: ``inUse`` and ``queued`` units; ``usage#total``: the same in vCPUs;
 - ``held#<Family>#<Zone>#<jobId>``: a job waiting for quota (``key``, ``units``, ``vcpus``, and
   ``reason``: the ``statusReason`` it was last given). Each family and zone is a range of its own,
@@ -25,6 +26,7 @@ per admission for good, to serve a home that is rewritten once.
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from functions.adapters.dynamodb.base import LIVE_JOB, StoreBase, store_errors
@@ -40,6 +42,7 @@ from functions.domain.jobs import DispatchState, Job, JobType
 from functions.domain.machine_classes import machine_class
 from functions.domain.quotas import Demand, HeldJob, QuotaKey, QuotaLimits, Usage, demand_of
 from functions.domain.status import JobStatus
+from functions.domain.timefmt import to_sortable
 
 if TYPE_CHECKING:  # the stubs are a dev dependency; the Lambda runtime has no need of them
     from mypy_boto3_dynamodb.client import DynamoDBClient
@@ -70,6 +73,25 @@ def held_entry(key: QuotaKey, job_id: str) -> str:
     return held_prefix(key) + job_id
 
 
+def limits_put(table: str, account_id: str, limits: QuotaLimits) -> TransactWriteItemTypeDef:
+    """The conditional Put of an account's ``limits`` item at ``limits.version``: only over the version
+    before it (version 1: only where none is stored), so of two changes made from one read, one wins."""
+    values = {
+        "accountId": account_id,
+        "entry": LIMITS_ENTRY,
+        "overrides": {k.name: v for k, v in limits.overrides.items()} or None,
+        "total": limits.total,
+        "version": limits.version,
+    }
+    put: dict[str, Any] = {"TableName": table, "Item": serialize_item(values)}
+    if limits.version == 1:
+        put["ConditionExpression"] = "attribute_not_exists(version)"
+    else:
+        put["ConditionExpression"] = "version = :read"
+        put["ExpressionAttributeValues"] = {":read": serialize_value(limits.version - 1)}
+    return {"Put": put}  # type: ignore[typeddict-item]
+
+
 def job_demand(job: Job) -> Demand:
     """What ``job`` holds while admitted (``quotas.demand_of`` of its class, zone and array size)."""
     return demand_of(machine_class(job.machine_class), job.geo_zone, job.array_size)
@@ -97,10 +119,13 @@ class QuotaRecords(StoreBase):
         item = deserialize_item(response["Item"]) if "Item" in response else {}
         overrides = {QuotaKey.parse(k): int(v) for k, v in (item.get("overrides") or {}).items()}
         total = item.get("total")
-        return QuotaLimits(overrides, int(total) if total is not None else None)
+        return QuotaLimits(
+            overrides, int(total) if total is not None else None, version=int(item.get("version", 0))
+        )
 
     def put_quota_limits(self, account_id: str, limits: QuotaLimits) -> None:
-        """Store the account's overrides (replacing what was stored)."""
+        """Store the account's overrides (replacing what was stored, unconditionally and without an
+        audit entry: an operator's change goes through ``OperationsStore.save_quota_limits``)."""
         values = {
             "accountId": account_id,
             "entry": LIMITS_ENTRY,
@@ -319,18 +344,20 @@ class QuotaRecords(StoreBase):
             return
 
     # -- the dispatcher's claim ------------------------------------------------------------------------
-    def claim_dispatch(self, job_id: str) -> Job | None:
-        """Claim an admitted job for SubmitJob (``dispatchState`` ``Admitted`` → ``Dispatching``) while it
-        is not final; returns the job after the claim, or None when another dispatcher has it, it was
-        sent already, it is not admitted or it ended (aborted). ``RecordMissing`` when it is gone."""
+    def claim_dispatch(self, job_id: str, now: datetime) -> Job | None:
+        """Claim an admitted job for SubmitJob (``dispatchState`` ``Admitted`` → ``Dispatching``, claimed
+        at ``now``) while it is not final; returns the job after the claim, or None when another
+        dispatcher has it, it was sent already, it is not admitted or it ended (aborted).
+        ``RecordMissing`` when it is gone."""
         response = self._update_job(
             job_id,
-            "SET dispatchState = :after",
+            "SET dispatchState = :after, dispatchClaimedAt = :now",
             condition="dispatchState = :before AND NOT #status IN (:succeeded, :terminated)",
             names={"#status": "status"},
             values={
                 ":before": DispatchState.ADMITTED.value,
                 ":after": DispatchState.DISPATCHING.value,
+                ":now": to_sortable(now),
                 ":succeeded": JobStatus.SUCCEEDED.value,
                 ":terminated": JobStatus.TERMINATED.value,
             },
@@ -340,14 +367,17 @@ class QuotaRecords(StoreBase):
             self._live_job(deserialize_item(dict(response["Attributes"])), "dispatch") if response else None
         )
 
-    def release_dispatch(self, job_id: str) -> None:
-        """Give a claim back after SubmitJob failed for a while (``Dispatching`` → ``Admitted``)."""
-        self._update_job(
+    def release_dispatch(self, job_id: str) -> bool:
+        """Give a claim back (``Dispatching`` → ``Admitted``): after SubmitJob failed for a while, or when
+        the meter finds a dead dispatcher's claim whose job AWS Batch does not have. False (nothing
+        written) when the job is no longer ``Dispatching``; ``RecordMissing`` when it is gone."""
+        response = self._update_job(
             job_id,
-            "SET dispatchState = :after",
+            "SET dispatchState = :after REMOVE dispatchClaimedAt",
             condition="dispatchState = :before",
             values={":before": DispatchState.DISPATCHING.value, ":after": DispatchState.ADMITTED.value},
         )
+        return response is not None
 
     def record_dispatch(self, job_id: str, batch_job_id: str) -> Job | None:
         """Record the Batch job id SubmitJob returned (unless an event recorded it first) and

@@ -24,6 +24,7 @@ from aws_lambda_powertools.event_handler.openapi.exceptions import (
 
 from functions.bootstrap import get_services
 from functions.domain import roles
+from functions.domain.computes import NAME_PATTERN as COMPUTE_NAME_PATTERN
 from functions.domain.errors import (
     Forbidden,
     ServiceError,
@@ -32,7 +33,7 @@ from functions.domain.errors import (
 )
 from functions.domain.limits import MAX_BODY_BYTES
 from functions.domain.roles import Role, Scope
-from functions.domain.text import ACCOUNT_ID_PATTERN, full_match
+from functions.domain.text import ACCOUNT_ID_PATTERN, CLOCK_PATTERN, NO_NUL_PATTERN, full_match
 from functions.handlers.api.models import (
     ErrorBody,
     ErrorDetail,
@@ -104,13 +105,25 @@ _PATTERN_RULES = {
 }
 
 
+# What a value that fails a pattern must look like, by the pattern (before the field's name: one
+# field name, e.g. "name", is a job's label in one route and a compute's name in another).
+_PATTERN_RULES_BY_PATTERN = {
+    COMPUTE_NAME_PATTERN: "must be 2 to 32 letters, digits or hyphens, starting with a letter",
+    CLOCK_PATTERN: "must be a 24-hour time HH:MM, such as 08:00 or 18:30",
+    NO_NUL_PATTERN: "holds a character this field does not take (a NUL)",
+}
+
+
 def _validation_message(error: dict[str, Any], field: str | None) -> str:
     kind = error.get("type", "")
     if kind == "json_invalid":
         return "The request body is not valid JSON."
     if kind == "string_pattern_mismatch" and field:
         name = re.sub(r"\[[0-9]+\]$", "", field).rsplit(".", 1)[-1]
-        rule = _PATTERN_RULES.get(name, "holds a character this field does not take (a NUL)")
+        pattern = str((error.get("ctx") or {}).get("pattern", ""))
+        rule = _PATTERN_RULES_BY_PATTERN.get(pattern) or _PATTERN_RULES.get(
+            name, f"must match the pattern {pattern}"
+        )
         return f"{field} {rule}; got {error.get('input')!r}."
     if kind == "extra_forbidden":
         return f"Unknown field {field!r}; see API.md for the fields this route takes."

@@ -262,6 +262,29 @@ class LocalBatchExecutor(ArrayJobs):
                     found.append(dict(job.last_detail))
         return found
 
+    def find_job_by_name(self, region: str, job_queue: str, job_name: str) -> str | None:
+        """ListJobs with a ``JOB_NAME`` filter in one zone's ``job_queue`` (a name or an ARN): the id of
+        the oldest job (or array parent) of any status submitted there as ``job_name``, or None."""
+        queue = job_queue.rsplit("/", 1)[-1]
+        found: list[tuple[int, str]] = []
+        with self._cond:
+            candidates: list[tuple[int, str, LocalBatchGateway, BatchSubmission]] = [
+                (job.created_at_ms, job.job_id, job.gateway, job.submission)
+                for job in self._jobs.values()
+                if job.array is None
+            ]
+            candidates += [
+                (parent.created_at_ms, parent.job_id, *parent.context) for parent in self._arrays.values()
+            ]
+        for created_at_ms, batch_job_id, gateway, submission in candidates:
+            if (
+                gateway.region == region
+                and submission.job_name == job_name
+                and submission.job_queue.rsplit("/", 1)[-1] == queue
+            ):
+                found.append((created_at_ms, batch_job_id))
+        return min(found)[1] if found else None
+
     def status_of(self, batch_job_id: str) -> str | None:
         """The job's (or array parent's) current Batch status (``SUBMITTED`` … ``FAILED``), or None
         for an unknown id."""

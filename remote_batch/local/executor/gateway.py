@@ -1,4 +1,5 @@
-"""The Batch API surface of one geo zone: ``BatchGateway``'s SubmitJob, TerminateJob and DescribeJobs,
+"""The Batch API surface of one geo zone: ``BatchGateway``'s SubmitJob, TerminateJob, DescribeJobs and
+ListJobs by name,
 and the zone's log streams."""
 
 from __future__ import annotations
@@ -65,6 +66,11 @@ class LocalBatchGateway:
             to_state(BatchJobDetail.model_validate(d), observed_at_ms)
             for d in self._executor.describe(batch_job_ids)
         ]
+
+    def find_job_by_name(self, job_queue: str, job_name: str) -> str | None:
+        """ListJobs with a ``JOB_NAME`` filter: the oldest job of any status named ``job_name`` in this
+        zone's ``job_queue``, or None (``LocalBatchExecutor.find_job_by_name``)."""
+        return self._executor.find_job_by_name(self.region, job_queue, job_name)
 
     # -- FleetControl: the zone's job queues and compute environments (``LocalFleet``) -------------
     def describe_job_queues(self, job_queues: Sequence[str]) -> list[JobQueueInfo]:

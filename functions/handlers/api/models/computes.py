@@ -14,11 +14,12 @@ from functions.domain.computes import (
     Schedules,
 )
 from functions.domain.machine_classes import MACHINE_CLASSES
+from functions.domain.text import CLOCK_PATTERN
 from functions.domain.timefmt import to_api_time
 from functions.handlers.api.models.common import Credits, geo_zone_field
 
 ComputeStatusName = Literal["Creating", "Starting", "Running", "Stopping", "Stopped", "Deleting", "Failed"]
-_CLOCK = r"^([01][0-9]|2[0-3]):[0-5][0-9]$"
+_CLOCK = CLOCK_PATTERN
 
 
 class PutComputeBody(BaseModel):

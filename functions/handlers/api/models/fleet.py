@@ -94,7 +94,9 @@ class AuditEntryView(BaseModel):
     entryId: str
     at: str
     actor: str = Field(description="The operator's account id.")
-    action: str = Field(description="DisableMachineClass, EnableMachineClass, SetCapacity or GrantCredits.")
+    action: str = Field(
+        description="DisableMachineClass, EnableMachineClass, SetCapacity, GrantCredits or SetQuotas."
+    )
     target: str = Field(description="machine-classes/<class>/zones/<zone> or accounts/<accountId>.")
     before: dict[str, Any]
     after: dict[str, Any]

@@ -16,6 +16,7 @@ from pydantic import (
 
 from functions.domain.arrays import MAX_INLINE_ITEMS, visible_counts
 from functions.domain.batch_reasons import normalize_reason
+from functions.domain.computes import NAME_PATTERN as COMPUTE_NAME_PATTERN
 from functions.domain.jobs import Job, JobType
 from functions.domain.limits import MAX_UPLOAD_BYTES
 from functions.domain.notifications import notifications_json_schema, rules_to_json
@@ -24,6 +25,7 @@ from functions.domain.text import (
     BASE64_PATTERN,
     LABEL_PATTERN,
     MAX_ARG_BYTES,
+    NO_NUL_PATTERN,
 )
 from functions.domain.timefmt import to_api_time
 from functions.handlers.api.models.common import (
@@ -46,7 +48,7 @@ def _program_first(schema: dict[str, Any]) -> None:
 
 # A process argument: any text without NUL (the rest, bytes and the total, is checked by
 # functions.domain.text.check_argv, which the JSON schema cannot say).
-CommandArg = Annotated[str, Field(max_length=MAX_ARG_BYTES, pattern=r"^[^\x00]*$")]
+CommandArg = Annotated[str, Field(max_length=MAX_ARG_BYTES, pattern=NO_NUL_PATTERN)]
 
 JobStatusName = Literal["Queued", "Starting", "Running", "Succeeded", "Terminated"]
 
@@ -114,7 +116,7 @@ class SubmitJobBody(BaseModel):
         default=None,
         min_length=2,
         max_length=32,
-        pattern=r"^[A-Za-z][A-Za-z0-9-]{1,31}$",
+        pattern=COMPUTE_NAME_PATTERN,
         description="Extension: run on this dedicated compute of the account (Running or Starting; "
         "PUT /account/computes/{name}). Its machine class and zone are the job's; the job's own "
         "running time is not charged (the compute's is).",
