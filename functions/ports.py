@@ -19,7 +19,7 @@ from functions.domain.fleet import AuditEntry, ClassAvailability
 from functions.domain.jobs import Account, BatchJobState, Job, LedgerEntry, NotificationRecord, Transition
 from functions.domain.machine_classes import GeoZone, MachineClass
 from functions.domain.presumed import PresumedTransition
-from functions.domain.quotas import Demand, HeldJob, QuotaLimits, Usage
+from functions.domain.quotas import Demand, HeldJob, QuotaKey, QuotaLimits, Usage
 from functions.domain.roles import AccountMembers, Member
 from functions.domain.runtime import WORKER_PYTHON_VERSION
 from functions.domain.status import JobStatus
@@ -233,8 +233,12 @@ class JobRepository(Protocol):
     def get_quota_usage(self, account_id: str) -> Usage:
         """Units in use and queued per family and zone, and vCPUs in all (strongly consistent)."""
 
-    def list_held_jobs(self, account_id: str) -> list[HeldJob]:
-        """The account's jobs waiting for quota, oldest first (a bounded page)."""
+    def list_held_jobs(
+        self, account_id: str, key: QuotaKey | None = None, *, limit: int = 200, after: str | None = None
+    ) -> list[HeldJob]:
+        """Jobs waiting for quota (one bounded read of at most ``limit``, 1..1000): with ``key``, that
+        family and zone's oldest first, after the job id ``after`` when given (fewer than ``limit``:
+        none is left); without, the first of every key, by key. Each with its last waiting reason."""
 
     def hold_job(self, job: Job) -> None:
         """Create a job held for quota (``dispatchState`` ``Held``), counted as queued, in one write.
@@ -245,7 +249,8 @@ class JobRepository(Protocol):
         when a limit would be exceeded or the job is no longer held."""
 
     def set_waiting_reason(self, job_id: str, reason: str) -> None:
-        """Set a held job's ``statusReason`` (no-op once it is no longer held)."""
+        """Set a held job's ``statusReason`` (no-op once it is no longer held), also as the reason its
+        held record carries (``HeldJob.reason``)."""
 
     def claim_dispatch(self, job_id: str, now: datetime) -> Job | None:
         """``Admitted`` → ``Dispatching`` (claimed at ``now``) while not final; the job, or None for the

@@ -132,8 +132,8 @@ LEDGER = TableSpec(
 
 # Quotas (``functions.adapters.dynamodb.quotas``): per account, its limits (``limits``), a usage counter
 # per family and zone (``usage#Basic#UnitedStates``: inUse, queued, reserved by dedicated computes) and
-# for the total (``usage#total``), and one ``held#<jobId>`` item per job waiting for quota, so the
-# account's held jobs read oldest first with one Query.
+# for the total (``usage#total``), and one ``held#<Family>#<Zone>#<jobId>`` item per job waiting for
+# quota, so each family and zone's held jobs read oldest first with one Query of its own range.
 QUOTAS = TableSpec(logical_name="Quotas", partition_key="accountId", sort_key="entry")
 
 # Powertools idempotency persistence layer's default schema.

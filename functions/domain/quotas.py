@@ -40,7 +40,7 @@ from enum import StrEnum
 from typing import Any
 
 from functions.domain.errors import QuotaExceeded, ValidationFailed
-from functions.domain.machine_classes import GeoZone, MachineClass
+from functions.domain.machine_classes import MACHINE_CLASSES, GeoZone, MachineClass
 
 
 class Family(StrEnum):
@@ -341,12 +341,23 @@ def _taken_of_limit(committed: int, reserved: int) -> str:
     return f", {committed} of them in use ({reserved} reserved by dedicated compute)"
 
 
+def smallest_demand(key: QuotaKey) -> Demand:
+    """A lower bound of what any job of ``key`` holds: the fewest units and the fewest vCPUs of any
+    class of its family (each minimum on its own). When even this does not fit, no held job of
+    ``key`` does (``fits`` only gets harder as a demand grows)."""
+    family = [mc for mc in MACHINE_CLASSES.values() if family_of(mc) == key.family]
+    units = min(mc.gpus if unit_of(key.family) == Unit.GPU else mc.vcpus for mc in family)
+    return Demand(key, units, min(mc.vcpus for mc in family))
+
+
 @dataclass(frozen=True, slots=True)
 class HeldJob:
-    """A job waiting for quota: its id (ids sort by submission time) and what it will hold."""
+    """A job waiting for quota: its id (ids sort by submission time), what it will hold, and the
+    ``statusReason`` it was last given (None: none yet), so a reason is only written when it changes."""
 
     job_id: str
     demand: Demand
+    reason: str | None = None
 
 
 def admission_order(held: Iterable[HeldJob]) -> list[HeldJob]:
@@ -354,6 +365,67 @@ def admission_order(held: Iterable[HeldJob]) -> list[HeldJob]:
     submission time). Each (family, zone) is a queue of its own, so a job blocked on one family never
     holds back a job of another (``admit_waiting`` stops a key at its first job that does not fit)."""
     return sorted(held, key=lambda h: h.job_id)
+
+
+class AdmissionPlan:
+    """``plan_admissions`` one job at a time, for an admitter that reads the held jobs lazily (each
+    family and zone's oldest first, merged by id across keys: ``functions.logic.quotas.admit_waiting``).
+
+    Offered the held jobs in ``admission_order``, ``admit`` says yes exactly to the jobs
+    ``plan_admissions`` returns: each key stops at its first job that does not fit (no overtaking
+    within a family and zone), and the total is shared by every key in that order. ``usage`` is the
+    usage read plus what was admitted so far.
+    """
+
+    def __init__(self, usage: Usage, limits: QuotaLimits) -> None:
+        self._usage = usage
+        self._limits = limits
+        self._blocked: set[QuotaKey] = set()
+
+    @property
+    def usage(self) -> Usage:
+        """The usage read, with the units of every job admitted by this plan in use (not queued)."""
+        return self._usage
+
+    def is_blocked(self, key: QuotaKey) -> bool:
+        """True once a job of ``key`` did not fit: no later job of ``key`` is admitted by this plan."""
+        return key in self._blocked
+
+    def admit(self, job: HeldJob) -> bool:
+        """Whether ``job`` (the next in admission order) goes now; counts it in ``usage`` if so, and
+        blocks its key if it does not fit."""
+        key = job.demand.key
+        if key in self._blocked:
+            return False
+        if not fits(job.demand, self._usage, self._limits):
+            self._blocked.add(key)
+            return False
+        demand, usage = job.demand, self._usage
+        # ``replace`` keeps what dedicated computes reserve.
+        self._usage = replace(
+            usage,
+            in_use={**usage.in_use, key: usage.used(key) + demand.units},
+            queued={**usage.queued, key: usage.waiting(key) - demand.units},
+            total_in_use=usage.total_in_use + demand.vcpus,
+            total_queued=usage.total_queued - demand.vcpus,
+        )
+        return True
+
+    def admissible(self, key: QuotaKey, cap: int) -> int:
+        """At most how many more jobs of ``key`` this plan could admit (0..``cap``): how many of its
+        family's smallest jobs (``smallest_demand``) fit together now. 0 when ``key`` is blocked or
+        not even one fits, so its held jobs need not be read."""
+        if key in self._blocked:
+            return 0
+        one = smallest_demand(key)
+        low, high = 0, cap  # the largest n in 0..cap whose n smallest jobs fit (fits is monotone in n)
+        while low < high:
+            n = (low + high + 1) // 2
+            if fits(Demand(key, one.units * n, one.vcpus * n), self._usage, self._limits):
+                low = n
+            else:
+                high = n - 1
+        return low
 
 
 def plan_admissions(held: Iterable[HeldJob], usage: Usage, limits: QuotaLimits) -> list[HeldJob]:
@@ -364,22 +436,8 @@ def plan_admissions(held: Iterable[HeldJob], usage: Usage, limits: QuotaLimits) 
     The store applies each admission with a conditional write, so this is what a single admitter would
     do; concurrent admitters each re-check under the store's conditions.
     """
-    in_use = dict(usage.in_use)
-    total = usage.total_in_use
-    blocked: set[QuotaKey] = set()
-    admitted: list[HeldJob] = []
-    for job in admission_order(held):
-        key = job.demand.key
-        if key in blocked:
-            continue
-        current = replace(usage, in_use=in_use, total_in_use=total)
-        if not fits(job.demand, current, limits):
-            blocked.add(key)
-            continue
-        in_use[key] = in_use.get(key, 0) + job.demand.units
-        total += job.demand.vcpus
-        admitted.append(job)
-    return admitted
+    plan = AdmissionPlan(usage, limits)
+    return [job for job in admission_order(held) if plan.admit(job)]
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,6 +14,8 @@ account's share of the dispatcher is bounded by its own quota.
 
 from __future__ import annotations
 
+import heapq
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -26,13 +28,13 @@ from functions.domain.fleet import AuditAction, AuditEntry, account_target
 from functions.domain.jobs import DispatchState, Job
 from functions.domain.machine_classes import GeoZone, MachineClass
 from functions.domain.quotas import (
+    AdmissionPlan,
     Demand,
     HeldJob,
     QuotaKey,
     QuotaLimits,
     QuotaLine,
     Usage,
-    admission_order,
     check_fits_alone,
     check_limit,
     demand_of,
@@ -50,6 +52,9 @@ logger = Logger(child=True)
 # Re-reads after an admission lost a race before the pass gives up (the next release or submit of the
 # account, or the meter's backstop, admits what is left).
 MAX_ADMISSION_PASSES = 20
+# Held jobs of one family and zone read at once by an admission (one Query page; fewer when fewer
+# could go): room for more than this many admits them a page at a time.
+HELD_READ_CAP = 100
 
 
 def check_submit(
@@ -115,9 +120,18 @@ def admit_new(services: Services, job: Job, demand: Demand, limits: QuotaLimits)
 def admit_waiting(services: Services, account_id: str, limits: QuotaLimits | None = None) -> list[str]:
     """Admit the account's held jobs that fit now, oldest first per family and zone.
 
-    A family and zone whose oldest held job does not fit admits none after it (no overtaking); its
-    oldest job's ``statusReason`` is refreshed with the current numbers. An admission that loses a race
-    (another writer admitted or ended the job, or took the room) re-reads and goes on.
+    The usage is read first: only a family and zone with units queued is looked at, and only one with
+    room for at least its family's smallest job (``AdmissionPlan.admissible``) has its held jobs read:
+    its oldest, a page sized to what could still go (``HELD_READ_CAP`` at most; another page only when
+    every job of the last one went). The keys' pages are merged oldest first, so the total limit is
+    shared across keys in submission order, exactly as ``domain.quotas.plan_admissions`` rules, and a
+    key stops at its first job that does not fit (no overtaking). A family with 10,000 held jobs costs
+    a pass one page, and never holds back another family. The limits are read only when a job waits.
+
+    The oldest job left in a key that stops gets ``statusReason`` with the current numbers, written
+    only when it changed (the held record carries the last reason); for a key with no room that is
+    one Query of one item. An admission that loses a race (another writer admitted or ended the job,
+    or took the room) re-reads and goes on.
 
     Returns
     -------
@@ -125,28 +139,15 @@ def admit_waiting(services: Services, account_id: str, limits: QuotaLimits | Non
         The ids admitted by this call, in admission order (the caller hands them to the dispatcher).
     """
     store = services.store
-    limits = limits or store.get_quota_limits(account_id)
     admitted: list[str] = []
     for _ in range(MAX_ADMISSION_PASSES):
-        held = store.list_held_jobs(account_id)
-        if not held:
-            break
         usage = store.get_quota_usage(account_id)
-        blocked: set[QuotaKey] = set()
-        raced = False
-        for job in admission_order(held):
-            key = job.demand.key
-            if key in blocked:
-                continue
-            if not fits(job.demand, usage, limits):
-                blocked.add(key)
-                store.set_waiting_reason(job.job_id, waiting_reason(job.demand, usage, limits))
-                continue
-            if not store.admit_job(account_id, job, limits):
-                raced = True
-                break
-            admitted.append(job.job_id)
-            usage = _with_admitted(usage, job.demand)
+        waiting = sorted((key for key, units in usage.queued.items() if units > 0), key=lambda k: k.name)
+        if not waiting:
+            break
+        limits = limits or store.get_quota_limits(account_id)
+        plan = AdmissionPlan(usage, limits)
+        raced = _admission_pass(services, account_id, plan, limits=limits, waiting=waiting, admitted=admitted)
         if not raced:
             break
     if admitted:
@@ -154,15 +155,77 @@ def admit_waiting(services: Services, account_id: str, limits: QuotaLimits | Non
     return admitted
 
 
-def _with_admitted(usage: Usage, demand: Demand) -> Usage:
-    key = demand.key
-    return replace(
-        usage,
-        in_use={**usage.in_use, key: usage.used(key) + demand.units},
-        queued={**usage.queued, key: usage.waiting(key) - demand.units},
-        total_in_use=usage.total_in_use + demand.vcpus,
-        total_queued=usage.total_queued - demand.vcpus,
-    )
+class _KeyQueue:
+    """One family and zone's held jobs as read so far (oldest first), and whether more may follow."""
+
+    def __init__(self, key: QuotaKey) -> None:
+        self.key = key
+        self.jobs: deque[HeldJob] = deque()
+        self.more = True
+        self.last: str | None = None
+
+    def read(self, services: Services, account_id: str, plan: AdmissionPlan) -> None:
+        """Read the next page: what the plan could still admit of this key, plus the job after those
+        (the one that stops the key gets its reason), at most ``HELD_READ_CAP``."""
+        size = min(plan.admissible(self.key, HELD_READ_CAP) + 1, HELD_READ_CAP)
+        page = services.store.list_held_jobs(account_id, self.key, limit=size, after=self.last)
+        self.jobs.extend(page)
+        self.more = len(page) == size
+        if page:
+            self.last = page[-1].job_id
+
+
+def _admission_pass(
+    services: Services,
+    account_id: str,
+    plan: AdmissionPlan,
+    *,
+    limits: QuotaLimits,
+    waiting: Sequence[QuotaKey],
+    admitted: list[str],
+) -> bool:
+    """One pass over the keys with units queued (``admit_waiting``); appends to ``admitted`` and
+    returns True when an admission lost a race (the caller re-reads)."""
+    store = services.store
+    heads: list[tuple[str, str]] = []  # (job id, key name): each key's oldest job not yet offered
+    queues: dict[str, _KeyQueue] = {}
+    quiet: list[QuotaKey] = []
+    for key in waiting:
+        if plan.admissible(key, 1) == 0:
+            quiet.append(key)
+            continue
+        queue = queues[key.name] = _KeyQueue(key)
+        queue.read(services, account_id, plan)
+        if queue.jobs:
+            heapq.heappush(heads, (queue.jobs[0].job_id, key.name))
+    while heads:
+        _, name = heapq.heappop(heads)
+        queue = queues[name]
+        job = queue.jobs.popleft()
+        if not plan.admit(job):
+            _refresh_reason(services, job, plan.usage, limits)  # the key stops here
+            continue
+        if not store.admit_job(account_id, job, limits):
+            return True
+        admitted.append(job.job_id)
+        if not queue.jobs and queue.more:
+            queue.read(services, account_id, plan)
+        if queue.jobs:
+            heapq.heappush(heads, (queue.jobs[0].job_id, name))
+    # A key without room for one job: its held jobs are not read, only its oldest, for its reason.
+    for key in quiet:
+        oldest = store.list_held_jobs(account_id, key, limit=1)
+        if oldest:
+            _refresh_reason(services, oldest[0], plan.usage, limits)
+    return False
+
+
+def _refresh_reason(services: Services, job: HeldJob, usage: Usage, limits: QuotaLimits) -> None:
+    """Give the oldest held job of a key that stops the reason with the current numbers, unless it has
+    it already."""
+    reason = waiting_reason(job.demand, usage, limits)
+    if reason != job.reason:
+        services.store.set_waiting_reason(job.job_id, reason)
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,6 +19,7 @@ from typing import Any
 
 from werkzeug.serving import BaseWSGIServer, make_server
 
+from functions.adapters.dynamodb.quotas import rekey_legacy_held_items
 from functions.adapters.sns import SnsNotifier
 from functions.adapters.tables import ALL_TABLES
 from functions.adapters.webhook import WebhookSender
@@ -314,7 +315,7 @@ class LocalStack:
         self, moto: MotoServer, clients: AwsClients, settings: Settings
     ) -> tuple[StateSnapshots, datetime | None]:
         """Install the job log store, restore the last snapshot and replay the journal on it, then
-        turn journaling on.
+        turn journaling on and bring held jobs of an older layout to the current one.
 
         Returns the snapshots and when the last run was last known alive: its clean stop, else its
         last "alive" stamp (at most ``ALIVE_INTERVAL`` before a crash), else its last snapshot.
@@ -355,6 +356,11 @@ class LocalStack:
                 report.journal.skipped,
                 report.journal.refused,
             )
+        # A home from before each family and zone had a range of held jobs of its own: rewrite those
+        # (journaled) before anything admits or settles.
+        dynamodb = clients.client("dynamodb", settings.home_region)
+        if rekeyed := rekey_legacy_held_items(dynamodb, settings.quotas_table):
+            logger.info("held jobs rewritten to their family's range count=%d", rekeyed)
         last_alive = self._read_stamp(self._stopped_at_path) or self._read_stamp(self._alive_path)
         return snapshots, last_alive or report.taken_at
 

@@ -417,9 +417,9 @@ def test_an_admission_request_admits_the_accounts_held_jobs_once_per_delivered_b
     scans: list[str] = []
     list_held = stack.services.store.list_held_jobs
 
-    def counted(account_id: str) -> Any:
+    def counted(account_id: str, *args: Any, **kwargs: Any) -> Any:
         scans.append(account_id)
-        return list_held(account_id)
+        return list_held(account_id, *args, **kwargs)
 
     stack.services.store.list_held_jobs = counted  # type: ignore[method-assign]
     # Three requests of the account in one delivered batch (and a malformed one): one scan, the

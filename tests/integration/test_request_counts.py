@@ -55,9 +55,9 @@ def test_each_event_of_a_job_without_notifications_is_one_write_and_no_read(stac
     stack.clock.advance(60)
     summary, counts = _dynamodb(lambda: stack.deliver(succeeded))
     assert summary["status"] == "Succeeded"
-    # Then, as the job held quota (issue 15), the account's quota limits (GetItem) and its held jobs
-    # (Query) are read: a completion may admit the next held job.
-    assert counts == Counter({"GetItem": 3, "TransactWriteItems": 1, "Query": 1})
+    # Then, as the job held quota (issue 15), the account's usage is read (Query): a completion may
+    # admit the next held job; with nothing queued, neither the limits nor any held job is read.
+    assert counts == Counter({"GetItem": 2, "TransactWriteItems": 1, "Query": 1})
     assert stack.services.store.get_job(job_id).status_history[-1].value == "Succeeded"
 
 
@@ -125,9 +125,9 @@ def test_a_settlement_claims_its_notification_in_its_own_write_and_reads_the_acc
     # The job and the account (balance and contacts) read once, the transaction claims the
     # JobCompleted key, and one UpdateItem appends the outcome to the notification log.
     assert summary["status"] == "Succeeded"
-    # Then, as the job held quota (issue 15), the account's quota limits (GetItem) and its held jobs
-    # (Query) are read: a completion may admit the next held job.
-    assert counts == Counter({"GetItem": 3, "TransactWriteItems": 1, "UpdateItem": 1, "Query": 1})
+    # Then, as the job held quota (issue 15), the account's usage is read (Query): a completion may
+    # admit the next held job; with nothing queued, neither the limits nor any held job is read.
+    assert counts == Counter({"GetItem": 2, "TransactWriteItems": 1, "UpdateItem": 1, "Query": 1})
     assert [(n.event, n.method) for n in stack.notifier.sent] == [("JobCompleted", "Email")]
     job = stack.services.store.get_job(job_id)
     assert job.sent_notifications == frozenset({"JobCompleted#3/Email"})  # the 4th status entered
@@ -150,9 +150,9 @@ def test_a_final_event_tagged_with_its_account_reads_the_job_and_the_account_in_
     summary, counts = _dynamodb(lambda: stack.deliver(events[4]))
 
     assert summary["status"] == "Succeeded"
-    # Then, as the job held quota (issue 15), the account's quota limits (GetItem) and its held jobs
-    # (Query) are read: a completion may admit the next held job.
-    assert counts == Counter({"BatchGetItem": 1, "TransactWriteItems": 1, "GetItem": 1, "Query": 1})
+    # Then, as the job held quota (issue 15), the account's usage is read (Query): a completion may
+    # admit the next held job; with nothing queued, neither the limits nor any held job is read.
+    assert counts == Counter({"BatchGetItem": 1, "TransactWriteItems": 1, "Query": 1})
     assert stack.services.store.get_job(job_id).credits_spent == Decimal("1.0000")
     assert stack.balance("dev") == balance - Decimal("1.0000")
 
@@ -169,9 +169,9 @@ def test_a_final_event_whose_account_tag_is_not_the_jobs_charges_the_jobs_accoun
 
     assert summary["status"] == "Succeeded"
     # The tag's account is not the job's: the job's own account is read for the charge.
-    # Then, as the job held quota (issue 15), the account's quota limits (GetItem) and its held jobs
-    # (Query) are read: a completion may admit the next held job.
-    assert counts == Counter({"BatchGetItem": 1, "GetItem": 2, "TransactWriteItems": 1, "Query": 1})
+    # Then, as the job held quota (issue 15), the account's usage is read (Query): a completion may
+    # admit the next held job; with nothing queued, neither the limits nor any held job is read.
+    assert counts == Counter({"BatchGetItem": 1, "GetItem": 1, "TransactWriteItems": 1, "Query": 1})
     assert stack.balance("dev") == balance - Decimal("1.0000")
 
 

@@ -6,7 +6,11 @@ One item per account and entry in the quotas table (``functions.adapters.tables.
   ``version``, written with the operator's audit entry by ``limits_put``);
 - ``usage#<Family>#<Zone>``: ``inUse``, ``queued`` and ``reserved`` units; ``usage#total``: the same in
   vCPUs;
-- ``held#<jobId>``: a job waiting for quota (``key``, ``units``, ``vcpus``), read oldest first.
+- ``held#<Family>#<Zone>#<jobId>``: a job waiting for quota (``key``, ``units``, ``vcpus``, and
+  ``reason``: the ``statusReason`` it was last given). Each family and zone is a range of its own,
+  oldest first (``job-<ULID>`` ids sort by submission time), so an admission reads
+  ``begins_with(entry, "held#Basic#UnitedStates#")`` a page at a time and never wades through another
+  family's queue: 10,000 held Basic jobs cost a Memory job nothing.
 
 ``inUse`` counts every unit taken: admitted jobs' units *and* dedicated computes' reservations;
 ``reserved`` says how many of them are computes' (so jobs hold ``inUse - reserved``, which is what
@@ -26,6 +30,12 @@ releases its units in the very transaction that settles it (``release_items``, a
 same condition (``reserve_items``, added by ``DynamoComputeStore.create_compute``); deleting it (or its
 failing) subtracts them from both (``unreserve_items``). Jobs on a dedicated compute never move a
 counter: they run on its reservation.
+
+Held items of the first layout (``held#<jobId>``, before each key had its range) are not read here:
+the quotas were never released with that layout, so only a local stack's home kept from before can
+hold them, and the local stack rewrites them to this layout when it starts, before anything settles
+or admits (``rekey_legacy_held_items``). Reading both layouts on every admission would cost a Query
+per admission for good, to serve a home that is rewritten once.
 """
 
 from __future__ import annotations
@@ -36,6 +46,7 @@ from typing import TYPE_CHECKING, Any
 from functions.adapters.dynamodb.base import LIVE_JOB, StoreBase, store_errors
 from functions.adapters.dynamodb.items import (
     deserialize_item,
+    job_from_item,
     job_to_item,
     serialize_item,
     serialize_value,
@@ -48,14 +59,17 @@ from functions.domain.status import JobStatus
 from functions.domain.timefmt import to_sortable
 
 if TYPE_CHECKING:  # the stubs are a dev dependency; the Lambda runtime has no need of them
+    from mypy_boto3_dynamodb.client import DynamoDBClient
     from mypy_boto3_dynamodb.type_defs import TransactWriteItemTypeDef
 
 LIMITS_ENTRY = "limits"
 TOTAL_ENTRY = "usage#total"
 USAGE_PREFIX = "usage#"
 HELD_PREFIX = "held#"
-# Held jobs read per admission pass (one Query page): the oldest of each family come first anyway.
+# Held jobs of one ``list_held_jobs`` call unless the caller asks for fewer (one Query page).
 HELD_PAGE = 200
+# Entries of the first layout, ``held#<jobId>`` (every job id is ``job-<ULID>``; no family is ``job-``).
+LEGACY_HELD_PREFIX = HELD_PREFIX + "job-"
 
 
 def usage_entry(key: QuotaKey) -> str:
@@ -63,9 +77,14 @@ def usage_entry(key: QuotaKey) -> str:
     return USAGE_PREFIX + key.name
 
 
-def held_entry(job_id: str) -> str:
-    """``held#<jobId>``."""
-    return HELD_PREFIX + job_id
+def held_prefix(key: QuotaKey) -> str:
+    """``held#Basic#UnitedStates#``: the start of every held entry of ``key``."""
+    return f"{HELD_PREFIX}{key.name}#"
+
+
+def held_entry(key: QuotaKey, job_id: str) -> str:
+    """``held#Basic#UnitedStates#<jobId>``."""
+    return held_prefix(key) + job_id
 
 
 def limits_put(table: str, account_id: str, limits: QuotaLimits) -> TransactWriteItemTypeDef:
@@ -227,25 +246,45 @@ class QuotaRecords(StoreBase):
                 in_use[key], queued[key], reserved[key] = used, waiting, held_back
         return Usage(in_use, queued, total_in_use, total_queued, reserved, total_reserved)
 
-    def list_held_jobs(self, account_id: str) -> list[HeldJob]:
-        """The account's held jobs, oldest first (at most ``HELD_PAGE``), strongly consistent."""
+    def list_held_jobs(
+        self,
+        account_id: str,
+        key: QuotaKey | None = None,
+        *,
+        limit: int = HELD_PAGE,
+        after: str | None = None,
+    ) -> list[HeldJob]:
+        """Held jobs of the account, strongly consistent, one Query of at most ``limit`` (1..1000) items.
+
+        With ``key``: that family and zone's held jobs oldest first, after the job ``after`` (a job id of
+        that key, the last of the previous page) when given; fewer than ``limit`` means none is left.
+        Without ``key``: the first held jobs of every key, by family and zone, each key's oldest first
+        (an inventory, not an admission order).
+        """
+        if not 1 <= limit <= 1000:
+            raise ValueError("limit must be 1..1000")
+        prefix = held_prefix(key) if key is not None else HELD_PREFIX
+        query: dict[str, Any] = {
+            "TableName": self._quota_table,
+            "KeyConditionExpression": "accountId = :a AND begins_with(#entry, :p)",
+            "ExpressionAttributeNames": {"#entry": "entry"},
+            "ExpressionAttributeValues": {":a": serialize_value(account_id), ":p": serialize_value(prefix)},
+            "ConsistentRead": True,
+            "Limit": limit,
+        }
+        if after is not None:
+            if key is None:
+                raise ValueError("after needs the key it belongs to")
+            query["ExclusiveStartKey"] = self._key(account_id, held_entry(key, after))
         with store_errors("Query"):
-            page = self._db.query(
-                TableName=self._quota_table,
-                KeyConditionExpression="accountId = :a AND begins_with(#entry, :p)",
-                ExpressionAttributeNames={"#entry": "entry"},
-                ExpressionAttributeValues={
-                    ":a": serialize_value(account_id),
-                    ":p": serialize_value(HELD_PREFIX),
-                },
-                ConsistentRead=True,
-                Limit=HELD_PAGE,
-            )
+            page = self._db.query(**query)
         held = []
         for raw in page.get("Items", []):
             item = deserialize_item(raw)
             demand = Demand(QuotaKey.parse(str(item["key"])), int(item["units"]), int(item["vcpus"]))
-            held.append(HeldJob(str(item["entry"]).removeprefix(HELD_PREFIX), demand))
+            job_id = str(item["entry"]).removeprefix(held_prefix(demand.key))
+            reason = item.get("reason")
+            held.append(HeldJob(job_id, demand, str(reason) if reason is not None else None))
         return held
 
     def _counter_update(
@@ -264,10 +303,11 @@ class QuotaRecords(StoreBase):
         demand = job_demand(job)
         held = {
             "accountId": job.account_id,
-            "entry": held_entry(job.job_id),
+            "entry": held_entry(demand.key, job.job_id),
             "key": demand.key.name,
             "units": demand.units,
             "vcpus": demand.vcpus,
+            "reason": job.status_reason,
         }
         items: list[TransactWriteItemTypeDef] = [
             {
@@ -314,7 +354,7 @@ class QuotaRecords(StoreBase):
             {
                 "Delete": {
                     "TableName": self._quota_table,
-                    "Key": self._key(account_id, held_entry(held.job_id)),
+                    "Key": self._key(account_id, held_entry(demand.key, held.job_id)),
                     "ConditionExpression": "attribute_exists(accountId)",
                 }
             },
@@ -350,7 +390,7 @@ class QuotaRecords(StoreBase):
                 {
                     "Delete": {
                         "TableName": self._quota_table,
-                        "Key": self._key(account, held_entry(job.job_id)),
+                        "Key": self._key(account, held_entry(demand.key, job.job_id)),
                         "ConditionExpression": "attribute_exists(accountId)",
                     }
                 },
@@ -363,14 +403,30 @@ class QuotaRecords(StoreBase):
         ]
 
     def set_waiting_reason(self, job_id: str, reason: str) -> None:
-        """Set a held job's ``statusReason`` (no-op once it is no longer held); ``RecordMissing`` when
-        the job is gone."""
-        self._update_job(
+        """Set a held job's ``statusReason`` (no-op once it is no longer held), and record it on its
+        ``held#`` item (so a later admission reads it with the job and writes only a changed reason).
+        ``RecordMissing`` when the job is gone."""
+        response = self._update_job(
             job_id,
             "SET statusReason = :r",
             condition="dispatchState = :held",
             values={":r": reason, ":held": DispatchState.HELD.value},
+            return_new=True,
         )
+        if response is None or not self._quotas:
+            return
+        job = job_from_item(deserialize_item(dict(response["Attributes"])))
+        try:
+            with store_errors("UpdateItem"):
+                self._db.update_item(
+                    TableName=self._quota_table,
+                    Key=self._key(job.account_id, held_entry(job_demand(job).key, job_id)),
+                    UpdateExpression="SET reason = :r",
+                    ConditionExpression="attribute_exists(accountId)",  # admitted or ended meanwhile
+                    ExpressionAttributeValues={":r": serialize_value(reason)},
+                )
+        except ConditionFailed:
+            return
 
     # -- the dispatcher's claim ------------------------------------------------------------------------
     def claim_dispatch(self, job_id: str, now: datetime) -> Job | None:
@@ -426,3 +482,50 @@ class QuotaRecords(StoreBase):
         return (
             self._live_job(deserialize_item(dict(response["Attributes"])), "dispatch") if response else None
         )
+
+
+def rekey_legacy_held_items(db: DynamoDBClient, table: str) -> int:
+    """Rewrite the held items of the first layout (``held#<jobId>``) to ``held#<Family>#<Zone>#<jobId>``
+    (their ``key`` attribute names the family and zone): one transaction per item that puts the new
+    item and deletes the old. Run by the local stack as it starts, before anything admits or settles
+    (an item's counters are unchanged: it is the same held job). Returns how many were rewritten.
+
+    One Scan of the table (filtered on the old prefix): a local home's table is small, and a deployed
+    table never had the old layout (see the module's docstring).
+    """
+    scan: dict[str, Any] = {
+        "TableName": table,
+        "FilterExpression": "begins_with(#entry, :p)",
+        "ExpressionAttributeNames": {"#entry": "entry"},
+        "ExpressionAttributeValues": {":p": serialize_value(LEGACY_HELD_PREFIX)},
+        "ConsistentRead": True,
+    }
+    rewritten = 0
+    while True:
+        with store_errors("Scan"):
+            page = db.scan(**scan)
+        for raw in page.get("Items", []):
+            item = deserialize_item(raw)
+            job_id = str(item["entry"]).removeprefix(HELD_PREFIX)
+            moved = {**item, "entry": held_entry(QuotaKey.parse(str(item["key"])), job_id)}
+            old_key = serialize_item({"accountId": item["accountId"], "entry": item["entry"]})
+            try:
+                with store_errors("TransactWriteItems"):
+                    db.transact_write_items(
+                        TransactItems=[
+                            {"Put": {"TableName": table, "Item": serialize_item(moved)}},
+                            {
+                                "Delete": {
+                                    "TableName": table,
+                                    "Key": old_key,
+                                    "ConditionExpression": "attribute_exists(accountId)",
+                                }
+                            },
+                        ]
+                    )
+            except ConditionFailed:
+                continue  # gone since the scan read it
+            rewritten += 1
+        if "LastEvaluatedKey" not in page:
+            return rewritten
+        scan["ExclusiveStartKey"] = page["LastEvaluatedKey"]
