@@ -13,7 +13,7 @@ import boto3
 import pytest
 
 from benchmarks.capacity import RequestRecorder
-from functions.adapters.dynamodb.quotas import held_entry, rekey_legacy_held_items
+from functions.adapters.dynamodb.quotas import held_entry, held_partition, rekey_legacy_held_items
 from functions.domain.jobs import DispatchState
 from functions.domain.machine_classes import GeoZone, machine_class
 from functions.domain.quotas import Family, QuotaKey, QuotaLimits
@@ -138,18 +138,19 @@ def test_one_admission_pass_costs_the_same_requests_however_many_jobs_are_held(
     assert counts == Counter({"Query": 3, "GetItem": 1})
 
 
-def test_held_items_of_the_first_layout_are_rewritten_to_their_familys_range(stack: Stack) -> None:
+def test_held_items_of_the_earlier_layouts_are_moved_to_their_familys_range(stack: Stack) -> None:
     set_limits(stack, 1, 8)
     submit(stack, BASIC)
     older, younger = submit(stack, BASIC)["jobId"], submit(stack, BASIC)["jobId"]
     table = stack.settings.quotas_table
     client = boto3.client("dynamodb", region_name="us-east-1")
-    # The first layout: held#<jobId>, as a home kept from before stored the two held jobs.
-    for job_id in (older, younger):
-        key = {"accountId": {"S": "dev"}, "entry": {"S": held_entry(BASIC_US, job_id)}}
+    # The earlier layouts, in the account's own partition, as homes kept from before stored the two
+    # held jobs: held#<jobId> (the first) and held#<Family>#<Zone>#<jobId> (the second).
+    for job_id, entry in ((older, f"held#{older}"), (younger, held_entry(BASIC_US, younger))):
+        key = {"accountId": {"S": held_partition("dev")}, "entry": {"S": held_entry(BASIC_US, job_id)}}
         item = client.get_item(TableName=table, Key=key, ConsistentRead=True)["Item"]
         client.delete_item(TableName=table, Key=key)
-        client.put_item(TableName=table, Item={**item, "entry": {"S": f"held#{job_id}"}})
+        client.put_item(TableName=table, Item={**item, "accountId": {"S": "dev"}, "entry": {"S": entry}})
     assert stack.services.store.list_held_jobs("dev", BASIC_US) == []
 
     assert rekey_legacy_held_items(client, table) == 2
@@ -160,8 +161,15 @@ def test_held_items_of_the_first_layout_are_rewritten_to_their_familys_range(sta
         (older, 1, BASIC_REASON),
         (younger, 1, BASIC_REASON),
     ]
-    entries = [i["entry"]["S"] for i in client.scan(TableName=table)["Items"] if "held#" in i["entry"]["S"]]
-    assert sorted(entries) == [held_entry(BASIC_US, older), held_entry(BASIC_US, younger)]
+    entries = [
+        (i["accountId"]["S"], i["entry"]["S"])
+        for i in client.scan(TableName=table)["Items"]
+        if "held#" in i["entry"]["S"]
+    ]
+    assert sorted(entries) == [
+        (held_partition("dev"), held_entry(BASIC_US, older)),
+        (held_partition("dev"), held_entry(BASIC_US, younger)),
+    ]
     # They drain as any held job: a raised limit admits the older first.
     set_limits(stack, 2, 8)
     assert [s.job_name for s in stack.batch[US].submissions][1:] == [older]

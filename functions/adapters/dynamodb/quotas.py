@@ -6,8 +6,9 @@ One item per account and entry in the quotas table (``functions.adapters.tables.
   ``version``, written with the operator's audit entry by ``limits_put``);
 - ``usage#<Family>#<Zone>``: ``inUse``, ``queued`` and ``reserved`` units; ``usage#total``: the same in
   vCPUs;
-- ``held#<Family>#<Zone>#<jobId>``: a job waiting for quota (``key``, ``units``, ``vcpus``, and
-  ``reason``: the ``statusReason`` it was last given). Each family and zone is a range of its own,
+- ``held#<Family>#<Zone>#<jobId>``, in the account's held partition ``<accountId>#held``
+  (``held_partition``): a job waiting for quota (``key``, ``units``, ``vcpus``, and ``reason``: the
+  ``statusReason`` it was last given). Each family and zone is a range of its own,
   oldest first (``job-<ULID>`` ids sort by submission time), so an admission reads
   ``begins_with(entry, "held#Basic#UnitedStates#")`` a page at a time and never wades through another
   family's queue: 10,000 held Basic jobs cost a Memory job nothing.
@@ -31,11 +32,11 @@ same condition (``reserve_items``, added by ``DynamoComputeStore.create_compute`
 failing) subtracts them from both (``unreserve_items``). Jobs on a dedicated compute never move a
 counter: they run on its reservation.
 
-Held items of the first layout (``held#<jobId>``, before each key had its range) are not read here:
-the quotas were never released with that layout, so only a local stack's home kept from before can
-hold them, and the local stack rewrites them to this layout when it starts, before anything settles
-or admits (``rekey_legacy_held_items``). Reading both layouts on every admission would cost a Query
-per admission for good, to serve a home that is rewritten once.
+Held items of the earlier layouts (``held#<jobId>``, or any held item in the account's own partition)
+are not read here: the quotas were never released with those layouts, so only a local stack's home kept
+from before can hold them, and the local stack moves them to this layout when it starts, before anything
+settles or admits (``rekey_legacy_held_items``). Reading every layout on every admission would cost
+Queries per admission for good, to serve a home that is rewritten once.
 """
 
 from __future__ import annotations
@@ -66,10 +67,13 @@ LIMITS_ENTRY = "limits"
 TOTAL_ENTRY = "usage#total"
 USAGE_PREFIX = "usage#"
 HELD_PREFIX = "held#"
+# Held items live in a partition of their own per account (``held_partition``): the counters' Query
+# (``get_quota_usage``, on every submit and ending) then never reads past them. DynamoDB would read
+# only the ``usage#`` range anyway, but moto walks a partition's every item per Query: with 2,000 held
+# jobs in the account's partition, each counter read took the DynamoDB lock for tens of milliseconds.
+HELD_PARTITION_SUFFIX = "#held"
 # Held jobs of one ``list_held_jobs`` call unless the caller asks for fewer (one Query page).
 HELD_PAGE = 200
-# Entries of the first layout, ``held#<jobId>`` (every job id is ``job-<ULID>``; no family is ``job-``).
-LEGACY_HELD_PREFIX = HELD_PREFIX + "job-"
 
 
 def usage_entry(key: QuotaKey) -> str:
@@ -85,6 +89,12 @@ def held_prefix(key: QuotaKey) -> str:
 def held_entry(key: QuotaKey, job_id: str) -> str:
     """``held#Basic#UnitedStates#<jobId>``."""
     return held_prefix(key) + job_id
+
+
+def held_partition(account_id: str) -> str:
+    """``<accountId>#held``: the partition of an account's held items, apart from its limits and
+    counters (no account id holds a ``#``: ``functions.domain.text.ACCOUNT_ID_PATTERN``)."""
+    return account_id + HELD_PARTITION_SUFFIX
 
 
 def limits_put(table: str, account_id: str, limits: QuotaLimits) -> TransactWriteItemTypeDef:
@@ -191,6 +201,9 @@ class QuotaRecords(StoreBase):
     def _key(self, account_id: str, entry: str) -> dict[str, Any]:
         return serialize_item({"accountId": account_id, "entry": entry})
 
+    def _held_key(self, account_id: str, key: QuotaKey, job_id: str) -> dict[str, Any]:
+        return serialize_item({"accountId": held_partition(account_id), "entry": held_entry(key, job_id)})
+
     # -- limits and usage --------------------------------------------------------------------------
     def get_quota_limits(self, account_id: str) -> QuotaLimits:
         """The account's limits (its overrides over the defaults), read strongly consistent."""
@@ -268,14 +281,17 @@ class QuotaRecords(StoreBase):
             "TableName": self._quota_table,
             "KeyConditionExpression": "accountId = :a AND begins_with(#entry, :p)",
             "ExpressionAttributeNames": {"#entry": "entry"},
-            "ExpressionAttributeValues": {":a": serialize_value(account_id), ":p": serialize_value(prefix)},
+            "ExpressionAttributeValues": {
+                ":a": serialize_value(held_partition(account_id)),
+                ":p": serialize_value(prefix),
+            },
             "ConsistentRead": True,
             "Limit": limit,
         }
         if after is not None:
             if key is None:
                 raise ValueError("after needs the key it belongs to")
-            query["ExclusiveStartKey"] = self._key(account_id, held_entry(key, after))
+            query["ExclusiveStartKey"] = self._held_key(account_id, key, after)
         with store_errors("Query"):
             page = self._db.query(**query)
         held = []
@@ -302,7 +318,7 @@ class QuotaRecords(StoreBase):
         queued, in one transaction. ``ConditionFailed`` when the job id exists."""
         demand = job_demand(job)
         held = {
-            "accountId": job.account_id,
+            "accountId": held_partition(job.account_id),
             "entry": held_entry(demand.key, job.job_id),
             "key": demand.key.name,
             "units": demand.units,
@@ -354,7 +370,7 @@ class QuotaRecords(StoreBase):
             {
                 "Delete": {
                     "TableName": self._quota_table,
-                    "Key": self._key(account_id, held_entry(demand.key, held.job_id)),
+                    "Key": self._held_key(account_id, demand.key, held.job_id),
                     "ConditionExpression": "attribute_exists(accountId)",
                 }
             },
@@ -390,7 +406,7 @@ class QuotaRecords(StoreBase):
                 {
                     "Delete": {
                         "TableName": self._quota_table,
-                        "Key": self._key(account, held_entry(demand.key, job.job_id)),
+                        "Key": self._held_key(account, demand.key, job.job_id),
                         "ConditionExpression": "attribute_exists(accountId)",
                     }
                 },
@@ -420,7 +436,7 @@ class QuotaRecords(StoreBase):
             with store_errors("UpdateItem"):
                 self._db.update_item(
                     TableName=self._quota_table,
-                    Key=self._key(job.account_id, held_entry(job_demand(job).key, job_id)),
+                    Key=self._held_key(job.account_id, job_demand(job).key, job_id),
                     UpdateExpression="SET reason = :r",
                     ConditionExpression="attribute_exists(accountId)",  # admitted or ended meanwhile
                     ExpressionAttributeValues={":r": serialize_value(reason)},
@@ -485,19 +501,21 @@ class QuotaRecords(StoreBase):
 
 
 def rekey_legacy_held_items(db: DynamoDBClient, table: str) -> int:
-    """Rewrite the held items of the first layout (``held#<jobId>``) to ``held#<Family>#<Zone>#<jobId>``
-    (their ``key`` attribute names the family and zone): one transaction per item that puts the new
-    item and deletes the old. Run by the local stack as it starts, before anything admits or settles
-    (an item's counters are unchanged: it is the same held job). Returns how many were rewritten.
+    """Move held items of the earlier layouts (``held#<jobId>``, or ``held#<Family>#<Zone>#<jobId>`` in
+    the account's own partition) to ``held#<Family>#<Zone>#<jobId>`` in the account's held partition
+    (``held_partition``; their ``key`` attribute names the family and zone): one transaction per item
+    that puts the new item and deletes the old. Run by the local stack as it starts, before anything
+    admits or settles (an item's counters are unchanged: it is the same held job). Returns how many
+    were moved.
 
-    One Scan of the table (filtered on the old prefix): a local home's table is small, and a deployed
-    table never had the old layout (see the module's docstring).
+    One Scan of the table (filtered on the prefix): a local home's table is small, and a deployed table
+    never had the old layouts (see the module's docstring).
     """
     scan: dict[str, Any] = {
         "TableName": table,
         "FilterExpression": "begins_with(#entry, :p)",
         "ExpressionAttributeNames": {"#entry": "entry"},
-        "ExpressionAttributeValues": {":p": serialize_value(LEGACY_HELD_PREFIX)},
+        "ExpressionAttributeValues": {":p": serialize_value(HELD_PREFIX)},
         "ConsistentRead": True,
     }
     rewritten = 0
@@ -506,9 +524,16 @@ def rekey_legacy_held_items(db: DynamoDBClient, table: str) -> int:
             page = db.scan(**scan)
         for raw in page.get("Items", []):
             item = deserialize_item(raw)
-            job_id = str(item["entry"]).removeprefix(HELD_PREFIX)
-            moved = {**item, "entry": held_entry(QuotaKey.parse(str(item["key"])), job_id)}
-            old_key = serialize_item({"accountId": item["accountId"], "entry": item["entry"]})
+            account = str(item["accountId"])
+            if account.endswith(HELD_PARTITION_SUFFIX):
+                continue  # in place
+            job_id = str(item["entry"]).rsplit("#", 1)[-1]
+            moved = {
+                **item,
+                "accountId": held_partition(account),
+                "entry": held_entry(QuotaKey.parse(str(item["key"])), job_id),
+            }
+            old_key = serialize_item({"accountId": account, "entry": item["entry"]})
             try:
                 with store_errors("TransactWriteItems"):
                     db.transact_write_items(
