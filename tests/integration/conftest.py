@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
@@ -15,6 +16,7 @@ from typing import Any
 import boto3
 import pytest
 from moto import mock_aws
+from moto.core.botocore_stubber import BotocoreStubber
 
 from functions import bootstrap
 from functions.adapters.tables import ALL_TABLES, create_table_request
@@ -23,7 +25,13 @@ from functions.domain.machine_classes import MACHINE_CLASSES, GeoZone
 from functions.ports import Services
 from functions.settings import RouteSettings, Settings, ZoneSettings
 from tests.events import JOB_DEFINITION_ARN, QUEUE_ARN, api_event, batch_event
-from tests.fakes import FakeLambdaContext, FakeResolver, RecordingBatchGateway, RecordingNotifier
+from tests.fakes import (
+    FakeComputeEnvironments,
+    FakeLambdaContext,
+    FakeResolver,
+    RecordingBatchGateway,
+    RecordingNotifier,
+)
 
 ZONE_REGIONS = {GeoZone.UNITED_STATES: "us-east-1", GeoZone.EUROPEAN_UNION: "eu-central-1"}
 
@@ -253,3 +261,28 @@ def fleet_stack(stack: Stack) -> Stack:
     for zone in stack.settings.zones.values():
         batch_resources(zone.region)
     return stack
+
+
+@pytest.fixture
+def one_request_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Serialize moto's handling of requests: moto is not thread-safe (its backends take no lock),
+    while DynamoDB makes each request atomic; this gives moto that and no more, so threaded tests see
+    DynamoDB's interleavings of whole requests (tests/integration/test_concurrent_settlement.py)."""
+    lock = threading.Lock()
+    process_request = BotocoreStubber.process_request
+
+    def serialized(self: Any, request: Any) -> Any:
+        with lock:
+            return process_request(self, request)
+
+    monkeypatch.setattr(BotocoreStubber, "process_request", serialized)
+
+
+@pytest.fixture
+def computes(stack: Stack) -> FakeComputeEnvironments:
+    """The stack with an in-memory AWS Batch for dedicated computes in both zones."""
+    fake = FakeComputeEnvironments()
+    zones = {zone: replace(z, computes=fake) for zone, z in stack.services.zones.items()}
+    stack.services = replace(stack.services, zones=zones)
+    bootstrap.install(stack.services)
+    return fake

@@ -6,15 +6,11 @@ and concurrent compute creates and job admissions never take more than a limit."
 
 from __future__ import annotations
 
-import threading
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
 from typing import Any
 
 import pytest
-from moto.core.botocore_stubber import BotocoreStubber
 
-from functions import bootstrap
 from functions.domain.computes import resource_name
 from functions.domain.errors import QuotaExceeded
 from functions.domain.jobs import PayloadKind
@@ -32,16 +28,6 @@ SPEC = {"machineClass": "Basic2x8", "geoZone": "UnitedStates", "count": 2}  # 4 
 JOB = {"code": "1", "machineClass": "Basic1x8", "geoZone": "UnitedStates"}  # 1 vCPU
 ADMIN = {"account_id": "admin", "groups": "admin"}
 ADVICE = "wait for jobs to end, delete a compute or ask an operator for a higher quota"
-
-
-@pytest.fixture
-def computes(stack: Stack) -> FakeComputeEnvironments:
-    """The stack with an in-memory AWS Batch for dedicated computes in both zones."""
-    fake = FakeComputeEnvironments()
-    zones = {zone: replace(z, computes=fake) for zone, z in stack.services.zones.items()}
-    stack.services = replace(stack.services, zones=zones)
-    bootstrap.install(stack.services)
-    return fake
 
 
 def set_basic_us(stack: Stack, limit: int) -> None:
@@ -263,18 +249,6 @@ def test_jobs_on_the_compute_take_no_quota(stack: Stack, computes: FakeComputeEn
 
 
 # -- concurrency ---------------------------------------------------------------------------------------
-@pytest.fixture
-def one_request_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Serialize moto's handling of requests (tests/integration/test_concurrent_settlement.py says why:
-    moto is not thread-safe; DynamoDB makes each request atomic, this gives moto that and no more)."""
-    lock = threading.Lock()
-    process_request = BotocoreStubber.process_request
-
-    def serialized(self: Any, request: Any) -> Any:
-        with lock:
-            return process_request(self, request)
-
-    monkeypatch.setattr(BotocoreStubber, "process_request", serialized)
 
 
 LIMIT = 8

@@ -4,14 +4,12 @@ stop and hourly, the balance rule, schedules, idle stops, jobs on its queue char
 
 from __future__ import annotations
 
-from dataclasses import replace
 from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
 import pytest
 
-from functions import bootstrap
 from functions.domain.computes import resource_name
 from functions.domain.machine_classes import GeoZone
 from functions.domain.quotas import Family, QuotaKey
@@ -21,16 +19,6 @@ from tests.integration.conftest import Stack
 
 SPEC = {"machineClass": "Basic2x8", "geoZone": "UnitedStates", "count": 2}  # 4 vCPUs, 180 credits/hour
 NAME = resource_name("remote-batch-test", "dev", "lab")
-
-
-@pytest.fixture
-def computes(stack: Stack) -> FakeComputeEnvironments:
-    """The stack with an in-memory AWS Batch for dedicated computes in both zones."""
-    fake = FakeComputeEnvironments()
-    zones = {zone: replace(z, computes=fake) for zone, z in stack.services.zones.items()}
-    stack.services = replace(stack.services, zones=zones)
-    bootstrap.install(stack.services)
-    return fake
 
 
 def _get(stack: Stack, name: str = "lab") -> dict[str, Any]:

@@ -25,7 +25,6 @@ from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
 
 import pytest
-from moto.core.botocore_stubber import BotocoreStubber
 
 from functions.domain.jobs import LedgerKind
 from tests.events import job_lifecycle
@@ -33,19 +32,6 @@ from tests.events import job_lifecycle
 THREADS = 8
 JOBS = 50
 RATE = Decimal(60)  # Basic1x8, credits per hour (DESIGN.md)
-
-
-@pytest.fixture
-def one_request_at_a_time(monkeypatch):
-    """Serialize moto's handling of requests (see the module docstring)."""
-    lock = threading.Lock()
-    process_request = BotocoreStubber.process_request
-
-    def serialized(self, request):
-        with lock:
-            return process_request(self, request)
-
-    monkeypatch.setattr(BotocoreStubber, "process_request", serialized)
 
 
 def cost_of(run_ms: int) -> Decimal:

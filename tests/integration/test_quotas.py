@@ -13,7 +13,6 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
-from moto.core.botocore_stubber import BotocoreStubber
 
 from functions import bootstrap
 from functions.domain.errors import BatchRefused, DependencyFailed
@@ -286,18 +285,6 @@ def test_a_job_aws_batch_refuses_ends_at_once(
 
 
 # -- concurrency ---------------------------------------------------------------------------------------
-@pytest.fixture
-def one_request_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Serialize moto's handling of requests (tests/integration/test_concurrent_settlement.py says why:
-    moto is not thread-safe; DynamoDB makes each request atomic, this gives moto that and no more)."""
-    lock = threading.Lock()
-    process_request = BotocoreStubber.process_request
-
-    def serialized(self: Any, request: Any) -> Any:
-        with lock:
-            return process_request(self, request)
-
-    monkeypatch.setattr(BotocoreStubber, "process_request", serialized)
 
 
 LIMIT = 3
