@@ -18,6 +18,10 @@ Running. At the next start each such job is settled by the batch_events Lambda l
 3. An array job (its parent is unfinished) is settled child by child by these two rules, from the
    events the executor emitted for it, then its AWS Batch parent gets its final event
    (``recovery_arrays``).
+4. A job AWS Batch was never given (held for quota, admitted, or claimed by the dispatcher with no
+   Batch job id recorded) is not stopped: it is what the deployed dispatch queue (SQS, durable) would
+   still hold, so it is resumed (``resume_undispatched``): a claim is given back, admitted jobs are
+   enqueued again and their accounts' held jobs admitted. Only the in-memory queue's messages died.
 
 Before that, ``remove_leftover_jobs`` kills whatever the crashed run's jobs left alive (recorded in
 the ``ProcessRegistry``, by pid and start time) and removes their folders.
@@ -33,9 +37,11 @@ from typing import Any
 from boto3.dynamodb.types import TypeDeserializer
 
 from functions.adapters.dynamodb import job_from_item
-from functions.domain.jobs import Job, JobType
+from functions.domain.jobs import DispatchState, Job, JobType
 from functions.domain.machine_classes import machine_class
 from functions.domain.status import JobStatus
+from functions.logic import dispatch
+from functions.ports import Services
 from functions.settings import Settings
 from remote_batch.local.events import BatchAttempt, batch_job_state_change, task_arn
 from remote_batch.local.executor import SHUTDOWN_REASON, SHUTDOWN_UNSTARTED_REASON
@@ -157,6 +163,8 @@ def recover_unfinished_jobs(
     """
     recovered = []
     for job in unfinished_jobs(dynamodb, settings.jobs_table):
+        if never_given_to_batch(job):
+            continue  # resumed instead (``resume_undispatched``)
         if job.type == JobType.ARRAY:
             children = settle_array(
                 emitted_for(job.job_id) if emitted_for is not None else [],
@@ -211,3 +219,41 @@ def remove_leftover_jobs(registry: ProcessRegistry) -> Leftovers:
     (their sandboxes die with the stack), and this kills what a weaker sandbox let survive.
     """
     return registry.clean()
+
+
+def never_given_to_batch(job: Job) -> bool:
+    """Whether ``job`` waits for quota or for the dispatcher: held, admitted, or claimed with no Batch
+    job id recorded (rule 4 of this module's docstring)."""
+    return job.batch_job_id is None and job.dispatch_state in (
+        DispatchState.HELD,
+        DispatchState.ADMITTED,
+        DispatchState.DISPATCHING,
+    )
+
+
+def resume_undispatched(dynamodb: Any, settings: Settings, services: Services) -> list[str]:
+    """Resume the jobs a crash left between submit and AWS Batch (rule 4): give back each claim (its
+    SubmitJob, if any, went to the executor that died with the stack), enqueue every admitted job
+    again and ask for the admission of each account's held jobs. Returns the ids enqueued or held.
+
+    The dispatcher's claim makes a repeated message harmless; no job is submitted twice.
+    """
+    resumed: list[str] = []
+    enqueue: list[str] = []
+    accounts: set[str] = set()
+    for job in unfinished_jobs(dynamodb, settings.jobs_table):
+        if not never_given_to_batch(job):
+            continue
+        resumed.append(job.job_id)
+        if job.dispatch_state == DispatchState.HELD:
+            accounts.add(job.account_id)
+            continue
+        if job.dispatch_state == DispatchState.DISPATCHING:
+            services.store.release_dispatch(job.job_id)
+        enqueue.append(job.job_id)
+    dispatch.enqueue(services, enqueue)
+    for account_id in sorted(accounts):
+        dispatch.request_admission(services, account_id)
+    if resumed:
+        logger.info("jobs not yet in aws batch resumed count=%d accounts=%d", len(resumed), len(accounts))
+    return resumed

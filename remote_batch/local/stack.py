@@ -23,7 +23,7 @@ from functions.adapters.dynamodb.quotas import rekey_legacy_held_items
 from functions.adapters.sns import SnsNotifier
 from functions.adapters.tables import ALL_TABLES
 from functions.adapters.webhook import WebhookSender
-from functions.bootstrap import build_services, install, utc_now
+from functions.bootstrap import build_services, get_services, install, utc_now
 from functions.domain.machine_classes import GeoZone
 from functions.ports import Services
 from functions.settings import Settings
@@ -42,7 +42,7 @@ from remote_batch.local.lambdas import LocalLambdas
 from remote_batch.local.logstore import InProcessLogs, LogStore
 from remote_batch.local.outbox import OutboxNotifier
 from remote_batch.local.rate_limit import AccountRateLimiter
-from remote_batch.local.recovery import recover_unfinished_jobs, remove_leftover_jobs
+from remote_batch.local.recovery import recover_unfinished_jobs, remove_leftover_jobs, resume_undispatched
 from remote_batch.local.resources import (
     NAME_PREFIX,
     AwsClients,
@@ -406,6 +406,7 @@ def _recover(
     that were unfinished through their events, and wait a while for them to settle; their ids."""
     if last_alive is None:
         return []
+    resume_undispatched(clients.client("dynamodb", settings.home_region), settings, get_services())
     recovered = recover_unfinished_jobs(
         clients.client("dynamodb", settings.home_region),
         settings,
