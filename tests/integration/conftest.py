@@ -286,3 +286,18 @@ def computes(stack: Stack) -> FakeComputeEnvironments:
     stack.services = replace(stack.services, zones=zones)
     bootstrap.install(stack.services)
     return fake
+
+
+def finish(stack: Stack, job_id: str) -> None:
+    """Deliver the SUCCEEDED event of a job sent to AWS Batch (1 s of running time)."""
+    stored = stack.services.store.get_job(job_id)
+    assert stored is not None and stored.batch_job_id is not None
+    stack.deliver(
+        batch_event(
+            job_id,
+            stored.batch_job_id,
+            "SUCCEEDED",
+            started_at=1_764_000_001_000,
+            stopped_at=1_764_000_002_000,
+        )
+    )

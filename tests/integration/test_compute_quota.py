@@ -18,9 +18,8 @@ from functions.domain.machine_classes import GeoZone
 from functions.domain.quotas import Family, QuotaKey, QuotaLimits
 from functions.logic import computes as compute_logic
 from functions.logic import submission
-from tests.events import batch_event
 from tests.fakes import FakeComputeEnvironments
-from tests.integration.conftest import Stack
+from tests.integration.conftest import Stack, finish
 
 US = GeoZone.UNITED_STATES
 BASIC_US = QuotaKey(Family.BASIC, US)
@@ -84,20 +83,6 @@ def create(stack: Stack, until: str = "Stopped") -> None:
             return
         stack.tick()
     assert compute_status(stack) == until
-
-
-def finish(stack: Stack, job_id: str) -> None:
-    stored = stack.services.store.get_job(job_id)
-    assert stored is not None and stored.batch_job_id is not None
-    stack.deliver(
-        batch_event(
-            job_id,
-            stored.batch_job_id,
-            "SUCCEEDED",
-            started_at=1_764_000_001_000,
-            stopped_at=1_764_000_002_000,
-        )
-    )
 
 
 def test_a_compute_over_what_jobs_leave_is_400_and_writes_nothing(

@@ -20,8 +20,7 @@ from functions.domain.quotas import Family, QuotaKey, QuotaLimits
 from functions.logic import quotas
 from functions.logic.submission import new_job_id
 from tests.builders import build_job
-from tests.integration.conftest import Stack
-from tests.integration.test_quotas import finish
+from tests.integration.conftest import Stack, finish
 
 US = GeoZone.UNITED_STATES
 BASIC_US = QuotaKey(Family.BASIC, US)

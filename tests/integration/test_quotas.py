@@ -24,9 +24,8 @@ from functions.logic import dispatch, submission
 from functions.logic.job_events import apply_job_state_change
 from functions.ports import BatchSubmission
 from remote_batch.local.dispatch_queue import LocalDispatchQueue
-from tests.events import batch_event
 from tests.fakes import FakeLambdaContext
-from tests.integration.conftest import Stack
+from tests.integration.conftest import Stack, finish
 
 US = GeoZone.UNITED_STATES
 BASIC_US = QuotaKey(Family.BASIC, US)
@@ -48,20 +47,6 @@ def basic_us_line(stack: Stack) -> dict[str, Any]:
     status, body = stack.api("GET", "/account/quotas")
     assert status == 200
     return next(q for q in body["quotas"] if q["family"] == "Basic" and q["geoZone"] == "UnitedStates")
-
-
-def finish(stack: Stack, job_id: str) -> None:
-    stored = stack.services.store.get_job(job_id)
-    assert stored is not None and stored.batch_job_id is not None
-    stack.deliver(
-        batch_event(
-            job_id,
-            stored.batch_job_id,
-            "SUCCEEDED",
-            started_at=1_764_000_001_000,
-            stopped_at=1_764_000_002_000,
-        )
-    )
 
 
 def test_jobs_over_the_quota_wait_with_the_reason_and_go_oldest_first_as_usage_frees(stack: Stack) -> None:
