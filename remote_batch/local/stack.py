@@ -35,6 +35,7 @@ from remote_batch.local.executor import LocalBatchExecutor, LocalBatchGateway
 from remote_batch.local.executor.computes import restore_dedicated_computes
 from remote_batch.local.files import write_bytes_atomic
 from remote_batch.local.gateway import ApiGateway
+from remote_batch.local.http_errors import JsonErrorRequestHandler
 from remote_batch.local.iam import JobCredentials
 from remote_batch.local.journal import Journal
 from remote_batch.local.lambda_context import LOCAL_ACCOUNT_ID
@@ -230,7 +231,9 @@ class LocalStack:
         )
         # Binding listens at once, but nothing is answered before serve_forever: a request that
         # arrives meanwhile waits, and credentials.json names the bound port before the first answer.
-        server = make_server(config.host, config.port, gateway, threaded=True)
+        server = make_server(
+            config.host, config.port, gateway, threaded=True, request_handler=JsonErrorRequestHandler
+        )
         self._server = server
         public = f"http://{config.host}:{server.server_port}"
         accounts.write_credentials(public, built_in)

@@ -108,3 +108,48 @@ def test_a_whole_body_arriving_in_small_pieces_is_passed_on_whole(gateway: Gatew
     # Then the api Lambda gets the whole body once
     assert (status, body) == (202, {"jobId": "j-1"})
     assert [event["body"] for event in gateway.invoked] == [BODY.decode()]
+
+
+@pytest.mark.parametrize(
+    ("request_bytes", "status", "code"),
+    [
+        # http.server refuses a header line over 65,536 bytes before the gateway sees the request.
+        (b"GET /jobs HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 70_000 + b"\r\n\r\n", 431, "HeadersTooLarge"),
+        (b"GET /" + b"a" * 70_000 + b" HTTP/1.1\r\nHost: x\r\n\r\n", 414, "UriTooLong"),
+        (
+            b"GET /jobs HTTP/1.1\r\n" + b"".join(b"X-%d: 1\r\n" % i for i in range(101)) + b"\r\n",
+            431,
+            "HeadersTooLarge",
+        ),  # over 100 headers
+    ],
+)
+def test_the_servers_own_refusals_answer_the_json_error_body(
+    gateway: Gateway, request_bytes: bytes, status: int, code: str
+) -> None:
+    import socket
+    import threading
+
+    from werkzeug.serving import make_server
+
+    from remote_batch.local.http_errors import JsonErrorRequestHandler
+
+    server = make_server("127.0.0.1", 0, gateway.app, threaded=True, request_handler=JsonErrorRequestHandler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        with socket.create_connection(("127.0.0.1", server.server_port), timeout=10) as sock:
+            sock.sendall(request_bytes)
+            answer = b""
+            while chunk := sock.recv(65_536):
+                answer += chunk
+    finally:
+        server.shutdown()
+        thread.join(timeout=10)
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.split(b"\r\n")[0].split()[1] == str(status).encode(), head
+    assert b"Content-Type: application/json" in head, head
+    error = json.loads(body)["error"]
+    assert error["code"] == code
+    assert error["field"] is None
+    assert error["message"].endswith(".")
+    assert gateway.invoked == []
