@@ -47,6 +47,7 @@ class AuditAction(StrEnum):
     SET_CAPACITY = "SetCapacity"
     GRANT_CREDITS = "GrantCredits"
     SET_QUOTAS = "SetQuotas"
+    CREATE_ACCOUNT = "CreateAccount"  # the local stack's POST /admin/accounts (Cognito makes them deployed)
 
 
 class ClassUnavailable(ServiceError):

@@ -6,6 +6,7 @@ plus a token minted by ``TokenStore``.
 
 from __future__ import annotations
 
+import secrets
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
@@ -13,6 +14,7 @@ from typing import Any
 
 from functions.domain.credits import parse_credits, quantize_credits
 from functions.domain.errors import Conflict, ValidationFailed
+from functions.domain.fleet import AuditAction, AuditEntry, account_target
 from functions.domain.jobs import Account
 from functions.domain.text import ACCOUNT_ID_PATTERN, EMAIL_PATTERN, full_match
 from functions.logic.accounts import set_contacts
@@ -115,8 +117,10 @@ class LocalAccounts:
         """Write ``credentials.json`` (0600): ``{"endpoint": ..., "tokens": {"dev": ..., "admin": ...}}``."""
         write_json_atomic(self._credentials_path, {"endpoint": endpoint, "tokens": tokens}, mode=PRIVATE)
 
-    def register(self, new: NewAccount) -> str:
-        """Create ``new`` and mint its token (shown once).
+    def register(self, new: NewAccount, actor: str) -> str:
+        """Create ``new``, mint its token (shown once) and add a ``CreateAccount`` entry by ``actor``
+        (the operator's account id) to the audit log (``GET /admin/audit``: target ``accounts/<id>``,
+        after the starting credits, email and roles; the token is never written there).
 
         Raises
         ------
@@ -126,7 +130,25 @@ class LocalAccounts:
         if self._store.get_account(new.account_id) is not None:
             raise Conflict(f"Account {new.account_id!r} exists; choose another accountId.", field="accountId")
         self._create(new)
-        return self._tokens.mint(new.account_id, new.roles)
+        token = self._tokens.mint(new.account_id, new.roles)
+        if self._services.operations is not None:
+            self._services.operations.record(
+                AuditEntry(
+                    entry_id=secrets.token_hex(16),
+                    at=self._clock(),
+                    actor=actor,
+                    action=AuditAction.CREATE_ACCOUNT,
+                    target=account_target(new.account_id),
+                    before={},
+                    after={
+                        "creditBalance": format(new.credits, "f"),
+                        "email": new.email,
+                        "roles": list(new.roles),
+                    },
+                    reason=None,
+                )
+            )
+        return token
 
     def _create(self, new: NewAccount) -> None:
         """Create the account if absent; an email gets its SNS subscription, as PUT /account/contacts does."""

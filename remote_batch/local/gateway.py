@@ -197,7 +197,9 @@ class ApiGateway:
         self._limiter = limiter
         # Each local-only route with its action of the role table (functions.domain.roles), as the
         # api's routes name theirs.
-        self._local_routes: dict[tuple[str, str], tuple[str, Callable[[Request, bytes], Response]]] = {
+        self._local_routes: dict[
+            tuple[str, str], tuple[str, Callable[[Request, bytes, Principal], Response]]
+        ] = {
             ("GET", "/local/batch-events"): ("batchEvents/read", self._emitted_events),
             ("POST", "/local/batch-events"): ("batchEvents/replay/action", self._replay_events),
             ("POST", "/admin/accounts"): ("accounts/create/action", self._create_account),
@@ -244,9 +246,9 @@ class ApiGateway:
         local_route = self._local_routes.get((request.method, request.path))
         if local_route is not None:
             action, serve = local_route
-            if not holds(Role.ADMIN if principal is not None and principal.is_admin else None, action):
+            if principal is None or not holds(Role.ADMIN if principal.is_admin else None, action):
                 raise Forbidden(denial_message(action, None, None))
-            return serve(request, body)
+            return serve(request, body, principal)
         return http_response(self._invoke_api(proxy_event(request, body, principal, self._clock())))
 
     def _authorize(self, request: Request) -> Principal:
@@ -310,13 +312,13 @@ class ApiGateway:
         return b"".join(parts)
 
     # -- local-only routes ---------------------------------------------------------------------------
-    def _emitted_events(self, request: Request, body: bytes) -> Response:
+    def _emitted_events(self, request: Request, body: bytes, principal: Principal) -> Response:
         job_id = request.args.get("jobId")
         if not job_id:
             raise ValidationFailed("jobId is required: GET /local/batch-events?jobId=<id>.", field="jobId")
         return _json_response(200, {"events": self._events.emitted_for(job_id)})
 
-    def _replay_events(self, request: Request, body: bytes) -> Response:
+    def _replay_events(self, request: Request, body: bytes, principal: Principal) -> Response:
         parsed = _parse_json(body)
         events = parsed.get("events") if isinstance(parsed, dict) else None
         if not isinstance(events, list):
@@ -329,13 +331,13 @@ class ApiGateway:
         self._events.replay(events)
         return _json_response(202, {"accepted": len(events)})
 
-    def _dispatch_numbers(self, request: Request, body: bytes) -> Response:
+    def _dispatch_numbers(self, request: Request, body: bytes, principal: Principal) -> Response:
         return _json_response(200, self._dispatch_stats() if self._dispatch_stats else {})
 
-    def _create_account(self, request: Request, body: bytes) -> Response:
+    def _create_account(self, request: Request, body: bytes, principal: Principal) -> Response:
         new = parse_new_account(_parse_json(body))
         with self._admin_environment():
-            token = self._accounts.register(new)
+            token = self._accounts.register(new, actor=principal.account_id)
         logger.info("account created account_id=%s", new.account_id)
         return _json_response(201, {"accountId": new.account_id, "token": token})
 

@@ -238,3 +238,19 @@ def test_an_account_past_its_request_rate_gets_429_with_retry_after(limited_stac
     # And after Retry-After seconds dev is served again
     time.sleep(retry_after)
     wait_for(lambda: dev.get("/account").status_code == 200, 5, "dev to be served again")
+
+
+def test_an_account_created_locally_is_in_the_audit_log_without_its_token(admin: Client) -> None:
+    # When an operator creates an account on the local stack
+    account_id = f"audited-{uuid.uuid4().hex[:8]}"
+    created = admin.post("/admin/accounts", json={"accountId": account_id, "credits": 25})
+    assert created.status_code == 201, created.text
+    token = Client.body(created)["token"]
+
+    # Then the audit log shows who created it and what it started with, never its token
+    entries = [e for e in _audit(admin, limit=50) if e["target"] == f"accounts/{account_id}"]
+    assert len(entries) == 1, entries
+    entry = entries[0]
+    assert (entry["action"], entry["actor"]) == ("CreateAccount", "admin"), entry
+    assert entry["after"] == {"creditBalance": "25.0000", "email": None, "roles": ["user"]}, entry
+    assert token not in str(entry)

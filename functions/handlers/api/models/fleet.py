@@ -95,7 +95,10 @@ class AuditEntryView(BaseModel):
     at: str
     actor: str = Field(description="The operator's account id.")
     action: str = Field(
-        description="DisableMachineClass, EnableMachineClass, SetCapacity, GrantCredits or SetQuotas."
+        description=(
+            "DisableMachineClass, EnableMachineClass, SetCapacity, GrantCredits, SetQuotas, or CreateAccount "
+            "(the local stack's POST /admin/accounts)."
+        )
     )
     target: str = Field(description="machine-classes/<class>/zones/<zone> or accounts/<accountId>.")
     before: dict[str, Any]
