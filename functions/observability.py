@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.logging import correlation_paths
-from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.metrics import MetricResolution, MetricUnit
+from aws_lambda_powertools.metrics.functions import is_metrics_disabled
 
 if TYPE_CHECKING:
     from aws_lambda_powertools import Tracer
@@ -37,8 +38,28 @@ EVENT_BRIDGE_EVENT_ID = correlation_paths.EVENT_BRIDGE
 # The truthy spellings powertools accepts for its boolean variables (its ``strtobool``).
 _TRUTHY = frozenset({"1", "y", "yes", "t", "true", "on"})
 
+
+class _Metrics(Metrics):
+    """powertools ``Metrics`` that keeps nothing while metrics are disabled
+    (``POWERTOOLS_METRICS_DISABLED``, as the local stack and the tests run).
+
+    powertools 3.x skips only the flush when disabled: ``add_metric`` still keeps every value and, once
+    a metric holds 100 values, prints the whole EMF document to stdout
+    (``AmazonCloudWatchEMFProvider.add_metric``), so the local stack's console got a JSON blob every
+    100 events.
+    """
+
+    def add_metric(
+        self, name: str, unit: MetricUnit | str, value: float, resolution: MetricResolution | int = 60
+    ) -> None:
+        """Add ``value`` to metric ``name`` unless metrics are disabled (then nothing is kept)."""
+        if is_metrics_disabled():
+            return
+        super().add_metric(name=name, unit=unit, value=value, resolution=resolution)
+
+
 logger = Logger(service=SERVICE)
-metrics = Metrics(namespace=NAMESPACE, service=SERVICE)
+metrics = _Metrics(namespace=NAMESPACE, service=SERVICE)
 
 Handler = Callable[[dict[str, Any], "LambdaContext"], dict[str, Any]]
 
