@@ -317,7 +317,9 @@ class BatchSubmission:
     ``memory_mib`` and ``vcpus``/``gpus`` become ``containerOverrides.resourceRequirements``;
     ``timeout_seconds`` becomes ``timeout.attemptDurationSeconds`` (AWS minimum 60 s, per child of
     an array job). ``array_size`` (2..10,000) makes it an AWS Batch array job
-    (``arrayProperties.size``) whose children are ``<batch job id>:<index>``.
+    (``arrayProperties.size``) whose children are ``<batch job id>:<index>``. ``share_identifier``
+    (``shareIdentifier``) is the account's share on a shared queue, which has a fair-share scheduling
+    policy; None on a dedicated compute's queue, which has none (``functions.domain.fair_share``).
     """
 
     job_name: str
@@ -330,6 +332,7 @@ class BatchSubmission:
     timeout_seconds: int | None = None
     tags: Mapping[str, str] = field(default_factory=dict)
     array_size: int | None = None
+    share_identifier: str | None = None
 
 
 class BatchGateway(Protocol):

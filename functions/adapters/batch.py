@@ -44,8 +44,9 @@ MIN_TIMEOUT_SECONDS = 60
 def submit_job_request(submission: BatchSubmission) -> SubmitJobRequestTypeDef:
     """The SubmitJob parameters for a submission: resource requirements per machine class as
     ``containerOverrides`` (vCPUs, MiB of memory, GPUs when asked), the worker's environment sorted by
-    name, ``propagateTags`` (the job's tags reach its ECS task), the tags, and the timeout
-    (``attemptDurationSeconds``, raised to AWS Batch's 60-second minimum)."""
+    name, ``propagateTags`` (the job's tags reach its ECS task), the tags, the share identifier on a
+    fair-share queue, and the timeout (``attemptDurationSeconds``, raised to AWS Batch's 60-second
+    minimum)."""
     requirements: list[ResourceRequirementTypeDef] = [
         {"type": "VCPU", "value": str(submission.vcpus)},
         {"type": "MEMORY", "value": str(submission.memory_mib)},
@@ -67,6 +68,9 @@ def submit_job_request(submission: BatchSubmission) -> SubmitJobRequestTypeDef:
     }
     if submission.tags:
         request["tags"] = dict(submission.tags)
+    if submission.share_identifier is not None:
+        # The account's share on a fair-share queue (functions.domain.fair_share).
+        request["shareIdentifier"] = submission.share_identifier
     if submission.array_size is not None:
         # An AWS Batch array job: children <jobId>:0..size-1, each with AWS_BATCH_JOB_ARRAY_INDEX.
         request["arrayProperties"] = {"size": submission.array_size}

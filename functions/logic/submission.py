@@ -28,6 +28,7 @@ from functions.domain.errors import (
     UnreadableRecord,
     ValidationFailed,
 )
+from functions.domain.fair_share import share_identifier
 from functions.domain.ids import new_ulid
 from functions.domain.jobs import (
     ABORTED_BY_USER,
@@ -245,8 +246,9 @@ def batch_submission(
 ) -> BatchSubmission:
     """The ``SubmitJob`` of ``job`` (or of one span of an array) on ``machine``'s queue in its zone:
     the worker's environment (job id, bucket, input key, output prefix, memory in GiB, then
-    ``environment``), the timeout backing its caps (``batch_timeout``), the job and account tags.
-    ``job_queue`` (a dedicated compute's) replaces the class's shared queue."""
+    ``environment``), the timeout backing its caps (``batch_timeout``), the job and account tags, and
+    on the class's shared queue the account's share identifier (``domain.fair_share``). ``job_queue``
+    (a dedicated compute's, first in, first out: no share identifier) replaces the shared queue."""
     route = zone_services.routes[machine.name]
     return BatchSubmission(
         job_name=job_name,
@@ -266,6 +268,7 @@ def batch_submission(
         timeout_seconds=batch_timeout(machine, job.credit_constraint, job.time_constraint),
         tags={"remote-batch:jobId": job.job_id, "remote-batch:accountId": job.account_id},
         array_size=array_size,
+        share_identifier=None if job_queue else share_identifier(job.account_id),
     )
 
 

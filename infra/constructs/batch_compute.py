@@ -4,9 +4,10 @@ machine class, the worker images, job roles and job logs.
 Machine classes share compute pools (``constants.COMPUTE_POOLS``, per region: general purpose, high
 memory, one per GPU type); each pool has a Spot and an on-demand compute environment and its own
 launch template (encrypted gp3 root volume sized for the pool). A class's queue lists the pool's two
-environments, Spot first or, where Spot is scarce (``on_demand_first``), on-demand first, and cancels
-a job that waits at its head for capacity or behind a misconfiguration
-(``functions/domain/queue_limits.py``), so no job is stranded in Queued.
+environments, Spot first or, where Spot is scarce (``on_demand_first``), on-demand first, cancels a
+job that waits at its head for capacity or behind a misconfiguration
+(``functions/domain/queue_limits.py``), so no job is stranded in Queued, and schedules by fair share
+across accounts (the zone's fair-share scheduling policy; ``functions/domain/fair_share.py``).
 
 GPU classes run the CUDA image (``worker/Dockerfile.gpu``), the others the CPU image
 (``worker/Dockerfile``): same build context and worker code, both built at deploy time only.
@@ -18,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from aws_cdk import RemovalPolicy, Size, Stack
+from aws_cdk import Duration, RemovalPolicy, Size, Stack
 from aws_cdk import aws_batch as batch
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_ecr_assets as ecr_assets
@@ -29,6 +30,7 @@ from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
+from functions.domain.fair_share import SHARE_DECAY_SECONDS
 from functions.domain.job_policy import job_policy_statements
 from functions.domain.machine_classes import MACHINE_CLASSES, MachineClass
 from functions.domain.queue_limits import QUEUE_LIMITS
@@ -132,6 +134,7 @@ class BatchCompute(Construct):
             "cpu": self._build_worker_image(worker_image_dir, "WorkerImage", CPU_DOCKERFILE),
             "gpu": self._build_worker_image(worker_image_dir, "GpuWorkerImage", GPU_DOCKERFILE),
         }
+        self.fair_share = self._build_fair_share()
         self.routes = {
             name: self._build_route(machine_class) for name, machine_class in MACHINE_CLASSES.items()
         }
@@ -376,6 +379,16 @@ class BatchCompute(Construct):
             job_definition=self._build_job_definition(machine_class),
         )
 
+    def _build_fair_share(self) -> batch.FairshareSchedulingPolicy:
+        """The zone's fair-share scheduling policy, on every shared job queue: accounts' shares
+        (``functions.domain.fair_share``), all of weight 1, usage remembered ``SHARE_DECAY_SECONDS``.
+        Share identifiers count per queue, so one policy serves every class's queue."""
+        return batch.FairshareSchedulingPolicy(
+            self,
+            "FairShare",
+            share_decay=Duration.seconds(SHARE_DECAY_SECONDS),
+        )
+
     def _build_job_queue(self, machine_class: MachineClass, pool: PoolEnvironments) -> batch.JobQueue:
         first, second = pool.in_order
         queue = batch.JobQueue(
@@ -383,6 +396,7 @@ class BatchCompute(Construct):
             f"{machine_class.name}JobQueue",
             job_queue_name=self.names.job_queue_name(machine_class.name),
             priority=constants.JOB_QUEUE_PRIORITY,
+            scheduling_policy=self.fair_share,
             compute_environments=[
                 batch.OrderedComputeEnvironment(compute_environment=first, order=constants.FIRST_ORDER),
                 batch.OrderedComputeEnvironment(compute_environment=second, order=constants.SECOND_ORDER),

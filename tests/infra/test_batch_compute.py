@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from functions.domain.fair_share import SHARE_DECAY_SECONDS
 from functions.domain.machine_classes import MACHINE_CLASSES, MachineClass
 from infra import constants
 from tests.infra.conftest import Synth
@@ -310,3 +311,16 @@ def test_compute_environments_have_the_names_the_api_may_update(compute: Synth) 
         f"remote-batch-dev-{pool}-{kind}" for pool in COMPUTE_POOLS for kind in ("Spot", "OnDemand")
     )
     assert names == expected
+
+
+def test_every_shared_queue_schedules_by_fair_share_across_accounts(compute: Synth) -> None:
+    # One fair-share scheduling policy per zone (share identifiers count per queue), all shares of
+    # weight 1, usage remembered SHARE_DECAY_SECONDS: functions/domain/fair_share.py.
+    policies = compute.resources("AWS::Batch::SchedulingPolicy")
+    assert len(policies) == 1, policies
+    ((policy_id, policy),) = policies.items()
+    fair_share = policy["Properties"]["FairsharePolicy"]
+    assert fair_share["ShareDecaySeconds"] == SHARE_DECAY_SECONDS
+    assert not fair_share.get("ShareDistribution"), fair_share  # no account weighs more than another
+    for name, queue in _job_queues(compute).items():
+        assert queue["SchedulingPolicyArn"] == {"Fn::GetAtt": [policy_id, "Arn"]}, name

@@ -9,6 +9,7 @@ from decimal import Decimal
 import boto3
 import pytest
 
+from functions.domain.fair_share import share_identifier
 from functions.domain.machine_classes import GeoZone
 from functions.logic import dispatch
 
@@ -49,8 +50,10 @@ def test_submit_code_writes_job_input_and_batch_submission(stack):
     assert submission.environment["REMOTE_BATCH_INPUT_KEY"] == f"inputs/{job['jobId']}/input.json"
     assert submission.environment["REMOTE_BATCH_OUTPUT_PREFIX"] == f"outputs/{job['jobId']}/"
     assert submission.timeout_seconds is None
+    # The class's shared queue schedules by fair share: the job carries its account's share.
     stored = stack.services.store.get_job(job["jobId"])
     assert stored is not None and stored.batch_job_id is not None
+    assert submission.share_identifier == share_identifier(stored.account_id)
 
 
 def test_submit_command_and_pickle_and_zone(stack):

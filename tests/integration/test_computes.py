@@ -229,6 +229,7 @@ def test_a_job_on_the_compute_goes_to_its_queue_and_is_charged_zero(
     job_id, batch_id, started = stack.start_running({"code": "1", "compute": "lab"})
     submission = stack.batch[GeoZone.UNITED_STATES].submissions[-1]
     assert submission.job_queue == NAME and submission.vcpus == 2
+    assert submission.share_identifier is None  # a compute's queue is first in, first out (one account)
     before = stack.balance("dev")
     stack.deliver(
         batch_event(

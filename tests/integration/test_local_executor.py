@@ -27,6 +27,7 @@ from typing import Any
 import boto3
 import psutil
 import pytest
+from botocore.exceptions import ClientError
 from moto.server import ThreadedMotoServer
 
 from functions.domain.errors import DependencyFailed
@@ -1086,3 +1087,33 @@ def test_two_computes_never_take_the_shared_queues_last_vcpu(make_stack):
     first.set_capacity("rb-cmp-one", 0)
     blocker = stack.gateway.submit_job(_submission(vcpus=2, SLEEP="0.2"))
     stack.delivered.wait_for(blocker, "SUCCEEDED")
+
+
+def test_a_share_that_ran_waits_behind_a_share_that_did_not(make_stack):
+    # Given one vCPU busy with account A's first job, then A's two more and B's one queued after them
+    stack = make_stack(vcpus=1)
+    a = [
+        stack.gateway.submit_job(dataclasses.replace(_submission(SLEEP="0.3"), share_identifier="acct1"))
+        for _ in range(3)
+    ]
+    b = stack.gateway.submit_job(dataclasses.replace(_submission(), share_identifier="acct2"))
+    stack.delivered.wait_for(a[2], "SUCCEEDED", timeout=30)
+    # Then B's job starts second: A's share has used the vCPU, B's has not (fair share, not FIFO)
+    starts = [e["detail"]["jobId"] for e in stack.delivered.envelopes if e["detail"]["status"] == "STARTING"]
+    assert starts == [a[0], b, a[1], a[2]], starts
+
+
+def test_fair_share_queues_need_a_share_identifier_and_a_computes_queue_takes_none(make_stack):
+    stack = make_stack(vcpus=1)
+    stack.executor.fleet.add_zone(REGION, {"Basic1x8": "remote-batch-Basic1x8"})
+    with pytest.raises(DependencyFailed, match="shareIdentifier is required") as missing:
+        stack.gateway.submit_job(_submission())
+    cause = missing.value.__cause__
+    assert isinstance(cause, ClientError) and cause.response["Error"]["Code"] == "ClientException"
+    taken = stack.gateway.submit_job(dataclasses.replace(_submission(), share_identifier="acct1"))
+    stack.delivered.wait_for(taken, "SUCCEEDED")
+    _compute_up(stack, "rb-cmp-fifo", 1)
+    with pytest.raises(DependencyFailed, match="takes no shareIdentifier"):
+        stack.gateway.submit_job(
+            dataclasses.replace(_submission(), job_queue="rb-cmp-fifo", share_identifier="acct1")
+        )

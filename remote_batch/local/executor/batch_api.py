@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from functions.domain.errors import DependencyFailed
+from functions.domain.fair_share import SHARE_DECAY_SECONDS
 from functions.ports import BatchSubmission
 from remote_batch.local.executor.arrays import ArrayJobs
 from remote_batch.local.executor.computes import LocalComputeEnvironments
@@ -32,7 +33,8 @@ from remote_batch.local.executor.constants import (
     _now_ms,
     logger,
 )
-from remote_batch.local.executor.fleet import LocalFleet
+from remote_batch.local.executor.fair_share import ShareUsage
+from remote_batch.local.executor.fleet import LocalFleet, client_exception
 from remote_batch.local.executor.gateway import LocalBatchGateway
 from remote_batch.local.executor.limits import _signal_job
 from remote_batch.local.executor.memory import job_memory_ceiling_mib
@@ -170,6 +172,7 @@ class LocalBatchExecutor(ArrayJobs):
         self._live = set()
         self._submitted = deque()
         self._runnable = deque()
+        self._shares = ShareUsage(SHARE_DECAY_SECONDS)
         self._gateways = {}
         self._init_pools()
         self._compute_apis: dict[str, LocalComputeEnvironments] = {}
@@ -215,8 +218,15 @@ class LocalBatchExecutor(ArrayJobs):
             When the executor has been shut down; for an array size AWS Batch refuses, a job queue
             the fleet does not know or that is DISABLED (its cause is AWS Batch's ``ClientException``).
         """
-        if not self.check_compute_submit(gateway.region, submission.job_queue):
-            self.fleet.check_submit(gateway.region, submission.job_queue)
+        if self.check_compute_submit(gateway.region, submission.job_queue):
+            if submission.share_identifier is not None:
+                raise client_exception(
+                    "SubmitJob",
+                    f"Job queue {submission.job_queue} has no fair-share scheduling policy: a job on it "
+                    "takes no shareIdentifier.",
+                )
+        else:
+            self.fleet.check_submit(gateway.region, submission.job_queue, submission.share_identifier)
         if submission.array_size is not None:
             return self._submit_array(gateway, submission, submission.array_size)
         job_id = str(uuid.uuid4())

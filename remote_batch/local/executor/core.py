@@ -24,6 +24,7 @@ from remote_batch.local.executor.constants import (
     _now_ms,
     logger,
 )
+from remote_batch.local.executor.fair_share import ShareUsage
 from remote_batch.local.executor.job import _Job
 from remote_batch.local.executor.limits import _signal_job
 from remote_batch.local.sandbox import (
@@ -67,6 +68,8 @@ class ExecutorCore:
     _live: set[_Job]
     _submitted: deque[_Job]
     _runnable: deque[_Job]
+    # Each (job queue, share identifier)'s recent vCPU usage on the shared pool: the fair-share order.
+    _shares: ShareUsage
     _gateways: dict[tuple[str, str], LocalBatchGateway]
     _closed: bool
     _stopped: bool
@@ -165,6 +168,9 @@ class ExecutorCore:
         self._publish_locked(job, "FAILED", reason, stopped_at_ms=_now_ms())
 
     def _release_locked(self, job: _Job) -> None:
+        if job.share_vcpus:
+            self._shares.stop(job.share_key, job.share_vcpus)
+            job.share_vcpus = 0
         self.fleet.release(job.environment, len(job.slots))
         self._return_slots_locked(job.slots)
         job.slots = ()

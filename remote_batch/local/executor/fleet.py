@@ -106,14 +106,22 @@ class LocalFleet:
         return self._environments.get(arn)
 
     # -- what SubmitJob and the scheduler ask ------------------------------------------------------
-    def check_submit(self, region: str, queue: str) -> None:
-        """Raise what SubmitJob answers for a queue that does not exist or is DISABLED."""
+    def check_submit(self, region: str, queue: str, share_identifier: str | None = None) -> None:
+        """Raise what SubmitJob answers for a queue that does not exist or is DISABLED, or for a job
+        without a ``shareIdentifier`` (the fleet's queues have a fair-share scheduling policy, as the
+        deployed ones: SubmitJob API reference, ``shareIdentifier``)."""
         with self._lock:
             if not self._queues:
                 return
             found = self._queue_locked(region, queue)
             if found is None:
                 raise client_exception("SubmitJob", f"Job queue {queue} does not exist.")
+            if share_identifier is None:
+                raise client_exception(
+                    "SubmitJob",
+                    f"Job queue {found.info.name} has a fair-share scheduling policy: shareIdentifier is "
+                    "required.",
+                )
             if found.info.state != "ENABLED":
                 raise client_exception(
                     "SubmitJob", f"Job queue {found.info.name} is DISABLED: it takes no new jobs."

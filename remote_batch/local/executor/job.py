@@ -57,6 +57,8 @@ class _Job:
     output_limit_bytes: int | None = None
     attempts: list[BatchAttempt] = field(default_factory=list)
     last_detail: dict[str, Any] | None = None
+    # The shared pool's vCPUs the job counts in its share's usage while it holds them (0: none).
+    share_vcpus: int = 0
     # An array child's parent and index (None for a single job).
     array: ArrayParent[_Job] | None = None
     index: int | None = None
@@ -66,6 +68,11 @@ class _Job:
         """The ``AWS_BATCH_JOB_ID`` values the job's processes may carry: its id, and the token of
         the warm worker it runs in (what that process was started with)."""
         return frozenset({self.job_id} | ({self.warm_token} if self.warm_token else set()))
+
+    @property
+    def share_key(self) -> tuple[str, str | None]:
+        """The job's share of its queue (fair share is per job queue in AWS Batch)."""
+        return (self.submission.job_queue, self.submission.share_identifier)
 
     @property
     def log_stream(self) -> str:

@@ -1,5 +1,5 @@
-"""The run queue and its scheduler thread: announce submitted jobs, start queued ones FIFO when enough
-vCPUs are free, enforce timeouts and kill deadlines."""
+"""The run queue and its scheduler thread: announce submitted jobs, start queued ones by fair share
+across accounts (FIFO within a share) when enough vCPUs are free, enforce timeouts and kill deadlines."""
 
 from __future__ import annotations
 
@@ -114,22 +114,47 @@ class Scheduler(ComputePools, JobRunner):
         view.joined(job.vcpus)
 
     def _next_startable_locked(self) -> _Job | None:
-        """The first runnable job, FIFO, whose compute environment has room under its ``maxvCpus``
-        (a job waiting on its environment does not hold up other environments' jobs, as in AWS Batch),
-        if it fits the host's free vCPUs now; else None."""
+        """The runnable job to start next, if it fits the host's free vCPUs now; else None.
+
+        Among the jobs whose compute environment has room under its ``maxvCpus`` (a job waiting on its
+        environment does not hold up other environments' jobs, as in AWS Batch), the first, in
+        submission order, of the share of its job queue with the least recent vCPU usage
+        (``fair_share.ShareUsage``): fair share across accounts (``functions.domain.fair_share``),
+        first in, first out between shares that used nothing. Jobs without a share identifier (a
+        queue without a fair-share policy) are one share of their queue.
+        Only the first job of each share is weighed: the others come after it in the same queue.
+        """
+        best: _Job | None = None
+        best_usage = 0.0
+        weighed: set[tuple[str, str | None]] = set()
         for job in self._runnable:
+            share = job.share_key
+            if share in weighed:
+                continue
+            weighed.add(share)
             environment = self.fleet.environment_of(job.gateway.region, job.submission.job_queue)
-            if self.fleet.has_room(environment, job.vcpus):
-                return job if job.vcpus <= len(self._free_slots) else None
-        return None
+            if not self.fleet.has_room(environment, job.vcpus):
+                continue
+            usage = self._shares.usage(share)
+            if best is None or usage < best_usage:
+                best, best_usage = job, usage
+                if usage == 0:
+                    break  # no share holds less, and no job of one comes sooner
+        if best is None:
+            return None
+        return best if best.vcpus <= len(self._free_slots) else None
 
     def _start_locked(self, job: _Job, free: set[int] | None = None) -> None:
         """Start ``job`` on slots from ``free`` (a dedicated compute's; default: the shared pool's),
         counted against its queue's compute environment's ``maxvCpus`` (a dedicated compute's queue
         has none in the fleet: its own slots bound it)."""
+        shared = free is None
         free = self._free_slots if free is None else free
         job.slots = tuple(sorted(free)[: job.vcpus])
         free.difference_update(job.slots)
+        if shared:
+            job.share_vcpus = len(job.slots)
+            self._shares.start(job.share_key, job.share_vcpus)
         job.environment = self.fleet.environment_of(job.gateway.region, job.submission.job_queue)
         self.fleet.claim(job.environment, len(job.slots))
         self._publish_locked(job, "STARTING", job.note, task=job.task)
