@@ -244,6 +244,11 @@ class JobRepository(Protocol):
         """Create a job held for quota (``dispatchState`` ``Held``), counted as queued, in one write.
         Raises ``ConditionFailed`` when the id exists."""
 
+    def create_admitted_job(self, job: Job, limits: QuotaLimits) -> bool:
+        """Create a job admitted at once, its units counted in use, in one conditional write: only
+        while nothing of its family and zone is queued and it fits ``limits``. False (nothing written)
+        otherwise; ``ConditionFailed`` when the id exists."""
+
     def admit_job(self, account_id: str, held: HeldJob, limits: QuotaLimits) -> bool:
         """Move a held job's units to in use, only within ``limits`` (a conditional transaction); False
         when a limit would be exceeded or the job is no longer held."""

@@ -308,24 +308,30 @@ def submit_job(services: Services, account_id: str, request: JobRequest, now: da
     zone_services = services.zones[prepared.zone]
     zone_services.blobs.put(input_key(job.job_id), json.dumps(prepared.document).encode(), "application/json")
     try:
-        job, alone = quotas.hold(services, job, demand, limits)
+        # The usual case in one write: admitted at once with its units in use; else held.
+        admitted = quotas.admit_at_submit(services, job, limits)
+        alone = False
+        if admitted is None:
+            job, alone = quotas.hold(services, job, demand, limits)
+        else:
+            job = admitted
     except Exception:
         zone_services.blobs.delete_prefix(f"inputs/{job.job_id}/")
         raise
     services.events.count("JobsSubmitted")
     logger.info("job accepted", job_id=job.job_id, machine_class=prepared.machine.name)
     try:
-        admitted = quotas.admit_new(services, job, demand, limits) if alone else None
+        if admitted is None and alone:
+            admitted = quotas.admit_new(services, job, demand, limits)
         if admitted is not None:
-            dispatch.enqueue(services, [job.job_id])
-            # Queued: answer as admitted; without a queue it was sent (or ended) here: read it.
-            fresh = services.store.get_job(job.job_id) if services.dispatch is None else None
-            return fresh or admitted
+            # Queued: answer as admitted; without a queue it was sent (or ended) here: the job as
+            # the dispatcher left it.
+            return dispatch.enqueue_one(services, admitted)
         if quotas.room_after_hold(services, account_id, demand, limits):
             dispatch.request_admission(services, account_id)
     except DependencyFailed:
-        # The job is stored and held: the account's next release or submit, or the meter's
-        # backstop, admits it.
+        # The job is stored, held or admitted: the account's next release or submit, or the meter's
+        # backstop, admits or enqueues it.
         logger.exception("admission deferred", job_id=job.job_id)
     if services.dispatch is not None:
         return job  # held as written: the dispatcher admits it later
@@ -355,14 +361,11 @@ def _submit_to_compute(
     services.events.count("JobsSubmitted")
     logger.info("job accepted", job_id=job.job_id, machine_class=prepared.machine.name, compute=job.compute)
     try:
-        dispatch.enqueue(services, [job.job_id])
+        return dispatch.enqueue_one(services, job)
     except DependencyFailed:
         # The job is stored admitted: the meter's backstop enqueues it again (``_nudge_undispatched``).
         logger.exception("dispatch deferred", job_id=job.job_id)
-    if services.dispatch is not None:
-        return job  # queued: answer as admitted
-    # Without a queue it was sent (or ended) here: read it.
-    return services.store.get_job(job.job_id) or job
+        return job
 
 
 def get_owned_job(services: Services, account_id: str, job_id: str) -> Job:

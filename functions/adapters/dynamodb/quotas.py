@@ -41,8 +41,11 @@ Queries per admission for good, to serve a home that is rewritten once.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
+
+from botocore.exceptions import ClientError
 
 from functions.adapters.dynamodb.base import LIVE_JOB, StoreBase, store_errors
 from functions.adapters.dynamodb.items import (
@@ -52,6 +55,7 @@ from functions.adapters.dynamodb.items import (
     serialize_item,
     serialize_value,
 )
+from functions.adapters.errors import cancellation_reasons
 from functions.domain.errors import ConditionFailed
 from functions.domain.jobs import DispatchState, Job, JobType
 from functions.domain.machine_classes import machine_class
@@ -95,6 +99,15 @@ def held_partition(account_id: str) -> str:
     """``<accountId>#held``: the partition of an account's held items, apart from its limits and
     counters (no account id holds a ``#``: ``functions.domain.text.ACCOUNT_ID_PATTERN``)."""
     return account_id + HELD_PARTITION_SUFFIX
+
+
+def _cancelled_by(exc: ConditionFailed) -> set[int]:
+    """The positions of the items whose condition cancelled a ``TransactWriteItems`` (request order);
+    empty when the error carries no reasons."""
+    cause = exc.__cause__
+    if not isinstance(cause, ClientError):
+        return set()
+    return {i for i, code in enumerate(cancellation_reasons(cause)) if code == "ConditionalCheckFailed"}
 
 
 def limits_put(table: str, account_id: str, limits: QuotaLimits) -> TransactWriteItemTypeDef:
@@ -339,6 +352,48 @@ class QuotaRecords(StoreBase):
         ]
         with store_errors("TransactWriteItems"):
             self._db.transact_write_items(TransactItems=items)
+
+    def create_admitted_job(self, job: Job, limits: QuotaLimits) -> bool:
+        """Create ``job`` admitted at once (``dispatchState`` ``Admitted``) with its units added to in
+        use, in one transaction, only while nothing of its family and zone is queued (no overtaking a
+        held job) and its family's ``inUse`` and the total's stay within ``limits``: what ``hold_job``
+        then ``admit_job`` would do, without the held item or a read of the counters first.
+
+        Returns False, writing nothing, when a limit would be exceeded or a job of its family and zone
+        waits (the caller then holds it). ``ConditionFailed`` when the job id exists.
+        """
+        demand = job_demand(job)
+        family_room = limits.limit(demand.key) - demand.units
+        total_room = limits.total_limit - demand.vcpus
+        if family_room < 0 or total_room < 0:
+            return False
+        family = self._counter_update(
+            job.account_id, usage_entry(demand.key), demand.units, 0, at_most=family_room
+        )
+        family["Update"]["ConditionExpression"] = (
+            f"({family['Update']['ConditionExpression']}) AND (attribute_not_exists(queued) OR queued <= :none)"
+        )
+        family["Update"]["ExpressionAttributeValues"][":none"] = serialize_value(0)
+        admitted = replace(job, dispatch_state=DispatchState.ADMITTED, status_reason=None)
+        items: list[TransactWriteItemTypeDef] = [
+            {
+                "Put": {
+                    "TableName": self._jobs,
+                    "Item": serialize_item(job_to_item(admitted)),
+                    "ConditionExpression": "attribute_not_exists(jobId)",
+                }
+            },
+            family,
+            self._counter_update(job.account_id, TOTAL_ENTRY, demand.vcpus, 0, at_most=total_room),
+        ]
+        try:
+            with store_errors("TransactWriteItems"):
+                self._db.transact_write_items(TransactItems=items)
+        except ConditionFailed as exc:
+            if _cancelled_by(exc) == {0}:
+                raise  # the id exists
+            return False
+        return True
 
     def admit_job(self, account_id: str, held: HeldJob, limits: QuotaLimits) -> bool:
         """Admit a held job: its ``dispatchState`` becomes ``Admitted`` (its waiting reason removed), its
