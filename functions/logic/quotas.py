@@ -6,8 +6,8 @@ queued), then the account's held jobs are admitted oldest first within its limit
 (``admit_waiting``); every job that ends gives its units back in the transaction that settles it and
 admits the account's next held jobs. Because both sides write before they look (a submit holds then
 admits; an ending job releases then admits, or its release proves nothing was queued) and every
-admission is a conditional write, no interleaving admits past a limit, and no job stays held while the capacity it
-waits for is free: whichever writer comes second sees the other's write.
+admission is a conditional write, no interleaving admits past a limit, and no job stays held while
+the capacity it waits for is free: whichever writer comes second sees the other's write.
 
 Fairness across accounts: limits are per account, so one account's burst never takes another's
 quota; the dispatcher's queue holds at most an account's admitted jobs, never its held ones, so an
@@ -60,10 +60,16 @@ HELD_READ_CAP = 100
 
 
 def check_submit(
-    services: Services, account_id: str, machine: MachineClass, zone: GeoZone, array_size: int | None = None
+    services: Services,
+    account_id: str,
+    machine: MachineClass,
+    zone: GeoZone,
+    array_size: int | None = None,
+    *,
+    limits: QuotaLimits | None = None,
 ) -> tuple[Demand, QuotaLimits]:
     """What a new job of ``machine`` in ``zone`` would hold, after checking it could ever be admitted,
-    and the account's limits.
+    and the account's limits (``limits`` when the caller read them already, else read here).
 
     Raises
     ------
@@ -71,7 +77,8 @@ def check_submit(
         The job alone needs more than the account's limit for its family and zone, or its total.
     """
     demand = demand_of(machine, zone, array_size)
-    limits = services.store.get_quota_limits(account_id)
+    if limits is None:
+        limits = services.store.get_quota_limits(account_id)
     check_fits_alone(demand, limits, machine.name)
     return demand, limits
 

@@ -39,6 +39,7 @@ from functions.domain.jobs import (
 )
 from functions.domain.machine_classes import GeoZone, MachineClass, machine_class, resolve_geo_zone
 from functions.domain.notifications import NotificationRule, normalize_notifications
+from functions.domain.quotas import QuotaLimits
 from functions.domain.runtime import check_pickle_python
 from functions.domain.text import JOB_ID_PATTERN, full_match
 from functions.logic.computes import compute_for_job
@@ -147,6 +148,8 @@ class PreparedSubmission:
     # On a dedicated compute: its name and its job queue (else None: the class's shared queue).
     compute: str | None = None
     job_queue: str | None = None
+    # The account's quota limits as read with its balance (None: read them when needed).
+    limits: QuotaLimits | None = None
 
 
 def prepare_submission(services: Services, account_id: str, request: JobRequest) -> PreparedSubmission:
@@ -189,7 +192,8 @@ def prepare_submission(services: Services, account_id: str, request: JobRequest)
         check_pickle_python(request.python_version, services.worker_python)
     document = _input_document(request, kind)
     ensure_class_available(services, machine.name, zone)
-    account = services.store.get_account(account_id)
+    # The account and its quota limits in one read (a job on a dedicated compute needs no limits).
+    account, limits = services.store.get_account_and_quota_limits(account_id)
     if account is None or account.credit_balance <= 0:
         balance = account.credit_balance if account else Decimal(0)
         raise InsufficientCredits(f"The account's credit balance is {balance}; add credits to submit jobs.")
@@ -201,6 +205,7 @@ def prepare_submission(services: Services, account_id: str, request: JobRequest)
         document=document,
         compute=compute,
         job_queue=job_queue,
+        limits=limits,
     )
 
 
@@ -303,7 +308,9 @@ def submit_job(services: Services, account_id: str, request: JobRequest, now: da
     prepared = prepare_submission(services, account_id, request)
     if prepared.compute is not None:
         return _submit_to_compute(services, account_id, request, prepared, now)
-    demand, limits = quotas.check_submit(services, account_id, prepared.machine, prepared.zone)
+    demand, limits = quotas.check_submit(
+        services, account_id, prepared.machine, prepared.zone, limits=prepared.limits
+    )
     job = new_job(account_id, request, prepared, now)
     zone_services = services.zones[prepared.zone]
     zone_services.blobs.put(input_key(job.job_id), json.dumps(prepared.document).encode(), "application/json")
