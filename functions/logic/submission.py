@@ -1,7 +1,8 @@
 """Submitting and aborting jobs.
 
-Submit writes the input to S3 and the job to DynamoDB, held for its account's quota; the dispatcher
-(``functions.logic.dispatch``) calls Batch ``SubmitJob`` once the quota admits it. A job AWS Batch
+Submit writes the input to S3 and the job to DynamoDB, admitted when its account's quota has room
+for it, else held; the dispatcher (``functions.logic.dispatch``) calls Batch ``SubmitJob`` once the
+quota admits it. A job AWS Batch
 never takes ends ``Terminated`` with the reason, free.
 """
 
@@ -277,10 +278,11 @@ def batch_submission(
 def submit_job(services: Services, account_id: str, request: JobRequest, now: datetime) -> Job:
     """Create a job; the dispatcher hands it to AWS Batch once its account's quota admits it.
 
-    The input goes to S3 and the job to DynamoDB held for quota (``quotas.hold``). A job that fits
-    with nothing of its family and zone waiting is admitted at once (one conditional write) and
-    enqueued; otherwise, when its family and the account's total have room, the dispatcher is asked
-    to admit the account's held jobs oldest first (``dispatch.request_admission``). A job on a dedicated
+    The input goes to S3, then the job to DynamoDB: a job that fits with nothing of its family and
+    zone waiting is written admitted with its units in use (one conditional transaction,
+    ``quotas.admit_at_submit``) and enqueued; any other is written held for quota (``quotas.hold``)
+    and, when its family and the account's total have room, the dispatcher is asked to admit the
+    account's held jobs oldest first (``dispatch.request_admission``). A job on a dedicated
     compute (``request.compute``) runs on the compute's reservation: it is not held nor counted, but
     admitted at once (``_submit_to_compute``). AWS Batch is not called here: a burst of submits is
     absorbed by the dispatch queue.
