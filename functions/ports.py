@@ -81,10 +81,12 @@ class JobRepository(Protocol):
         entry: LedgerEntry | None,
         now: datetime,
         claims: frozenset[str] = frozenset(),
-    ) -> None:
+    ) -> bool:
         """Store a final transition with its charge in one transaction: the job update (with the
         notification keys ``claims`` added to the job's claimed ones), the ledger
-        entry (deterministic id, written only if absent) and the balance change.
+        entry (deterministic id, written only if absent), the balance change and the job's quota
+        given back. Returns False when that release proved nothing of the account was queued (no
+        held job waits for it), True when held jobs may wait.
 
         Raises ``ConditionFailed`` when the job moved since read, the entry exists, or the balance
         changed below the charge (the caller re-reads and retries).
@@ -227,6 +229,9 @@ class JobRepository(Protocol):
     def get_quota_limits(self, account_id: str) -> QuotaLimits:
         """The account's limits: its overrides over the defaults."""
 
+    def get_account_and_quota_limits(self, account_id: str) -> tuple[Account | None, QuotaLimits | None]:
+        """The account (None when absent) and its limits (None without quotas), in one read."""
+
     def put_quota_limits(self, account_id: str, limits: QuotaLimits) -> None:
         """Store the account's overrides."""
 
@@ -243,6 +248,11 @@ class JobRepository(Protocol):
     def hold_job(self, job: Job) -> None:
         """Create a job held for quota (``dispatchState`` ``Held``), counted as queued, in one write.
         Raises ``ConditionFailed`` when the id exists."""
+
+    def create_admitted_job(self, job: Job, limits: QuotaLimits) -> bool:
+        """Create a job admitted at once, its units counted in use, in one conditional write: only
+        while nothing of its family and zone is queued and it fits ``limits``. False (nothing written)
+        otherwise; ``ConditionFailed`` when the id exists."""
 
     def admit_job(self, account_id: str, held: HeldJob, limits: QuotaLimits) -> bool:
         """Move a held job's units to in use, only within ``limits`` (a conditional transaction); False

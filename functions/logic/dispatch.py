@@ -130,6 +130,20 @@ def enqueue(services: Services, job_ids: Sequence[str]) -> None:
         dispatch_job(services, job_id, receive_count=MAX_RECEIVES)
 
 
+def enqueue_one(services: Services, job: Job) -> Job:
+    """``enqueue`` one admitted job as written by its submit; returns it as the submit answers it: as
+    written when it waits on the queue, else (no queue: sent here) as the dispatcher left it.
+
+    Raises ``DependencyFailed`` when the queue refuses (the job stays admitted: the meter's backstop
+    enqueues it again).
+    """
+    if services.dispatch is not None:
+        services.dispatch.send([job.job_id])
+        return job
+    _, after = _dispatch(services, job.job_id, receive_count=MAX_RECEIVES)
+    return after or services.store.get_job(job.job_id) or job
+
+
 def admit_and_enqueue(services: Services, account_id: str, limits: QuotaLimits | None = None) -> list[str]:
     """Admit what the account's quota lets go now (``quotas.admit_waiting``; ``limits`` when read
     already) and enqueue it."""
@@ -195,12 +209,28 @@ def dispatch_job(
     DependencyFailed
         DynamoDB failed (the queue delivers the message again).
     """
-    job = services.store.get_job(job_id)
-    if job is None or job.is_final or job.dispatch_state != DispatchState.ADMITTED:
-        return DispatchOutcome.SKIPPED
-    claimed = services.store.claim_dispatch(job_id, services.clock())
+    outcome, _ = _dispatch(services, job_id, receive_count=receive_count, pacer=pacer, sleep=sleep)
+    return outcome
+
+
+def _dispatch(
+    services: Services,
+    job_id: str,
+    *,
+    receive_count: int,
+    pacer: Pacer | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+) -> tuple[DispatchOutcome, Job | None]:
+    """``dispatch_job``, also returning the job as its last write left it (None when it wrote nothing
+    that returned the job: skipped, or the claim given back for a retry)."""
+    # No read first: the claim's condition (admitted, not final) is the whole check, and its answer is
+    # the job (a job gone, or past its TTL, is skipped as one not admitted).
+    try:
+        claimed = services.store.claim_dispatch(job_id, services.clock())
+    except RecordMissing:
+        return DispatchOutcome.SKIPPED, None
     if claimed is None:
-        return DispatchOutcome.SKIPPED
+        return DispatchOutcome.SKIPPED, None
     zone_services = services.zones[claimed.geo_zone]
     submission = _submission(services, claimed)
     batch_job_id: str | None = None
@@ -212,8 +242,8 @@ def dispatch_job(
             break
         except BatchRefused as exc:
             logger.warning("batch refused the job", job_id=job_id, error=exc.message)
-            end_undispatched(services, claimed, REFUSED_REASON, services.clock())
-            return DispatchOutcome.ENDED
+            ended = end_undispatched(services, claimed, REFUSED_REASON, services.clock())
+            return DispatchOutcome.ENDED, ended
         except DependencyFailed:
             logger.info("batch busy; backing off", job_id=job_id, attempt=attempt + 1)
             if attempt + 1 < SUBMIT_ATTEMPTS:
@@ -221,13 +251,13 @@ def dispatch_job(
     if batch_job_id is None:
         if receive_count >= MAX_RECEIVES:
             reason = NOT_ACCEPTED_REASON.format(attempts=receive_count * SUBMIT_ATTEMPTS)
-            end_undispatched(services, claimed, reason, services.clock())
-            return DispatchOutcome.ENDED
+            ended = end_undispatched(services, claimed, reason, services.clock())
+            return DispatchOutcome.ENDED, ended
         services.store.release_dispatch(job_id)
-        return DispatchOutcome.RETRY
+        return DispatchOutcome.RETRY, None
     recorded = services.store.record_dispatch(job_id, batch_job_id) or services.store.get_job(job_id)
     _after_submit(services, claimed, recorded, batch_job_id)
-    return DispatchOutcome.SUBMITTED
+    return DispatchOutcome.SUBMITTED, recorded
 
 
 def _submission(services: Services, job: Job) -> BatchSubmission:

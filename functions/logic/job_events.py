@@ -53,6 +53,8 @@ class _Settled:
     job: Job
     account: Account | None
     claims: frozenset[str]
+    # False when the settlement's release proved no held job of the account waits for its units.
+    held_may_wait: bool = True
 
 
 def _settle(services: Services, transition: Transition, now: datetime, account: Account | None) -> _Settled:
@@ -66,7 +68,7 @@ def _settle(services: Services, transition: Transition, now: datetime, account: 
     charge, entry = final_charge(services, transition, job.credit_constraint, now, account)
     written = replace(job, credits_spent=charge.credits, last_event_at=now)
     claims = status_claims(written, now)
-    services.store.settle(transition, charge, entry, now, claims)
+    held_may_wait = services.store.settle(transition, charge, entry, now, claims)
     services.events.count("CreditsCharged", float(charge.credits), amount=True)
     logger.info(
         "job settled",
@@ -75,7 +77,7 @@ def _settle(services: Services, transition: Transition, now: datetime, account: 
         credits=str(charge.credits),
         unbilled=str(charge.unbilled),
     )
-    return _Settled(written, account, claims)
+    return _Settled(written, account, claims, held_may_wait)
 
 
 def _event_job(services: Services, job_id: str, state: BatchJobState) -> tuple[Job | None, Account | None]:
@@ -193,7 +195,13 @@ def _apply_from_read(
         if transition.settles and is_credit_constraint_reason(settled.job.status_reason):
             discard_outputs(services, settled.job)
         return _after_write(
-            services, state, settled.job, now, account=settled.account, claimed=settled.claims
+            services,
+            state,
+            settled.job,
+            now,
+            account=settled.account,
+            claimed=settled.claims,
+            admit=settled.held_may_wait,
         )
     else:
         raise DependencyFailed(f"job {state.job_name} kept changing; the event will be retried")
@@ -217,12 +225,13 @@ def _after_write(
     *,
     account: Account | None = None,
     claimed: frozenset[str] = frozenset(),
+    admit: bool = True,
 ) -> Job:
     """Log the status an event wrote, then send what the job owes; returns the job."""
     # pragma: no mutate start (a log line or the retry jitter: README "Testing")
     logger.info("job status", job_id=job.job_id, status=job.status.value, batch_status=state.status)
     # pragma: no mutate end
-    return _deliver(services, job, now, account=account, claimed=claimed)
+    return _deliver(services, job, now, account=account, claimed=claimed, admit=admit)
 
 
 def _deliver(
@@ -232,12 +241,15 @@ def _deliver(
     *,
     account: Account | None = None,
     claimed: frozenset[str] = frozenset(),
+    admit: bool = True,
 ) -> Job:
     """Send what ``job`` (as written or read) owes now, with the account already read and the keys
-    already claimed when the caller has them; returns the job (those keys claimed)."""
+    already claimed when the caller has them; returns the job (those keys claimed). ``admit`` False:
+    the settlement just written proved no held job waits for what it gave back."""
     # A final job gave its quota back as it settled: the account's held jobs may go (a replayed final
     # event runs this again, which heals an admission a failure cut short).
-    admit_after_end(services, job)
+    if admit:
+        admit_after_end(services, job)
     try:
         # A failed publish stays owed and is sent again by the meter: the event itself succeeded.
         # Claims are conditional, so a notification another writer claimed meanwhile is not resent.

@@ -1,11 +1,13 @@
 """Quotas for their owner and operators: check a submit, hold a job, admit waiting jobs, report usage.
 
-A submitted job is written *held* (counted as queued), then the account's held jobs are admitted
-oldest first within its limits (``admit_waiting``); every job that ends gives its units back in the
-transaction that settles it and admits the account's next held jobs. Because both sides write before
-they look (a submit holds then admits; an ending job releases then admits) and every admission is a
-conditional write, no interleaving admits past a limit, and no job stays held while the capacity it
-waits for is free: whichever writer comes second sees the other's write.
+A submitted job that fits while nothing of its family and zone waits is written admitted, its units
+in use, by one conditional transaction (``admit_at_submit``). Any other is written *held* (counted as
+queued), then the account's held jobs are admitted oldest first within its limits
+(``admit_waiting``); every job that ends gives its units back in the transaction that settles it and
+admits the account's next held jobs. Because both sides write before they look (a submit holds then
+admits; an ending job releases then admits, or its release proves nothing was queued) and every
+admission is a conditional write, no interleaving admits past a limit, and no job stays held while
+the capacity it waits for is free: whichever writer comes second sees the other's write.
 
 Fairness across accounts: limits are per account, so one account's burst never takes another's
 quota; the dispatcher's queue holds at most an account's admitted jobs, never its held ones, so an
@@ -58,10 +60,16 @@ HELD_READ_CAP = 100
 
 
 def check_submit(
-    services: Services, account_id: str, machine: MachineClass, zone: GeoZone, array_size: int | None = None
+    services: Services,
+    account_id: str,
+    machine: MachineClass,
+    zone: GeoZone,
+    array_size: int | None = None,
+    *,
+    limits: QuotaLimits | None = None,
 ) -> tuple[Demand, QuotaLimits]:
     """What a new job of ``machine`` in ``zone`` would hold, after checking it could ever be admitted,
-    and the account's limits.
+    and the account's limits (``limits`` when the caller read them already, else read here).
 
     Raises
     ------
@@ -69,9 +77,23 @@ def check_submit(
         The job alone needs more than the account's limit for its family and zone, or its total.
     """
     demand = demand_of(machine, zone, array_size)
-    limits = services.store.get_quota_limits(account_id)
+    if limits is None:
+        limits = services.store.get_quota_limits(account_id)
     check_fits_alone(demand, limits, machine.name)
     return demand, limits
+
+
+def admit_at_submit(services: Services, job: Job, limits: QuotaLimits) -> Job | None:
+    """Write a new job admitted at once, with its units in use, when nothing of its family and zone
+    waits and it fits the account's limits (one conditional transaction, no read of the counters
+    first: its conditions are the rule ``hold`` then ``admit_new`` apply). The job as written, or
+    None, with nothing written, when it must wait: the caller then ``hold``s it.
+
+    Raises ``ConditionFailed`` (the id exists) or ``DependencyFailed``.
+    """
+    if services.store.create_admitted_job(job, limits):
+        return replace(job, dispatch_state=DispatchState.ADMITTED, status_reason=None)
+    return None
 
 
 def hold(services: Services, job: Job, demand: Demand, limits: QuotaLimits) -> tuple[Job, bool]:

@@ -1,7 +1,8 @@
 """Submitting and aborting jobs.
 
-Submit writes the input to S3 and the job to DynamoDB, held for its account's quota; the dispatcher
-(``functions.logic.dispatch``) calls Batch ``SubmitJob`` once the quota admits it. A job AWS Batch
+Submit writes the input to S3 and the job to DynamoDB, admitted when its account's quota has room
+for it, else held; the dispatcher (``functions.logic.dispatch``) calls Batch ``SubmitJob`` once the
+quota admits it. A job AWS Batch
 never takes ends ``Terminated`` with the reason, free.
 """
 
@@ -40,6 +41,7 @@ from functions.domain.jobs import (
 )
 from functions.domain.machine_classes import GeoZone, MachineClass, machine_class, resolve_geo_zone
 from functions.domain.notifications import NotificationRule, normalize_notifications
+from functions.domain.quotas import QuotaLimits
 from functions.domain.runtime import check_pickle_python
 from functions.domain.text import JOB_ID_PATTERN, full_match
 from functions.logic.computes import compute_for_job
@@ -148,6 +150,8 @@ class PreparedSubmission:
     # On a dedicated compute: its name and its job queue (else None: the class's shared queue).
     compute: str | None = None
     job_queue: str | None = None
+    # The account's quota limits as read with its balance (None: read them when needed).
+    limits: QuotaLimits | None = None
 
 
 def prepare_submission(services: Services, account_id: str, request: JobRequest) -> PreparedSubmission:
@@ -190,7 +194,8 @@ def prepare_submission(services: Services, account_id: str, request: JobRequest)
         check_pickle_python(request.python_version, services.worker_python)
     document = _input_document(request, kind)
     ensure_class_available(services, machine.name, zone)
-    account = services.store.get_account(account_id)
+    # The account and its quota limits in one read (a job on a dedicated compute needs no limits).
+    account, limits = services.store.get_account_and_quota_limits(account_id)
     if account is None or account.credit_balance <= 0:
         balance = account.credit_balance if account else Decimal(0)
         raise InsufficientCredits(f"The account's credit balance is {balance}; add credits to submit jobs.")
@@ -202,6 +207,7 @@ def prepare_submission(services: Services, account_id: str, request: JobRequest)
         document=document,
         compute=compute,
         job_queue=job_queue,
+        limits=limits,
     )
 
 
@@ -275,10 +281,11 @@ def batch_submission(
 def submit_job(services: Services, account_id: str, request: JobRequest, now: datetime) -> Job:
     """Create a job; the dispatcher hands it to AWS Batch once its account's quota admits it.
 
-    The input goes to S3 and the job to DynamoDB held for quota (``quotas.hold``). A job that fits
-    with nothing of its family and zone waiting is admitted at once (one conditional write) and
-    enqueued; otherwise, when its family and the account's total have room, the dispatcher is asked
-    to admit the account's held jobs oldest first (``dispatch.request_admission``). A job on a dedicated
+    The input goes to S3, then the job to DynamoDB: a job that fits with nothing of its family and
+    zone waiting is written admitted with its units in use (one conditional transaction,
+    ``quotas.admit_at_submit``) and enqueued; any other is written held for quota (``quotas.hold``)
+    and, when its family and the account's total have room, the dispatcher is asked to admit the
+    account's held jobs oldest first (``dispatch.request_admission``). A job on a dedicated
     compute (``request.compute``) runs on the compute's reservation: it is not held nor counted, but
     admitted at once (``_submit_to_compute``). AWS Batch is not called here: a burst of submits is
     absorbed by the dispatch queue.
@@ -306,29 +313,37 @@ def submit_job(services: Services, account_id: str, request: JobRequest, now: da
     prepared = prepare_submission(services, account_id, request)
     if prepared.compute is not None:
         return _submit_to_compute(services, account_id, request, prepared, now)
-    demand, limits = quotas.check_submit(services, account_id, prepared.machine, prepared.zone)
+    demand, limits = quotas.check_submit(
+        services, account_id, prepared.machine, prepared.zone, limits=prepared.limits
+    )
     job = new_job(account_id, request, prepared, now)
     zone_services = services.zones[prepared.zone]
     zone_services.blobs.put(input_key(job.job_id), json.dumps(prepared.document).encode(), "application/json")
     try:
-        job, alone = quotas.hold(services, job, demand, limits)
+        # The usual case in one write: admitted at once with its units in use; else held.
+        admitted = quotas.admit_at_submit(services, job, limits)
+        alone = False
+        if admitted is None:
+            job, alone = quotas.hold(services, job, demand, limits)
+        else:
+            job = admitted
     except Exception:
         zone_services.blobs.delete_prefix(f"inputs/{job.job_id}/")
         raise
     services.events.count("JobsSubmitted")
     logger.info("job accepted", job_id=job.job_id, machine_class=prepared.machine.name)
     try:
-        admitted = quotas.admit_new(services, job, demand, limits) if alone else None
+        if admitted is None and alone:
+            admitted = quotas.admit_new(services, job, demand, limits)
         if admitted is not None:
-            dispatch.enqueue(services, [job.job_id])
-            # Queued: answer as admitted; without a queue it was sent (or ended) here: read it.
-            fresh = services.store.get_job(job.job_id) if services.dispatch is None else None
-            return fresh or admitted
+            # Queued: answer as admitted; without a queue it was sent (or ended) here: the job as
+            # the dispatcher left it.
+            return dispatch.enqueue_one(services, admitted)
         if quotas.room_after_hold(services, account_id, demand, limits):
             dispatch.request_admission(services, account_id)
     except DependencyFailed:
-        # The job is stored and held: the account's next release or submit, or the meter's
-        # backstop, admits it.
+        # The job is stored, held or admitted: the account's next release or submit, or the meter's
+        # backstop, admits or enqueues it.
         logger.exception("admission deferred", job_id=job.job_id)
     if services.dispatch is not None:
         return job  # held as written: the dispatcher admits it later
@@ -358,14 +373,11 @@ def _submit_to_compute(
     services.events.count("JobsSubmitted")
     logger.info("job accepted", job_id=job.job_id, machine_class=prepared.machine.name, compute=job.compute)
     try:
-        dispatch.enqueue(services, [job.job_id])
+        return dispatch.enqueue_one(services, job)
     except DependencyFailed:
         # The job is stored admitted: the meter's backstop enqueues it again (``_nudge_undispatched``).
         logger.exception("dispatch deferred", job_id=job.job_id)
-    if services.dispatch is not None:
-        return job  # queued: answer as admitted
-    # Without a queue it was sent (or ended) here: read it.
-    return services.store.get_job(job.job_id) or job
+        return job
 
 
 def get_owned_job(services: Services, account_id: str, job_id: str) -> Job:

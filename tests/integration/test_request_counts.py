@@ -9,8 +9,13 @@ from decimal import Decimal
 from typing import Any
 
 from benchmarks.capacity import RequestRecorder
+from functions.domain.jobs import DispatchState
+from functions.domain.machine_classes import GeoZone
+from functions.domain.quotas import Family, QuotaKey, QuotaLimits
+from functions.domain.status import JobStatus
 from remote_batch.local.bus import matches_rule
 from tests.events import batch_event, job_lifecycle
+from tests.integration.conftest import finish
 
 
 def _dynamodb(call: Callable[[], Any]) -> tuple[Any, Counter[str]]:
@@ -55,9 +60,9 @@ def test_each_event_of_a_job_without_notifications_is_one_write_and_no_read(stac
     stack.clock.advance(60)
     summary, counts = _dynamodb(lambda: stack.deliver(succeeded))
     assert summary["status"] == "Succeeded"
-    # Then, as the job held quota (issue 15), the account's usage is read (Query): a completion may
-    # admit the next held job; with nothing queued, neither the limits nor any held job is read.
-    assert counts == Counter({"GetItem": 2, "TransactWriteItems": 1, "Query": 1})
+    # Its quota is given back in that transaction on the condition that nothing of the account is
+    # queued: that proves no held job waits, so no admission scan follows (issue 14).
+    assert counts == Counter({"GetItem": 2, "TransactWriteItems": 1})
     assert stack.services.store.get_job(job_id).status_history[-1].value == "Succeeded"
 
 
@@ -125,9 +130,9 @@ def test_a_settlement_claims_its_notification_in_its_own_write_and_reads_the_acc
     # The job and the account (balance and contacts) read once, the transaction claims the
     # JobCompleted key, and one UpdateItem appends the outcome to the notification log.
     assert summary["status"] == "Succeeded"
-    # Then, as the job held quota (issue 15), the account's usage is read (Query): a completion may
-    # admit the next held job; with nothing queued, neither the limits nor any held job is read.
-    assert counts == Counter({"GetItem": 2, "TransactWriteItems": 1, "UpdateItem": 1, "Query": 1})
+    # Its quota is given back in that transaction on the condition that nothing of the account is
+    # queued: that proves no held job waits, so no admission scan follows (issue 14).
+    assert counts == Counter({"GetItem": 2, "TransactWriteItems": 1, "UpdateItem": 1})
     assert [(n.event, n.method) for n in stack.notifier.sent] == [("JobCompleted", "Email")]
     job = stack.services.store.get_job(job_id)
     assert job.sent_notifications == frozenset({"JobCompleted#3/Email"})  # the 4th status entered
@@ -150,9 +155,9 @@ def test_a_final_event_tagged_with_its_account_reads_the_job_and_the_account_in_
     summary, counts = _dynamodb(lambda: stack.deliver(events[4]))
 
     assert summary["status"] == "Succeeded"
-    # Then, as the job held quota (issue 15), the account's usage is read (Query): a completion may
-    # admit the next held job; with nothing queued, neither the limits nor any held job is read.
-    assert counts == Counter({"BatchGetItem": 1, "TransactWriteItems": 1, "Query": 1})
+    # Its quota is given back in that transaction on the condition that nothing of the account is
+    # queued: that proves no held job waits, so no admission scan follows (issue 14).
+    assert counts == Counter({"BatchGetItem": 1, "TransactWriteItems": 1})
     assert stack.services.store.get_job(job_id).credits_spent == Decimal("1.0000")
     assert stack.balance("dev") == balance - Decimal("1.0000")
 
@@ -169,9 +174,9 @@ def test_a_final_event_whose_account_tag_is_not_the_jobs_charges_the_jobs_accoun
 
     assert summary["status"] == "Succeeded"
     # The tag's account is not the job's: the job's own account is read for the charge.
-    # Then, as the job held quota (issue 15), the account's usage is read (Query): a completion may
-    # admit the next held job; with nothing queued, neither the limits nor any held job is read.
-    assert counts == Counter({"BatchGetItem": 1, "GetItem": 1, "TransactWriteItems": 1, "Query": 1})
+    # Its quota is given back in that transaction on the condition that nothing of the account is
+    # queued: that proves no held job waits, so no admission scan follows (issue 14).
+    assert counts == Counter({"BatchGetItem": 1, "GetItem": 1, "TransactWriteItems": 1})
     assert stack.balance("dev") == balance - Decimal("1.0000")
 
 
@@ -210,3 +215,86 @@ def test_the_list_shows_each_job_as_get_does_from_the_slim_index(stack) -> None:
     assert [j["jobId"] for j in listed["jobs"]] == [queued["jobId"], job["jobId"]]
     assert listed["jobs"][1]["notificationLog"]
     assert listed["jobs"][1]["status"] == "Succeeded"
+
+
+def _set_basic_us(stack, limit: int) -> None:
+    status, body = stack.api(
+        "PUT",
+        "/admin/accounts/dev/quotas",
+        body={"quotas": [{"family": "Basic", "geoZone": "UnitedStates", "limit": limit}]},
+        account_id="admin",
+        groups="admin",
+    )
+    assert status == 200, body
+
+
+def _usage(stack) -> tuple[int, int]:
+    """(units in use, units queued) of Basic in UnitedStates."""
+    usage = stack.services.store.get_quota_usage("dev")
+    key = QuotaKey(Family.BASIC, GeoZone.UNITED_STATES)
+    return usage.used(key), usage.waiting(key)
+
+
+BASIC_US_JOB = {"code": "1", "notifications": "None", "machineClass": "Basic1x8", "geoZone": "UnitedStates"}
+
+
+def test_a_submit_that_fits_is_written_admitted_in_one_transaction_then_claimed_and_recorded(stack) -> None:
+    (status, job), counts = _dynamodb(lambda: stack.api("POST", "/jobs", body=BASIC_US_JOB))
+
+    assert status == 202, job
+    # The caller's role (GetItem), the class states (Query, kept 10 s per environment), the account
+    # and its quota limits (one BatchGetItem), the job written admitted with its units in use (one
+    # TransactWriteItems, no counters read first), then the dispatcher's claim and the record of
+    # the Batch id (UpdateItem each, the claim with no read before it, the record returning the job).
+    assert counts == Counter(
+        {"GetItem": 1, "Query": 1, "BatchGetItem": 1, "TransactWriteItems": 1, "UpdateItem": 2}
+    )
+    stored = stack.services.store.get_job(job["jobId"])
+    assert stored.dispatch_state == DispatchState.DISPATCHED
+    assert stored.batch_job_id == stack.batch[GeoZone.UNITED_STATES].submitted_ids[-1]
+    assert _usage(stack) == (1, 0)
+    assert stack.services.store.list_held_jobs("dev") == []
+    # A second submit in the same environment reads the class states from memory.
+    (status, _), counts = _dynamodb(lambda: stack.api("POST", "/jobs", body=BASIC_US_JOB))
+    assert status == 202
+    assert counts == Counter({"GetItem": 1, "BatchGetItem": 1, "TransactWriteItems": 1, "UpdateItem": 2})
+    assert _usage(stack) == (2, 0)
+
+
+def test_a_submit_behind_a_held_job_of_its_family_is_held_never_admitted_past_it(stack) -> None:
+    _set_basic_us(stack, 1)
+    first = stack.api("POST", "/jobs", body=BASIC_US_JOB)[1]["jobId"]
+    second = stack.api("POST", "/jobs", body=BASIC_US_JOB)[1]["jobId"]
+    assert stack.services.store.get_job(second).dispatch_state == DispatchState.HELD
+    # Room for two more appears without an admission (the limits written as a raw store write):
+    stack.services.store.put_quota_limits(
+        "dev", QuotaLimits({QuotaKey(Family.BASIC, GeoZone.UNITED_STATES): 3})
+    )
+
+    status, third = stack.api("POST", "/jobs", body=BASIC_US_JOB)
+
+    # Then the third's one-write admission fails on the queued units: it is held, and the admission
+    # its submit asks for lets the older held job go first.
+    assert status == 202
+    submitted = [s.job_name for s in stack.batch[GeoZone.UNITED_STATES].submissions]
+    assert submitted == [first, second, third["jobId"]]
+    assert _usage(stack) == (3, 0)
+
+
+def test_an_ending_while_a_job_is_held_writes_its_release_again_and_admits_the_held_job(stack) -> None:
+    _set_basic_us(stack, 1)
+    first = stack.api("POST", "/jobs", body=BASIC_US_JOB)[1]["jobId"]
+    second = stack.api("POST", "/jobs", body=BASIC_US_JOB)[1]["jobId"]
+    assert _usage(stack) == (1, 1)
+    balance = stack.balance("dev")
+
+    _, counts = _dynamodb(lambda: finish(stack, first))
+
+    # The conditional release fails on the queued unit (no write), the settlement is written without
+    # the condition, and the admission reads the usage and the held job and admits it.
+    assert counts["TransactWriteItems"] == 3  # the failed settlement, the settlement, the admission
+    assert stack.services.store.get_job(first).status == JobStatus.SUCCEEDED
+    assert stack.services.store.get_job(first).credits_spent == Decimal("1.0000")
+    assert stack.balance("dev") == balance - Decimal("1.0000")  # charged once
+    assert stack.services.store.get_job(second).dispatch_state == DispatchState.DISPATCHED
+    assert _usage(stack) == (1, 0)

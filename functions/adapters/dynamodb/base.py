@@ -20,7 +20,7 @@ from functions.adapters.dynamodb.items import (
     serialize_item,
     serialize_value,
 )
-from functions.adapters.errors import translate_errors
+from functions.adapters.errors import cancellation_reasons, translate_errors
 from functions.domain.errors import ConditionFailed, RecordMissing, UnreadableRecord
 from functions.domain.jobs import Job, Transition
 from functions.domain.status import JobStatus
@@ -38,6 +38,8 @@ if TYPE_CHECKING:  # the stubs are a dev dependency; the Lambda runtime has no n
 LIVE_JOB = "attribute_exists(jobId) AND (attribute_not_exists(#ttl) OR #ttl > :liveNow)"
 NOT_EXPIRED = "(attribute_not_exists(#ttl) OR #ttl > :liveNow)"
 STORE_UNAVAILABLE = "The job store is unavailable; try again shortly."
+# The condition of a usage counter's update that holds only while nothing of it is queued.
+QUEUED_NONE = "attribute_not_exists(queued) OR queued <= :queuedNone"
 logger = Logger(child=True)
 
 
@@ -46,6 +48,16 @@ def store_errors(operation: str) -> AbstractContextManager[None]:
     cancelled transaction whose reasons say so) is ``ConditionFailed``; anything else, throttling
     included, is ``DependencyFailed`` ("The job store is unavailable; try again shortly.")."""
     return translate_errors("dynamodb", operation, failed=STORE_UNAVAILABLE)
+
+
+def cancelled_by(exc: ConditionFailed) -> set[int]:
+    """The positions (request order) of the items whose condition cancelled a ``TransactWriteItems``;
+    empty when the error carries no reasons (DynamoDB Developer Guide, ``TransactionCanceledException``
+    ``CancellationReasons``)."""
+    cause = exc.__cause__
+    if not isinstance(cause, ClientError):
+        return set()
+    return {i for i, code in enumerate(cancellation_reasons(cause)) if code == "ConditionalCheckFailed"}
 
 
 class StoreBase:
@@ -179,7 +191,7 @@ class StoreBase:
         ttl = deserialize_item(old).get("ttl")
         return ttl is not None and int(ttl) <= self._now_epoch()
 
-    def release_items(self, job: Job) -> list[TransactWriteItemTypeDef]:
+    def release_items(self, job: Job, *, unless_queued: bool = False) -> list[TransactWriteItemTypeDef]:
         """The items a settlement adds to give back what the job holds (none here; the quota store's
         ``QuotaRecords.release_items`` says what)."""
         return []

@@ -10,7 +10,7 @@ from datetime import datetime
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
-from functions.adapters.dynamodb.base import StoreBase, logger, store_errors
+from functions.adapters.dynamodb.base import QUEUED_NONE, StoreBase, cancelled_by, logger, store_errors
 from functions.adapters.dynamodb.items import (
     account_from_item,
     deserialize_item,
@@ -28,6 +28,12 @@ if TYPE_CHECKING:  # the stubs are a dev dependency; the Lambda runtime has no n
     from mypy_boto3_dynamodb.type_defs import TransactWriteItemTypeDef
 
 
+def _queued_condition(item: TransactWriteItemTypeDef) -> bool:
+    """True for the release item that carries the nothing-queued condition (``QUEUED_NONE``)."""
+    update = item.get("Update")
+    return update is not None and QUEUED_NONE in str(update.get("ConditionExpression", ""))
+
+
 class AccountsAndLedger(StoreBase):
     """The account and ledger half of ``JobRepository``, and the settlement of a job."""
 
@@ -38,9 +44,21 @@ class AccountsAndLedger(StoreBase):
         entry: LedgerEntry | None,
         now: datetime,
         claims: frozenset[str] = frozenset(),
-    ) -> None:
+    ) -> bool:
         """The final transition, the ledger entry and the balance change in one transaction; the
         notification keys ``claims`` are claimed in the job's update (added to ``sentNotifications``).
+
+        The job's units in use are given back in it too (``release_items``), on the condition that
+        the account has no units queued: when that holds, the write itself proves no held job waits
+        for what it gave back (a job held later reads the counters after its hold, and sees the
+        release), and the caller need not look. When units are queued, the transaction is written
+        again without that condition.
+
+        Returns
+        -------
+        bool
+            False when the release proved nothing of the account was queued as it gave its units
+            back; True when held jobs may wait for them (or the job held none in use).
 
         Raises ``RecordMissing`` when the job is gone, ``ConditionFailed`` on any other lost race.
         """
@@ -60,8 +78,20 @@ class AccountsAndLedger(StoreBase):
         items: list[TransactWriteItemTypeDef] = [{"Update": update}]
         if entry is not None:
             items += self._charge_items(entry)
-        items += self.release_items(transition.before)  # the job's quota, given back as it ends
-        self._transact(items, transition.after.job_id, self._missing)
+        # The job's quota, given back as it ends; while nothing is queued, says so by its condition.
+        release = self.release_items(transition.before, unless_queued=True)
+        quiet = next((len(items) + i for i, item in enumerate(release) if _queued_condition(item)), None)
+        try:
+            self._transact(items + release, transition.after.job_id, self._missing)
+        except ConditionFailed as exc:
+            if quiet is None or cancelled_by(exc) != {quiet}:
+                raise
+            # Units are queued: give these back unconditionally; the caller admits what now fits.
+            self._transact(
+                items + self.release_items(transition.before), transition.after.job_id, self._missing
+            )
+            return True
+        return quiet is None
 
     def _transact(
         self, items: list[TransactWriteItemTypeDef], job_id: str, missing: Callable[[ConditionFailed], bool]

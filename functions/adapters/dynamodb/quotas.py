@@ -41,11 +41,13 @@ Queries per admission for good, to serve a home that is rewritten once.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from functions.adapters.dynamodb.base import LIVE_JOB, StoreBase, store_errors
+from functions.adapters.dynamodb.base import LIVE_JOB, QUEUED_NONE, StoreBase, cancelled_by, store_errors
 from functions.adapters.dynamodb.items import (
+    account_from_item,
     deserialize_item,
     job_from_item,
     job_to_item,
@@ -53,7 +55,7 @@ from functions.adapters.dynamodb.items import (
     serialize_value,
 )
 from functions.domain.errors import ConditionFailed
-from functions.domain.jobs import DispatchState, Job, JobType
+from functions.domain.jobs import Account, DispatchState, Job, JobType
 from functions.domain.machine_classes import machine_class
 from functions.domain.quotas import Demand, HeldJob, QuotaKey, QuotaLimits, Usage, demand_of
 from functions.domain.status import JobStatus
@@ -95,6 +97,23 @@ def held_partition(account_id: str) -> str:
     """``<accountId>#held``: the partition of an account's held items, apart from its limits and
     counters (no account id holds a ``#``: ``functions.domain.text.ACCOUNT_ID_PATTERN``)."""
     return account_id + HELD_PARTITION_SUFFIX
+
+
+def _limits_from_item(item: dict[str, Any]) -> QuotaLimits:
+    """The limits of a plain ``limits`` item ({} when none is stored: the defaults, version 0)."""
+    overrides = {QuotaKey.parse(k): int(v) for k, v in (item.get("overrides") or {}).items()}
+    total = item.get("total")
+    return QuotaLimits(
+        overrides, int(total) if total is not None else None, version=int(item.get("version", 0))
+    )
+
+
+def _unless_queued(item: TransactWriteItemTypeDef) -> None:
+    """Add to a usage counter's update (in place) the condition that nothing of it is queued."""
+    update: dict[str, Any] = item["Update"]  # type: ignore[assignment]
+    existing = update.get("ConditionExpression")
+    update["ConditionExpression"] = f"({existing}) AND ({QUEUED_NONE})" if existing else QUEUED_NONE
+    update["ExpressionAttributeValues"][":queuedNone"] = serialize_value(0)
 
 
 def limits_put(table: str, account_id: str, limits: QuotaLimits) -> TransactWriteItemTypeDef:
@@ -211,12 +230,30 @@ class QuotaRecords(StoreBase):
             response = self._db.get_item(
                 TableName=self._quota_table, Key=self._key(account_id, LIMITS_ENTRY), ConsistentRead=True
             )
-        item = deserialize_item(response["Item"]) if "Item" in response else {}
-        overrides = {QuotaKey.parse(k): int(v) for k, v in (item.get("overrides") or {}).items()}
-        total = item.get("total")
-        return QuotaLimits(
-            overrides, int(total) if total is not None else None, version=int(item.get("version", 0))
-        )
+        return _limits_from_item(deserialize_item(response["Item"]) if "Item" in response else {})
+
+    def get_account_and_quota_limits(self, account_id: str) -> tuple[Account | None, QuotaLimits | None]:
+        """The account (None when absent) and its quota limits (None for a store without quotas), read
+        strongly consistent in one BatchGetItem (what a submit checks first)."""
+        request: dict[str, Any] = {
+            self._accounts: {"Keys": [serialize_item({"accountId": account_id})], "ConsistentRead": True}
+        }
+        if self._quotas:
+            request[self._quotas] = {"Keys": [self._key(account_id, LIMITS_ENTRY)], "ConsistentRead": True}
+        found: dict[str, list[dict[str, Any]]] = {table: [] for table in request}
+        while request:
+            with store_errors("BatchGetItem"):
+                response = self._db.batch_get_item(RequestItems=request)
+            for table, items in response.get("Responses", {}).items():
+                found[table] += [deserialize_item(dict(item)) for item in items]
+            # The unprocessed keys come back in the request's own shape (BatchGetItem reference).
+            request = dict(response.get("UnprocessedKeys") or {})
+        accounts = found[self._accounts]
+        account = account_from_item(accounts[0]) if accounts else None
+        if not self._quotas:
+            return account, None
+        limits = found[self._quotas]
+        return account, _limits_from_item(limits[0] if limits else {})
 
     def put_quota_limits(self, account_id: str, limits: QuotaLimits) -> None:
         """Store the account's overrides (replacing what was stored, unconditionally and without an
@@ -340,6 +377,45 @@ class QuotaRecords(StoreBase):
         with store_errors("TransactWriteItems"):
             self._db.transact_write_items(TransactItems=items)
 
+    def create_admitted_job(self, job: Job, limits: QuotaLimits) -> bool:
+        """Create ``job`` admitted at once (``dispatchState`` ``Admitted``) with its units added to in
+        use, in one transaction, only while nothing of its family and zone is queued (no overtaking a
+        held job) and its family's ``inUse`` and the total's stay within ``limits``: what ``hold_job``
+        then ``admit_job`` would do, without the held item or a read of the counters first.
+
+        Returns False, writing nothing, when a limit would be exceeded or a job of its family and zone
+        waits (the caller then holds it). ``ConditionFailed`` when the job id exists.
+        """
+        demand = job_demand(job)
+        family_room = limits.limit(demand.key) - demand.units
+        total_room = limits.total_limit - demand.vcpus
+        if family_room < 0 or total_room < 0:
+            return False
+        family = self._counter_update(
+            job.account_id, usage_entry(demand.key), demand.units, 0, at_most=family_room
+        )
+        _unless_queued(family)
+        admitted = replace(job, dispatch_state=DispatchState.ADMITTED, status_reason=None)
+        items: list[TransactWriteItemTypeDef] = [
+            {
+                "Put": {
+                    "TableName": self._jobs,
+                    "Item": serialize_item(job_to_item(admitted)),
+                    "ConditionExpression": "attribute_not_exists(jobId)",
+                }
+            },
+            family,
+            self._counter_update(job.account_id, TOTAL_ENTRY, demand.vcpus, 0, at_most=total_room),
+        ]
+        try:
+            with store_errors("TransactWriteItems"):
+                self._db.transact_write_items(TransactItems=items)
+        except ConditionFailed as exc:
+            if cancelled_by(exc) == {0}:
+                raise  # the id exists
+            return False
+        return True
+
     def admit_job(self, account_id: str, held: HeldJob, limits: QuotaLimits) -> bool:
         """Admit a held job: its ``dispatchState`` becomes ``Admitted`` (its waiting reason removed), its
         ``held#`` item goes, and its units move from queued to in use, only while that keeps its
@@ -386,12 +462,15 @@ class QuotaRecords(StoreBase):
             return False
         return True
 
-    def release_items(self, job: Job) -> list[TransactWriteItemTypeDef]:
+    def release_items(self, job: Job, *, unless_queued: bool = False) -> list[TransactWriteItemTypeDef]:
         """The transaction items that give back what ``job`` (as read) holds when it ends: an admitted
         job's units in use, a held job's queued units and its ``held#`` item (only while it exists, so a
         job admitted since it was read cancels the settlement: the caller re-reads). Nothing for a job
         outside the quota (an array's child, one on a dedicated compute, one submitted before quotas) or
-        a store without them."""
+        a store without them.
+
+        With ``unless_queued``, an admitted job's release of the account's total holds only while the
+        total has no units queued (``QUEUED_NONE``): its success proves no held job waits for them."""
         if (
             not self._quotas
             or job.dispatch_state is None
@@ -413,10 +492,10 @@ class QuotaRecords(StoreBase):
                 self._counter_update(account, usage_entry(demand.key), 0, -demand.units),
                 self._counter_update(account, TOTAL_ENTRY, 0, -demand.vcpus),
             ]
-        return [
-            self._counter_update(account, usage_entry(demand.key), -demand.units, 0),
-            self._counter_update(account, TOTAL_ENTRY, -demand.vcpus, 0),
-        ]
+        total = self._counter_update(account, TOTAL_ENTRY, -demand.vcpus, 0)
+        if unless_queued:
+            _unless_queued(total)
+        return [self._counter_update(account, usage_entry(demand.key), -demand.units, 0), total]
 
     def set_waiting_reason(self, job_id: str, reason: str) -> None:
         """Set a held job's ``statusReason`` (no-op once it is no longer held), and record it on its
