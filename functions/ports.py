@@ -266,12 +266,18 @@ class JobRepository(Protocol):
         """``Admitted`` → ``Dispatching`` (claimed at ``now``) while not final; the job, or None for the
         writers that lost."""
 
-    def release_dispatch(self, job_id: str) -> bool:
-        """``Dispatching`` → ``Admitted`` (SubmitJob failed for now, or a dead dispatcher's claim whose
-        job AWS Batch does not have); False when the job was no longer ``Dispatching``."""
+    def release_dispatch(self, job_id: str, reason: str | None = None) -> bool:
+        """``Dispatching`` → ``Admitted`` (SubmitJob failed for now, a dead dispatcher's claim whose
+        job AWS Batch does not have, or its class out of service: ``reason`` then becomes its
+        ``statusReason``); False when the job was no longer ``Dispatching``."""
 
-    def record_dispatch(self, job_id: str, batch_job_id: str) -> Job | None:
-        """Record SubmitJob's Batch job id and ``Dispatched``; the job after the write, or None."""
+    def record_dispatch(self, job_id: str, batch_job_id: str, *, clear_reason: bool = False) -> Job | None:
+        """Record SubmitJob's Batch job id and ``Dispatched`` (``clear_reason``: and remove the
+        ``statusReason`` a parked job waited with); the job after the write, or None."""
+
+    def list_queued_job_ids(self, machine_class: str, geo_zone: GeoZone) -> list[str]:
+        """The ids of the not-final top-level jobs of ``machine_class`` in ``geo_zone`` still
+        ``Queued`` (from the sparse ``unfinished`` index: cost grows with the jobs in flight)."""
 
 
 @dataclass(frozen=True, slots=True)

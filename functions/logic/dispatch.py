@@ -29,11 +29,12 @@ from aws_lambda_powertools import Logger
 from functions.domain.computes import resource_name
 from functions.domain.errors import BatchRefused, ConditionFailed, DependencyFailed, RecordMissing
 from functions.domain.jobs import DispatchState, Job, Transition
-from functions.domain.machine_classes import machine_class
+from functions.domain.machine_classes import GeoZone, machine_class
 from functions.domain.quotas import QuotaLimits
 from functions.domain.status import JobStatus, statuses_between
 from functions.logic import quotas
 from functions.logic.computes import note_job_submitted
+from functions.logic.fleet import CLASS_STATE_MAX_AGE_SECONDS
 from functions.logic.job_outcomes import final_charge
 from functions.logic.notifying import deliver_due_notifications
 from functions.ports import BatchSubmission, Services
@@ -51,6 +52,9 @@ BACKOFF_CAP_SECONDS = 2.0
 MAX_RECEIVES = 8
 NOT_ACCEPTED_REASON = "AWS Batch did not accept the job after {attempts} attempts; nothing was charged"
 REFUSED_REASON = "AWS Batch refused the job; nothing was charged"
+# An admitted job whose (class, zone) an operator took out of service waits, admitted, until the class
+# is enabled again (``resume_parked``); issue 15: "queued jobs stay queued".
+OUT_OF_SERVICE_REASON = "Waiting: {machine_class} is out of service in {zone}: {reason}"
 MAX_END_ATTEMPTS = 10
 # How long a claim (``Dispatching``) may stand before the meter's backstop takes it for a dead
 # dispatcher's (``recover_claim``). The dispatcher Lambda runs at most 60 s (infra/constants.py,
@@ -69,6 +73,7 @@ class DispatchOutcome(StrEnum):
     SKIPPED = "skipped"  # not admitted, claimed by another dispatcher, sent already, ended or gone
     ENDED = "ended"  # refused for good or never accepted: Terminated with the reason
     RETRY = "retry"  # AWS Batch busy or unreachable: deliver the message again later
+    PARKED = "parked"  # its class is out of service in its zone: left admitted until it is enabled
 
 
 class ClaimRecovery(StrEnum):
@@ -223,14 +228,9 @@ def _dispatch(
 ) -> tuple[DispatchOutcome, Job | None]:
     """``dispatch_job``, also returning the job as its last write left it (None when it wrote nothing
     that returned the job: skipped, or the claim given back for a retry)."""
-    # No read first: the claim's condition (admitted, not final) is the whole check, and its answer is
-    # the job (a job gone, or past its TTL, is skipped as one not admitted).
-    try:
-        claimed = services.store.claim_dispatch(job_id, services.clock())
-    except RecordMissing:
-        return DispatchOutcome.SKIPPED, None
+    claimed, unclaimed = _claim(services, job_id)
     if claimed is None:
-        return DispatchOutcome.SKIPPED, None
+        return unclaimed, None
     zone_services = services.zones[claimed.geo_zone]
     submission = _submission(services, claimed)
     batch_job_id: str | None = None
@@ -241,6 +241,9 @@ def _dispatch(
             batch_job_id = zone_services.batch.submit_job(submission)
             break
         except BatchRefused as exc:
+            # A class disabled since the states were read: its queue refuses (DISABLED); the job waits.
+            if _parked(services, claimed, fresh=True):
+                return DispatchOutcome.PARKED, None
             logger.warning("batch refused the job", job_id=job_id, error=exc.message)
             ended = end_undispatched(services, claimed, REFUSED_REASON, services.clock())
             return DispatchOutcome.ENDED, ended
@@ -255,9 +258,69 @@ def _dispatch(
             return DispatchOutcome.ENDED, ended
         services.store.release_dispatch(job_id)
         return DispatchOutcome.RETRY, None
-    recorded = services.store.record_dispatch(job_id, batch_job_id) or services.store.get_job(job_id)
+    recorded = services.store.record_dispatch(
+        job_id, batch_job_id, clear_reason=bool(claimed.status_reason)
+    ) or services.store.get_job(job_id)
     _after_submit(services, claimed, recorded, batch_job_id)
     return DispatchOutcome.SUBMITTED, recorded
+
+
+def _claim(services: Services, job_id: str) -> tuple[Job | None, DispatchOutcome]:
+    """Claim the job for SubmitJob: (the job, ``SUBMITTED`` to go on), or (None, ``SKIPPED``) when
+    another writer has it or it is gone, or (None, ``PARKED``) when its class is out of service.
+    No read first: the claim's condition (admitted, not final) is the whole check, and its answer is
+    the job (a job gone, or past its TTL, is skipped as one not admitted)."""
+    try:
+        claimed = services.store.claim_dispatch(job_id, services.clock())
+    except RecordMissing:
+        return None, DispatchOutcome.SKIPPED
+    if claimed is None:
+        return None, DispatchOutcome.SKIPPED
+    if _parked(services, claimed, fresh=False):
+        return None, DispatchOutcome.PARKED
+    return claimed, DispatchOutcome.SUBMITTED
+
+
+def _parked(services: Services, claimed: Job, *, fresh: bool) -> bool:
+    """When an operator has the claimed job's (class, zone) out of service: give the claim back with
+    the reason (``OUT_OF_SERVICE_REASON``) and say so; the job stays admitted, holding its quota, and
+    is sent again when the class is enabled (``resume_parked``) or by the meter's backstop. A job on
+    a dedicated compute goes to the compute's own queue: never parked. ``fresh`` reads the state
+    strongly consistent (after AWS Batch refused the job), else from the store's short-lived cache."""
+    if claimed.compute is not None or services.operations is None:
+        return False
+    key = (claimed.machine_class, claimed.geo_zone)
+    state = (
+        services.operations.get_class_state(*key)
+        if fresh
+        else services.operations.class_states(CLASS_STATE_MAX_AGE_SECONDS).get(key)
+    )
+    if state is None or not state.disabled:
+        return False
+    reason = OUT_OF_SERVICE_REASON.format(
+        machine_class=claimed.machine_class,
+        zone=claimed.geo_zone.value,
+        reason=state.reason or "no reason given",
+    )
+    services.store.release_dispatch(claimed.job_id, reason=reason)
+    logger.info(
+        "job parked: class out of service", job_id=claimed.job_id, machine_class=claimed.machine_class
+    )
+    return True
+
+
+def resume_parked(services: Services, class_name: str, zone: GeoZone) -> int:
+    """After ``class_name`` is back in service in ``zone``: send its queued jobs to the dispatcher
+    again (the unfinished jobs of the class and zone still ``Queued``; the dispatcher's claim skips
+    any that are not admitted). Returns how many were sent.
+
+    Raises ``DependencyFailed`` when DynamoDB or the queue fails (the meter's backstop sends them later).
+    """
+    job_ids = services.store.list_queued_job_ids(class_name, zone)
+    enqueue(services, job_ids)
+    if job_ids:
+        logger.info("parked jobs resumed", machine_class=class_name, geo_zone=zone.value, jobs=len(job_ids))
+    return len(job_ids)
 
 
 def _submission(services: Services, job: Job) -> BatchSubmission:

@@ -253,6 +253,7 @@ def set_class_availability(
         fleet.set_job_queue_state(queue, QueueState.DISABLED.value)
     else:
         fleet.set_job_queue_state(queue, QueueState.ENABLED.value)
+        resumed = current.disabled
         if current.disabled:
             wanted = enabled(current, actor, now)
             _save(
@@ -269,6 +270,12 @@ def set_class_availability(
     logger.info(
         "machine class availability set", machine_class=machine_class, geo_zone=zone.value, disabled=disable
     )
+    if not disable and resumed:
+        # The jobs admitted while it was out of service wait parked: send them now (dispatch imports
+        # this module, hence the late import).
+        from functions.logic.dispatch import resume_parked
+
+        resume_parked(services, machine_class, zone)
     return class_status(services, machine_class, zone)
 
 

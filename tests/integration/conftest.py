@@ -301,3 +301,50 @@ def finish(stack: Stack, job_id: str) -> None:
             stopped_at=1_764_000_002_000,
         )
     )
+
+
+class RecordingQueue:
+    """A ``DispatchQueue`` that keeps what was sent."""
+
+    def __init__(self) -> None:
+        self.sent: list[str] = []
+        self.admissions: list[str] = []
+
+    def send(self, job_ids: Any) -> None:
+        self.sent.extend(job_ids)
+
+    def request_admission(self, account_ids: Any) -> None:
+        self.admissions.extend(account_ids)
+
+
+def sqs_event(job_ids: list[str], receive_count: int = 1) -> dict[str, Any]:
+    return {
+        "Records": [
+            {
+                "messageId": f"m{i}",
+                "receiptHandle": f"r{i}",
+                "body": json.dumps({"jobId": job_id}),
+                "attributes": {
+                    "ApproximateReceiveCount": str(receive_count),
+                    "SentTimestamp": "1764000000000",
+                    "SenderId": "test",
+                    "ApproximateFirstReceiveTimestamp": "1764000000000",
+                },
+                "messageAttributes": {},
+                "md5OfBody": "x",
+                "eventSource": "aws:sqs",
+                "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:dispatch",
+                "awsRegion": "us-east-1",
+            }
+            for i, job_id in enumerate(job_ids)
+        ]
+    }
+
+
+@pytest.fixture
+def queued(stack: Stack) -> RecordingQueue:
+    """The stack with a dispatch queue: POST /jobs answers without calling AWS Batch."""
+    recording = RecordingQueue()
+    bootstrap.install(replace(stack.services, dispatch=recording))
+    stack.services = bootstrap.get_services()
+    return recording

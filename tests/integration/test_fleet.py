@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
+from typing import Any
 
 import boto3
 import pytest
@@ -15,12 +16,13 @@ import functions.handlers.api as api_package
 from functions.adapters.batch_fleet import AwsBatchFleet
 from functions.adapters.dynamodb.operations import DynamoOperationsStore
 from functions.adapters.tables import IDEMPOTENCY, create_table_request
-from functions.domain.errors import ConditionFailed, DependencyFailed, ValidationFailed
+from functions.domain.errors import BatchRefused, ConditionFailed, DependencyFailed, ValidationFailed
 from functions.domain.fleet import AuditAction, AuditEntry, ClassAvailability, disabled, enabled
-from functions.domain.jobs import LedgerEntry, LedgerKind
+from functions.domain.jobs import DispatchState, LedgerEntry, LedgerKind
 from functions.domain.machine_classes import GeoZone
 from tests.events import QUEUE_ARN
-from tests.integration.conftest import Stack
+from tests.fakes import FakeLambdaContext
+from tests.integration.conftest import RecordingQueue, Stack, sqs_event
 
 ADMIN = {"account_id": "admin", "groups": "admin"}
 NOW = datetime(2026, 11, 29, 17, 20, tzinfo=UTC)
@@ -311,3 +313,66 @@ def test_capacity_and_listing_need_batch_and_answer_in_its_terms(fleet_stack: St
 def test_fleet_routes_need_the_admin_role(stack: Stack, method: str, path: str) -> None:
     status, error = stack.api(method, path, body={} if method == "POST" else None)
     assert status == 403 and error["error"]["code"] == "Forbidden"
+
+
+def test_an_admitted_job_of_a_disabled_class_waits_queued_and_runs_once_enabled(
+    fleet_stack: Stack, queued: RecordingQueue
+) -> None:
+    from functions.handlers import dispatcher
+
+    # Given a job admitted and on the dispatch queue, then its class taken out of service
+    fleet_stack.add_account("admin", "0")
+    body = {"code": "1", "machineClass": "Basic2x8", "geoZone": "UnitedStates"}
+    status, job = fleet_stack.api("POST", "/jobs", body=body)
+    assert status == 202 and queued.sent == [job["jobId"]]
+    path = "/admin/machine-classes/Basic2x8/zones/UnitedStates"
+    assert fleet_stack.api("POST", f"{path}/disable", body={"reason": "host repairs"}, **ADMIN)[0] == 200
+
+    # When the dispatcher gets its message: nothing goes to AWS Batch, the job stays Queued, admitted
+    # (its quota held), saying why (issue 15: queued jobs stay queued)
+    assert dispatcher.handler(sqs_event([job["jobId"]]), FakeLambdaContext()) == {"batchItemFailures": []}
+    assert fleet_stack.batch[GeoZone.UNITED_STATES].submissions == []
+    _, waiting = fleet_stack.api("GET", f"/jobs/{job['jobId']}")
+    assert (waiting["status"], waiting["statusReason"]) == (
+        "Queued",
+        "Waiting: Basic2x8 is out of service in UnitedStates: host repairs",
+    )
+    stored = fleet_stack.services.store.get_job(job["jobId"])
+    assert stored is not None and stored.dispatch_state == DispatchState.ADMITTED
+
+    # When the class is enabled: the job is sent again, submitted once, its reason gone
+    fleet_stack.clock.advance(1)
+    assert fleet_stack.api("POST", f"{path}/enable", **ADMIN)[0] == 200
+    assert queued.sent == [job["jobId"], job["jobId"]]
+    assert dispatcher.handler(sqs_event([job["jobId"]]), FakeLambdaContext()) == {"batchItemFailures": []}
+    assert [s.job_name for s in fleet_stack.batch[GeoZone.UNITED_STATES].submissions] == [job["jobId"]]
+    _, sent = fleet_stack.api("GET", f"/jobs/{job['jobId']}")
+    assert (sent["status"], sent.get("statusReason")) == ("Queued", None)
+
+
+def test_a_class_disabled_after_the_dispatchers_read_parks_the_job_aws_batch_refuses(
+    fleet_stack: Stack, queued: RecordingQueue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from functions.handlers import dispatcher
+
+    # Given the dispatcher's cached view of the class states says "in service" while an operator has
+    # just disabled it (another environment's change: the cache lives 10 s), so SubmitJob is refused
+    status, job = fleet_stack.api("POST", "/jobs", body={"code": "1", "machineClass": "Basic2x8"})
+    assert status == 202
+    operations = _store(fleet_stack)
+    current = operations.get_class_state("Basic2x8", GeoZone.UNITED_STATES)
+    operations.save_class_state(disabled(current, "spot shortage", "admin", NOW), _audit(NOW, "d1"))
+    monkeypatch.setattr(type(operations), "class_states", lambda self, max_age: {})
+
+    def refuse(submission: Any) -> str:
+        raise BatchRefused("AWS Batch refused to accept the job: Job queue is DISABLED")
+
+    monkeypatch.setattr(fleet_stack.batch[GeoZone.UNITED_STATES], "submit_job", refuse)
+
+    # Then the refusal parks the job (a fresh read of the state) instead of ending it
+    assert dispatcher.handler(sqs_event([job["jobId"]]), FakeLambdaContext()) == {"batchItemFailures": []}
+    _, waiting = fleet_stack.api("GET", f"/jobs/{job['jobId']}")
+    assert (waiting["status"], waiting["statusReason"]) == (
+        "Queued",
+        "Waiting: Basic2x8 is out of service in UnitedStates: spot shortage",
+    )

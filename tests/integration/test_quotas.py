@@ -25,7 +25,7 @@ from functions.logic.job_events import apply_job_state_change
 from functions.ports import BatchSubmission
 from remote_batch.local.dispatch_queue import LocalDispatchQueue
 from tests.fakes import FakeLambdaContext
-from tests.integration.conftest import Stack, finish
+from tests.integration.conftest import RecordingQueue, Stack, finish, sqs_event
 
 US = GeoZone.UNITED_STATES
 BASIC_US = QuotaKey(Family.BASIC, US)
@@ -151,53 +151,6 @@ def test_aborting_a_held_job_ends_it_free_without_aws_batch(stack: Stack) -> Non
     assert basic_us_line(stack) | {"limit": 1} == {**basic_us_line(stack), "inUse": 0, "queued": 0}
     status, _ = stack.api("DELETE", f"/jobs/{held}")
     assert status == 204
-
-
-class RecordingQueue:
-    """A ``DispatchQueue`` that keeps what was sent."""
-
-    def __init__(self) -> None:
-        self.sent: list[str] = []
-        self.admissions: list[str] = []
-
-    def send(self, job_ids: Any) -> None:
-        self.sent.extend(job_ids)
-
-    def request_admission(self, account_ids: Any) -> None:
-        self.admissions.extend(account_ids)
-
-
-def sqs_event(job_ids: list[str], receive_count: int = 1) -> dict[str, Any]:
-    return {
-        "Records": [
-            {
-                "messageId": f"m{i}",
-                "receiptHandle": f"r{i}",
-                "body": json.dumps({"jobId": job_id}),
-                "attributes": {
-                    "ApproximateReceiveCount": str(receive_count),
-                    "SentTimestamp": "1764000000000",
-                    "SenderId": "test",
-                    "ApproximateFirstReceiveTimestamp": "1764000000000",
-                },
-                "messageAttributes": {},
-                "md5OfBody": "x",
-                "eventSource": "aws:sqs",
-                "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:dispatch",
-                "awsRegion": "us-east-1",
-            }
-            for i, job_id in enumerate(job_ids)
-        ]
-    }
-
-
-@pytest.fixture
-def queued(stack: Stack) -> RecordingQueue:
-    """The stack with a dispatch queue: POST /jobs answers without calling AWS Batch."""
-    recording = RecordingQueue()
-    bootstrap.install(replace(stack.services, dispatch=recording))
-    stack.services = bootstrap.get_services()
-    return recording
 
 
 def test_post_answers_without_aws_batch_and_the_dispatcher_submits_once(

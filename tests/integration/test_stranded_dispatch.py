@@ -22,8 +22,7 @@ from functions.logic import dispatch
 from functions.ports import BatchSubmission
 from tests.events import JOB_DEFINITION_ARN, QUEUE_ARN
 from tests.fakes import FakeLambdaContext
-from tests.integration.conftest import Stack
-from tests.integration.test_quotas import RecordingQueue, sqs_event
+from tests.integration.conftest import RecordingQueue, Stack, sqs_event
 
 US = GeoZone.UNITED_STATES
 JOB = {"code": "print(1)", "machineClass": "Basic1x8", "geoZone": "UnitedStates", "notifications": "None"}

@@ -14,7 +14,7 @@ from botocore.exceptions import ClientError
 from hypothesis import given
 from hypothesis import strategies as st
 
-from functions.domain.errors import ConditionFailed, DependencyFailed, ValidationFailed
+from functions.domain.errors import BatchRefused, ConditionFailed, DependencyFailed, ValidationFailed
 from functions.domain.fleet import (
     AuditEntry,
     ClassAvailability,
@@ -135,6 +135,18 @@ class FakeOperations:
         return {("Basic2x8", US): ClassLoad(queued=2, running=1)}
 
 
+class QueuedJobs:
+    """The job store's part that enabling a class reads: the queued jobs of a class and zone (none
+    here); it records what was asked."""
+
+    def __init__(self) -> None:
+        self.asked: list[tuple[str, GeoZone]] = []
+
+    def list_queued_job_ids(self, machine_class: str, geo_zone: GeoZone) -> list[str]:
+        self.asked.append((machine_class, geo_zone))
+        return []
+
+
 def _services(batch: FakeFleet, operations: FakeOperations) -> Services:
     from functions.ports import BatchRoute, ZoneServices
 
@@ -148,7 +160,7 @@ def _services(batch: FakeFleet, operations: FakeOperations) -> Services:
         fleet=batch,
     )
     return Services(
-        store=None,  # type: ignore[arg-type]
+        store=QueuedJobs(),  # type: ignore[arg-type]
         notifier=None,  # type: ignore[arg-type]
         subscriptions=None,  # type: ignore[arg-type]
         zones={US: zone},
@@ -201,9 +213,12 @@ def test_enable_sets_batch_before_the_state_so_no_submit_meets_a_disabled_queue(
     _set(services, disable=False)
     fleet.ensure_class_available(services, "Basic2x8", US)
     assert [e.action.value for e in operations.audit] == ["DisableMachineClass", "EnableMachineClass"]
-    # Enabling what is enabled records nothing.
+    # The jobs parked while it was out of service are looked for once, when it comes back.
+    assert isinstance(services.store, QueuedJobs) and services.store.asked == [("Basic2x8", US)]
+    # Enabling what is enabled records nothing and resumes nothing.
     _set(services, disable=False)
     assert len(operations.audit) == 2
+    assert services.store.asked == [("Basic2x8", US)]
 
 
 def test_a_new_reason_for_a_disabled_class_is_a_change_the_same_one_is_not() -> None:
@@ -252,17 +267,21 @@ def test_local_queues_sit_on_their_familys_environment_and_describe_like_batch()
 
 def test_a_disabled_local_queue_refuses_submit_job_with_a_client_exception() -> None:
     local = _local()
-    local.check_submit("eu-central-1", "remote-batch-local-Basic2x8")
+    local.check_submit("eu-central-1", "remote-batch-local-Basic2x8", "acct1")
     local.set_job_queue_state("eu-central-1", "remote-batch-local-Basic2x8", "DISABLED")
 
-    with pytest.raises(DependencyFailed) as raised:
-        local.check_submit("eu-central-1", "remote-batch-local-Basic2x8")
+    with pytest.raises(BatchRefused) as raised:
+        local.check_submit("eu-central-1", "remote-batch-local-Basic2x8", "acct1")
 
     cause = raised.value.__cause__
     assert isinstance(cause, ClientError) and cause.response["Error"]["Code"] == "ClientException"
-    local.check_submit("eu-central-1", "remote-batch-local-Basic1x8")  # other queues still take jobs
-    with pytest.raises(DependencyFailed):
-        local.check_submit("eu-central-1", "no-such-queue")
+    # other queues still take jobs
+    local.check_submit("eu-central-1", "remote-batch-local-Basic1x8", "acct1")
+    with pytest.raises(BatchRefused):
+        local.check_submit("eu-central-1", "no-such-queue", "acct1")
+    # the fleet's queues schedule by fair share: a job without a share identifier is refused
+    with pytest.raises(BatchRefused, match="shareIdentifier is required"):
+        local.check_submit("eu-central-1", "remote-batch-local-Basic1x8")
     with pytest.raises(DependencyFailed):
         local.set_job_queue_state("eu-central-1", "remote-batch-local-Basic2x8", "PAUSED")
 

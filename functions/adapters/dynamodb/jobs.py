@@ -26,6 +26,7 @@ from functions.adapters.dynamodb.items import (
 )
 from functions.domain.errors import ConditionFailed, RecordMissing, UnreadableRecord, ValidationFailed
 from functions.domain.jobs import MAX_TERMINATE_ATTEMPTS, Job, JobType, Transition, ms_to_datetime
+from functions.domain.machine_classes import GeoZone
 from functions.domain.presumed import PresumedTransition
 from functions.domain.status import METERED_STATUSES, JobStatus
 from functions.domain.text import URLSAFE_BASE64_PATTERN, full_match
@@ -326,6 +327,29 @@ class JobRecords(StoreBase):
         for job in self._jobs_of(self._batch_get_items(ids), on_unreadable):
             if not job.is_final and to_sortable(job.last_event_at or job.submitted_at) < before:
                 yield job
+
+    def list_queued_job_ids(self, machine_class: str, geo_zone: GeoZone) -> list[str]:
+        """The ids of the not-final top-level jobs of ``machine_class`` in ``geo_zone`` still
+        ``Queued``: one paged Query of the sparse ``unfinished`` index (it holds the class, zone,
+        status and type), filtered on them and on the TTL, reading no job."""
+        kwargs: dict[str, Any] = {
+            "TableName": self._jobs,
+            "IndexName": "unfinished",
+            "KeyConditionExpression": "openPartition = :p",
+            "FilterExpression": (
+                "machineClass = :class AND geoZone = :zone AND #status = :queued AND #type <> :child"
+            ),
+            "ProjectionExpression": "jobId",
+            "ExpressionAttributeNames": {"#status": "status", "#type": "type"},
+            "ExpressionAttributeValues": {
+                ":p": serialize_value(OPEN_PARTITION),
+                ":class": serialize_value(machine_class),
+                ":zone": serialize_value(geo_zone.value),
+                ":queued": serialize_value(JobStatus.QUEUED.value),
+                ":child": serialize_value(JobType.ARRAY_CHILD.value),
+            },
+        }
+        return [str(item["jobId"]) for item in self._query(**self._not_expired_filter(kwargs))]
 
     def list_unfinished_jobs_on(self, account_id: str, compute: str) -> Iterator[Job]:
         """The account's not-final top-level jobs on dedicated compute ``compute``: the sparse

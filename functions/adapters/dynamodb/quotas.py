@@ -547,25 +547,28 @@ class QuotaRecords(StoreBase):
             self._live_job(deserialize_item(dict(response["Attributes"])), "dispatch") if response else None
         )
 
-    def release_dispatch(self, job_id: str) -> bool:
-        """Give a claim back (``Dispatching`` → ``Admitted``): after SubmitJob failed for a while, or when
-        the meter finds a dead dispatcher's claim whose job AWS Batch does not have. False (nothing
-        written) when the job is no longer ``Dispatching``; ``RecordMissing`` when it is gone."""
-        response = self._update_job(
-            job_id,
-            "SET dispatchState = :after REMOVE dispatchClaimedAt",
-            condition="dispatchState = :before",
-            values={":before": DispatchState.DISPATCHING.value, ":after": DispatchState.ADMITTED.value},
-        )
+    def release_dispatch(self, job_id: str, reason: str | None = None) -> bool:
+        """Give a claim back (``Dispatching`` → ``Admitted``): after SubmitJob failed for a while, when
+        the meter finds a dead dispatcher's claim whose job AWS Batch does not have, or when its class
+        is out of service (``reason`` becomes its ``statusReason``). False (nothing written) when the
+        job is no longer ``Dispatching``; ``RecordMissing`` when it is gone."""
+        values = {":before": DispatchState.DISPATCHING.value, ":after": DispatchState.ADMITTED.value}
+        update = "SET dispatchState = :after REMOVE dispatchClaimedAt"
+        if reason is not None:
+            update = "SET dispatchState = :after, statusReason = :reason REMOVE dispatchClaimedAt"
+            values[":reason"] = reason
+        response = self._update_job(job_id, update, condition="dispatchState = :before", values=values)
         return response is not None
 
-    def record_dispatch(self, job_id: str, batch_job_id: str) -> Job | None:
+    def record_dispatch(self, job_id: str, batch_job_id: str, *, clear_reason: bool = False) -> Job | None:
         """Record the Batch job id SubmitJob returned (unless an event recorded it first) and
-        ``dispatchState`` ``Dispatched``; returns the job after the write (it may have ended meanwhile:
-        the caller then terminates the Batch job). ``RecordMissing`` when it is gone."""
+        ``dispatchState`` ``Dispatched`` (``clear_reason``: and remove the ``statusReason`` a parked job
+        waited with); returns the job after the write (it may have ended meanwhile: the caller then
+        terminates the Batch job). ``RecordMissing`` when it is gone."""
         response = self._update_job(
             job_id,
-            "SET batchJobId = if_not_exists(batchJobId, :b), dispatchState = :dispatched",
+            "SET batchJobId = if_not_exists(batchJobId, :b), dispatchState = :dispatched"
+            + (" REMOVE statusReason" if clear_reason else ""),
             condition="dispatchState = :dispatching",
             values={
                 ":b": batch_job_id,

@@ -26,7 +26,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from functions.domain.computes import ComputeStatus
-from functions.domain.errors import DependencyFailed
+from functions.domain.errors import BatchRefused
 from functions.domain.machine_classes import MachineClass
 from functions.logic.computes import batch_name
 from functions.ports import EnvironmentState, QueueState, Services
@@ -71,8 +71,10 @@ def _queue_name(job_queue: str) -> str:
     return job_queue.rsplit("/", 1)[-1]
 
 
-def _refuse(message: str) -> DependencyFailed:
-    return DependencyFailed(f"AWS Batch (local) ClientException: {message}")
+def _refuse(message: str) -> BatchRefused:
+    """AWS Batch's ``ClientException`` (a 400: the same request never succeeds), as the adapter
+    raises it."""
+    return BatchRefused(f"AWS Batch (local) ClientException: {message}")
 
 
 class ComputePools(ExecutorCore):

@@ -22,16 +22,17 @@ from dataclasses import dataclass, replace
 
 from botocore.exceptions import ClientError
 
-from functions.domain.errors import DependencyFailed
+from functions.domain.errors import BatchRefused
 from functions.domain.fleet import machine_family
 from functions.ports import ComputeEnvironmentInfo, JobQueueInfo
 
 
-def client_exception(operation: str, message: str) -> DependencyFailed:
-    """What the AWS adapter raises for a ``ClientException`` of ``operation``: ``DependencyFailed``
-    whose cause is the ``ClientError`` AWS Batch would have answered."""
+def client_exception(operation: str, message: str) -> BatchRefused:
+    """What the AWS adapter raises for a ``ClientException`` of ``operation`` (AWS Batch's 400: the
+    same request never succeeds): ``BatchRefused`` whose cause is the ``ClientError`` AWS Batch would
+    have answered."""
     error = ClientError({"Error": {"Code": "ClientException", "Message": message}}, operation)
-    failure = DependencyFailed(f"AWS Batch refused to {operation}: {message}")
+    failure = BatchRefused(f"AWS Batch refused to {operation}: {message}")
     failure.__cause__ = error
     return failure
 
