@@ -32,9 +32,9 @@ import hashlib
 import os
 import re
 import shutil
-import tempfile
 import subprocess
 import sys
+import tempfile
 import zipfile
 from email.parser import HeaderParser
 from pathlib import Path
@@ -198,7 +198,9 @@ def runtime_interpreter() -> str:
     found = shutil.which(f"python{wanted}")
     if found is None:
         running = sys.version.split()[0]
-        raise BundleError(f"compile the Lambda code with Python {wanted} (this is {running}; no python{wanted} on PATH)")
+        raise BundleError(
+            f"compile the Lambda code with Python {wanted} (this is {running}; no python{wanted} on PATH)"
+        )
     return found
 
 

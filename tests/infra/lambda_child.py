@@ -70,7 +70,7 @@ def _record_compilations() -> None:
         _compiled_from_source.append(str(path))
         return original(self, data, path, _optimize=_optimize)
 
-    setattr(loader, "source_to_code", source_to_code)  # noqa: B010 - a method replaced on the class
+    setattr(loader, "source_to_code", source_to_code)
 
 
 def _origin_of_path(path: str, roots: dict[str, str]) -> str | None:

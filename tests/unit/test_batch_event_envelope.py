@@ -90,18 +90,26 @@ def test_envelope_validates_as_powertools_eventbridge_model(change: str) -> None
     for original in _events():
         event = copy.deepcopy(original)
         CHANGES[change](event)
+        expected, refused = _powertools_parse(event)
 
-        try:
-            expected = parse(event=copy.deepcopy(event), model=PowertoolsBatchJobStateChange)
-        except ValidationError as exc:
-            assert change != "unchanged", exc  # the events themselves are valid
+        if refused is not None:
+            assert change != "unchanged", refused  # the events themselves are valid
             with pytest.raises(ValidationError) as raised:
                 BatchJobStateChange.model_validate(copy.deepcopy(event))
             # The same fields refused for the same reasons.
-            assert [(e["loc"], e["type"]) for e in raised.value.errors()] == [
-                (e["loc"], e["type"]) for e in exc.errors()
-            ]
+            assert [(e["loc"], e["type"]) for e in raised.value.errors()] == refused
             continue
+        assert expected is not None
         parsed = BatchJobStateChange.model_validate(copy.deepcopy(event))
         assert parsed.model_dump() == expected.model_dump()
         assert parsed.detail == expected.detail
+
+
+def _powertools_parse(
+    event: dict[str, Any],
+) -> tuple[PowertoolsBatchJobStateChange | None, list[tuple[Any, str]] | None]:
+    """powertools' parse of ``event``: (the model, None), or (None, each error's location and type)."""
+    try:
+        return parse(event=copy.deepcopy(event), model=PowertoolsBatchJobStateChange), None
+    except ValidationError as exc:
+        return None, [(e["loc"], e["type"]) for e in exc.errors()]
