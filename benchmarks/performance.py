@@ -15,13 +15,16 @@ ratios of two things measured side by side vary much less):
    fakes: notifications are counted as the sends the notifier was asked for.
 2. **batch_events rate**: 40 jobs submitted, then their 200 events applied through the handler, timed,
    against conditional ``UpdateItem`` calls on the same moto table, timed before and after.
-3. **Cold import** of each handler as deployed: a fresh interpreter, ``PYTHONDONTWRITEBYTECODE=1``, the
-   ``functions/`` sources copied to an empty folder (no ``.pyc``, as in the code asset; the third-party
-   packages keep their ``.pyc``, as the layer does), vs ``import boto3`` the same way; and its **cold
-   start**: the import and the first invocation (``GET /jobs``, a RUNNING event of an unknown job, a
-   tick) against a moto server, vs boto3's import, one client made and one ``GetItem``. Medians of 7
-   rounds, each running every module of every tree in turn, timed inside the child (interpreter start
-   excluded); the working tree once more with ``functions/`` compiled (what shipping ``.pyc`` would give).
+3. **Cold import** of each handler as deployed: a fresh interpreter, ``PYTHONDONTWRITEBYTECODE=1``,
+   ``functions/`` as the tree's code asset holds it (built by the tree's own
+   ``infra.lambda_bundle.build_code_asset``, with its unchecked-hash ``.pyc``, when the tree has one;
+   else the sources alone, as the code asset was before: no ``.pyc``, compiled at every cold start;
+   the third-party packages keep their ``.pyc``, as the layer does), vs ``import boto3`` the same way;
+   and its **cold start**: the import and the first invocation (``GET /jobs``, a RUNNING event of an
+   unknown job, a tick, an SQS message of an unknown job) against a moto server, vs boto3's import, one
+   client made and one ``GetItem``. Medians of 7 rounds, each running every module of every tree in
+   turn, timed inside the child (interpreter start excluded); the last tree once more the other way
+   (its sources alone when it ships ``.pyc``, else compiled), so the ``.pyc``'s share shows.
 4. **Local stack** (``python -m remote_batch.local`` in a child, fresh home, 2 vCPUs, every request
    moto answers counted by a wrapper on moto's WSGI application): the ``2 + 2`` round trip (POST →
    Succeeded → result) vs a bare ``python -c "print(2 + 2)"``; the S3 PUT-class requests for the keys
@@ -70,6 +73,8 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 RESULTS_DIR = REPO_ROOT / "benchmarks" / "results"
 PARTS = ("life", "rate", "imports", "local")
 HANDLERS = ("api", "batch_events", "meter")
+# The cold import and cold start rows measure every Lambda.
+IMPORT_HANDLERS = (*HANDLERS, "dispatcher")
 IMPORT_RUNS = 7
 RATE_JOBS = 40
 RAW_UPDATES = 200
@@ -276,9 +281,9 @@ def part_rate() -> dict[str, Any]:
 # -- cold imports and cold starts --------------------------------------------------------------------------
 _IMPORT_CHILD = """
 import importlib, json, sys, time, uuid
-started = time.perf_counter()
+started, started_cpu = time.perf_counter(), time.process_time()
 module = importlib.import_module(sys.argv[1])
-imported = time.perf_counter()
+imported, imported_cpu = time.perf_counter(), time.process_time()
 if sys.argv[1] == "boto3":
     client = module.client("dynamodb")
     client.get_item(TableName=sys.argv[2], Key={"jobId": {"S": "none"}})
@@ -294,20 +299,66 @@ else:
         def get_remaining_time_in_millis(self):
             return 30_000
     module.handler(json.loads(sys.argv[2]), Context())
-answered = time.perf_counter()
-print(json.dumps({"import": imported - started, "firstCall": answered - started}))
+answered, answered_cpu = time.perf_counter(), time.process_time()
+print(json.dumps({
+    "import": imported - started,
+    "firstCall": answered - started,
+    "importCpu": imported_cpu - started_cpu,
+    "firstCallCpu": answered_cpu - started_cpu,
+}))
 """
 
 
 def _first_events() -> dict[str, dict[str, Any]]:
-    """Each handler's first event: an authorized ``GET /jobs``, a RUNNING event of an unknown job, a tick."""
+    """Each handler's first event: an authorized ``GET /jobs``, a RUNNING event of an unknown job, a
+    tick, the dispatch queue's message of an unknown job."""
     from tests.events import api_event, batch_event, scheduled_event
 
+    message = {
+        "messageId": "m-unknown",
+        "receiptHandle": "r-unknown",
+        "body": json.dumps({"jobId": "job-unknown"}),
+        "attributes": {"ApproximateReceiveCount": "1", "SentTimestamp": "1764000000000"},
+        "messageAttributes": {},
+        "md5OfBody": "",
+        "eventSource": "aws:sqs",
+        "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:remote-batch-dispatch",
+        "awsRegion": "us-east-1",
+    }
     return {
         "api": api_event("GET", "/jobs"),
         "batch_events": batch_event("j-unknown", "b-unknown", "RUNNING", started_at=1_764_000_000_000),
         "meter": scheduled_event(),
+        "dispatcher": {"Records": [message]},
     }
+
+
+def _code_asset(tree: Path, into: Path) -> tuple[Path, bool]:
+    """``functions/`` of ``tree`` as its code asset holds it, under ``into``: built by the tree's own
+    ``infra.lambda_bundle.build_code_asset`` (in a child importing that tree) when it has one, else the
+    sources copied without ``.pyc``. Returns the folder to put on ``sys.path`` and whether it ships
+    ``.pyc``."""
+    bundle = tree / "infra" / "lambda_bundle.py"
+    if bundle.is_file() and "def build_code_asset(" in bundle.read_text():
+        built = subprocess.run(
+            [
+                sys.executable,
+                "-P",
+                "-c",
+                "import sys; from pathlib import Path; from infra.lambda_bundle import build_code_asset; "
+                "print(build_code_asset(Path(sys.argv[1]), Path(sys.argv[2])))",
+                str(tree / "functions"),
+                str(into),
+            ],
+            env={**os.environ, "PYTHONPATH": str(tree)},
+            cwd=tree,
+            check=True,
+            capture_output=True,
+            text=True,
+        )
+        return Path(built.stdout.strip().splitlines()[-1]), True
+    shutil.copytree(tree / "functions", into / "functions", ignore=shutil.ignore_patterns("__pycache__"))
+    return into, False
 
 
 @contextmanager
@@ -364,26 +415,33 @@ def part_imports(trees: Sequence[Path]) -> list[dict[str, Any]]:
                 "POWERTOOLS_LOG_LEVEL": "ERROR",
             }
         )
-        codes = []
+        codes: list[tuple[Path, bool]] = []
         for index, tree in enumerate(trees):
-            code = Path(scratch) / str(index)
-            shutil.copytree(
-                tree / "functions", code / "functions", ignore=shutil.ignore_patterns("__pycache__")
+            codes.append(_code_asset(tree, Path(scratch) / str(index)))
+        # The last tree once more the other way: its sources alone when its asset ships .pyc, else
+        # compiled as the asset now is (unchecked-hash), so the .pyc's share of the import shows.
+        last, last_compiled = codes[-1]
+        other = Path(scratch) / "other"
+        shutil.copytree(last, other, ignore=shutil.ignore_patterns("__pycache__"))
+        if not last_compiled:
+            subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "compileall",
+                    "-q",
+                    "--invalidation-mode",
+                    "unchecked-hash",
+                    str(other),
+                ],
+                check=True,
             )
-            codes.append(code)
-        # The last tree once more with its own .pyc (checked-hash, as the layer's packages have theirs):
-        # what shipping compiled code in the code asset would give.
-        compiled = Path(scratch) / "compiled"
-        shutil.copytree(codes[-1], compiled)
-        subprocess.run(
-            [sys.executable, "-m", "compileall", "-q", "--invalidation-mode", "checked-hash", str(compiled)],
-            check=True,
-        )
+        codes.append((other, not last_compiled))
         modules = [("boto3", settings["REMOTE_BATCH_JOBS_TABLE"])]
-        modules += [(f"functions.handlers.{name}", json.dumps(events[name])) for name in HANDLERS]
+        modules += [(f"functions.handlers.{name}", json.dumps(events[name])) for name in IMPORT_HANDLERS]
         samples: dict[tuple[int, str], list[dict[str, float]]] = {}
         for _ in range(IMPORT_RUNS):
-            for index, code in enumerate([*codes, compiled]):
+            for index, (code, _compiled) in enumerate(codes):
                 for module, argument in modules:
                     done = subprocess.run(
                         [sys.executable, "-c", _IMPORT_CHILD, module, argument],
@@ -396,7 +454,8 @@ def part_imports(trees: Sequence[Path]) -> list[dict[str, Any]]:
                     samples.setdefault((index, module), []).append(
                         json.loads(done.stdout.strip().splitlines()[-1])
                     )
-        assert not [p for p in Path(scratch).rglob("*.pyc") if compiled not in p.parents], (
+        shipped = [code for code, compiled in codes if compiled]
+        assert not [p for p in Path(scratch).rglob("*.pyc") if not any(c in p.parents for c in shipped)], (
             "a .pyc was written"
         )
 
@@ -406,26 +465,42 @@ def part_imports(trees: Sequence[Path]) -> list[dict[str, Any]]:
     results = []
     for index in range(len(trees) + 1):
         boto3_import, boto3_start = median(index, "boto3", "import"), median(index, "boto3", "firstCall")
+        boto3_cpu, boto3_start_cpu = (
+            median(index, "boto3", "importCpu"),
+            median(index, "boto3", "firstCallCpu"),
+        )
         handlers = {}
-        for name in HANDLERS:
+        for name in IMPORT_HANDLERS:
             module = f"functions.handlers.{name}"
             imported, started = median(index, module, "import"), median(index, module, "firstCall")
+            imported_cpu, started_cpu = (
+                median(index, module, "importCpu"),
+                median(index, module, "firstCallCpu"),
+            )
             handlers[name] = {
                 "seconds": imported,
                 "ratio": imported / boto3_import,
                 "coldStartSeconds": started,
                 "coldStartRatio": started / boto3_start,
+                # CPU time of the child alone: what a shared machine's load changes least.
+                "cpuSeconds": imported_cpu,
+                "cpuRatio": imported_cpu / boto3_cpu,
+                "coldStartCpuSeconds": started_cpu,
+                "coldStartCpuRatio": started_cpu / boto3_start_cpu,
             }
         results.append(
             {
                 "boto3Seconds": boto3_import,
                 "boto3ColdStartSeconds": boto3_start,
+                "boto3CpuSeconds": boto3_cpu,
+                "boto3ColdStartCpuSeconds": boto3_start_cpu,
                 "handlers": handlers,
                 "runs": IMPORT_RUNS,
+                "compiled": codes[index][1],
             }
         )
-    *per_tree, precompiled = results
-    per_tree[-1]["precompiled"] = precompiled
+    *per_tree, other_way = results
+    per_tree[-1]["otherWay"] = other_way
     return per_tree
 
 
@@ -748,9 +823,10 @@ def _lambda_memory() -> dict[str, int]:
 
 # -- orchestration ----------------------------------------------------------------------------------------
 def _tree_of(revision: str, into: Path) -> Path:
-    """``functions``, ``remote_batch`` and ``worker`` of ``revision`` extracted under ``into``."""
+    """``functions``, ``remote_batch``, ``worker`` and ``infra`` (its code asset's builder) of
+    ``revision`` extracted under ``into``."""
     archive = subprocess.run(
-        ["git", "-C", str(REPO_ROOT), "archive", revision, "functions", "remote_batch", "worker"],
+        ["git", "-C", str(REPO_ROOT), "archive", revision, "functions", "remote_batch", "worker", "infra"],
         check=True,
         capture_output=True,
     ).stdout
@@ -797,6 +873,24 @@ def _percent(value: str | float | Decimal) -> str:
     return f"{Decimal(str(value)) * 100:.1f}%"
 
 
+def _import_figures(imports: dict[str, Any], prefix: str) -> str:
+    """``api 1.40× / 1.35× (250 / 230 ms), ...; boto3 ...``: each handler's wall and CPU ratio to
+    boto3's, for the import (``prefix`` "") or the cold start (``"coldStart"``)."""
+
+    def key(name: str) -> str:
+        return f"{prefix}{name[0].upper()}{name[1:]}" if prefix else name
+
+    parts = ", ".join(
+        f"{name} {v[key('ratio')]:.2f}× / {v[key('cpuRatio')]:.2f}× "
+        f"({v[key('seconds')] * 1000:.0f} / {v[key('cpuSeconds')] * 1000:.0f} ms)"
+        for name, v in imports["handlers"].items()
+        if key("cpuRatio") in v
+    )
+    boto3 = "boto3ColdStart" if prefix else "boto3"
+    wall, cpu = imports[boto3 + "Seconds"], imports[boto3 + "CpuSeconds"]
+    return f"{parts}; boto3 {wall * 1000:.0f} / {cpu * 1000:.0f} ms"
+
+
 def table_rows(figures: dict[str, Any]) -> list[tuple[str, str]]:
     """The issue's rows, one line each: (what, figure) for one tree's figures."""
     rows: list[tuple[str, str]] = []
@@ -840,37 +934,31 @@ def table_rows(figures: dict[str, Any]) -> list[tuple[str, str]]:
         )
     imports = figures.get("imports")
     if imports:
-        parts = ", ".join(
-            f"{name} {v['ratio']:.2f}× ({v['seconds'] * 1000:.0f} ms)"
-            for name, v in imports["handlers"].items()
+        shipped = "functions/ with .pyc" if imports.get("compiled") else "sources without .pyc"
+        rows.append(
+            (
+                "cold import vs `import boto3` (as deployed; wall, CPU)",
+                _import_figures(imports, "") + f" ({shipped})",
+            )
         )
         rows.append(
             (
-                "cold import vs `import boto3` (as deployed: sources without .pyc)",
-                f"{parts}; boto3 {imports['boto3Seconds'] * 1000:.0f} ms",
+                "cold start: import + first invocation on a moto server vs boto3 import + client + GetItem"
+                " (wall, CPU)",
+                _import_figures(imports, "coldStart"),
             )
         )
-        starts = ", ".join(
-            f"{name} {v['coldStartRatio']:.2f}× ({v['coldStartSeconds'] * 1000:.0f} ms)"
-            for name, v in imports["handlers"].items()
-        )
-        rows.append(
-            (
-                "cold start: import + first invocation on a moto server vs boto3 import + client + GetItem",
-                f"{starts}; boto3 {imports['boto3ColdStartSeconds'] * 1000:.0f} ms",
-            )
-        )
-        compiled = imports.get("precompiled")
-        if compiled:
-            parts = ", ".join(
-                f"{name} {v['ratio']:.2f}× ({v['seconds'] * 1000:.0f} ms)"
-                for name, v in compiled["handlers"].items()
-            )
+        other = imports.get("otherWay")
+        if other:
+            how = "with .pyc" if other["compiled"] else "from sources without .pyc"
             rows.append(
                 (
-                    "cold import if the code asset shipped functions/ compiled (.pyc; not so today)",
-                    f"{parts}; boto3 {compiled['boto3Seconds'] * 1000:.0f} ms",
+                    f"the same tree's cold import {how} (the .pyc's share; wall, CPU)",
+                    _import_figures(other, ""),
                 )
+            )
+            rows.append(
+                (f"the same tree's cold start {how} (wall, CPU)", _import_figures(other, "coldStart"))
             )
     if local:
         trip = local["roundTrip"]

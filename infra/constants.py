@@ -41,6 +41,8 @@ JOB_TAG_KEYS = ("remote-batch:jobId", "remote-batch:accountId")
 
 # Lambdas.
 LAMBDA_CODE_DIR = "functions"
+# The code asset: functions/ with its .pyc, built at synth (infra/lambda_bundle.py build_code_asset).
+LAMBDA_CODE_ASSET_DIR = "build/lambda/code"
 # The interpreter and machine the functions run on, and the wheels their layer is built for.
 # CPython 3.11 on x86_64 because that is what the tests run here: the deployed-bundle test imports
 # the very layer that is deployed (pydantic-core is a compiled wheel: an arm64 or cp312 build could

@@ -4,11 +4,23 @@
 pins into ``build/lambda/layer/python`` with pip's cross-platform options (``--platform``,
 ``--only-binary=:all:``, ``--python-version``, ``--implementation cp``: wheels for the deployed
 interpreter and architecture, never built here) and ``--require-hashes``, byte-compiles it with
-hash-checked ``.pyc`` files and zips it into ``build/lambda/layer.zip`` with sorted entries and fixed
-timestamps: an unchanged lock gives a byte-identical zip, so an unchanged layer asset hash. It also
-installs ``functions/runtime.lock`` (the SDK the Lambda runtime itself carries) into
+unchecked-hash ``.pyc`` files (below) and zips it into ``build/lambda/layer.zip`` with sorted entries
+and fixed timestamps: an unchanged lock gives a byte-identical zip, so an unchanged layer asset hash.
+It also installs ``functions/runtime.lock`` (the SDK the Lambda runtime itself carries) into
 ``build/lambda-runtime`` for the deployed-bundle test. The CDK app uploads that zip as the functions'
 layer and refuses to synthesize when it does not hold exactly the lock's pins (:func:`check_bundle`).
+
+The functions' code asset (:func:`build_code_asset`, run by the CDK app at every synth) is
+``functions/`` copied with a ``.pyc`` beside each module, so a cold start never compiles the service's
+code (about 100 ms of the api's import when it did).
+
+Both are compiled in PEP 552's *unchecked-hash* mode: the interpreter loads the ``.pyc`` without
+reading its source's mtime (which zip extraction does not keep: a timestamp ``.pyc`` would be stale at
+every cold start, so compiled again) nor hashing the source (what *checked-hash* does at each import).
+Nothing on Lambda changes a source beside its ``.pyc``, and both are rebuilt from the sources at each
+build. A ``.pyc`` only loads in the interpreter version that wrote it (its magic number), so both are
+compiled by Python ``LAMBDA_PYTHON_VERSION``: this interpreter when it is that version, else a
+``python3.X`` of that version on PATH, else the build fails (:func:`runtime_interpreter`).
 
 Plain Python, no CDK: the Makefile, the CDK construct and the tests import it.
 """
@@ -16,10 +28,13 @@ Plain Python, no CDK: the Makefile, the CDK construct and the tests import it.
 from __future__ import annotations
 
 import argparse
+import hashlib
+import os
 import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import zipfile
 from email.parser import HeaderParser
 from pathlib import Path
@@ -36,6 +51,16 @@ RUNTIME_SITE = constants.REPO_ROOT / constants.LAMBDA_RUNTIME_SDK_DIR
 CONSTRAINTS_FILE = constants.REPO_ROOT / "build" / "lambda" / "constraints.txt"
 # Where Lambda mounts layers: the path compiled into the .pyc files, so tracebacks name it.
 LAYER_MOUNT = "/opt/python"
+# Where Lambda unpacks the code asset (LAMBDA_TASK_ROOT): the path compiled into the code's .pyc files.
+TASK_ROOT = "/var/task"
+CODE_SOURCE = constants.REPO_ROOT / constants.LAMBDA_CODE_DIR
+CODE_ASSETS = constants.REPO_ROOT / constants.LAMBDA_CODE_ASSET_DIR
+# PEP 552: the .pyc is used as is, whatever the source's mtime (zip extraction does not keep mtimes).
+INVALIDATION_MODE = "unchecked-hash"
+# What the code asset leaves out of functions/: bytecode caches (it compiles its own), hidden files and
+# the lock and .in files (build inputs of the layer, not code).
+_CODE_SKIPPED_DIRS = frozenset({"__pycache__"})
+_CODE_SKIPPED_SUFFIXES = (".pyc", ".lock", ".in")
 
 _PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?==([^\s;\\]+)")
 
@@ -160,16 +185,100 @@ def pip_install_command(lock_file: Path, target: Path) -> list[str]:
     ]
 
 
+def runtime_interpreter() -> str:
+    """The path of a Python ``LAMBDA_PYTHON_VERSION`` interpreter to compile ``.pyc`` files with:
+    this one when it is that version, else ``python3.X`` on PATH.
+
+    Raises ``BundleError`` when there is none (a ``.pyc`` of another version would never load on
+    Lambda: its magic number differs, so every module would be compiled at each cold start again).
+    """
+    wanted = constants.LAMBDA_PYTHON_VERSION
+    if f"{sys.version_info[0]}.{sys.version_info[1]}" == wanted:
+        return sys.executable
+    found = shutil.which(f"python{wanted}")
+    if found is None:
+        running = sys.version.split()[0]
+        raise BundleError(
+            f"compile the Lambda code with Python {wanted} (this is {running}; no python{wanted} on PATH)"
+        )
+    return found
+
+
+def compile_tree(folder: Path, *, prefix: str | None, source_root: Path | None = None) -> None:
+    """Byte-compile every ``.py`` under ``folder`` in place, for the Lambda runtime's Python
+    (:func:`runtime_interpreter`), as unchecked-hash ``.pyc`` files in ``__pycache__``.
+
+    ``source_root`` (default ``folder``) is replaced by ``prefix`` in the file names compiled into the
+    code (what tracebacks show: ``/var/task/functions/...``); ``prefix`` None keeps the paths.
+    Deterministic: the same sources give byte-identical files. Raises ``BundleError`` (no interpreter
+    of that version) or ``subprocess.CalledProcessError`` (a module does not compile).
+    """
+    argv = [runtime_interpreter(), "-m", "compileall", "-q", "-j", "0"]
+    argv += ["--invalidation-mode", INVALIDATION_MODE, "-s", str(source_root or folder)]
+    if prefix is not None:
+        argv += ["-p", prefix]
+    subprocess.run([*argv, str(folder)], check=True, stdout=subprocess.DEVNULL)  # noqa: S603 - fixed argv
+
+
 def _install(lock_file: Path, target: Path, *, mount: str | None) -> None:
     shutil.rmtree(target, ignore_errors=True)
     target.mkdir(parents=True)
     subprocess.run(pip_install_command(lock_file, target), check=True)  # noqa: S603 - fixed argv
     shutil.rmtree(target / "bin", ignore_errors=True)  # console scripts: nothing runs them on Lambda
-    compile_argv = [sys.executable, "-m", "compileall", "-q", "-j", "0"]
-    compile_argv += ["--invalidation-mode", "checked-hash", "-s", str(target)]
-    if mount is not None:
-        compile_argv += ["-p", mount]
-    subprocess.run([*compile_argv, str(target)], check=True)  # noqa: S603 - fixed argv
+    compile_tree(target, prefix=mount)
+
+
+def code_files(source: Path = CODE_SOURCE) -> list[Path]:
+    """The files of ``functions/`` (``source``) the code asset ships, sorted: everything but bytecode
+    caches, hidden files and the ``.lock``/``.in`` build inputs."""
+    files = []
+    for path in source.rglob("*"):
+        parts = path.relative_to(source).parts
+        if not path.is_file() or any(p in _CODE_SKIPPED_DIRS or p.startswith(".") for p in parts):
+            continue
+        if path.name.endswith(_CODE_SKIPPED_SUFFIXES):
+            continue
+        files.append(path)
+    return sorted(files)
+
+
+def build_code_asset(source: Path = CODE_SOURCE, assets: Path = CODE_ASSETS) -> Path:
+    """The functions' code asset: a folder holding ``functions/`` (``source``'s :func:`code_files`)
+    with each module's unchecked-hash ``.pyc`` (compiled for the runtime's Python, with
+    ``/var/task/functions/...`` as the file names tracebacks show).
+
+    The folder is ``assets/<digest>``, the digest of the shipped files' names and bytes and of the
+    interpreter version: built once into a temporary folder and renamed into place (a synth running
+    beside another never sees a half-built asset), reused while the sources are unchanged; other
+    digests' folders are removed. Returns the folder (what ``Code.from_asset`` takes).
+
+    Raises ``BundleError`` when no Python ``LAMBDA_PYTHON_VERSION`` is available to compile with,
+    ``subprocess.CalledProcessError`` when a module does not compile.
+    """
+    files = code_files(source)
+    digest = hashlib.sha256(f"{constants.LAMBDA_PYTHON_VERSION} {INVALIDATION_MODE}\n".encode())
+    for path in files:
+        digest.update(path.relative_to(source).as_posix().encode() + b"\0")
+        digest.update(hashlib.sha256(path.read_bytes()).digest())
+    target = assets / digest.hexdigest()[:20]
+    if not target.is_dir():
+        assets.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=assets))
+        staging.chmod(0o755)  # mkdtemp's 0700 would otherwise be the asset root's mode
+        package = staging / source.name
+        for path in files:
+            copy = package / path.relative_to(source)
+            copy.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(path, copy)
+        compile_tree(package, prefix=f"{TASK_ROOT}/{source.name}", source_root=package)
+        try:
+            os.rename(staging, target)
+        except OSError:  # another build renamed the same digest's folder first: the same bytes
+            shutil.rmtree(staging, ignore_errors=True)
+    for other in assets.iterdir():
+        if other != target and not other.name.startswith(".staging-"):
+            shutil.rmtree(other, ignore_errors=True)
+    return target
 
 
 def write_zip(source: Path, zip_file: Path) -> None:
@@ -196,7 +305,7 @@ def build() -> None:
     (or a hash differs), ``BundleError`` when the result does not match the lock.
     """
     if sys.version_info[:2] != tuple(int(part) for part in constants.LAMBDA_PYTHON_VERSION.split(".")):
-        # compileall writes .pyc for the interpreter that runs it: it must be the deployed one.
+        # pip's --python-version picks the wheels, but the bundle test imports them here.
         running = sys.version.split()[0]
         raise BundleError(
             f"build the bundle with Python {constants.LAMBDA_PYTHON_VERSION} (this is {running})"

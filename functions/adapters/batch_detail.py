@@ -4,6 +4,9 @@ carries as ``detail``) read into the domain's ``BatchJobState``.
 Schema: AWS Batch API reference, ``JobDetail``; the event is described in the AWS Batch user guide,
 "Job state change events" (the ``detail`` "resembles the JobDetail object"). Unknown fields are kept
 and ignored, as AWS asks of event consumers.
+
+The models are built on their first use (``defer_build``): batch_events and DescribeJobs read them,
+while every function imports this module through the Batch adapter.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ FINAL_BATCH_STATUSES = ("SUCCEEDED", "FAILED")
 class BatchContainerDetail(BaseModel):
     """``detail.container``: what the service reads of it."""
 
-    model_config = ConfigDict(extra="allow", populate_by_name=True)
+    model_config = ConfigDict(extra="allow", populate_by_name=True, defer_build=True)
 
     exit_code: int | None = Field(default=None, alias="exitCode")
     log_stream_name: str | None = Field(default=None, alias="logStreamName")
@@ -31,7 +34,7 @@ class BatchArrayProperties(BaseModel):
     """``detail.arrayProperties``: ``index`` for an array's child, ``size`` and ``statusSummary``
     for the array job itself (AWS Batch API reference, ``ArrayPropertiesDetail``)."""
 
-    model_config = ConfigDict(extra="allow", populate_by_name=True)
+    model_config = ConfigDict(extra="allow", populate_by_name=True, defer_build=True)
 
     index: int | None = None
     size: int | None = None
@@ -41,7 +44,7 @@ class BatchArrayProperties(BaseModel):
 class BatchJobDetail(BaseModel):
     """A job's ``JobDetail`` (times: milliseconds since the epoch)."""
 
-    model_config = ConfigDict(extra="allow", populate_by_name=True)
+    model_config = ConfigDict(extra="allow", populate_by_name=True, defer_build=True)
 
     job_id: str = Field(alias="jobId")
     job_name: str = Field(alias="jobName")

@@ -4,7 +4,8 @@ Each geo zone's bucket, queues, job definitions and job log group live in that z
 possibly in another region: the functions address them by their deterministic names
 (``infra/naming.py``) and their IAM policies use ARNs formatted from those names.
 
-The code asset is the repository with everything but ``functions/`` excluded: handlers import
+The code asset is ``functions/`` with a ``.pyc`` beside each module (``lambda_bundle.build_code_asset``,
+run at every synth: a cold start then never compiles the service's code): handlers import
 ``functions.…``, so the package keeps its name at the asset's root. Every third-party package
 (Powertools, pydantic, aws-xray-sdk, boto3, ...) comes from one layer built from
 ``functions/requirements.lock`` (``infra/lambda_bundle.py``); no public layer, whose contents could
@@ -30,13 +31,6 @@ from infra.constructs.data import Data
 from infra.constructs.dispatch import DispatchQueue
 from infra.constructs.notifications import Notifications
 from infra.naming import ZoneNames
-
-# Everything at the repo root is excluded except functions/ (and its bytecode caches stay out too):
-# the asset hash then never walks .venv, node_modules, build or cdk.out. The lock files are build
-# inputs, not code: they stay out as well.
-_CODE_EXCLUDE = ["*", ".*", f"!{constants.LAMBDA_CODE_DIR}", f"!{constants.LAMBDA_CODE_DIR}/**"]
-_CODE_EXCLUDE += ["**/__pycache__", "**/*.pyc", "**/.*", f"{constants.LAMBDA_CODE_DIR}/*.lock"]
-_CODE_EXCLUDE += [f"{constants.LAMBDA_CODE_DIR}/*.in"]
 
 # The deployed interpreter and machine: the ones the deployed-bundle test runs the layer on
 # (``infra/constants.py`` says why).
@@ -89,7 +83,7 @@ class Functions(Construct):
         self._zones = list(zones)
         self._buckets = {zone.zone: self._import_bucket(zone) for zone in self._zones}
         self._job_log_groups = {zone.zone: self._import_job_log_group(zone) for zone in self._zones}
-        self._code = lambda_.Code.from_asset(str(constants.REPO_ROOT), exclude=_CODE_EXCLUDE)
+        self._code = lambda_.Code.from_asset(str(lambda_bundle.build_code_asset()))
         self._dependencies = self._build_dependencies_layer()
         self.environment = self._build_environment()
 

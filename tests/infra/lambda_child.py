@@ -5,19 +5,23 @@ system site-packages, so sys.path is the standard library only). It puts the Lam
 path in front, in Lambda's order (the code asset as /var/task, the layer as /opt/python, the
 runtime's SDK as /var/runtime), checks that nothing from the dev, local or worker extras can be
 imported, imports the handler, runs the given events through it and writes a JSON report:
-responses, where each imported third-party module came from, and the versions importlib.metadata
-sees. Only the standard library is imported before the handler.
+responses, where each imported third-party module came from, the versions importlib.metadata
+sees, and every module compiled from its source instead of loaded from its ``.pyc`` (the code asset
+and the layer ship theirs: none of theirs may be compiled). Only the standard library is imported
+before the handler.
 
 SPEC.json: ``{"paths": {"asset": str, "layer": str, "runtime": str}, "handler": "pkg.mod.func",
 "events": [...], "forbidden": [module names], "distributions": [names], "report": path}``.
 """
 
 import importlib
+import importlib.machinery
 import importlib.metadata
 import importlib.util
 import json
 import platform
 import sys
+import types
 import uuid
 from pathlib import Path
 
@@ -50,8 +54,37 @@ def _origin(module: object, roots: dict[str, str]) -> str | None:
     return None
 
 
+_compiled_from_source: list[str] = []
+
+
+def _record_compilations() -> None:
+    """Note each module the import system compiles from its source: ``SourceLoader.get_code`` calls
+    ``source_to_code`` only when no ``.pyc`` could be used (missing, another Python's magic number,
+    stale)."""
+    loader = importlib.machinery.SourceFileLoader
+    original = loader.source_to_code
+
+    def source_to_code(
+        self: importlib.machinery.SourceFileLoader, data: bytes, path: str, *, _optimize: int = -1
+    ) -> types.CodeType:
+        _compiled_from_source.append(str(path))
+        return original(self, data, path, _optimize=_optimize)
+
+    setattr(loader, "source_to_code", source_to_code)
+
+
+def _origin_of_path(path: str, roots: dict[str, str]) -> str | None:
+    """``<root label>:<path>`` of a file under one of the Lambda's roots (None: elsewhere)."""
+    resolved = str(Path(path).resolve())
+    for label, root in roots.items():
+        if resolved.startswith(root + "/"):
+            return f"{label}:{resolved[len(root) + 1 :]}"
+    return None
+
+
 def main() -> None:
     spec = json.loads(Path(sys.argv[1]).read_text())
+    _record_compilations()
     stdlib = list(sys.path)
     paths = spec["paths"]
     sys.path[:] = [paths["asset"], paths["layer"], paths["runtime"], *stdlib]
@@ -84,6 +117,9 @@ def main() -> None:
         "responses": responses,
         "origins": origins,
         "versions": versions,
+        "compiled_from_source": [
+            label for label in (_origin_of_path(path, roots) for path in _compiled_from_source) if label
+        ],
     }
     Path(spec["report"]).write_text(json.dumps(report, indent=2, default=str))
 

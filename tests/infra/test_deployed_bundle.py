@@ -16,6 +16,7 @@ Select with ``-m bundle``.
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import os
 import socket
@@ -111,6 +112,23 @@ def test_deployed_layer_asset_is_the_built_zip_of_the_locked_versions(synth: Syn
     assert lambda_bundle.differences(pins, deployed) == []
     digest = hashlib.sha256(asset.read_bytes()).hexdigest()
     assert digest == hashlib.sha256(lambda_bundle.LAYER_ZIP.read_bytes()).hexdigest()
+
+
+def test_layer_ships_every_module_compiled_for_the_lambda_runtime() -> None:
+    """Each module of the layer zip has its .pyc for Python LAMBDA_PYTHON_VERSION (the magic number of
+    this interpreter, which is that version), unchecked-hash (PEP 552 flags 1): loaded as is whatever
+    the mtimes after Lambda unzips the layer, never compiled at a cold start."""
+    assert f"{sys.version_info[0]}.{sys.version_info[1]}" == constants.LAMBDA_PYTHON_VERSION
+    with zipfile.ZipFile(lambda_bundle.LAYER_ZIP) as archive:
+        names = set(archive.namelist())
+        modules = sorted(n for n in names if n.endswith(".py"))
+        headers = {n: archive.open(n).read(16) for n in names if n.endswith(".pyc")}
+
+    assert len(modules) > 500
+    missing = [m for m in modules if importlib.util.cache_from_source(m) not in headers]
+    assert missing == []
+    assert {header[:4] for header in headers.values()} == {importlib.util.MAGIC_NUMBER}
+    assert {int.from_bytes(header[4:8], "little") for header in headers.values()} == {0b01}
 
 
 def test_layer_zip_is_reproducible(tmp_path: Path) -> None:
@@ -314,6 +332,8 @@ def _assert_deployed_bundle_ran(report: dict[str, Any]) -> None:
         assert report["origins"].get(module) == "layer", (module, report["origins"])
     assert "runtime" not in report["origins"].values()
     assert report["versions"] == lambda_bundle.read_pins()
+    # Every module of the code asset and of the layer was loaded from its shipped .pyc, none compiled.
+    assert [path for path in report["compiled_from_source"] if path.startswith(("asset:", "layer:"))] == []
 
 
 def _assert_traced(report: dict[str, Any], handler: str) -> None:

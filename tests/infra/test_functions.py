@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import importlib.util
+import marshal
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from functions.domain.machine_classes import MACHINE_CLASSES, GeoZone
 from functions.settings import load_settings
-from infra import constants
-from tests.infra.conftest import ZONE_REGIONS, Synth
+from infra import constants, lambda_bundle
+from tests.infra.conftest import REPO_ROOT, ZONE_REGIONS, Synth
 
 pytestmark = pytest.mark.infra
 
@@ -152,7 +156,34 @@ def test_code_asset_holds_only_the_functions_package(synth: Synth) -> None:
 
     assert [p.name for p in asset_dir.iterdir()] == ["functions"]
     assert (asset_dir / "functions" / "settings.py").is_file()
-    assert not list(asset_dir.rglob("__pycache__"))
+    # The sources of functions/ as they are in the repository, and nothing else besides their .pyc.
+    shipped = sorted(p.relative_to(asset_dir) for p in asset_dir.rglob("*") if p.is_file())
+    sources = [p.relative_to(REPO_ROOT) for p in lambda_bundle.code_files(REPO_ROOT / "functions")]
+    assert [p for p in shipped if p.suffix != ".pyc"] == sources
+    for source in sources:
+        assert (asset_dir / source).read_bytes() == (REPO_ROOT / source).read_bytes()
     # The lock files are build inputs of the layer, not code.
     assert not list(asset_dir.rglob("*.lock"))
     assert not list(asset_dir.rglob("*.in"))
+
+
+def test_code_asset_ships_each_module_compiled_for_the_lambda_runtime(synth: Synth) -> None:
+    """Each module's .pyc is in the asset, one per module, loadable by the runtime's Python whatever
+    the mtimes Lambda's unzip leaves: its magic number is Python LAMBDA_PYTHON_VERSION's (this
+    interpreter's, which the tests run on: asserted), its PEP 552 flags say hash-based and unchecked
+    (1), it holds the source's hash and the module's code under /var/task, Lambda's task root."""
+    code = _function(synth, "api")["Code"]
+    asset_dir = synth.outdir / f"asset.{code['S3Key'].removesuffix('.zip')}"
+    assert f"{sys.version_info[0]}.{sys.version_info[1]}" == constants.LAMBDA_PYTHON_VERSION
+    modules = sorted(asset_dir.rglob("*.py"))
+    compiled = sorted(asset_dir.rglob("*.pyc"))
+
+    assert len(modules) > 50
+    assert compiled == sorted(Path(importlib.util.cache_from_source(str(m))) for m in modules)
+    for module, pyc in zip(modules, [Path(importlib.util.cache_from_source(str(m))) for m in modules]):
+        data = pyc.read_bytes()
+        assert data[:4] == importlib.util.MAGIC_NUMBER, pyc
+        assert int.from_bytes(data[4:8], "little") == 0b01, pyc  # hash-based, check_source off
+        assert data[8:16] == importlib.util.source_hash(module.read_bytes()), pyc
+        code_object = marshal.loads(data[16:])
+        assert code_object.co_filename == f"/var/task/{module.relative_to(asset_dir).as_posix()}"

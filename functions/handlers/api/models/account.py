@@ -6,7 +6,6 @@ from decimal import Decimal
 from typing import Literal
 
 from pydantic import (
-    BaseModel,
     ConfigDict,
     Field,
 )
@@ -20,10 +19,10 @@ from functions.domain.text import (
     URL_CHARS_PATTERN,
 )
 from functions.domain.timefmt import to_api_time
-from functions.handlers.api.models.common import Credits, CreditsIn
+from functions.handlers.api.models.common import ApiModel, Credits, CreditsIn
 
 
-class AccountView(BaseModel):
+class AccountView(ApiModel):
     """``GET /account``; ``emailStatus`` (``pending`` | ``confirmed`` | ``none``) is an extension."""
 
     accountId: str
@@ -42,7 +41,7 @@ class ContactsView(AccountView):
     webhookSecret: str | None = None
 
 
-class ContactsBody(BaseModel):
+class ContactsBody(ApiModel):
     """``PUT /account/contacts``: a key set to null clears it; a key left out is left as it is."""
 
     model_config = ConfigDict(extra="forbid")
@@ -59,7 +58,7 @@ class ContactsBody(BaseModel):
     )
 
 
-class LedgerEntryView(BaseModel):
+class LedgerEntryView(ApiModel):
     """One ledger entry of ``GET /account/usage``."""
 
     at: str
@@ -80,14 +79,14 @@ class LedgerEntryView(BaseModel):
     )
 
 
-class UsageView(BaseModel):
+class UsageView(ApiModel):
     """``GET /account/usage``."""
 
     entries: list[LedgerEntryView]
     totalCharged: Credits
 
 
-class GrantCreditsBody(BaseModel):
+class GrantCreditsBody(ApiModel):
     """``POST /admin/accounts/{accountId}/credits`` body."""
 
     model_config = ConfigDict(extra="forbid")

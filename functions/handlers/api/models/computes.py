@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt
+from pydantic import ConfigDict, Field, StrictInt
 
 from functions.domain.computes import (
     MAX_COUNT,
@@ -16,13 +16,13 @@ from functions.domain.computes import (
 from functions.domain.machine_classes import MACHINE_CLASSES
 from functions.domain.text import CLOCK_PATTERN
 from functions.domain.timefmt import to_api_time
-from functions.handlers.api.models.common import Credits, geo_zone_field
+from functions.handlers.api.models.common import ApiModel, Credits, geo_zone_field
 
 ComputeStatusName = Literal["Creating", "Starting", "Running", "Stopping", "Stopped", "Deleting", "Failed"]
 _CLOCK = CLOCK_PATTERN
 
 
-class PutComputeBody(BaseModel):
+class PutComputeBody(ApiModel):
     """``PUT /account/computes/{name}`` body."""
 
     model_config = ConfigDict(extra="forbid")
@@ -40,7 +40,7 @@ class PutComputeBody(BaseModel):
     )
 
 
-class DailyScheduleModel(BaseModel):
+class DailyScheduleModel(ApiModel):
     """Start and/or stop the compute every day at a local time."""
 
     model_config = ConfigDict(extra="forbid")
@@ -52,7 +52,7 @@ class DailyScheduleModel(BaseModel):
     )
 
 
-class SchedulesBody(BaseModel):
+class SchedulesBody(ApiModel):
     """``PUT /account/computes/{name}/schedules`` body (replaces the compute's schedules)."""
 
     model_config = ConfigDict(extra="forbid")
@@ -66,7 +66,7 @@ class SchedulesBody(BaseModel):
     daily: list[DailyScheduleModel] = Field(default_factory=list, max_length=MAX_DAILY_SCHEDULES)
 
 
-class ComputeView(BaseModel):
+class ComputeView(ApiModel):
     """API.md's ``Compute``."""
 
     name: str
@@ -87,7 +87,7 @@ class ComputeView(BaseModel):
     createdAt: str
 
 
-class ComputeListView(BaseModel):
+class ComputeListView(ApiModel):
     """``GET /account/computes``."""
 
     computes: list[ComputeView]

@@ -4,17 +4,18 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
 from functions.domain.fleet import MAX_REASON_CHARS, MAX_VCPUS_LIMIT, AuditEntry, QueueState
 from functions.domain.text import LABEL_PATTERN
 from functions.domain.timefmt import to_api_time
+from functions.handlers.api.models.common import ApiModel
 from functions.logic.fleet import MachineClassStatus
 
 StateName = Literal["ENABLED", "DISABLED"]
 
 
-class DisableClassBody(BaseModel):
+class DisableClassBody(ApiModel):
     """``POST /admin/machine-classes/{class}/zones/{zone}/disable`` body."""
 
     model_config = ConfigDict(extra="forbid")
@@ -27,7 +28,7 @@ class DisableClassBody(BaseModel):
     )
 
 
-class EnableClassBody(BaseModel):
+class EnableClassBody(ApiModel):
     """``POST /admin/machine-classes/{class}/zones/{zone}/enable`` body (optional)."""
 
     model_config = ConfigDict(extra="forbid")
@@ -41,7 +42,7 @@ class EnableClassBody(BaseModel):
     )
 
 
-class CapacityBody(BaseModel):
+class CapacityBody(ApiModel):
     """``PUT /admin/machine-classes/{class}/zones/{zone}/capacity`` body."""
 
     model_config = ConfigDict(extra="forbid")
@@ -53,7 +54,7 @@ class CapacityBody(BaseModel):
     )
 
 
-class ComputeEnvironmentView(BaseModel):
+class ComputeEnvironmentView(ApiModel):
     """A compute environment of a class's job queue."""
 
     name: str
@@ -61,7 +62,7 @@ class ComputeEnvironmentView(BaseModel):
     maxVcpus: int | None
 
 
-class MachineClassStateView(BaseModel):
+class MachineClassStateView(ApiModel):
     """A machine class in a geo zone, as operators see it."""
 
     machineClass: str
@@ -82,13 +83,13 @@ class MachineClassStateView(BaseModel):
     )
 
 
-class MachineClassStatesView(BaseModel):
+class MachineClassStatesView(ApiModel):
     """``GET /admin/machine-classes``."""
 
     machineClasses: list[MachineClassStateView]
 
 
-class AuditEntryView(BaseModel):
+class AuditEntryView(ApiModel):
     """One operator action."""
 
     entryId: str
@@ -106,7 +107,7 @@ class AuditEntryView(BaseModel):
     reason: str | None
 
 
-class AuditListView(BaseModel):
+class AuditListView(ApiModel):
     """``GET /admin/audit``: newest first."""
 
     entries: list[AuditEntryView]

@@ -5,15 +5,15 @@ from __future__ import annotations
 from typing import Any
 
 from pydantic import (
-    BaseModel,
     ConfigDict,
     Field,
 )
 
+from functions.handlers.api.models.common import ApiModel
 from functions.ports import LogEvent
 
 
-class JobResultView(BaseModel):
+class JobResultView(ApiModel):
     """``GET /jobs/{jobId}/result`` (``EvaluationResult``)."""
 
     model_config = ConfigDict(extra="allow")
@@ -39,14 +39,14 @@ class JobResultView(BaseModel):
     )
 
 
-class ChildErrorView(BaseModel):
+class ChildErrorView(ApiModel):
     """Why an array's child has no result."""
 
     index: int
     message: str
 
 
-class PreviewLinkView(BaseModel):
+class PreviewLinkView(ApiModel):
     """``GET /jobs/{jobId}/preview.png``'s 303 body (extension): the link its ``Location`` holds."""
 
     jobId: str
@@ -55,7 +55,7 @@ class PreviewLinkView(BaseModel):
     expiresIn: int = Field(description="Seconds the URL stays valid (≤ 900, never past expiresAt).")
 
 
-class OutputFileView(BaseModel):
+class OutputFileView(ApiModel):
     """One output file: name under ``$REMOTE_BATCH_OUTPUT_DIR``, size in bytes, presigned URL (15 min)."""
 
     name: str
@@ -63,20 +63,20 @@ class OutputFileView(BaseModel):
     url: str
 
 
-class OutputsView(BaseModel):
+class OutputsView(ApiModel):
     """``GET /jobs/{jobId}/outputs``."""
 
     files: list[OutputFileView]
 
 
-class LogEventView(BaseModel):
+class LogEventView(ApiModel):
     """One line of a job's log."""
 
     timestamp: str
     message: str
 
 
-class JobLogView(BaseModel):
+class JobLogView(ApiModel):
     """``GET /jobs/{jobId}/log?format=json`` (``JobLogData``)."""
 
     jobId: str

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from pydantic import (
-    BaseModel,
     BeforeValidator,
     ConfigDict,
     Field,
@@ -29,6 +28,7 @@ from functions.domain.text import (
 )
 from functions.domain.timefmt import to_api_time
 from functions.handlers.api.models.common import (
+    ApiModel,
     Credits,
     CreditsIn,
     TimeConstraintIn,
@@ -53,7 +53,7 @@ CommandArg = Annotated[str, Field(max_length=MAX_ARG_BYTES, pattern=NO_NUL_PATTE
 JobStatusName = Literal["Queued", "Starting", "Running", "Succeeded", "Terminated"]
 
 
-class SubmitJobBody(BaseModel):
+class SubmitJobBody(ApiModel):
     """``POST /jobs`` body: exactly one of ``code``, ``command``, ``pickle``, ``inputKey``."""
 
     model_config = ConfigDict(
@@ -163,7 +163,7 @@ class SubmitJobBody(BaseModel):
         return self
 
 
-class UploadBody(BaseModel):
+class UploadBody(ApiModel):
     """``POST /jobs/uploads`` body: what will be uploaded (API.md version 2 additions)."""
 
     model_config = ConfigDict(extra="forbid")
@@ -184,7 +184,7 @@ class UploadBody(BaseModel):
     )
 
 
-class UploadView(BaseModel):
+class UploadView(ApiModel):
     """``POST /jobs/uploads`` → 201: PUT the bytes to ``uploadUrl`` with ``headers``, then submit
     with ``inputKey``."""
 
@@ -196,7 +196,7 @@ class UploadView(BaseModel):
     geoZone: str = Field(description="Extension: the zone the object is stored in.")
 
 
-class NotificationRecordView(BaseModel):
+class NotificationRecordView(ApiModel):
     """One line of ``notificationLog``: what was sent, skipped or failed, when, to whom (masked)."""
 
     at: str
@@ -207,7 +207,7 @@ class NotificationRecordView(BaseModel):
     detail: str
 
 
-class JobView(BaseModel):
+class JobView(ApiModel):
     """``Job`` of API.md, what every job route returns."""
 
     jobId: str
@@ -252,7 +252,7 @@ class JobView(BaseModel):
     )
 
 
-class JobListView(BaseModel):
+class JobListView(ApiModel):
     """``GET /jobs``: a page of jobs, newest first (possibly short while ``nextToken`` is set)."""
 
     jobs: list[JobView]

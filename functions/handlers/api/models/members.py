@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
 from functions.domain.roles import (
     ACTIONS,
@@ -16,12 +16,13 @@ from functions.domain.roles import (
     roles_holding,
 )
 from functions.domain.timefmt import to_api_time
+from functions.handlers.api.models.common import ApiModel
 
 MemberRoleName = Literal["reader", "contributor", "owner"]
 RoleName = Literal["reader", "contributor", "owner", "admin"]
 
 
-class MemberView(BaseModel):
+class MemberView(ApiModel):
     """One member of an account: the user, their role, who set it when (null for the founder)."""
 
     userId: str
@@ -30,7 +31,7 @@ class MemberView(BaseModel):
     updatedBy: str | None
 
 
-class AccessView(BaseModel):
+class AccessView(ApiModel):
     """``GET /account/access``: who the caller is in the account the request acts in."""
 
     accountId: str
@@ -39,14 +40,14 @@ class AccessView(BaseModel):
     actions: list[str] = Field(description="Every action the role holds (GET /roles has the table)")
 
 
-class MembersView(BaseModel):
+class MembersView(ApiModel):
     """``GET /account/members``: the account's members, owners first."""
 
     accountId: str
     members: list[MemberView]
 
 
-class MemberBody(BaseModel):
+class MemberBody(ApiModel):
     """``PUT /account/members/{userId}`` body: the role to give (the service's ``admin`` is no account's)."""
 
     model_config = ConfigDict(extra="forbid")
@@ -54,7 +55,7 @@ class MemberBody(BaseModel):
     role: MemberRoleName = Field(description="reader, contributor or owner (GET /roles lists their actions)")
 
 
-class RoleView(BaseModel):
+class RoleView(ApiModel):
     """A role and every action it holds."""
 
     name: RoleName
@@ -63,7 +64,7 @@ class RoleView(BaseModel):
     actions: list[str]
 
 
-class ActionView(BaseModel):
+class ActionView(ApiModel):
     """An action: where it applies (public, service, account, admin), the roles that hold it."""
 
     name: str
@@ -72,7 +73,7 @@ class ActionView(BaseModel):
     roles: list[RoleName]
 
 
-class RolesView(BaseModel):
+class RolesView(ApiModel):
     """``GET /roles``: the one action → role table every route is checked against."""
 
     roles: list[RoleView]

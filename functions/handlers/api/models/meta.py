@@ -5,11 +5,12 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Annotated, Any
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
+from pydantic import BeforeValidator, ConfigDict, Field, WithJsonSchema
 
 from functions.domain.machine_classes import MachineClass
 from functions.handlers.api.models.common import (
     MAX_TIME_CONSTRAINT_SECONDS,
+    ApiModel,
     Credits,
     CreditsIn,
     TimeConstraintIn,
@@ -20,7 +21,7 @@ from functions.handlers.api.models.common import (
 )
 
 
-class MachineClassView(BaseModel):
+class MachineClassView(ApiModel):
     """A machine class with its price."""
 
     name: str
@@ -31,7 +32,7 @@ class MachineClassView(BaseModel):
     creditsPerHour: Credits
 
 
-class MachineClassesView(BaseModel):
+class MachineClassesView(ApiModel):
     """``GET /machine-classes``."""
 
     machineClasses: list[MachineClassView]
@@ -49,7 +50,7 @@ def machine_class_view(machine: MachineClass) -> MachineClassView:
     )
 
 
-class RuntimeView(BaseModel):
+class RuntimeView(ApiModel):
     """``GET /runtime`` (extension): what jobs run with."""
 
     pythonVersion: str = Field(
@@ -63,7 +64,7 @@ _IGNORED = "As in POST /jobs; not used by the estimate."
 _NULL_ONLY = {"type": "null", "description": "Refused unless null: estimate one child and multiply."}
 
 
-class EstimateBody(BaseModel):
+class EstimateBody(ApiModel):
     """``POST /estimate`` body: as ``POST /jobs`` (its payload optional and unused) plus ``seconds``."""
 
     model_config = ConfigDict(extra="forbid")
@@ -92,7 +93,7 @@ class EstimateBody(BaseModel):
     arrayItemsKey: Annotated[Any, WithJsonSchema(_NULL_ONLY)] = Field(default=None)
 
 
-class EstimateView(BaseModel):
+class EstimateView(ApiModel):
     """``POST /estimate`` → what the run would be charged."""
 
     credits: Credits = Field(description="Credits the run would be charged.")

@@ -4,16 +4,17 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
 from functions.domain.quotas import MAX_LIMIT
+from functions.handlers.api.models.common import ApiModel
 from functions.logic.quotas import QuotaReport
 
 FamilyName = Literal["Basic", "Memory", "Compute", "GPU"]
 ZoneName = Literal["UnitedStates", "EuropeanUnion"]
 
 
-class QuotaView(BaseModel):
+class QuotaView(ApiModel):
     """One machine family in one geo zone: its limit, what the account's jobs hold (``inUse``), what
     its held jobs wait for (``queued``) and what its dedicated computes reserve (``reserved``), in
     ``unit`` (vCPUs; GPUs for the GPU family). A job is admitted, and a compute created, only while
@@ -28,7 +29,7 @@ class QuotaView(BaseModel):
     reserved: int = Field(description="Units reserved by the account's dedicated computes (Stopped ones too)")
 
 
-class QuotaTotalView(BaseModel):
+class QuotaTotalView(ApiModel):
     """The account's total over every family and zone, in vCPUs."""
 
     unit: Literal["vCPU"] = "vCPU"
@@ -38,14 +39,14 @@ class QuotaTotalView(BaseModel):
     reserved: int = Field(description="vCPUs reserved by the account's dedicated computes (Stopped ones too)")
 
 
-class QuotasView(BaseModel):
+class QuotasView(ApiModel):
     """``GET /account/quotas`` (and the answer of the admin's ``PUT``)."""
 
     quotas: list[QuotaView]
     total: QuotaTotalView
 
 
-class QuotaLimitIn(BaseModel):
+class QuotaLimitIn(ApiModel):
     """One limit an operator sets."""
 
     model_config = ConfigDict(extra="forbid")
@@ -55,7 +56,7 @@ class QuotaLimitIn(BaseModel):
     limit: int = Field(ge=0, le=MAX_LIMIT, description="vCPUs (GPUs for the GPU family) held at once")
 
 
-class QuotasBody(BaseModel):
+class QuotasBody(ApiModel):
     """``PUT /admin/accounts/{accountId}/quotas``: the listed entries replace those limits (others keep
     theirs); ``total`` (vCPUs) replaces the total when given (null: back to the default)."""
 
