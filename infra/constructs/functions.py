@@ -338,8 +338,9 @@ class Functions(Construct):
         role.add_to_principal_policy(iam.PolicyStatement(actions=["ssm:GetParameter"], resources=parameters))
 
     def _grant_dispatcher(self, role: iam.IRole) -> None:
-        """SubmitJob each admitted job (TerminateJob one aborted meanwhile); end one AWS Batch refuses
-        (settle it, give its quota back, admit the next held jobs, notify). The event source mapping
+        """SubmitJob each admitted job (TerminateJob one aborted meanwhile), unless its class is out of
+        service; end one AWS Batch refuses (settle it, give its quota back, admit the next held jobs,
+        notify). The event source mapping
         grants receiving and deleting its queue's messages."""
         for table in self._state_tables():
             table.grant_read_write_data(role)
@@ -348,6 +349,14 @@ class Functions(Construct):
         self._grant_notify(role)
         # A job sent to a dedicated compute restarts its idle timer (``computes.note_job_submitted``).
         self._data.computes_table.grant_read_write_data(role)
+        # A job whose class an operator took out of service waits (``dispatch._parked``): the class
+        # states are read (Query; GetItem after AWS Batch refuses), never written.
+        role.add_to_principal_policy(
+            iam.PolicyStatement(
+                actions=["dynamodb:Query", "dynamodb:GetItem"],
+                resources=[self._data.operations_table.table_arn],
+            )
+        )
 
     def _state_tables(self) -> tuple[dynamodb.ITable, ...]:
         """The tables jobs, money and quotas live in (not the api's idempotency records)."""

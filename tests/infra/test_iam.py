@@ -129,8 +129,9 @@ def test_functions_reach_both_zone_buckets_by_name(synth: Synth, name: str) -> N
         ("batch_events", {"Jobs", "Accounts", "Ledger", "Quotas"}),
         # The meter advances, schedules and settles dedicated computes.
         ("meter", {"Jobs", "Accounts", "Ledger", "Quotas", "Computes"}),
-        # A job sent to a dedicated compute restarts its idle timer.
-        ("dispatcher", {"Jobs", "Accounts", "Ledger", "Quotas", "Computes"}),
+        # A job sent to a dedicated compute restarts its idle timer; a job whose class is out of
+        # service waits (the class states read, never written: next test).
+        ("dispatcher", {"Jobs", "Accounts", "Ledger", "Quotas", "Computes", "Operations"}),
     ],
 )
 def test_functions_reach_only_their_tables(synth: Synth, name: str, tables: set[str]) -> None:
@@ -148,6 +149,17 @@ def test_functions_reach_only_their_tables(synth: Synth, name: str, tables: set[
         if arn in _listed(statement["Resource"])
     }
     assert reached == tables
+
+
+def test_the_dispatcher_only_reads_the_class_states(synth: Synth) -> None:
+    operations = {"Fn::GetAtt": [synth.logical_id(synth.stack.data.operations_table), "Arn"]}
+    actions = {
+        action
+        for statement in _policy_of(synth, synth.stack.functions.dispatcher)
+        if operations in _listed(statement["Resource"])
+        for action in _listed(statement["Action"])
+    }
+    assert actions == {"dynamodb:Query", "dynamodb:GetItem"}
 
 
 EMAIL_TOPICS = {
