@@ -216,3 +216,23 @@ def test_a_family_and_zone_listed_twice_is_400_and_changes_nothing(stack: Stack)
     )
     assert stack.services.store.get_quota_limits("dev").limit(BASIC_US) == 64
     assert audit_entries(stack) == []
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"quotas": [{"family": "Basic", "geoZone": "UnitedStates", "limit": True}]}, "quotas[0].limit"),
+        ({"quotas": [{"family": "Basic", "geoZone": "UnitedStates", "limit": "2"}]}, "quotas[0].limit"),
+        ({"quotas": [{"family": "Basic", "geoZone": "UnitedStates", "limit": 2.0}]}, "quotas[0].limit"),
+        ({"quotas": [], "total": "100"}, "total"),
+    ],
+)
+def test_a_limit_that_is_not_a_json_integer_is_400_and_changes_nothing(
+    stack: Stack, body: dict[str, Any], field: str
+) -> None:
+    status, answer = stack.api("PUT", PATH, body=body, **ADMIN)
+
+    assert status == 400, answer
+    assert answer["error"]["field"] == field
+    assert stack.services.store.get_quota_limits("dev").limit(BASIC_US) == 64
+    assert audit_entries(stack) == []

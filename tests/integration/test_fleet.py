@@ -296,10 +296,14 @@ def test_capacity_and_listing_need_batch_and_answer_in_its_terms(fleet_stack: St
         {"name": "remote-batch-General-Spot", "state": "ENABLED", "maxVcpus": 64}
     ]
     assert "Basic2x8" in basic["sharedWith"] and basic["state"] == "ENABLED"
-    bad = fleet_stack.api(
-        "PUT", "/admin/machine-classes/Basic1x8/zones/UnitedStates/capacity", body={"maxVcpus": -1}, **ADMIN
-    )
-    assert bad[0] == 400 and bad[1]["error"]["field"] == "maxVcpus"
+    for wrong in (-1, "2", True, 2.5):
+        bad = fleet_stack.api(
+            "PUT",
+            "/admin/machine-classes/Basic1x8/zones/UnitedStates/capacity",
+            body={"maxVcpus": wrong},
+            **ADMIN,
+        )
+        assert bad[0] == 400 and bad[1]["error"]["field"] == "maxVcpus", (wrong, bad)
 
 
 @pytest.mark.parametrize(

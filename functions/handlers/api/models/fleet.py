@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import ConfigDict, Field
+from pydantic import ConfigDict, Field, StrictInt
 
 from functions.domain.fleet import MAX_REASON_CHARS, MAX_VCPUS_LIMIT, AuditEntry, QueueState
 from functions.domain.text import LABEL_PATTERN
@@ -47,7 +47,8 @@ class CapacityBody(ApiModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    maxVcpus: int = Field(
+    # StrictInt: a JSON number; "2" and true are refused, as every other count of the API is.
+    maxVcpus: StrictInt = Field(
         ge=0,
         le=MAX_VCPUS_LIMIT,
         description="maxvCpus of each compute environment of the class's job queue (0 stops new instances).",

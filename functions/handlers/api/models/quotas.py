@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import ConfigDict, Field
+from pydantic import ConfigDict, Field, StrictInt
 
 from functions.domain.quotas import MAX_LIMIT
 from functions.handlers.api.models.common import ApiModel
@@ -53,7 +53,8 @@ class QuotaLimitIn(ApiModel):
 
     family: FamilyName
     geoZone: ZoneName
-    limit: int = Field(ge=0, le=MAX_LIMIT, description="vCPUs (GPUs for the GPU family) held at once")
+    # StrictInt: a JSON number; "2" and true are refused, as every other count of the API is.
+    limit: StrictInt = Field(ge=0, le=MAX_LIMIT, description="vCPUs (GPUs for the GPU family) held at once")
 
 
 class QuotasBody(ApiModel):
@@ -63,7 +64,7 @@ class QuotasBody(ApiModel):
     model_config = ConfigDict(extra="forbid")
 
     quotas: list[QuotaLimitIn] = Field(default_factory=list, max_length=8)
-    total: int | None = Field(default=None, ge=0, le=MAX_LIMIT)
+    total: StrictInt | None = Field(default=None, ge=0, le=MAX_LIMIT)
 
 
 def quotas_view(report: QuotaReport) -> QuotasView:
