@@ -13,7 +13,7 @@ import re
 import sys
 import time
 from datetime import datetime
-from decimal import Decimal
+from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -235,12 +235,17 @@ def submit(  # noqa: PLR0917 (typer maps each parameter to an option)
         payload = words
     rules: Any = notifications
     if notifications is not None and notifications.lstrip().startswith("["):
-        rules = json.loads(notifications)
+        try:
+            rules = json.loads(notifications)
+        except ValueError as exc:
+            raise typer.BadParameter(f"--notifications is not valid JSON: {exc}") from None
     job = rb.submit(
         payload,
         machine_class=machine_class,
         geo_zone=geo_zone,
-        credit_constraint=Decimal(credit_constraint) if credit_constraint is not None else None,
+        credit_constraint=_credits(credit_constraint, "--credit-constraint")
+        if credit_constraint is not None
+        else None,
         time_constraint=time_constraint,
         notifications=rules,
         name=name,
@@ -663,15 +668,36 @@ def contacts_set(
         out.print(f"email: {found.email}  phone: {found.phone}")
 
 
+def _credits(value: str, name: str) -> Decimal:
+    """``value`` as an exact amount of credits; ``typer.BadParameter`` naming ``name`` and the value
+    when it is no finite number (the service checks the rest: positive, at most 4 decimals)."""
+    try:
+        amount = Decimal(value)
+    except InvalidOperation:
+        raise typer.BadParameter(f"{name} must be a number of credits like 12.5, not {value!r}") from None
+    if not amount.is_finite():
+        raise typer.BadParameter(f"{name} must be a finite number of credits, not {value!r}")
+    return amount
+
+
 @admin_app.command("grant")
 def admin_grant(
     account_id: Annotated[str, typer.Argument(help="The account to credit.")],
     credits: Annotated[str, typer.Argument(help="Credits to add (> 0, at most 4 decimals).")],
     reason: Annotated[str, typer.Option(help="Why, for the ledger.")],
+    idempotency_key: Annotated[
+        str | None,
+        typer.Option(
+            "--idempotency-key",
+            help="Send the grant under this key: running the command again with it credits once.",
+        ),
+    ] = None,
     json_output: JsonOption = False,
 ) -> None:
-    """Grant credits to an account (admin role)."""
-    found = rb.grant_credits(account_id, Decimal(credits), reason)
+    """Grant credits to an account (admin role); retried requests credit once."""
+    found = rb.grant_credits(
+        account_id, _credits(credits, "CREDITS"), reason, idempotency_key=idempotency_key
+    )
     if json_output:
         _print_json(found.data)
     else:
@@ -685,7 +711,7 @@ def admin_create_account(
     email: Annotated[str | None, typer.Option(help="Their email, for notifications.")] = None,
 ) -> None:
     """Local stack: make a user (and their own account) and print their token, shown once."""
-    token = rb.create_account(account_id, Decimal(credits), email)
+    token = rb.create_account(account_id, _credits(credits, "--credits"), email)
     out.print(token, soft_wrap=True)
 
 

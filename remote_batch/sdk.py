@@ -376,15 +376,26 @@ def _decode_put(api: Client, path: str, body: dict[str, Any]) -> dict[str, Any]:
 
 
 def grant_credits(
-    account_id: str, credits: Decimal | int | str, reason: str, *, client: Client | None = None
+    account_id: str,
+    credits: Decimal | int | str,
+    reason: str,
+    *,
+    idempotency_key: str | None = None,
+    client: Client | None = None,
 ) -> Account:
-    """Admin: grant ``credits`` to ``account_id`` (a ``grant`` ledger entry). Raises ``Forbidden``
-    without the admin role. Not retried once sent (the service does not deduplicate grants)."""
+    """Admin: grant ``credits`` to ``account_id`` (a ``grant`` ledger entry); returns the account after.
+
+    The request carries an ``Idempotency-Key`` (``idempotency_key``, else a fresh UUID), so the
+    client's retries after a lost answer credit once; pass your own key to retry safely across calls
+    (the same key with another body is ``Conflict``). Raises ``Forbidden`` without the admin role.
+    """
     from remote_batch.client import decode
 
     api = _client(client)
     body = {"credits": Decimal(str(credits)), "reason": reason}
-    response = api.request("POST", f"/admin/accounts/{account_id}/credits", body=body, repeatable=False)
+    response = api.request(
+        "POST", f"/admin/accounts/{account_id}/credits", body=body, idempotency_key=idempotency_key
+    )
     return _account(decode(response))
 
 

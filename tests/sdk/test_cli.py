@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from pytest_httpserver import HTTPServer
 from typer.testing import CliRunner
 
@@ -120,3 +121,22 @@ def test_result_of_a_terminated_array_prints_what_its_children_produced(
     assert done.exit_code == 2
     assert "1 of 3 children failed" in done.stderr
     assert json.loads(done.stdout) == {"result": [1, None, 9], "errors": document["errors"]}
+
+
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        (["admin", "grant", "alice", "abc", "--reason", "x"], "CREDITS must be a number of credits"),
+        (["admin", "grant", "alice", "NaN", "--reason", "x"], "CREDITS must be a finite number"),
+        (["admin", "create-account", "bob", "--credits", "1e"], "--credits must be a number of credits"),
+        (["submit", "--code", "1", "--credit-constraint", "ten"], "--credit-constraint must be a number"),
+        (["submit", "--code", "1", "--notifications", "[{"], "--notifications is not valid JSON"),
+    ],
+)
+def test_a_bad_number_or_json_option_is_refused_naming_it_before_any_request(
+    httpserver: HTTPServer, api: rb.Client, args: list[str], named: str
+) -> None:
+    done = CliRunner().invoke(app, args)
+    assert done.exit_code == 2, done.output
+    assert named in " ".join(done.output.split())  # rich wraps the message in a box
+    assert httpserver.log == []

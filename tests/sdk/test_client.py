@@ -70,15 +70,33 @@ def test_a_500_is_a_bug_and_not_retried(httpserver: HTTPServer, api: rb.Client) 
     assert recorder.count == 1
 
 
-def test_a_grant_is_not_repeated_after_a_gateway_error(httpserver: HTTPServer, api: rb.Client) -> None:
-    """The service does not deduplicate grants: after a 503 it may have booked it."""
-    recorder = Recorder(error(503, "InternalError", "unavailable"))
+def test_a_grant_retried_after_a_gateway_error_carries_one_idempotency_key(
+    httpserver: HTTPServer, api: rb.Client
+) -> None:
+    """The service credits a grant once per ``Idempotency-Key`` (issue 15), so the SDK retries it under
+    one key (it did not retry grants at all while the service could not deduplicate them)."""
+    recorder = Recorder(
+        error(503, "InternalError", "unavailable"),
+        ok({"accountId": "alice", "creditBalance": 112.5, "email": None, "phone": None}),
+    )
     httpserver.expect_request("/admin/accounts/alice/credits", method="POST").respond_with_handler(recorder)
-    with pytest.raises(rb.InternalError):
-        rb.grant_credits("alice", Decimal("12.5"), "welcome")
-    assert recorder.count == 1
-    assert json.loads(recorder.requests[0]["body"]) == {"credits": 12.5, "reason": "welcome"}
-    assert "Idempotency-Key" not in recorder.requests[0]["headers"]
+
+    account = rb.grant_credits("alice", Decimal("12.5"), "welcome")
+
+    assert account.credit_balance == Decimal("112.5")
+    assert recorder.count == 2
+    assert {json.dumps(json.loads(r["body"]), sort_keys=True) for r in recorder.requests} == {
+        '{"credits": 12.5, "reason": "welcome"}'
+    }
+    keys = {r["headers"]["Idempotency-Key"] for r in recorder.requests}
+    assert len(keys) == 1 and len(keys.pop()) == 36
+
+
+def test_a_grant_sent_with_its_own_key_sends_that_key(httpserver: HTTPServer, api: rb.Client) -> None:
+    recorder = Recorder(ok({"accountId": "alice", "creditBalance": 5, "email": None, "phone": None}))
+    httpserver.expect_request("/admin/accounts/alice/credits", method="POST").respond_with_handler(recorder)
+    rb.grant_credits("alice", 5, "ticket 4711", idempotency_key="ticket-4711")
+    assert recorder.requests[0]["headers"]["Idempotency-Key"] == "ticket-4711"
 
 
 def test_connection_refused_is_retried_then_reported(api: rb.Client) -> None:
