@@ -595,7 +595,13 @@ def quotas_command(
     computes reserve, what held jobs wait for and what is free; then the total (vCPUs)."""
     found = rb.quotas()
     if json_output:
-        _print_json([q.data for q in found])
+        # API.md's document of GET /account/quotas: the lines, then the total apart.
+        _print_json(
+            {
+                "quotas": [q.data for q in found if q.family != "total"],
+                "total": next((q.data for q in found if q.family == "total"), None),
+            }
+        )
         return
     table = Table(box=box.SIMPLE)
     for column in ("family", "zone", "unit", "limit", "in use", "reserved", "queued", "free"):

@@ -75,7 +75,7 @@ def test_the_cli_table_has_a_reserved_column_and_hides_idle_lines(cli_env: None)
     assert {"GPU", "Memory"} <= {row.split()[0] for row in shown.output.splitlines() if row.split()}
 
 
-def test_the_cli_json_is_the_apis_documents(cli_env: None) -> None:
+def test_the_cli_json_is_the_apis_document(cli_env: None) -> None:
     result = CliRunner().invoke(app, ["quotas", "--json"])
     assert result.exit_code == 0, result.output
-    assert json.loads(result.output) == [*QUOTAS["quotas"], QUOTAS["total"]]
+    assert json.loads(result.output) == QUOTAS
