@@ -26,6 +26,7 @@ from enum import StrEnum
 
 from aws_lambda_powertools import Logger
 
+from functions.domain.arrays import parse_span_dispatch_id
 from functions.domain.computes import resource_name
 from functions.domain.errors import BatchRefused, ConditionFailed, DependencyFailed, RecordMissing
 from functions.domain.jobs import DispatchState, Job, Transition
@@ -165,7 +166,7 @@ def admit_after_end(services: Services, job: Job) -> None:
         request_admission(services, job.account_id)
 
 
-def dispatch_job(
+def dispatch_job(  # noqa: PLR0911 (a return per DispatchOutcome path, and the route of an array's span)
     services: Services,
     job_id: str,
     *,
@@ -178,7 +179,8 @@ def dispatch_job(
     Parameters
     ----------
     job_id : str
-        The job the message names.
+        The job the message names, or a span of an array (``<parent>#<offset>``:
+        ``array_admission.dispatch_span``).
     receive_count : int
         How many times the queue delivered this message (SQS ``ApproximateReceiveCount``): from
         ``MAX_RECEIVES`` on, a job AWS Batch still does not accept is ended instead of retried.
@@ -195,6 +197,12 @@ def dispatch_job(
     DependencyFailed
         DynamoDB failed (the queue delivers the message again).
     """
+    span = parse_span_dispatch_id(job_id)
+    if span is not None:
+        # A span of an array (``<parent>#<offset>``): the same claim, pacing and endings, on the span.
+        from functions.logic.array_admission import dispatch_span  # it imports this module
+
+        return dispatch_span(services, *span, receive_count=receive_count, pacer=pacer, sleep=sleep)
     job = services.store.get_job(job_id)
     if job is None or job.is_final or job.dispatch_state != DispatchState.ADMITTED:
         return DispatchOutcome.SKIPPED
