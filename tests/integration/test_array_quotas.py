@@ -17,8 +17,9 @@ import pytest
 
 from functions import bootstrap
 from functions.domain.arrays import span_dispatch_id
+from functions.domain.computes import resource_name
 from functions.domain.errors import BatchRefused, DependencyFailed
-from functions.domain.jobs import BatchJobState, DispatchState, PayloadKind
+from functions.domain.jobs import BatchJobState, DispatchState, Job, PayloadKind
 from functions.domain.machine_classes import GeoZone
 from functions.domain.quotas import Family, QuotaKey, QuotaLimits
 from functions.domain.status import JobStatus
@@ -28,12 +29,21 @@ from functions.logic.arrays import submit
 from functions.logic.job_events import apply_job_state_change
 from functions.ports import BatchSubmission
 from tests.events import array_child_lifecycle, job_lifecycle
+from tests.fakes import FakeComputeEnvironments
 from tests.integration.conftest import Stack, finish
 
 US = GeoZone.UNITED_STATES
 BASIC_US = QuotaKey(Family.BASIC, US)
 ADMIN = {"account_id": "admin", "groups": "admin"}
+COMPUTE = {"machineClass": "Basic2x8", "geoZone": "UnitedStates", "count": 2}  # 4 vCPUs
 T0 = 1_764_436_800_000
+
+
+def job_of(stack: Stack, job_id: str) -> Job:
+    """The job as stored (it must exist)."""
+    job = stack.services.store.get_job(job_id)
+    assert job is not None
+    return job
 
 
 def set_quota(stack: Stack, family: str, limit: int) -> None:
@@ -128,7 +138,7 @@ def test_an_array_under_a_quota_of_two_runs_two_children_at_a_time_and_gives_eve
             moments.append(basic_us_line(stack))
     assert started == list(range(10))  # in submission order
     assert moments == [(2, 3)]
-    stored = stack.services.store.get_job(job_id)
+    stored = job_of(stack, job_id)
     assert stored.status == JobStatus.SUCCEEDED
     assert {k: v for k, v in (stored.child_status_counts or {}).items() if v} == {"Succeeded": 10}
     assert basic_us_line(stack) == (0, 0)
@@ -145,8 +155,8 @@ def test_a_child_over_its_family_limit_is_refused_and_nothing_is_written(stack: 
     assert status == 400
     assert body["error"] == {
         "code": "QuotaExceeded",
-        "message": "Compute64x128 needs 64 vCPUs but the account's Compute quota in UnitedStates is 32 vCPUs; "
-        "ask an operator for a higher quota.",
+        "message": "Compute64x128 needs 64 vCPUs but the account's Compute quota in UnitedStates is "
+        "32 vCPUs; ask an operator for a higher quota.",
         "field": "machineClass",
     }
     assert stack.count_items("test-jobs") == 0
@@ -179,7 +189,7 @@ def test_arrays_and_single_jobs_are_admitted_oldest_first(stack: Stack) -> None:
     ):
         stack.deliver(event)
     assert names()[-1] == last
-    assert stack.services.store.get_job(array).dispatch_state == DispatchState.ADMITTED
+    assert job_of(stack, array).dispatch_state == DispatchState.ADMITTED
 
 
 def test_aborting_a_partly_dispatched_array_ends_its_held_children_free_and_terminates_its_span(
@@ -194,7 +204,7 @@ def test_aborting_a_partly_dispatched_array_ends_its_held_children_free_and_term
     status, aborted = stack.api("POST", f"/jobs/{job_id}/abort")
     assert status == 202, aborted
     assert gateway.terminations == [(span_id, "Aborted by user")]
-    stored = stack.services.store.get_job(job_id)
+    stored = job_of(stack, job_id)
     assert stored.child_status_counts == {"Queued": 2, "Terminated": 4}
     assert basic_us_line(stack) == (2, 0)  # the held remainder gave its units back at once
     assert stack.services.store.list_held_jobs("dev") == []
@@ -214,7 +224,7 @@ def test_aborting_a_partly_dispatched_array_ends_its_held_children_free_and_term
             succeeded=False,
         ):
             stack.deliver(event)
-    final = stack.services.store.get_job(job_id)
+    final = job_of(stack, job_id)
     assert (final.status, final.status_reason) == (JobStatus.TERMINATED, "Aborted by user")
     charged = {
         e.job_id for e in stack.services.store.list_ledger("dev", None, None) if e.kind.value == "charge"
@@ -241,7 +251,7 @@ class RecordingQueue:
 @pytest.fixture
 def queued(stack: Stack) -> RecordingQueue:
     recording = RecordingQueue()
-    stack.services = replace(stack.services, dispatch=recording)  # type: ignore[arg-type]
+    stack.services = replace(stack.services, dispatch=recording)
     bootstrap.install(stack.services)
     return recording
 
@@ -262,7 +272,7 @@ def test_a_post_with_a_queue_answers_202_without_aws_batch_and_an_abort_before_d
     # Aborted before the dispatcher's turn: every child ends free, AWS Batch never called.
     status, _ = stack.api("POST", f"/jobs/{job_id}/abort")
     assert status == 202
-    stored = stack.services.store.get_job(job_id)
+    stored = job_of(stack, job_id)
     assert (stored.status, stored.status_reason, stored.credits_spent) == (
         JobStatus.TERMINATED,
         "Aborted by user",
@@ -290,9 +300,9 @@ def test_a_span_claimed_by_a_dead_dispatcher_is_found_or_given_back_never_sent_t
     queued.sent.clear()
     stack.clock.advance(dispatch.CLAIM_TIMEOUT.total_seconds() + 1)
     for job_id in (first, second):
-        parent = services.store.get_job(job_id)
+        parent = job_of(stack, job_id)
         nudge_array(services, parent, stack.clock())
-    recorded = services.store.get_job(first)
+    recorded = job_of(stack, first)
     assert recorded.array_spans == (stack.batch[US].submitted_ids[0],) and recorded.array_queue == ()
     assert queued.sent == [span_dispatch_id(second, 0)]
     assert dispatch.dispatch_job(services, span_dispatch_id(second, 0)) == dispatch.DispatchOutcome.SUBMITTED
@@ -303,7 +313,7 @@ def dispatch_submission_of(stack: Stack, job_id: str) -> BatchSubmission:
     """The SubmitJob a dispatcher would send for the array's span at 0."""
     from functions.logic.array_admission import _span_submission
 
-    parent = stack.services.store.get_job(job_id)
+    parent = job_of(stack, job_id)
     return _span_submission(stack.services, parent, parent.array_queue[0])
 
 
@@ -321,7 +331,7 @@ def test_a_span_aws_batch_refuses_ends_the_children_not_submitted_and_frees_thei
     monkeypatch.setattr(stack.batch[US], "submit_job", refuse)
     outcome = dispatch.dispatch_job(stack.services, span_dispatch_id(job_id, 0))
     assert outcome == dispatch.DispatchOutcome.ENDED
-    stored = stack.services.store.get_job(job_id)
+    stored = job_of(stack, job_id)
     assert (stored.status, stored.status_reason) == (
         JobStatus.TERMINATED,
         f"5 of 5 children terminated (first: index 0, {dispatch.REFUSED_REASON})",
@@ -426,3 +436,41 @@ def test_concurrent_arrays_and_single_jobs_never_exceed_the_limit_nor_leave_anyt
     for job in jobs:
         if job.array_size:
             assert job.array_admitted == job.array_size and job.array_queue == ()
+
+
+def test_an_array_on_a_dedicated_compute_takes_no_quota_and_goes_to_its_queue_at_once(
+    stack: Stack, computes: FakeComputeEnvironments
+) -> None:
+    # Given Basic 4, all of it reserved by a Running compute of 4
+    stack.services = replace(stack.services, array_span_size=2)
+    bootstrap.install(stack.services)
+    set_quota(stack, "Basic", 4)
+    assert stack.api("PUT", "/account/computes/lab", body=COMPUTE)[0] == 201
+    for _ in range(6):
+        stack.tick()
+    assert stack.api("POST", "/account/computes/lab/start")[0] == 202
+    for _ in range(3):
+        stack.tick()
+    assert stack.api("GET", "/account/computes/lab")[1]["status"] == "Running"
+    # When an array of 5 is submitted to it: every span goes to its queue at once, counted nowhere
+    status, parent = stack.api(
+        "POST", "/jobs", body={"code": "item", "arrayItems": list(range(5)), "compute": "lab"}
+    )
+    assert status == 202, parent
+    job_id = parent["jobId"]
+    submitted = stack.batch[US].submissions
+    assert [(s.job_name, s.array_size) for s in submitted] == [
+        (job_id, 2),
+        (f"{job_id}_2", 2),
+        (f"{job_id}_4", None),
+    ]
+    assert {s.job_queue for s in submitted} == {resource_name("remote-batch-test", "dev", "lab")}
+    assert basic_us_line(stack) == (0, 0)
+    # Its children's ends give nothing back (they took nothing).
+    children, _ = new_children(stack, 0)
+    for child in children:
+        for event in child_events(child):
+            stack.deliver(event)
+    assert job_of(stack, job_id).status == JobStatus.SUCCEEDED
+    usage = stack.services.store.get_quota_usage("dev")
+    assert (usage.used(BASIC_US), usage.reserved_of(BASIC_US), usage.total_queued) == (0, 4, 0)
