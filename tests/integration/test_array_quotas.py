@@ -21,15 +21,16 @@ from functions.domain.computes import resource_name
 from functions.domain.errors import BatchRefused, DependencyFailed
 from functions.domain.jobs import BatchJobState, DispatchState, Job, PayloadKind
 from functions.domain.machine_classes import GeoZone
-from functions.domain.quotas import Family, QuotaKey, QuotaLimits
+from functions.domain.quotas import Demand, Family, QuotaKey, QuotaLimits
 from functions.domain.status import JobStatus
 from functions.logic import dispatch, submission
 from functions.logic.array_admission import nudge_array
 from functions.logic.arrays import submit
 from functions.logic.job_events import apply_job_state_change
 from functions.ports import BatchSubmission
+from remote_batch.local.dispatch_queue import LocalDispatchQueue
 from tests.events import array_child_lifecycle, job_lifecycle
-from tests.fakes import FakeComputeEnvironments
+from tests.fakes import FakeComputeEnvironments, FakeLambdaContext
 from tests.integration.conftest import Stack, finish
 
 US = GeoZone.UNITED_STATES
@@ -347,9 +348,22 @@ ARRAYS = 8
 SINGLES = 12
 
 
+@pytest.mark.parametrize("admission", ["inline", "dispatcher"])
 def test_concurrent_arrays_and_single_jobs_never_exceed_the_limit_nor_leave_anything_held(
-    stack: Stack, one_request_at_a_time: None
+    stack: Stack, one_request_at_a_time: None, admission: str
 ) -> None:
+    # "dispatcher": submits and endings ask the local dispatch queue (delivering to the dispatcher
+    # Lambda on its own thread) to admit, and spans go through it; "inline": no queue.
+    local_queue: LocalDispatchQueue | None = None
+    if admission == "dispatcher":
+        from functions.handlers import dispatcher
+
+        local_queue = LocalDispatchQueue(
+            lambda event: dispatcher.handler(event, FakeLambdaContext()), region="us-east-1", account="1"
+        )
+        bootstrap.install(replace(stack.services, dispatch=local_queue))
+        stack.services = bootstrap.get_services()
+        local_queue.start()
     services = stack.services
     services.store.put_quota_limits("dev", QuotaLimits({BASIC_US: LIMIT}))
     gateway = stack.batch[US]
@@ -419,6 +433,10 @@ def test_concurrent_arrays_and_single_jobs_never_exceed_the_limit_nor_leave_anyt
         ids = list(pool.map(submit_one, range(len(plan))))
         completed = sum(c.result() for c in completers)
 
+    if local_queue is not None:
+        assert local_queue.wait_idle(30)
+        local_queue.stop(5)
+        assert local_queue.stats().dead_letters == 0
     assert running["peak"] <= LIMIT
     expected = sum(size if kind == "array" else 1 for kind, size in zip(plan, sizes, strict=True))
     assert completed == expected
@@ -474,3 +492,45 @@ def test_an_array_on_a_dedicated_compute_takes_no_quota_and_goes_to_its_queue_at
     assert job_of(stack, job_id).status == JobStatus.SUCCEEDED
     usage = stack.services.store.get_quota_usage("dev")
     assert (usage.used(BASIC_US), usage.reserved_of(BASIC_US), usage.total_queued) == (0, 4, 0)
+
+
+# -- the store's conditions (DynamoDB on moto) -----------------------------------------------------------
+def test_a_span_is_admitted_once_per_read_and_never_past_the_limit(stack: Stack) -> None:
+    store = stack.services.store
+    store.put_quota_limits("dev", QuotaLimits({BASIC_US: 3}))
+    stack.services = replace(stack.services, dispatch=RecordingQueue())  # admissions wait for the test
+    bootstrap.install(stack.services)
+    job_id = stack.api("POST", "/jobs", body=array_body(5))[1]["jobId"]
+    [held] = store.list_held_jobs("dev")
+    assert (held.job_id, held.children, held.child) == (job_id, 5, Demand(BASIC_US, 1, 1))
+    limits = store.get_quota_limits("dev")
+    assert not store.admit_span("dev", held, 5, 4, limits)  # 4 vCPUs past a limit of 3: nothing written
+    assert store.admit_span("dev", held, 5, 2, limits)
+    assert not store.admit_span("dev", held, 5, 2, limits)  # the same read again: the array moved
+    [left] = store.list_held_jobs("dev")
+    assert left.children == 3
+    assert not store.admit_span("dev", left, 5, 2, limits)  # 2 more would make 4 of 3
+    assert store.admit_span("dev", left, 5, 1, limits)
+    parent = job_of(stack, job_id)
+    assert (parent.array_admitted, parent.dispatch_state) == (3, DispatchState.HELD)
+    assert [(s.offset, s.count, s.state) for s in parent.array_queue] == [
+        (0, 2, DispatchState.ADMITTED),
+        (2, 1, DispatchState.ADMITTED),
+    ]
+    usage = store.get_quota_usage("dev")
+    assert (usage.used(BASIC_US), usage.waiting(BASIC_US)) == (3, 2)
+    # A withdrawal from a stale read changes nothing; from a fresh one it ends the rest at once.
+    stale = replace(parent, array_admitted=2)
+    assert not store.withdraw_spans(stale, [], "Aborted by user", stack.clock())
+    assert store.withdraw_spans(parent, list(parent.array_queue), "Aborted by user", stack.clock())
+    after = job_of(stack, job_id)
+    assert after.child_status_counts == {"Queued": 0, "Terminated": 5}
+    assert [(w.offset, w.count) for w in after.array_withdrawn] == [(0, 2), (2, 1), (3, 2)]
+    usage = store.get_quota_usage("dev")
+    assert (usage.used(BASIC_US), usage.waiting(BASIC_US), usage.total_in_use, usage.total_queued) == (
+        0,
+        0,
+        0,
+        0,
+    )
+    assert store.list_held_jobs("dev") == []
