@@ -201,8 +201,8 @@ class JobRepository(Protocol):
         now: datetime,
     ) -> None:
         """Store an array child's transition and move its parent's ``childStatusCounts`` (and, when
-        it settles, the parent's ``creditsSettled``/``creditsSpent``, the ledger entry and the
-        balance) in ONE transaction.
+        it settles, the parent's ``creditsSettled``/``creditsSpent``, the ledger entry, the balance
+        and, for a child holding quota, its units given back) in ONE transaction.
 
         Parameters
         ----------

@@ -60,8 +60,9 @@ class ArrayRecords(AccountsAndLedger):
         settled_at_most: Decimal | None,
         now: datetime,
     ) -> None:
-        """The child's write, its parent's counters, and a settlement's ledger entry and balance
-        change, in one ``TransactWriteItems`` (see ``JobRepository.save_child_event``).
+        """The child's write, its parent's counters, and a settlement's ledger entry, balance change
+        and quota release (``array_spans.child_release_items``), in one ``TransactWriteItems`` (see
+        ``JobRepository.save_child_event``).
 
         The parent's counters move with ``SET #c.#from = #c.#from - 1, #c.#to = #c.#to + 1`` (no
         read-modify-write of the parent, so siblings' events do not conflict); the child's own
