@@ -69,6 +69,7 @@ class SpanAdmission(StrEnum):
     """What ``admit_spans`` did with one held array."""
 
     DONE = "done"  # every child is in a span now: the array left its key's queue
+    GONE = "gone"  # the array is gone (deleted, past its record's TTL): the key goes on without it
     BLOCKED = "blocked"  # its next child does not fit: its key stops here (its reason refreshed)
     RACED = "raced"  # a write lost a race or the array moved: the admission re-reads
 
@@ -110,7 +111,10 @@ def admit_spans(
     """
     store = services.store
     parent = store.get_job(held.job_id)
-    if parent is None or parent.is_final or parent.dispatch_state != DispatchState.HELD:
+    if parent is None:
+        logger.warning("held array gone", job_id=held.job_id)
+        return SpanAdmission.GONE
+    if parent.is_final or parent.dispatch_state != DispatchState.HELD:
         return SpanAdmission.RACED
     size = parent.array_size or 0
     if size - parent.array_admitted != held.children:

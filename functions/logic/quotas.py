@@ -231,8 +231,9 @@ def _offer(
     admitted: list[str],
 ) -> bool | None:
     """Offer ``job``, the next in admission order, to the plan and admit it if it goes (appending to
-    ``admitted``): True when it went (an array: every child of it is in a span now), False when its key
-    stops here (its reason refreshed), None when a write lost a race (the caller re-reads)."""
+    ``admitted``): True when it went (an array: every child of it is in a span now, or it is gone),
+    False when its key stops here (its reason refreshed), None when a write lost a race (the caller
+    re-reads)."""
     if job.child is not None:
         # An array: admitted a span at a time (its units are its children's not yet in a span).
         from functions.logic.array_admission import SpanAdmission, admit_spans  # it imports dispatch
@@ -246,7 +247,7 @@ def _offer(
             admitted=admitted,
             refresh_reason=lambda held: _refresh_reason(services, held, plan.usage, limits),
         )
-        return None if went == SpanAdmission.RACED else went == SpanAdmission.DONE
+        return None if went == SpanAdmission.RACED else went != SpanAdmission.BLOCKED
     if not plan.admit(job):
         _refresh_reason(services, job, plan.usage, limits)
         return False

@@ -13,6 +13,7 @@ from dataclasses import replace
 from decimal import Decimal
 from typing import Any
 
+import boto3
 import pytest
 
 from functions import bootstrap
@@ -534,3 +535,15 @@ def test_a_span_is_admitted_once_per_read_and_never_past_the_limit(stack: Stack)
         0,
     )
     assert store.list_held_jobs("dev") == []
+
+
+def test_a_held_array_whose_record_is_gone_does_not_hold_back_its_key(stack: Stack) -> None:
+    stack.services.store.put_quota_limits("dev", QuotaLimits({BASIC_US: 2}))
+    stack.services = replace(stack.services, dispatch=RecordingQueue())  # admissions wait for the test
+    bootstrap.install(stack.services)
+    array = stack.api("POST", "/jobs", body=array_body(3))[1]["jobId"]
+    single = stack.api("POST", "/jobs", body={"code": "1", "machineClass": "Basic1x8"})[1]["jobId"]
+    boto3.client("dynamodb", region_name="us-east-1").delete_item(
+        TableName="test-jobs", Key={"jobId": {"S": array}}
+    )
+    assert dispatch.admit_and_enqueue(stack.services, "dev") == [single]
