@@ -320,7 +320,7 @@ def nudge_array(services: Services, parent: Job, now: datetime) -> None:
     AWS Batch: withdraw what is left of one that is ending; recover each span claimed longer ago than
     ``dispatch.CLAIM_TIMEOUT`` (its dispatcher died: the span is looked up in AWS Batch by its name
     first, recorded if there, else its claim given back); enqueue every ``Admitted`` span again (the
-    claim makes a repeat harmless); and ask for an admission while children are held.
+    claim makes a repeat harmless); and admit what the account's quota lets go while children are held.
 
     Raises ``DependencyFailed`` (AWS Batch or DynamoDB failed; the next tick tries again).
     """
@@ -350,9 +350,14 @@ def nudge_array(services: Services, parent: Job, now: datetime) -> None:
     fresh = services.store.get_job(parent.job_id) or parent
     if fresh.is_final:
         return
-    dispatch.enqueue(services, span_ids(fresh))
-    if fresh.dispatch_state == DispatchState.HELD:
-        dispatch.request_admission(services, fresh.account_id)
+    waiting = span_ids(fresh)
+    # Admitted here, as a single job's backstop does: the request that should have admitted it was lost.
+    admitted = (
+        dispatch.admit_and_enqueue(services, fresh.account_id)
+        if fresh.dispatch_state == DispatchState.HELD
+        else []
+    )
+    dispatch.enqueue(services, [name for name in waiting if name not in admitted])
 
 
 def resume_array(services: Services, parent: Job) -> list[str]:

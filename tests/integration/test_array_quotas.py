@@ -547,3 +547,20 @@ def test_a_held_array_whose_record_is_gone_does_not_hold_back_its_key(stack: Sta
         TableName="test-jobs", Key={"jobId": {"S": array}}
     )
     assert dispatch.admit_and_enqueue(stack.services, "dev") == [single]
+
+
+def test_the_meters_backstop_admits_and_enqueues_an_array_whose_admission_request_was_lost(
+    stack: Stack, queued: RecordingQueue
+) -> None:
+    job_id = stack.api("POST", "/jobs", body=array_body(3))[1]["jobId"]
+    assert queued.admissions == ["dev"] and queued.sent == []
+    queued.admissions.clear()  # the request is lost (the local queue's memory died with its process)
+    stack.clock.advance(11 * 60)
+    stack.tick()
+    assert queued.sent == [span_dispatch_id(job_id, 0)]
+    assert job_of(stack, job_id).dispatch_state == DispatchState.ADMITTED
+    assert basic_us_line(stack) == (3, 0)
+    # The message is delivered: the span goes to AWS Batch once, even if delivered twice.
+    for _ in range(2):
+        dispatch.dispatch_job(stack.services, span_dispatch_id(job_id, 0))
+    assert [(s.job_name, s.array_size) for s in stack.batch[US].submissions] == [(job_id, 3)]
