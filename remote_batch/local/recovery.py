@@ -167,9 +167,11 @@ def recover_unfinished_jobs(
     """
     recovered = []
     for job in unfinished_jobs(dynamodb, settings.jobs_table):
-        if never_given_to_batch(job):
+        if never_given_to_batch(job) and job.type != JobType.ARRAY:
             continue  # resumed instead (``resume_undispatched``)
         if job.type == JobType.ARRAY:
+            # Whatever the crashed run's executor emitted for its spans (a span whose record the crash
+            # cut off too); its spans never given to AWS Batch are resumed (``resume_undispatched``).
             children = settle_array(
                 emitted_for(job.job_id) if emitted_for is not None else [],
                 stopped_at,
@@ -177,10 +179,13 @@ def recover_unfinished_jobs(
                 redeliver,
                 (STOPPED_REASON, STOPPED_UNSTARTED_REASON),
             )
-            recovered.append(job.job_id)
-            logger.info(
-                "array left unfinished by the last run settled job_id=%s children=%d", job.job_id, children
-            )
+            if children or not never_given_to_batch(job):
+                recovered.append(job.job_id)
+                logger.info(
+                    "array left unfinished by the last run settled job_id=%s children=%d",
+                    job.job_id,
+                    children,
+                )
             continue
         own = _own_events(job, emitted_for)
         final = next((e for e in reversed(own) if e["detail"].get("status") in ("SUCCEEDED", "FAILED")), None)
