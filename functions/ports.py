@@ -16,7 +16,15 @@ from functions.domain.computes import Compute
 from functions.domain.credits import Charge
 from functions.domain.errors import UnreadableRecord
 from functions.domain.fleet import AuditEntry, ClassAvailability
-from functions.domain.jobs import Account, BatchJobState, Job, LedgerEntry, NotificationRecord, Transition
+from functions.domain.jobs import (
+    Account,
+    BatchJobState,
+    Job,
+    LedgerEntry,
+    NotificationRecord,
+    QueuedSpan,
+    Transition,
+)
 from functions.domain.machine_classes import GeoZone, MachineClass
 from functions.domain.presumed import PresumedTransition
 from functions.domain.quotas import Demand, HeldJob, QuotaKey, QuotaLimits, Usage
@@ -195,8 +203,8 @@ class JobRepository(Protocol):
         now: datetime,
     ) -> None:
         """Store an array child's transition and move its parent's ``childStatusCounts`` (and, when
-        it settles, the parent's ``creditsSettled``/``creditsSpent``, the ledger entry and the
-        balance) in ONE transaction.
+        it settles, the parent's ``creditsSettled``/``creditsSpent``, the ledger entry, the balance
+        and, for a child holding quota, its units given back) in ONE transaction.
 
         Parameters
         ----------
@@ -213,9 +221,32 @@ class JobRepository(Protocol):
         parent is gone.
         """
 
-    def start_array(self, job_id: str, started_at: datetime, now: datetime) -> bool:
+    def start_array(
+        self, job_id: str, started_at: datetime, now: datetime, *, keep_reason: bool = False
+    ) -> bool:
         """Move a Queued array parent to Running (history Starting, Running); True for the writer
-        that did."""
+        that did. ``keep_reason`` keeps its ``statusReason`` (children still held for quota)."""
+
+    # -- an array's spans through the quota and the dispatcher (``functions.logic.array_admission``) --
+    def admit_span(self, account_id: str, held: HeldJob, size: int, count: int, limits: QuotaLimits) -> bool:
+        """Admit the next ``count`` children of the held array ``held`` (``size`` children) as one span:
+        the parent records it ``Admitted`` in its queue and its units move from queued to in use within
+        ``limits``, in one conditional transaction; False (nothing written) when a limit or the parent
+        moved."""
+
+    def claim_span(self, parent_id: str, offset: int, now: datetime) -> Job | None:
+        """A span ``Admitted`` → ``Dispatching`` while the array is not ending; the parent, or None."""
+
+    def release_span(self, parent_id: str, offset: int) -> bool:
+        """A span's claim given back (``Dispatching`` → ``Admitted``); False when it was not claimed."""
+
+    def record_span(self, parent_id: str, offset: int, batch_job_id: str) -> Job | None:
+        """A claimed span's Batch id appended to ``arraySpans``, the span out of the queue; the parent,
+        or None when the span was not claimed."""
+
+    def withdraw_spans(self, parent: Job, spans: Sequence[QueuedSpan], reason: str, now: datetime) -> bool:
+        """End the held remainder and ``spans`` of ``parent`` (as read) ``Terminated``, free, their units
+        given back, in one transaction; False when the parent moved since it was read."""
 
     def finish_array(self, parent: Job, now: datetime) -> bool:
         """Store an array parent's final status (``parent`` as ``arrays.array_outcome`` made it),
@@ -275,9 +306,9 @@ class JobRepository(Protocol):
         """Record SubmitJob's Batch job id and ``Dispatched`` (``clear_reason``: and remove the
         ``statusReason`` a parked job waited with); the job after the write, or None."""
 
-    def list_queued_job_ids(self, machine_class: str, geo_zone: GeoZone) -> list[str]:
-        """The ids of the not-final top-level jobs of ``machine_class`` in ``geo_zone`` still
-        ``Queued`` (from the sparse ``unfinished`` index: cost grows with the jobs in flight)."""
+    def list_waiting_job_ids(self, machine_class: str, geo_zone: GeoZone) -> tuple[list[str], list[str]]:
+        """(single jobs still ``Queued``, unfinished arrays) of ``machine_class`` in ``geo_zone``: their
+        ids, from the sparse ``unfinished`` index (cost grows with the jobs in flight)."""
 
 
 @dataclass(frozen=True, slots=True)

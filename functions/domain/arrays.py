@@ -21,13 +21,13 @@ import json
 import re
 import struct
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from decimal import Decimal
 from typing import Any
 
 from functions.domain.credits import ZERO, quantize_credits
 from functions.domain.errors import ValidationFailed
-from functions.domain.jobs import Job, JobType
+from functions.domain.jobs import DispatchState, Job, JobType
 from functions.domain.status import JobStatus
 
 #: AWS Batch's largest array job (``arrayProperties.size``), and the default span size.
@@ -45,6 +45,7 @@ ITEMS_INDEX = "items.idx"
 INDEX_ENTRY_BYTES = 8
 
 _CHILD_ID = re.compile(r"(job-[0-9A-HJKMNP-TV-Z]{26}):(0|[1-9][0-9]{0,5})")
+_SPAN_DISPATCH = re.compile(r"(job-[0-9A-HJKMNP-TV-Z]{26})#(0|[1-9][0-9]{0,5})")
 _SPAN_NAME = re.compile(r"(job-[0-9A-HJKMNP-TV-Z]{26})(?:_([1-9][0-9]{0,5}))?")
 _FINAL = (JobStatus.SUCCEEDED.value, JobStatus.TERMINATED.value)
 
@@ -99,6 +100,27 @@ def parse_span_job_name(job_name: str) -> tuple[str, int] | None:
     if match is None:
         return None
     return match.group(1), int(match.group(2) or 0)
+
+
+def span_dispatch_id(parent_job_id: str, offset: int) -> str:
+    """``<parent>#<offset>``: how the dispatch queue names an admitted span of an array (its message's
+    ``jobId``; ``functions.logic.array_admission.dispatch_span``). No job id holds a ``#``."""
+    return f"{parent_job_id}#{offset}"
+
+
+def parse_span_dispatch_id(message_id: str) -> tuple[str, int] | None:
+    """(parent job id, span offset) of a ``span_dispatch_id``; None for anything else (a job's id)."""
+    match = _SPAN_DISPATCH.fullmatch(message_id)
+    return (match.group(1), int(match.group(2))) if match else None
+
+
+def withdrawn_reason(parent: Job, index: int) -> str | None:
+    """The reason a child of ``parent`` ended without ever reaching AWS Batch (``Job.array_withdrawn``:
+    an abort, a cap, a span AWS Batch refused), or None when it was not withdrawn."""
+    for withdrawn in parent.array_withdrawn:
+        if withdrawn.offset <= index < withdrawn.offset + withdrawn.count:
+            return withdrawn.reason
+    return None
 
 
 def child_job_id(parent_job_id: str, index: int) -> str:
@@ -170,8 +192,13 @@ def locate_array_event(
 
 def child_template(parent: Job, index: int) -> Job:
     """The record of a child before its first event: the parent's machine class, zone and caps, no
-    notifications of its own (an array notifies about the parent only)."""
-    return Job(
+    notifications of its own (an array notifies about the parent only).
+
+    A child of an array submitted through the quota and the dispatcher has ``dispatch_state``
+    ``Dispatched`` (its units are in use while it runs and given back when it ends). A child withdrawn
+    before AWS Batch ever had it (``withdrawn_reason``) is shown ``Terminated`` with its reason, free.
+    """
+    child = Job(
         job_id=child_job_id(parent.job_id, index),
         account_id=parent.account_id,
         name=parent.name,
@@ -189,6 +216,16 @@ def child_template(parent: Job, index: int) -> Job:
         record_expires_at=parent.record_expires_at,
         compute=parent.compute,
         submitted_by=parent.submitted_by,
+        dispatch_state=DispatchState.DISPATCHED if parent.dispatch_state is not None else None,
+    )
+    reason = withdrawn_reason(parent, index)
+    if reason is None:
+        return child
+    return replace(
+        child,
+        status=JobStatus.TERMINATED,
+        status_reason=reason,
+        status_history=(JobStatus.QUEUED, JobStatus.TERMINATED),
     )
 
 

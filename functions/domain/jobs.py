@@ -87,6 +87,31 @@ class DispatchState(StrEnum):
 
 
 @dataclass(frozen=True, slots=True)
+class QueuedSpan:
+    """A span of an array (``functions.domain.arrays.Span``) the quota admitted that AWS Batch has not
+    taken yet: its children's units are in use from its admission. ``state`` is ``Admitted`` (waiting
+    for the dispatcher) or ``Dispatching`` (a dispatcher claimed it at ``claimed_at`` and is calling
+    SubmitJob); once AWS Batch named it, its id joins the parent's ``array_spans`` and it leaves the
+    queue."""
+
+    offset: int
+    count: int
+    state: DispatchState
+    claimed_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class WithdrawnSpan:
+    """Children of an array that never reached AWS Batch and ended ``Terminated`` with ``reason``, free
+    (an abort, a cap, or a span AWS Batch refused): global indices ``offset`` .. ``offset + count - 1``.
+    They have no records of their own: ``arrays.child_template`` shows them from this."""
+
+    offset: int
+    count: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
 class NotificationRecord:
     """One line of a job's ``notificationLog``: what was sent, skipped or failed, when, how.
 
@@ -167,6 +192,14 @@ class Job:
     dispatch_claimed_at : datetime | None
         When a dispatcher last claimed the job for SubmitJob (``Dispatching``): the meter's backstop
         recovers a claim older than ``dispatch.CLAIM_TIMEOUT`` (its dispatcher died).
+    array_admitted : int
+        An ``Array`` parent submitted through the dispatcher: how many children (from index 0) are in
+        spans so far, which is the next span's offset (``functions.logic.array_admission``). The parent
+        is ``Held`` while it is below ``array_size``.
+    array_queue : tuple[QueuedSpan, ...]
+        Such a parent's spans admitted but not yet taken by AWS Batch, by offset.
+    array_withdrawn : tuple[WithdrawnSpan, ...]
+        Such a parent's children that never reached AWS Batch and ended Terminated, free.
     """
 
     job_id: str
@@ -213,6 +246,9 @@ class Job:
     submitted_by: str | None = None
     dispatch_state: DispatchState | None = None
     dispatch_claimed_at: datetime | None = None
+    array_admitted: int = 0
+    array_queue: tuple[QueuedSpan, ...] = ()
+    array_withdrawn: tuple[WithdrawnSpan, ...] = ()
 
     @property
     def holds_quota(self) -> bool:

@@ -24,9 +24,11 @@ submitted to a compute run on its reserved capacity and hold nothing more.
 The rule for an array job (``demand_of`` with ``array_size``): it holds ``arraySize`` x its class's
 units, because AWS Batch runs an array's children concurrently as far as the compute environment's
 capacity allows, so the service must assume all of them may run at once (it cannot hold back single
-children of one AWS Batch array job). Array submits do not go through the quota yet
-(``functions.logic.arrays`` submits them directly): with the default limits most arrays would be
-larger than their family's limit, which needs per-span admission first.
+children of one AWS Batch array job once it is submitted). That is what is *queued* for an array: its
+children not yet in a span. It is admitted **span by span** (``span_size_for``): each span takes as
+many children as fit in what is free now (at most the span size, at least one), its units go from
+queued to in use when the span is admitted, and each child gives its own units back when it ends, so
+the next span goes as children end. Only a child that alone exceeds its family's limit is refused.
 
 Everything here is pure: the store keeps the counters with conditional writes
 (``functions.adapters.dynamodb.quotas``), the logic (``functions.logic.quotas``) decides with this.
@@ -353,11 +355,39 @@ def smallest_demand(key: QuotaKey) -> Demand:
 @dataclass(frozen=True, slots=True)
 class HeldJob:
     """A job waiting for quota: its id (ids sort by submission time), what it will hold, and the
-    ``statusReason`` it was last given (None: none yet), so a reason is only written when it changes."""
+    ``statusReason`` it was last given (None: none yet), so a reason is only written when it changes.
+
+    An array's parent has ``child``: one child's demand; ``demand`` is then what its children not yet
+    in a span hold together (``children`` of them), and it is admitted a span at a time
+    (``AdmissionPlan.admit_span``).
+    """
 
     job_id: str
     demand: Demand
     reason: str | None = None
+    child: Demand | None = None
+
+    @property
+    def next_demand(self) -> Demand:
+        """What must fit for the job (an array: its next child) to go: the demand its reason is about."""
+        return self.child or self.demand
+
+    @property
+    def children(self) -> int:
+        """Children still held (an array's), 1 for a single job."""
+        return self.demand.vcpus // self.child.vcpus if self.child is not None else 1
+
+
+def span_size_for(child: Demand, remaining: int, usage: Usage, limits: QuotaLimits, span_size: int) -> int:
+    """How many children an array's next span takes now: as many of ``child`` as fit together in what
+    its family and zone and the account's total have free (``room // child units`` for each), at most
+    ``span_size`` (``REMOTE_BATCH_ARRAY_SPAN_SIZE``) and ``remaining``; 0 when not even one fits (the
+    array waits). ``child``'s units and vCPUs are at least 1 (every class has a vCPU; a GPU class a GPU).
+    """
+    family_room = limits.limit(child.key) - usage.committed(child.key)
+    total_room = limits.total_limit - usage.total_committed
+    fitting = min(family_room // child.units, total_room // child.vcpus)
+    return max(0, min(fitting, span_size, remaining))
 
 
 def admission_order(held: Iterable[HeldJob]) -> list[HeldJob]:
@@ -400,7 +430,30 @@ class AdmissionPlan:
         if not fits(job.demand, self._usage, self._limits):
             self._blocked.add(key)
             return False
-        demand, usage = job.demand, self._usage
+        self._take(job.demand)
+        return True
+
+    def admit_span(self, job: HeldJob, span_size: int) -> int:
+        """How many children of the held array ``job`` (the next in admission order) go now as one span
+        (``span_size_for``, at most ``span_size``); counts them in ``usage``. 0 blocks its key (not even
+        one child fits), as ``admit`` does for a job that does not fit. The array stays first in its
+        key while children remain: offered again, it gets the next span or blocks the key."""
+        child = job.child
+        if child is None:
+            raise ValueError(f"job {job.job_id} is no array")
+        key = child.key
+        if key in self._blocked:
+            return 0
+        count = span_size_for(child, job.children, self._usage, self._limits, span_size)
+        if count == 0:
+            self._blocked.add(key)
+            return 0
+        self._take(Demand(key, child.units * count, child.vcpus * count))
+        return count
+
+    def _take(self, demand: Demand) -> None:
+        """Count ``demand`` in use (and no longer queued)."""
+        key, usage = demand.key, self._usage
         # ``replace`` keeps what dedicated computes reserve.
         self._usage = replace(
             usage,
@@ -409,7 +462,6 @@ class AdmissionPlan:
             total_in_use=usage.total_in_use + demand.vcpus,
             total_queued=usage.total_queued - demand.vcpus,
         )
-        return True
 
     def admissible(self, key: QuotaKey, cap: int) -> int:
         """At most how many more jobs of ``key`` this plan could admit (0..``cap``): how many of its

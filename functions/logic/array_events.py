@@ -36,6 +36,7 @@ from functions.domain.credits import Charge
 from functions.domain.errors import ConditionFailed, DependencyFailed, PayloadTooLarge, RecordMissing
 from functions.domain.jobs import (
     BatchJobState,
+    DispatchState,
     Job,
     JobType,
     LedgerEntry,
@@ -154,14 +155,31 @@ def apply_array_event(services: Services, parent: Job, state: BatchJobState, now
         logger.info(
             "array child status", job_id=child_id, status=child.status.value, batch_status=state.status
         )
-        if transition.settles and is_credit_constraint_reason(child.status_reason):
-            discard_outputs(services, child)
+        if transition.settles:
+            _after_child_end(services, parent, child)
         break
     else:
         raise DependencyFailed(f"job {child_id} kept changing; the event will be retried")
     assert child is not None
     _advance_parent(services, parent, child, now)
     return child
+
+
+def _after_child_end(services: Services, parent: Job, child: Job) -> None:
+    """After a child's settlement: discard the outputs of one stopped at its array's cap; when it gave
+    its units back (in that settlement), have the account's held jobs, the array's next span among
+    them, admitted into them (``dispatch.request_admission``; a failure is left to the next ending or
+    the meter's backstop)."""
+    from functions.logic.dispatch import request_admission  # dispatch imports submission, as this does
+
+    if is_credit_constraint_reason(child.status_reason):
+        discard_outputs(services, child)
+    if not child.holds_quota:
+        return
+    try:
+        request_admission(services, parent.account_id)
+    except DependencyFailed:
+        logger.exception("admission after a child's end deferred", job_id=parent.job_id)
 
 
 def _advance_parent(services: Services, parent: Job, child: Job, now: datetime) -> None:
@@ -172,7 +190,9 @@ def _advance_parent(services: Services, parent: Job, child: Job, now: datetime) 
     if fresh.status == JobStatus.QUEUED and (
         child.started_at is not None or child.status in (JobStatus.STARTING, JobStatus.RUNNING)
     ):
-        services.store.start_array(fresh.job_id, child.started_at or now, now)
+        # An array with children still held keeps its quota reason while it runs.
+        held = fresh.dispatch_state == DispatchState.HELD
+        services.store.start_array(fresh.job_id, child.started_at or now, now, keep_reason=held)
         fresh = services.store.get_job(parent.job_id) or fresh
     finish_array(services, fresh, now)
 
@@ -204,10 +224,7 @@ def finish_array(services: Services, parent: Job, now: datetime) -> Job:
     if parent.type != JobType.ARRAY or parent.is_final or not all_final(counts, size):
         deliver_due_notifications(services, parent, now, raise_on_failure=False)
         return parent
-    children = sorted(
-        services.store.get_jobs([child_job_id(parent.job_id, i) for i in range(size)]),
-        key=lambda c: c.array_index or 0,
-    )
+    children = _children(services, parent)
     terminated = [c for c in children if c.status == JobStatus.TERMINATED]
     first = (terminated[0].array_index or 0, terminated[0].status_reason) if terminated else None
     outcome = array_outcome(size, counts, first, parent.termination_reason)
@@ -270,9 +287,21 @@ def _child_result(services: Services, child: Job) -> tuple[Any, str]:
 
 def store_array_result(services: Services, parent: Job) -> None:
     """Assemble an array's ``result.json`` again from its children (when its first write was lost)."""
+    _store_result(services, parent, _children(services, parent))
+
+
+def _children(services: Services, parent: Job) -> list[Job]:
+    """The parent's children in index order: their records, and for the children withdrawn before AWS
+    Batch had them (no records: ``Job.array_withdrawn``) their Terminated ``child_template``."""
     size = parent.array_size or 0
-    children = services.store.get_jobs([child_job_id(parent.job_id, i) for i in range(size)])
-    _store_result(services, parent, sorted(children, key=lambda c: c.array_index or 0))
+    stored = {
+        c.array_index: c
+        for c in services.store.get_jobs([child_job_id(parent.job_id, i) for i in range(size)])
+    }
+    for withdrawn in parent.array_withdrawn:
+        for index in range(withdrawn.offset, withdrawn.offset + withdrawn.count):
+            stored.setdefault(index, child_template(parent, index))
+    return [stored[i] for i in sorted(i for i in stored if i is not None)]
 
 
 def _store_result(services: Services, parent: Job, children: list[Job]) -> None:

@@ -1,12 +1,12 @@
 """Array jobs for their owner: submit one, page its children (``functions.domain.arrays``).
 
 Submit stores the items once (``inputs/<parent>/items.jsonl`` and its fixed-width offsets index, which
-a child reads with two ranged GETs), writes the ``Array`` parent (every child Queued), then submits one
-AWS Batch job per span: an array job of ``arrayProperties.size`` = the span's items, or a plain job for
-a span of one item. Each span's container environment carries its global offset
-(``REMOTE_BATCH_ARRAY_OFFSET``). Children's records are written by their first event
-(``functions.logic.array_events``), not here. When Batch refuses a span, the spans already submitted
-are terminated and the parent and its items removed: nothing half-submitted is left.
+a child reads with two ranged GETs) and writes the ``Array`` parent (every child Queued) held for its
+account's quota, without calling AWS Batch. Its children are admitted span by span into the quota's
+free room and each span is submitted by the dispatcher (``functions.logic.array_admission``): an array
+job of ``arrayProperties.size`` = the span's items, or a plain job for a span of one item, whose
+container environment carries its global offset (``REMOTE_BATCH_ARRAY_OFFSET``). Children's records
+are written by their first event (``functions.logic.array_events``), not here.
 """
 
 from __future__ import annotations
@@ -24,15 +24,13 @@ from functions.domain.arrays import (
     child_job_id,
     child_template,
     encode_items,
-    plan_spans,
-    span_job_name,
 )
 from functions.domain.errors import DependencyFailed, ValidationFailed
-from functions.domain.jobs import Job, JobType
+from functions.domain.jobs import DispatchState, Job, JobType
 from functions.domain.status import JobStatus
+from functions.logic.array_admission import queued_spans, span_ids
 from functions.logic.submission import (
     JobRequest,
-    batch_submission,
     get_owned_job,
     input_key,
     new_job,
@@ -44,8 +42,6 @@ from functions.ports import Services
 
 logger = Logger(child=True)
 
-#: Environment variable of a span's container: the global index of the span's first item.
-ARRAY_OFFSET_VARIABLE = "REMOTE_BATCH_ARRAY_OFFSET"
 #: Children read per ``GET /jobs/{jobId}/children`` request at most (10 consistent BatchGetItem calls).
 MAX_CHILDREN_SCANNED = 1_000
 
@@ -62,21 +58,33 @@ def submit_array(services: Services, account_id: str, request: JobRequest, now: 
     """``POST /jobs`` with ``arrayItems`` (1..10,000 inline) or ``arrayItemsKey`` (an uploaded JSON
     Lines object of up to 100,000 items).
 
+    Stores the items and writes the parent held for its account's quota, every child Queued, without
+    calling AWS Batch: its children are admitted span by span into the quota's free room and the
+    dispatcher submits each span (``functions.logic.array_admission``). An array on a dedicated compute
+    takes no quota: all its spans are queued for the dispatcher at once.
+
     Returns
     -------
     Job
-        The ``Array`` parent, Queued, every child counted Queued, with its spans' Batch ids.
+        The ``Array`` parent, Queued, every child counted Queued; held with ``statusReason``
+        ``Waiting for quota: ...`` when no child fits yet. Without a dispatch queue (the admission and
+        SubmitJob then run in this call), as stored after them.
 
     Raises
     ------
     ValidationFailed
         As ``prepare_submission``; no items or too many inline (``field="arrayItems"``); a bad
         ``arrayItemsKey`` (``uploads.uploaded_items``: the message names the first bad line).
+    QuotaExceeded
+        One child alone needs more than the account's quota for its family and zone (or its total);
+        nothing is written.
     InsufficientCredits
         The account's balance is not positive.
     DependencyFailed
-        S3, DynamoDB or Batch failed; nothing is left behind.
+        S3 or DynamoDB failed; nothing is left behind.
     """
+    from functions.logic import dispatch, quotas  # dispatch imports submission, which this imports
+
     prepared = prepare_submission(services, account_id, request)
     items, items_key = request.array_items, request.array_items_key
     if items_key is not None:
@@ -90,7 +98,12 @@ def submit_array(services: Services, account_id: str, request: JobRequest, now: 
             field="arrayItems",
         )
     size = len(items)
-    machine, zone = prepared.machine, prepared.zone
+    zone = prepared.zone
+    quota = None
+    if prepared.compute is None:
+        # One child's demand: an array is admitted a span at a time, so only a child that could never
+        # fit is refused.
+        quota = quotas.check_submit(services, account_id, prepared.machine, zone)
     parent = new_job(account_id, request, prepared, now, array_size=size)
     zone_services = services.zones[zone]
     inputs = f"inputs/{parent.job_id}/"
@@ -105,44 +118,32 @@ def submit_array(services: Services, account_id: str, request: JobRequest, now: 
         zone_services.blobs.put(inputs + ITEMS_OBJECT, items_data, "application/jsonl")
         zone_services.blobs.put(inputs + ITEMS_INDEX, index_data, "application/octet-stream")
         zone_services.blobs.put(input_key(parent.job_id), json.dumps(document).encode(), "application/json")
-        services.store.create_job(parent)
+        if quota is None:
+            spans = queued_spans(parent, services.array_span_size)
+            parent = replace(
+                parent, dispatch_state=DispatchState.ADMITTED, array_admitted=size, array_queue=spans
+            )
+            services.store.create_job(parent)
+        else:
+            parent, _ = quotas.hold(services, parent, *quota)
     except Exception:
         zone_services.blobs.delete_prefix(inputs)
         raise
-    submitted: list[str] = []
-    try:
-        for span in plan_spans(size, services.array_span_size):
-            submission = batch_submission(
-                parent,
-                machine,
-                zone_services,
-                job_name=span_job_name(parent.job_id, span.offset),
-                environment={ARRAY_OFFSET_VARIABLE: str(span.offset)},
-                array_size=span.count if span.is_batch_array else None,
-                job_queue=prepared.job_queue,
-            )
-            submitted.append(zone_services.batch.submit_job(submission))
-    except Exception:
-        logger.exception("array submit failed; removing the job", job_id=parent.job_id, spans=len(submitted))
-        _withdraw(services, parent, submitted)
-        raise
-    services.store.set_array_spans(parent.job_id, submitted)
     services.events.count("JobsSubmitted")
-    logger.info("array submitted", job_id=parent.job_id, size=size, spans=len(submitted))
-    return replace(parent, batch_job_id=submitted[0], array_spans=tuple(submitted))
-
-
-def _withdraw(services: Services, parent: Job, submitted: list[str]) -> None:
-    """Undo a submit that Batch refused part of: terminate the spans it took, remove the parent and
-    its items (each step best effort after the first failure: the error raised is the refusal)."""
-    zone_services = services.zones[parent.geo_zone]
-    for batch_job_id in submitted:
-        try:
-            zone_services.batch.terminate_job(batch_job_id, "The array's submission failed")
-        except DependencyFailed:
-            logger.exception("span of a failed submit not terminated", batch_job_id=batch_job_id)
-    services.store.delete_job(parent.job_id)
-    zone_services.blobs.delete_prefix(f"inputs/{parent.job_id}/")
+    logger.info("array accepted", job_id=parent.job_id, size=size, compute=parent.compute)
+    try:
+        if quota is None:
+            dispatch.enqueue(services, span_ids(parent))
+        elif quotas.room_after_hold(services, account_id, *quota):
+            dispatch.request_admission(services, account_id)
+    except DependencyFailed:
+        # Stored and held (or queued): the account's next release or submit, or the meter's backstop
+        # (``array_admission.nudge_array``), goes on with it.
+        logger.exception("array admission deferred", job_id=parent.job_id)
+    if services.dispatch is not None:
+        return parent
+    # Without a queue the admission and SubmitJob ran here: read what they wrote.
+    return services.store.get_job(parent.job_id) or parent
 
 
 @dataclass(frozen=True, slots=True)

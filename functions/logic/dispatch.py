@@ -26,6 +26,7 @@ from enum import StrEnum
 
 from aws_lambda_powertools import Logger
 
+from functions.domain.arrays import parse_span_dispatch_id
 from functions.domain.computes import resource_name
 from functions.domain.errors import BatchRefused, ConditionFailed, DependencyFailed, RecordMissing
 from functions.domain.jobs import DispatchState, Job, Transition
@@ -197,7 +198,8 @@ def dispatch_job(
     Parameters
     ----------
     job_id : str
-        The job the message names.
+        The job the message names, or a span of an array (``<parent>#<offset>``:
+        ``array_admission.dispatch_span``).
     receive_count : int
         How many times the queue delivered this message (SQS ``ApproximateReceiveCount``): from
         ``MAX_RECEIVES`` on, a job AWS Batch still does not accept is ended instead of retried.
@@ -214,6 +216,12 @@ def dispatch_job(
     DependencyFailed
         DynamoDB failed (the queue delivers the message again).
     """
+    span = parse_span_dispatch_id(job_id)
+    if span is not None:
+        # A span of an array (``<parent>#<offset>``): the same claim, pacing and endings, on the span.
+        from functions.logic.array_admission import dispatch_span  # it imports this module
+
+        return dispatch_span(services, *span, receive_count=receive_count, pacer=pacer, sleep=sleep)
     outcome, _ = _dispatch(services, job_id, receive_count=receive_count, pacer=pacer, sleep=sleep)
     return outcome
 
@@ -281,27 +289,34 @@ def _claim(services: Services, job_id: str) -> tuple[Job | None, DispatchOutcome
     return claimed, DispatchOutcome.SUBMITTED
 
 
-def _parked(services: Services, claimed: Job, *, fresh: bool) -> bool:
-    """When an operator has the claimed job's (class, zone) out of service: give the claim back with
-    the reason (``OUT_OF_SERVICE_REASON``) and say so; the job stays admitted, holding its quota, and
-    is sent again when the class is enabled (``resume_parked``) or by the meter's backstop. A job on
-    a dedicated compute goes to the compute's own queue: never parked. ``fresh`` reads the state
-    strongly consistent (after AWS Batch refused the job), else from the store's short-lived cache."""
-    if claimed.compute is not None or services.operations is None:
-        return False
-    key = (claimed.machine_class, claimed.geo_zone)
+def out_of_service_reason(services: Services, job: Job, *, fresh: bool) -> str | None:
+    """The ``statusReason`` a job (or an array's span) waits with while an operator has its (class,
+    zone) out of service (``OUT_OF_SERVICE_REASON``), or None when the class takes jobs. A job on a
+    dedicated compute goes to the compute's own queue: never out of service. ``fresh`` reads the
+    state strongly consistent (after AWS Batch refused the job), else from the store's short-lived
+    cache (``CLASS_STATE_MAX_AGE_SECONDS``)."""
+    if job.compute is not None or services.operations is None:
+        return None
+    key = (job.machine_class, job.geo_zone)
     state = (
         services.operations.get_class_state(*key)
         if fresh
         else services.operations.class_states(CLASS_STATE_MAX_AGE_SECONDS).get(key)
     )
     if state is None or not state.disabled:
-        return False
-    reason = OUT_OF_SERVICE_REASON.format(
-        machine_class=claimed.machine_class,
-        zone=claimed.geo_zone.value,
-        reason=state.reason or "no reason given",
+        return None
+    return OUT_OF_SERVICE_REASON.format(
+        machine_class=job.machine_class, zone=job.geo_zone.value, reason=state.reason or "no reason given"
     )
+
+
+def _parked(services: Services, claimed: Job, *, fresh: bool) -> bool:
+    """When the claimed job's class is out of service (``out_of_service_reason``): give the claim back
+    with the reason and say so; the job stays admitted, holding its quota, and is sent again when the
+    class is enabled (``resume_parked``) or by the meter's backstop."""
+    reason = out_of_service_reason(services, claimed, fresh=fresh)
+    if reason is None:
+        return False
     services.store.release_dispatch(claimed.job_id, reason=reason)
     logger.info(
         "job parked: class out of service", job_id=claimed.job_id, machine_class=claimed.machine_class
@@ -310,17 +325,26 @@ def _parked(services: Services, claimed: Job, *, fresh: bool) -> bool:
 
 
 def resume_parked(services: Services, class_name: str, zone: GeoZone) -> int:
-    """After ``class_name`` is back in service in ``zone``: send its queued jobs to the dispatcher
-    again (the unfinished jobs of the class and zone still ``Queued``; the dispatcher's claim skips
-    any that are not admitted). Returns how many were sent.
+    """After ``class_name`` is back in service in ``zone``: send what waits for it to the dispatcher
+    again: its queued single jobs, and the admitted spans of its unfinished arrays (the dispatcher's
+    claim skips any that are not admitted). Returns how many messages were sent.
 
     Raises ``DependencyFailed`` when DynamoDB or the queue fails (the meter's backstop sends them later).
     """
-    job_ids = services.store.list_queued_job_ids(class_name, zone)
-    enqueue(services, job_ids)
-    if job_ids:
-        logger.info("parked jobs resumed", machine_class=class_name, geo_zone=zone.value, jobs=len(job_ids))
-    return len(job_ids)
+    from functions.logic.array_admission import span_ids  # it imports this module
+
+    singles, arrays = services.store.list_waiting_job_ids(class_name, zone)
+    messages = list(singles)
+    for parent_id in arrays:
+        parent = services.store.get_job(parent_id)
+        if parent is not None and not parent.is_final:
+            messages += span_ids(parent)
+    enqueue(services, messages)
+    if messages:
+        logger.info(
+            "parked jobs resumed", machine_class=class_name, geo_zone=zone.value, messages=len(messages)
+        )
+    return len(messages)
 
 
 def _submission(services: Services, job: Job) -> BatchSubmission:

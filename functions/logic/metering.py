@@ -31,6 +31,7 @@ from functions.domain.jobs import OUT_OF_CREDITS, BatchJobState, DispatchState, 
 from functions.domain.machine_classes import GeoZone
 from functions.domain.metering import MeterReading, balance_exhausted, read_array_meter, read_meter
 from functions.domain.notification_schedule import due_notifications
+from functions.logic.array_admission import nudge_array
 from functions.logic.array_events import finish_array
 from functions.logic.compute_jobs import end_stray_jobs
 from functions.logic.computes import meter_computes
@@ -355,7 +356,12 @@ def _nudge_undispatched(services: Services, job: Job, now: datetime) -> None:
     (one lost or dead-lettered; the dispatcher's claim makes a repeat harmless), then mark it checked.
     A job in ``Dispatching`` is left to its dispatcher for ``dispatch.CLAIM_TIMEOUT``; past it, its
     dispatcher died mid-way, and ``dispatch.recover_claim`` records the Batch job AWS Batch has under
-    its name, or gives the claim back and enqueues it again (never a second SubmitJob)."""
+    its name, or gives the claim back and enqueues it again (never a second SubmitJob). An array
+    admitted span by span: ``array_admission.nudge_array``, for its spans."""
+    if job.type == JobType.ARRAY:
+        nudge_array(services, job, now)
+        services.store.mark_reconciled(job.job_id, now)
+        return
     if job.dispatch_state == DispatchState.DISPATCHING:
         recovery = recover_claim(services, job, now)
         if recovery != ClaimRecovery.WAITING:
@@ -418,6 +424,10 @@ def _reconcile_array(services: Services, parent: Job, now: datetime) -> None:
             if state is not None:
                 apply_job_state_change(services, replace(state, job_name=span.job_name), now)
     fresh = services.store.get_job(parent.job_id)
+    if fresh is not None and fresh.dispatch_state is not None:
+        # Spans not in AWS Batch yet (held, admitted, or claimed by a dispatcher that died).
+        nudge_array(services, fresh, now)
+        fresh = services.store.get_job(parent.job_id)
     if fresh is not None and not finish_array(services, fresh, now).is_final:
         services.store.mark_reconciled(parent.job_id, now)
     logger.info("array reconciled", job_id=parent.job_id)

@@ -158,7 +158,9 @@ def admit_waiting(services: Services, account_id: str, limits: QuotaLimits | Non
     Returns
     -------
     list[str]
-        The ids admitted by this call, in admission order (the caller hands them to the dispatcher).
+        The ids admitted by this call, in admission order (the caller hands them to the dispatcher): a
+        job's id, or for a span of an array ``<parent>#<offset>`` (``array_admission.admit_spans``:
+        an array is admitted a span at a time, each sized to the room left).
     """
     store = services.store
     admitted: list[str] = []
@@ -224,12 +226,11 @@ def _admission_pass(
         _, name = heapq.heappop(heads)
         queue = queues[name]
         job = queue.jobs.popleft()
-        if not plan.admit(job):
-            _refresh_reason(services, job, plan.usage, limits)  # the key stops here
-            continue
-        if not store.admit_job(account_id, job, limits):
+        went = _offer(services, account_id, job, plan=plan, limits=limits, admitted=admitted)
+        if went is None:
             return True
-        admitted.append(job.job_id)
+        if not went:
+            continue  # the key stops here
         if not queue.jobs and queue.more:
             queue.read(services, account_id, plan)
         if queue.jobs:
@@ -242,10 +243,46 @@ def _admission_pass(
     return False
 
 
+def _offer(
+    services: Services,
+    account_id: str,
+    job: HeldJob,
+    *,
+    plan: AdmissionPlan,
+    limits: QuotaLimits,
+    admitted: list[str],
+) -> bool | None:
+    """Offer ``job``, the next in admission order, to the plan and admit it if it goes (appending to
+    ``admitted``): True when it went (an array: every child of it is in a span now, or it is gone),
+    False when its key stops here (its reason refreshed), None when a write lost a race (the caller
+    re-reads)."""
+    if job.child is not None:
+        # An array: admitted a span at a time (its units are its children's not yet in a span).
+        from functions.logic.array_admission import SpanAdmission, admit_spans  # it imports dispatch
+
+        went = admit_spans(
+            services,
+            account_id,
+            job,
+            plan=plan,
+            limits=limits,
+            admitted=admitted,
+            refresh_reason=lambda held: _refresh_reason(services, held, plan.usage, limits),
+        )
+        return None if went == SpanAdmission.RACED else went != SpanAdmission.BLOCKED
+    if not plan.admit(job):
+        _refresh_reason(services, job, plan.usage, limits)
+        return False
+    if not services.store.admit_job(account_id, job, limits):
+        return None
+    admitted.append(job.job_id)
+    return True
+
+
 def _refresh_reason(services: Services, job: HeldJob, usage: Usage, limits: QuotaLimits) -> None:
     """Give the oldest held job of a key that stops the reason with the current numbers, unless it has
     it already."""
-    reason = waiting_reason(job.demand, usage, limits)
+    reason = waiting_reason(job.next_demand, usage, limits)
     if reason != job.reason:
         services.store.set_waiting_reason(job.job_id, reason)
 

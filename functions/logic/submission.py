@@ -482,7 +482,15 @@ def _end_before_batch(services: Services, job: Job, reason: str, now: datetime) 
 def _terminate_array(services: Services, parent: Job, reason: str, now: datetime) -> Job:
     """TerminateJob for each of an array's spans (AWS Batch cascades it to the span's children that
     are not final), once: the claim is the parent's, as for a single job. The children's FAILED
-    events then end the parent (``array_events.finish_array``), with the parent's reason."""
+    events then end the parent (``array_events.finish_array``), with the parent's reason. An array
+    admitted span by span first ends what never reached AWS Batch (``array_admission.withdraw_unsent``:
+    its held children and unclaimed spans, free); a span in flight is terminated by its dispatcher."""
+    if parent.dispatch_state is not None:
+        from functions.logic.array_admission import withdraw_unsent  # it imports the dispatcher
+
+        parent = withdraw_unsent(services, parent, parent.termination_reason or reason, now)
+        if parent.is_final or not parent.array_spans:
+            return parent
     if not parent.array_spans:
         raise DependencyFailed(f"job {parent.job_id} has no AWS Batch id yet; try again in a moment")
     if not services.store.claim_termination(parent.job_id, now):

@@ -22,6 +22,9 @@ Running. At the next start each such job is settled by the batch_events Lambda l
    Batch job id recorded) is not stopped: it is what the deployed dispatch queue (SQS, durable) would
    still hold, so it is resumed (``resume_undispatched``): a claim is given back, admitted jobs are
    enqueued again and their accounts' held jobs admitted. Only the in-memory queue's messages died.
+   An array admitted span by span is resumed likewise, span by span (``array_admission.resume_array``):
+   its claimed spans given back, its admitted spans enqueued, its held children admitted; the spans
+   AWS Batch had are settled by rule 3.
 
 Before that, ``remove_leftover_jobs`` kills whatever the crashed run's jobs left alive (recorded in
 the ``ProcessRegistry``, by pid and start time) and removes their folders.
@@ -41,6 +44,7 @@ from functions.domain.jobs import DispatchState, Job, JobType
 from functions.domain.machine_classes import machine_class
 from functions.domain.status import JobStatus
 from functions.logic import dispatch
+from functions.logic.array_admission import resume_array
 from functions.ports import Services
 from functions.settings import Settings
 from remote_batch.local.events import BatchAttempt, batch_job_state_change, task_arn
@@ -163,9 +167,11 @@ def recover_unfinished_jobs(
     """
     recovered = []
     for job in unfinished_jobs(dynamodb, settings.jobs_table):
-        if never_given_to_batch(job):
+        if never_given_to_batch(job) and job.type != JobType.ARRAY:
             continue  # resumed instead (``resume_undispatched``)
         if job.type == JobType.ARRAY:
+            # Whatever the crashed run's executor emitted for its spans (a span whose record the crash
+            # cut off too); its spans never given to AWS Batch are resumed (``resume_undispatched``).
             children = settle_array(
                 emitted_for(job.job_id) if emitted_for is not None else [],
                 stopped_at,
@@ -173,10 +179,13 @@ def recover_unfinished_jobs(
                 redeliver,
                 (STOPPED_REASON, STOPPED_UNSTARTED_REASON),
             )
-            recovered.append(job.job_id)
-            logger.info(
-                "array left unfinished by the last run settled job_id=%s children=%d", job.job_id, children
-            )
+            if children or not never_given_to_batch(job):
+                recovered.append(job.job_id)
+                logger.info(
+                    "array left unfinished by the last run settled job_id=%s children=%d",
+                    job.job_id,
+                    children,
+                )
             continue
         own = _own_events(job, emitted_for)
         final = next((e for e in reversed(own) if e["detail"].get("status") in ("SUCCEEDED", "FAILED")), None)
@@ -242,6 +251,14 @@ def resume_undispatched(dynamodb: Any, settings: Settings, services: Services) -
     enqueue: list[str] = []
     accounts: set[str] = set()
     for job in unfinished_jobs(dynamodb, settings.jobs_table):
+        if job.type == JobType.ARRAY:
+            # Admitted span by span: its spans not in AWS Batch resume (those it has are rule 3's).
+            if job.dispatch_state is not None and (
+                job.array_queue or job.dispatch_state == DispatchState.HELD
+            ):
+                resume_array(services, job)
+                resumed.append(job.job_id)
+            continue
         if not never_given_to_batch(job):
             continue
         resumed.append(job.job_id)

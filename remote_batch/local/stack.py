@@ -409,7 +409,8 @@ def _recover(
     that were unfinished through their events, and wait a while for them to settle; their ids."""
     if last_alive is None:
         return []
-    resume_undispatched(clients.client("dynamodb", settings.home_region), settings, get_services())
+    # Settle first what the crashed run gave AWS Batch, then resume what it never did: resumed first, a
+    # job (or an array's span) the new executor took at once would be read as the crashed run's.
     recovered = recover_unfinished_jobs(
         clients.client("dynamodb", settings.home_region),
         settings,
@@ -418,6 +419,7 @@ def _recover(
         emitted_for=bus.emitted_for,
         redeliver=bus.replay,
     )
+    resume_undispatched(clients.client("dynamodb", settings.home_region), settings, get_services())
     if recovered and not bus.wait_idle(RECOVERY_DRAIN_SECONDS):
         logger.warning("recovered jobs not settled yet count=%d", len(recovered))
     return recovered

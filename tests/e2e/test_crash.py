@@ -346,3 +346,52 @@ def test_a_job_held_for_quota_at_a_crash_runs_after_the_restart(tmp_path: Path) 
     finally:
         if stack.process is not None and stack.process.poll() is None:
             stack.kill_group()
+
+
+def test_an_array_partly_dispatched_at_a_crash_resumes_its_held_children_after_the_restart(
+    tmp_path: Path,
+) -> None:
+    # Given an account with room for one Basic vCPU and an array of three: its first child running,
+    # the other two held for quota (never in AWS Batch)
+    stack = LocalStackProcess(
+        tmp_path / "home", _free_port(), {"REMOTE_BATCH_SNAPSHOT_INTERVAL": "60"}, new_session=True
+    )
+    stack.home.parent.mkdir(parents=True, exist_ok=True)
+    stack.start()
+    try:
+        admin = stack.client("admin")
+        quota = {"quotas": [{"family": "Basic", "geoZone": "UnitedStates", "limit": 1}]}
+        assert admin.request("PUT", "/admin/accounts/dev/quotas", json=quota).status_code == 200
+        dev = stack.client("dev")
+        array = dev.submit(
+            {
+                "code": "import time\ntime.sleep(item)\nitem * 7",
+                "arrayItems": [300, 1, 2],
+                "geoZone": "UnitedStates",
+            }
+        )
+        dev.wait_status(array["jobId"], ("Running",), timeout=30)
+        assert dev.job(array["jobId"])["statusReason"].startswith("Waiting for quota")
+
+        # When the whole process group is killed and the stack started again
+        stack.kill_group()
+        stack.start()
+
+        # Then the running child ends at the crash and the two held ones are admitted and run
+        done = dev.wait_status(array["jobId"], FINAL, timeout=90)
+        children = dev.get(f"/jobs/{array['jobId']}/children").json()["jobs"]
+        assert [(c["status"], c["statusReason"]) for c in children] == [
+            ("Terminated", "Local stack stopped while the job ran"),
+            ("Succeeded", None),
+            ("Succeeded", None),
+        ]
+        assert (done["status"], done["statusReason"]) == (
+            "Terminated",
+            "1 of 3 children terminated (first: index 0, Local stack stopped while the job ran)",
+        )
+        quotas = dev.get("/account/quotas").json()["quotas"]
+        basic = next(q for q in quotas if (q["family"], q["geoZone"]) == ("Basic", "UnitedStates"))
+        assert (basic["inUse"], basic["queued"]) == (0, 0)
+    finally:
+        if stack.process is not None and stack.process.poll() is None:
+            stack.kill_group()

@@ -127,6 +127,56 @@ def test_a_basic_quota_of_two_runs_two_at_a_time_in_submission_order(quota_stack
     assert moments["at the end"] | {"limit": 2} == {**moments["at the end"], "inUse": 0, "queued": 0}
 
 
+def children_of(client: Client, job_id: str) -> list[dict[str, Any]]:
+    """Every child of an array (one page: the arrays here are small)."""
+    page = client.body(client.get(f"/jobs/{job_id}/children", params={"limit": 100}))
+    assert page["nextToken"] is None
+    children: list[dict[str, Any]] = page["jobs"]
+    return children
+
+
+def test_an_array_under_a_basic_quota_of_two_runs_two_children_at_a_time(
+    quota_stack: LocalStackProcess,
+) -> None:
+    client = new_account(
+        quota_stack, "quota-array", {"quotas": [{"family": "Basic", "geoZone": "UnitedStates", "limit": 2}]}
+    )
+    answer = client.post(
+        "/jobs", json={**SLEEPING, "code": "import time\ntime.sleep(2)\nitem", "arrayItems": list(range(6))}
+    )
+    assert answer.status_code == 202, answer.text
+    job_id = answer.json()["jobId"]
+    # The dispatcher admits a span of two (the room) and holds the rest with the quota reason.
+    held = wait_for(
+        lambda: ((job := client.job(job_id))["statusReason"] == QUOTA_REASON and job) or None,
+        30,
+        "the array's quota reason",
+        interval=0.2,
+    )
+    moments = {"after submit": basic_us(client)}
+    assert held["status"] in ("Queued", "Running")
+    assert moments["after submit"]["inUse"] == 2 and moments["after submit"]["queued"] <= 4
+    wait_for(
+        lambda: sum(c["status"] == "Succeeded" for c in children_of(client, job_id)) >= 3 or None,
+        60,
+        "half the children to succeed",
+    )
+    moments["halfway"] = basic_us(client)
+    assert moments["halfway"]["inUse"] <= 2
+    done = client.wait_status(job_id, timeout=120)
+    moments["at the end"] = basic_us(client)
+    print("\nGET /account/quotas (Basic, UnitedStates), array of 6:", json.dumps(moments, indent=1))
+    assert (done["status"], done["statusReason"]) == ("Succeeded", None)
+    children = children_of(client, job_id)
+    assert [c["status"] for c in children] == ["Succeeded"] * 6
+    assert client.body(client.get(f"/jobs/{job_id}/result"))["result"] == list(range(6))
+    # Never more than 2 children ran at once: each started no earlier than the one two before it ended.
+    runs = sorted((c["startedAt"], c["completedAt"]) for c in children)
+    for earlier, later in zip(runs, runs[2:], strict=False):
+        assert later[0] >= earlier[1], (earlier, later)
+    assert (moments["at the end"]["inUse"], moments["at the end"]["queued"]) == (0, 0)
+
+
 def test_a_compute_job_over_a_quota_of_32_is_400(quota_stack: LocalStackProcess) -> None:
     client = new_account(
         quota_stack,

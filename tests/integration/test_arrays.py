@@ -11,11 +11,12 @@ from typing import Any
 import pytest
 
 from functions import bootstrap
-from functions.domain.errors import DependencyFailed, NotFound, ServiceError, ValidationFailed
+from functions.domain.errors import BatchRefused, NotFound, ServiceError, ValidationFailed
 from functions.domain.jobs import BatchJobState, Job, JobType, PayloadKind
 from functions.domain.machine_classes import GeoZone
+from functions.domain.quotas import Family, QuotaKey, QuotaLimits
 from functions.domain.status import JobStatus
-from functions.logic import arrays, queries
+from functions.logic import arrays, dispatch, queries
 from functions.logic.submission import JobRequest, abort_job, get_owned_job
 from functions.ports import BatchSubmission
 from tests.events import array_child_lifecycle, batch_event
@@ -40,6 +41,12 @@ def with_span_size(stack: Any, size: int) -> None:
     """The service with ``REMOTE_BATCH_ARRAY_SPAN_SIZE`` = ``size``."""
     stack.services = replace(stack.services, array_span_size=size)
     bootstrap.install(stack.services)
+
+
+def with_room(stack: Any) -> None:
+    """Give dev a Basic quota in UnitedStates far above the default (64 vCPUs), so an array's spans
+    are cut at the span size only (arrays are admitted span by span into the quota's free room)."""
+    stack.services.store.put_quota_limits("dev", QuotaLimits({QuotaKey(Family.BASIC, US): 1_000}))
 
 
 def span_submissions(stack: Any) -> list[BatchSubmission]:
@@ -119,6 +126,7 @@ def test_submit_stores_the_items_once_and_runs_one_batch_array_job(stack):
 
 def test_a_map_past_the_span_size_runs_as_several_batch_jobs_behind_one_parent(stack):
     with_span_size(stack, 100)
+    with_room(stack)
     parent = submit(stack, list(range(250)))
 
     assert [
@@ -139,6 +147,9 @@ def test_a_last_span_of_one_item_is_a_plain_batch_job(stack):
 
 
 def test_a_refused_span_leaves_nothing_behind(stack):
+    # The array is accepted without AWS Batch (POST /jobs answers 202 before any SubmitJob); a span AWS
+    # Batch refuses for good ends its children, and every child not submitted yet, Terminated with the
+    # reason and free, while the span it took runs on.
     with_span_size(stack, 2)
     gateway = stack.batch[US]
     original = gateway.submit_job
@@ -147,17 +158,32 @@ def test_a_refused_span_leaves_nothing_behind(stack):
     def refuse_second(submission: BatchSubmission) -> str:
         calls.append(submission.job_name)
         if len(calls) == 2:
-            raise DependencyFailed("AWS Batch refused")
+            raise BatchRefused("AWS Batch refused")
         batch_job_id: str = original(submission)
         return batch_job_id
 
     gateway.submit_job = refuse_second
-    with pytest.raises(Exception, match="AWS Batch refused"):
-        submit(stack, [1, 2, 3, 4])
-    # The first span was terminated again; no job, no items.
-    assert [reason for _, reason in gateway.terminations] == ["The array's submission failed"]
-    assert stack.count_items("test-jobs") == 0
-    assert stack.count_objects() == 0
+    parent = submit(stack, [1, 2, 3, 4])
+    assert calls == [parent.job_id, f"{parent.job_id}_2"]
+    stored = stack.services.store.get_job(parent.job_id)
+    assert stored.array_spans == (gateway.submitted_ids[0],)
+    assert stored.child_status_counts == {"Queued": 2, "Terminated": 2}
+    assert gateway.terminations == []
+    page = arrays.list_children(stack.services, "dev", parent.job_id, status=None, limit=10, next_token=None)
+    assert [(c.status, c.status_reason, c.credits_spent) for c in page.jobs[2:]] == [
+        (JobStatus.TERMINATED, dispatch.REFUSED_REASON, Decimal(0))
+    ] * 2
+    # The first span's children end: the array ends with the refusal as its first terminated child's.
+    for event in run_children(stack, stored, {0: 30, 1: 30}):
+        stack.deliver(event)
+    final = stack.services.store.get_job(parent.job_id)
+    assert (final.status, final.status_reason) == (
+        JobStatus.TERMINATED,
+        f"2 of 4 children terminated (first: index 2, {dispatch.REFUSED_REASON})",
+    )
+    assert sorted(charges(stack)) == [f"{parent.job_id}:0", f"{parent.job_id}:1"]
+    usage = stack.services.store.get_quota_usage("dev")
+    assert (usage.total_in_use, usage.total_queued) == (0, 0)
 
 
 # -- roll-up -----------------------------------------------------------------------------------------
@@ -543,6 +569,7 @@ def upload_items(stack: Any, data: bytes, content_type: str = "application/jsonl
 
 def test_an_uploaded_json_lines_map_runs_in_spans_with_every_item_in_order(stack):
     with_span_size(stack, 100)
+    with_room(stack)
     key = upload_items(stack, b"".join(f'{{"n": {i}}}\n'.encode() for i in range(250)))
     parent = submit(stack, items_key=key, payload="item['n'] + 1")
 

@@ -4,6 +4,7 @@ in-process (issue 15 item 3)."""
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
@@ -380,3 +381,36 @@ def test_a_class_disabled_after_the_dispatchers_read_parks_the_job_aws_batch_ref
         "Queued",
         "Waiting: Basic2x8 is out of service in UnitedStates: spot shortage",
     )
+
+
+def test_an_admitted_array_span_of_a_disabled_class_waits_and_goes_once_enabled(
+    fleet_stack: Stack, queued: RecordingQueue
+) -> None:
+    from functions.handlers import dispatcher
+
+    # Given an array whose span the quota admitted (the dispatcher's admission message)
+    fleet_stack.add_account("admin", "0")
+    body = {"code": "item", "arrayItems": [1, 2], "machineClass": "Basic2x8", "geoZone": "UnitedStates"}
+    status, job = fleet_stack.api("POST", "/jobs", body=body)
+    assert status == 202, job
+    admission = sqs_event(["x"])
+    admission["Records"][0]["body"] = json.dumps({"accountId": "dev"})
+    assert dispatcher.handler(admission, FakeLambdaContext()) == {"batchItemFailures": []}
+    spans = [m for m in queued.sent if m.startswith(job["jobId"] + "#")]
+    assert len(spans) == 1, queued.sent
+
+    # When its class is taken out of service before the span's message is read: nothing goes to Batch
+    path = "/admin/machine-classes/Basic2x8/zones/UnitedStates"
+    assert fleet_stack.api("POST", f"{path}/disable", body={"reason": "host repairs"}, **ADMIN)[0] == 200
+    assert dispatcher.handler(sqs_event(spans), FakeLambdaContext()) == {"batchItemFailures": []}
+    assert fleet_stack.batch[GeoZone.UNITED_STATES].submissions == []
+    _, waiting = fleet_stack.api("GET", f"/jobs/{job['jobId']}")
+    assert waiting["status"] == "Queued", waiting
+
+    # Then enabling sends the span again, and it is submitted once, as one array job of 2
+    fleet_stack.clock.advance(1)
+    assert fleet_stack.api("POST", f"{path}/enable", **ADMIN)[0] == 200
+    assert queued.sent.count(spans[0]) == 2, queued.sent
+    assert dispatcher.handler(sqs_event(spans), FakeLambdaContext()) == {"batchItemFailures": []}
+    (submitted,) = fleet_stack.batch[GeoZone.UNITED_STATES].submissions
+    assert submitted.array_size == 2

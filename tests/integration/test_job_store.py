@@ -143,6 +143,10 @@ UPDATES = {
     "claim_dispatch": lambda s, job, now: s.claim_dispatch(job.job_id, now),
     "release_dispatch": lambda s, job, now: s.release_dispatch(job.job_id),
     "record_dispatch": lambda s, job, now: s.record_dispatch(job.job_id, "batch-1"),
+    # An array's spans through the dispatcher (functions/adapters/dynamodb/array_spans.py).
+    "claim_span": lambda s, job, now: s.claim_span(job.job_id, 0, now),
+    "release_span": lambda s, job, now: s.release_span(job.job_id, 0),
+    "record_span": lambda s, job, now: s.record_span(job.job_id, 0, "batch-1"),
 }
 
 

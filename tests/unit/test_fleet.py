@@ -142,9 +142,9 @@ class QueuedJobs:
     def __init__(self) -> None:
         self.asked: list[tuple[str, GeoZone]] = []
 
-    def list_queued_job_ids(self, machine_class: str, geo_zone: GeoZone) -> list[str]:
+    def list_waiting_job_ids(self, machine_class: str, geo_zone: GeoZone) -> tuple[list[str], list[str]]:
         self.asked.append((machine_class, geo_zone))
-        return []
+        return [], []
 
 
 def _services(batch: FakeFleet, operations: FakeOperations) -> Services:

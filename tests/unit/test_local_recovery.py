@@ -9,7 +9,7 @@ from typing import Any
 from boto3.dynamodb.types import TypeSerializer
 
 from functions.adapters.dynamodb import job_to_item
-from functions.domain.jobs import Job, JobType
+from functions.domain.jobs import DispatchState, Job, JobType
 from functions.domain.status import JobStatus
 from remote_batch.local.events import batch_job_state_change
 from remote_batch.local.recovery import STOPPED_REASON, STOPPED_UNSTARTED_REASON, recover_unfinished_jobs
@@ -270,3 +270,40 @@ def test_a_one_item_span_run_as_a_plain_job_is_settled_like_a_single_job() -> No
     assert (detail["startedAt"], detail["stoppedAt"]) == (started, _ms(CRASH))
     assert "arrayProperties" not in detail
     assert detail["attempts"][0]["startedAt"] == started
+
+
+def test_a_held_array_never_in_aws_batch_is_left_to_resume_and_its_emitted_spans_are_settled() -> None:
+    # Rule 4 for arrays: a held array (no span in AWS Batch, nothing emitted) is not stopped; one whose
+    # span the crashed executor had emitted events for gets those children settled (rule 3) even
+    # though the crash cut off the span's record.
+    held = dataclasses.replace(
+        _job("job-held", JobStatus.QUEUED),
+        type=JobType.ARRAY,
+        array_size=3,
+        child_status_counts={"Queued": 3},
+        dispatch_state=DispatchState.HELD,
+        batch_job_id=None,
+    )
+    cut_off = dataclasses.replace(held, job_id="job-cutoff", dispatch_state=DispatchState.ADMITTED)
+    started = _ms(SUBMITTED + timedelta(minutes=1))
+    child_running = _event("job-cutoff", "RUNNING", started)
+    child_running["detail"].update(jobId="span-1:0", arrayProperties={"index": 0})
+    child_running["detail"]["container"] = {
+        "environment": [{"name": "AWS_BATCH_JOB_ARRAY_SIZE", "value": "2"}]
+    }
+    published: list[dict[str, Any]] = []
+
+    recovered = recover_unfinished_jobs(
+        _Table([held, cut_off]),
+        local_settings(),
+        published.append,
+        CRASH,
+        emitted_for=lambda job_id: [child_running] if job_id == "job-cutoff" else [],
+    )
+
+    assert recovered == ["job-cutoff"]
+    stopped = {
+        e["detail"]["jobId"]: e["detail"]["statusReason"] for e in published if "statusReason" in e["detail"]
+    }
+    assert stopped["span-1:0"] == STOPPED_REASON
+    assert stopped["span-1:1"] == STOPPED_UNSTARTED_REASON

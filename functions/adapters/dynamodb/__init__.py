@@ -7,13 +7,15 @@ Every write is conditional: creates use ``attribute_not_exists``; job transition
 The store is split by concern: ``items`` (the items' shapes), ``base`` (client, error translation,
 queries, the live-job UpdateItem), ``jobs``, ``notifications`` and ``ledger`` (accounts, grants and
 the settlement), ``members`` (an account's members, on its item), ``arrays`` (array parents,
-children and their roll-up). Calls are made directly on a
+children and their roll-up), ``array_spans`` (an array's spans through the quota and the
+dispatcher). Calls are made directly on a
 typed ``DynamoDBClient`` inside
 ``functions.adapters.errors.translate_errors``.
 """
 
 from __future__ import annotations
 
+from functions.adapters.dynamodb.array_spans import ArraySpanRecords
 from functions.adapters.dynamodb.arrays import BATCH_GET_KEYS, ArrayRecords
 from functions.adapters.dynamodb.base import STORE_UNAVAILABLE
 from functions.adapters.dynamodb.items import (
@@ -42,7 +44,9 @@ __all__ = [
 ]
 
 
-class DynamoJobStore(QuotaRecords, JobRecords, NotificationClaims, ArrayRecords, MemberRecords):
+class DynamoJobStore(
+    ArraySpanRecords, QuotaRecords, JobRecords, NotificationClaims, ArrayRecords, MemberRecords
+):
     """``JobRepository`` on three DynamoDB tables (see ``functions.adapters.tables``).
 
     Every UpdateItem of a job is conditional on the job being alive (its key exists and its ``ttl``

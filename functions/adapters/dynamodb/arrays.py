@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from botocore.exceptions import ClientError
 
+from functions.adapters.dynamodb.array_spans import child_release_items
 from functions.adapters.dynamodb.base import LIVE_JOB, store_errors
 from functions.adapters.dynamodb.items import (
     METER_PARTITION,
@@ -59,8 +60,9 @@ class ArrayRecords(AccountsAndLedger):
         settled_at_most: Decimal | None,
         now: datetime,
     ) -> None:
-        """The child's write, its parent's counters, and a settlement's ledger entry and balance
-        change, in one ``TransactWriteItems`` (see ``JobRepository.save_child_event``).
+        """The child's write, its parent's counters, and a settlement's ledger entry, balance change
+        and quota release (``array_spans.child_release_items``), in one ``TransactWriteItems`` (see
+        ``JobRepository.save_child_event``).
 
         The parent's counters move with ``SET #c.#from = #c.#from - 1, #c.#to = #c.#to + 1`` (no
         read-modify-write of the parent, so siblings' events do not conflict); the child's own
@@ -93,6 +95,9 @@ class ArrayRecords(AccountsAndLedger):
         ]
         if entry is not None:
             items += self._charge_items(entry)
+        if transition.settles and self._quotas:
+            # The child's units go back as it ends (``array_spans``; nothing for one holding none).
+            items += child_release_items(self._quotas, child)
         self._transact(items, parent_id, self._parent_missing)
 
     def _parent_rollup(
@@ -140,13 +145,17 @@ class ArrayRecords(AccountsAndLedger):
         ttl = deserialize_item(dict(old)).get("ttl")
         return ttl is not None and int(ttl) <= self._now_epoch()
 
-    def start_array(self, job_id: str, started_at: datetime, now: datetime) -> bool:
+    def start_array(
+        self, job_id: str, started_at: datetime, now: datetime, *, keep_reason: bool = False
+    ) -> bool:
         """Queued → Running for an array parent whose first child started (history gets Starting
-        and Running, so both notifications are owed once). ``RecordMissing`` when it is gone."""
+        and Running, so both notifications are owed once); with ``keep_reason``, its ``statusReason``
+        (the quota reason of an array with children still held) stays. ``RecordMissing`` when it is
+        gone."""
         started = self._update_job(
             job_id,
             "SET #s = :running, statusHistory = list_append(statusHistory, :entered), startedAt = :at, "
-            "meterPartition = :metered, lastEventAt = :now REMOVE statusReason",
+            "meterPartition = :metered, lastEventAt = :now" + ("" if keep_reason else " REMOVE statusReason"),
             condition="#s = :queued",
             names={"#s": "status"},
             values={

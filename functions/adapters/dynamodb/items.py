@@ -22,6 +22,8 @@ from functions.domain.jobs import (
     LedgerKind,
     NotificationRecord,
     PayloadKind,
+    QueuedSpan,
+    WithdrawnSpan,
 )
 from functions.domain.machine_classes import GeoZone
 from functions.domain.notifications import rules_from_json, rules_to_json
@@ -202,15 +204,56 @@ def _job_from_item(item: dict[str, Any]) -> Job:
         submitted_by=item.get("submittedBy"),
         dispatch_state=DispatchState(item["dispatchState"]) if item.get("dispatchState") else None,
         dispatch_claimed_at=_opt_time(item.get("dispatchClaimedAt")),
+        array_admitted=int(item.get("arrayAdmitted", 0)),
+        array_queue=_queued_spans(item.get("arrayQueue")),
+        array_withdrawn=tuple(
+            WithdrawnSpan(int(w["offset"]), int(w["count"]), str(w["reason"]))
+            for w in item.get("arrayWithdrawn", [])
+        ),
     )
+
+
+def span_queue_entry(span: QueuedSpan) -> dict[str, Any]:
+    """One entry of a parent's ``arrayQueue`` map (keyed by the span's offset as a string):
+    ``{"count": n, "state": "Admitted"|"Dispatching"[, "claimedAt": sortable time]}``."""
+    entry: dict[str, Any] = {"count": span.count, "state": span.state.value}
+    if span.claimed_at is not None:
+        entry["claimedAt"] = to_sortable(span.claimed_at)
+    return entry
+
+
+def _queued_spans(queue: dict[str, Any] | None) -> tuple[QueuedSpan, ...]:
+    spans = [
+        QueuedSpan(
+            int(offset),
+            int(entry["count"]),
+            DispatchState(entry["state"]),
+            _opt_time(entry.get("claimedAt")),
+        )
+        for offset, entry in (queue or {}).items()
+    ]
+    return tuple(sorted(spans, key=lambda s: s.offset))
 
 
 def _array_values(job: Job) -> dict[str, Any]:
     """The array attributes of a parent's item: ``creditsSettled`` (credits) and ``arraySpans`` (its
-    Batch job ids, offset order)."""
-    if job.type == JobType.ARRAY:
-        return {"creditsSettled": job.credits_settled, "arraySpans": list(job.array_spans) or None}
-    return {}
+    Batch job ids, in the order AWS Batch took them); for a parent admitted through the quota and the
+    dispatcher, ``arrayAdmitted``, ``arrayQueue`` and ``arrayWithdrawn`` (``Job``)."""
+    if job.type != JobType.ARRAY:
+        return {}
+    values: dict[str, Any] = {
+        "creditsSettled": job.credits_settled,
+        "arraySpans": list(job.array_spans) or None,
+    }
+    if job.dispatch_state is not None:
+        # Admitted through the dispatcher (``functions.logic.array_admission``): the span queue is a map
+        # from the start, so a span's entry is one ``SET arrayQueue.#offset`` (a nested path needs it).
+        values["arrayAdmitted"] = job.array_admitted
+        values["arrayQueue"] = {str(s.offset): span_queue_entry(s) for s in job.array_queue}
+        values["arrayWithdrawn"] = [
+            {"offset": w.offset, "count": w.count, "reason": w.reason} for w in job.array_withdrawn
+        ] or None
+    return values
 
 
 def account_from_item(item: dict[str, Any]) -> Account:

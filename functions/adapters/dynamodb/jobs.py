@@ -328,28 +328,34 @@ class JobRecords(StoreBase):
             if not job.is_final and to_sortable(job.last_event_at or job.submitted_at) < before:
                 yield job
 
-    def list_queued_job_ids(self, machine_class: str, geo_zone: GeoZone) -> list[str]:
-        """The ids of the not-final top-level jobs of ``machine_class`` in ``geo_zone`` still
-        ``Queued``: one paged Query of the sparse ``unfinished`` index (it holds the class, zone,
-        status and type), filtered on them and on the TTL, reading no job."""
+    def list_waiting_job_ids(self, machine_class: str, geo_zone: GeoZone) -> tuple[list[str], list[str]]:
+        """(single jobs still ``Queued``, unfinished arrays) of ``machine_class`` in ``geo_zone``, by id:
+        one paged Query of the sparse ``unfinished`` index (it holds the class, zone, status and type),
+        filtered on them and on the TTL, reading no job."""
         kwargs: dict[str, Any] = {
             "TableName": self._jobs,
             "IndexName": "unfinished",
             "KeyConditionExpression": "openPartition = :p",
             "FilterExpression": (
-                "machineClass = :class AND geoZone = :zone AND #status = :queued AND #type <> :child"
+                "machineClass = :class AND geoZone = :zone"
+                " AND ((#status = :queued AND #type = :single) OR #type = :array)"
             ),
-            "ProjectionExpression": "jobId",
+            "ProjectionExpression": "jobId, #type",
             "ExpressionAttributeNames": {"#status": "status", "#type": "type"},
             "ExpressionAttributeValues": {
                 ":p": serialize_value(OPEN_PARTITION),
                 ":class": serialize_value(machine_class),
                 ":zone": serialize_value(geo_zone.value),
                 ":queued": serialize_value(JobStatus.QUEUED.value),
-                ":child": serialize_value(JobType.ARRAY_CHILD.value),
+                ":single": serialize_value(JobType.SINGLE.value),
+                ":array": serialize_value(JobType.ARRAY.value),
             },
         }
-        return [str(item["jobId"]) for item in self._query(**self._not_expired_filter(kwargs))]
+        singles: list[str] = []
+        arrays: list[str] = []
+        for item in self._query(**self._not_expired_filter(kwargs)):
+            (arrays if item.get("type") == JobType.ARRAY.value else singles).append(str(item["jobId"]))
+        return singles, arrays
 
     def list_unfinished_jobs_on(self, account_id: str, compute: str) -> Iterator[Job]:
         """The account's not-final top-level jobs on dedicated compute ``compute``: the sparse

@@ -337,7 +337,12 @@ class QuotaRecords(StoreBase):
             demand = Demand(QuotaKey.parse(str(item["key"])), int(item["units"]), int(item["vcpus"]))
             job_id = str(item["entry"]).removeprefix(held_prefix(demand.key))
             reason = item.get("reason")
-            held.append(HeldJob(job_id, demand, str(reason) if reason is not None else None))
+            child = (
+                Demand(demand.key, int(item["childUnits"]), int(item["childVcpus"]))
+                if "childUnits" in item
+                else None
+            )
+            held.append(HeldJob(job_id, demand, str(reason) if reason is not None else None, child))
         return held
 
     def _counter_update(
@@ -362,6 +367,10 @@ class QuotaRecords(StoreBase):
             "vcpus": demand.vcpus,
             "reason": job.status_reason,
         }
+        if job.type == JobType.ARRAY:
+            # Admitted a span at a time (``array_spans.ArraySpanRecords.admit_span``): one child's units.
+            child = demand_of(machine_class(job.machine_class), job.geo_zone)
+            held.update(childUnits=child.units, childVcpus=child.vcpus)
         items: list[TransactWriteItemTypeDef] = [
             {
                 "Put": {
@@ -466,15 +475,15 @@ class QuotaRecords(StoreBase):
         """The transaction items that give back what ``job`` (as read) holds when it ends: an admitted
         job's units in use, a held job's queued units and its ``held#`` item (only while it exists, so a
         job admitted since it was read cancels the settlement: the caller re-reads). Nothing for a job
-        outside the quota (an array's child, one on a dedicated compute, one submitted before quotas) or
-        a store without them.
+        outside this release (an array or its child: ``array_spans`` releases theirs; one on a dedicated
+        compute, one submitted before quotas) or a store without them.
 
         With ``unless_queued``, an admitted job's release of the account's total holds only while the
         total has no units queued (``QUEUED_NONE``): its success proves no held job waits for them."""
         if (
             not self._quotas
             or job.dispatch_state is None
-            or job.type == JobType.ARRAY_CHILD
+            or job.type != JobType.SINGLE
             or job.compute is not None
         ):
             return []

@@ -153,8 +153,10 @@ def _idempotent_submit(services: Services) -> tuple[SubmitOnce, IdempotencyConfi
     summary="Submit a job",
     description=(
         "The job is stored and answered at once; it is sent to AWS Batch when its account's quota "
-        "admits it (until then it is Queued with statusReason `Waiting for quota: ...`). A job that "
-        "alone exceeds its machine family's quota answers 400 `QuotaExceeded`."
+        "admits it (until then it is Queued with statusReason `Waiting for quota: ...`). An array job "
+        "(arrayItems, arrayItemsKey) is admitted span by span, each span sized to the quota's free room, "
+        "and keeps that statusReason while children of it wait. A job (an array's child) that alone "
+        "exceeds its machine family's quota answers 400 `QuotaExceeded`."
     ),
     responses=_responses(202, _json(JobView, "Accepted"), 400, 402, 409, 413, 503),
 )

@@ -16,9 +16,10 @@ ZoneName = Literal["UnitedStates", "EuropeanUnion"]
 
 class QuotaView(ApiModel):
     """One machine family in one geo zone: its limit, what the account's jobs hold (``inUse``), what
-    its held jobs wait for (``queued``) and what its dedicated computes reserve (``reserved``), in
-    ``unit`` (vCPUs; GPUs for the GPU family). A job is admitted, and a compute created, only while
-    ``inUse + reserved`` plus its own units stay within ``limit``."""
+    its held jobs wait for (``queued``: an array's children not yet in a span count there) and what
+    its dedicated computes reserve (``reserved``), in ``unit`` (vCPUs; GPUs for the GPU family). A job
+    (an array's span) is admitted, and a compute created, only while ``inUse + reserved`` plus its own
+    units stay within ``limit``."""
 
     family: FamilyName
     geoZone: ZoneName
