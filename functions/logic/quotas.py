@@ -25,9 +25,16 @@ from typing import TYPE_CHECKING
 
 from aws_lambda_powertools import Logger
 
-from functions.domain.errors import ConditionFailed, Conflict, DependencyFailed, NotFound, ValidationFailed
+from functions.domain.errors import (
+    ConditionFailed,
+    Conflict,
+    DependencyFailed,
+    NotFound,
+    QuotaExceeded,
+    ValidationFailed,
+)
 from functions.domain.fleet import AuditAction, AuditEntry, account_target
-from functions.domain.jobs import DispatchState, Job
+from functions.domain.jobs import DispatchState, Job, JobType
 from functions.domain.machine_classes import GeoZone, MachineClass
 from functions.domain.quotas import (
     AdmissionPlan,
@@ -238,9 +245,48 @@ def _admission_pass(
     # A key without room for one job: its held jobs are not read, only its oldest, for its reason.
     for key in quiet:
         oldest = store.list_held_jobs(account_id, key, limit=1)
+        if oldest and _end_if_never_fits(services, oldest[0], limits):
+            return True  # the next oldest is looked at in the next pass
         if oldest:
             _refresh_reason(services, oldest[0], plan.usage, limits)
     return False
+
+
+#: The ``statusReason`` of a held job ended because its quota was lowered below what it needs alone.
+QUOTA_LOWERED_REASON = "The account's quota was lowered while it waited: {detail}"
+
+
+def _end_if_never_fits(services: Services, job: HeldJob, limits: QuotaLimits) -> bool:
+    """End a held job that can never be admitted under ``limits``: it (an array: one child) alone
+    holds more than its family's limit or the account's total, because an operator lowered them after
+    it was held. Left held, it would wait for good at the head of its family and zone, and hold back
+    every job behind it while the quota is free. A single job ends ``Terminated``, free
+    (``dispatch.end_undispatched``), an array's children not in AWS Batch likewise
+    (``array_admission.withdraw_unsent``), with ``QUOTA_LOWERED_REASON`` (the same sentence a submit
+    of it would get as a 400 ``QuotaExceeded``). Returns True when it ended the job."""
+    demand = job.next_demand
+    if demand.units <= limits.limit(demand.key) and demand.vcpus <= limits.total_limit:
+        return False
+    stored = services.store.get_job(job.job_id)
+    if stored is None or stored.is_final:
+        return False
+    try:
+        check_fits_alone(demand, limits, stored.machine_class)
+    except QuotaExceeded as exc:
+        reason = QUOTA_LOWERED_REASON.format(detail=exc.message)
+    else:  # the limits read now and the held item's demand disagree: leave it to the next pass
+        return False
+    now = services.clock()
+    if stored.type == JobType.ARRAY:
+        from functions.logic.array_admission import withdraw_unsent  # it imports this module
+
+        withdraw_unsent(services, stored, reason, now)
+    else:
+        from functions.logic.dispatch import end_undispatched  # it imports this module
+
+        end_undispatched(services, stored, reason, now)
+    logger.warning("held job ended: quota lowered below it", job_id=job.job_id)
+    return True
 
 
 def _offer(
@@ -256,6 +302,8 @@ def _offer(
     ``admitted``): True when it went (an array: every child of it is in a span now, or it is gone),
     False when its key stops here (its reason refreshed), None when a write lost a race (the caller
     re-reads)."""
+    if _end_if_never_fits(services, job, limits):
+        return True  # ended: the next of its key is offered
     if job.child is not None:
         # An array: admitted a span at a time (its units are its children's not yet in a span).
         from functions.logic.array_admission import SpanAdmission, admit_spans  # it imports dispatch

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import Any
 
 import boto3
@@ -14,9 +15,10 @@ from functions.adapters.dynamodb.operations import DynamoOperationsStore
 from functions.adapters.tables import IDEMPOTENCY, create_table_request
 from functions.domain.errors import ConditionFailed
 from functions.domain.fleet import AuditAction, AuditEntry
+from functions.domain.jobs import DispatchState
 from functions.domain.machine_classes import GeoZone
 from functions.domain.quotas import Family, QuotaKey, QuotaLimits
-from tests.integration.conftest import Stack
+from tests.integration.conftest import Stack, finish
 
 ADMIN = {"account_id": "admin", "groups": "admin"}
 PATH = "/admin/accounts/dev/quotas"
@@ -236,3 +238,40 @@ def test_a_limit_that_is_not_a_json_integer_is_400_and_changes_nothing(
     assert answer["error"]["field"] == field
     assert stack.services.store.get_quota_limits("dev").limit(BASIC_US) == 64
     assert audit_entries(stack) == []
+
+
+def test_a_held_job_the_lowered_quota_can_never_admit_ends_and_holds_nothing_back(stack: Stack) -> None:
+    # Given Basic in UnitedStates at 4 vCPUs: one Basic4x16 job admitted, a second held behind it
+    four = [{"family": "Basic", "geoZone": "UnitedStates", "limit": 4}]
+    assert stack.api("PUT", PATH, body={"quotas": four}, **ADMIN)[0] == 200
+    big = {"code": "1", "machineClass": "Basic4x16", "geoZone": "UnitedStates"}
+    first = stack.api("POST", "/jobs", body=big)[1]["jobId"]
+    held = stack.api("POST", "/jobs", body=big)[1]["jobId"]
+    waiting = stack.services.store.get_job(held)
+    assert waiting is not None and waiting.dispatch_state == DispatchState.HELD
+    balance = stack.balance("dev")
+
+    # When an operator lowers it to 2: the held job could never go (4 vCPUs alone)
+    two = [{"family": "Basic", "geoZone": "UnitedStates", "limit": 2}]
+    assert stack.api("PUT", PATH, body={"quotas": two}, **ADMIN)[0] == 200
+
+    # Then it ends Terminated, free, saying why, and gives back what it queued
+    _, ended = stack.api("GET", f"/jobs/{held}")
+    assert ended["status"] == "Terminated", ended
+    assert ended["statusReason"] == (
+        "The account's quota was lowered while it waited: Basic4x16 needs 4 vCPUs but the account's Basic "
+        "quota in UnitedStates is 2 vCPUs; ask an operator for a higher quota"
+    ), ended["statusReason"]
+    assert Decimal(str(ended["creditsSpent"])) == Decimal("0.0000")
+    # And once the first ends, a job that fits goes at once: nothing stays held in front of it
+    finish(stack, first)
+    small = stack.api("POST", "/jobs", body={"code": "1", "machineClass": "Basic1x8"})[1]
+    stored = stack.services.store.get_job(small["jobId"])
+    assert stored is not None and stored.batch_job_id is not None and stored.status_reason is None
+    _, quotas = stack.api("GET", "/account/quotas")
+    line = next(q for q in quotas["quotas"] if (q["family"], q["geoZone"]) == ("Basic", "UnitedStates"))
+    assert (line["inUse"], line["queued"]) == (1, 0)
+    # The first job's minute (60 s billed at least; Basic4x16 at 180 credits/hour), nothing for the held.
+    settled = stack.services.store.get_job(first)
+    assert settled is not None and settled.credits_spent == Decimal("3.0000")
+    assert stack.balance("dev") == balance - Decimal("3.0000")
