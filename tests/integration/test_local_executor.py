@@ -35,7 +35,7 @@ from functions.ports import BatchSubmission
 from remote_batch.local.bus import EventBus
 from remote_batch.local.executor import LocalBatchExecutor
 from remote_batch.local.recovery import remove_leftover_jobs
-from remote_batch.local.sandbox import ProcessRegistry, Sandbox, SandboxKind
+from remote_batch.local.sandbox import ProcessRegistry, Sandbox, SandboxKind, kill_marked_processes
 
 REGION = "eu-central-1"
 LOG_GROUP = "/remote-batch/jobs"
@@ -247,6 +247,14 @@ def _job_process(batch_job_id: str, cmdline: list[str], timeout: float = 5) -> i
                     return int(process.pid)
         time.sleep(0.02)
     raise AssertionError(f"no {cmdline} process for the job")
+
+
+def _carries(process: psutil.Process, marker: str) -> bool:
+    """Whether ``process`` has ``AWS_BATCH_JOB_ID`` = ``marker`` (False once it is gone)."""
+    try:
+        return bool(process.environ().get("AWS_BATCH_JOB_ID") == marker)
+    except psutil.Error:
+        return False
 
 
 def _ignores_sigterm(pid: int, timeout: float = 5) -> bool:
@@ -783,6 +791,7 @@ def test_worker_dies_with_a_killed_executor():
         workers = psutil.Process(host.pid).children()
         assert len(workers) == 1
         job_dir = Path(workers[0].cwd())
+        marker = workers[0].environ()["AWS_BATCH_JOB_ID"]
 
         # When the executor is SIGKILLed (no chance to clean up)
         host.kill()
@@ -793,6 +802,11 @@ def test_worker_dies_with_a_killed_executor():
         # (nobody was left to remove the job's directory)
         assert job_dir.name.startswith("remote-batch-job-")
         shutil.rmtree(job_dir)
+        # And what the stack's restart does for such a job (remove_leftover_jobs: every process still
+        # carrying its marker) leaves nothing: under load a sandbox's inner bwrap (its PID namespace's
+        # init) was seen orphaned before it could arrange to die with its parent, asleep for good.
+        kill_marked_processes(frozenset({marker}))
+        assert _eventually(lambda: not [p for p in _fake_workers() if _carries(p, marker)])
     finally:
         host.kill()
         host.wait(5)
