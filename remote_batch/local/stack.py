@@ -12,8 +12,8 @@ import logging
 import os
 import socket
 import threading
-from dataclasses import dataclass
-from datetime import UTC, datetime
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -195,6 +195,7 @@ class LocalStack:
             },
             dispatch=dispatch_queue,
         )
+        services = replace(services, idle_stop_minute=timedelta(seconds=config.idle_stop_minute))
         install(services)
         restore_dedicated_computes(services, executor, last_alive)
         lambdas = LocalLambdas(settings.home_region)
