@@ -53,7 +53,7 @@ def _shared_loader(search_path_string: str | None = None) -> botocore.loaders.Lo
     return loader
 
 
-botocore.session.create_loader = _shared_loader  # type: ignore[attr-defined]
+botocore.session.create_loader = _shared_loader
 
 
 @pytest.fixture
