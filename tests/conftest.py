@@ -15,6 +15,13 @@ from hypothesis import settings
 settings.register_profile("remote-batch", deadline=None)
 settings.load_profile("remote-batch")
 
+# One BLAS/OpenMP thread per process (numpy, scikit-learn: the worker tests and the jobs of the local
+# stack, which inherits this environment). Their default, a thread per core, spins on a 2-core machine
+# that pytest, moto and the jobs already share: a 1-second scikit-learn fit took 4 s, and 20 s on a loaded
+# machine. The results are the same; a variable set by the caller is kept.
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+
 # No test may reach real AWS, whatever the machine's environment holds.
 for _var in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL"):
     os.environ.pop(_var, None)
