@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Protocol
 
@@ -634,6 +634,9 @@ class Services:
     # Dedicated computes (None: the deployment has none) and the prefix of their AWS Batch names.
     compute_store: ComputeRepository | None = None
     compute_prefix: str = ""
+    # How long one minute of a compute's ``idleStopMinutes`` lasts: a minute, but on a local stack
+    # given ``REMOTE_BATCH_IDLE_STOP_MINUTE_SECONDS`` (its end-to-end tests).
+    idle_stop_minute: timedelta = timedelta(minutes=1)
 
 
 # -- dedicated compute (``functions.domain.computes``) -------------------------------------------------

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 
+import botocore.loaders
+import botocore.session
 import pytest
 from hypothesis import settings
 
@@ -12,6 +14,13 @@ from hypothesis import settings
 # bound each property test's run.
 settings.register_profile("remote-batch", deadline=None)
 settings.load_profile("remote-batch")
+
+# One BLAS/OpenMP thread per process (numpy, scikit-learn: the worker tests and the jobs of the local
+# stack, which inherits this environment). Their default, a thread per core, spins on a 2-core machine
+# that pytest, moto and the jobs already share: a 1-second scikit-learn fit took 4 s, and 20 s on a loaded
+# machine. The results are the same; a variable set by the caller is kept.
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
 
 # No test may reach real AWS, whatever the machine's environment holds.
 for _var in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL"):
@@ -30,6 +39,28 @@ os.environ.update(
         "POWERTOOLS_LOG_LEVEL": "WARNING",
     }
 )
+
+
+# One botocore data loader per data path for the whole test process. botocore gives every new Session a
+# new Loader, which parses the endpoint rules and each service's model JSON again (about 0.1 s a
+# client); moto's ``mock_aws`` starts every test on a fresh default session, and each moto stack builds
+# its own Session, so each integration test paid about 0.7 s of JSON parsing before it ran (and ~2 s on
+# a loaded machine). The files are read-only data shipped with botocore: sharing their parsed form is
+# what one Session already does for all of its clients. The product's own Lambdas build one Session
+# per cold start, so nothing here changes what they do.
+_LOADERS: dict[str | None, botocore.loaders.Loader] = {}
+_create_loader = botocore.loaders.create_loader
+
+
+def _shared_loader(search_path_string: str | None = None) -> botocore.loaders.Loader:
+    """``botocore.loaders.create_loader``, memoized on the search path (``AWS_DATA_PATH``)."""
+    loader = _LOADERS.get(search_path_string)
+    if loader is None:
+        loader = _LOADERS[search_path_string] = _create_loader(search_path_string)
+    return loader
+
+
+botocore.session.create_loader = _shared_loader
 
 
 @pytest.fixture

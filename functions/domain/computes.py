@@ -601,13 +601,15 @@ def job_on_compute_note(name: str) -> str:
 
 
 # -- schedules -----------------------------------------------------------------------------------------
-def idle_expired(compute: Compute, now: datetime) -> bool:
-    """True when a Running compute with an idle stop has had no job for ``idle_stop_minutes``."""
+def idle_expired(compute: Compute, now: datetime, minute: timedelta = timedelta(minutes=1)) -> bool:
+    """True when a Running compute with an idle stop has had no job for ``idle_stop_minutes``
+    minutes, each ``minute`` long (a real minute but on a local stack told otherwise, so its tests
+    need not wait whole minutes)."""
     minutes = compute.schedules.idle_stop_minutes
     if compute.status != ComputeStatus.RUNNING or minutes is None or compute.running_since is None:
         return False
     last = max(compute.running_since, compute.last_activity_at or compute.running_since)
-    return now - last >= timedelta(minutes=minutes)
+    return now - last >= minute * minutes
 
 
 def scheduled_request(schedules: Schedules, since: datetime | None, now: datetime) -> ComputeRequest | None:

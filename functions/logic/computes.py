@@ -489,7 +489,7 @@ def _decide(
         return scheduled, SCHEDULED_START
     if scheduled == ComputeRequest.STOP and compute.status in (ComputeStatus.RUNNING, ComputeStatus.STARTING):
         return scheduled, SCHEDULED_STOP
-    if idle_expired(compute, now):
+    if idle_expired(compute, now, services.idle_stop_minute):
         return ComputeRequest.STOP, IDLE_STOP.format(minutes=compute.schedules.idle_stop_minutes)
     return None
 

@@ -15,6 +15,7 @@ from remote_batch.local.executor.rate_limit import DEFAULT_SUBMIT_TPS
 DEFAULT_PORT = 8787
 DEFAULT_METER_INTERVAL_SECONDS = 60.0
 DEFAULT_SNAPSHOT_INTERVAL_SECONDS = 5.0
+DEFAULT_IDLE_STOP_MINUTE_SECONDS = 60.0
 DEFAULT_HOME = ".remote-batch"
 DEFAULT_WARM_WORKERS = 2
 HOST = "127.0.0.1"
@@ -63,6 +64,10 @@ class LocalConfig:
     batch_submit_tps : int
         SubmitJob calls the local Batch gateway accepts per second (``REMOTE_BATCH_BATCH_TPS``,
         default 50 as AWS Batch); more are refused with ``TooManyRequestsException``.
+    idle_stop_minute : float
+        Seconds one minute of a dedicated compute's ``idleStopMinutes`` lasts
+        (``REMOTE_BATCH_IDLE_STOP_MINUTE_SECONDS``, default 60; the end-to-end tests set a few seconds
+        so an idle stop of 1 minute is seen without waiting a minute).
     """
 
     home: Path
@@ -79,6 +84,7 @@ class LocalConfig:
     rate_burst: int = ACCOUNT_BURST
     warm_workers: int = DEFAULT_WARM_WORKERS
     batch_submit_tps: int = DEFAULT_SUBMIT_TPS
+    idle_stop_minute: float = DEFAULT_IDLE_STOP_MINUTE_SECONDS
 
     @property
     def state_dir(self) -> Path:
@@ -115,6 +121,9 @@ class LocalConfig:
                 )
             ),
             batch_submit_tps=_optional_int(environ, "REMOTE_BATCH_BATCH_TPS") or DEFAULT_SUBMIT_TPS,
+            idle_stop_minute=_number(
+                environ, "REMOTE_BATCH_IDLE_STOP_MINUTE_SECONDS", DEFAULT_IDLE_STOP_MINUTE_SECONDS
+            ),
         )
 
 

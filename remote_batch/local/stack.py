@@ -12,8 +12,8 @@ import logging
 import os
 import socket
 import threading
-from dataclasses import dataclass
-from datetime import UTC, datetime
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -185,16 +185,19 @@ class LocalStack:
             self._dispatch, region=settings.home_region, account=LOCAL_ACCOUNT_ID
         )
         gateways = _zone_gateways(executor, settings)
-        services = build_services(
-            settings,
-            session=clients.session,
-            batch_gateways=gateways,
-            notifier=outbox,
-            fleets=gateways,
-            compute_environments={
-                zone: executor.compute_environments(z.region) for zone, z in settings.zones.items()
-            },
-            dispatch=dispatch_queue,
+        services = replace(
+            build_services(
+                settings,
+                session=clients.session,
+                batch_gateways=gateways,
+                notifier=outbox,
+                fleets=gateways,
+                compute_environments={
+                    zone: executor.compute_environments(z.region) for zone, z in settings.zones.items()
+                },
+                dispatch=dispatch_queue,
+            ),
+            idle_stop_minute=timedelta(seconds=config.idle_stop_minute),
         )
         install(services)
         restore_dedicated_computes(services, executor, last_alive)

@@ -3,7 +3,8 @@ compute; started it is Running; a job on it starts before the same job on the bu
 stopped, its ledger charge is its running seconds × rate exactly; an idle stop of 1 minute stops it
 by itself. A stop ends the jobs on it; after a ``kill -9`` of the stack a started compute is billed
 only up to the stack's last sign of life, then Stopped. The stack has 2 vCPUs (the compute reserves
-1) and a 1-second meter."""
+1), a 1-second meter and idle-stop minutes of ``IDLE_MINUTE`` seconds
+(``REMOTE_BATCH_IDLE_STOP_MINUTE_SECONDS``), so the idle stop of "1 minute" is seen in seconds."""
 
 from __future__ import annotations
 
@@ -19,14 +20,22 @@ import pytest
 from tests.e2e.conftest import Client, LocalStackProcess, _free_port, wait_for
 
 RATE = Decimal(60)  # Basic1x8's credits per hour (DESIGN.md), count 1
+IDLE_MINUTE = 5  # seconds one minute of idleStopMinutes lasts on this module's stack
+# Seconds the stack stays dead after its kill -9: well past the 1 s "alive" stamp and the 2 s slack of
+# the billing check, so billing any of the outage fails it.
+OUTAGE = 4
 
 
 @pytest.fixture(scope="module")
 def two_cpu_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStackProcess]:
-    """A local stack of its own with 2 vCPUs, so the shared queue's capacity is known."""
+    """A local stack of its own with 2 vCPUs, so the shared queue's capacity is known, and idle-stop
+    minutes of ``IDLE_MINUTE`` seconds."""
     root = tmp_path_factory.mktemp("compute-stack")
     process = LocalStackProcess(
-        root / "home", _free_port(), {"REMOTE_BATCH_LOCAL_VCPUS": "2"}, new_session=True
+        root / "home",
+        _free_port(),
+        {"REMOTE_BATCH_LOCAL_VCPUS": "2", "REMOTE_BATCH_IDLE_STOP_MINUTE_SECONDS": str(IDLE_MINUTE)},
+        new_session=True,
     )
     process.start()
     yield process
@@ -126,18 +135,22 @@ def test_dedicated_compute_lifecycle_charges_and_idle_stop(two_cpu_stack: LocalS
     assert [Decimal(str(e["credits"])) for e in job_entries] == [Decimal(0)]
     assert job_entries[0]["compute"] == "lab"
 
-    # An idle stop of 1 minute stops it by itself.
+    # An idle stop of 1 minute (IDLE_MINUTE seconds on this stack) stops it by itself, no sooner.
     schedules = dev.request("PUT", "/account/computes/lab/schedules", json={"idleStopMinutes": 1})
     assert schedules.status_code == 200 and Client.body(schedules)["schedules"]["idleStopMinutes"] == 1
     dev.post("/account/computes/lab/start")
     _wait_compute(dev, "lab", "Running", 20)
     idle_from = time.monotonic()
-    idle = _wait_compute(dev, "lab", "Stopped", 90)
+    idle = _wait_compute(dev, "lab", "Stopped", 30 + IDLE_MINUTE)
     print(f"idle stop after {time.monotonic() - idle_from:.1f} s: {idle['statusReason']}")
     assert idle["statusReason"] == "Stopped: idle for 1 min"
     second = _compute_entries(dev)
     assert len(second) == 2
     assert sum(Decimal(str(e["credits"])) for e in second) == Decimal(str(idle["creditsSpent"]))
+    (idle_entry,) = [e for e in second if e not in entries]
+    idle_seconds = int(idle_entry["note"].split(": ")[1].split(" s at")[0])
+    assert idle_seconds >= IDLE_MINUTE, idle_entry
+    assert Decimal(str(idle_entry["credits"])) == _cost(idle_seconds)
 
     # Delete → gone (its queue, then its compute environment).
     deleted = dev.request("DELETE", "/account/computes/lab")
@@ -171,7 +184,7 @@ def test_a_stop_ends_its_jobs_and_a_crash_bills_no_outage(two_cpu_stack: LocalSt
     time.sleep(2)
     killed_at = datetime.now(UTC)
     two_cpu_stack.kill_group()
-    time.sleep(8)
+    time.sleep(OUTAGE)
     two_cpu_stack.start()
     dev = two_cpu_stack.client("dev")
     after = _compute(dev, "lab2")
@@ -183,9 +196,10 @@ def test_a_stop_ends_its_jobs_and_a_crash_bills_no_outage(two_cpu_stack: LocalSt
     billed = int(last["note"].split(": ")[1].split(" s at")[0])
     up_to_kill = (killed_at - since).total_seconds()
     print(
-        f"lab2 up {up_to_kill:.1f} s before the kill, dead 8 s: billed {billed} s ({last['credits']} credits)"
+        f"lab2 up {up_to_kill:.1f} s before the kill, dead {OUTAGE} s: "
+        f"billed {billed} s ({last['credits']} credits)"
     )
-    # Billed up to the last alive stamp (rewritten every second): never the 8 s outage.
+    # Billed up to the last alive stamp (rewritten every second): never the outage.
     assert up_to_kill - 2 <= billed <= math.ceil(up_to_kill), (billed, up_to_kill)
     assert Decimal(str(last["credits"])) == _cost(billed)
 

@@ -222,7 +222,7 @@ def test_a_burst_is_absorbed_below_the_gateway_rate_and_every_job_runs_once(
         line = basic_us(client)
         return True if (line["inUse"], line["queued"]) == (0, 0) else None
 
-    wait_for(nothing_held_or_running, 60 + len(accepted) * 1.5, "every accepted job to end", interval=2)
+    wait_for(nothing_held_or_running, 60 + len(accepted) * 1.5, "every accepted job to end", interval=0.5)
     everything = listed_statuses(client)
     succeeded = [j for j in accepted if everything[j] == "Succeeded"]
     assert len(succeeded) == len(accepted), [(j, everything[j]) for j in accepted if j not in succeeded][:3]

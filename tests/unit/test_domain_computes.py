@@ -311,6 +311,20 @@ def test_idle_stop_counts_from_the_last_job_or_the_start() -> None:
     assert not idle_expired(_compute(schedules=Schedules(idle_stop_minutes=1)), T0 + timedelta(hours=1))
 
 
+def test_an_idle_stop_counts_minutes_of_the_given_length() -> None:
+    # A local stack's end-to-end tests make a minute 4 s long (REMOTE_BATCH_IDLE_STOP_MINUTE_SECONDS).
+    running = _compute(
+        status=ComputeStatus.RUNNING,
+        running_since=T0,
+        settled_until=T0,
+        schedules=Schedules(idle_stop_minutes=2),
+    )
+    minute = timedelta(seconds=4)
+    assert not idle_expired(running, T0 + timedelta(seconds=7, microseconds=999_999), minute)
+    assert idle_expired(running, T0 + timedelta(seconds=8), minute)
+    assert not idle_expired(running, T0 + timedelta(minutes=1, seconds=59))
+
+
 def test_the_quota_a_compute_holds() -> None:
     gpu = reservation_of(_compute(machine_class="GPU4xL4", count=2, geo_zone=GeoZone.EUROPEAN_UNION))
     assert (gpu.key.name, gpu.units, gpu.vcpus) == ("GPU#EuropeanUnion", 8, 96)
