@@ -49,7 +49,7 @@ from aws_lambda_powertools import Logger
 from functions.domain.arrays import plan_spans, span_dispatch_id, span_job_name
 from functions.domain.computes import resource_name
 from functions.domain.errors import BatchRefused, DependencyFailed
-from functions.domain.jobs import DispatchState, Job, QueuedSpan
+from functions.domain.jobs import ABORTED_BY_USER, DispatchState, Job, QueuedSpan
 from functions.domain.machine_classes import machine_class
 from functions.domain.quotas import AdmissionPlan, Demand, HeldJob, QuotaLimits
 from functions.ports import BatchSubmission, Services
@@ -267,9 +267,11 @@ def _record(services: Services, parent_id: str, offset: int, batch_job_id: str) 
     if recorded is None:
         logger.warning("span recorded by another writer", job_id=parent_id, offset=offset)
         return
-    if recorded.termination_reason and not recorded.is_final:
+    # An ending array (aborted while this SubmitJob was in flight), or one that ended meanwhile.
+    if recorded.termination_reason or recorded.is_final:
         try:
-            services.zones[recorded.geo_zone].batch.terminate_job(batch_job_id, recorded.termination_reason)
+            why = recorded.termination_reason or recorded.status_reason or ABORTED_BY_USER
+            services.zones[recorded.geo_zone].batch.terminate_job(batch_job_id, why)
         except DependencyFailed:
             # The meter's reconciliation ends it: the array's reason is recorded.
             logger.exception("span of an ending array not terminated yet", job_id=parent_id, offset=offset)

@@ -29,7 +29,7 @@ from aws_lambda_powertools import Logger
 from functions.domain.arrays import parse_span_dispatch_id
 from functions.domain.computes import resource_name
 from functions.domain.errors import BatchRefused, ConditionFailed, DependencyFailed, RecordMissing
-from functions.domain.jobs import DispatchState, Job, Transition
+from functions.domain.jobs import ABORTED_BY_USER, DispatchState, Job, Transition
 from functions.domain.machine_classes import GeoZone, machine_class
 from functions.domain.quotas import QuotaLimits
 from functions.domain.status import JobStatus, statuses_between
@@ -368,14 +368,23 @@ def _submission(services: Services, job: Job) -> BatchSubmission:
 
 def _after_submit(services: Services, claimed: Job, recorded: Job | None, batch_job_id: str) -> None:
     """What follows SubmitJob's answer once recorded: the count, a dedicated compute's activity, and the
-    termination of a job aborted while SubmitJob was in flight (the abort recorded its reason)."""
+    termination of a job aborted while SubmitJob was in flight (the abort recorded its reason), or
+    ended meanwhile: an abort that read it admitted as this dispatcher claimed it ends it ``Terminated``
+    in DynamoDB, free, and AWS Batch must not run it then (its events would be ignored: unbilled
+    work). TerminateJob of a Batch job that is final already changes nothing."""
     from functions.logic.submission import terminate  # submission imports this module
 
     services.events.count("JobsDispatched")
     logger.info("job dispatched", job_id=claimed.job_id, batch_job_id=batch_job_id)
     if claimed.compute is not None:
         note_job_submitted(services, claimed.account_id, claimed.compute, services.clock())
-    if recorded is not None and not recorded.is_final and recorded.termination_reason:
+    if recorded is None:
+        return
+    if recorded.is_final:
+        reason = recorded.status_reason or recorded.termination_reason or ABORTED_BY_USER
+        logger.warning("job ended while its SubmitJob was in flight", job_id=claimed.job_id)
+        services.zones[claimed.geo_zone].batch.terminate_job(batch_job_id, reason)
+    elif recorded.termination_reason:
         terminate(services, recorded, recorded.termination_reason)
 
 

@@ -16,7 +16,7 @@ import pytest
 
 from functions import bootstrap
 from functions.domain.errors import BatchRefused, DependencyFailed
-from functions.domain.jobs import BatchJobState, DispatchState, JobType, PayloadKind
+from functions.domain.jobs import ABORTED_BY_USER, BatchJobState, DispatchState, JobType, PayloadKind
 from functions.domain.machine_classes import GeoZone
 from functions.domain.quotas import Family, QuotaKey, QuotaLimits
 from functions.domain.status import JobStatus
@@ -178,6 +178,38 @@ def test_a_job_aborted_before_its_turn_is_never_submitted(stack: Stack, queued: 
     assert (status, job["status"]) == (202, "Terminated")
     assert dispatcher.handler(sqs_event([job_id]), FakeLambdaContext()) == {"batchItemFailures": []}
     assert stack.batch[US].submissions == []
+    assert basic_us_line(stack)["inUse"] == 0
+
+
+def test_a_job_an_abort_ends_while_its_submit_job_is_in_flight_is_terminated_in_aws_batch(
+    stack: Stack, queued: RecordingQueue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from functions.handlers import dispatcher
+
+    # Given an abort that read the job admitted, and ends it while the dispatcher's SubmitJob is in
+    # flight (the dispatcher claimed it between the abort's read and its write)
+    job_id = stack.api("POST", "/jobs", body=SLEEPER)[1]["jobId"]
+    as_read = stack.services.store.get_job(job_id)
+    assert as_read is not None and as_read.dispatch_state == DispatchState.ADMITTED
+    fake = stack.batch[US]
+    submit = fake.submit_job
+
+    def submit_while_aborted(submission: Any) -> str:
+        batch_job_id = submit(submission)
+        dispatch.end_undispatched(stack.services, as_read, ABORTED_BY_USER, stack.clock())
+        return batch_job_id
+
+    monkeypatch.setattr(fake, "submit_job", submit_while_aborted)
+
+    # When the dispatcher records SubmitJob's answer
+    assert dispatcher.handler(sqs_event([job_id]), FakeLambdaContext()) == {"batchItemFailures": []}
+
+    # Then the job stays Terminated and free, and AWS Batch is told to terminate what it took: left
+    # running, its events would be ignored for a final job (work never billed)
+    _, job = stack.api("GET", f"/jobs/{job_id}")
+    assert (job["status"], job["statusReason"]) == ("Terminated", ABORTED_BY_USER)
+    assert Decimal(str(job["creditsSpent"])) == Decimal("0.0000")
+    assert fake.terminations == [(fake.submitted_ids[0], ABORTED_BY_USER)]
     assert basic_us_line(stack)["inUse"] == 0
 
 
