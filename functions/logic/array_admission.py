@@ -288,13 +288,20 @@ def refuse(services: Services, parent_id: str, offset: int, reason: str) -> Job 
 
 
 def withdraw_unsent(
-    services: Services, parent: Job, reason: str, now: datetime, *, claimed_offset: int | None = None
+    services: Services,
+    parent: Job,
+    reason: str,
+    now: datetime,
+    *,
+    claimed_offset: int | None = None,
+    admit_next: bool = True,
 ) -> Job:
     """End every child of ``parent`` that AWS Batch does not have and no dispatcher is submitting
     (the held remainder, the ``Admitted`` spans; with ``claimed_offset``, that span too, whose claim
     is the caller's) ``Terminated`` with ``reason``, free, in one transaction
     (``JobRepository.withdraw_spans``), then have the account's held jobs admitted into the units
-    given back and settle the parent if every child is final now (``array_events.finish_array``).
+    given back (not with ``admit_next`` False: the caller is an admission pass, which goes on by
+    itself) and settle the parent if every child is final now (``array_events.finish_array``).
 
     Returns the parent as stored after.
 
@@ -320,7 +327,7 @@ def withdraw_unsent(
         if store.withdraw_spans(current, spans, reason, now):
             ended = remaining + sum(s.count for s in spans)
             logger.info("array children withdrawn", job_id=parent.job_id, children=ended, reason=reason)
-            if current.compute is None:
+            if current.compute is None and admit_next:
                 try:
                     request_admission(services, current.account_id)
                 except DependencyFailed:

@@ -450,10 +450,15 @@ def _settle_stranded(services: Services, job: Job, now: datetime) -> ClaimRecove
     return ClaimRecovery.REQUEUED
 
 
-def end_undispatched(services: Services, job: Job, reason: str, now: datetime) -> Job:
+def end_undispatched(
+    services: Services, job: Job, reason: str, now: datetime, *, admit_next: bool = True
+) -> Job:
     """End a job that AWS Batch never ran (held, admitted, or refused): ``Terminated`` with ``reason``,
     nothing charged, its quota given back in the same transaction (``JobRepository.settle``), then the
     account's next held jobs admitted and the job's notifications sent.
+
+    With ``admit_next`` False the account's held jobs are not asked to be admitted (the caller is an
+    admission pass, which goes on by itself).
 
     Returns the job as stored after (as it was when it turned out final already).
 
@@ -489,7 +494,7 @@ def end_undispatched(services: Services, job: Job, reason: str, now: datetime) -
             current = fresh
             continue
         logger.info("job ended before aws batch ran it", job_id=job.job_id, reason=after.status_reason)
-        if current.holds_quota or current.dispatch_state == DispatchState.HELD:
+        if admit_next and (current.holds_quota or current.dispatch_state == DispatchState.HELD):
             request_admission(services, current.account_id)
         deliver_due_notifications(services, after, now, raise_on_failure=False)
         return services.store.get_job(current.job_id) or after

@@ -34,7 +34,7 @@ from functions.domain.errors import (
     ValidationFailed,
 )
 from functions.domain.fleet import AuditAction, AuditEntry, account_target
-from functions.domain.jobs import DispatchState, Job, JobType
+from functions.domain.jobs import OUT_OF_CREDITS, DispatchState, Job, JobType
 from functions.domain.machine_classes import GeoZone, MachineClass
 from functions.domain.quotas import (
     AdmissionPlan,
@@ -176,6 +176,8 @@ def admit_waiting(services: Services, account_id: str, limits: QuotaLimits | Non
         waiting = sorted((key for key, units in usage.queued.items() if units > 0), key=lambda k: k.name)
         if not waiting:
             break
+        if not admitted and _end_held_out_of_credits(services, account_id, waiting):
+            break
         limits = limits or store.get_quota_limits(account_id)
         plan = AdmissionPlan(usage, limits)
         raced = _admission_pass(services, account_id, plan, limits=limits, waiting=waiting, admitted=admitted)
@@ -252,6 +254,37 @@ def _admission_pass(
     return False
 
 
+def _end_held_out_of_credits(services: Services, account_id: str, waiting: Sequence[QuotaKey]) -> bool:
+    """When the account's balance is not positive: end its held jobs ``Terminated``, free, with
+    ``Account out of credits`` (an array: its children not in AWS Batch), as the meter ends its running
+    jobs and a submit is refused (402), instead of admitting work nobody pays for. Ends at most a page
+    per family and zone (``HELD_READ_CAP``) and asks for another admission when more may be left.
+    Returns True when the balance was not positive (nothing is to be admitted)."""
+    account = services.store.get_account(account_id)
+    if account is not None and account.credit_balance > 0:
+        return False
+    from functions.logic.array_admission import withdraw_unsent  # it imports this module
+    from functions.logic.dispatch import end_undispatched, request_admission  # dispatch imports this
+
+    now = services.clock()
+    more = False
+    for key in waiting:
+        page = services.store.list_held_jobs(account_id, key, limit=HELD_READ_CAP)
+        more = more or len(page) == HELD_READ_CAP
+        for held in page:
+            job = services.store.get_job(held.job_id)
+            if job is None or job.is_final:
+                continue
+            if job.type == JobType.ARRAY:
+                withdraw_unsent(services, job, OUT_OF_CREDITS, now, admit_next=False)
+            else:
+                end_undispatched(services, job, OUT_OF_CREDITS, now, admit_next=False)
+    logger.warning("held jobs ended: account out of credits", account_id=account_id, more=more)
+    if more:
+        request_admission(services, account_id)
+    return True
+
+
 #: The ``statusReason`` of a held job ended because its quota was lowered below what it needs alone.
 QUOTA_LOWERED_REASON = "The account's quota was lowered while it waited: {detail}"
 
@@ -280,11 +313,11 @@ def _end_if_never_fits(services: Services, job: HeldJob, limits: QuotaLimits) ->
     if stored.type == JobType.ARRAY:
         from functions.logic.array_admission import withdraw_unsent  # it imports this module
 
-        withdraw_unsent(services, stored, reason, now)
+        withdraw_unsent(services, stored, reason, now, admit_next=False)
     else:
         from functions.logic.dispatch import end_undispatched  # it imports this module
 
-        end_undispatched(services, stored, reason, now)
+        end_undispatched(services, stored, reason, now, admit_next=False)
     logger.warning("held job ended: quota lowered below it", job_id=job.job_id)
     return True
 

@@ -398,3 +398,41 @@ def test_an_admission_request_admits_the_accounts_held_jobs_once_per_delivered_b
     assert queued.sent == [first, held[0]]
     states = {j.job_id: j.dispatch_state for j in stack.services.store.get_jobs(held)}
     assert states == {held[0]: DispatchState.ADMITTED, held[1]: DispatchState.HELD}
+
+
+def test_held_jobs_of_an_account_out_of_credits_end_instead_of_running_unpaid(stack: Stack) -> None:
+    # Given carol with 1 credit and a Basic quota of 1 vCPU: one job admitted, a job and an array held
+    stack.add_account("carol", "1")
+    status, body = stack.api(
+        "PUT",
+        "/admin/accounts/carol/quotas",
+        body={"quotas": [{"family": "Basic", "geoZone": "UnitedStates", "limit": 1}]},
+        **ADMIN,
+    )
+    assert status == 200, body
+    carol = {"account_id": "carol"}
+    first = stack.api("POST", "/jobs", body={"code": "1"}, **carol)[1]["jobId"]
+    held = stack.api("POST", "/jobs", body={"code": "2"}, **carol)[1]["jobId"]
+    array = stack.api("POST", "/jobs", body={"code": "item", "arrayItems": [1, 2, 3]}, **carol)[1]["jobId"]
+    for job_id in (held, array):
+        stored = stack.services.store.get_job(job_id)
+        assert stored is not None and stored.dispatch_state == DispatchState.HELD
+
+    # When the first job's charge (its 60 s minimum: 1 credit) leaves the balance at 0
+    finish(stack, first)
+    assert stack.balance("carol") == Decimal("0.0000")
+
+    # Then nothing more is admitted to run unpaid: the held job and the array's children end
+    # Terminated, free, out of credits (as the meter ends running jobs), and nothing is left queued
+    reasons = {
+        held: "Account out of credits",
+        array: "3 of 3 children terminated (first: index 0, Account out of credits)",
+    }
+    for job_id, reason in reasons.items():
+        _, job = stack.api("GET", f"/jobs/{job_id}", **carol)
+        assert (job["status"], job["statusReason"]) == ("Terminated", reason), job
+        assert Decimal(str(job["creditsSpent"])) == Decimal("0.0000")
+    assert [s.job_name for s in stack.batch[US].submissions] == [first]
+    _, quotas = stack.api("GET", "/account/quotas", **carol)
+    line = next(q for q in quotas["quotas"] if (q["family"], q["geoZone"]) == ("Basic", "UnitedStates"))
+    assert (line["inUse"], line["queued"]) == (0, 0)

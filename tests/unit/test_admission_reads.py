@@ -7,12 +7,14 @@ changes."""
 from __future__ import annotations
 
 from dataclasses import replace
+from decimal import Decimal
 from typing import Any, cast
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from functions.domain.jobs import Account
 from functions.domain.machine_classes import MACHINE_CLASSES, GeoZone
 from functions.domain.quotas import (
     ALL_KEYS,
@@ -48,6 +50,15 @@ class HeldStore:
 
     def get_quota_usage(self, account_id: str) -> Usage:
         return self.usage
+
+    def get_account(self, account_id: str) -> Account:
+        """An account with credits (one out of credits has its held jobs ended, not admitted)."""
+        return Account(account_id, Decimal(100))
+
+    def get_job(self, job_id: str) -> None:
+        """No job records in this model: a held job that can never fit its limit stays held here, as
+        ``plan_admissions`` rules (its ending is tests/integration/test_admin_quotas.py's)."""
+        return None
 
     def get_quota_limits(self, account_id: str) -> QuotaLimits:
         return self.limits
