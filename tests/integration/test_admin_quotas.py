@@ -225,11 +225,11 @@ def test_a_family_and_zone_listed_twice_is_400_and_changes_nothing(stack: Stack)
     [
         ({"quotas": [{"family": "Basic", "geoZone": "UnitedStates", "limit": True}]}, "quotas[0].limit"),
         ({"quotas": [{"family": "Basic", "geoZone": "UnitedStates", "limit": "2"}]}, "quotas[0].limit"),
-        ({"quotas": [{"family": "Basic", "geoZone": "UnitedStates", "limit": 2.0}]}, "quotas[0].limit"),
+        ({"quotas": [{"family": "Basic", "geoZone": "UnitedStates", "limit": 2.5}]}, "quotas[0].limit"),
         ({"quotas": [], "total": "100"}, "total"),
     ],
 )
-def test_a_limit_that_is_not_a_json_integer_is_400_and_changes_nothing(
+def test_a_limit_that_is_not_a_whole_json_number_is_400_and_changes_nothing(
     stack: Stack, body: dict[str, Any], field: str
 ) -> None:
     status, answer = stack.api("PUT", PATH, body=body, **ADMIN)
@@ -275,3 +275,12 @@ def test_a_held_job_the_lowered_quota_can_never_admit_ends_and_holds_nothing_bac
     settled = stack.services.store.get_job(first)
     assert settled is not None and settled.credits_spent == Decimal("3.0000")
     assert stack.balance("dev") == balance - Decimal("3.0000")
+
+
+def test_a_limit_written_as_a_whole_float_is_that_integer(stack: Stack) -> None:
+    # JSON has one number type and JSON Schema's "integer" is any number without a fraction: 2.0 is 2
+    body = {"quotas": [{"family": "Basic", "geoZone": "UnitedStates", "limit": 2.0}]}
+    status, answer = stack.api("PUT", PATH, body=body, **ADMIN)
+
+    assert status == 200, answer
+    assert stack.services.store.get_quota_limits("dev").limit(BASIC_US) == 2

@@ -66,6 +66,10 @@ CreditsIn = Annotated[
     ),
 ]
 
+# A count in a request (a compute's count, a quota limit, maxVcpus): a JSON number without a fraction,
+# as JSON Schema's "integer" (2 and 2.0 alike); a string or a boolean is refused, not converted.
+WholeNumber = Annotated[int, BeforeValidator(_json_integer)]
+
 # timeConstraint in a request: whole seconds of Running time, > 0, at most 30 days, or null.
 TimeConstraintIn = (
     Annotated[int, BeforeValidator(_json_integer), Field(gt=0, le=MAX_TIME_CONSTRAINT_SECONDS)] | None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import ConfigDict, Field, StrictInt
+from pydantic import ConfigDict, Field
 
 from functions.domain.computes import (
     MAX_COUNT,
@@ -16,7 +16,7 @@ from functions.domain.computes import (
 from functions.domain.machine_classes import MACHINE_CLASSES
 from functions.domain.text import CLOCK_PATTERN
 from functions.domain.timefmt import to_api_time
-from functions.handlers.api.models.common import ApiModel, Credits, geo_zone_field
+from functions.handlers.api.models.common import ApiModel, Credits, WholeNumber, geo_zone_field
 
 ComputeStatusName = Literal["Creating", "Starting", "Running", "Stopping", "Stopped", "Deleting", "Failed"]
 _CLOCK = CLOCK_PATTERN
@@ -35,7 +35,7 @@ class PutComputeBody(ApiModel):
     )
     geoZone: str = geo_zone_field("Automatic | UnitedStates | EuropeanUnion.")
     # Strict: a JSON number, not "2" (as creditConstraint and the other numbers of this API).
-    count: StrictInt = Field(
+    count: WholeNumber = Field(
         default=1, ge=1, le=MAX_COUNT, description=f"Machines of the class (1..{MAX_COUNT})."
     )
 

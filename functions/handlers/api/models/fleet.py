@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import ConfigDict, Field, StrictInt
+from pydantic import ConfigDict, Field
 
 from functions.domain.fleet import MAX_REASON_CHARS, MAX_VCPUS_LIMIT, AuditEntry, QueueState
 from functions.domain.text import LABEL_PATTERN
 from functions.domain.timefmt import to_api_time
-from functions.handlers.api.models.common import ApiModel
+from functions.handlers.api.models.common import ApiModel, WholeNumber
 from functions.logic.fleet import MachineClassStatus
 
 StateName = Literal["ENABLED", "DISABLED"]
@@ -47,8 +47,8 @@ class CapacityBody(ApiModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    # StrictInt: a JSON number; "2" and true are refused, as every other count of the API is.
-    maxVcpus: StrictInt = Field(
+    # A JSON number without a fraction; "2" and true are refused, as every other count of the API is.
+    maxVcpus: WholeNumber = Field(
         ge=0,
         le=MAX_VCPUS_LIMIT,
         description="maxvCpus of each compute environment of the class's job queue (0 stops new instances).",

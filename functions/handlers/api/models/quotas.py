@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import ConfigDict, Field, StrictInt
+from pydantic import ConfigDict, Field
 
 from functions.domain.quotas import MAX_LIMIT
-from functions.handlers.api.models.common import ApiModel
+from functions.handlers.api.models.common import ApiModel, WholeNumber
 from functions.logic.quotas import QuotaReport
 
 FamilyName = Literal["Basic", "Memory", "Compute", "GPU"]
@@ -54,8 +54,8 @@ class QuotaLimitIn(ApiModel):
 
     family: FamilyName
     geoZone: ZoneName
-    # StrictInt: a JSON number; "2" and true are refused, as every other count of the API is.
-    limit: StrictInt = Field(ge=0, le=MAX_LIMIT, description="vCPUs (GPUs for the GPU family) held at once")
+    # A JSON number without a fraction; "2" and true are refused, as every other count of the API is.
+    limit: WholeNumber = Field(ge=0, le=MAX_LIMIT, description="vCPUs (GPUs for the GPU family) held at once")
 
 
 class QuotasBody(ApiModel):
@@ -65,7 +65,7 @@ class QuotasBody(ApiModel):
     model_config = ConfigDict(extra="forbid")
 
     quotas: list[QuotaLimitIn] = Field(default_factory=list, max_length=8)
-    total: StrictInt | None = Field(default=None, ge=0, le=MAX_LIMIT)
+    total: WholeNumber | None = Field(default=None, ge=0, le=MAX_LIMIT)
 
 
 def quotas_view(report: QuotaReport) -> QuotasView:
