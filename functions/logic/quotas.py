@@ -34,7 +34,7 @@ from functions.domain.errors import (
     ValidationFailed,
 )
 from functions.domain.fleet import AuditAction, AuditEntry, account_target
-from functions.domain.jobs import OUT_OF_CREDITS, DispatchState, Job, JobType
+from functions.domain.jobs import OUT_OF_CREDITS, Account, DispatchState, Job, JobType
 from functions.domain.machine_classes import GeoZone, MachineClass
 from functions.domain.quotas import (
     AdmissionPlan,
@@ -176,8 +176,16 @@ def admit_waiting(services: Services, account_id: str, limits: QuotaLimits | Non
         waiting = sorted((key for key, units in usage.queued.items() if units > 0), key=lambda k: k.name)
         if not waiting:
             break
-        if not admitted and _end_held_out_of_credits(services, account_id, waiting):
-            break
+        if not admitted:
+            # The balance (and the limits, when not given) in one read: held jobs of an account out of
+            # credits end instead of going to AWS Batch.
+            if limits is None:
+                account, read_limits = store.get_account_and_quota_limits(account_id)
+                limits = read_limits or store.get_quota_limits(account_id)
+            else:
+                account = store.get_account(account_id)
+            if _end_held_out_of_credits(services, account_id, waiting, account):
+                break
         limits = limits or store.get_quota_limits(account_id)
         plan = AdmissionPlan(usage, limits)
         raced = _admission_pass(services, account_id, plan, limits=limits, waiting=waiting, admitted=admitted)
@@ -254,13 +262,15 @@ def _admission_pass(
     return False
 
 
-def _end_held_out_of_credits(services: Services, account_id: str, waiting: Sequence[QuotaKey]) -> bool:
+def _end_held_out_of_credits(
+    services: Services, account_id: str, waiting: Sequence[QuotaKey], account: Account | None
+) -> bool:
     """When the account's balance is not positive: end its held jobs ``Terminated``, free, with
     ``Account out of credits`` (an array: its children not in AWS Batch), as the meter ends its running
     jobs and a submit is refused (402), instead of admitting work nobody pays for. Ends at most a page
     per family and zone (``HELD_READ_CAP``) and asks for another admission when more may be left.
-    Returns True when the balance was not positive (nothing is to be admitted)."""
-    account = services.store.get_account(account_id)
+    Returns True when the balance (of ``account``, as just read) was not positive (nothing is to be
+    admitted)."""
     if account is not None and account.credit_balance > 0:
         return False
     from functions.logic.array_admission import withdraw_unsent  # it imports this module

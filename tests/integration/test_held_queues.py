@@ -121,10 +121,11 @@ def test_one_admission_pass_costs_the_same_requests_however_many_jobs_are_held(
     admitted, counts = dynamodb_requests(lambda: quotas.admit_waiting(stack.services, "dev"))
 
     assert admitted == basic_held[:2]
-    # The usage (Query) and the limits (GetItem); Basic's oldest 3 (one Query: the 2 that fit and the
+    # The usage (Query) and the account's balance with its limits (one BatchGetItem: an account out of
+    # credits has its held jobs ended, not admitted); Basic's oldest 3 (one Query: the 2 that fit and the
     # one that stops the key); 2 admissions; the third's new reason (the job and its held item); Memory,
     # with no room, only its oldest held job (one Query of one item) whose reason is still right.
-    assert counts == Counter({"Query": 3, "GetItem": 1, "TransactWriteItems": 2, "UpdateItem": 2})
+    assert counts == Counter({"Query": 3, "BatchGetItem": 1, "TransactWriteItems": 2, "UpdateItem": 2})
     store = stack.services.store
     reasons = {j.job_id: j.status_reason for j in store.get_jobs([basic_held[2], memory_held])}
     assert reasons == {
@@ -134,7 +135,7 @@ def test_one_admission_pass_costs_the_same_requests_however_many_jobs_are_held(
     # Nothing changed since: the pass reads each key's oldest job and writes nothing.
     admitted, counts = dynamodb_requests(lambda: quotas.admit_waiting(stack.services, "dev"))
     assert admitted == []
-    assert counts == Counter({"Query": 3, "GetItem": 1})
+    assert counts == Counter({"Query": 3, "BatchGetItem": 1})
 
 
 def test_held_items_of_the_earlier_layouts_are_moved_to_their_familys_range(stack: Stack) -> None:

@@ -55,6 +55,10 @@ class HeldStore:
         """An account with credits (one out of credits has its held jobs ended, not admitted)."""
         return Account(account_id, Decimal(100))
 
+    def get_account_and_quota_limits(self, account_id: str) -> tuple[Account, QuotaLimits]:
+        """The account (with credits) and its limits, as one read."""
+        return self.get_account(account_id), self.limits
+
     def get_job(self, job_id: str) -> None:
         """No job records in this model: a held job that can never fit its limit stays held here, as
         ``plan_admissions`` rules (its ending is tests/integration/test_admin_quotas.py's)."""
