@@ -32,7 +32,7 @@ from functions.ports import BatchSubmission
 from remote_batch.local.dispatch_queue import LocalDispatchQueue
 from tests.events import array_child_lifecycle, job_lifecycle
 from tests.fakes import FakeComputeEnvironments, FakeLambdaContext
-from tests.integration.conftest import Stack, finish
+from tests.integration.conftest import RecordingQueue, Stack, finish
 
 US = GeoZone.UNITED_STATES
 BASIC_US = QuotaKey(Family.BASIC, US)
@@ -234,28 +234,6 @@ def test_aborting_a_partly_dispatched_array_ends_its_held_children_free_and_term
     assert charged == {f"{job_id}:0", f"{job_id}:1"}
     assert basic_us_line(stack) == (0, 0)
     assert len(gateway.submissions) == 1
-
-
-class RecordingQueue:
-    """A ``DispatchQueue`` that keeps what was sent."""
-
-    def __init__(self) -> None:
-        self.sent: list[str] = []
-        self.admissions: list[str] = []
-
-    def send(self, job_ids: Any) -> None:
-        self.sent.extend(job_ids)
-
-    def request_admission(self, account_ids: Any) -> None:
-        self.admissions.extend(account_ids)
-
-
-@pytest.fixture
-def queued(stack: Stack) -> RecordingQueue:
-    recording = RecordingQueue()
-    stack.services = replace(stack.services, dispatch=recording)
-    bootstrap.install(stack.services)
-    return recording
 
 
 def test_a_post_with_a_queue_answers_202_without_aws_batch_and_an_abort_before_dispatch_is_free(
