@@ -47,7 +47,6 @@ from typing import TYPE_CHECKING
 from aws_lambda_powertools import Logger
 
 from functions.domain.arrays import plan_spans, span_dispatch_id, span_job_name
-from functions.domain.computes import resource_name
 from functions.domain.errors import BatchRefused, DependencyFailed
 from functions.domain.jobs import ABORTED_BY_USER, DispatchState, Job, QueuedSpan
 from functions.domain.machine_classes import machine_class
@@ -145,13 +144,9 @@ def _span_submission(services: Services, parent: Job, span: QueuedSpan) -> Batch
     """The span's SubmitJob: an array job of ``span.count`` children (a plain job for one), named
     ``span_job_name``, with ``REMOTE_BATCH_ARRAY_OFFSET``; a dedicated compute's job queue for an array
     on one."""
+    from functions.logic.dispatch import compute_job_queue  # dispatch imports this module
     from functions.logic.submission import batch_submission  # submission imports the dispatcher
 
-    job_queue = (
-        resource_name(services.compute_prefix, parent.account_id, parent.compute)
-        if parent.compute is not None
-        else None
-    )
     return batch_submission(
         parent,
         machine_class(parent.machine_class),
@@ -159,7 +154,7 @@ def _span_submission(services: Services, parent: Job, span: QueuedSpan) -> Batch
         job_name=span_job_name(parent.job_id, span.offset),
         environment={ARRAY_OFFSET_VARIABLE: str(span.offset)},
         array_size=span.count if span.count >= 2 else None,
-        job_queue=job_queue,
+        job_queue=compute_job_queue(services, parent),
     )
 
 

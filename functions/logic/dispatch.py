@@ -352,18 +352,21 @@ def _submission(services: Services, job: Job) -> BatchSubmission:
     job queue (``domain.computes``)."""
     from functions.logic.submission import batch_submission  # submission imports this module
 
-    job_queue = (
-        resource_name(services.compute_prefix, job.account_id, job.compute)
-        if job.compute is not None
-        else None
-    )
     return batch_submission(
         job,
         machine_class(job.machine_class),
         services.zones[job.geo_zone],
         job_name=job.job_id,
-        job_queue=job_queue,
+        job_queue=compute_job_queue(services, job),
     )
+
+
+def compute_job_queue(services: Services, job: Job) -> str | None:
+    """The job queue of the dedicated compute ``job`` (or an array) runs on (``domain.computes``), or
+    None for the class's shared queue."""
+    if job.compute is None:
+        return None
+    return resource_name(services.compute_prefix, job.account_id, job.compute)
 
 
 def _after_submit(services: Services, claimed: Job, recorded: Job | None, batch_job_id: str) -> None:
