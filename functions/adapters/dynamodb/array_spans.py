@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from functions.adapters.dynamodb.base import LIVE_JOB, store_errors
+from functions.adapters.dynamodb.base import LIVE_JOB
 from functions.adapters.dynamodb.items import (
     deserialize_item,
     serialize_item,
@@ -42,7 +42,6 @@ from functions.adapters.dynamodb.quotas import (
     usage_counter_update,
     usage_entry,
 )
-from functions.domain.errors import ConditionFailed
 from functions.domain.jobs import DispatchState, Job, QueuedSpan
 from functions.domain.machine_classes import machine_class
 from functions.domain.quotas import Demand, HeldJob, QuotaLimits, demand_of
@@ -152,12 +151,7 @@ class ArraySpanRecords(QuotaRecords):
             self._counter_update(account_id, usage_entry(child.key), units, -units, at_most=family_room),
             self._counter_update(account_id, TOTAL_ENTRY, vcpus, -vcpus, at_most=total_room),
         ]
-        try:
-            with store_errors("TransactWriteItems"):
-                self._db.transact_write_items(TransactItems=items)
-        except ConditionFailed:
-            return False
-        return True
+        return self._transact_if(items)
 
     def claim_span(self, parent_id: str, offset: int, now: datetime) -> Job | None:
         """Claim an admitted span for SubmitJob (``Admitted`` → ``Dispatching``, claimed at ``now``) while
@@ -306,9 +300,4 @@ class ArraySpanRecords(QuotaRecords):
                     queued=-child.vcpus * remaining,
                 ),
             ]
-        try:
-            with store_errors("TransactWriteItems"):
-                self._db.transact_write_items(TransactItems=items)
-        except ConditionFailed:
-            return False
-        return True
+        return self._transact_if(items)

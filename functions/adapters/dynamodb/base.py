@@ -104,6 +104,28 @@ class StoreBase:
         }
         return kwargs
 
+    def _batch_get(self, request: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+        """Every item a BatchGetItem of ``request`` (table → ``{"Keys", "ConsistentRead"}``) finds, by
+        table, as plain Python values; unprocessed keys are asked again (they come back in the
+        request's own shape: BatchGetItem reference)."""
+        found: dict[str, list[dict[str, Any]]] = {table: [] for table in request}
+        while request:
+            with store_errors("BatchGetItem"):
+                response = self._db.batch_get_item(RequestItems=request)
+            for table, items in response.get("Responses", {}).items():
+                found[table] += [deserialize_item(dict(item)) for item in items]
+            request = dict(response.get("UnprocessedKeys") or {})
+        return found
+
+    def _transact_if(self, items: list[TransactWriteItemTypeDef]) -> bool:
+        """``TransactWriteItems`` of ``items``; False (nothing written) when a condition failed."""
+        try:
+            with store_errors("TransactWriteItems"):
+                self._db.transact_write_items(TransactItems=items)
+        except ConditionFailed:
+            return False
+        return True
+
     def _query(self, **kwargs: Any) -> Iterator[dict[str, Any]]:
         """Every item a Query returns, page after page, as plain Python values."""
         while True:

@@ -148,14 +148,7 @@ class AccountsAndLedger(StoreBase):
             self._jobs: {"Keys": [serialize_item({"jobId": job_id})], "ConsistentRead": True},
             self._accounts: {"Keys": [serialize_item({"accountId": account_id})], "ConsistentRead": True},
         }
-        found: dict[str, list[dict[str, Any]]] = {self._jobs: [], self._accounts: []}
-        while request:
-            with store_errors("BatchGetItem"):
-                response = self._db.batch_get_item(RequestItems=request)
-            for table, items in response.get("Responses", {}).items():
-                found[table] += [deserialize_item(dict(item)) for item in items]
-            # The unprocessed keys come back in the request's own shape (BatchGetItem reference).
-            request = dict(response.get("UnprocessedKeys") or {})
+        found = self._batch_get(request)
         job = self._live_job(found[self._jobs][0], "get") if found[self._jobs] else None
         account = account_from_item(found[self._accounts][0]) if found[self._accounts] else None
         return job, account

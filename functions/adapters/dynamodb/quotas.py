@@ -240,14 +240,7 @@ class QuotaRecords(StoreBase):
         }
         if self._quotas:
             request[self._quotas] = {"Keys": [self._key(account_id, LIMITS_ENTRY)], "ConsistentRead": True}
-        found: dict[str, list[dict[str, Any]]] = {table: [] for table in request}
-        while request:
-            with store_errors("BatchGetItem"):
-                response = self._db.batch_get_item(RequestItems=request)
-            for table, items in response.get("Responses", {}).items():
-                found[table] += [deserialize_item(dict(item)) for item in items]
-            # The unprocessed keys come back in the request's own shape (BatchGetItem reference).
-            request = dict(response.get("UnprocessedKeys") or {})
+        found = self._batch_get(request)
         accounts = found[self._accounts]
         account = account_from_item(accounts[0]) if accounts else None
         if not self._quotas:
@@ -464,12 +457,7 @@ class QuotaRecords(StoreBase):
             ),
             self._counter_update(account_id, TOTAL_ENTRY, demand.vcpus, -demand.vcpus, at_most=total_room),
         ]
-        try:
-            with store_errors("TransactWriteItems"):
-                self._db.transact_write_items(TransactItems=items)
-        except ConditionFailed:
-            return False
-        return True
+        return self._transact_if(items)
 
     def release_items(self, job: Job, *, unless_queued: bool = False) -> list[TransactWriteItemTypeDef]:
         """The transaction items that give back what ``job`` (as read) holds when it ends: an admitted
