@@ -19,11 +19,16 @@ LAMBDA_BUNDLE := build/lambda/.built
 $(LAMBDA_CONSTRAINTS): functions/requirements.lock infra/lambda_bundle.py
 	$(PYTHON) -m infra.lambda_bundle constraints
 
-# Create the venv and install what is missing (re-runs when pyproject.toml or the lock changes).
-$(STAMP): pyproject.toml $(LAMBDA_CONSTRAINTS)
+# Create the venv and install what is missing (re-runs when a pyproject.toml or the lock changes): the client
+# (editable), the local stack's distribution, the dependency groups, and a .pth that puts this checkout on the
+# venv's path (functions/, worker/, infra/ are deployment assets, imported from here, never installed).
+$(STAMP): pyproject.toml remote_batch_local/pyproject.toml $(LAMBDA_CONSTRAINTS)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[client,local,worker,infra,dev]' -c $(LAMBDA_CONSTRAINTS)
+	$(BIN)/python -m pip install --quiet -e '.[client]' -e ./remote_batch_local \
+	  --group service --group worker --group infra --group dev -c $(LAMBDA_CONSTRAINTS)
+	$(BIN)/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))' \
+	  | xargs -I{} sh -c 'echo "$(CURDIR)" > {}/remote-batch-repository.pth'
 	touch $(STAMP)
 
 ## Build the Lambda layer (build/lambda/layer.zip) from the lock: wheels for the deployed runtime, from PyPI.
@@ -57,7 +62,7 @@ sandbox-tools:
 
 ## Start the whole service on this machine (moto + local Batch executor) at 127.0.0.1:8787.
 dev: $(STAMP) sandbox-tools
-	$(BIN)/python -m remote_batch.local
+	$(BIN)/python -m remote_batch_local
 
 ## Lint, type-check, then every test tier: unit, integration (moto), infra (CDK), e2e (local stack).
 test: $(STAMP) node_modules/.installed $(LAMBDA_BUNDLE) sandbox-tools
@@ -67,7 +72,7 @@ test: $(STAMP) node_modules/.installed $(LAMBDA_BUNDLE) sandbox-tools
 lint: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/ruff check .
-	$(BIN)/mypy functions worker remote_batch infra tests benchmarks
+	$(BIN)/mypy functions worker remote_batch remote_batch_local infra tests benchmarks
 
 format: $(STAMP)
 	$(BIN)/ruff format .

@@ -47,7 +47,7 @@ def _serve(home: Path) -> None:
     """Run the local stack in this process (the child), counting every AWS request it makes."""
     import botocore.client
 
-    from remote_batch.local import __main__ as local_main
+    from remote_batch_local import __main__ as local_main
 
     counts: Counter[str] = Counter()
     lock = threading.Lock()

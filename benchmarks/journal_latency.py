@@ -41,8 +41,8 @@ def _free_port() -> int:
 
 def _serve(journal: bool) -> None:
     """Run the local stack in this process (the child), with or without the journal."""
-    from remote_batch.local import __main__ as local_main
-    from remote_batch.local.journal import JournalingApp
+    from remote_batch_local import __main__ as local_main
+    from remote_batch_local.journal import JournalingApp
 
     if not journal:
         JournalingApp.enable = lambda self: None  # type: ignore[method-assign]

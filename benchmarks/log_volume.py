@@ -1,6 +1,6 @@
 """Does the local stack stay bounded while one job prints a gigabyte? (issue 10, "Done when")
 
-Starts ``python -m remote_batch.local`` in a temporary home, runs a warm-up job (so the Lambdas and
+Starts ``python -m remote_batch_local`` in a temporary home, runs a warm-up job (so the Lambdas and
 clients are loaded before the baseline is taken), then a Basic1x8 ``code`` job writing ``--megabytes``
 MB of 100-byte lines to stdout, 1 MB at a time. While it runs, every 0.1 s it samples the stack
 process's RSS (psutil; the job's own processes are not the stack's) and the age of

@@ -25,7 +25,7 @@ ratios of two things measured side by side vary much less):
    client made and one ``GetItem``. Medians of 7 rounds, each running every module of every tree in
    turn, timed inside the child (interpreter start excluded); the last tree once more the other way
    (its sources alone when it ships ``.pyc``, else compiled), so the ``.pyc``'s share shows.
-4. **Local stack** (``python -m remote_batch.local`` in a child, fresh home, 2 vCPUs, every request
+4. **Local stack** (``python -m remote_batch_local`` in a child, fresh home, 2 vCPUs, every request
    moto answers counted by a wrapper on moto's WSGI application): the ``2 + 2`` round trip (POST →
    Succeeded → result) vs a bare ``python -c "print(2 + 2)"``; the S3 PUT-class requests for the keys
    of one ``4`` job; 200 concurrent ``2 + 2`` submits (``notifications: "None"``), wall time until all
@@ -131,7 +131,7 @@ def _rule_delivers(event: dict[str, Any]) -> bool:
     """True when the tree's EventBridge rule delivers ``event`` to batch_events (its pattern, as the
     local bus applies it); a tree without a content filter delivers every event."""
     try:
-        from remote_batch.local.bus import matches_rule
+        from remote_batch_local.bus import matches_rule
     except ImportError:
         return True
     return matches_rule(event)
@@ -579,7 +579,7 @@ def _serve(counts_path: Path) -> None:
             time.sleep(0.2)
 
     threading.Thread(target=dump, name="bench-counts", daemon=True).start()
-    from remote_batch.local import __main__ as local_main
+    from remote_batch_local import __main__ as local_main
 
     sys.exit(local_main.main())
 

@@ -97,9 +97,9 @@ def _writer(clients: Any, table: str) -> Iterator[list[float]]:
 def _variant(home: Path, jobs: int, changed: int, images: bool) -> tuple[float, float]:
     from moto.moto_api._internal.models import moto_api_backend
 
-    from remote_batch.local.journal import Journal
-    from remote_batch.local.resources import AwsClients, MotoServer, local_settings, provision, table_name
-    from remote_batch.local.state import SnapshotScope, StateSnapshots
+    from remote_batch_local.journal import Journal
+    from remote_batch_local.resources import AwsClients, MotoServer, local_settings, provision, table_name
+    from remote_batch_local.state import SnapshotScope, StateSnapshots
 
     moto_api_backend.reset()
     server = MotoServer(Journal(home / "state" / "journal"))

@@ -1,5 +1,5 @@
 """remote-batch's client package: the Python SDK, the ``remote-batch`` CLI and the local stack
-(``remote_batch.local``).
+(``remote_batch_local``).
 
 Quick start (against ``make dev``'s local stack, or after ``remote-batch login``)::
 

@@ -9,7 +9,7 @@ import uuid
 from datetime import UTC, datetime
 from typing import Any
 
-from remote_batch.local.events import BatchAttempt, batch_job_state_change
+from remote_batch_local.events import BatchAttempt, batch_job_state_change
 
 ACCOUNT = "123456789012"
 REGION = "us-east-1"

@@ -1,4 +1,4 @@
-"""The local stack as a separate process (``python -m remote_batch.local``) and a client of its HTTP
+"""The local stack as a separate process (``python -m remote_batch_local``) and a client of its HTTP
 API: one starter shared by the end-to-end tests (``tests/e2e/conftest.py``) and the benchmarks that run
 the stack (``benchmarks/log_volume.py``), with a sampler of the stack's memory and snapshot age."""
 
@@ -102,7 +102,7 @@ class Client:
 
 
 class LocalStackProcess:
-    """``python -m remote_batch.local`` in a subprocess, with its home, port and console log."""
+    """``python -m remote_batch_local`` in a subprocess, with its home, port and console log."""
 
     def __init__(
         self, home: Path, port: int, extra_env: dict[str, str] | None = None, new_session: bool = False
@@ -139,7 +139,7 @@ class LocalStackProcess:
             (self.home.parent / f"stack-{self.starts}.out").open("wb") as out,
         ):
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "remote_batch.local"],
+                [sys.executable, "-m", "remote_batch_local"],
                 cwd=REPO_ROOT,
                 env=env,
                 stdout=out,

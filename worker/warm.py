@@ -1,6 +1,6 @@
 """``python -m worker.warm``: the worker started before its job is known (the local stack's warm pool).
 
-The local stack's executor (``remote_batch.local.executor.warm``) starts this in a job's sandbox ahead
+The local stack's executor (``remote_batch_local.executor.warm``) starts this in a job's sandbox ahead
 of need. It imports everything a job needs (``worker.entrypoint``: boto3, cloudpickle, the runner)
 and loads the S3 service model by building a throw-away client, then blocks reading its assignment
 from stdin: one JSON object, then end of file::

@@ -1,5 +1,5 @@
 """Which ``Batch Job State Change`` events can change a job: one EventBridge pattern for the deployed
-rule (``infra/constructs/events.py``) and the local stack's bus (``remote_batch/local/bus.py``).
+rule (``infra/constructs/events.py``) and the local stack's bus (``remote_batch_local/bus.py``).
 
 A PENDING or RUNNABLE event of a Single job's first attempt finds the job ``Queued`` (its status since
 submit; DESIGN.md "Status machine": SUBMITTED, PENDING, RUNNABLE → Queued) and changes nothing a user

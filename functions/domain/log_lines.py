@@ -8,7 +8,7 @@ How a long line reaches CloudWatch Logs (the source of the rules below):
   262,118 bytes, at a UTF-8 character boundary (so a part may be up to 3 bytes shorter), each with
   the line's timestamp (``processEvent``/``findValidSplit`` in moby's
   ``daemon/logger/awslogs/cloudwatchlogs.go``). CloudWatch keeps no marker: the parts are plain events.
-- The local stack's executor ships lines the same way (``remote_batch.local.executor``).
+- The local stack's executor ships lines the same way (``remote_batch_local.executor``).
 
 So a part that is continued is recognisable: it is 262,115..262,118 bytes of UTF-8 and the next
 event has the same millisecond. The reader joins such runs back into one line. A line that is only

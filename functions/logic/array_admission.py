@@ -383,7 +383,7 @@ def nudge_array(services: Services, parent: Job, now: datetime) -> None:
 
 
 def resume_array(services: Services, parent: Job) -> list[str]:
-    """After a crash of the local stack (``remote_batch.local.recovery``, rule 4): give back every span
+    """After a crash of the local stack (``remote_batch_local.recovery``, rule 4): give back every span
     claim (its SubmitJob went to the executor that died with the stack), enqueue the ``Admitted`` spans
     again and ask for an admission while children are held. Returns the spans' dispatch names."""
     from functions.logic import dispatch  # dispatch imports this module

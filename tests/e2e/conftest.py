@@ -1,4 +1,4 @@
-"""The local stack as a separate process (``python -m remote_batch.local``) and clients of its HTTP API.
+"""The local stack as a separate process (``python -m remote_batch_local``) and clients of its HTTP API.
 
 One stack per session, in a temporary ``REMOTE_BATCH_HOME`` on a free port, with a 1-second meter
 and snapshot interval. Tests talk to it only over HTTP (and read the outbox, as a person would).

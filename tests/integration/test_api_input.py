@@ -269,8 +269,8 @@ def test_the_local_gateway_builds_repeated_parameters_as_api_gateway_rest(stack)
 
     from werkzeug.test import EnvironBuilder
 
-    from remote_batch.local.gateway import proxy_event
-    from remote_batch.local.tokens import Principal
+    from remote_batch_local.gateway import proxy_event
+    from remote_batch_local.tokens import Principal
 
     request = EnvironBuilder(
         path="/jobs", query_string="limit=500&limit=2&status=Queued&empty="

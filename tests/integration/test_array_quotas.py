@@ -29,7 +29,7 @@ from functions.logic.array_admission import nudge_array
 from functions.logic.arrays import submit
 from functions.logic.job_events import apply_job_state_change
 from functions.ports import BatchSubmission
-from remote_batch.local.dispatch_queue import LocalDispatchQueue
+from remote_batch_local.dispatch_queue import LocalDispatchQueue
 from tests.events import array_child_lifecycle, job_lifecycle
 from tests.fakes import FakeComputeEnvironments, FakeLambdaContext
 from tests.integration.conftest import RecordingQueue, Stack, finish

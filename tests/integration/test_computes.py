@@ -400,7 +400,7 @@ def test_the_meter_ends_a_job_left_running_on_a_stopped_compute(
 def test_a_local_stack_restart_bills_a_running_compute_only_up_to_its_last_alive_stamp(
     stack: Stack, computes: FakeComputeEnvironments
 ) -> None:
-    from remote_batch.local.recovery_computes import recover_dedicated_computes
+    from remote_batch_local.recovery_computes import recover_dedicated_computes
 
     _running(stack, computes)
     stack.clock.advance(100.4)

@@ -1,6 +1,6 @@
 """AWS Batch array jobs in the local executor: real subprocesses, events on the bus (issue 12 item 8).
 
-What is asserted is AWS Batch's documented behaviour (``remote_batch.local.batch_arrays``): children
+What is asserted is AWS Batch's documented behaviour (``remote_batch_local.batch_arrays``): children
 ``<id>:<index>`` with the parent's name and ``arrayProperties.index``, queued for the host's vCPUs,
 each with ``AWS_BATCH_JOB_ARRAY_INDEX``; a parent that goes PENDING, then SUCCEEDED only if every child
 did, with ``arrayProperties.size`` and ``statusSummary``; TerminateJob of the parent cascading.
@@ -26,8 +26,8 @@ from moto.server import ThreadedMotoServer
 
 from functions.domain.errors import DependencyFailed
 from functions.ports import BatchSubmission
-from remote_batch.local.bus import EventBus
-from remote_batch.local.executor import LocalBatchExecutor, LocalBatchGateway
+from remote_batch_local.bus import EventBus
+from remote_batch_local.executor import LocalBatchExecutor, LocalBatchGateway
 
 REGION = "eu-central-1"
 LOG_GROUP = "/remote-batch/jobs"

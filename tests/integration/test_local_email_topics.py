@@ -10,8 +10,8 @@ import boto3
 from moto import mock_aws
 
 from functions.adapters.sns import SnsEmailSubscriptions, email_topic_arn
-from remote_batch.local.journal import Journal
-from remote_batch.local.state import SnapshotScope, StateSnapshots
+from remote_batch_local.journal import Journal
+from remote_batch_local.state import SnapshotScope, StateSnapshots
 
 PREFIX = "arn:aws:sns:us-east-1:123456789012:remote-batch-local-email-"
 

@@ -32,10 +32,10 @@ from moto.server import ThreadedMotoServer
 
 from functions.domain.errors import DependencyFailed
 from functions.ports import BatchSubmission
-from remote_batch.local.bus import EventBus
-from remote_batch.local.executor import LocalBatchExecutor
-from remote_batch.local.recovery import remove_leftover_jobs
-from remote_batch.local.sandbox import ProcessRegistry, Sandbox, SandboxKind, kill_marked_processes
+from remote_batch_local.bus import EventBus
+from remote_batch_local.executor import LocalBatchExecutor
+from remote_batch_local.recovery import remove_leftover_jobs
+from remote_batch_local.sandbox import ProcessRegistry, Sandbox, SandboxKind, kill_marked_processes
 
 REGION = "eu-central-1"
 LOG_GROUP = "/remote-batch/jobs"
@@ -425,7 +425,7 @@ def test_the_workers_operator_report_goes_to_the_executor_log_not_the_job_log(ma
     stack = make_stack()
     note = 'Traceback (most recent call last):\n  File "/opt/worker/x.py"\nRuntimeError: a worker bug\n'
 
-    with caplog.at_level(logging.WARNING, logger="remote_batch.local.executor"):
+    with caplog.at_level(logging.WARNING, logger="remote_batch_local.executor"):
         job_id = stack.gateway.submit_job(_submission(OPERATOR_NOTE=note, EXIT="2"))
         stack.delivered.wait_for(job_id, "FAILED")
 
@@ -755,7 +755,7 @@ EXECUTOR_PROCESS = textwrap.dedent(
     import sys, time
     from pathlib import Path
     from functions.ports import BatchSubmission
-    from remote_batch.local.executor import LocalBatchExecutor
+    from remote_batch_local.executor import LocalBatchExecutor
 
     class Bus:
         def publish(self, envelope):
@@ -990,7 +990,7 @@ def test_a_job_past_its_log_limit_is_ended_with_the_reason(make_stack, logs):
     assert stored["storedBytes"] == full * 99 + partial
 
 
-# -- dedicated computes (remote_batch/local/executor/computes.py) ---------------------------------------
+# -- dedicated computes (remote_batch_local/executor/computes.py) ---------------------------------------
 def _field(state: Any, name: str) -> Any:
     """A field of a describe's answer (None when the resource is gone)."""
     return getattr(state, name, None)

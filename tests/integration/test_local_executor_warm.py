@@ -27,9 +27,9 @@ import pytest
 from moto.server import ThreadedMotoServer
 
 from functions.ports import BatchSubmission
-from remote_batch.local.executor import LocalBatchExecutor
-from remote_batch.local.recovery import remove_leftover_jobs
-from remote_batch.local.sandbox import ProcessRegistry, SandboxKind, namespace_members
+from remote_batch_local.executor import LocalBatchExecutor
+from remote_batch_local.recovery import remove_leftover_jobs
+from remote_batch_local.sandbox import ProcessRegistry, SandboxKind, namespace_members
 
 REGION = "eu-central-1"
 LOG_GROUP = "/remote-batch/warm-jobs"
@@ -213,12 +213,12 @@ def _descendants() -> list[psutil.Process]:
 
 
 def _in_another_stack(process: psutil.Process) -> bool:
-    """Whether ``process`` runs under a ``python -m remote_batch.local`` of its own: the warm workers
+    """Whether ``process`` runs under a ``python -m remote_batch_local`` of its own: the warm workers
     of a stack another test's fixture keeps up in this session, not this test's executor's."""
     for parent in process.parents():
         if parent.pid == os.getpid():
             return False
-        if "remote_batch.local" in parent.cmdline():
+        if "remote_batch_local" in parent.cmdline():
             return True
     return False
 
@@ -408,8 +408,8 @@ EXECUTOR_PROCESS = textwrap.dedent(
     """
     import sys, time
     from pathlib import Path
-    from remote_batch.local.executor import LocalBatchExecutor
-    from remote_batch.local.sandbox import ProcessRegistry
+    from remote_batch_local.executor import LocalBatchExecutor
+    from remote_batch_local.sandbox import ProcessRegistry
 
     class Bus:
         def publish(self, envelope):

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from werkzeug.test import EnvironBuilder
 
-from remote_batch.local.gateway import ApiGateway
-from remote_batch.local.tokens import TokenStore
+from remote_batch_local.gateway import ApiGateway
+from remote_batch_local.tokens import TokenStore
 
 BODY = b'{"code":"1"}'
 
@@ -131,7 +131,7 @@ def test_the_servers_own_refusals_answer_the_json_error_body(
 
     from werkzeug.serving import make_server
 
-    from remote_batch.local.http_errors import JsonErrorRequestHandler
+    from remote_batch_local.http_errors import JsonErrorRequestHandler
 
     server = make_server("127.0.0.1", 0, gateway.app, threaded=True, request_handler=JsonErrorRequestHandler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)

@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 from moto.moto_api._internal.models import moto_api_backend
 
-from remote_batch.local.journal import Journal, replay
-from remote_batch.local.resources import AwsClients, MotoServer, local_settings, provision
-from remote_batch.local.state import SnapshotScope, StateSnapshots
+from remote_batch_local.journal import Journal, replay
+from remote_batch_local.resources import AwsClients, MotoServer, local_settings, provision
+from remote_batch_local.state import SnapshotScope, StateSnapshots
 
 PART = 5 * 1024 * 1024  # S3's smallest part but the last
 

@@ -12,7 +12,7 @@ import pytest
 from moto import mock_aws
 from moto.logs import models as moto_logs
 
-from remote_batch.local.logstore import PAGE_BYTES, DiskLogStream, LogStore
+from remote_batch_local.logstore import PAGE_BYTES, DiskLogStream, LogStore
 
 REGION = "us-east-1"
 GROUP = "/aws/batch/job"

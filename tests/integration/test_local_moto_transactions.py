@@ -1,4 +1,4 @@
-"""The local stack's TransactWriteItems on moto (remote_batch/local/moto_transactions.py): the same
+"""The local stack's TransactWriteItems on moto (remote_batch_local/moto_transactions.py): the same
 results and errors as moto's own method, rolled back item by item instead of copying whole tables."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from moto.dynamodb.models import DynamoDBBackend
 from moto.dynamodb.models.dynamo_type import Item
 from moto.dynamodb.models.table import Table
 
-from remote_batch.local import moto_transactions
+from remote_batch_local import moto_transactions
 
 Patcher = Callable[[bool], None]
 

@@ -15,11 +15,11 @@ from botocore.exceptions import ClientError
 from moto.moto_api._internal.models import moto_api_backend
 
 from functions.adapters.tables import ALL_TABLES
-from remote_batch.local import files, state
-from remote_batch.local.journal import Journal
-from remote_batch.local.resources import AwsClients, MotoServer, local_settings, provision, table_name
-from remote_batch.local.state import SnapshotScope, StateSnapshots
-from remote_batch.local.transport import InProcessTransport
+from remote_batch_local import files, state
+from remote_batch_local.journal import Journal
+from remote_batch_local.resources import AwsClients, MotoServer, local_settings, provision, table_name
+from remote_batch_local.state import SnapshotScope, StateSnapshots
+from remote_batch_local.transport import InProcessTransport
 
 
 @pytest.fixture

@@ -23,7 +23,7 @@ from functions.domain.status import JobStatus
 from functions.logic import dispatch, submission
 from functions.logic.job_events import apply_job_state_change
 from functions.ports import BatchSubmission
-from remote_batch.local.dispatch_queue import LocalDispatchQueue
+from remote_batch_local.dispatch_queue import LocalDispatchQueue
 from tests.fakes import FakeLambdaContext
 from tests.integration.conftest import RecordingQueue, Stack, finish, sqs_event
 

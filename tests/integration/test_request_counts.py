@@ -13,7 +13,7 @@ from functions.domain.jobs import DispatchState
 from functions.domain.machine_classes import GeoZone
 from functions.domain.quotas import Family, QuotaKey, QuotaLimits
 from functions.domain.status import JobStatus
-from remote_batch.local.bus import matches_rule
+from remote_batch_local.bus import matches_rule
 from tests.events import batch_event, job_lifecycle
 from tests.integration.conftest import finish
 

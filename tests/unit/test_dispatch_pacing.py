@@ -7,7 +7,7 @@ from botocore.exceptions import ClientError
 
 from functions.domain.errors import DependencyFailed
 from functions.logic.dispatch import BACKOFF_CAP_SECONDS, Pacer, backoff_seconds
-from remote_batch.local.executor.rate_limit import SubmitRateLimit
+from remote_batch_local.executor.rate_limit import SubmitRateLimit
 
 
 class FakeTime:

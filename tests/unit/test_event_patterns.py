@@ -9,7 +9,7 @@ import pytest
 from moto.events.models import EventPattern
 
 from functions.adapters.event_patterns import as_event_ruler_sees, job_changing_detail_pattern
-from remote_batch.local.bus import EventBus, matches_rule
+from remote_batch_local.bus import EventBus, matches_rule
 from tests.events import array_child_lifecycle, batch_event, job_lifecycle
 
 CREATED, STARTED, STOPPED = 1_764_000_000_000, 1_764_000_005_000, 1_764_000_065_000

@@ -1,5 +1,5 @@
 """Fair share across accounts: share identifiers (``functions.domain.fair_share``), the SubmitJob
-parameter, and the local executor's usage ranking (``remote_batch.local.executor.fair_share``)."""
+parameter, and the local executor's usage ranking (``remote_batch_local.executor.fair_share``)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from functions.adapters.batch import submit_job_request
 from functions.domain.fair_share import SHARE_BUCKETS, share_identifier
 from functions.ports import BatchSubmission
-from remote_batch.local.executor.fair_share import ShareUsage
+from remote_batch_local.executor.fair_share import ShareUsage
 
 
 @given(st.text(min_size=1, max_size=128))

@@ -30,8 +30,8 @@ from functions.domain.machine_classes import MACHINE_CLASSES, GeoZone
 from functions.domain.rate_limits import TokenBucket, retry_after_header
 from functions.logic import fleet
 from functions.ports import ClassLoad, ComputeEnvironmentInfo, JobQueueInfo, Services
-from remote_batch.local.executor.fleet import LocalFleet
-from remote_batch.local.rate_limit import AccountRateLimiter
+from remote_batch_local.executor.fleet import LocalFleet
+from remote_batch_local.rate_limit import AccountRateLimiter
 
 NOW = datetime(2026, 11, 29, 17, 20, tzinfo=UTC)
 US = GeoZone.UNITED_STATES

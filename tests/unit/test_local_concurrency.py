@@ -17,10 +17,10 @@ from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver
 from aws_lambda_powertools.metrics import MetricUnit
 
-from remote_batch.local.confinement import confine_logger, confine_metrics, confine_resolver
-from remote_batch.local.lambda_context import LocalLambdaContext
-from remote_batch.local.lambdas import _Function
-from remote_batch.local.moto_access import MotoAccess, ReadWriteLock, is_read, request_service
+from remote_batch_local.confinement import confine_logger, confine_metrics, confine_resolver
+from remote_batch_local.lambda_context import LocalLambdaContext
+from remote_batch_local.lambdas import _Function
+from remote_batch_local.moto_access import MotoAccess, ReadWriteLock, is_read, request_service
 
 BARRIER_SECONDS = 30
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from remote_batch.local.config import LocalConfig, LocalConfigError
+from remote_batch_local.config import LocalConfig, LocalConfigError
 
 
 def test_a_real_minute_by_default() -> None:

@@ -7,7 +7,7 @@ import json
 import threading
 from typing import Any
 
-from remote_batch.local.dispatch_queue import LocalDispatchQueue
+from remote_batch_local.dispatch_queue import LocalDispatchQueue
 
 
 class _Dispatcher:

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from remote_batch.local.bus import EventBus, worker_of
-from remote_batch.local.events import batch_job_state_change
+from remote_batch_local.bus import EventBus, worker_of
+from remote_batch_local.events import batch_job_state_change
 
 
 def _envelope(job_name: str, status: str = "RUNNABLE") -> dict[str, Any]:

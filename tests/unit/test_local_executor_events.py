@@ -15,7 +15,7 @@ from functions.domain.jobs import Job
 from functions.domain.machine_classes import machine_class
 from functions.domain.status import JobStatus
 from functions.ports import BatchSubmission
-from remote_batch.local.events import (
+from remote_batch_local.events import (
     BatchAttempt,
     batch_job_state_change,
     job_definition_arn,
@@ -23,14 +23,14 @@ from remote_batch.local.events import (
     job_queue_arn,
     log_stream_name,
 )
-from remote_batch.local.executor import (
+from remote_batch_local.executor import (
     SHUTDOWN_REASON,
     SHUTDOWN_UNSTARTED_REASON,
     host_note,
     job_memory_ceiling_mib,
 )
-from remote_batch.local.recovery import stopped_event
-from remote_batch.local.resources import local_settings
+from remote_batch_local.recovery import stopped_event
+from remote_batch_local.resources import local_settings
 from tests.builders import build_job
 
 REGION = "us-east-1"

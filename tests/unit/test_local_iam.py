@@ -10,7 +10,7 @@ import pytest
 from botocore.config import Config
 from botocore.credentials import Credentials
 
-from remote_batch.local.iam import presigned_signature_valid
+from remote_batch_local.iam import presigned_signature_valid
 
 ADMIN = Credentials("AKIAADMINADMINADMIN0", "admin-secret")
 HOST = "127.0.0.1:5000"

@@ -9,7 +9,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from remote_batch.local.journal import Journal, JournalingApp, journaled_service
+from remote_batch_local.journal import Journal, JournalingApp, journaled_service
 
 AUTH = "AWS4-HMAC-SHA256 Credential=testing/20261201/us-east-1/{service}/aws4_request, SignedHeaders=host"
 

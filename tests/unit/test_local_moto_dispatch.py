@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
 
-from remote_batch.local.moto_dispatch import RememberingDispatcher, backend_key
+from remote_batch_local.moto_dispatch import RememberingDispatcher, backend_key
 
 
 def _signed(service: str, region: str = "us-east-1", **extra: Any) -> dict[str, Any]:

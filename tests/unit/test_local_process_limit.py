@@ -11,14 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from remote_batch.local.config import LocalConfig, LocalConfigError
-from remote_batch.local.executor.process_limit import (
+from remote_batch_local.config import LocalConfig, LocalConfigError
+from remote_batch_local.executor.process_limit import (
     PROCESS_LIMIT,
     namespace_task_counts,
     process_limit_reason,
     tree_task_count,
 )
-from remote_batch.local.sandbox import namespace_init, pid_namespace
+from remote_batch_local.sandbox import namespace_init, pid_namespace
 
 
 def test_1024_tasks_by_default():

@@ -11,9 +11,9 @@ from boto3.dynamodb.types import TypeSerializer
 from functions.adapters.dynamodb import job_to_item
 from functions.domain.jobs import DispatchState, Job, JobType
 from functions.domain.status import JobStatus
-from remote_batch.local.events import batch_job_state_change
-from remote_batch.local.recovery import STOPPED_REASON, STOPPED_UNSTARTED_REASON, recover_unfinished_jobs
-from remote_batch.local.resources import local_settings
+from remote_batch_local.events import batch_job_state_change
+from remote_batch_local.recovery import STOPPED_REASON, STOPPED_UNSTARTED_REASON, recover_unfinished_jobs
+from remote_batch_local.resources import local_settings
 from tests.builders import build_job
 
 SUBMITTED = datetime(2026, 12, 1, 1, 0, tzinfo=UTC)

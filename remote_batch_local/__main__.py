@@ -1,0 +1,111 @@
+"""``python -m remote_batch_local`` (``make dev``): run the whole service on this machine.
+
+Variables: ``REMOTE_BATCH_HOME`` (state directory, default ``.remote-batch``), ``REMOTE_BATCH_PORT``
+(default 8787), ``REMOTE_BATCH_METER_INTERVAL`` (seconds, default 60), ``REMOTE_BATCH_DUPLICATE_EVENTS=1``
+(deliver every Batch event twice), ``REMOTE_BATCH_LOCAL_VCPUS`` (cap the vCPUs jobs use),
+``REMOTE_BATCH_LOCAL_WARM_WORKERS`` (idle workers started ahead of jobs, default 2; 0: none).
+Ctrl-C or SIGTERM stops it cleanly (running jobs are ended and settled, state is saved); a second
+Ctrl-C exits at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+import threading
+import warnings
+from pathlib import Path
+from types import FrameType
+
+from remote_batch_local.config import LocalConfig, LocalConfigError
+
+logger = logging.getLogger("remote_batch_local")
+
+FORCED_EXIT_CODE = 130
+
+
+def _banner(endpoint: str, tokens: dict[str, str], credentials: Path, outbox: Path) -> str:
+    return "\n".join(
+        [
+            "",
+            f"remote-batch local stack at {endpoint}",
+            f"  dev token:    {tokens['dev']}",
+            f"  admin token:  {tokens['admin']}",
+            f"  credentials:  {credentials}",
+            f"  outbox:       {outbox}",
+            "  try:",
+            f"    curl -s -X POST {endpoint}/jobs -H 'Authorization: Bearer {tokens['dev']}' \\",
+            "         -H 'Content-Type: application/json' -d '{\"code\": \"2 + 2\"}'",
+            "  Ctrl-C stops it.",
+            "",
+        ]
+    )
+
+
+def main() -> int:
+    """Start the stack, serve until SIGINT/SIGTERM, stop it; returns the exit code."""
+    logging.basicConfig(
+        level=logging.INFO,
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        datefmt="%H:%M:%S",
+    )
+    # boto3 announces every client it makes; only its problems belong on the console.
+    logging.getLogger("botocore").setLevel(logging.WARNING)
+    # The Lambdas' loggers take their service name when their modules are imported (below).
+    os.environ.setdefault("POWERTOOLS_SERVICE_NAME", "remote-batch")
+    # Metrics are off locally (no CloudWatch); Powertools still warns at each empty flush.
+    warnings.filterwarnings("ignore", message="No application metrics to publish", category=UserWarning)
+    try:
+        config = LocalConfig.from_environment(os.environ, Path.cwd())
+    except LocalConfigError as exc:
+        logger.error("bad configuration: %s", exc)
+        return 2
+
+    stop_requested = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        if stop_requested.is_set():
+            # Second Ctrl-C: leave now. Workers die with us (PR_SET_PDEATHSIG).
+            os._exit(FORCED_EXIT_CODE)
+        logger.info("stop requested signal=%s", signal.Signals(signum).name)
+        stop_requested.set()
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+
+    from remote_batch_local.stack import LocalStack, PortInUse
+
+    stack = LocalStack(config)
+    try:
+        try:
+            started = stack.start()
+        except PortInUse as exc:
+            logger.error("%s", exc)
+            return 1
+        print(
+            _banner(started.endpoint, started.tokens, started.credentials_path, started.outbox_path),
+            flush=True,
+        )
+        while not stop_requested.wait(1.0):
+            pass
+    finally:
+        stack.stop()
+    return 0
+
+
+def exit_now(code: int) -> None:
+    """End the process with ``code`` once ``main`` returned: flush the logs and the console, then
+    ``os._exit``. By then ``LocalStack.stop`` wrote everything that is kept (the last snapshot, the
+    journal closed); freeing a long run's heap object by object at interpreter exit would take tens
+    of seconds on a busy machine (it grows with the jobs run), so it is left to the kernel."""
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+if __name__ == "__main__":
+    exit_now(main())

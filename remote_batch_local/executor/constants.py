@@ -1,0 +1,116 @@
+"""Constants, names and small helpers every part of the local executor shares."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+from functions.domain.log_lines import AWSLOGS_PART_BYTES
+from functions.domain.machine_classes import GIB
+from functions.ports import BatchSubmission
+
+# One logger for the whole package, by its public name (operators and tests filter on it).
+logger = logging.getLogger("remote_batch_local.executor")
+
+MIB = 1024 * 1024
+REPO_ROOT = Path(__file__).resolve().parents[2]  # remote_batch_local/executor/ -> the repository
+
+# AWS Batch's statusReason texts for these endings.
+REASON_CONTAINER_EXITED = "Essential container in task exited"
+REASON_TIMEOUT = "Job attempt duration exceeded timeout"
+SHUTDOWN_REASON = "Local stack stopped while the job ran"
+SHUTDOWN_UNSTARTED_REASON = "Local stack stopped before the job ran"
+# The statusReason of a job whose handling raised an unexpected error (followed by the error).
+REASON_EXECUTOR_ERROR = "Local Batch executor error"
+
+# AWS Batch's smallest attemptDurationSeconds (SubmitJob API reference, JobTimeout).
+AWS_MIN_TIMEOUT_SECONDS = 60
+# Seconds between SIGTERM and SIGKILL when a running job is terminated or times out.
+KILL_GRACE_SECONDS = 2.0
+
+# Log shipping: flush at least this often (s) or when a batch is full. PutLogEvents takes at most
+# 10,000 events and 1,048,576 bytes per call counting 26 bytes per event, and 256 KiB per event
+# (CloudWatch Logs API reference, PutLogEvents).
+LOG_FLUSH_SECONDS = 0.2
+LOG_BATCH_EVENTS = 10_000
+LOG_BATCH_BYTES = 1_048_576
+# The most console output held per job between its pipe and the log store (bytes, events' costs), and
+# the size of one read from the pipe: the job's writes wait on its pipe beyond that.
+LOG_BUFFER_BYTES = 4 * MIB
+LOG_READ_BYTES = 64 * 1024
+LOG_EVENT_OVERHEAD_BYTES = 26
+# A longer line is shipped as several events of this many bytes, as Docker's awslogs driver does.
+LOG_LINE_MAX_BYTES = AWSLOGS_PART_BYTES
+LOG_PUT_ATTEMPTS = 3
+# How long to wait for the pipes to close after the worker exits (a daemonized grandchild may hold them).
+READER_JOIN_SECONDS = 2.0
+# The longest the scheduler sleeps at once: far-off deadlines are re-checked rather than waited for
+# (Condition.wait overflows beyond threading.TIMEOUT_MAX), and a scheduler error is retried after 1 s.
+MAX_WAIT_SECONDS = 3600.0
+SCHEDULER_RETRY_SECONDS = 1.0
+# Memory kept for the local stack itself: a job's address space is capped at the host's available
+# memory at start less this share of its total (at least MEMORY_HEADROOM_MIN_MIB).
+MEMORY_HEADROOM_FRACTION = 0.125
+MEMORY_HEADROOM_MIN_MIB = 1024
+MEMORY_FLOOR_MIB = 256
+# The file (in the job's directory) the worker appends the details of its own errors to, named by this
+# variable: they go to this process's log for the operator, never to the job's log.
+OPERATOR_LOG_VARIABLE = "REMOTE_BATCH_OPERATOR_LOG"
+OPERATOR_LOG_NAME = "worker-operator.log"
+OPERATOR_LOG_MAX_BYTES = 64 * 1024
+
+# How often (s) the files in a running job's working directory are measured against its output limit.
+OUTPUT_CHECK_SECONDS = 1.0
+# The limits of a job whose resources match no machine class (the Basic classes').
+DEFAULT_LOG_LIMIT_BYTES = GIB
+DEFAULT_OUTPUT_LIMIT_BYTES = 10 * GIB
+
+QUEUED_STATUSES = frozenset({"SUBMITTED", "PENDING", "RUNNABLE"})
+FINAL_STATUSES = frozenset({"SUCCEEDED", "FAILED"})
+
+
+class CredentialIssuer(Protocol):
+    """Gives each job AWS credentials of its own (``remote_batch_local.iam.JobCredentials``)."""
+
+    def issue(self, batch_job_id: str, submission: BatchSubmission) -> dict[str, str]:
+        """The variables (``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``) of the job's credentials."""
+
+    def revoke(self, batch_job_id: str) -> None:
+        """Delete the job's credentials (once its processes are gone)."""
+
+
+class EventPublisher(Protocol):
+    """Where the executor sends its events (``EventBus``)."""
+
+    def publish(self, envelope: dict[str, Any]) -> None:
+        """Record and queue one envelope for delivery."""
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def _gib(mib: int) -> str:
+    gib = mib / 1024
+    return str(int(gib)) if gib >= 1 else f"{gib:.1f}"
+
+
+def _plural(count: int, word: str) -> str:
+    return f"{count} {word}" if count == 1 else f"{count} {word}s"
+
+
+def _join(parts: Sequence[str]) -> str:
+    return " and ".join(parts) if len(parts) <= 2 else f"{', '.join(parts[:-1])} and {parts[-1]}"
+
+
+def _exit_code(returncode: int) -> int:
+    """A container's exit code: a signal N shows as 128 + N, as Docker reports it."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def _clamp_wait(seconds: float | None) -> float:
+    """A ``Condition.wait`` timeout: at most ``MAX_WAIT_SECONDS`` (None, "no deadline", too)."""
+    return MAX_WAIT_SECONDS if seconds is None else max(0.0, min(seconds, MAX_WAIT_SECONDS))

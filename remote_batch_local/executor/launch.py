@@ -1,0 +1,168 @@
+"""Job process launch: the worker's environment, its sandboxed command and limits, its PID namespace."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+
+import psutil
+
+from remote_batch_local.batch_arrays import child_environment
+from remote_batch_local.executor.constants import (
+    MIB,
+    OPERATOR_LOG_NAME,
+    OPERATOR_LOG_VARIABLE,
+    logger,
+)
+from remote_batch_local.executor.core import ExecutorCore
+from remote_batch_local.executor.job import _Job
+from remote_batch_local.executor.limits import _limit_worker
+from remote_batch_local.sandbox import (
+    JOB_DIR_PREFIX,
+    JOB_MARKER_VARIABLE,
+    SandboxKind,
+    namespace_init,
+    pid_namespace,
+    sandbox_path,
+)
+
+
+def _new_workdir() -> Path:
+    """A fresh working directory for a job (``remote-batch-job-*`` in the system temp dir), with the
+    ``tmp`` folder its ``TMPDIR`` names."""
+    workdir = Path(tempfile.mkdtemp(prefix=JOB_DIR_PREFIX))
+    (workdir / "tmp").mkdir()
+    return workdir
+
+
+class JobLauncher(ExecutorCore):
+    """Starts a job's worker process."""
+
+    def _environment(self, job: _Job, workdir: Path) -> dict[str, str]:
+        env = dict(self._worker_environment)
+        env.update(job.submission.environment)
+        if job.array is not None and job.index is not None:
+            env.update(child_environment({}, job.index, job.array.size))
+        threads = str(job.vcpus)
+        env.update(
+            {
+                "AWS_REGION": job.gateway.region,
+                "AWS_DEFAULT_REGION": job.gateway.region,
+                JOB_MARKER_VARIABLE: job.job_id,
+                "AWS_BATCH_JOB_ATTEMPT": "1",
+                "AWS_BATCH_JQ_NAME": job.submission.job_queue.rsplit("/", 1)[-1],
+                "OPENBLAS_NUM_THREADS": threads,
+                "OMP_NUM_THREADS": threads,
+                "MKL_NUM_THREADS": threads,
+            }
+        )
+        return self._box_environment(env, workdir)
+
+    def _box_environment(self, env: dict[str, str], workdir: Path) -> dict[str, str]:
+        """``env`` with what every process in a job's box gets: ``PYTHONPATH`` (the import root first),
+        the temporary directory and operator log inside ``workdir``, and a ``PATH`` (the sandbox's)."""
+        tmp = str(workdir / "tmp")
+        pythonpath = [str(self._import_root), *filter(None, [env.get("PYTHONPATH")])]
+        env.update(
+            {
+                "PYTHONPATH": os.pathsep.join(pythonpath),
+                "TMPDIR": tmp,
+                "TEMP": tmp,
+                "TMP": tmp,
+                OPERATOR_LOG_VARIABLE: str(workdir / OPERATOR_LOG_NAME),
+            }
+        )
+        env.setdefault("PATH", os.environ.get("PATH", os.defpath))
+        if self.sandbox.kind is SandboxKind.BUBBLEWRAP:
+            env["PATH"] = sandbox_path(env["PATH"])
+        return env
+
+    def _job_limits(self, job: _Job) -> tuple[frozenset[int], int]:
+        """The CPU ids ``job`` is pinned to and its address-space limit in bytes (never above this
+        process's own hard limit)."""
+        cpus = frozenset(self._cpu_of_slot[slot] for slot in job.slots)
+        memory_bytes = job.memory_mib * MIB
+        hard = resource.getrlimit(resource.RLIMIT_AS)[1]
+        if hard != resource.RLIM_INFINITY:
+            memory_bytes = min(memory_bytes, hard)
+        return cpus, memory_bytes
+
+    def _spawn_locked(self, job: _Job, credentials: Mapping[str, str]) -> subprocess.Popen[bytes]:
+        cpus, memory_bytes = self._job_limits(job)
+        job.workdir = workdir = _new_workdir()
+        env = self._environment(job, workdir)
+        env.update(credentials)
+        # Inside a sandbox a missing program is only found missing after the sandbox started: look first.
+        if shutil.which(self._command[0], path=env["PATH"]) is None:
+            raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), self._command[0])
+        if self._registry is not None:  # before any process exists: a crash from here on is cleaned up
+            self._registry.record(job.job_id, workdir)
+        return self._popen_in_box(
+            self._command, workdir, env, stdin=subprocess.DEVNULL, cpus=cpus, memory_bytes=memory_bytes
+        )
+
+    def _popen_in_box(
+        self,
+        command: list[str],
+        workdir: Path,
+        env: Mapping[str, str],
+        *,
+        stdin: int,
+        cpus: frozenset[int],
+        memory_bytes: int,
+    ) -> subprocess.Popen[bytes]:
+        """Start ``command`` in the sandbox, in ``workdir``, with ``env``: a new session (its own process
+        group), stdout and stderr on one pipe, pinned to ``cpus``, its address space capped at
+        ``memory_bytes``, dying with the calling thread (``_limit_worker``).
+
+        Raises
+        ------
+        OSError, subprocess.SubprocessError
+            The sandbox could not be started.
+        """
+        return subprocess.Popen(  # noqa: S603 - the command is the executor's own worker command
+            self.sandbox.command(command, workdir, self._read_only_paths()),
+            cwd=workdir,
+            env=env,
+            stdin=stdin,
+            stdout=subprocess.PIPE,
+            # One pipe for both streams: the log keeps the order the program wrote its lines in
+            # (two pipes read by two threads would interleave them at random).
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            close_fds=True,
+            preexec_fn=_limit_worker(cpus, memory_bytes, os.getpid()),  # noqa: PLW1509
+        )
+
+    def _read_only_paths(self) -> list[Path]:
+        """What a sandboxed job sees read-only besides the system directories: the interpreter's
+        installation and virtualenv, the worker command's own installation, the worker package."""
+        paths = [Path(sys.base_prefix), Path(sys.prefix), self._import_root / "worker"]
+        program = Path(self._command[0])
+        if program.is_absolute() and not str(program).startswith(("/usr/", "/bin/", "/sbin/")):
+            paths.append(program.parent.parent)
+        return paths
+
+    def _watch_namespace(self, job: _Job, process: subprocess.Popen[bytes]) -> None:
+        """Find the init of the job's PID namespace and record it with the sandbox's pid."""
+        init = namespace_init(process.pid) if self.sandbox.kind is not SandboxKind.NONE else None
+        with self._cond:
+            if init is not None:
+                job.init = init
+                job.namespace = pid_namespace(init.pid)
+        if self._registry is not None and job.workdir is not None:
+            known: list[psutil.Process] = []
+            with contextlib.suppress(psutil.Error):  # the sandbox may have exited already
+                known.append(psutil.Process(process.pid))
+            try:
+                self._registry.record(job.job_id, job.workdir, [*known, *([init] if init else [])])
+            except OSError as exc:  # the job runs on; only a crash's cleanup would miss it
+                logger.warning("job processes not recorded batch_job_id=%s error=%s", job.job_id, exc)

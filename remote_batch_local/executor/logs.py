@@ -1,0 +1,244 @@
+"""Log shipping: a job's console read line by line and put to CloudWatch Logs in batches; the
+worker's operator report."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import IO, TYPE_CHECKING, Any
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from remote_batch_local.executor.constants import (
+    LOG_BATCH_BYTES,
+    LOG_BATCH_EVENTS,
+    LOG_BUFFER_BYTES,
+    LOG_EVENT_OVERHEAD_BYTES,
+    LOG_FLUSH_SECONDS,
+    LOG_LINE_MAX_BYTES,
+    LOG_PUT_ATTEMPTS,
+    LOG_READ_BYTES,
+    OPERATOR_LOG_MAX_BYTES,
+    OPERATOR_LOG_NAME,
+    READER_JOIN_SECONDS,
+    _now_ms,
+    logger,
+)
+
+if TYPE_CHECKING:
+    from remote_batch_local.executor.job import _Job
+
+
+class _LogShipper:
+    """Ships a job's console lines in PutLogEvents batches on its own thread, holding at most
+    ``LOG_BUFFER_BYTES`` of them: ``append`` waits while the buffer is full (so a job that prints
+    faster than the store takes waits on its pipe, as a container waits on its log driver).
+
+    Lines are timestamped (ms, never decreasing) when appended; a batch (at most
+    ``LOG_BATCH_EVENTS`` events and ``LOG_BATCH_BYTES``, PutLogEvents' bounds) is sent when full,
+    ``LOG_FLUSH_SECONDS`` after its first line, or on ``close``.
+    """
+
+    def __init__(self, client: Any, group: str, stream: str, job_id: str) -> None:
+        self._client = client
+        self._group = group
+        self._stream = stream
+        self._job_id = job_id
+        self._cond = threading.Condition()
+        self._buffer: deque[tuple[int, str, float, int]] = deque()
+        self._buffered_bytes = 0
+        self._last_ms = 0
+        self._closing = False
+        self._closed = False
+        self._dropped = 0
+        self.shipped = 0
+        self._thread = threading.Thread(target=self._run, name=f"logs-{job_id[:8]}", daemon=True)
+        self._thread.start()
+
+    def append(self, message: str, *, continues_line: bool = False) -> None:
+        """Queue one line (without its newline), timestamped now; a part that ``continues_line``
+        (the rest of a line over ``LOG_LINE_MAX_BYTES``) takes the previous part's timestamp.
+
+        Waits while ``LOG_BUFFER_BYTES`` are buffered; after ``close`` the line is dropped (counted).
+        """
+        cost = len(message.encode("utf-8")) + LOG_EVENT_OVERHEAD_BYTES
+        with self._cond:
+            self._cond.wait_for(lambda: self._closed or self._buffered_bytes < LOG_BUFFER_BYTES)
+            if self._closed:
+                self._dropped += 1
+                return
+            if not continues_line:
+                self._last_ms = max(self._last_ms, _now_ms())
+            self._buffer.append((self._last_ms, message, time.monotonic(), cost))
+            self._buffered_bytes += cost
+            if len(self._buffer) == 1 or self._buffered_bytes >= LOG_BATCH_BYTES:
+                self._cond.notify_all()
+
+    def close(self) -> None:
+        """Send what is buffered and stop; returns after the last PutLogEvents call."""
+        with self._cond:
+            self._closing = True
+            self._cond.notify_all()
+        self._thread.join()
+        with self._cond:
+            if self._dropped:
+                logger.error("log lines dropped after close job_id=%s lines=%d", self._job_id, self._dropped)
+
+    def _full_locked(self) -> bool:
+        return len(self._buffer) >= LOG_BATCH_EVENTS or self._buffered_bytes >= LOG_BATCH_BYTES
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda: self._buffer or self._closing)
+                if not self._buffer:
+                    self._closed = True  # from now on, a late line is dropped rather than left unsent
+                    self._cond.notify_all()
+                    return
+                due = self._buffer[0][2] + LOG_FLUSH_SECONDS
+                while not self._full_locked() and not self._closing:
+                    remaining = due - time.monotonic()
+                    if remaining <= 0:
+                        break
+                    self._cond.wait(remaining)
+                batch = self._take_batch_locked()
+                self._cond.notify_all()  # room in the buffer: a waiting reader goes on
+            try:
+                self._put(batch)
+            except Exception:  # the thread must live on: a reader may be waiting for buffer room
+                logger.exception("log lines dropped job_id=%s lines=%d", self._job_id, len(batch))
+            self.shipped += len(batch)
+
+    def _take_batch_locked(self) -> list[dict[str, Any]]:
+        batch: list[dict[str, Any]] = []
+        size = 0
+        while self._buffer and len(batch) < LOG_BATCH_EVENTS:
+            timestamp, message, _, cost = self._buffer[0]
+            if len(message.encode("utf-8")) > LOG_LINE_MAX_BYTES:
+                message = message.encode("utf-8")[:LOG_LINE_MAX_BYTES].decode("utf-8", "ignore")
+            if batch and size + cost > LOG_BATCH_BYTES:
+                break
+            self._buffer.popleft()
+            self._buffered_bytes -= cost
+            batch.append({"timestamp": timestamp, "message": message})
+            size += cost
+        return batch
+
+    def _put(self, batch: list[dict[str, Any]]) -> None:
+        for attempt in range(1, LOG_PUT_ATTEMPTS + 1):
+            try:
+                response = self._client.put_log_events(
+                    logGroupName=self._group, logStreamName=self._stream, logEvents=batch
+                )
+            except (ClientError, BotoCoreError) as exc:
+                logger.warning(
+                    "log put failed job_id=%s attempt=%d lines=%d error=%s",
+                    self._job_id,
+                    attempt,
+                    len(batch),
+                    exc,
+                )
+                continue
+            if response.get("rejectedLogEventsInfo"):
+                logger.warning(
+                    "log events rejected job_id=%s info=%s", self._job_id, response["rejectedLogEventsInfo"]
+                )
+            return
+        logger.error("log lines dropped job_id=%s lines=%d", self._job_id, len(batch))
+
+
+def _line_parts(body: bytes) -> list[bytes]:
+    """``body`` cut into parts of at most ``LOG_LINE_MAX_BYTES`` at UTF-8 character boundaries."""
+    parts = []
+    while len(body) > LOG_LINE_MAX_BYTES:
+        boundary = _utf8_boundary(body[:LOG_LINE_MAX_BYTES]) or LOG_LINE_MAX_BYTES
+        parts.append(body[:boundary])
+        body = body[boundary:]
+    parts.append(body)
+    return parts
+
+
+def _read_lines(
+    stream: IO[bytes],
+    shipper: _LogShipper,
+    limit_bytes: int | None = None,
+    on_limit: Callable[[], None] | None = None,
+) -> None:
+    """Forward a pipe to ``shipper`` line by line until EOF (empty lines are skipped, as awslogs does).
+
+    The pipe is read in chunks of at most ``LOG_READ_BYTES``; what is held at once is one chunk, one
+    unfinished line part (under ``LOG_LINE_MAX_BYTES``) and the shipper's bounded buffer. A line over
+    ``LOG_LINE_MAX_BYTES`` goes as several events the way Docker's awslogs driver ships it on AWS
+    Batch: parts of ``LOG_LINE_MAX_BYTES`` cut at a UTF-8 character boundary, all with the line's
+    timestamp (``functions.domain.log_lines``, whose reader joins them back).
+
+    After ``limit_bytes`` bytes (when given), ``on_limit`` is called once and the rest of the pipe is
+    read and dropped, so the job never waits on a pipe no one reads while it is being ended.
+    """
+    read = getattr(stream, "read1", stream.read)
+    with stream:
+        carry = b""
+        continuing = False
+        total = 0
+        while chunk := read(LOG_READ_BYTES):
+            if limit_bytes is not None and total >= limit_bytes:
+                continue  # over the limit: drained and dropped
+            total += len(chunk)
+            if limit_bytes is not None and total >= limit_bytes:
+                chunk = chunk[: len(chunk) - (total - limit_bytes)]
+                if on_limit is not None:
+                    on_limit()
+            lines = (carry + chunk).split(b"\n")
+            carry = lines.pop()
+            for line in lines:
+                for part in _line_parts(line.removesuffix(b"\r")):
+                    if part:
+                        shipper.append(part.decode("utf-8", "replace"), continues_line=continuing)
+                        continuing = True
+                continuing = False
+            while len(carry) >= LOG_LINE_MAX_BYTES:
+                boundary = _utf8_boundary(carry[:LOG_LINE_MAX_BYTES]) or LOG_LINE_MAX_BYTES
+                shipper.append(carry[:boundary].decode("utf-8", "replace"), continues_line=continuing)
+                continuing = True
+                carry = carry[boundary:]
+        if carry:
+            shipper.append(carry.decode("utf-8", "replace"), continues_line=continuing)
+
+
+def _join_reader(reader: threading.Thread, shipper: _LogShipper) -> None:
+    """Wait for a console reader to reach EOF and hand its last lines over, as long as the log is
+    still being shipped (a slow store); give up after ``READER_JOIN_SECONDS`` without progress
+    (a process that escaped the job's kill holds the pipe open)."""
+    shipped = -1
+    while reader.is_alive() and shipper.shipped != shipped:
+        shipped = shipper.shipped
+        reader.join(READER_JOIN_SECONDS)
+
+
+def _utf8_boundary(data: bytes) -> int:
+    """The length of the longest prefix of ``data`` that does not end inside a UTF-8 character."""
+    for back in range(1, min(4, len(data)) + 1):
+        byte = data[-back]
+        if byte & 0xC0 != 0x80:  # ASCII or a lead byte: the last character starts here
+            width = 1 if byte < 0x80 else 2 if byte < 0xE0 else 3 if byte < 0xF0 else 4
+            return len(data) if width <= back else len(data) - back
+    return len(data)
+
+
+def _log_operator_report(job: _Job) -> None:
+    """Log what the worker wrote to its operator file (its own errors' details), at most
+    ``OPERATOR_LOG_MAX_BYTES`` of it, to this process's log."""
+    if job.workdir is None:
+        return
+    try:
+        with open(job.workdir / OPERATOR_LOG_NAME, "rb") as report:
+            text = report.read(OPERATOR_LOG_MAX_BYTES).decode("utf-8", "replace")
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        logger.warning("worker report unreadable batch_job_id=%s error=%s", job.job_id, exc)
+        return
+    if text.strip():
+        logger.warning("worker reported its own error batch_job_id=%s\n%s", job.job_id, text.rstrip())
