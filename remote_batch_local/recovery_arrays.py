@@ -17,7 +17,7 @@ executor: the meter's reconciliation ends it as unknown to Batch.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -183,6 +183,8 @@ def settle_array(
     publish: Callable[[Envelope], None],
     redeliver: Callable[[Iterable[Envelope]], None] | None,
     reasons: tuple[str, str],
+    *,
+    taken_back: Collection[str] = frozenset(),
 ) -> int:
     """Settle every array job among a service job's emitted ``envelopes``; returns how many children
     got an event (again).
@@ -200,12 +202,14 @@ def settle_array(
         Delivers emitted events again (``EventBus.replay``); without it, only new events are sent.
     reasons : tuple[str, str]
         The ``statusReason`` of a child stopped while it ran, and of one stopped before it ran.
+    taken_back : Collection[str]
+        The spans (Batch job ids) the new executor took back (``recovery_accepted``): left to run.
     """
     running_reason, unstarted_reason = reasons
     crash_ms = int(stopped_at.timestamp() * 1000)
     settled = 0
     for span in _spans(envelopes):
-        if span.size is None or span.template is None:
+        if span.size is None or span.template is None or span.parent_id in taken_back:
             continue
         parent: ArrayParent[None] = ArrayParent(
             span.parent_id, span.size, int(span.template["detail"].get("createdAt") or 0)

@@ -45,7 +45,8 @@ executor's class. The modules:
   describe, list, stop).
 - ``gateway``: ``LocalBatchGateway``, one zone's ``BatchGateway`` and ``FleetControl``, over ``BatchBackend``.
 - ``state``, ``settings``, ``job``: the shared state, the fixed settings, the job record.
-- ``intake``: a job made from a submission and queued; ``arrays``: array jobs' submit and ListJobs.
+- ``intake``: a job made from a submission, kept on disk (``accepted``) and queued; ``arrays``: array
+  jobs' submit and ListJobs; ``readmission``: accepted jobs taken back after a crash.
 - ``scheduler``: the ``batch-scheduler`` thread (announce, start by fair share, deadlines).
 - ``fair_share``: each share's decayed vCPU usage.
 - ``pools``: dedicated computes' vCPU reservations; ``computes``: their Batch API and the restore.
@@ -59,6 +60,7 @@ executor's class. The modules:
 - ``constants``, ``clock``, ``wording``, ``ports`` (``EventPublisher``, ``CredentialIssuer``).
 """
 
+from remote_batch_local.executor.accepted import AcceptedJob, AcceptedJobs
 from remote_batch_local.executor.batch_api import LocalBatchExecutor
 from remote_batch_local.executor.constants import (
     AWS_MIN_TIMEOUT_SECONDS,
@@ -78,6 +80,7 @@ from remote_batch_local.executor.gateway import BatchBackend, LocalBatchGateway
 from remote_batch_local.executor.job import BatchJob
 from remote_batch_local.executor.memory import host_note, job_memory_ceiling_mib
 from remote_batch_local.executor.ports import CredentialIssuer, EventPublisher
+from remote_batch_local.executor.readmission import PriorRun
 
 __all__ = [
     "AWS_MIN_TIMEOUT_SECONDS",
@@ -92,12 +95,15 @@ __all__ = [
     "REASON_TIMEOUT",
     "SHUTDOWN_REASON",
     "SHUTDOWN_UNSTARTED_REASON",
+    "AcceptedJob",
+    "AcceptedJobs",
     "BatchBackend",
     "BatchJob",
     "CredentialIssuer",
     "EventPublisher",
     "LocalBatchExecutor",
     "LocalBatchGateway",
+    "PriorRun",
     "host_note",
     "job_memory_ceiling_mib",
 ]

@@ -29,7 +29,7 @@ class ArrayJobs:
         """Queue an array job of ``size`` children ``<id>:0`` … in index order; returns its id.
 
         Raises ``DependencyFailed`` (cause: AWS Batch's ``ClientException``) for a size AWS Batch
-        refuses, and when the executor has been shut down.
+        refuses, when the executor has been shut down or could not keep the job on disk.
         """
         check_array_size(size)
         parent_id = str(uuid.uuid4())
@@ -42,6 +42,7 @@ class ArrayJobs:
             dataclasses.replace(template, job_id=child_id(parent_id, i), array=parent, index=i, attempts=[])
             for i in range(size)
         ]
+        self._intake.keep(parent_id, gateway, submission, created_at_ms)
         with self._state.cond:
             self._intake.queue_locked(parent.children)
             self._state.arrays[parent_id] = parent

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from functions.ports import BatchSubmission
+from remote_batch_local.executor.accepted import AcceptedJob, AcceptedJobs
 from remote_batch_local.executor.arrays import ArrayJobs
 from remote_batch_local.executor.computes import LocalComputeEnvironments
 from remote_batch_local.executor.constants import (
@@ -38,6 +39,7 @@ from remote_batch_local.executor.ports import CredentialIssuer, EventPublisher
 from remote_batch_local.executor.process_limit import PROCESS_LIMIT, ProcessLimitWatch
 from remote_batch_local.executor.publisher import JobEvents
 from remote_batch_local.executor.rate_limit import DEFAULT_SUBMIT_TPS, SubmitRateLimit
+from remote_batch_local.executor.readmission import PriorRun, Readmission
 from remote_batch_local.executor.runner import JobRunner
 from remote_batch_local.executor.scheduler import Scheduler
 from remote_batch_local.executor.settings import ExecutorSettings
@@ -112,6 +114,9 @@ class LocalBatchExecutor:
     submit_tps : int
         SubmitJob calls accepted per second (``rate_limit.SubmitRateLimit``; AWS Batch's is about 50):
         more are refused with ``TooManyRequestsException`` as AWS Batch does.
+    accepted : AcceptedJobs | None
+        Where each accepted job is kept on disk before SubmitJob answers, so that the next start
+        after a crash takes it back (``readmit``); default: none kept.
     """
 
     def __init__(
@@ -136,6 +141,7 @@ class LocalBatchExecutor:
         process_limit: int = PROCESS_LIMIT,
         warm_workers: int = WARM_WORKERS,
         submit_tps: int = DEFAULT_SUBMIT_TPS,
+        accepted: AcceptedJobs | None = None,
     ) -> None:
         cpu_ids = sorted(os.sched_getaffinity(0))
         host_vcpus = max(1, vcpus if vcpus is not None else len(cpu_ids))
@@ -176,8 +182,10 @@ class LocalBatchExecutor:
         self._events = events = JobEvents(bus, settings)
         self._pools = pools = ComputePools(state, host_vcpus)
         self._ending = ending = JobEnding(state, settings, events, pools, self.fleet)
-        self._intake = intake = JobIntake(state, settings)
+        self.accepted = accepted
+        self._intake = intake = JobIntake(state, settings, accepted)
         self._arrays = ArrayJobs(state, intake)
+        self._readmission = Readmission(state, intake, events)
         launcher = Launcher(state, settings)
         self._warm = warm = WarmPool(state, settings, launcher, warm_workers)
         runner = JobRunner(state, settings, events=events, ending=ending, launcher=launcher, warm=warm)
@@ -239,6 +247,19 @@ class LocalBatchExecutor:
         if submission.array_size is not None:
             return self._arrays.submit(gateway, submission, submission.array_size)
         return self._intake.submit(gateway, submission)
+
+    def readmit(self, accepted: AcceptedJob, prior: Mapping[str, PriorRun]) -> None:
+        """Take back a job accepted before a crash, with what the last run's events say of it (and of
+        each child of an array job) by Batch job id (``readmission``); the gateway of its zone is made
+        if needed, with the zone's logs client.
+
+        Raises
+        ------
+        DependencyFailed
+            When the executor has been shut down.
+        """
+        gateway = self.gateway(accepted.region, accepted.log_group)
+        self._readmission.readmit(gateway, accepted, prior)
 
     def list_jobs(self, array_job_id: str, job_status: str | None = None) -> list[dict[str, Any]]:
         """ListJobs with ``arrayJobId``: the ``JobSummary`` of each child in ``job_status`` (AWS: only

@@ -9,6 +9,7 @@ from collections.abc import Iterable
 from functions.domain.errors import DependencyFailed
 from functions.domain.machine_classes import machine_class_of
 from functions.ports import BatchSubmission
+from remote_batch_local.executor.accepted import AcceptedJob, AcceptedJobs
 from remote_batch_local.executor.clock import now_ms
 from remote_batch_local.executor.constants import DEFAULT_LOG_LIMIT_BYTES, DEFAULT_OUTPUT_LIMIT_BYTES, logger
 from remote_batch_local.executor.job import BatchJob, JobZone
@@ -20,11 +21,37 @@ STOPPED_MESSAGE = "The local Batch executor is stopped; restart the local stack.
 
 
 class JobIntake:
-    """Makes jobs from submissions and queues them (SUBMITTED) for the scheduler to announce."""
+    """Makes jobs from submissions, keeps each accepted one on disk (``accepted``, when given) and
+    queues it (SUBMITTED) for the scheduler to announce."""
 
-    def __init__(self, state: ExecutorState, settings: ExecutorSettings) -> None:
+    def __init__(
+        self, state: ExecutorState, settings: ExecutorSettings, accepted: AcceptedJobs | None
+    ) -> None:
         self._state = state
         self._settings = settings
+        self._accepted = accepted
+
+    def keep(self, job_id: str, gateway: JobZone, submission: BatchSubmission, created_at_ms: int) -> None:
+        """Keep the accepted job on disk before SubmitJob answers (``accepted.AcceptedJobs``).
+
+        Raises
+        ------
+        DependencyFailed
+            When the executor has been shut down, or the record could not be written (a full disk):
+            nothing was accepted.
+        """
+        if self._state.closed:
+            raise DependencyFailed(STOPPED_MESSAGE)
+        if self._accepted is None:
+            return
+        record = AcceptedJob(job_id, gateway.region, gateway.log_group, created_at_ms, submission)
+        try:
+            self._accepted.record(record)
+        except OSError as exc:
+            logger.error("accepted job not recorded batch_job_id=%s error=%s", job_id, exc)
+            raise DependencyFailed(
+                "AWS Batch (local) could not record the job on disk; nothing was charged. Try again."
+            ) from exc
 
     def new_job(
         self, job_id: str, gateway: JobZone, submission: BatchSubmission, created_at_ms: int
@@ -88,10 +115,11 @@ class JobIntake:
         Raises
         ------
         DependencyFailed
-            When the executor has been shut down.
+            When the executor has been shut down or could not keep the job on disk.
         """
         job_id = str(uuid.uuid4())
         job = self.new_job(job_id, gateway, submission, now_ms())
+        self.keep(job_id, gateway, submission, job.created_at_ms)
         with self._state.cond:
             self.queue_locked([job])
         logger.info(

@@ -72,9 +72,9 @@ class JobEvents:
         log = logger.info if parent is None else logger.debug  # an array's children: its own lines
         log("job %s batch_job_id=%s job_name=%s", status.lower(), job.job_id, sub.job_name)
         if parent is not None:
-            self._advance_parent_locked(parent)
+            self.advance_parent_locked(parent)
 
-    def _advance_parent_locked(self, parent: ArrayParent[BatchJob]) -> None:
+    def advance_parent_locked(self, parent: ArrayParent[BatchJob]) -> None:
         """Publish an array parent's event when its children moved it (PENDING, or its outcome)."""
         status = parent.next_status()
         if status is None:
