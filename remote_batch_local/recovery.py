@@ -2,8 +2,11 @@
 
 When the stack stops, its job subprocesses stop with it. A clean stop ends them through the
 executor (each gets its FAILED event); after a crash, the jobs table still says Queued, Starting or
-Running. At the next start each such job is settled by the batch_events Lambda like any other
-(charged for the time it ran, nothing if it never started), from the job's own times:
+Running. At the next start after a crash, the jobs the crashed run's executor had accepted and not
+ended run on in the new one (``recovery_accepted``: as AWS Batch keeps its jobs through a host
+loss); they are left out of what follows (``taken_back``). Each other such job is settled by the
+batch_events Lambda like any other (charged for the time it ran, nothing if it never started), from
+the job's own times:
 
 1. If the executor had already emitted the job's final event (SUCCEEDED or FAILED, in the event
    bus's journal) but the crash came before it was delivered, that event is delivered again: the

@@ -7,9 +7,10 @@ applied), and every other child gets the event AWS Batch would send for a job wh
 exactly as a single job would: ``Local stack stopped while the job ran`` billed from its own start to
 the crash instant, or ``Local stack stopped before the job ran`` and no charge (a span of one item,
 a plain Batch job, likewise). Then the Batch parent gets its final event (SUCCEEDED only if every
-child did), with its ``statusSummary``. Children are not resumed, as queued single jobs are not: a
-clean stop ends the running children and leaves those that never ran to this settlement at the next
-start (an array may have 10,000 of them; the stop does not wait for their events).
+child did), with its ``statusSummary``. A clean stop ends the running children and leaves those
+that never ran to this settlement at the next start (an array may have 10,000 of them; the stop does
+not wait for their events). After a crash, a span the executor had accepted is taken back by the new
+executor instead (``recovery_accepted``), child by child, and left out here.
 
 A span that left no event at all (a crash before the executor announced it) is unknown to the new
 executor: the meter's reconciliation ends it as unknown to Batch.
