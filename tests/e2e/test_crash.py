@@ -373,11 +373,13 @@ def test_jobs_aws_batch_accepted_and_had_not_started_at_a_crash_run_after_the_re
         running = dev.submit({"code": "import time\ntime.sleep(4)\n1"})
         dev.wait_status(running["jobId"], ("Running",), timeout=30)
         waiting = [dev.submit({"code": f"{n} * 7"}) for n in (2, 3)]
+
+        def waits_for_the_vcpu(job_id: str) -> bool:
+            return "Waiting for 1 vCPU" in (dev.job(job_id)["statusReason"] or "")
+
         for job in waiting:
             wait_for(
-                lambda job=job: (dev.job(job["jobId"])["statusReason"] or "").find("Waiting for 1 vCPU") >= 0,
-                30,
-                "the job to wait in AWS Batch for the vCPU",
+                lambda: waits_for_the_vcpu(job["jobId"]), 30, "the job to wait in AWS Batch for the vCPU"
             )
 
         # When the whole process group is killed and the stack started again
