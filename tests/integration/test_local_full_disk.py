@@ -437,3 +437,23 @@ def test_a_500_of_a_request_that_met_the_full_disk_on_its_way_is_answered_503(
 
     assert status == 503
     assert body["error"]["code"] == "ServiceUnavailable"
+
+
+@KIND
+def test_a_write_of_the_gateway_itself_that_the_disk_refuses_is_answered_503(
+    home: Path, monkeypatch: pytest.MonkeyPatch, code: int
+) -> None:
+    faulty = FaultyDisk(home, monkeypatch, code)
+    gateway = Gateway(home, faulty.disk)
+
+    def invoke(event: dict[str, Any]) -> dict[str, Any]:
+        # What the admin route's token write meets when the disk filled after the request was admitted
+        raise OSError(code, os.strerror(code))
+
+    gateway.app._invoke_api = invoke
+
+    status, _, body = gateway.call("POST", "/jobs")
+
+    assert status == 503
+    assert body["error"]["code"] == "ServiceUnavailable"
+    assert faulty.disk.status() is not None
