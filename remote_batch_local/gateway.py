@@ -246,14 +246,14 @@ class ApiGateway:
                 response = error_response(exc.status, exc.code, exc.message, exc.field)
         except OSError as exc:
             # The gateway's own writes (tokens.json, credentials.json of POST /admin/accounts).
-            refused = self._disk.report(exc) if self._disk is not None else None
-            if refused is None:
+            met = self._disk.report(exc) if self._disk is not None else None
+            if met is None:
                 logger.exception("request failed method=%s path=%s", request.method, request.path)
                 response = error_response(
                     500, "InternalError", "The service failed to answer; try again shortly."
                 )
             else:
-                response = disk_unavailable_response(refused.status)
+                response = disk_unavailable_response(met.status)
         except Exception:
             logger.exception("request failed method=%s path=%s", request.method, request.path)
             response = error_response(

@@ -130,7 +130,20 @@ class LocalStack:
         return self._config.state_dir / "alive"
 
     def start(self) -> Started:
-        """Bring the stack up; returns once ``GET /health`` can be answered."""
+        """Bring the stack up; returns once ``GET /health`` can be answered.
+
+        Raises
+        ------
+        StateDiskUnavailable
+            The home's filesystem is full (below the reserve) or read-only: nothing can be kept.
+        PortInUse
+            The HTTP port is taken.
+        """
+        with self._disk.writing():
+            self._disk.check()
+            return self._start()
+
+    def _start(self) -> Started:
         config = self._config
         _ensure_port_free(config.host, config.port)
         config.home.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -188,7 +201,7 @@ class LocalStack:
         )
         self._executor = executor
         self._dispatch_queue = dispatch_queue = LocalDispatchQueue(
-            self._dispatch, region=settings.home_region, account=LOCAL_ACCOUNT_ID
+            self._dispatch, region=settings.home_region, account=LOCAL_ACCOUNT_ID, disk=self._disk
         )
         gateways = _zone_gateways(executor, settings)
         services = replace(

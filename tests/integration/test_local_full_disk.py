@@ -28,6 +28,7 @@ from werkzeug.test import EnvironBuilder
 from functions.domain.errors import DependencyFailed
 from functions.ports import OutgoingNotification
 from remote_batch_local.bus import EventBus
+from remote_batch_local.dispatch_queue import LocalDispatchQueue
 from remote_batch_local.files import write_bytes_atomic
 from remote_batch_local.gateway import ApiGateway
 from remote_batch_local.journal import IN_PROCESS, Journal, JournalingApp
@@ -457,3 +458,33 @@ def test_a_write_of_the_gateway_itself_that_the_disk_refuses_is_answered_503(
     assert status == 503
     assert body["error"]["code"] == "ServiceUnavailable"
     assert faulty.disk.status() is not None
+
+
+# -- the dispatch queue -------------------------------------------------------------------------------
+def test_a_dispatch_that_fails_while_the_disk_refuses_writes_waits_instead_of_dead_lettering(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    faulty = FaultyDisk(home, monkeypatch, errno.ENOSPC)
+    deliveries: list[list[str]] = []
+
+    def dispatcher(event: dict[str, Any]) -> dict[str, Any]:
+        deliveries.append([json.loads(record["body"])["jobId"] for record in event["Records"]])
+        if len(deliveries) == 4:
+            faulty.free()  # space returns: this failure counts, the next delivery succeeds
+        if len(deliveries) <= 4:
+            return {"batchItemFailures": [{"itemIdentifier": r["messageId"]} for r in event["Records"]]}
+        return {"batchItemFailures": []}
+
+    faulty.fill()
+    queue = LocalDispatchQueue(
+        dispatcher, region=REGION, account="1", visibility_timeout=0.01, max_receives=2, disk=faulty.disk
+    )
+    queue.start()
+    try:
+        queue.send(["job-1"])
+        assert queue.wait_idle(10)
+    finally:
+        queue.stop(5)
+
+    assert deliveries == [["job-1"]] * 5
+    assert queue.stats().dead_letters == 0
