@@ -324,22 +324,26 @@ class EventBus:
         delay = self._retry_delay
         event_id = envelope.get("id")
         attempt = 0
+        waited = False
         while attempt < self._max_attempts:
             attempt += 1
             try:
                 self._deliver(json.loads(json.dumps(envelope)))
             except Exception:
-                # The target's failure must not stop the bus: log it and retry, as EventBridge does.
-                logger.exception("event delivery failed event_id=%s attempt=%d", event_id, attempt)
+                if self._disk is not None and self._disk.status() is not None:
+                    attempt -= 1
+                    if not waited:  # one line per event; the disk logs when it takes writes again
+                        logger.warning("event delivery waits for the state disk event_id=%s", event_id)
+                        waited = True
+                    wait = DISK_WAIT_SECONDS
+                else:
+                    # The target's failure must not stop the bus: log it and retry, as EventBridge does.
+                    logger.exception("event delivery failed event_id=%s attempt=%d", event_id, attempt)
+                    if attempt >= self._max_attempts:
+                        break
+                    wait, delay = delay, delay * 2
             else:
                 return True
-            if self._disk is not None and self._disk.status() is not None:
-                attempt -= 1
-                wait = DISK_WAIT_SECONDS
-            elif attempt < self._max_attempts:
-                wait, delay = delay, delay * 2
-            else:
-                break
             with self._cond:
                 if self._cond.wait_for(lambda: self._stopping, wait):
                     break
