@@ -201,7 +201,7 @@ class LocalStack:
             process_limit=config.process_limit,
             submit_tps=config.batch_submit_tps,
             warm_workers=config.warm_workers,
-            accepted=AcceptedJobs(config.state_dir / ACCEPTED_JOBS_FILE),
+            accepted=AcceptedJobs(config.state_dir / ACCEPTED_JOBS_FILE, self._disk),
         )
         self._executor = executor
         self._dispatch_queue = dispatch_queue = LocalDispatchQueue(

@@ -15,15 +15,17 @@ Line: ``{"jobId", "region", "logGroup", "createdAtMs", "submission": {BatchSubmi
 from __future__ import annotations
 
 import json
-import os
 import threading
 from collections.abc import Collection
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from functions.ports import BatchSubmission
 from remote_batch_local.executor.constants import logger
+from remote_batch_local.files import append_line, write_bytes_atomic
+from remote_batch_local.state_disk import StateDisk
 
 
 @dataclass(frozen=True)
@@ -89,10 +91,14 @@ class AcceptedJobs:
     ----------
     path : Path
         The file (``<home>/state/batch-accepted.jsonl`` in the local stack); made on the first record.
+    disk : StateDisk | None
+        The filesystem it is on, as the local stack watches it: a record is refused before it is
+        written while that filesystem takes no writes, and a write that fails for it is reported.
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, disk: StateDisk | None = None) -> None:
         self.path = path
+        self._disk = disk
         self._lock = threading.Lock()
         self._cut_partial_line()
 
@@ -111,18 +117,17 @@ class AcceptedJobs:
 
         Raises
         ------
+        StateDiskUnavailable
+            The filesystem is full or read-only (refused before writing, or the write failed so).
         OSError
-            It could not be written (a full disk): the job must not be acknowledged.
+            It could not be written otherwise. Either way the job must not be acknowledged.
         """
         line = (job.to_line() + "\n").encode()
-        with self._lock:
+        if self._disk is not None:
+            self._disk.check()
+        with self._lock, self._disk.writing() if self._disk is not None else nullcontext():
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-            try:
-                os.write(fd, line)
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            append_line(self.path, line, durable=True)
 
     def load(self) -> list[AcceptedJob]:
         """Every job recorded, in order; a line cut by a crash, or unreadable, is skipped (logged)."""
@@ -160,9 +165,4 @@ class AcceptedJobs:
             if not kept:
                 self.path.unlink(missing_ok=True)
                 return
-            partial = self.path.with_suffix(".tmp")
-            with partial.open("w", encoding="utf-8") as out:
-                out.writelines(line + "\n" for line in kept)
-                out.flush()
-                os.fsync(out.fileno())
-            partial.replace(self.path)
+            write_bytes_atomic(self.path, "".join(line + "\n" for line in kept).encode(), mode=0o600)

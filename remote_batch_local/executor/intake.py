@@ -16,6 +16,7 @@ from remote_batch_local.executor.job import BatchJob, JobZone
 from remote_batch_local.executor.memory import host_note
 from remote_batch_local.executor.settings import ExecutorSettings
 from remote_batch_local.executor.state import ExecutorState
+from remote_batch_local.state_disk import StateDiskUnavailable
 
 STOPPED_MESSAGE = "The local Batch executor is stopped; restart the local stack."
 
@@ -47,6 +48,8 @@ class JobIntake:
         record = AcceptedJob(job_id, gateway.region, gateway.log_group, created_at_ms, submission)
         try:
             self._accepted.record(record)
+        except StateDiskUnavailable as refused:
+            raise DependencyFailed(str(refused)) from refused
         except OSError as exc:
             logger.error("accepted job not recorded batch_job_id=%s error=%s", job_id, exc)
             raise DependencyFailed(

@@ -38,6 +38,7 @@ from remote_batch_local.events import BatchAttempt
 from remote_batch_local.executor import AcceptedJob, AcceptedJobs, LocalBatchExecutor, PriorRun
 from remote_batch_local.recovery import remove_leftover_jobs
 from remote_batch_local.sandbox import ProcessRegistry, Sandbox, SandboxKind, kill_marked_processes
+from remote_batch_local.state_disk import StateDisk
 
 REGION = "eu-central-1"
 LOG_GROUP = "/remote-batch/jobs"
@@ -1241,3 +1242,20 @@ def test_a_readmitted_array_runs_its_unfinished_children_and_keeps_the_ended_one
     ]
     assert len(stack.delivered.wait_for(f"{record.job_id}:2", "SUCCEEDED")["detail"]["attempts"]) == 1
     assert stack.executor.describe([f"{record.job_id}:0"]) == [ended]
+
+
+def test_submit_job_is_refused_and_nothing_queued_while_the_state_disk_takes_no_writes(make_stack, tmp_path):
+    # Given an executor whose accepted-jobs file is on a full filesystem (below the reserve)
+    def full(path):
+        return os.statvfs_result((4096, 1, 0, 0, 0, 0, 0, 0, 0, 255))
+
+    accepted = AcceptedJobs(tmp_path / "accepted.jsonl", StateDisk(tmp_path, 1000, statvfs=full))
+    stack = make_stack(accepted=accepted)
+
+    # When a job is submitted, then it is refused with the disk's reason, and nothing was kept or queued
+    submission = _submission()
+    with pytest.raises(DependencyFailed, match="full"):
+        stack.gateway.submit_job(submission)
+    assert not accepted.path.exists()
+    assert stack.executor.find_job_by_name(REGION, submission.job_queue, submission.job_name) is None
+    assert stack.delivered.envelopes == []
