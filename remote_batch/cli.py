@@ -8,6 +8,7 @@ and field (``Error: ValidationError: ... (field: machineClass)``) and exit 1, ne
 from __future__ import annotations
 
 import getpass
+import importlib.util
 import json
 import re
 import sys
@@ -230,7 +231,7 @@ def submit(  # noqa: PLR0917 (typer maps each parameter to an option)
     if code is not None:
         payload = code
     elif is_code_file:
-        payload = Path(words[0]).read_text(encoding="utf-8")
+        payload = _read_source(Path(words[0]))
     else:
         payload = words
     rules: Any = notifications
@@ -261,6 +262,18 @@ def submit(  # noqa: PLR0917 (typer maps each parameter to an option)
     if json_output:
         _print_json(job.data)
     raise typer.Exit(code_)
+
+
+def _read_source(path: Path) -> str:
+    """A ``.py`` file's text as ``python FILE`` reads it (a UTF-8 byte-order mark or a PEP 263 coding
+    declaration, any line endings); ``typer.BadParameter`` for a file CPython would refuse to read
+    (UTF-16, as Windows PowerShell 5's ``>`` writes, or bytes not in the declared encoding)."""
+    try:
+        return importlib.util.decode_source(path.read_bytes())
+    except (SyntaxError, UnicodeDecodeError) as exc:
+        raise typer.BadParameter(
+            f"{path} is not Python source as python reads it ({exc}); save it as UTF-8"
+        ) from None
 
 
 @app.command()
