@@ -346,6 +346,12 @@ class BlobStore(Protocol):
     def list(self, prefix: str) -> list[StoredObject]:
         """Objects under ``prefix``."""
 
+    def list_page(
+        self, prefix: str, start_after: str | None, max_keys: int
+    ) -> tuple[Sequence[StoredObject], bool]:
+        """At most ``max_keys`` (1..1000) objects under ``prefix`` whose keys come after ``start_after``
+        (a whole key; None: from the first), in key order (UTF-8 bytes), and whether more follow."""
+
     def delete_prefix(self, prefix: str) -> int:
         """Delete every object under ``prefix``; returns how many."""
 

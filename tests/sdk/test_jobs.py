@@ -262,6 +262,30 @@ def test_outputs_download_keeps_relative_paths(
     assert written[0].read_bytes() == b"x,y\n"
 
 
+def test_outputs_and_the_cli_download_follow_every_page(
+    httpserver: HTTPServer, api: rb.Client, tmp_path: Path
+) -> None:
+    # Given outputs listed over three pages (GET /jobs/{jobId}/outputs with nextToken)
+    names = [f"f{index}.txt" for index in range(5)]
+    pages = [names[:2], names[2:4], names[4:]]
+    for number, page in enumerate(pages):
+        query = {} if number == 0 else {"nextToken": f"t{number}"}
+        files = [{"name": n, "size": 1, "url": httpserver.url_for(f"/s3/{n}")} for n in page]
+        token = f"t{number + 1}" if number + 1 < len(pages) else None
+        httpserver.expect_request("/jobs/job-01TEST/outputs", query_string=query).respond_with_json(
+            {"files": files, "nextToken": token}
+        )
+    for name in names:
+        httpserver.expect_request(f"/s3/{name}").respond_with_data(name.encode())
+
+    assert rb.Job(api, job()).outputs.names == names
+    httpserver.expect_request("/jobs/job-01TEST").respond_with_json(job())
+    done = CliRunner().invoke(app, ["outputs", "job-01TEST", "--download", str(tmp_path / "d")])
+    assert done.exit_code == 0, done.output
+    assert sorted(p.name for p in (tmp_path / "d").iterdir()) == names
+    assert all((tmp_path / "d" / n).read_bytes() == n.encode() for n in names)
+
+
 def test_cli_errors_print_the_message_and_field_and_no_traceback(
     httpserver: HTTPServer, api: rb.Client
 ) -> None:
