@@ -178,6 +178,19 @@ class JobRepository(Protocol):
     def list_ledger(self, account_id: str, start: datetime | None, end: datetime | None) -> list[LedgerEntry]:
         """An account's ledger entries in ``[start, end)``, newest first."""
 
+    def list_ledger_page(
+        self,
+        account_id: str,
+        start: datetime | None,
+        end: datetime | None,
+        limit: int,
+        next_token: str | None,
+    ) -> tuple[list[LedgerEntry], str | None]:
+        """At most ``limit`` of an account's entries in ``[start, end)``, newest first, from
+        ``next_token`` (None: the newest), and the token of the next page (None: no more). A page may
+        hold fewer while its token is set. Raises ``ValidationFailed`` (``field="nextToken"``) for a
+        token this store did not issue for this account."""
+
     # -- members (``functions.domain.roles``) -----------------------------------------------------
     def get_members(self, account_id: str, user_id: str | None = None) -> AccountMembers:
         """The account's members read strongly consistent (with ``user_id``: only that user's entry,

@@ -473,7 +473,7 @@ class OutputPage:
 MAX_OUTPUTS_PAGE = 1000
 #: What one page's files may cost in the response (name, size and URL as JSON), below the 5 MiB cap.
 OUTPUTS_PAGE_BYTES = RESPONSE_BUDGET_BYTES
-#: The JSON around one file's name, size and URL, escaped twice: ``{\\"name\\": , \\"size\\": , \\"url\\": }, ``.
+#: The JSON around one file's name, size and URL, escaped twice (``{\\"name\\": , ...}, ``).
 _OUTPUT_FRAME_BYTES = 48
 
 

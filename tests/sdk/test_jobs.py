@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+from decimal import Decimal
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -344,3 +345,23 @@ def test_cli_result_writes_the_json_result(httpserver: HTTPServer, api: rb.Clien
     done = CliRunner().invoke(app, ["result", "job-01TEST", "-o", str(target)])
     assert done.exit_code == 0, done.output
     assert json.loads(target.read_text()) == {"a": [1, 2.5]}
+
+
+def test_usage_follows_every_page_and_adds_their_totals_exactly(
+    httpserver: HTTPServer, api: rb.Client
+) -> None:
+    def entry(job_id: str) -> dict[str, object]:
+        return {"at": "2026-11-29T17:20:00Z", "kind": "charge", "credits": "0.1", "jobId": job_id,
+                "balanceAfter": "1"}  # fmt: skip
+
+    httpserver.expect_request("/account/usage", query_string={"nextToken": "t1"}).respond_with_json(
+        {"entries": [entry("job-b")], "totalCharged": "0.2", "nextToken": None}
+    )
+    httpserver.expect_request("/account/usage").respond_with_json(
+        {"entries": [entry("job-a")], "totalCharged": "0.1", "nextToken": "t1"}
+    )
+
+    found = rb.usage()
+
+    assert [row.job_id for row in found] == ["job-a", "job-b"]
+    assert found.total_charged == Decimal("0.3")
