@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import boto3
 import requests
@@ -87,7 +88,7 @@ def test_delete_removes_inputs_outputs_and_log_of_a_final_job_only(stack):
     assert stack.api("DELETE", f"/jobs/{job_id}", account_id="someone-else")[0] == 404
 
 
-def _all_pages(stack, job_id: str, **params: str) -> list[dict]:
+def _all_pages(stack, job_id: str, **params: str) -> list[dict[str, Any]]:
     pages, token = [], None
     while True:
         query = {**params, **({"nextToken": token} if token else {})}

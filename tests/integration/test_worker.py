@@ -626,7 +626,7 @@ def _refuse_opening(monkeypatch, name: str, error: OSError) -> None:
             raise error
         return real_open(path, flags, *args, **kwargs)
 
-    monkeypatch.setattr(worker_storage.os, "open", refusing)
+    monkeypatch.setattr(os, "open", refusing)
 
 
 _OUT = "import os, socket\nout = os.environ['REMOTE_BATCH_OUTPUT_DIR']\n"
