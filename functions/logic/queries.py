@@ -469,6 +469,8 @@ class OutputPage:
     next_token: str | None
 
 
+#: S3's longest object key, in bytes of UTF-8: no token names a position past it.
+MAX_KEY_BYTES = 1024
 #: Most output files a page lists (one ListObjectsV2 request at most; S3 returns up to 1,000 keys).
 MAX_OUTPUTS_PAGE = 1000
 #: What one page's files may cost in the response (name, size and URL as JSON), below the 5 MiB cap.
@@ -486,9 +488,18 @@ def _decode_outputs_token(token: str) -> str:
         after = json.loads(base64.urlsafe_b64decode(token.encode()))["after"]
     except (ValueError, KeyError, TypeError, binascii.Error):
         raise ValidationFailed("nextToken is not one this API issued.", field="nextToken") from None
-    if not isinstance(after, str) or not after:
+    if not isinstance(after, str) or not after or not is_key_text(after):
         raise ValidationFailed("nextToken is not one this API issued.", field="nextToken")
     return after
+
+
+def is_key_text(text: str) -> bool:
+    """Whether ``text`` can be (part of) an S3 key or a DynamoDB string: UTF-8 (no lone surrogate)
+    and at most ``MAX_KEY_BYTES`` bytes of it."""
+    try:
+        return len(text.encode("utf-8")) <= MAX_KEY_BYTES
+    except UnicodeEncodeError:
+        return False
 
 
 def output_cost(file: OutputFile) -> int:

@@ -375,7 +375,7 @@ def _decode_ledger_token(token: str, account_id: str) -> dict[str, str]:
         valid = (
             isinstance(key, dict)
             and set(key) == _LEDGER_KEY
-            and all(isinstance(value, str) for value in key.values())
+            and all(isinstance(value, str) and _is_utf8(value) for value in key.values())
             and key["accountId"] == account_id
         )
     except (ValueError, binascii.Error):
@@ -383,3 +383,11 @@ def _decode_ledger_token(token: str, account_id: str) -> dict[str, str]:
     if not valid:
         raise ValidationFailed("nextToken is not one this API issued for this account.", field="nextToken")
     return {name: str(value) for name, value in key.items()}
+
+
+def _is_utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
