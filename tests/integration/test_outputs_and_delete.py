@@ -132,10 +132,8 @@ def test_outputs_pages_stay_under_their_budget_whatever_the_names(stack, monkeyp
 
 def test_an_outputs_token_not_issued_by_the_api_is_a_400_naming_it(stack):
     job_id = finished(stack, {"files/a.txt": b"a"})
-    tokens = [
-        base64.urlsafe_b64encode(json.dumps(document).encode()).decode()
-        for document in ({"after": 1}, {}, [], {"after": "\ud800"}, {"after": "x" * 2000})
-    ]
+    documents: list[Any] = [{"after": 1}, {}, [], {"after": "\ud800"}, {"after": "x" * 2000}]
+    tokens = [base64.urlsafe_b64encode(json.dumps(document).encode()).decode() for document in documents]
     for token in ["garbage", *tokens]:
         status, body = stack.api("GET", f"/jobs/{job_id}/outputs", query={"nextToken": token})
         assert status == 400, token
