@@ -178,6 +178,19 @@ class JobRepository(Protocol):
     def list_ledger(self, account_id: str, start: datetime | None, end: datetime | None) -> list[LedgerEntry]:
         """An account's ledger entries in ``[start, end)``, newest first."""
 
+    def list_ledger_page(
+        self,
+        account_id: str,
+        start: datetime | None,
+        end: datetime | None,
+        limit: int,
+        next_token: str | None,
+    ) -> tuple[list[LedgerEntry], str | None]:
+        """At most ``limit`` of an account's entries in ``[start, end)``, newest first, from
+        ``next_token`` (None: the newest), and the token of the next page (None: no more). A page may
+        hold fewer while its token is set. Raises ``ValidationFailed`` (``field="nextToken"``) for a
+        token this store did not issue for this account."""
+
     # -- members (``functions.domain.roles``) -----------------------------------------------------
     def get_members(self, account_id: str, user_id: str | None = None) -> AccountMembers:
         """The account's members read strongly consistent (with ``user_id``: only that user's entry,
@@ -345,6 +358,12 @@ class BlobStore(Protocol):
 
     def list(self, prefix: str) -> list[StoredObject]:
         """Objects under ``prefix``."""
+
+    def list_page(
+        self, prefix: str, start_after: str | None, max_keys: int
+    ) -> tuple[Sequence[StoredObject], bool]:
+        """At most ``max_keys`` (1..1000) objects under ``prefix`` whose keys come after ``start_after``
+        (a whole key; None: from the first), in key order (UTF-8 bytes), and whether more follow."""
 
     def delete_prefix(self, prefix: str) -> int:
         """Delete every object under ``prefix``; returns how many."""

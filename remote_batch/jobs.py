@@ -413,9 +413,12 @@ class Job:
     # -- outputs and preview ------------------------------------------------------------------------
     @property
     def outputs(self) -> Outputs:
-        """The files the job wrote under ``$REMOTE_BATCH_OUTPUT_DIR`` (names, sizes, ``download(dir)``)."""
-        document = self._client.get(f"/jobs/{self.id}/outputs")
-        files = [OutputFile(str(f["name"]), int(f["size"]), str(f["url"])) for f in document.get("files", [])]
+        """The files the job wrote under ``$REMOTE_BATCH_OUTPUT_DIR`` (names, sizes, ``download(dir)``),
+        every page of ``GET /jobs/{jobId}/outputs`` followed."""
+        files = [
+            OutputFile(str(f["name"]), int(f["size"]), str(f["url"]))
+            for f in self._client.pages(f"/jobs/{self.id}/outputs", "files")
+        ]
         return Outputs(self._client, files)
 
     def download(self, directory: str | Path = ".") -> list[Path]:

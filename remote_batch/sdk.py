@@ -466,7 +466,8 @@ def usage(
     start: datetime | str | None = None, end: datetime | str | None = None, *, client: Client | None = None
 ) -> Usage:
     """The ledger entries from ``start`` (inclusive) to ``end`` (exclusive), as ``Usage``: rows,
-    ``dataframe()``, ``plot()``. Times are aware datetimes or ISO strings; None: no bound."""
+    ``dataframe()``, ``plot()``. Times are aware datetimes or ISO strings; None: no bound. Every page
+    of ``GET /account/usage`` is read; the total charged is the exact sum of the pages' totals."""
     api = _client(client)
 
     def iso(value: datetime | str | None) -> str | None:
@@ -474,7 +475,17 @@ def usage(
             return value
         return value.isoformat().replace("+00:00", "Z")
 
-    return Usage(api, api.get("/account/usage", **{"from": iso(start), "to": iso(end)}))
+    window = {"from": iso(start), "to": iso(end)}
+    entries: list[Any] = []
+    total = Decimal(0)
+    token: str | None = None
+    while True:
+        page = api.get("/account/usage", **window, nextToken=token)
+        entries += page.get("entries") or []
+        total += Decimal(str(page.get("totalCharged", 0)))
+        token = page.get("nextToken")
+        if not token:
+            return Usage(api, {"entries": entries, "totalCharged": total})
 
 
 @dataclass(frozen=True)

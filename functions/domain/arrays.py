@@ -17,6 +17,7 @@ counts, and every child not seen yet counts as ``Queued``, so the counts always 
 
 from __future__ import annotations
 
+import codecs
 import json
 import re
 import struct
@@ -247,7 +248,9 @@ def _no_constant(name: str) -> Any:
 
 def parse_items_jsonl(data: bytes, max_items: int = MAX_UPLOADED_ITEMS) -> list[Any]:
     """The items of a JSON Lines object: one JSON value per line (UTF-8, ``\\n`` or ``\\r\\n``; a
-    final newline is optional; no blank lines; ``NaN``/``Infinity`` are not JSON).
+    final newline is optional; no blank lines; ``NaN``/``Infinity`` are not JSON). A leading UTF-8
+    byte-order mark (what Windows editors save) is ignored, as RFC 8259 section 8.1 lets a parser do
+    and as ``json.loads`` does for bytes.
 
     Raises
     ------
@@ -255,6 +258,7 @@ def parse_items_jsonl(data: bytes, max_items: int = MAX_UPLOADED_ITEMS) -> list[
         ``field="arrayItemsKey"``, naming the first bad line (1-based) and why; or no items, or more
         than ``max_items``.
     """
+    data = data.removeprefix(codecs.BOM_UTF8)
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:

@@ -20,11 +20,12 @@ from functions.handlers.api.app import (  # noqa: E402 (the cache above is read 
     Caller,
     allowed_methods,
     app,
+    ascii_whole_number,
     current_caller,
     error_response,
 )
 from functions.handlers.api.entry import handler, single_valued  # noqa: E402
-from functions.handlers.api.jobs import ascii_whole_number, canonical_submit  # noqa: E402
+from functions.handlers.api.jobs import canonical_submit  # noqa: E402
 from functions.handlers.api.openapi import openapi_json  # noqa: E402
 
 __all__ = [

@@ -22,7 +22,7 @@ from functions.domain.jobs import PayloadKind
 from functions.domain.machine_classes import machine_class, resolve_geo_zone
 from functions.domain.notifications import normalize_notifications, rules_to_json
 from functions.domain.status import JobStatus
-from functions.domain.text import check_argv, is_ascii_digits
+from functions.domain.text import check_argv
 from functions.domain.timefmt import to_api_time
 from functions.handlers.api.admin_once import idempotency_conflicts
 from functions.handlers.api.app import (
@@ -30,6 +30,7 @@ from functions.handlers.api.app import (
     Caller,
     ServicesDep,
     app,
+    ascii_whole_number,
     require,
 )
 from functions.handlers.api.models import (
@@ -188,14 +189,6 @@ def submit_job(
         outcome = submit_once(request=request)
     job = submission.get_owned_job(services, caller.account_id, outcome["jobId"])
     return Response(202, content_types.APPLICATION_JSON, job_view(job))
-
-
-def ascii_whole_number(value: Any) -> Any:
-    """A query string's whole number as ASCII digits only: pydantic alone would read ``" 2\n"``,
-    ``"+2"``, ``"1_0"`` as numbers (and Python's int() reads Arabic-Indic or full-width digits)."""
-    if isinstance(value, str) and not is_ascii_digits(value):
-        raise ValueError("must be a whole number written with the digits 0-9")
-    return value
 
 
 @router.post(
