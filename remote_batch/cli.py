@@ -26,9 +26,10 @@ from typer.core import TyperGroup
 
 import remote_batch as rb
 from remote_batch import auth, config
-from remote_batch.client import Client, to_json_number
+from remote_batch.client import Client
 from remote_batch.errors import ApiError, RemoteBatchError
 from remote_batch.jobs import POLL_MAX_SECONDS, Job, LogTail
+from remote_batch.json_codec import to_json_number
 from remote_batch.progress import watch
 
 #: Exit codes: 1 an error (the API's, a connection, a bad option); 2 the job ended Terminated.
