@@ -71,6 +71,8 @@ class LocalDispatchQueue:
         Deliveries after which a failing message is dead-lettered.
     """
 
+    inline = False  # delivered by its own thread, as SQS's event source mapping delivers
+
     def __init__(
         self,
         deliver: Callable[[dict[str, Any]], Any],
