@@ -28,9 +28,10 @@ from typer.core import TyperGroup
 
 import remote_batch as rb
 from remote_batch import auth, config
-from remote_batch.client import Client, to_json_number
+from remote_batch.client import Client
 from remote_batch.errors import ApiError, RemoteBatchError
 from remote_batch.jobs import POLL_MAX_SECONDS, Job, LogTail
+from remote_batch.json_codec import to_json_number
 from remote_batch.progress import watch
 from remote_batch.terminal import PipeConsole, cell, end_on_broken_pipe, json_text, visible
 

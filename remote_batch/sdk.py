@@ -26,10 +26,11 @@ from typing import Any, TypedDict, Unpack
 import cloudpickle
 
 from remote_batch import config
-from remote_batch.client import Client, to_json_number
+from remote_batch.client import Client
 from remote_batch.config import Profile
 from remote_batch.errors import ConfigurationError
 from remote_batch.jobs import Job
+from remote_batch.json_codec import decode, to_json_number
 from remote_batch.usage import Usage
 
 #: API.md: an inline body is at most 5 MiB; payloads above this many bytes go through an upload.
@@ -369,8 +370,6 @@ def set_contacts(
 
 
 def _decode_put(api: Client, path: str, body: dict[str, Any]) -> dict[str, Any]:
-    from remote_batch.client import decode
-
     result: dict[str, Any] = decode(api.request("PUT", path, body=body))
     return result
 
@@ -389,8 +388,6 @@ def grant_credits(
     client's retries after a lost answer credit once; pass your own key to retry safely across calls
     (the same key with another body is ``Conflict``). Raises ``Forbidden`` without the admin role.
     """
-    from remote_batch.client import decode
-
     api = _client(client)
     body = {"credits": Decimal(str(credits)), "reason": reason}
     response = api.request(
@@ -455,8 +452,6 @@ def create_account(
     """Local stack, admin: ``POST /admin/accounts``: a user ``account_id`` with their own account
     (``credits``, ``email``); returns the user's token (shown once). Raises ``Conflict`` when it exists.
     An owner then adds the user to a team's account with ``set_member``."""
-    from remote_batch.client import decode
-
     body = {"accountId": account_id, "email": email, "credits": Decimal(str(credits))}
     response = _client(client).request("POST", "/admin/accounts", body=body, repeatable=False)
     return str(decode(response)["token"])

@@ -28,7 +28,7 @@ from typing import Any
 
 from functions.domain.credits import ZERO, quantize_credits
 from functions.domain.errors import ValidationFailed
-from functions.domain.jobs import DispatchState, Job, JobType
+from functions.domain.jobs import DispatchState, Job, JobType, QueuedSpan
 from functions.domain.status import JobStatus
 
 #: AWS Batch's largest array job (``arrayProperties.size``), and the default span size.
@@ -105,7 +105,7 @@ def parse_span_job_name(job_name: str) -> tuple[str, int] | None:
 
 def span_dispatch_id(parent_job_id: str, offset: int) -> str:
     """``<parent>#<offset>``: how the dispatch queue names an admitted span of an array (its message's
-    ``jobId``; ``functions.logic.array_admission.dispatch_span``). No job id holds a ``#``."""
+    ``jobId``; ``functions.logic.array_dispatch.dispatch_span``). No job id holds a ``#``."""
     return f"{parent_job_id}#{offset}"
 
 
@@ -113,6 +113,23 @@ def parse_span_dispatch_id(message_id: str) -> tuple[str, int] | None:
     """(parent job id, span offset) of a ``span_dispatch_id``; None for anything else (a job's id)."""
     match = _SPAN_DISPATCH.fullmatch(message_id)
     return (match.group(1), int(match.group(2))) if match else None
+
+
+def queued_spans(parent: Job, span_size: int) -> tuple[QueuedSpan, ...]:
+    """Every span of an array that takes no quota (on a dedicated compute), ``Admitted``, in order."""
+    return tuple(
+        QueuedSpan(span.offset, span.count, DispatchState.ADMITTED)
+        for span in plan_spans(parent.array_size or 0, span_size)
+    )
+
+
+def span_ids(parent: Job) -> list[str]:
+    """The dispatch queue's names (``span_dispatch_id``) of the parent's ``Admitted`` spans."""
+    return [
+        span_dispatch_id(parent.job_id, s.offset)
+        for s in parent.array_queue
+        if s.state == DispatchState.ADMITTED
+    ]
 
 
 def withdrawn_reason(parent: Job, index: int) -> str | None:

@@ -36,7 +36,7 @@ from functions.domain.outcomes import (
     StoredOutcome,
 )
 from functions.domain.status import JobStatus
-from functions.logic.array_events import RESULT_DOCUMENT, store_array_result
+from functions.logic.array_results import RESULT_DOCUMENT, store_array_result
 from functions.logic.job_outcomes import output_key, read_outcome
 from functions.logic.submission import get_owned_job
 from functions.ports import BlobStore, LogEvent, Services

@@ -16,7 +16,6 @@ from aws_lambda_powertools.utilities.idempotency import (
 )
 from pydantic import BeforeValidator
 
-import functions.handlers.api as api_package
 from functions.bootstrap import get_services
 from functions.domain.jobs import PayloadKind
 from functions.domain.machine_classes import machine_class, resolve_geo_zone
@@ -24,7 +23,7 @@ from functions.domain.notifications import normalize_notifications, rules_to_jso
 from functions.domain.status import JobStatus
 from functions.domain.text import check_argv
 from functions.domain.timefmt import to_api_time
-from functions.handlers.api.admin_once import idempotency_conflicts
+from functions.handlers.api.admin_once import IDEMPOTENT_RUNNERS, idempotency_conflicts
 from functions.handlers.api.app import (
     IDEMPOTENCY_SECONDS,
     Caller,
@@ -119,8 +118,7 @@ class SubmitOnce(Protocol):
 def _idempotent_submit(services: Services) -> tuple[SubmitOnce, IdempotencyConfig]:
     """``submit`` wrapped by powertools idempotency (one persistence layer per table)."""
     table = services.idempotency_table or ""
-    _idempotent_submitters = api_package._idempotent_submitters  # on the package: tests reset it
-    if table not in _idempotent_submitters:
+    if table not in IDEMPOTENT_RUNNERS:
         persistence = DynamoDBPersistenceLayer(table_name=table)
         config = IdempotencyConfig(
             event_key_jmespath="key",
@@ -144,8 +142,8 @@ def _idempotent_submit(services: Services) -> tuple[SubmitOnce, IdempotencyConfi
         wrapped: SubmitOnce = idempotent_function(
             submit_once, data_keyword_argument="request", persistence_store=persistence, config=config
         )
-        _idempotent_submitters[table] = (wrapped, config)
-    submitter: tuple[SubmitOnce, IdempotencyConfig] = _idempotent_submitters[table]
+        IDEMPOTENT_RUNNERS[table] = (wrapped, config)
+    submitter: tuple[SubmitOnce, IdempotencyConfig] = IDEMPOTENT_RUNNERS[table]
     return submitter
 
 
