@@ -254,7 +254,7 @@ class Lambdas:
 
     def _as(self, name: str) -> None:
         from functions import bootstrap
-        from functions.handlers import api
+        from functions.handlers.api import admin_once
 
         env = {
             **self._deployment.functions[name].environment,
@@ -269,7 +269,7 @@ class Lambdas:
         # A Lambda builds its clients once per cold start: here, once per function switch.
         bootstrap.install(None)
         bootstrap._from_environment.cache_clear()
-        self._monkeypatch.setattr(api, "_idempotent_submitters", {})
+        admin_once.IDEMPOTENT_RUNNERS.clear()
         self._enforcer.function = name
 
     def api(self, method: str, path: str, **kwargs: Any) -> tuple[int, Any]:
