@@ -12,6 +12,7 @@ import logging
 import os
 import socket
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -31,7 +32,7 @@ from remote_batch_local.accounts import LocalAccounts
 from remote_batch_local.bus import DELIVERY_WORKERS, EventBus, matches_rule
 from remote_batch_local.config import LocalConfig
 from remote_batch_local.dispatch_queue import LocalDispatchQueue
-from remote_batch_local.executor import LocalBatchExecutor, LocalBatchGateway
+from remote_batch_local.executor import AcceptedJobs, LocalBatchExecutor, LocalBatchGateway
 from remote_batch_local.executor.computes import restore_dedicated_computes
 from remote_batch_local.files import write_bytes_atomic
 from remote_batch_local.gateway import ApiGateway
@@ -44,6 +45,7 @@ from remote_batch_local.logstore import InProcessLogs, LogStore
 from remote_batch_local.outbox import OutboxNotifier
 from remote_batch_local.rate_limit import AccountRateLimiter
 from remote_batch_local.recovery import recover_unfinished_jobs, remove_leftover_jobs, resume_undispatched
+from remote_batch_local.recovery_accepted import resume_accepted_jobs
 from remote_batch_local.resources import (
     NAME_PREFIX,
     AwsClients,
@@ -54,6 +56,7 @@ from remote_batch_local.resources import (
 )
 from remote_batch_local.sandbox import ProcessRegistry
 from remote_batch_local.state import SnapshotScope, StateSnapshots
+from remote_batch_local.state_disk import StateDisk, StateDiskUnavailable
 from remote_batch_local.ticker import Ticker, scheduled_event
 from remote_batch_local.tokens import TokenStore
 from remote_batch_local.transport import InProcessTransport
@@ -62,6 +65,8 @@ logger = logging.getLogger(__name__)
 
 METER_RULE = f"{NAME_PREFIX}-meter"
 RECOVERY_DRAIN_SECONDS = 30.0
+# The executor's accepted jobs, in the state folder (``executor.accepted``).
+ACCEPTED_JOBS_FILE = "batch-accepted.jsonl"
 BUS_DRAIN_SECONDS = 30.0
 # Seconds between two "alive" stamps: how far a crash's time can be off when recovery bills a job.
 ALIVE_INTERVAL = 1.0
@@ -114,6 +119,8 @@ class LocalStack:
         self._lambdas: LocalLambdas | None = None
         self._snapshots: StateSnapshots | None = None
         self._log_store: LogStore | None = None
+        # The home's filesystem, watched for every write of the stack (full or read-only: 503).
+        self._disk = StateDisk(config.home, config.disk_reserve_bytes)
         # Set once the last run's leftovers are settled: from then on, a stop is this run's to record.
         self._recovered = False
 
@@ -126,13 +133,26 @@ class LocalStack:
         return self._config.state_dir / "alive"
 
     def start(self) -> Started:
-        """Bring the stack up; returns once ``GET /health`` can be answered."""
+        """Bring the stack up; returns once ``GET /health`` can be answered.
+
+        Raises
+        ------
+        StateDiskUnavailable
+            The home's filesystem is full (below the reserve) or read-only: nothing can be kept.
+        PortInUse
+            The HTTP port is taken.
+        """
+        with self._disk.writing():
+            self._disk.check()
+            return self._start()
+
+    def _start(self) -> Started:
         config = self._config
         _ensure_port_free(config.host, config.port)
         config.home.mkdir(mode=0o700, parents=True, exist_ok=True)
         config.state_dir.mkdir(exist_ok=True)
 
-        moto = MotoServer(Journal(config.state_dir / "journal"))
+        moto = MotoServer(Journal(config.state_dir / "journal", self._disk), self._disk)
         self._moto = moto
         endpoint = moto.start(config.home / "moto-credentials.json")
         logger.info("moto started endpoint=%s", endpoint)
@@ -156,6 +176,7 @@ class LocalStack:
                 WebhookSender(local=settings.allow_http_webhooks),
             ),
             config.home / "outbox.jsonl",
+            disk=self._disk,
         )
         bus = EventBus(
             self._deliver_batch_event,
@@ -163,6 +184,7 @@ class LocalStack:
             config.duplicate_events,
             workers=DELIVERY_WORKERS,
             rule=matches_rule,
+            disk=self._disk,
         )
         self._bus = bus
         registry = ProcessRegistry(config.home / "processes")
@@ -179,10 +201,11 @@ class LocalStack:
             process_limit=config.process_limit,
             submit_tps=config.batch_submit_tps,
             warm_workers=config.warm_workers,
+            accepted=AcceptedJobs(config.state_dir / ACCEPTED_JOBS_FILE, self._disk),
         )
         self._executor = executor
         self._dispatch_queue = dispatch_queue = LocalDispatchQueue(
-            self._dispatch, region=settings.home_region, account=LOCAL_ACCOUNT_ID
+            self._dispatch, region=settings.home_region, account=LOCAL_ACCOUNT_ID, disk=self._disk
         )
         gateways = _zone_gateways(executor, settings)
         services = replace(
@@ -210,15 +233,20 @@ class LocalStack:
         accounts = LocalAccounts(services, tokens, utc_now, config.home / "credentials.json")
         built_in = accounts.ensure_built_in()
 
-        recovered = _recover(clients, settings, bus, last_alive)
+        # A clean stop writes its stamp; without it, the last run crashed.
+        recovered = _recover(
+            clients, settings, bus, last_alive, executor, crashed=not self._stopped_at_path.exists()
+        )
         self._stopped_at_path.unlink(missing_ok=True)
         self._stamp_alive()
         self._recovered = True
 
         self._tickers = [
-            Ticker("alive", ALIVE_INTERVAL, self._stamp_alive),
+            Ticker("alive", ALIVE_INTERVAL, _writing_tick(self._disk, "alive", self._stamp_alive)),
             Ticker("meter", config.meter_interval, lambda: self._tick_meter(services, settings)),
-            Ticker("snapshot", config.snapshot_interval, snapshots.take),
+            Ticker(
+                "snapshot", config.snapshot_interval, _writing_tick(self._disk, "snapshot", snapshots.take)
+            ),
         ]
         for ticker in self._tickers:
             ticker.start()
@@ -231,6 +259,7 @@ class LocalStack:
             admin_environment=lambdas.api_environment,
             limiter=AccountRateLimiter(config.rate_limit, config.rate_burst),
             dispatch_stats=self._dispatch_numbers,
+            disk=self._disk,
         )
         # Binding listens at once, but nothing is answered before serve_forever: a request that
         # arrives meanwhile waits, and credentials.json names the bound port before the first answer.
@@ -271,9 +300,15 @@ class LocalStack:
             if self._bus is not None:
                 self._bus.stop(drain=True, timeout=BUS_DRAIN_SECONDS)
             if self._snapshots is not None:
-                if self._recovered:
-                    write_bytes_atomic(self._stopped_at_path, datetime.now(UTC).isoformat().encode())
-                self._snapshots.take()
+                try:
+                    with self._disk.writing():
+                        if self._recovered:
+                            write_bytes_atomic(self._stopped_at_path, datetime.now(UTC).isoformat().encode())
+                        self._snapshots.take()
+                except StateDiskUnavailable as refused:
+                    # The journal keeps every acknowledged write: the next start replays it instead
+                    # (and, without the stop's stamp, settles as after a crash).
+                    logger.error("last snapshot not taken at stop error=%s", refused)
             install(None)
             if self._moto is not None:
                 self._moto.stop()
@@ -332,7 +367,7 @@ class LocalStack:
         scope = _snapshot_scope(settings)
         # The job log store goes into moto before any stream is created: job logs live on disk, not
         # in moto's memory.
-        self._log_store = LogStore(config.home / "logs", set(scope.log_groups))
+        self._log_store = LogStore(config.home / "logs", set(scope.log_groups), self._disk)
         self._log_store.install()
         snapshots = StateSnapshots(
             config.state_dir,
@@ -406,10 +441,25 @@ def _ensure_port_free(host: str, port: int) -> None:
 
 
 def _recover(
-    clients: AwsClients, settings: Settings, bus: EventBus, last_alive: datetime | None
+    clients: AwsClients,
+    settings: Settings,
+    bus: EventBus,
+    last_alive: datetime | None,
+    executor: LocalBatchExecutor,
+    *,
+    crashed: bool,
 ) -> list[str]:
-    """After a crash (``last_alive``: the stack's last sign of life; None: a clean stop), end the jobs
-    that were unfinished through their events, and wait a while for them to settle; their ids."""
+    """After the last run (``last_alive``: its last sign of life, its clean stop or its last "alive"
+    stamp; None: a fresh home), take back the jobs its executor accepted and had not ended when it
+    crashed (``recovery_accepted``), then end the other unfinished jobs through their events, and
+    wait a while for them to settle; the ids of the jobs settled."""
+    taken_back: set[str] = set()
+    accepted = executor.accepted
+    if accepted is not None and last_alive is not None and crashed:
+        taken_back = resume_accepted_jobs(executor, accepted, bus.emitted_for, last_alive)
+    elif accepted is not None:
+        # A clean stop ended its jobs itself (its arrays' unstarted children are the settlement's).
+        accepted.forget({job.job_id for job in accepted.load()})
     if last_alive is None:
         return []
     # Settle first what the crashed run gave AWS Batch, then resume what it never did: resumed first, a
@@ -421,11 +471,27 @@ def _recover(
         last_alive,
         emitted_for=bus.emitted_for,
         redeliver=bus.replay,
+        taken_back=taken_back,
     )
     resume_undispatched(clients.client("dynamodb", settings.home_region), settings, get_services())
     if recovered and not bus.wait_idle(RECOVERY_DRAIN_SECONDS):
         logger.warning("recovered jobs not settled yet count=%d", len(recovered))
     return recovered
+
+
+def _writing_tick(disk: StateDisk, name: str, action: Callable[[], object]) -> Callable[[], None]:
+    """``action`` for a ticker, its writes watched by ``disk``: a tick the disk refuses (full,
+    read-only) is reported and logged in one line, the next tick tries again (the disk's own log says
+    once when it starts and stops refusing)."""
+
+    def tick() -> None:
+        try:
+            with disk.writing():
+                action()
+        except StateDiskUnavailable as refused:
+            logger.debug("tick refused by the state disk ticker=%s error=%s", name, refused)
+
+    return tick
 
 
 def _zone_gateways(executor: LocalBatchExecutor, settings: Settings) -> dict[GeoZone, LocalBatchGateway]:
