@@ -173,7 +173,9 @@ def test_the_meters_running_charge_and_caps_count_only_time_inside_the_life(star
     assert 0 <= reading.running_ms <= now
     assert reading.spent <= running_cost(now, job_rate(job))
     # a cap is reached only by time the job really had
-    assert (reading.cap_reached is not None) == (reading.spent >= Decimal(5) or reading.running_ms >= 3_600_000)
+    assert (reading.cap_reached is not None) == (
+        reading.spent >= Decimal(5) or reading.running_ms >= 3_600_000
+    )
 
 
 def through_handler(envelope: dict, job: Job, arrived: datetime):

@@ -17,11 +17,11 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 from functions.domain.computes import (
     BILLED,
     LEGAL_EDGES,
+    TRANSIENT,
     Compute,
     ComputeEvent,
     ComputeRequest,
     ComputeStatus,
-    TRANSIENT,
     DailySchedule,
     Schedules,
     apply_event,

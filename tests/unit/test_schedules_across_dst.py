@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from datetime import UTC, date, datetime, time, timedelta
 from functools import cache
+from itertools import pairwise
 from zoneinfo import ZoneInfo, available_timezones
 
 import pytest
@@ -111,7 +112,7 @@ def test_every_wall_time_of_a_change_day_falls_at_the_next_valid_instant(name: s
 def fired(schedules: Schedules, ticks: list[datetime]) -> list[tuple[datetime, ComputeRequest]]:
     """What the meter's ticks would apply: at each tick, the request of ``(previous tick, tick]``."""
     out = []
-    for since, now in zip(ticks, ticks[1:], strict=False):
+    for since, now in pairwise(ticks):
         request = scheduled_request(schedules, since, now)
         if request is not None:
             out.append((now, request))
