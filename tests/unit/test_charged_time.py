@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import datetime, timedelta
 from decimal import Decimal
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -178,7 +179,7 @@ def test_the_meters_running_charge_and_caps_count_only_time_inside_the_life(star
     )
 
 
-def through_handler(envelope: dict, job: Job, arrived: datetime):
+def through_handler(envelope: dict[str, Any], job: Job, arrived: datetime):
     detail = BatchJobDetail.model_validate(envelope["detail"])
     return apply_batch_event(job, to_state(detail, epoch_ms(arrived)), "Stopped", arrived_at=arrived)
 
@@ -192,7 +193,7 @@ def test_a_crashed_stacks_recovery_charges_inside_the_life_and_never_the_outage(
     restarted = max(crashed, SUBMITTED) + timedelta(milliseconds=outage)
     started_at = None if stored_start is None else ms_to_datetime(T0 + stored_start)
     job = replace(single_job(), status=JobStatus.RUNNING, started_at=started_at)
-    published: list[dict] = []
+    published: list[dict[str, Any]] = []
 
     recover_unfinished_jobs(_Table([job]), local_settings(), published.append, crashed)
     transition = through_handler(published[0], job, restarted)
@@ -212,7 +213,7 @@ def test_a_crashed_stacks_array_children_are_charged_inside_their_life(child_sta
     restarted = max(crashed, SUBMITTED) + timedelta(milliseconds=outage)
     started_ms = None if child_start is None else T0 + child_start
     emitted = [_array_event("X", "PENDING"), _array_event("X:1", "RUNNING", index=1, started_ms=started_ms)]
-    published: list[dict] = []
+    published: list[dict[str, Any]] = []
 
     settle_array(emitted, crashed, published.append, None, ("Stopped while it ran", "Stopped before it ran"))
 
