@@ -198,8 +198,8 @@ def test_jobs_the_meter_skipped_alarm(synth: Synth) -> None:
 def test_every_alarm_has_a_runbook_line() -> None:
     from pathlib import Path
 
-    readme = (Path(__file__).parents[2] / "README.md").read_text()
-    operations = readme.split("## Operations", 1)[1].split("\n## ", 1)[0]
+    guide = (Path(__file__).parents[2] / "docs" / "operations.md").read_text()
+    operations = guide.split("## Alarms", 1)[1].split("\n## ", 1)[0]
     for name in (
         "DeadLetterQueueDepth",
         "FunctionErrors",
