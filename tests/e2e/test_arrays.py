@@ -29,8 +29,6 @@ import requests
 
 from tests.e2e.conftest import Client, LocalStackProcess, _free_port, wait_for
 
-pytestmark = pytest.mark.e2e
-
 SPAN_SIZE = 100
 # The spans test: (span size, items). Either way the items make 3 spans, the last one short.
 FULL_SCALE = os.environ.get("REMOTE_BATCH_E2E_FULL") == "1"

@@ -21,12 +21,9 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-import pytest
 import requests
 
 from tests.e2e.conftest import FINAL, Client, LocalStackProcess, _free_port, wait_for
-
-pytestmark = pytest.mark.e2e
 
 SEEDS = (1, 2, 3)
 KILLS_PER_SEED = 2

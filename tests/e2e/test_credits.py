@@ -9,12 +9,9 @@ from decimal import Decimal
 from typing import Any
 
 import psutil
-import pytest
 import requests
 
 from tests.e2e.conftest import Client, LocalStackProcess, wait_for
-
-pytestmark = pytest.mark.e2e
 
 SLEEPER = "import time; time.sleep(600)"
 # API.md's fields, and `unbilled` (this service's extension, CHANGELOG.md).

@@ -18,8 +18,6 @@ from nbclient import NotebookClient
 
 from tests.e2e.conftest import REPO_ROOT, LocalStackProcess
 
-pytestmark = pytest.mark.e2e
-
 EXAMPLES = REPO_ROOT / "examples"
 
 

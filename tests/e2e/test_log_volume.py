@@ -16,8 +16,6 @@ import pytest
 from tests.e2e.conftest import Client, LocalStackProcess, _free_port
 from tests.local_stack import StackSampler
 
-pytestmark = pytest.mark.e2e
-
 MIB = 1024 * 1024
 LOG_LIMIT = 48 * MIB
 OUTPUT_LIMIT = 16 * MIB

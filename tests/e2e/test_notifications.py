@@ -13,8 +13,6 @@ import pytest
 
 from tests.e2e.conftest import Client, LocalStackProcess, wait_for
 
-pytestmark = pytest.mark.e2e
-
 PHONE = "+15555550100"
 IDLE_SECONDS = 2.0
 STATUS_IN_SUBJECT = re.compile(r"\((\w+)\)$")

@@ -17,8 +17,6 @@ import pytest
 
 from tests.e2e.conftest import LocalStackProcess, _free_port
 
-pytestmark = pytest.mark.e2e
-
 CONFIG = Path(__file__).with_name("schemathesis.toml")
 RUN_SECONDS = 240
 

@@ -20,8 +20,6 @@ import pytest
 
 from tests.e2e.conftest import Client, LocalStackProcess, _free_port, wait_for
 
-pytestmark = pytest.mark.e2e
-
 FULL_SCALE = os.environ.get("REMOTE_BATCH_E2E_FULL") == "1"
 BURST_JOBS, BURST_THREADS, GATEWAY_TPS = (2000, 50, 50) if FULL_SCALE else (60, 4, 20)
 SLEEPING = {
