@@ -11,6 +11,7 @@ from functions.domain.rate_limits import ACCOUNT_BURST, ACCOUNT_REQUESTS_PER_SEC
 from functions.domain.text import ASCII_DECIMAL, is_ascii_digits
 from remote_batch_local.executor.process_limit import PROCESS_LIMIT
 from remote_batch_local.executor.rate_limit import DEFAULT_SUBMIT_TPS
+from remote_batch_local.state_disk import DEFAULT_RESERVE_BYTES
 
 DEFAULT_PORT = 8787
 DEFAULT_METER_INTERVAL_SECONDS = 60.0
@@ -68,6 +69,10 @@ class LocalConfig:
         Seconds one minute of a dedicated compute's ``idleStopMinutes`` lasts
         (``REMOTE_BATCH_IDLE_STOP_MINUTE_SECONDS``, default 60; the end-to-end tests set a few seconds
         so an idle stop of 1 minute is seen without waiting a minute).
+    disk_reserve_bytes : int
+        Free bytes the home's filesystem must keep for writes to be admitted
+        (``REMOTE_BATCH_DISK_RESERVE_BYTES``, default 64 MiB, ``state_disk.DEFAULT_RESERVE_BYTES``;
+        0 refuses only once a write failed); below it writes answer 503 ``ServiceUnavailable``.
     """
 
     home: Path
@@ -85,6 +90,7 @@ class LocalConfig:
     warm_workers: int = DEFAULT_WARM_WORKERS
     batch_submit_tps: int = DEFAULT_SUBMIT_TPS
     idle_stop_minute: float = DEFAULT_IDLE_STOP_MINUTE_SECONDS
+    disk_reserve_bytes: int = DEFAULT_RESERVE_BYTES
 
     @property
     def state_dir(self) -> Path:
@@ -123,6 +129,9 @@ class LocalConfig:
             batch_submit_tps=_optional_int(environ, "REMOTE_BATCH_BATCH_TPS") or DEFAULT_SUBMIT_TPS,
             idle_stop_minute=_number(
                 environ, "REMOTE_BATCH_IDLE_STOP_MINUTE_SECONDS", DEFAULT_IDLE_STOP_MINUTE_SECONDS
+            ),
+            disk_reserve_bytes=int(
+                _number(environ, "REMOTE_BATCH_DISK_RESERVE_BYTES", DEFAULT_RESERVE_BYTES, minimum=0)
             ),
         )
 
