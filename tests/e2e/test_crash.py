@@ -21,6 +21,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+import pytest
 import requests
 
 from tests.e2e.conftest import FINAL, Client, LocalStackProcess, _free_port, wait_for
@@ -228,6 +229,7 @@ def _outbox_lines(home: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+@pytest.mark.slow
 def test_kill_9_at_random_points_loses_nothing_acknowledged(tmp_path: Path) -> None:
     figures = _Figures()
     for seed in SEEDS:
@@ -279,6 +281,7 @@ def _instant(text: str) -> datetime:
     return datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
+@pytest.mark.slow
 def test_a_job_running_at_a_crash_is_billed_to_the_crash_not_to_a_stale_stamp(tmp_path: Path) -> None:
     # Given a stack whose snapshots are 60 s apart (so the last one is older than the job)
     stack = LocalStackProcess(
@@ -313,6 +316,7 @@ def test_a_job_running_at_a_crash_is_billed_to_the_crash_not_to_a_stale_stamp(tm
             stack.kill_group()
 
 
+@pytest.mark.slow
 def test_a_job_held_for_quota_at_a_crash_runs_after_the_restart(tmp_path: Path) -> None:
     # Given an account with room for one Basic vCPU, a job running and one held behind it
     stack = LocalStackProcess(
@@ -346,6 +350,7 @@ def test_a_job_held_for_quota_at_a_crash_runs_after_the_restart(tmp_path: Path) 
             stack.kill_group()
 
 
+@pytest.mark.slow
 def test_an_array_partly_dispatched_at_a_crash_resumes_its_held_children_after_the_restart(
     tmp_path: Path,
 ) -> None:

@@ -63,6 +63,7 @@ def limited_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalSta
     assert process.stop() == 0
 
 
+@pytest.mark.slow
 def test_a_job_printing_four_times_its_log_limit_is_ended_and_the_stack_stays_bounded(
     limited_stack: LocalStackProcess,
 ) -> None:

@@ -107,6 +107,7 @@ def test_account_without_phone_gets_email_and_sms_is_skipped(duplicating_stack: 
     ]
 
 
+@pytest.mark.slow
 def test_a_tiny_job_credits_used_threshold_does_not_flood(
     duplicating_stack: LocalStackProcess, ana: Client
 ) -> None:

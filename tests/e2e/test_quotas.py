@@ -91,6 +91,7 @@ def basic_us(client: Client) -> dict[str, Any]:
     return next(q for q in body["quotas"] if (q["family"], q["geoZone"]) == ("Basic", "UnitedStates"))
 
 
+@pytest.mark.slow
 def test_a_basic_quota_of_two_runs_two_at_a_time_in_submission_order(quota_stack: LocalStackProcess) -> None:
     client = new_account(
         quota_stack, "quota-two", {"quotas": [{"family": "Basic", "geoZone": "UnitedStates", "limit": 2}]}
@@ -133,6 +134,7 @@ def children_of(client: Client, job_id: str) -> list[dict[str, Any]]:
     return children
 
 
+@pytest.mark.slow
 def test_an_array_under_a_basic_quota_of_two_runs_two_children_at_a_time(
     quota_stack: LocalStackProcess,
 ) -> None:

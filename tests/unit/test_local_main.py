@@ -6,10 +6,11 @@ from __future__ import annotations
 import pytest
 
 from remote_batch_local import __main__ as local_main
+from remote_batch_local.config import LocalConfig
 
 
 def test_help_prints_the_options_and_starts_nothing(capsys, monkeypatch):
-    monkeypatch.setattr(local_main.LocalConfig, "from_environment", _must_not_start)
+    monkeypatch.setattr(LocalConfig, "from_environment", _must_not_start)
 
     with pytest.raises(SystemExit) as exited:
         local_main.main(["--help"])
