@@ -92,6 +92,7 @@ check: $(STAMP) sandbox-tools
 lint: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports
 	$(BIN)/mypy functions worker remote_batch remote_batch_local infra tests benchmarks
 
 format: $(STAMP)
