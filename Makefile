@@ -13,7 +13,7 @@ LAMBDA_LOCKS := functions/requirements.lock functions/runtime.lock
 LAMBDA_CONSTRAINTS := build/lambda/constraints.txt
 LAMBDA_BUNDLE := build/lambda/.built
 
-.PHONY: dev venv test lint unit integration sdk infra bundle e2e synth format clean bench lock lambda-bundle instance-offerings sandbox-tools mutation openapi checkov
+.PHONY: dev venv test check lint unit integration sdk infra bundle e2e synth format clean bench lock lambda-bundle instance-offerings sandbox-tools mutation openapi checkov
 
 # The lock's pins without hashes, for `pip install -c` (stdlib-only script: runs before the venv exists).
 $(LAMBDA_CONSTRAINTS): functions/requirements.lock infra/lambda_bundle.py
@@ -74,10 +74,20 @@ sandbox-tools:
 dev: $(STAMP) sandbox-tools
 	$(BIN)/python -m remote_batch_local
 
-## Lint, type-check, then every test tier: unit, integration (moto), infra (CDK), e2e (local stack).
+# `make test` and `make check` run pytest on every core (pytest-xdist; `make test PYTEST_WORKERS=1` runs
+# serially). --dist loadgroup keeps the tests that must share a worker together (tests/conftest.py).
+PYTEST_WORKERS ?= auto
+PARALLEL := -n $(PYTEST_WORKERS) --dist loadgroup
+
+## Lint, type-check, then every test tier: unit, sdk, integration (moto), infra (CDK), e2e (local stack).
 test: $(STAMP) node_modules/.installed $(LAMBDA_BUNDLE) $(CHECKOV) sandbox-tools
 	$(MAKE) --no-print-directory lint
-	$(BIN)/python -m pytest tests
+	$(BIN)/python -m pytest tests $(PARALLEL)
+
+## The inner loop, in under 5 minutes: lint, then the unit, sdk and integration tests but the slow ones.
+check: $(STAMP) sandbox-tools
+	$(MAKE) --no-print-directory lint
+	$(BIN)/python -m pytest tests/unit tests/sdk tests/integration -m "not slow" $(PARALLEL)
 
 lint: $(STAMP)
 	$(BIN)/ruff format --check .

@@ -15,8 +15,6 @@ from functions.domain.machine_classes import MACHINE_CLASSES, MachineClass
 from infra import constants
 from tests.infra.conftest import Synth
 
-pytestmark = pytest.mark.infra
-
 GPU_FAMILIES = {"L40S": "g6e", "L4": "g6"}
 
 

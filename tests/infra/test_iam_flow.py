@@ -46,8 +46,6 @@ from tests.infra.conftest import Synth, SynthApp
 from tests.infra.iam_authorizer import AuthorizationRequest, IamEnforcer
 from tests.infra.test_iam_lint import resolver_of
 
-pytestmark = pytest.mark.infra
-
 FUNCTIONS = ("api", "batch_events", "meter", "dispatcher")
 ACCOUNT = "alice"
 

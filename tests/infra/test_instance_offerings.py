@@ -23,8 +23,6 @@ from infra.instance_offerings import (
 )
 from tests.infra.conftest import REPO_ROOT
 
-pytestmark = pytest.mark.infra
-
 EU_WEST_1 = {
     "homeRegion": "us-east-1",
     "geoZoneRegions": {"UnitedStates": "us-east-1", "EuropeanUnion": "eu-west-1"},

@@ -9,8 +9,6 @@ from aws_cdk.assertions import Match
 
 from tests.infra.conftest import HOME_REGION, Synth, SynthApp
 
-pytestmark = pytest.mark.infra
-
 
 def _alarms(synth: Synth) -> dict[str, dict[str, Any]]:
     return {name: r["Properties"] for name, r in synth.resources("AWS::CloudWatch::Alarm").items()}
