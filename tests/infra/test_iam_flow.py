@@ -370,7 +370,7 @@ def run_flow(
             env["REMOTE_BATCH_ACCOUNTS_TABLE"],
             env["REMOTE_BATCH_LEDGER_TABLE"],
         )
-        # The first administrator's one-time seeding (README "Deploy"), not a Lambda's work.
+        # The first administrator's one-time seeding (docs/deploy.md), not a Lambda's work.
         store.create_account(Account(account_id=ACCOUNT, credit_balance=Decimal("0")), datetime.now(UTC))
         zones = json.loads(env["REMOTE_BATCH_ZONES"])
         us = zones["UnitedStates"]
