@@ -202,6 +202,7 @@ class LocalStack:
             submit_tps=config.batch_submit_tps,
             warm_workers=config.warm_workers,
             accepted=AcceptedJobs(config.state_dir / ACCEPTED_JOBS_FILE, self._disk),
+            disk=self._disk,
         )
         self._executor = executor
         self._dispatch_queue = dispatch_queue = LocalDispatchQueue(

@@ -46,6 +46,7 @@ from remote_batch_local.executor.settings import ExecutorSettings
 from remote_batch_local.executor.state import ExecutorState
 from remote_batch_local.executor.warm import WARM_WORKERS, WarmPool
 from remote_batch_local.sandbox import ProcessRegistry, Sandbox, detect_sandbox, kill_marked_processes
+from remote_batch_local.state_disk import StateDisk
 
 
 class LocalBatchExecutor:
@@ -117,6 +118,9 @@ class LocalBatchExecutor:
     accepted : AcceptedJobs | None
         Where each accepted job is kept on disk before SubmitJob answers, so that the next start
         after a crash takes it back (``readmit``); default: none kept.
+    disk : StateDisk | None
+        The local stack's state disk (``ExecutorSettings.disk``): while it refuses writes, queued jobs
+        stay RUNNABLE and a job's log stream waits for it; default: never checked.
     """
 
     def __init__(
@@ -142,6 +146,7 @@ class LocalBatchExecutor:
         warm_workers: int = WARM_WORKERS,
         submit_tps: int = DEFAULT_SUBMIT_TPS,
         accepted: AcceptedJobs | None = None,
+        disk: StateDisk | None = None,
     ) -> None:
         cpu_ids = sorted(os.sched_getaffinity(0))
         host_vcpus = max(1, vcpus if vcpus is not None else len(cpu_ids))
@@ -170,6 +175,7 @@ class LocalBatchExecutor:
             sandbox=self.sandbox,
             registry=registry,
             credentials=credentials,
+            disk=disk,
         )
         self.vcpus = host_vcpus
         self.memory_mib = memory_mib
@@ -190,7 +196,14 @@ class LocalBatchExecutor:
         self._warm = warm = WarmPool(state, settings, launcher, warm_workers)
         runner = JobRunner(state, settings, events=events, ending=ending, launcher=launcher, warm=warm)
         self._scheduler = Scheduler(
-            state, events, ending, pools=pools, fleet=self.fleet, runner=runner, host_vcpus=host_vcpus
+            state,
+            events,
+            ending,
+            pools=pools,
+            fleet=self.fleet,
+            runner=runner,
+            host_vcpus=host_vcpus,
+            disk=disk,
         )
         self._process_limit = ProcessLimitWatch(state, process_limit)
         self._gateways: dict[tuple[str, str], LocalBatchGateway] = {}

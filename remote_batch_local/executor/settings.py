@@ -8,6 +8,7 @@ from pathlib import Path
 
 from remote_batch_local.executor.ports import CredentialIssuer
 from remote_batch_local.sandbox import ProcessRegistry, Sandbox
+from remote_batch_local.state_disk import StateDisk
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,9 @@ class ExecutorSettings:
         Where each running job's folder and processes are recorded for the next start after a crash.
     credentials : CredentialIssuer | None
         Issues and revokes each job's own AWS credentials; None: the worker environment's.
+    disk : StateDisk | None
+        The local stack's state disk: while it refuses writes no job starts (a host that cannot start
+        a container keeps its jobs RUNNABLE); None: never checked.
     """
 
     account: str
@@ -67,3 +71,4 @@ class ExecutorSettings:
     sandbox: Sandbox
     registry: ProcessRegistry | None
     credentials: CredentialIssuer | None
+    disk: StateDisk | None = None
