@@ -18,6 +18,7 @@ from aws_cdk import aws_lambda as lambda_
 from constructs import IConstruct
 
 from functions.domain.machine_classes import MACHINE_CLASSES
+from functions.domain.runtime import PYTHON_VERSIONS
 from infra.naming import ZoneNames
 
 Finding = tuple[str, str]
@@ -221,11 +222,12 @@ def _acknowledge_functions(scopes: ControlPlaneFindings) -> None:
     job_definitions = [
         (
             f"AwsSolutions-IAM5[Resource::{_batch_arn(partition, zone, 'job-definition/')}"
-            f"{zone.job_definition_name(machine_class)}:*]",
+            f"{zone.job_definition_name(machine_class, version)}:*]",
             _JOB_DEFINITION_REVISIONS,
         )
         for zone in zones
         for machine_class in MACHINE_CLASSES
+        for version in PYTHON_VERSIONS
     ]
     job_log_streams = [
         (
