@@ -68,6 +68,9 @@ class LocalConfig:
         Seconds one minute of a dedicated compute's ``idleStopMinutes`` lasts
         (``REMOTE_BATCH_IDLE_STOP_MINUTE_SECONDS``, default 60; the end-to-end tests set a few seconds
         so an idle stop of 1 minute is seen without waiting a minute).
+    pythons : tuple[str, ...]
+        Interpreters jobs may run in, tried before ``python3.X`` on PATH and pyenv's versions
+        (``REMOTE_BATCH_LOCAL_PYTHONS``, paths separated by ``:``; ``remote_batch_local.job_pythons``).
     """
 
     home: Path
@@ -85,6 +88,7 @@ class LocalConfig:
     warm_workers: int = DEFAULT_WARM_WORKERS
     batch_submit_tps: int = DEFAULT_SUBMIT_TPS
     idle_stop_minute: float = DEFAULT_IDLE_STOP_MINUTE_SECONDS
+    pythons: tuple[str, ...] = ()
 
     @property
     def state_dir(self) -> Path:
@@ -124,6 +128,7 @@ class LocalConfig:
             idle_stop_minute=_number(
                 environ, "REMOTE_BATCH_IDLE_STOP_MINUTE_SECONDS", DEFAULT_IDLE_STOP_MINUTE_SECONDS
             ),
+            pythons=_paths(environ, "REMOTE_BATCH_LOCAL_PYTHONS", cwd),
         )
 
 
@@ -150,6 +155,11 @@ def _optional_int(environ: Mapping[str, str], name: str) -> int | None:
     if not is_ascii_digits(text) or int(text) < 1:
         raise LocalConfigError(f"{name} must be a positive integer, got {text!r}")
     return int(text)
+
+
+def _paths(environ: Mapping[str, str], name: str, cwd: Path) -> tuple[str, ...]:
+    """``a:b`` → absolute paths (relative ones taken from ``cwd``)."""
+    return tuple(str((cwd / part).absolute()) for part in environ.get(name, "").split(":") if part.strip())
 
 
 def _flag(environ: Mapping[str, str], name: str) -> bool:

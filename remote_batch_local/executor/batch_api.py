@@ -41,6 +41,7 @@ from remote_batch_local.executor.memory import job_memory_ceiling_mib
 from remote_batch_local.executor.process_limit import PROCESS_LIMIT
 from remote_batch_local.executor.rate_limit import DEFAULT_SUBMIT_TPS, SubmitRateLimit
 from remote_batch_local.executor.warm import WARM_WORKERS
+from remote_batch_local.job_pythons import LocalPythons
 from remote_batch_local.sandbox import (
     ProcessRegistry,
     Sandbox,
@@ -112,6 +113,10 @@ class LocalBatchExecutor(ArrayJobs):
     submit_tps : int
         SubmitJob calls accepted per second (``rate_limit.SubmitRateLimit``; AWS Batch's is about 50):
         more are refused with ``TooManyRequestsException`` as AWS Batch does.
+    pythons : LocalPythons or None
+        The interpreter of each Python version (``remote_batch_local.job_pythons``): a job's
+        definition (``...-py312``) picks the one its job side runs in, as a definition's image would;
+        None: the worker's own interpreter for every job.
     """
 
     def __init__(
@@ -136,6 +141,7 @@ class LocalBatchExecutor(ArrayJobs):
         process_limit: int = PROCESS_LIMIT,
         warm_workers: int = WARM_WORKERS,
         submit_tps: int = DEFAULT_SUBMIT_TPS,
+        pythons: LocalPythons | None = None,
     ) -> None:
         cpu_ids = sorted(os.sched_getaffinity(0))
         self.vcpus = max(1, vcpus if vcpus is not None else len(cpu_ids))
@@ -153,6 +159,7 @@ class LocalBatchExecutor(ArrayJobs):
         self._command = list(worker_command) if worker_command is not None else [python, "-u", "-m", "worker"]
         self._import_root = import_root or REPO_ROOT
         self._worker_environment = dict(worker_environment)
+        self._pythons = pythons or LocalPythons()
         self._min_timeout_seconds = min_timeout_seconds
         self._kill_grace_seconds = kill_grace_seconds
         self._log_limit_cap = log_limit_bytes

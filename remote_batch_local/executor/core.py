@@ -35,6 +35,7 @@ from remote_batch_local.sandbox import (
 if TYPE_CHECKING:
     from remote_batch_local.executor.fleet import LocalFleet
     from remote_batch_local.executor.gateway import LocalBatchGateway
+    from remote_batch_local.job_pythons import LocalPythons
 
 
 class ExecutorCore:
@@ -51,6 +52,7 @@ class ExecutorCore:
     _command: list[str]
     _import_root: Path
     _worker_environment: dict[str, str]
+    _pythons: LocalPythons
     _min_timeout_seconds: int
     _kill_grace_seconds: float
     _log_limit_cap: int | None
