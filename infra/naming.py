@@ -80,6 +80,12 @@ class ZoneNames:
         them apart); the api adds the job's Python (``functions.domain.runtime.job_definition_name``)."""
         return f"{self.prefix}{machine_class}"
 
+    def job_definition_pattern(self, machine_class: str) -> str:
+        """The machine class's definitions of every Python version (``remote-batch-dev-Basic1x8-py3*``):
+        what IAM policies name (one pattern, not one ARN per version: the dispatcher's policy stays
+        under IAM's 10,240-character limit for a role's inline policies)."""
+        return f"{self.job_definition_base(machine_class)}-py3*"
+
     def job_definition_name(self, machine_class: str, python_version: str) -> str:
         """The machine class's job definition on Python ``python_version``
         (``remote-batch-dev-Basic1x8-py312``)."""

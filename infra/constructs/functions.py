@@ -425,10 +425,9 @@ class Functions(Construct):
         ``job-definition-revision``) and, with ``unversioned``, ``<name>`` (type ``job-definition``,
         what SubmitJob is authorized on when the definition is named without a revision)."""
         names = [
-            (zone, zone.job_definition_name(machine_class, version))
+            (zone, zone.job_definition_pattern(machine_class))
             for zone in self._zones
             for machine_class in MACHINE_CLASSES
-            for version in PYTHON_VERSIONS
         ]
         arns = [self._batch_arn(zone, "job-definition", f"{name}:*") for zone, name in names]
         if unversioned:
