@@ -193,6 +193,5 @@ ROOT_DEVICE_NAME = "/dev/xvda"
 # Job-state time limits (cancel a job RUNNABLE behind a capacity or misconfiguration reason) live in
 # functions/domain/queue_limits.py: the batch_events Lambda words the cancel's statusReason from them.
 VPC_NAT_GATEWAYS = 1
-JOB_MAX_ATTEMPTS = 3
-JOB_RETRY_STATUS_REASON = "Host EC2*"
+# The job definitions' retry rule (attempts, the retried statusReason) is functions/domain/batch_retries.py.
 JOB_LOG_STREAM_PREFIX = "job"

@@ -1,16 +1,12 @@
-"""Constants, names and small helpers every part of the local executor shares."""
+"""The constants every part of the local executor shares, and its logger."""
 
 from __future__ import annotations
 
 import logging
-import time
-from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Protocol
 
 from functions.domain.log_lines import AWSLOGS_PART_BYTES
 from functions.domain.machine_classes import GIB
-from functions.ports import BatchSubmission
 
 # One logger for the whole package, by its public name (operators and tests filter on it).
 logger = logging.getLogger("remote_batch_local.executor")
@@ -70,47 +66,3 @@ DEFAULT_OUTPUT_LIMIT_BYTES = 10 * GIB
 
 QUEUED_STATUSES = frozenset({"SUBMITTED", "PENDING", "RUNNABLE"})
 FINAL_STATUSES = frozenset({"SUCCEEDED", "FAILED"})
-
-
-class CredentialIssuer(Protocol):
-    """Gives each job AWS credentials of its own (``remote_batch_local.iam.JobCredentials``)."""
-
-    def issue(self, batch_job_id: str, submission: BatchSubmission) -> dict[str, str]:
-        """The variables (``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``) of the job's credentials."""
-
-    def revoke(self, batch_job_id: str) -> None:
-        """Delete the job's credentials (once its processes are gone)."""
-
-
-class EventPublisher(Protocol):
-    """Where the executor sends its events (``EventBus``)."""
-
-    def publish(self, envelope: dict[str, Any]) -> None:
-        """Record and queue one envelope for delivery."""
-
-
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
-def _gib(mib: int) -> str:
-    gib = mib / 1024
-    return str(int(gib)) if gib >= 1 else f"{gib:.1f}"
-
-
-def _plural(count: int, word: str) -> str:
-    return f"{count} {word}" if count == 1 else f"{count} {word}s"
-
-
-def _join(parts: Sequence[str]) -> str:
-    return " and ".join(parts) if len(parts) <= 2 else f"{', '.join(parts[:-1])} and {parts[-1]}"
-
-
-def _exit_code(returncode: int) -> int:
-    """A container's exit code: a signal N shows as 128 + N, as Docker reports it."""
-    return 128 - returncode if returncode < 0 else returncode
-
-
-def _clamp_wait(seconds: float | None) -> float:
-    """A ``Condition.wait`` timeout: at most ``MAX_WAIT_SECONDS`` (None, "no deadline", too)."""
-    return MAX_WAIT_SECONDS if seconds is None else max(0.0, min(seconds, MAX_WAIT_SECONDS))

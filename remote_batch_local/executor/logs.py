@@ -7,10 +7,11 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from remote_batch_local.executor.clock import now_ms
 from remote_batch_local.executor.constants import (
     LOG_BATCH_BYTES,
     LOG_BATCH_EVENTS,
@@ -23,15 +24,12 @@ from remote_batch_local.executor.constants import (
     OPERATOR_LOG_MAX_BYTES,
     OPERATOR_LOG_NAME,
     READER_JOIN_SECONDS,
-    _now_ms,
     logger,
 )
-
-if TYPE_CHECKING:
-    from remote_batch_local.executor.job import _Job
+from remote_batch_local.executor.job import BatchJob
 
 
-class _LogShipper:
+class LogShipper:
     """Ships a job's console lines in PutLogEvents batches on its own thread, holding at most
     ``LOG_BUFFER_BYTES`` of them: ``append`` waits while the buffer is full (so a job that prints
     faster than the store takes waits on its pipe, as a container waits on its log driver).
@@ -70,7 +68,7 @@ class _LogShipper:
                 self._dropped += 1
                 return
             if not continues_line:
-                self._last_ms = max(self._last_ms, _now_ms())
+                self._last_ms = max(self._last_ms, now_ms())
             self._buffer.append((self._last_ms, message, time.monotonic(), cost))
             self._buffered_bytes += cost
             if len(self._buffer) == 1 or self._buffered_bytes >= LOG_BATCH_BYTES:
@@ -160,9 +158,9 @@ def _line_parts(body: bytes) -> list[bytes]:
     return parts
 
 
-def _read_lines(
+def read_lines(
     stream: IO[bytes],
-    shipper: _LogShipper,
+    shipper: LogShipper,
     limit_bytes: int | None = None,
     on_limit: Callable[[], None] | None = None,
 ) -> None:
@@ -207,7 +205,7 @@ def _read_lines(
             shipper.append(carry.decode("utf-8", "replace"), continues_line=continuing)
 
 
-def _join_reader(reader: threading.Thread, shipper: _LogShipper) -> None:
+def join_reader(reader: threading.Thread, shipper: LogShipper) -> None:
     """Wait for a console reader to reach EOF and hand its last lines over, as long as the log is
     still being shipped (a slow store); give up after ``READER_JOIN_SECONDS`` without progress
     (a process that escaped the job's kill holds the pipe open)."""
@@ -227,7 +225,7 @@ def _utf8_boundary(data: bytes) -> int:
     return len(data)
 
 
-def _log_operator_report(job: _Job) -> None:
+def log_operator_report(job: BatchJob) -> None:
     """Log what the worker wrote to its operator file (its own errors' details), at most
     ``OPERATOR_LOG_MAX_BYTES`` of it, to this process's log."""
     if job.workdir is None:
