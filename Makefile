@@ -82,6 +82,7 @@ test: $(STAMP) node_modules/.installed $(LAMBDA_BUNDLE) $(CHECKOV) sandbox-tools
 lint: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports
 	$(BIN)/mypy functions worker remote_batch remote_batch_local infra tests benchmarks
 
 format: $(STAMP)

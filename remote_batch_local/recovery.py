@@ -25,7 +25,7 @@ the job's own times:
    Batch job id recorded) is not stopped: it is what the deployed dispatch queue (SQS, durable) would
    still hold, so it is resumed (``resume_undispatched``): a claim is given back, admitted jobs are
    enqueued again and their accounts' held jobs admitted. Only the in-memory queue's messages died.
-   An array admitted span by span is resumed likewise, span by span (``array_admission.resume_array``):
+   An array admitted span by span is resumed likewise, span by span (``array_dispatch.resume_array``):
    its claimed spans given back, its admitted spans enqueued, its held children admitted; the spans
    AWS Batch had are settled by rule 3.
 
@@ -46,8 +46,8 @@ from functions.adapters.dynamodb import job_from_item
 from functions.domain.jobs import DispatchState, Job, JobType
 from functions.domain.machine_classes import machine_class
 from functions.domain.status import JobStatus
-from functions.logic import dispatch
-from functions.logic.array_admission import resume_array
+from functions.logic.array_dispatch import resume_array
+from functions.logic.dispatch_requests import enqueue, request_admission
 from functions.ports import Services
 from functions.settings import Settings
 from remote_batch_local.events import BatchAttempt, batch_job_state_change, task_arn
@@ -258,7 +258,7 @@ def resume_undispatched(dynamodb: Any, settings: Settings, services: Services) -
     The dispatcher's claim makes a repeated message harmless; no job is submitted twice.
     """
     resumed: list[str] = []
-    enqueue: list[str] = []
+    to_enqueue: list[str] = []
     accounts: set[str] = set()
     for job in unfinished_jobs(dynamodb, settings.jobs_table):
         if job.type == JobType.ARRAY:
@@ -277,10 +277,10 @@ def resume_undispatched(dynamodb: Any, settings: Settings, services: Services) -
             continue
         if job.dispatch_state == DispatchState.DISPATCHING:
             services.store.release_dispatch(job.job_id)
-        enqueue.append(job.job_id)
-    dispatch.enqueue(services, enqueue)
+        to_enqueue.append(job.job_id)
+    enqueue(services, to_enqueue)
     for account_id in sorted(accounts):
-        dispatch.request_admission(services, account_id)
+        request_admission(services, account_id)
     if resumed:
         logger.info("jobs not yet in aws batch resumed count=%d accounts=%d", len(resumed), len(accounts))
     return resumed

@@ -31,7 +31,7 @@ ENVIRONMENT = {
     "REMOTE_BATCH_COMPUTES_TABLE",
     "REMOTE_BATCH_COMPUTE_PREFIX",
     "REMOTE_BATCH_QUOTAS_TABLE",
-    # The dispatch queue and the dispatcher's SubmitJob pacing (functions/logic/dispatch.py).
+    # The dispatch queue and the dispatcher's SubmitJob pacing (functions/logic/dispatch_rules.py).
     "REMOTE_BATCH_DISPATCH_QUEUE_URL",
     "REMOTE_BATCH_DISPATCH_TPS",
     "REMOTE_BATCH_DISPATCH_CONCURRENCY",
