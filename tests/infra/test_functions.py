@@ -13,8 +13,6 @@ from functions.settings import load_settings
 from infra import constants, lambda_bundle
 from tests.infra.conftest import REPO_ROOT, ZONE_REGIONS, Synth, check_compiled
 
-pytestmark = pytest.mark.infra
-
 HANDLERS = {
     "api": "functions.handlers.api.handler",
     "batch_events": "functions.handlers.batch_events.handler",

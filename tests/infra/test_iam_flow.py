@@ -47,8 +47,6 @@ from tests.infra.conftest import Synth, SynthApp
 from tests.infra.iam_authorizer import AuthorizationRequest, IamEnforcer
 from tests.infra.test_iam_lint import resolver_of
 
-pytestmark = pytest.mark.infra
-
 FUNCTIONS = ("api", "batch_events", "meter", "dispatcher")
 ACCOUNT = "alice"
 
@@ -374,7 +372,7 @@ def run_flow(
             env["REMOTE_BATCH_ACCOUNTS_TABLE"],
             env["REMOTE_BATCH_LEDGER_TABLE"],
         )
-        # The first administrator's one-time seeding (README "Deploy"), not a Lambda's work.
+        # The first administrator's one-time seeding (docs/deploy.md), not a Lambda's work.
         store.create_account(Account(account_id=ACCOUNT, credit_balance=Decimal("0")), datetime.now(UTC))
         zones = json.loads(env["REMOTE_BATCH_ZONES"])
         us = zones["UnitedStates"]
