@@ -45,6 +45,7 @@ from remote_batch_local.executor.scheduler import Scheduler
 from remote_batch_local.executor.settings import ExecutorSettings
 from remote_batch_local.executor.state import ExecutorState
 from remote_batch_local.executor.warm import WARM_WORKERS, WarmPool
+from remote_batch_local.job_pythons import LocalPythons
 from remote_batch_local.sandbox import ProcessRegistry, Sandbox, detect_sandbox, kill_marked_processes
 from remote_batch_local.state_disk import StateDisk
 
@@ -121,6 +122,10 @@ class LocalBatchExecutor:
     disk : StateDisk | None
         The local stack's state disk (``ExecutorSettings.disk``): while it refuses writes, queued jobs
         stay RUNNABLE and a job's log stream waits for it; default: never checked.
+    pythons : LocalPythons or None
+        The interpreter of each Python version (``remote_batch_local.job_pythons``): a job's
+        definition (``...-py312``) picks the one its job side runs in, as a definition's image would;
+        None: the worker's own interpreter for every job.
     """
 
     def __init__(
@@ -147,6 +152,7 @@ class LocalBatchExecutor:
         submit_tps: int = DEFAULT_SUBMIT_TPS,
         accepted: AcceptedJobs | None = None,
         disk: StateDisk | None = None,
+        pythons: LocalPythons | None = None,
     ) -> None:
         cpu_ids = sorted(os.sched_getaffinity(0))
         host_vcpus = max(1, vcpus if vcpus is not None else len(cpu_ids))
@@ -176,6 +182,7 @@ class LocalBatchExecutor:
             registry=registry,
             credentials=credentials,
             disk=disk,
+            pythons=pythons or LocalPythons(),
         )
         self.vcpus = host_vcpus
         self.memory_mib = memory_mib

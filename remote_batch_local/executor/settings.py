@@ -3,10 +3,11 @@ and environment, the limits every job gets, the sandbox, where its processes are
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from remote_batch_local.executor.ports import CredentialIssuer
+from remote_batch_local.job_pythons import LocalPythons
 from remote_batch_local.sandbox import ProcessRegistry, Sandbox
 from remote_batch_local.state_disk import StateDisk
 
@@ -52,6 +53,9 @@ class ExecutorSettings:
     disk : StateDisk | None
         The local stack's state disk: while it refuses writes no job starts (a host that cannot start
         a container keeps its jobs RUNNABLE); None: never checked.
+    pythons : LocalPythons
+        The interpreter of each Python version (``remote_batch_local.job_pythons``): a job's definition
+        (``...-py312``) picks the one its job side runs in, as a definition's image would.
     """
 
     account: str
@@ -72,3 +76,4 @@ class ExecutorSettings:
     registry: ProcessRegistry | None
     credentials: CredentialIssuer | None
     disk: StateDisk | None = None
+    pythons: LocalPythons = field(default_factory=LocalPythons)

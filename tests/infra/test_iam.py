@@ -82,8 +82,10 @@ def test_only_the_dispatcher_submits_and_only_to_the_service_queues_and_definiti
     queues += [_batch_arn(r, "job-queue/remote-batch-dev-cmp-*") for r in regions]
     # SubmitJob requires the job (job/*) and the queue; it is authorized on the definition with its
     # revision, or without one when the definition is named without a revision.
+    # A machine class has a definition per Python version (remote-batch-dev-Basic1x8-py312): one
+    # pattern for them all.
     definitions = [
-        _batch_arn(r, f"job-definition/remote-batch-dev-{mc}{revision}")
+        _batch_arn(r, f"job-definition/remote-batch-dev-{mc}-py3*{revision}")
         for r in regions
         for mc in MACHINE_CLASSES
         for revision in (":*", "")

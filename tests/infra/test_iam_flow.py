@@ -37,6 +37,7 @@ import pytest
 from functions.adapters.dynamodb import DynamoJobStore
 from functions.adapters.tables import ALL_TABLES, create_table_request
 from functions.domain.jobs import Account
+from functions.domain.runtime import PYTHON_VERSIONS, job_definition_name
 from functions.logic import dispatch_rules
 from infra import constants
 from tests.events import api_event, job_lifecycle, scheduled_event
@@ -154,11 +155,12 @@ def create_resources(env: dict[str, str]) -> None:
                 priority=1,
                 computeEnvironmentOrder=[{"order": 1, "computeEnvironment": environment}],
             )
-            batch.register_job_definition(
-                jobDefinitionName=route["jobDefinition"],
-                type="container",
-                containerProperties={"image": "remote-batch-worker", "vcpus": 1, "memory": 512},
-            )
+            for version in PYTHON_VERSIONS:  # one definition per Python a job may choose
+                batch.register_job_definition(
+                    jobDefinitionName=job_definition_name(route["jobDefinition"], version),
+                    type="container",
+                    containerProperties={"image": "remote-batch-worker", "vcpus": 1, "memory": 512},
+                )
 
 
 def create_role(
