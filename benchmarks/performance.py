@@ -147,6 +147,7 @@ def _job_life(notifications: str | None) -> dict[str, Any]:
     from worker.entrypoint import publish
     from worker.runner import Outcome
     from worker.storage import JobStorage
+    from worker.supervisor import JobRun
 
     with _moto_stack() as stack:
         recorder = RequestRecorder()
@@ -185,7 +186,12 @@ def _job_life(notifications: str | None) -> dict[str, Any]:
                 # reads that tree's layout (the worker's PUTs are counted on the local stack, part 4).
                 zone = stack.settings.zones[stored.geo_zone]
                 s3 = boto3.client("s3", region_name=zone.region)
-                publish(JobStorage(s3, zone.bucket), output_key(job_id, ""), Outcome(result=1), Path(empty))
+                publish(
+                    JobStorage(s3, zone.bucket),
+                    output_key(job_id, ""),
+                    JobRun.from_outcome(Outcome(result=1)),
+                    Path(empty),
+                )
             status, result = _timed(invocations, "api", lambda: stack.api("GET", f"/jobs/{job_id}/result"))
             assert status == 200, result
             assert result["result"] == 1, result
@@ -581,7 +587,7 @@ def _serve(counts_path: Path) -> None:
     threading.Thread(target=dump, name="bench-counts", daemon=True).start()
     from remote_batch_local import __main__ as local_main
 
-    sys.exit(local_main.main())
+    sys.exit(local_main.main([]))
 
 
 def _free_port() -> int:

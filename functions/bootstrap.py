@@ -222,7 +222,7 @@ def build_services(
         allow_http_webhooks=settings.allow_http_webhooks,
         sms_per_account_per_hour=settings.sms_per_account_per_hour,
         resolver=resolver,
-        worker_python=settings.worker_python,
+        python=settings.python_runtime,
         array_span_size=settings.array_span_size,
         operations=DynamoOperationsStore(
             dynamodb,

@@ -29,7 +29,7 @@ from functions.domain.machine_classes import GeoZone, MachineClass
 from functions.domain.presumed import PresumedTransition
 from functions.domain.quotas import Demand, HeldJob, QuotaKey, QuotaLimits, Usage
 from functions.domain.roles import AccountMembers, Member
-from functions.domain.runtime import WORKER_PYTHON_VERSION
+from functions.domain.runtime import PythonRuntime
 from functions.domain.status import JobStatus
 
 Clock = Callable[[], datetime]
@@ -697,8 +697,8 @@ class Services:
     sms_per_account_per_hour: int = 30
     # Resolves webhook hosts (their addresses must be public); None refuses every webhook URL.
     resolver: HostResolver | None = None
-    # The jobs' Python (major.minor): a pickle made by another minor version is refused at submit.
-    worker_python: str = WORKER_PYTHON_VERSION
+    # The Python versions jobs run on and the default (``functions.domain.runtime``).
+    python: PythonRuntime = field(default_factory=PythonRuntime)
     # Most children per AWS Batch array job (``functions.domain.arrays.plan_spans``; AWS allows 10,000).
     array_span_size: int = 10_000
     # The operators' class states and audit log; None: every class is in service, no admin fleet routes.

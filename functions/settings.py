@@ -19,10 +19,24 @@ import os
 from collections.abc import Mapping
 from typing import Annotated, Any
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from functions.domain.machine_classes import MACHINE_CLASSES, GeoZone
-from functions.domain.runtime import PYTHON_VERSION_PATTERN, WORKER_PYTHON_VERSION
+from functions.domain.runtime import (
+    DEFAULT_PYTHON_VERSION,
+    PYTHON_VERSION_PATTERN,
+    PYTHON_VERSIONS,
+    PythonRuntime,
+)
 
 
 def _strict_bool(value: object) -> object:
@@ -104,8 +118,11 @@ class Settings(BaseModel):
     (optional, default 10000: most children per AWS Batch array job), ``REMOTE_BATCH_ZONES`` (JSON:
     ``{"UnitedStates": {"region", "bucket", "logGroup", "routes": {"Basic1x8": {"jobQueue",
     "jobDefinition"}, ...}}, ...}``), ``REMOTE_BATCH_ALLOW_HTTP_WEBHOOKS`` (optional ``true``/``false``,
-    default false), ``REMOTE_BATCH_WORKER_PYTHON`` (optional ``major.minor`` of the jobs' Python, default
-    the worker image's) and ``AWS_REGION`` (the home region).
+    default false), ``REMOTE_BATCH_PYTHON_VERSIONS`` (optional, the ``major.minor`` versions jobs run
+    on, comma-separated, default ``3.11,3.12,3.13``: one worker image each), ``REMOTE_BATCH_DEFAULT_PYTHON``
+    (optional, what a job naming none runs, default 3.12), ``REMOTE_BATCH_PYTHON_INTERPRETERS``
+    (optional JSON ``{"3.12": "CPython 3.12.1 (/path)"}``, the local stack's interpreters, shown by
+    ``GET /runtime``) and ``AWS_REGION`` (the home region).
 
     Built from the environment by ``load_settings`` only; ``Settings(jobs_table=..., ...)`` (by field
     name, as the local stack and tests do) reads nothing but its arguments.
@@ -153,12 +170,18 @@ class Settings(BaseModel):
     )
     home_region: str = Field(validation_alias="AWS_REGION", min_length=1)
     zones: dict[GeoZone, ZoneSettings] = Field(validation_alias="REMOTE_BATCH_ZONES", min_length=1)
-    # The Python (major.minor) the jobs' worker runs: pickles of another minor version are refused at
-    # submit. Deployed: the worker image's; the local stack: its own interpreter's.
-    worker_python: str = Field(
-        default=WORKER_PYTHON_VERSION,
-        validation_alias="REMOTE_BATCH_WORKER_PYTHON",
+    # The Python versions jobs run on (``functions.domain.runtime``): deployed, one worker image each;
+    # the local stack: those whose interpreter it found, and which interpreter each is.
+    python_versions: tuple[Annotated[str, StringConstraints(pattern=PYTHON_VERSION_PATTERN)], ...] = Field(
+        default=PYTHON_VERSIONS, validation_alias="REMOTE_BATCH_PYTHON_VERSIONS", min_length=1
+    )
+    default_python: str = Field(
+        default=DEFAULT_PYTHON_VERSION,
+        validation_alias="REMOTE_BATCH_DEFAULT_PYTHON",
         pattern=PYTHON_VERSION_PATTERN,
+    )
+    python_interpreters: dict[str, str] = Field(
+        default_factory=dict, validation_alias="REMOTE_BATCH_PYTHON_INTERPRETERS"
     )
     # Most children per AWS Batch array job: an array of more items runs as several (AWS's limit 10,000).
     array_span_size: int = Field(
@@ -169,9 +192,36 @@ class Settings(BaseModel):
         default=False, validation_alias="REMOTE_BATCH_ALLOW_HTTP_WEBHOOKS"
     )
 
-    @field_validator("zones", mode="before")
+    @field_validator("python_versions", mode="before")
     @classmethod
-    def _zones_json(cls, value: Any) -> Any:
+    def _comma_separated(cls, value: Any) -> Any:
+        """``3.11,3.12`` → ``("3.11", "3.12")``."""
+        if isinstance(value, str):
+            return tuple(part.strip() for part in value.split(",") if part.strip())
+        return value
+
+    @model_validator(mode="after")
+    def _default_is_run(self) -> Settings:
+        if self.default_python not in self.python_versions:
+            versions = ", ".join(self.python_versions)
+            raise ValueError(
+                f"REMOTE_BATCH_DEFAULT_PYTHON {self.default_python} is not one of {versions} "
+                "(REMOTE_BATCH_PYTHON_VERSIONS)"
+            )
+        return self
+
+    @property
+    def python_runtime(self) -> PythonRuntime:
+        """The Python versions jobs run on, as the domain takes them."""
+        return PythonRuntime(
+            versions=self.python_versions,
+            default=self.default_python,
+            interpreters=dict(self.python_interpreters),
+        )
+
+    @field_validator("zones", "python_interpreters", mode="before")
+    @classmethod
+    def _json_fields(cls, value: Any) -> Any:
         """The variable holds JSON (parsed here, so its error names the variable, not the value)."""
         if isinstance(value, str):
             try:
@@ -202,7 +252,13 @@ class Settings(BaseModel):
             "REMOTE_BATCH_ARRAY_SPAN_SIZE": str(self.array_span_size),
             "AWS_REGION": self.home_region,
             "REMOTE_BATCH_ALLOW_HTTP_WEBHOOKS": "true" if self.allow_http_webhooks else "false",
-            "REMOTE_BATCH_WORKER_PYTHON": self.worker_python,
+            "REMOTE_BATCH_PYTHON_VERSIONS": ",".join(self.python_versions),
+            "REMOTE_BATCH_DEFAULT_PYTHON": self.default_python,
+            **(
+                {"REMOTE_BATCH_PYTHON_INTERPRETERS": json.dumps(self.python_interpreters)}
+                if self.python_interpreters
+                else {}
+            ),
             "REMOTE_BATCH_ZONES": json.dumps(
                 {zone.value: z.model_dump(by_alias=True) for zone, z in self.zones.items()}
             ),

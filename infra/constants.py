@@ -44,14 +44,14 @@ LAMBDA_CODE_DIR = "functions"
 # The code asset: functions/ with its .pyc, built at synth (infra/lambda_bundle.py build_code_asset).
 LAMBDA_CODE_ASSET_DIR = "build/lambda/code"
 # The interpreter and machine the functions run on, and the wheels their layer is built for.
-# CPython 3.11 on x86_64 because that is what the tests run here: the deployed-bundle test imports
-# the very layer that is deployed (pydantic-core is a compiled wheel: an arm64 or cp312 build could
-# not be imported on this host, so it would ship untested). python3.11 runs on Amazon Linux 2
-# (glibc 2.26, hence manylinux2014 = glibc 2.17 wheels) and is the first of the supported Python
-# runtimes Lambda deprecates: check its date in the Lambda runtimes table before a first deploy.
-# Moving to python3.12/3.13 (Amazon Linux 2023) or arm64 is a change of these three values once the
-# test machines run that interpreter (the bundle test then imports that build).
-LAMBDA_PYTHON_VERSION = "3.11"
+# CPython 3.13 on x86_64: python3.13 runs on Amazon Linux 2023 and is supported to 2029-06-30
+# (python3.11, on Amazon Linux 2, is deprecated on 2027-06-30: the Lambda runtimes table). The
+# deployed-bundle test imports the very layer that is deployed in a CPython 3.13 of this machine
+# (pydantic-core is a compiled wheel: a cp311 or arm64 build could not be imported there, so it would
+# ship untested). manylinux2014 wheels need glibc >= 2.17; Amazon Linux 2023 has 2.34. Moving to
+# another version or to arm64 is a change of these three values once the test machines have that
+# interpreter (infra/lambda_bundle.py finds it by running it).
+LAMBDA_PYTHON_VERSION = "3.13"
 LAMBDA_ARCHITECTURE = "x86_64"
 LAMBDA_PLATFORM = "manylinux2014_x86_64"
 # One lock file holds every third-party pin of the functions (boto3 included); `make lock` writes it,

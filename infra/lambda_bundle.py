@@ -19,8 +19,9 @@ reading its source's mtime (which zip extraction does not keep: a timestamp ``.p
 every cold start, so compiled again) nor hashing the source (what *checked-hash* does at each import).
 Nothing on Lambda changes a source beside its ``.pyc``, and both are rebuilt from the sources at each
 build. A ``.pyc`` only loads in the interpreter version that wrote it (its magic number), so both are
-compiled by Python ``LAMBDA_PYTHON_VERSION``: this interpreter when it is that version, else a
-``python3.X`` of that version on PATH, else the build fails (:func:`runtime_interpreter`).
+compiled by Python ``LAMBDA_PYTHON_VERSION``: this interpreter when it is that version, else one of
+that version found on the machine, else the build fails (:func:`runtime_interpreter`). pip runs in
+this interpreter with ``--python-version``: it only downloads wheels, it never imports them.
 
 Plain Python, no CDK: the Makefile, the CDK construct and the tests import it.
 """
@@ -28,6 +29,7 @@ Plain Python, no CDK: the Makefile, the CDK construct and the tests import it.
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import os
 import re
@@ -185,23 +187,29 @@ def pip_install_command(lock_file: Path, target: Path) -> list[str]:
     ]
 
 
+@functools.cache
 def runtime_interpreter() -> str:
-    """The path of a Python ``LAMBDA_PYTHON_VERSION`` interpreter to compile ``.pyc`` files with:
-    this one when it is that version, else ``python3.X`` on PATH.
+    """The path of a Python ``LAMBDA_PYTHON_VERSION`` interpreter: this one when it is that version,
+    else one found by running it (``python3.X`` on PATH, pyenv's versions:
+    ``remote_batch_local.interpreters``). It compiles the ``.pyc`` files and the deployed-bundle test
+    runs each handler in it.
 
     Raises ``BundleError`` when there is none (a ``.pyc`` of another version would never load on
     Lambda: its magic number differs, so every module would be compiled at each cold start again).
     """
     wanted = constants.LAMBDA_PYTHON_VERSION
     if f"{sys.version_info[0]}.{sys.version_info[1]}" == wanted:
-        return sys.executable
-    found = shutil.which(f"python{wanted}")
+        return getattr(sys, "_base_executable", sys.executable)
+    from remote_batch_local.interpreters import find_interpreter
+
+    found = find_interpreter(wanted)
     if found is None:
         running = sys.version.split()[0]
         raise BundleError(
-            f"compile the Lambda code with Python {wanted} (this is {running}; no python{wanted} on PATH)"
+            f"compile the Lambda code with Python {wanted} (this is {running}; no python{wanted} runs "
+            f"here, on PATH or under pyenv's versions)"
         )
-    return found
+    return str(found.executable)
 
 
 def compile_tree(folder: Path, *, prefix: str | None, source_root: Path | None = None) -> None:
@@ -304,12 +312,7 @@ def build() -> None:
     Raises ``subprocess.CalledProcessError`` when pip cannot fetch a pinned wheel for the platform
     (or a hash differs), ``BundleError`` when the result does not match the lock.
     """
-    if sys.version_info[:2] != tuple(int(part) for part in constants.LAMBDA_PYTHON_VERSION.split(".")):
-        # pip's --python-version picks the wheels, but the bundle test imports them here.
-        running = sys.version.split()[0]
-        raise BundleError(
-            f"build the bundle with Python {constants.LAMBDA_PYTHON_VERSION} (this is {running})"
-        )
+    runtime_interpreter()  # before any download: the bundle is compiled, and tested, by that Python
     _install(LOCK_FILE, LAYER_SITE, mount=LAYER_MOUNT)
     write_zip(LAYER_DIR, LAYER_ZIP)
     _install(RUNTIME_LOCK_FILE, RUNTIME_SITE, mount=None)

@@ -50,7 +50,8 @@ _JOB_ARNS = (
 _JOB_DEFINITION_REVISIONS = (
     "SubmitJob and its tag-on-create batch:TagResource are authorized on the job definition's ARN with "
     "its revision (job-definition/<name>:<n>), which grows with every deploy that changes it; ':*' "
-    "allows every revision of this one definition."
+    "allows every revision. A machine class has one definition per Python version a job may choose "
+    "(<class>-py311, -py312, -py313): '-py3*' names them all, the class's and no other."
 )
 _JOB_LOG_STREAMS = (
     "'<job log group>:log-stream:*' names the group's log streams (one per job attempt, named by Batch "
@@ -221,11 +222,12 @@ def _acknowledge_functions(scopes: ControlPlaneFindings) -> None:
     job_definitions = [
         (
             f"AwsSolutions-IAM5[Resource::{_batch_arn(partition, zone, 'job-definition/')}"
-            f"{zone.job_definition_name(machine_class)}:*]",
+            f"{zone.job_definition_pattern(machine_class)}{revision}]",
             _JOB_DEFINITION_REVISIONS,
         )
         for zone in zones
         for machine_class in MACHINE_CLASSES
+        for revision in (":*", "")
     ]
     job_log_streams = [
         (

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from functions.domain.runtime import job_definition_name
 from infra import constants
 
 
@@ -74,9 +75,21 @@ class ZoneNames:
         so the api's role may update exactly these (``batch:UpdateComputeEnvironment``)."""
         return f"{self.prefix}{pool}-{'Spot' if spot else 'OnDemand'}"
 
-    def job_definition_name(self, machine_class: str) -> str:
-        """The machine class's job definition (same as its queue: Batch keeps them apart)."""
+    def job_definition_base(self, machine_class: str) -> str:
+        """What the machine class's job definitions are named after (same as its queue: Batch keeps
+        them apart); the api adds the job's Python (``functions.domain.runtime.job_definition_name``)."""
         return f"{self.prefix}{machine_class}"
+
+    def job_definition_pattern(self, machine_class: str) -> str:
+        """The machine class's definitions of every Python version (``remote-batch-dev-Basic1x8-py3*``):
+        what IAM policies name (one pattern, not one ARN per version: the dispatcher's policy stays
+        under IAM's 10,240-character limit for a role's inline policies)."""
+        return f"{self.job_definition_base(machine_class)}-py3*"
+
+    def job_definition_name(self, machine_class: str, python_version: str) -> str:
+        """The machine class's job definition on Python ``python_version``
+        (``remote-batch-dev-Basic1x8-py312``)."""
+        return job_definition_name(self.job_definition_base(machine_class), python_version)
 
     @property
     def bucket_name(self) -> str:

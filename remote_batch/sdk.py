@@ -207,6 +207,9 @@ class JobOptions(TypedDict, total=False):
     time_constraint: float | None
     notifications: Any
     name: str | None
+    # The job's Python (major.minor, one of GET /runtime's pythonVersions); a function's default is this
+    # interpreter's (its pickle only loads there), code's and a command's the service's default.
+    python_version: str | None
 
 
 def _options(options: JobOptions) -> dict[str, Any]:
@@ -223,6 +226,7 @@ def _options(options: JobOptions) -> dict[str, Any]:
         "creditConstraint": None if credit_constraint is None else Decimal(str(credit_constraint)),
         "timeConstraint": options.get("time_constraint"),
         "notifications": options.get("notifications"),
+        "pythonVersion": options.get("python_version"),
     }
     return {key: value for key, value in fields.items() if value is not None}
 
@@ -260,8 +264,8 @@ def submit(
     Raises
     ------
     ValidationError
-        A bad option (``field`` names it), or a pickle of another Python minor version than the
-        worker's (``field`` ``pythonVersion``).
+        A bad option (``field`` names it), or a Python version the service does not run jobs on
+        (``field`` ``pythonVersion``: a function runs on this interpreter's, see ``runtime()``).
     InsufficientCredits
         The account's balance is not positive.
     TypeError
@@ -604,6 +608,7 @@ def estimate(
 
 
 def runtime(*, client: Client | None = None) -> dict[str, Any]:
-    """``GET /runtime``: what jobs run with (``{"pythonVersion": "3.12", ...}``)."""
+    """``GET /runtime``: what jobs run with: ``{"pythonVersion": "3.12"`` (the default), ``"pythonVersions":
+    ["3.11", "3.12", "3.13"], "interpreters": {...}}`` (the local stack's, by version)."""
     result: dict[str, Any] = _client(client).get("/runtime")
     return result

@@ -69,6 +69,9 @@ class LocalConfig:
         Seconds one minute of a dedicated compute's ``idleStopMinutes`` lasts
         (``REMOTE_BATCH_IDLE_STOP_MINUTE_SECONDS``, default 60; the end-to-end tests set a few seconds
         so an idle stop of 1 minute is seen without waiting a minute).
+    pythons : tuple[str, ...]
+        Interpreters jobs may run in, tried before ``python3.X`` on PATH and pyenv's versions
+        (``REMOTE_BATCH_LOCAL_PYTHONS``, paths separated by ``:``; ``remote_batch_local.job_pythons``).
     disk_reserve_bytes : int
         Free bytes the home's filesystem must keep for writes to be admitted
         (``REMOTE_BATCH_DISK_RESERVE_BYTES``, default 64 MiB, ``state_disk.DEFAULT_RESERVE_BYTES``;
@@ -90,6 +93,7 @@ class LocalConfig:
     warm_workers: int = DEFAULT_WARM_WORKERS
     batch_submit_tps: int = DEFAULT_SUBMIT_TPS
     idle_stop_minute: float = DEFAULT_IDLE_STOP_MINUTE_SECONDS
+    pythons: tuple[str, ...] = ()
     disk_reserve_bytes: int = DEFAULT_RESERVE_BYTES
 
     @property
@@ -130,6 +134,7 @@ class LocalConfig:
             idle_stop_minute=_number(
                 environ, "REMOTE_BATCH_IDLE_STOP_MINUTE_SECONDS", DEFAULT_IDLE_STOP_MINUTE_SECONDS
             ),
+            pythons=_paths(environ, "REMOTE_BATCH_LOCAL_PYTHONS", cwd),
             disk_reserve_bytes=int(
                 _number(environ, "REMOTE_BATCH_DISK_RESERVE_BYTES", DEFAULT_RESERVE_BYTES, minimum=0)
             ),
@@ -159,6 +164,11 @@ def _optional_int(environ: Mapping[str, str], name: str) -> int | None:
     if not is_ascii_digits(text) or int(text) < 1:
         raise LocalConfigError(f"{name} must be a positive integer, got {text!r}")
     return int(text)
+
+
+def _paths(environ: Mapping[str, str], name: str, cwd: Path) -> tuple[str, ...]:
+    """``a:b`` → absolute paths (relative ones taken from ``cwd``)."""
+    return tuple(str((cwd / part).absolute()) for part in environ.get(name, "").split(":") if part.strip())
 
 
 def _flag(environ: Mapping[str, str], name: str) -> bool:

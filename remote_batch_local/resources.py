@@ -29,6 +29,7 @@ from functions.domain.machine_classes import MACHINE_CLASSES, GeoZone
 from functions.settings import RouteSettings, Settings, ZoneSettings
 from remote_batch_local.files import write_bytes_atomic
 from remote_batch_local.iam import MOTO_API_TOKEN_HEADER, IamGate, create_admin, new_api_token
+from remote_batch_local.job_pythons import LocalPythons
 from remote_batch_local.journal import Journal, JournalingApp
 from remote_batch_local.lambda_context import LOCAL_ACCOUNT_ID
 from remote_batch_local.moto_access import MotoAccess
@@ -64,10 +65,11 @@ def bucket_name(region: str) -> str:
     return f"{NAME_PREFIX}-{region}"
 
 
-def local_settings(environ: Mapping[str, str] | None = None) -> Settings:
+def local_settings(environ: Mapping[str, str] | None = None, pythons: LocalPythons | None = None) -> Settings:
     """The settings of the in-process Lambdas: local tables, topic, and both geo zones; and
     ``REMOTE_BATCH_ARRAY_SPAN_SIZE`` from ``environ`` (the process's by default) when it is set,
-    as the deployed Lambdas take it (most children per AWS Batch array job)."""
+    as the deployed Lambdas take it (most children per AWS Batch array job). ``pythons``: the
+    versions jobs run on are those found (``job_pythons.discover``); None: this interpreter's only."""
     environ = os.environ if environ is None else environ
     span_size = environ.get("REMOTE_BATCH_ARRAY_SPAN_SIZE")
     # Validated (1..10,000) by the settings model, as the Lambdas' environment is.
@@ -105,10 +107,21 @@ def local_settings(environ: Mapping[str, str] | None = None) -> Settings:
         zones=zones,
         # Locally a webhook receiver is a process on this machine, without a TLS certificate.
         allow_http_webhooks=True,
-        # The local executor runs the worker with this interpreter (``sys.executable -m worker``).
-        worker_python=f"{sys.version_info.major}.{sys.version_info.minor}",
+        **_python_settings(pythons),
         **optional,
     )
+
+
+def _python_settings(pythons: LocalPythons | None) -> dict[str, Any]:
+    """The Python versions jobs run on here: those found, the default, and each one's interpreter."""
+    own = f"{sys.version_info.major}.{sys.version_info.minor}"
+    if pythons is None or pythons.default() is None:
+        return {"python_versions": (own,), "default_python": own}
+    return {
+        "python_versions": pythons.versions,
+        "default_python": pythons.default(),
+        "python_interpreters": pythons.descriptions(),
+    }
 
 
 # Operations that change what a snapshot keeps, by the X-Amz-Target prefix of the JSON protocols.

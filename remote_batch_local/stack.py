@@ -26,6 +26,7 @@ from functions.adapters.tables import ALL_TABLES
 from functions.adapters.webhook import WebhookSender
 from functions.bootstrap import build_services, get_services, install, utc_now
 from functions.domain.machine_classes import GeoZone
+from functions.domain.runtime import PYTHON_VERSIONS
 from functions.ports import Services
 from functions.settings import Settings
 from remote_batch_local.accounts import LocalAccounts
@@ -38,6 +39,7 @@ from remote_batch_local.files import write_bytes_atomic
 from remote_batch_local.gateway import ApiGateway
 from remote_batch_local.http_errors import JsonErrorRequestHandler
 from remote_batch_local.iam import JobCredentials
+from remote_batch_local.job_pythons import LocalPythons, discover
 from remote_batch_local.journal import Journal
 from remote_batch_local.lambda_context import LOCAL_ACCOUNT_ID
 from remote_batch_local.lambdas import LocalLambdas
@@ -156,7 +158,7 @@ class LocalStack:
         self._moto = moto
         endpoint = moto.start(config.home / "moto-credentials.json")
         logger.info("moto started endpoint=%s", endpoint)
-        settings = local_settings()
+        settings, pythons = _settings_and_pythons(config)
         os.environ.update(settings.to_environment())
         for name, value in POWERTOOLS_DEFAULTS.items():
             os.environ.setdefault(name, value)
@@ -202,6 +204,8 @@ class LocalStack:
             submit_tps=config.batch_submit_tps,
             warm_workers=config.warm_workers,
             accepted=AcceptedJobs(config.state_dir / ACCEPTED_JOBS_FILE, self._disk),
+            disk=self._disk,
+            pythons=pythons,
         )
         self._executor = executor
         self._dispatch_queue = dispatch_queue = LocalDispatchQueue(
@@ -510,6 +514,25 @@ def _snapshot_scope(settings: Settings) -> SnapshotScope:
         topic_arn_prefix=settings.email_topic_arn_prefix,
         home_region=settings.home_region,
     )
+
+
+def _settings_and_pythons(config: LocalConfig) -> tuple[Settings, LocalPythons]:
+    """The in-process Lambdas' settings and the interpreter of each Python version jobs may choose
+    (``job_pythons.discover``), said in the log: the versions found, the one a job naming none runs,
+    and the versions missing."""
+    pythons = discover(config.home, config.pythons)
+    logger.info(
+        "job pythons found default=%s %s",
+        pythons.default(),
+        " ".join(f"{version}={text!r}" for version, text in pythons.descriptions().items()) or "none",
+    )
+    missing = [version for version in PYTHON_VERSIONS if version not in pythons.by_version]
+    if missing:
+        logger.warning(
+            "no interpreter for python %s: jobs naming it are refused (REMOTE_BATCH_LOCAL_PYTHONS adds some)",
+            ", ".join(missing),
+        )
+    return local_settings(pythons=pythons), pythons
 
 
 def _worker_environment(endpoint: str) -> dict[str, str]:

@@ -89,6 +89,57 @@ class EncodedOutputs:
     result_repr: str = "None"
 
 
+@dataclass(frozen=True)
+class EncodedResult:
+    """The encoded parts of a job's result (its outcome's messages and error aside).
+
+    Attributes
+    ----------
+    result_json, result_pickle, preview_png, preview_kind, result_repr
+        As in ``EncodedOutputs``.
+    messages : list of str
+        The problems met while encoding (no pickle, no JSON form, no preview), one sentence each.
+    """
+
+    result_json: bytes
+    result_pickle: bytes | None
+    preview_png: bytes | None
+    preview_kind: PreviewKind | None
+    result_repr: str
+    messages: list[str]
+
+    def with_messages(self, messages: list[str], error: JobError | None) -> EncodedOutputs:
+        """The job's outputs: ``messages`` (the runner's, then any notes), this encoding's own
+        problems after them, and ``error``, as the bounded messages document."""
+        return EncodedOutputs(
+            result_json=self.result_json,
+            result_pickle=self.result_pickle,
+            messages_json=messages_document([*messages, *self.messages], error),
+            preview_png=self.preview_png,
+            preview_kind=self.preview_kind,
+            result_repr=self.result_repr,
+        )
+
+
+def encode_result(value: Any) -> EncodedResult:
+    """Encode a result (its pickle, preview, repr and JSON document). Never raises for anything the
+    value does; what could not be encoded is said in ``messages``."""
+    messages: list[str] = []
+    with default_interpreter_limits():
+        result_pickle = _pickle_result(value, messages)
+        preview = _preview(value, messages)
+        result_repr = safe_repr(value)
+        result_json = _result_json(value, result_repr, messages)
+    return EncodedResult(
+        result_json=result_json,
+        result_pickle=result_pickle,
+        preview_png=None if preview is None else preview[0],
+        preview_kind=None if preview is None else preview[1],
+        result_repr=result_repr,
+        messages=messages,
+    )
+
+
 def encode_outcome(outcome: Outcome, notes: list[str] | None = None) -> EncodedOutputs:
     """Encode every output object of a finished job. Never raises for anything the result does.
 
@@ -105,21 +156,9 @@ def encode_outcome(outcome: Outcome, notes: list[str] | None = None) -> EncodedO
         Problems met while encoding (a result with no pickle, no JSON form or no preview) are
         appended to the messages, after the runner's own and ``notes``.
     """
-    messages = [*outcome.messages, *(notes or [])]
+    encoded = encode_result(outcome.result)
     with default_interpreter_limits():
-        result_pickle = _pickle_result(outcome.result, messages)
-        preview = _preview(outcome.result, messages)
-        result_repr = safe_repr(outcome.result)
-        result_json = _result_json(outcome.result, result_repr, messages)
-        messages_json = messages_document(messages, outcome.error)
-    return EncodedOutputs(
-        result_json=result_json,
-        result_pickle=result_pickle,
-        messages_json=messages_json,
-        preview_png=None if preview is None else preview[0],
-        preview_kind=None if preview is None else preview[1],
-        result_repr=result_repr,
-    )
+        return encoded.with_messages([*outcome.messages, *(notes or [])], outcome.error)
 
 
 def messages_document(messages: list[str], error: JobError | None) -> bytes:

@@ -1,4 +1,7 @@
-"""The worker's whole run: settings → input → run → outputs → exit code.
+"""The worker's whole run: settings → input → run (in the job's Python) → outputs → exit code.
+
+This is the supervisor (``worker.job_side`` describes the split): it runs in the service's Python and
+hands the job to the job side (``worker.supervisor.run_in_job_python``), which runs it in the job's.
 
 What the user sees of the worker's own failures is one line in the job log (``remote-batch worker:
 ...``) and, when the job's bucket can be written, ``outcome.json`` with an ``error`` whose ``reason``
@@ -24,12 +27,12 @@ from typing import TYPE_CHECKING, Any
 import boto3
 from botocore.exceptions import ClientError
 
-from worker.encoding import encode_outcome
 from worker.errors import InputNotFound, InvalidJobInput, StorageError, WorkerError
 from worker.layout import failure_outcome, outcome_objects
-from worker.runner import JobError, JobInput, Outcome, parse_job_input, payload_key, run_job
+from worker.runner import JobError, JobInput, parse_job_input, payload_key
 from worker.settings import JOB_ID, WorkerSettings
 from worker.storage import JobStorage
+from worker.supervisor import JobRun, run_in_job_python
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -101,14 +104,14 @@ def _run(settings: WorkerSettings, storage: JobStorage, environ: Mapping[str, st
         return EXIT_WORKER_ERROR
     with tempfile.TemporaryDirectory(prefix="remote-batch-output-", ignore_cleanup_errors=True) as tmp:
         output_dir = Path(tmp)
-        outcome = run_job(job, output_dir=output_dir, memory_gib=settings.memory_gib)
+        run = run_in_job_python(job, output_dir=output_dir, memory_gib=settings.memory_gib, environ=environ)
         try:
-            publish(storage, settings.job_output_prefix, outcome, output_dir)
+            publish(storage, settings.job_output_prefix, run, output_dir)
         except WorkerError as exc:
             _tell_user(str(exc))
             _tell_operator(environ, storage, settings, "outputs not stored", exc)
             return EXIT_WORKER_ERROR
-    return outcome.exit_code
+    return run.exit_code
 
 
 def read_job_input(storage: JobStorage, key: str, array_index: int | None = None) -> JobInput:
@@ -205,7 +208,7 @@ def rejection_reason(exc: WorkerError) -> str:
     return " ".join(str(exc).split())
 
 
-def publish(storage: JobStorage, prefix: str, outcome: Outcome, output_dir: Path) -> None:
+def publish(storage: JobStorage, prefix: str, run: JobRun, output_dir: Path) -> None:
     """Upload a finished job's outputs.
 
     Parameters
@@ -214,8 +217,8 @@ def publish(storage: JobStorage, prefix: str, outcome: Outcome, output_dir: Path
         The job's bucket.
     prefix : str
         The output prefix, ending with ``/``.
-    outcome : Outcome
-        What the runner returned.
+    run : JobRun
+        What the job side recorded (``JobRun.from_outcome``: an outcome of this process).
     output_dir : Path
         The directory whose files become ``<prefix>files/...``; a file that cannot be read is
         skipped with a message.
@@ -227,7 +230,7 @@ def publish(storage: JobStorage, prefix: str, outcome: Outcome, output_dir: Path
     """
     notes: list[str] = []
     storage.upload_directory(output_dir, prefix + "files/", notes)
-    for part in outcome_objects(encode_outcome(outcome, notes)):
+    for part in outcome_objects(run.encoded(notes)):
         storage.write(prefix + part.name, part.body, part.content_type)
 
 

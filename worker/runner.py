@@ -527,7 +527,7 @@ def run_command(
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
-            preexec_fn=_parent_death_signal_hook(),  # noqa: PLW1509
+            preexec_fn=parent_death_signal_hook(),  # noqa: PLW1509
         )
     except FileNotFoundError as exc:
         return _command_not_run(exc, f"command not found: {program}", EXIT_COMMAND_NOT_FOUND)
@@ -690,7 +690,7 @@ def _command_not_run(exc: BaseException, message: str, exit_code: int) -> Outcom
     return Outcome(messages=[error.as_message()], error=error, exit_code=exit_code)
 
 
-def _parent_death_signal_hook() -> Callable[[], None] | None:
+def parent_death_signal_hook() -> Callable[[], None] | None:
     """Return a ``preexec_fn`` that makes the child get SIGKILL when the worker dies (Linux only)."""
     if not sys.platform.startswith("linux"):
         return None

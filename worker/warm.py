@@ -14,7 +14,9 @@ array index...), in ``os.environ`` and in what ``/proc/<pid>/environ`` shows (``
 points stdin at ``/dev/null`` and runs ``worker.entrypoint.main`` exactly as
 ``python -m worker`` does, with a boto3 default session that shares the loaded models (the job's own
 credentials and region come from ``environ``; a session built before them would keep the wrong ones).
-It runs one job and exits with its exit code: a warm worker is never reused.
+It runs one job and exits with its exit code: a warm worker is never reused. What is warm is the
+supervisor (``worker.job_side``): the job side, in the interpreter of the job's Python version (named
+by the assignment's environment), starts with the job, so one pool serves every version.
 
 End of file without an assignment (the pool let it go) exits 0 without output. An assignment that
 cannot be read is a worker error: exit code 2, one line on stderr. Nothing before the assignment

@@ -92,6 +92,7 @@ JOB_LIST_ATTRIBUTES = (
     "warnings",
     "notificationLog",
     "submittedBy",
+    "pythonVersion",
     "ttl",
 )
 

@@ -234,6 +234,7 @@ def child_template(parent: Job, index: int) -> Job:
         record_expires_at=parent.record_expires_at,
         compute=parent.compute,
         submitted_by=parent.submitted_by,
+        python_version=parent.python_version,
         dispatch_state=DispatchState.DISPATCHED if parent.dispatch_state is not None else None,
     )
     reason = withdrawn_reason(parent, index)

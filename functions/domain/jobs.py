@@ -251,6 +251,9 @@ class Job:
     # The dedicated compute the job runs on (``functions.domain.computes``): its queue, no charge.
     compute: str | None = None
     submitted_by: str | None = None
+    # The Python (major.minor) the job runs on (``functions.domain.runtime``); None on a record written
+    # before jobs chose one (it ran the default).
+    python_version: str | None = None
     dispatch_state: DispatchState | None = None
     dispatch_claimed_at: datetime | None = None
     array_admitted: int = 0

@@ -1,22 +1,26 @@
-"""What jobs run with, as the API serves it (``GET /runtime``), and the rule a pickle must follow.
+"""What jobs run with, as the API serves it (``GET /runtime``): the Python versions a job may choose.
 
-A cloudpickle of a function carries the bytecode of the Python that made it; it only loads in the same
-major.minor version (cloudpickle's README: "cloudpickle ... is only guaranteed to work ... with the
-same version of Python"). A pickled call made by another minor version than the worker's is refused at
-submit, before any job runs, instead of failing inside the job.
+A job runs on CPython 3.11, 3.12 or 3.13, chosen per job (``POST /jobs`` ``pythonVersion``; the SDK sends
+its own major.minor). A cloudpickle of a function carries the bytecode of the Python that made it and
+only loads in the same major.minor version (cloudpickle's README: "cloudpickle ... is only guaranteed
+to work ... with the same version of Python"), so a pickled call runs in the version it was made by: a
+version the deployment does not run is refused at submit, naming the versions it does, before any job
+runs. Deployed, each version has its worker image and a job definition per machine class
+(:func:`job_definition_name`); the local stack runs the versions whose interpreter it found.
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, field
 
 from functions.domain.errors import ValidationFailed
 
-#: The worker image's Python: worker/Dockerfile is ``FROM python:3.12-slim`` and worker/Dockerfile.gpu
-#: installs Ubuntu 24.04's python3, also 3.12 (tests/unit/test_domain_runtime.py checks both files).
-#: The local stack runs its worker with its own interpreter and says so (``Settings.worker_python``).
-WORKER_PYTHON_VERSION = "3.12"
-#: ``major.minor`` as ``pythonVersion`` and ``REMOTE_BATCH_WORKER_PYTHON`` spell it.
+#: The versions a deployment runs: one worker image each (worker/Dockerfile's ``PYTHON_VERSION``).
+PYTHON_VERSIONS = ("3.11", "3.12", "3.13")
+#: A job that names no version runs this one (the worker image's before versions were chosen).
+DEFAULT_PYTHON_VERSION = "3.12"
+#: ``major.minor`` as ``pythonVersion`` spells it.
 PYTHON_VERSION_PATTERN = r"^3\.[0-9]{1,2}$"
 
 
@@ -28,26 +32,56 @@ def python_minor(version: str) -> tuple[int, int]:
     return int(major), int(minor)
 
 
-def check_pickle_python(client_version: str | None, worker_version: str) -> None:
-    """Refuse a pickled call made by another Python minor version than the worker's.
+def job_definition_name(base: str, version: str) -> str:
+    """The job definition of a machine class's jobs on Python ``version``: the class's definition
+    (a name or an ARN, with or without ``:revision``) with ``-py3XY`` after its name
+    (``remote-batch-dev-Basic1x8-py312``, ``...:job-definition/worker-py312:1``). AWS Batch cannot
+    override a definition's image per job, so each version has its definitions."""
+    major, minor = python_minor(version)
+    head, _, revision = base.rpartition(":")
+    if head and revision.isdigit() and not head.endswith(":"):
+        return f"{head}-py{major}{minor}:{revision}"
+    return f"{base}-py{major}{minor}"
 
-    Parameters
+
+@dataclass(frozen=True, slots=True)
+class PythonRuntime:
+    """The Python versions this deployment runs jobs on.
+
+    Attributes
     ----------
-    client_version : str | None
-        ``pythonVersion`` of the submit (``3.11``), None when the client did not say.
-    worker_version : str
-        The worker's ``major.minor``.
-
-    Raises
-    ------
-    ValidationFailed
-        ``field`` ``pythonVersion``, naming both versions and what to do.
+    versions : tuple[str, ...]
+        ``major.minor`` of each, oldest first.
+    default : str
+        What a job that names none runs; one of ``versions``.
+    interpreters : dict[str, str]
+        Where each version runs, for people (the local stack: ``CPython 3.12.1
+        (/root/.pyenv/versions/3.12.1/bin/python3.12)``); empty when deployed (each version's image).
     """
-    if client_version is None or python_minor(client_version) == python_minor(worker_version):
-        return
-    raise ValidationFailed(
-        f"This pickle was made by Python {client_version}, but jobs run Python {worker_version} and a "
-        f"pickled function only loads in the Python version that made it; submit it from Python "
-        f"{worker_version}, or send code or a command instead.",
-        field="pythonVersion",
-    )
+
+    versions: tuple[str, ...] = PYTHON_VERSIONS
+    default: str = DEFAULT_PYTHON_VERSION
+    interpreters: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.default not in self.versions:
+            raise ValueError(f"the default Python {self.default} is not one of {', '.join(self.versions)}")
+
+    def choose(self, requested: str | None) -> str:
+        """The version a job runs: ``requested``, or the default when None.
+
+        Raises
+        ------
+        ValidationFailed
+            ``field`` ``pythonVersion``: a version this deployment does not run, naming those it does.
+        """
+        if requested is None:
+            return self.default
+        if requested in self.versions:
+            return requested
+        runs = ", ".join(self.versions)
+        raise ValidationFailed(
+            f"Jobs here run Python {runs}, not {requested}; submit from one of those versions (a pickled "
+            f"function only loads in the Python version that made it), or name one in pythonVersion.",
+            field="pythonVersion",
+        )

@@ -17,6 +17,7 @@ from functions.domain.computes import resource_name
 from functions.domain.fair_share import share_identifier
 from functions.domain.jobs import Job, QueuedSpan, credit_cap_seconds
 from functions.domain.machine_classes import MachineClass, machine_class
+from functions.domain.runtime import DEFAULT_PYTHON_VERSION, job_definition_name
 from functions.ports import BatchSubmission, Services, ZoneServices
 
 # A creditConstraint also sets a Batch timeout (cap ÷ rate plus a margin) so a job stops even if
@@ -67,7 +68,9 @@ def batch_submission(
     return BatchSubmission(
         job_name=job_name,
         job_queue=job_queue or route.job_queue,
-        job_definition=route.job_definition,
+        job_definition=job_definition_name(
+            route.job_definition, job.python_version or DEFAULT_PYTHON_VERSION
+        ),
         vcpus=machine.vcpus,
         memory_mib=machine.memory_mib,
         gpus=machine.gpus,

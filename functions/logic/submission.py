@@ -39,7 +39,7 @@ from functions.domain.jobs import (
 from functions.domain.machine_classes import GeoZone, MachineClass, machine_class, resolve_geo_zone
 from functions.domain.notifications import NotificationRule, normalize_notifications
 from functions.domain.quotas import QuotaLimits
-from functions.domain.runtime import check_pickle_python
+from functions.domain.runtime import DEFAULT_PYTHON_VERSION
 from functions.domain.text import JOB_ID_PATTERN, full_match
 from functions.logic import quotas
 from functions.logic.batch_submission import input_key
@@ -127,6 +127,8 @@ class PreparedSubmission:
     job_queue: str | None = None
     # The account's quota limits as read with its balance (None: read them when needed).
     limits: QuotaLimits | None = None
+    # The Python (major.minor) the job runs on: the request's, or the deployment's default.
+    python_version: str = DEFAULT_PYTHON_VERSION
 
 
 def prepare_submission(services: Services, account_id: str, request: JobRequest) -> PreparedSubmission:
@@ -136,8 +138,8 @@ def prepare_submission(services: Services, account_id: str, request: JobRequest)
     ------
     ValidationFailed
         Unknown machine class or geo zone, a zone this deployment lacks, a bad notifications spec,
-        an ``inputKey`` that is not the caller's upload in the job's zone, a pickle made by another
-        Python minor version than the worker's (``field`` ``pythonVersion``).
+        an ``inputKey`` that is not the caller's upload in the job's zone, a Python version this
+        deployment does not run (``field`` ``pythonVersion``, naming those it does).
     InsufficientCredits
         The account's balance is not positive.
     ClassUnavailable
@@ -165,8 +167,7 @@ def prepare_submission(services: Services, account_id: str, request: JobRequest)
         kind, _ = uploaded_input(services, account_id, request.input_key, zone)
     if kind is None:
         raise ValidationFailed("Give one of code, command, pickle or inputKey.", field="inputKey")
-    if kind == PayloadKind.PICKLE:
-        check_pickle_python(request.python_version, services.worker_python)
+    python_version = services.python.choose(request.python_version)
     document = _input_document(request, kind)
     ensure_class_available(services, machine.name, zone)
     # The account and its quota limits in one read (a job on a dedicated compute needs no limits).
@@ -183,6 +184,7 @@ def prepare_submission(services: Services, account_id: str, request: JobRequest)
         compute=compute,
         job_queue=job_queue,
         limits=limits,
+        python_version=python_version,
     )
 
 
@@ -212,6 +214,7 @@ def new_job(
         child_status_counts=None if array_size is None else initial_counts(array_size),
         compute=prepared.compute,
         submitted_by=request.submitted_by,
+        python_version=prepared.python_version,
     )
 
 

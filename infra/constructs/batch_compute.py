@@ -1,5 +1,5 @@
-"""One geo zone's AWS Batch compute: VPC, compute environments, a job queue and a job definition per
-machine class, the worker images, job roles and job logs.
+"""One geo zone's AWS Batch compute: VPC, compute environments, a job queue per machine class and a job
+definition per machine class and Python version, the worker images, job roles and job logs.
 
 Machine classes share compute pools (``constants.COMPUTE_POOLS``, per region: general purpose, high
 memory, one per GPU type); each pool has a Spot and an on-demand compute environment and its own
@@ -10,7 +10,10 @@ job that waits at its head for capacity or behind a misconfiguration
 across accounts (the zone's fair-share scheduling policy; ``functions/domain/fair_share.py``).
 
 GPU classes run the CUDA image (``worker/Dockerfile.gpu``), the others the CPU image
-(``worker/Dockerfile``): same build context and worker code, both built at deploy time only.
+(``worker/Dockerfile``), each built once per Python version a job may choose
+(``functions.domain.runtime.PYTHON_VERSIONS``, the ``PYTHON_VERSION`` build argument): same build
+context and worker code, all built at deploy time only. AWS Batch cannot override a definition's
+image per job, so a class has one definition per version and the api submits to the job's.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from functions.domain.fair_share import SHARE_DECAY_SECONDS
 from functions.domain.job_policy import job_policy_statements
 from functions.domain.machine_classes import MACHINE_CLASSES, MachineClass
 from functions.domain.queue_limits import QUEUE_LIMITS
+from functions.domain.runtime import PYTHON_VERSIONS
 from infra import constants
 from infra.naming import ZoneNames
 
@@ -42,6 +46,8 @@ from infra.naming import ZoneNames
 _WORKER_IMAGE_EXCLUDE = ["**/__pycache__", "**/*.pyc", "**/.*"]
 CPU_DOCKERFILE = "Dockerfile"
 GPU_DOCKERFILE = "Dockerfile.gpu"
+#: The Dockerfiles' build argument naming the job's Python (``major.minor``).
+PYTHON_VERSION_BUILD_ARG = "PYTHON_VERSION"
 
 
 def _instance_class(family: str) -> ec2.InstanceClass:
@@ -68,10 +74,11 @@ class PoolEnvironments:
 
 @dataclass(frozen=True)
 class JobRoute:
-    """Where a machine class's jobs go: the queue to submit to and the definition to run."""
+    """Where a machine class's jobs go: the queue to submit to and, per Python version
+    (``major.minor``), the definition to run."""
 
     job_queue: batch.JobQueue
-    job_definition: batch.EcsJobDefinition
+    job_definitions: dict[str, batch.EcsJobDefinition]
 
 
 class BatchCompute(Construct):
@@ -94,11 +101,11 @@ class BatchCompute(Construct):
     Attributes
     ----------
     routes : dict[str, JobRoute]
-        Every machine class name → its queue and job definition.
+        Every machine class name → its queue and its job definition per Python version.
     pools : dict[str, PoolEnvironments]
         Every compute pool's Spot and on-demand environments and launch template.
-    images : dict[str, ecs.ContainerImage]
-        ``"cpu"`` and ``"gpu"``: the worker image each job definition runs.
+    images : dict[tuple[str, str], ecs.ContainerImage]
+        ``("cpu" | "gpu", "3.12")``: the worker image a job definition runs.
     job_log_group : logs.LogGroup
         Every job's console log (14-day retention).
     job_role : iam.Role
@@ -132,8 +139,9 @@ class BatchCompute(Construct):
         self.job_role = self._build_job_role(bucket)
         self.execution_role = self._build_execution_role()
         self.images = {
-            "cpu": self._build_worker_image(worker_image_dir, "WorkerImage", CPU_DOCKERFILE),
-            "gpu": self._build_worker_image(worker_image_dir, "GpuWorkerImage", GPU_DOCKERFILE),
+            (kind, version): self._build_worker_image(worker_image_dir, kind, version)
+            for kind in ("cpu", "gpu")
+            for version in PYTHON_VERSIONS
         }
         self.fair_share = self._build_fair_share()
         self.routes = {
@@ -148,7 +156,7 @@ class BatchCompute(Construct):
 
     @property
     def job_definitions(self) -> list[batch.EcsJobDefinition]:
-        return [route.job_definition for route in self.routes.values()]
+        return [definition for route in self.routes.values() for definition in route.job_definitions.values()]
 
     # Network and instances
 
@@ -358,16 +366,16 @@ class BatchCompute(Construct):
             description=f"{constants.SERVICE_NAME} {self.names.zone} job start: image pull, job log",
         )
 
-    def _build_worker_image(
-        self, worker_image_dir: Path, construct_id: str, dockerfile: str
-    ) -> ecs.ContainerImage:
-        # One asset per image (CPU, GPU) for all job definitions; built and pushed by `cdk deploy`,
-        # never at synth. Both use the same build context, so they carry the same worker code.
+    def _build_worker_image(self, worker_image_dir: Path, kind: str, version: str) -> ecs.ContainerImage:
+        # One asset per image (CPU, GPU) and Python version for all job definitions; built and pushed
+        # by `cdk deploy`, never at synth. All use the same build context, so they carry the same
+        # worker code; the build argument picks the interpreter.
         asset = ecr_assets.DockerImageAsset(
             self,
-            construct_id,
+            f"{'Gpu' if kind == 'gpu' else ''}WorkerImagePy{version.replace('.', '')}",
             directory=str(worker_image_dir),
-            file=dockerfile,
+            file=GPU_DOCKERFILE if kind == "gpu" else CPU_DOCKERFILE,
+            build_args={PYTHON_VERSION_BUILD_ARG: version},
             platform=ecr_assets.Platform.LINUX_AMD64,
             exclude=_WORKER_IMAGE_EXCLUDE,
         )
@@ -377,7 +385,9 @@ class BatchCompute(Construct):
         pool = self.pools[constants.MACHINE_CLASS_POOLS[machine_class.name]]
         return JobRoute(
             job_queue=self._build_job_queue(machine_class, pool),
-            job_definition=self._build_job_definition(machine_class),
+            job_definitions={
+                version: self._build_job_definition(machine_class, version) for version in PYTHON_VERSIONS
+            },
         )
 
     def _build_fair_share(self) -> batch.FairshareSchedulingPolicy:
@@ -420,12 +430,13 @@ class BatchCompute(Construct):
         ]
         return queue
 
-    def _build_job_definition(self, machine_class: MachineClass) -> batch.EcsJobDefinition:
+    def _build_job_definition(self, machine_class: MachineClass, version: str) -> batch.EcsJobDefinition:
         region = Stack.of(self).region
+        suffix = f"Py{version.replace('.', '')}"
         container = batch.EcsEc2ContainerDefinition(
             self,
-            f"{machine_class.name}Container",
-            image=self.images["gpu" if machine_class.gpus else "cpu"],
+            f"{machine_class.name}Container{suffix}",
+            image=self.images[("gpu" if machine_class.gpus else "cpu", version)],
             cpu=machine_class.vcpus,
             memory=Size.mebibytes(machine_class.memory_mib),
             gpu=machine_class.gpus or None,
@@ -434,7 +445,7 @@ class BatchCompute(Construct):
             environment={"AWS_REGION": region, "AWS_DEFAULT_REGION": region},
             linux_parameters=batch.LinuxParameters(
                 self,
-                f"{machine_class.name}LinuxParameters",
+                f"{machine_class.name}LinuxParameters{suffix}",
                 shared_memory_size=Size.mebibytes(
                     machine_class.memory_mib // constants.SHARED_MEMORY_FRACTION
                 ),
@@ -448,8 +459,8 @@ class BatchCompute(Construct):
         )
         return batch.EcsJobDefinition(
             self,
-            f"{machine_class.name}JobDefinition",
-            job_definition_name=self.names.job_definition_name(machine_class.name),
+            f"{machine_class.name}JobDefinition{suffix}",
+            job_definition_name=self.names.job_definition_name(machine_class.name, version),
             container=container,
             retry_attempts=MAX_ATTEMPTS,
             # Retry only what the infrastructure lost (Spot reclaim, host failure); a job's own

@@ -25,7 +25,7 @@ from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
 from functions.domain.machine_classes import MACHINE_CLASSES
-from functions.domain.runtime import WORKER_PYTHON_VERSION
+from functions.domain.runtime import DEFAULT_PYTHON_VERSION, PYTHON_VERSIONS
 from infra import constants, lambda_bundle
 from infra.constructs.data import Data
 from infra.constructs.dispatch import DispatchQueue
@@ -150,7 +150,8 @@ class Functions(Construct):
             "REMOTE_BATCH_EMAIL_TOPIC_ARN_PREFIX": self._notifications.topic_arn_prefix,
             "REMOTE_BATCH_EMAIL_TOPIC_KEY": self._notifications.key.key_arn,
             "REMOTE_BATCH_ZONES": self._zones_json(),
-            "REMOTE_BATCH_WORKER_PYTHON": WORKER_PYTHON_VERSION,
+            "REMOTE_BATCH_PYTHON_VERSIONS": ",".join(PYTHON_VERSIONS),
+            "REMOTE_BATCH_DEFAULT_PYTHON": DEFAULT_PYTHON_VERSION,
         }
 
     def _compute_prefix(self) -> str:
@@ -171,7 +172,8 @@ class Functions(Construct):
                 "routes": {
                     machine_class: {
                         "jobQueue": zone.job_queue_name(machine_class),
-                        "jobDefinition": zone.job_definition_name(machine_class),
+                        # The base name: the api adds the job's Python (job_definition_name).
+                        "jobDefinition": zone.job_definition_base(machine_class),
                     }
                     for machine_class in MACHINE_CLASSES
                 },
@@ -423,7 +425,7 @@ class Functions(Construct):
         ``job-definition-revision``) and, with ``unversioned``, ``<name>`` (type ``job-definition``,
         what SubmitJob is authorized on when the definition is named without a revision)."""
         names = [
-            (zone, zone.job_definition_name(machine_class))
+            (zone, zone.job_definition_pattern(machine_class))
             for zone in self._zones
             for machine_class in MACHINE_CLASSES
         ]

@@ -45,7 +45,9 @@ from remote_batch_local.executor.scheduler import Scheduler
 from remote_batch_local.executor.settings import ExecutorSettings
 from remote_batch_local.executor.state import ExecutorState
 from remote_batch_local.executor.warm import WARM_WORKERS, WarmPool
+from remote_batch_local.job_pythons import LocalPythons
 from remote_batch_local.sandbox import ProcessRegistry, Sandbox, detect_sandbox, kill_marked_processes
+from remote_batch_local.state_disk import StateDisk
 
 
 class LocalBatchExecutor:
@@ -117,6 +119,13 @@ class LocalBatchExecutor:
     accepted : AcceptedJobs | None
         Where each accepted job is kept on disk before SubmitJob answers, so that the next start
         after a crash takes it back (``readmit``); default: none kept.
+    disk : StateDisk | None
+        The local stack's state disk (``ExecutorSettings.disk``): while it refuses writes, queued jobs
+        stay RUNNABLE and a job's log stream waits for it; default: never checked.
+    pythons : LocalPythons or None
+        The interpreter of each Python version (``remote_batch_local.job_pythons``): a job's
+        definition (``...-py312``) picks the one its job side runs in, as a definition's image would;
+        None: the worker's own interpreter for every job.
     """
 
     def __init__(
@@ -142,6 +151,8 @@ class LocalBatchExecutor:
         warm_workers: int = WARM_WORKERS,
         submit_tps: int = DEFAULT_SUBMIT_TPS,
         accepted: AcceptedJobs | None = None,
+        disk: StateDisk | None = None,
+        pythons: LocalPythons | None = None,
     ) -> None:
         cpu_ids = sorted(os.sched_getaffinity(0))
         host_vcpus = max(1, vcpus if vcpus is not None else len(cpu_ids))
@@ -170,6 +181,8 @@ class LocalBatchExecutor:
             sandbox=self.sandbox,
             registry=registry,
             credentials=credentials,
+            disk=disk,
+            pythons=pythons or LocalPythons(),
         )
         self.vcpus = host_vcpus
         self.memory_mib = memory_mib
@@ -190,7 +203,14 @@ class LocalBatchExecutor:
         self._warm = warm = WarmPool(state, settings, launcher, warm_workers)
         runner = JobRunner(state, settings, events=events, ending=ending, launcher=launcher, warm=warm)
         self._scheduler = Scheduler(
-            state, events, ending, pools=pools, fleet=self.fleet, runner=runner, host_vcpus=host_vcpus
+            state,
+            events,
+            ending,
+            pools=pools,
+            fleet=self.fleet,
+            runner=runner,
+            host_vcpus=host_vcpus,
+            disk=disk,
         )
         self._process_limit = ProcessLimitWatch(state, process_limit)
         self._gateways: dict[tuple[str, str], LocalBatchGateway] = {}

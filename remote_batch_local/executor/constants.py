@@ -41,12 +41,20 @@ LOG_EVENT_OVERHEAD_BYTES = 26
 # A longer line is shipped as several events of this many bytes, as Docker's awslogs driver does.
 LOG_LINE_MAX_BYTES = AWSLOGS_PART_BYTES
 LOG_PUT_ATTEMPTS = 3
+# While CloudWatch Logs answers ServiceUnavailableException (the local stack's state disk is full) a
+# job's batch is kept and tried again every LOG_UNAVAILABLE_RETRY_SECONDS; once the job exited, for at
+# most LOG_CLOSE_WAIT_SECONDS more (its billed time already stopped) before what is left is dropped.
+LOG_UNAVAILABLE_RETRY_SECONDS = 1.0
+LOG_CLOSE_WAIT_SECONDS = 30.0
 # How long to wait for the pipes to close after the worker exits (a daemonized grandchild may hold them).
 READER_JOIN_SECONDS = 2.0
 # The longest the scheduler sleeps at once: far-off deadlines are re-checked rather than waited for
 # (Condition.wait overflows beyond threading.TIMEOUT_MAX), and a scheduler error is retried after 1 s.
 MAX_WAIT_SECONDS = 3600.0
 SCHEDULER_RETRY_SECONDS = 1.0
+# How often (s) the scheduler, and a STARTING job's runner, look again at a state disk refusing writes
+# (the disk's own probes are rate-limited to about as often: ``state_disk.PROBE_INTERVAL_SECONDS``).
+DISK_RECHECK_SECONDS = 1.0
 # Memory kept for the local stack itself: a job's address space is capped at the host's available
 # memory at start less this share of its total (at least MEMORY_HEADROOM_MIN_MIB).
 MEMORY_HEADROOM_FRACTION = 0.125

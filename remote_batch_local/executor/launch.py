@@ -59,6 +59,10 @@ class Launcher:
         (``box_environment``)."""
         env = dict(self._settings.worker_environment)
         env.update(job.submission.environment)
+        # The job definition's "image": the interpreter of its Python version runs the job side.
+        python = self._settings.pythons.for_job_definition(job.submission.job_definition)
+        if python is not None:
+            env.update(python.environment())
         if job.array is not None and job.index is not None:
             env.update(child_environment({}, job.index, job.array.size))
         threads = str(job.vcpus)
@@ -163,8 +167,10 @@ class Launcher:
 
     def _read_only_paths(self) -> list[Path]:
         """What a sandboxed job sees read-only besides the system directories: the interpreter's
-        installation and virtualenv, the worker command's own installation, the worker package."""
+        installation and virtualenv, the worker command's own installation, the worker package, and
+        every job Python's installation (a warm worker's box is made before its job is known)."""
         paths = [Path(sys.base_prefix), Path(sys.prefix), self._settings.import_root / "worker"]
+        paths += self._settings.pythons.read_only_paths()
         program = Path(self._settings.command[0])
         if program.is_absolute() and not str(program).startswith(("/usr/", "/bin/", "/sbin/")):
             paths.append(program.parent.parent)

@@ -15,6 +15,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from remote_batch_local.events import BatchAttempt
 from remote_batch_local.executor.clock import now_ms
 from remote_batch_local.executor.constants import (
+    DISK_RECHECK_SECONDS,
     FINAL_STATUSES,
     READER_JOIN_SECONDS,
     REASON_CONTAINER_EXITED,
@@ -32,6 +33,7 @@ from remote_batch_local.executor.state import ExecutorState
 from remote_batch_local.executor.volumes import OutputWatch
 from remote_batch_local.executor.warm import WarmPool
 from remote_batch_local.sandbox import kill_marked_processes
+from remote_batch_local.state_disk import StateDiskUnavailable
 
 
 def _exit_code(returncode: int) -> int:
@@ -100,6 +102,41 @@ class JobRunner:
                 except Exception:
                     logger.exception("job failed without its event batch_job_id=%s", job.job_id)
                     job.status = "FAILED"
+
+    def _open_log_stream(self, job: BatchJob) -> bool | None:
+        """Create the job's log stream (``LocalBatchGateway.open_log_stream``: False when CloudWatch
+        Logs refused it); None when the job ended or the executor stopped meanwhile.
+
+        While the state disk refuses writes (``StateDiskUnavailable``: it filled after the scheduler
+        started the job) the job waits here, STARTING and uncharged (billing starts at RUNNING), and
+        tries again every ``DISK_RECHECK_SECONDS``: on AWS a container is not started before its log
+        stream can be. A TerminateJob meanwhile fails it without starting.
+        """
+        waiting = False
+        while True:
+            try:
+                opened = job.gateway.open_log_stream(job.log_stream)
+            except StateDiskUnavailable as refused:
+                if not waiting:
+                    logger.warning(
+                        "job waits for the state disk batch_job_id=%s reason=%s", job.job_id, refused
+                    )
+                    waiting = True
+                with self._state.cond:
+                    self._state.cond.wait_for(
+                        lambda: self._state.stopped or job.termination_reason is not None,
+                        DISK_RECHECK_SECONDS,
+                    )
+                    if job.termination_reason is not None or self._state.stopped:
+                        if job.status not in FINAL_STATUSES:
+                            self._ending.fail_unstarted_locked(
+                                job, job.termination_reason or f"CannotStartContainerError: {refused}"
+                            )
+                        return None
+                continue
+            if waiting:
+                logger.info("job log stream created after the wait batch_job_id=%s", job.job_id)
+            return opened
 
     def _issue_credentials(self, job: BatchJob) -> dict[str, str] | None:
         """The job's own AWS credentials ({} without an issuer); None when they could not be made
@@ -174,7 +211,9 @@ class JobRunner:
     def _run_job(self, job: BatchJob) -> None:
         """Spawn the worker, ship its console, wait for it, kill what it left, publish the final event."""
         stream = job.log_stream
-        logs_ready = job.gateway.open_log_stream(stream)
+        logs_ready = self._open_log_stream(job)
+        if logs_ready is None:
+            return
         credentials = self._issue_credentials(job)
         if credentials is None:
             return

@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterable
 from functools import partial
 
 from remote_batch_local.executor.constants import (
+    DISK_RECHECK_SECONDS,
     MAX_WAIT_SECONDS,
     REASON_EXECUTOR_ERROR,
     REASON_TIMEOUT,
@@ -25,6 +26,7 @@ from remote_batch_local.executor.publisher import JobEvents
 from remote_batch_local.executor.runner import JobRunner
 from remote_batch_local.executor.state import ExecutorState
 from remote_batch_local.executor.wording import plural
+from remote_batch_local.state_disk import StateDisk
 
 
 def _clamp_wait(seconds: float | None) -> float:
@@ -86,8 +88,11 @@ class Scheduler:
         fleet: LocalFleet,
         runner: JobRunner,
         host_vcpus: int,
+        disk: StateDisk | None = None,
     ) -> None:
         self._state = state
+        self._disk = disk
+        self._held_for_disk = False
         self._events = events
         self._ending = ending
         self._pools = pools
@@ -118,17 +123,38 @@ class Scheduler:
                         self._guard_locked(
                             state.submitted.popleft(), view.announce_with(self._announce_locked)
                         )
-                    # Dedicated computes first: they take free slots before the shared queue does.
-                    for ready, free in self._pools.ready_locked():
-                        self._guard_locked(ready, partial(self._start_locked, free=free))
-                    while (job := self._next_startable_locked()) is not None:
-                        state.runnable.remove(job)
-                        self._guard_locked(job, self._start_locked)
+                    held = self._held_for_disk_locked()
+                    if not held:
+                        # Dedicated computes first: they take free slots before the shared queue does.
+                        for ready, free in self._pools.ready_locked():
+                            self._guard_locked(ready, partial(self._start_locked, free=free))
+                        while (job := self._next_startable_locked()) is not None:
+                            state.runnable.remove(job)
+                            self._guard_locked(job, self._start_locked)
                     wait = self._enforce_deadlines_locked()
+                    if held:
+                        wait = DISK_RECHECK_SECONDS if wait is None else min(wait, DISK_RECHECK_SECONDS)
                 except Exception:
                     logger.exception("scheduler error")
                     wait = SCHEDULER_RETRY_SECONDS
                 state.cond.wait(_clamp_wait(wait))
+
+    def _held_for_disk_locked(self) -> bool:
+        """Whether queued jobs are held RUNNABLE because the state disk refuses writes (a job's log
+        stream and records cannot be made): as on AWS, a host that cannot start a container leaves
+        its jobs queued, uncharged, and they start by themselves once the disk takes writes again.
+        Asked only while a job waits in a queue (each ask is a ``statvfs``; a probe while refusing)."""
+        if self._disk is None or not any(self._pools.waiting_queues_locked()):
+            return False
+        status = self._disk.status()
+        held = status is not None
+        if held != self._held_for_disk:
+            if status is not None:
+                logger.warning("jobs held RUNNABLE: %s", status.message)
+            else:
+                logger.warning("jobs start again: the state disk takes writes")
+            self._held_for_disk = held
+        return held
 
     def _guard_locked(self, job: BatchJob, action: Callable[[BatchJob], None]) -> None:
         """Run ``action(job)``; when it raises, log the error and fail the job (or, if its worker

@@ -3,11 +3,13 @@ and environment, the limits every job gets, the sandbox, where its processes are
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from remote_batch_local.executor.ports import CredentialIssuer
+from remote_batch_local.job_pythons import LocalPythons
 from remote_batch_local.sandbox import ProcessRegistry, Sandbox
+from remote_batch_local.state_disk import StateDisk
 
 
 @dataclass(frozen=True)
@@ -48,6 +50,12 @@ class ExecutorSettings:
         Where each running job's folder and processes are recorded for the next start after a crash.
     credentials : CredentialIssuer | None
         Issues and revokes each job's own AWS credentials; None: the worker environment's.
+    disk : StateDisk | None
+        The local stack's state disk: while it refuses writes no job starts (a host that cannot start
+        a container keeps its jobs RUNNABLE); None: never checked.
+    pythons : LocalPythons
+        The interpreter of each Python version (``remote_batch_local.job_pythons``): a job's definition
+        (``...-py312``) picks the one its job side runs in, as a definition's image would.
     """
 
     account: str
@@ -67,3 +75,5 @@ class ExecutorSettings:
     sandbox: Sandbox
     registry: ProcessRegistry | None
     credentials: CredentialIssuer | None
+    disk: StateDisk | None = None
+    pythons: LocalPythons = field(default_factory=LocalPythons)

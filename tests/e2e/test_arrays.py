@@ -29,8 +29,6 @@ import requests
 
 from tests.e2e.conftest import Client, LocalStackProcess, _free_port, wait_for
 
-pytestmark = pytest.mark.e2e
-
 SPAN_SIZE = 100
 # The spans test: (span size, items). Either way the items make 3 spans, the last one short.
 FULL_SCALE = os.environ.get("REMOTE_BATCH_E2E_FULL") == "1"
@@ -118,6 +116,7 @@ def _processes_of(job_id: str) -> list[psutil.Process]:
     return found
 
 
+@pytest.mark.slow
 def test_a_map_of_item_squared_succeeds_and_charges_each_child_once(
     array_stack: LocalStackProcess, array_admin: Client
 ) -> None:
@@ -204,6 +203,7 @@ def test_a_command_array_reads_its_item_file(array_stack: LocalStackProcess, arr
         assert requests.get(output["url"], timeout=30).text == f"{index} {item['name']}"
 
 
+@pytest.mark.slow
 def test_a_credit_constraint_stops_the_array_at_the_cap(
     array_stack: LocalStackProcess, array_admin: Client
 ) -> None:
@@ -229,6 +229,7 @@ def test_a_credit_constraint_stops_the_array_at_the_cap(
     assert all(c["status"] in ("Succeeded", "Terminated") for c in children)
 
 
+@pytest.mark.slow
 def test_aborting_an_array_ends_every_child_within_10_s(
     array_stack: LocalStackProcess, array_admin: Client
 ) -> None:
@@ -256,6 +257,7 @@ def test_aborting_an_array_ends_every_child_within_10_s(
     wait_for(lambda: not _processes_of(job["jobId"]), 5, "no worker process of the array left", interval=0.5)
 
 
+@pytest.mark.slow
 def test_replaying_every_event_duplicated_and_reversed_changes_nothing(
     array_stack: LocalStackProcess, array_admin: Client
 ) -> None:
@@ -300,6 +302,7 @@ def spans_stack(tmp_path: Path) -> Iterator[LocalStackProcess]:
     assert process.stop() == 0
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(900 if FULL_SCALE else 300)  # 250 workers on 2 shared cores: about 4 minutes
 def test_an_upload_past_twice_the_span_size_runs_as_3_batch_array_jobs_in_order(
     spans_stack: LocalStackProcess,
@@ -333,6 +336,7 @@ def test_an_upload_past_twice_the_span_size_runs_as_3_batch_array_jobs_in_order(
     assert len({e["detail"]["jobName"] for e in events}) == 3
 
 
+@pytest.mark.slow
 def test_a_crash_runs_an_unfinished_array_on_child_by_child_at_the_next_start(
     array_stack: LocalStackProcess, array_admin: Client
 ) -> None:

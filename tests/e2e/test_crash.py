@@ -26,8 +26,6 @@ import requests
 
 from tests.e2e.conftest import FINAL, Client, LocalStackProcess, _free_port, wait_for
 
-pytestmark = pytest.mark.e2e
-
 SEEDS = (1, 2, 3)
 KILLS_PER_SEED = 2
 OPERATIONS = 18
@@ -245,6 +243,7 @@ def _outbox_lines(home: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+@pytest.mark.slow
 def test_kill_9_at_random_points_loses_nothing_acknowledged(tmp_path: Path) -> None:
     figures = _Figures()
     for seed in SEEDS:
@@ -311,6 +310,7 @@ def _charges(client: Client, job_id: str) -> list[Decimal]:
     ]
 
 
+@pytest.mark.slow
 def test_a_job_running_at_a_crash_runs_again_as_a_new_attempt_charged_once(tmp_path: Path) -> None:
     # Given a stack whose snapshots are 60 s apart (so the last one is older than the job), and a job
     # running there for 3 s of its 8
@@ -401,6 +401,7 @@ def test_jobs_aws_batch_accepted_and_had_not_started_at_a_crash_run_after_the_re
             stack.kill_group()
 
 
+@pytest.mark.slow
 def test_a_job_held_for_quota_at_a_crash_runs_after_the_restart(tmp_path: Path) -> None:
     # Given an account with room for one Basic vCPU, a job running and one held behind it
     stack = LocalStackProcess(
@@ -434,6 +435,7 @@ def test_a_job_held_for_quota_at_a_crash_runs_after_the_restart(tmp_path: Path) 
             stack.kill_group()
 
 
+@pytest.mark.slow
 def test_an_array_partly_dispatched_at_a_crash_resumes_its_held_children_after_the_restart(
     tmp_path: Path,
 ) -> None:

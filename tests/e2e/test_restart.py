@@ -6,11 +6,7 @@ import json
 import signal
 from decimal import Decimal
 
-import pytest
-
 from tests.e2e.conftest import Client, LocalStackProcess, wait_for, worker_processes
-
-pytestmark = pytest.mark.e2e
 
 
 def _snapshot_status(stack: LocalStackProcess, job_id: str) -> str | None:

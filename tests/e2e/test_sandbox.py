@@ -23,8 +23,6 @@ import requests
 
 from tests.e2e.conftest import Client, LocalStackProcess, _free_port, wait_for
 
-pytestmark = pytest.mark.e2e
-
 MARKER = f"remote-batch-escapee-{uuid.uuid4().hex}"
 
 # The escaping child: python sleeping 600 s with the marker as its argument (SIGTERM ignored if asked).

@@ -24,8 +24,6 @@ from remote_batch import sdk
 from remote_batch.cli import app
 from tests.e2e.conftest import REPO_ROOT, LocalStackProcess
 
-pytestmark = pytest.mark.e2e
-
 PLOT = "import matplotlib.pyplot as plt\nfig, ax = plt.subplots(figsize=(4, 3))\nax.plot([1, 4, 9, 16])\nfig"
 
 
@@ -288,14 +286,19 @@ def test_estimate_runtime_and_a_pickle_of_another_python(
     assert estimated.exit_code == 0, estimated.output
     assert json.loads(estimated.stdout, parse_float=Decimal)["credits"] == Decimal(90) * basic2 / 3600
     local = f"{sys.version_info.major}.{sys.version_info.minor}"
-    assert rb.runtime() == {"pythonVersion": local}  # the local worker runs this interpreter
+    runtime = rb.runtime()
+    # The local default is the stack's own version (its jobs get the worker image's packages).
+    assert runtime["pythonVersion"] == local and local in runtime["pythonVersions"]
+    assert set(runtime["interpreters"]) == set(runtime["pythonVersions"])
 
     monkeypatch.setattr(sdk, "python_version", lambda: "3.9")
     before = len(rb.jobs(limit=100))
     with pytest.raises(rb.ValidationError) as caught:
         rb.submit(lambda: 1)
     assert caught.value.field == "pythonVersion"
-    assert caught.value.message.startswith(f"This pickle was made by Python 3.9, but jobs run Python {local}")
+    assert caught.value.message.startswith(
+        f"Jobs here run Python {', '.join(runtime['pythonVersions'])}, not 3.9;"
+    )
     assert len(rb.jobs(limit=100)) == before
 
 

@@ -116,3 +116,26 @@ def synth(app_synth: SynthApp) -> Synth:
 def compute(request: pytest.FixtureRequest, app_synth: SynthApp) -> Synth:
     """Each geo zone's compute stack in turn."""
     return app_synth.zones[request.param]
+
+
+PYC_CHECK = Path(__file__).with_name("pyc_check.py")
+
+
+def check_compiled(target: Path, tmp_path: Path) -> dict[str, Any]:
+    """How each module of ``target`` (a folder or a layer zip) was compiled, read by the Lambda
+    runtime's Python (``tests/infra/pyc_check.py`` in ``lambda_bundle.runtime_interpreter()``): the
+    magic number, cache tag and source-hash key are that interpreter's, not the tests' one's."""
+    import subprocess
+
+    from infra import lambda_bundle
+
+    spec = tmp_path / "pyc-check.json"
+    report = tmp_path / "pyc-report.json"
+    spec.write_text(json.dumps({"folder" if target.is_dir() else "zip": str(target), "report": str(report)}))
+    subprocess.run(
+        [lambda_bundle.runtime_interpreter(), "-I", "-S", "-B", str(PYC_CHECK), str(spec)],
+        check=True,
+        timeout=120,
+    )
+    result: dict[str, Any] = json.loads(report.read_text())
+    return result

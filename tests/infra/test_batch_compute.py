@@ -1,6 +1,6 @@
-"""AWS Batch in each zone's stack: one queue and one job definition per machine class, compute
-environments in per-pool order, queue time limits, the CPU and GPU worker images, shared memory,
-root volumes, job logs, retries and the job role."""
+"""AWS Batch in each zone's stack: one queue per machine class and one job definition per machine class
+and Python version, compute environments in per-pool order, queue time limits, the CPU and GPU worker
+images of each Python version, shared memory, root volumes, job logs, retries and the job role."""
 
 from __future__ import annotations
 
@@ -12,10 +12,9 @@ import pytest
 
 from functions.domain.fair_share import SHARE_DECAY_SECONDS
 from functions.domain.machine_classes import MACHINE_CLASSES, MachineClass
+from functions.domain.runtime import PYTHON_VERSIONS
 from infra import constants
 from tests.infra.conftest import Synth
-
-pytestmark = pytest.mark.infra
 
 GPU_FAMILIES = {"L40S": "g6e", "L4": "g6"}
 
@@ -42,31 +41,39 @@ def _requirements(machine_class: MachineClass) -> list[dict[str, str]]:
     return sorted(expected, key=lambda r: r["Type"])
 
 
-def test_one_queue_and_one_definition_per_machine_class(compute: Synth) -> None:
+def test_one_queue_per_machine_class_and_one_definition_per_class_and_python(compute: Synth) -> None:
     names = compute.stack.names
 
     compute.template.resource_count_is("AWS::Batch::JobQueue", 10)
-    compute.template.resource_count_is("AWS::Batch::JobDefinition", 10)
+    compute.template.resource_count_is("AWS::Batch::JobDefinition", 30)
     assert set(_job_queues(compute)) == {names.job_queue_name(mc) for mc in MACHINE_CLASSES}
-    assert set(_job_definitions(compute)) == {names.job_definition_name(mc) for mc in MACHINE_CLASSES}
+    assert set(_job_definitions(compute)) == {
+        f"remote-batch-dev-{mc}-py{version.replace('.', '')}"
+        for mc in MACHINE_CLASSES
+        for version in PYTHON_VERSIONS
+    }
     assert len(MACHINE_CLASSES) == 10
 
 
 @pytest.mark.parametrize("machine_class", MACHINE_CLASSES.values(), ids=lambda mc: mc.name)
 def test_job_definition_has_the_api_figures(compute: Synth, machine_class: MachineClass) -> None:
-    definition = _job_definitions(compute)[compute.stack.names.job_definition_name(machine_class.name)]
-    requirements = definition["ContainerProperties"]["ResourceRequirements"]
+    for version in PYTHON_VERSIONS:
+        definition = _job_definitions(compute)[
+            compute.stack.names.job_definition_name(machine_class.name, version)
+        ]
+        requirements = definition["ContainerProperties"]["ResourceRequirements"]
 
-    # API.md: vCPUs, memory (GiB, as MiB for Batch) and GPUs of the class.
-    assert sorted(requirements, key=lambda r: r["Type"]) == _requirements(machine_class)
+        # API.md: vCPUs, memory (GiB, as MiB for Batch) and GPUs of the class.
+        assert sorted(requirements, key=lambda r: r["Type"]) == _requirements(machine_class)
 
 
 def test_api_md_figures_reach_the_templates(compute: Synth) -> None:
     by_name = {
-        name.removeprefix(compute.stack.names.prefix): {
+        name.removeprefix(compute.stack.names.prefix).removesuffix("-py312"): {
             r["Type"]: r["Value"] for r in props["ContainerProperties"]["ResourceRequirements"]
         }
         for name, props in _job_definitions(compute).items()
+        if name.endswith("-py312")
     }
 
     # Spelled out, so a change to machine_classes.py cannot silently move both sides.
@@ -183,21 +190,26 @@ def test_job_logs_go_to_a_named_14_day_log_group(compute: Synth) -> None:
         assert log_config["Options"]["awslogs-group"] == {"Ref": log_group}
 
 
-def _docker_images(compute: Synth) -> dict[str, dict[str, Any]]:
-    """The stack's image assets by Dockerfile name."""
+def _docker_images(compute: Synth) -> dict[tuple[str, str], dict[str, Any]]:
+    """The stack's image assets by (Dockerfile name, PYTHON_VERSION build argument)."""
     assets = json.loads((compute.outdir / f"{compute.stack.artifact_id}.assets.json").read_text())
-    return {image["source"]["dockerFile"]: image for image in assets["dockerImages"].values()}
+    return {
+        (image["source"]["dockerFile"], image["source"]["dockerBuildArgs"]["PYTHON_VERSION"]): image
+        for image in assets["dockerImages"].values()
+    }
 
 
 def test_worker_images_are_assets_built_at_deploy_time(compute: Synth) -> None:
     images = _docker_images(compute)
 
-    assert set(images) == {"Dockerfile", "Dockerfile.gpu"}
-    for dockerfile, image in images.items():
+    # One CPU and one GPU image per Python version a job may choose, the version as a build argument.
+    assert set(images) == {(f, v) for f in ("Dockerfile", "Dockerfile.gpu") for v in PYTHON_VERSIONS}
+    for (dockerfile, _version), image in images.items():
         assert image["source"]["platform"] == "linux/amd64"
         # Same build context (the same worker code), each with its own Dockerfile.
         assert (compute.outdir / image["source"]["directory"] / dockerfile).is_file()
-    assert images["Dockerfile"]["source"]["directory"] != images["Dockerfile.gpu"]["source"]["directory"]
+    tags = {d["imageTag"] for image in images.values() for d in image["destinations"].values()}
+    assert len(tags) == 6  # six different images
 
 
 @pytest.mark.parametrize("machine_class", MACHINE_CLASSES.values(), ids=lambda mc: mc.name)
@@ -205,30 +217,44 @@ def test_gpu_classes_run_the_cuda_image_and_the_others_the_cpu_image(
     compute: Synth, machine_class: MachineClass
 ) -> None:
     images = _docker_images(compute)
-    definition = _job_definitions(compute)[compute.stack.names.job_definition_name(machine_class.name)]
-    image = definition["ContainerProperties"]["Image"]["Fn::Sub"]
-
     dockerfile = "Dockerfile.gpu" if machine_class.gpus else "Dockerfile"
-    (destination,) = images[dockerfile]["destinations"].values()
-    assert image.endswith(f":{destination['imageTag']}")
-    assert compute.stack.region in image
+    for version in PYTHON_VERSIONS:
+        definition = _job_definitions(compute)[
+            compute.stack.names.job_definition_name(machine_class.name, version)
+        ]
+        image = definition["ContainerProperties"]["Image"]["Fn::Sub"]
+
+        (destination,) = images[(dockerfile, version)]["destinations"].values()
+        assert image.endswith(f":{destination['imageTag']}")
+        assert compute.stack.region in image
 
 
 def test_gpu_dockerfile_starts_from_the_cuda_runtime(worker_image_dir: Path) -> None:
     dockerfile = (worker_image_dir / "Dockerfile.gpu").read_text()
-    (base,) = [line for line in dockerfile.splitlines() if line.startswith("FROM ")]
+    *_stages, base = [line for line in dockerfile.splitlines() if line.startswith("FROM ")]
 
     assert base.startswith("FROM nvidia/cuda:12.") and "-runtime-" in base
     # The same worker as the CPU image: its code, its packages, its entrypoint, unprivileged.
     cpu = (worker_image_dir / "Dockerfile").read_text()
-    for line in ("COPY . /opt/remote-batch/worker/", 'ENTRYPOINT ["python", "-m", "worker"]', "USER worker"):
+    for line in (
+        "ARG PYTHON_VERSION=3.12",
+        "COPY . /opt/remote-batch/worker/",
+        'ENTRYPOINT ["/opt/remote-batch/venv/bin/python", "-m", "worker"]',
+        "USER worker",
+    ):
         assert line in dockerfile and line in cpu
     assert "-r requirements.txt" in (worker_image_dir / "requirements-gpu.txt").read_text()
+    # The service's side (boto3) has its own venv; the user's interpreter gets the image's packages.
+    assert "boto3==" in (worker_image_dir / "requirements-service.txt").read_text()
+    for text in (cpu, dockerfile):
+        assert "/opt/remote-batch/venv" in text and "requirements-service.txt" in text
 
 
 @pytest.mark.parametrize("machine_class", MACHINE_CLASSES.values(), ids=lambda mc: mc.name)
 def test_jobs_get_shared_memory_and_their_region(compute: Synth, machine_class: MachineClass) -> None:
-    definition = _job_definitions(compute)[compute.stack.names.job_definition_name(machine_class.name)]
+    definition = _job_definitions(compute)[
+        compute.stack.names.job_definition_name(machine_class.name, "3.13")
+    ]
     container = definition["ContainerProperties"]
 
     # A quarter of the class's memory as /dev/shm (Docker's default is 64 MiB).

@@ -4,7 +4,9 @@ Versions: the layer that ``make lambda-bundle`` built, the layer zip in the synt
 assembly (the very file CDK uploads) and the venv the other tests run in all hold exactly
 ``functions/requirements.lock``.
 
-Deployed bundle: for each handler, a fresh interpreter (``python -I -S``: the standard library only)
+Deployed bundle: for each handler, a fresh interpreter of the Lambda runtime's version (CPython
+``LAMBDA_PYTHON_VERSION`` found on this machine by ``lambda_bundle.runtime_interpreter``; ``-I -S``: the
+standard library only)
 whose sys.path is the synthesized code asset, the synthesized layer zip unpacked and the runtime's SDK
 (``functions/runtime.lock``, behind the layer as /var/runtime is on Lambda) imports the handler and
 runs requests through it: ``GET /health`` (and a job read) through api, a ``Batch Job State Change``
@@ -16,12 +18,10 @@ Select with ``-m bundle``.
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import os
 import socket
 import subprocess
-import sys
 import time
 import zipfile
 from collections.abc import Iterator
@@ -36,9 +36,9 @@ import pytest
 from functions.domain.machine_classes import GeoZone
 from functions.settings import Settings
 from infra import constants, lambda_bundle
-from tests.infra.conftest import Synth
+from tests.infra.conftest import Synth, check_compiled
 
-pytestmark = [pytest.mark.infra, pytest.mark.bundle]
+pytestmark = pytest.mark.bundle
 
 CHILD = Path(__file__).with_name("lambda_child.py")
 # Nothing from the dev, local or worker extras, nor the client package or the worker, may be
@@ -114,21 +114,17 @@ def test_deployed_layer_asset_is_the_built_zip_of_the_locked_versions(synth: Syn
     assert digest == hashlib.sha256(lambda_bundle.LAYER_ZIP.read_bytes()).hexdigest()
 
 
-def test_layer_ships_every_module_compiled_for_the_lambda_runtime() -> None:
-    """Each module of the layer zip has its .pyc for Python LAMBDA_PYTHON_VERSION (the magic number of
-    this interpreter, which is that version), unchecked-hash (PEP 552 flags 1): loaded as is whatever
+def test_layer_ships_every_module_compiled_for_the_lambda_runtime(tmp_path: Path) -> None:
+    """Each module of the layer zip has its .pyc for Python LAMBDA_PYTHON_VERSION (its cache tag and
+    magic number, read by that interpreter), unchecked-hash (PEP 552 flags 1): loaded as is whatever
     the mtimes after Lambda unzips the layer, never compiled at a cold start."""
-    assert f"{sys.version_info[0]}.{sys.version_info[1]}" == constants.LAMBDA_PYTHON_VERSION
-    with zipfile.ZipFile(lambda_bundle.LAYER_ZIP) as archive:
-        names = set(archive.namelist())
-        modules = sorted(n for n in names if n.endswith(".py"))
-        headers = {n: archive.open(n).read(16) for n in names if n.endswith(".pyc")}
+    report = check_compiled(lambda_bundle.LAYER_ZIP, tmp_path)
 
-    assert len(modules) > 500
-    missing = [m for m in modules if importlib.util.cache_from_source(m) not in headers]
-    assert missing == []
-    assert {header[:4] for header in headers.values()} == {importlib.util.MAGIC_NUMBER}
-    assert {int.from_bytes(header[4:8], "little") for header in headers.values()} == {0b01}
+    assert report["python"].startswith(constants.LAMBDA_PYTHON_VERSION + ".")
+    assert report["modules"] > 500
+    assert report["missing"] == []
+    assert report["magic_ok"] is True
+    assert report["flags"] == [0b01]
 
 
 def test_layer_zip_is_reproducible(tmp_path: Path) -> None:
@@ -295,9 +291,8 @@ def _run_child(
     }
     spec_file = tmp_path / f"{name}-spec.json"
     spec_file.write_text(json.dumps(spec))
-    interpreter = getattr(sys, "_base_executable", sys.executable)
     result = subprocess.run(
-        [interpreter, "-I", "-S", "-B", str(CHILD), str(spec_file)],
+        [lambda_bundle.runtime_interpreter(), "-I", "-S", "-B", str(CHILD), str(spec_file)],
         env=_child_environment(aws, name, asset),
         capture_output=True,
         text=True,

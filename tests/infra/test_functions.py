@@ -2,20 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.util
-import marshal
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from functions.domain.machine_classes import MACHINE_CLASSES, GeoZone
+from functions.domain.runtime import PythonRuntime
 from functions.settings import load_settings
 from infra import constants, lambda_bundle
-from tests.infra.conftest import REPO_ROOT, ZONE_REGIONS, Synth
-
-pytestmark = pytest.mark.infra
+from tests.infra.conftest import REPO_ROOT, ZONE_REGIONS, Synth, check_compiled
 
 HANDLERS = {
     "api": "functions.handlers.api.handler",
@@ -40,8 +36,9 @@ ENVIRONMENT = {
     "REMOTE_BATCH_EMAIL_TOPIC_ARN_PREFIX",
     "REMOTE_BATCH_EMAIL_TOPIC_KEY",
     "REMOTE_BATCH_ZONES",
-    # The worker image's Python (worker/Dockerfile), served by GET /runtime and checked against a pickle's.
-    "REMOTE_BATCH_WORKER_PYTHON",
+    # The Python versions jobs run on (one worker image each) and the default, served by GET /runtime.
+    "REMOTE_BATCH_PYTHON_VERSIONS",
+    "REMOTE_BATCH_DEFAULT_PYTHON",
 }
 
 
@@ -82,7 +79,7 @@ def test_function_runtime_and_handler(synth: Synth, name: str) -> None:
     props = _function(synth, name)
 
     # The interpreter and machine the deployed-bundle test runs the layer on (test_deployed_bundle).
-    assert props["Runtime"] == "python3.11"
+    assert props["Runtime"] == "python3.13"
     assert props["Architectures"] == ["x86_64"]
     assert props["Handler"] == HANDLERS[name]
     assert props["TracingConfig"] == {"Mode": "Active"}
@@ -95,7 +92,7 @@ def test_function_runtime_and_handler(synth: Synth, name: str) -> None:
 def test_dependencies_layer_is_built_for_the_function_runtime(synth: Synth) -> None:
     (layer,) = synth.resources("AWS::Lambda::LayerVersion").values()
 
-    assert layer["Properties"]["CompatibleRuntimes"] == ["python3.11"]
+    assert layer["Properties"]["CompatibleRuntimes"] == ["python3.13"]
     assert layer["Properties"]["CompatibleArchitectures"] == ["x86_64"]
     assert "S3Key" in layer["Properties"]["Content"]
 
@@ -122,9 +119,11 @@ def test_function_settings_load(synth: Synth, name: str) -> None:
         # Names, not ARNs: the compute stacks create them with exactly these names.
         for machine_class, route in zone_settings.routes.items():
             assert route.job_queue == f"remote-batch-dev-{machine_class}"
+            # The base of the class's definitions: the api adds the job's Python (-py312).
             assert route.job_definition == f"remote-batch-dev-{machine_class}"
         assert zone_settings.bucket == f"remote-batch-dev-data-{ACCOUNT_ID}-{region}"
         assert zone_settings.log_group == "/remote-batch/dev/jobs"
+    assert settings.python_runtime == PythonRuntime(versions=("3.11", "3.12", "3.13"), default="3.12")
 
 
 @pytest.mark.parametrize("name", HANDLERS)
@@ -167,23 +166,20 @@ def test_code_asset_holds_only_the_functions_package(synth: Synth) -> None:
     assert not list(asset_dir.rglob("*.in"))
 
 
-def test_code_asset_ships_each_module_compiled_for_the_lambda_runtime(synth: Synth) -> None:
+def test_code_asset_ships_each_module_compiled_for_the_lambda_runtime(synth: Synth, tmp_path: Path) -> None:
     """Each module's .pyc is in the asset, one per module, loadable by the runtime's Python whatever
-    the mtimes Lambda's unzip leaves: its magic number is Python LAMBDA_PYTHON_VERSION's (this
-    interpreter's, which the tests run on: asserted), its PEP 552 flags say hash-based and unchecked
-    (1), it holds the source's hash and the module's code under /var/task, Lambda's task root."""
+    the mtimes Lambda's unzip leaves: read by a Python LAMBDA_PYTHON_VERSION (asserted), its magic
+    number is that interpreter's, its PEP 552 flags say hash-based and unchecked (1), it holds the
+    source's hash and the module's code under /var/task, Lambda's task root."""
     code = _function(synth, "api")["Code"]
     asset_dir = synth.outdir / f"asset.{code['S3Key'].removesuffix('.zip')}"
-    assert f"{sys.version_info[0]}.{sys.version_info[1]}" == constants.LAMBDA_PYTHON_VERSION
-    modules = sorted(asset_dir.rglob("*.py"))
-    compiled = sorted(asset_dir.rglob("*.pyc"))
 
-    assert len(modules) > 50
-    assert compiled == sorted(Path(importlib.util.cache_from_source(str(m))) for m in modules)
-    for module, pyc in zip(modules, [Path(importlib.util.cache_from_source(str(m))) for m in modules]):
-        data = pyc.read_bytes()
-        assert data[:4] == importlib.util.MAGIC_NUMBER, pyc
-        assert int.from_bytes(data[4:8], "little") == 0b01, pyc  # hash-based, check_source off
-        assert data[8:16] == importlib.util.source_hash(module.read_bytes()), pyc
-        code_object = marshal.loads(data[16:])
-        assert code_object.co_filename == f"/var/task/{module.relative_to(asset_dir).as_posix()}"
+    report = check_compiled(asset_dir, tmp_path)
+
+    assert report["python"].startswith(constants.LAMBDA_PYTHON_VERSION + ".")
+    assert report["modules"] > 50
+    assert (report["missing"], report["stray"], report["hash_mismatches"]) == ([], [], [])
+    assert report["magic_ok"] is True
+    assert report["flags"] == [0b01]  # hash-based, check_source off
+    for module, filename in report["filenames"].items():
+        assert filename == f"/var/task/{module}", module

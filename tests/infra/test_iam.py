@@ -12,8 +12,6 @@ import pytest
 from functions.domain.machine_classes import MACHINE_CLASSES
 from tests.infra.conftest import Synth, SynthApp
 
-pytestmark = pytest.mark.infra
-
 # Actions that read or write data: on Resource "*" they would reach every bucket or table.
 DATA_ACTION_PREFIXES = ("s3:", "dynamodb:", "sqs:SendMessage", "sqs:ReceiveMessage", "kms:Decrypt")
 
@@ -84,8 +82,10 @@ def test_only_the_dispatcher_submits_and_only_to_the_service_queues_and_definiti
     queues += [_batch_arn(r, "job-queue/remote-batch-dev-cmp-*") for r in regions]
     # SubmitJob requires the job (job/*) and the queue; it is authorized on the definition with its
     # revision, or without one when the definition is named without a revision.
+    # A machine class has a definition per Python version (remote-batch-dev-Basic1x8-py312): one
+    # pattern for them all.
     definitions = [
-        _batch_arn(r, f"job-definition/remote-batch-dev-{mc}{revision}")
+        _batch_arn(r, f"job-definition/remote-batch-dev-{mc}-py3*{revision}")
         for r in regions
         for mc in MACHINE_CLASSES
         for revision in (":*", "")

@@ -37,6 +37,7 @@ import pytest
 from functions.adapters.dynamodb import DynamoJobStore
 from functions.adapters.tables import ALL_TABLES, create_table_request
 from functions.domain.jobs import Account
+from functions.domain.runtime import PYTHON_VERSIONS, job_definition_name
 from functions.logic import dispatch_rules
 from infra import constants
 from tests.events import api_event, job_lifecycle, scheduled_event
@@ -45,8 +46,6 @@ from tests.infra.cfn_resolver import MOTO_ACCOUNT_ID, ResolvedPolicy, TemplateRe
 from tests.infra.conftest import Synth, SynthApp
 from tests.infra.iam_authorizer import AuthorizationRequest, IamEnforcer
 from tests.infra.test_iam_lint import resolver_of
-
-pytestmark = pytest.mark.infra
 
 FUNCTIONS = ("api", "batch_events", "meter", "dispatcher")
 ACCOUNT = "alice"
@@ -156,11 +155,12 @@ def create_resources(env: dict[str, str]) -> None:
                 priority=1,
                 computeEnvironmentOrder=[{"order": 1, "computeEnvironment": environment}],
             )
-            batch.register_job_definition(
-                jobDefinitionName=route["jobDefinition"],
-                type="container",
-                containerProperties={"image": "remote-batch-worker", "vcpus": 1, "memory": 512},
-            )
+            for version in PYTHON_VERSIONS:  # one definition per Python a job may choose
+                batch.register_job_definition(
+                    jobDefinitionName=job_definition_name(route["jobDefinition"], version),
+                    type="container",
+                    containerProperties={"image": "remote-batch-worker", "vcpus": 1, "memory": 512},
+                )
 
 
 def create_role(
@@ -372,7 +372,7 @@ def run_flow(
             env["REMOTE_BATCH_ACCOUNTS_TABLE"],
             env["REMOTE_BATCH_LEDGER_TABLE"],
         )
-        # The first administrator's one-time seeding (README "Deploy"), not a Lambda's work.
+        # The first administrator's one-time seeding (docs/deploy.md), not a Lambda's work.
         store.create_account(Account(account_id=ACCOUNT, credit_balance=Decimal("0")), datetime.now(UTC))
         zones = json.loads(env["REMOTE_BATCH_ZONES"])
         us = zones["UnitedStates"]

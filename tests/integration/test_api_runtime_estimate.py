@@ -1,4 +1,4 @@
-"""``GET /runtime``, ``POST /estimate`` and the pickle's ``pythonVersion`` on moto (issue 13)."""
+"""``GET /runtime``, ``POST /estimate`` and the job's ``pythonVersion`` on moto (issues 13 and 24)."""
 
 from __future__ import annotations
 
@@ -6,30 +6,51 @@ import base64
 from decimal import Decimal
 
 from functions.domain.machine_classes import GeoZone
+from functions.domain.runtime import job_definition_name
+from tests.events import JOB_DEFINITION_ARN
 
 PICKLE = base64.b64encode(b"a pickle, never unpickled by the service").decode()
 
 
-def test_runtime_serves_the_workers_python(stack):
+def test_runtime_serves_the_python_versions_and_the_default(stack):
     status, body = stack.api("GET", "/runtime")
-    assert (status, body) == (200, {"pythonVersion": "3.12"})
+    assert (status, body) == (
+        200,
+        {"pythonVersion": "3.12", "pythonVersions": ["3.11", "3.12", "3.13"], "interpreters": {}},
+    )
 
 
-def test_a_pickle_of_another_python_minor_version_is_refused_before_anything_is_written(stack):
-    status, body = stack.api("POST", "/jobs", body={"pickle": PICKLE, "pythonVersion": "3.11"})
+def test_a_python_version_not_run_here_is_refused_before_anything_is_written(stack):
+    status, body = stack.api("POST", "/jobs", body={"pickle": PICKLE, "pythonVersion": "3.10"})
     assert status == 400
     assert body["error"]["code"] == "ValidationError" and body["error"]["field"] == "pythonVersion"
-    assert body["error"]["message"].startswith(
-        "This pickle was made by Python 3.11, but jobs run Python 3.12"
-    )
+    assert body["error"]["message"].startswith("Jobs here run Python 3.11, 3.12, 3.13, not 3.10;")
     assert stack.count_items("test-jobs") == 0 and stack.count_objects() == 0
     assert stack.batch[GeoZone.UNITED_STATES].submissions == []
     assert stack.balance("dev") == Decimal(10000)
 
 
-def test_the_same_minor_version_is_taken_and_keyed_requests_refuse_it_too(stack):
-    status, job = stack.api("POST", "/jobs", body={"pickle": PICKLE, "pythonVersion": "3.12"})
-    assert status == 202 and job["status"] == "Queued"
+def test_each_job_runs_the_python_it_names_on_that_versions_job_definition(stack):
+    for body, version in [
+        ({"pickle": PICKLE, "pythonVersion": "3.11"}, "3.11"),
+        ({"pickle": PICKLE, "pythonVersion": "3.13"}, "3.13"),
+        ({"code": "1", "pythonVersion": "3.13"}, "3.13"),
+        ({"code": "1"}, "3.12"),  # the default
+    ]:
+        status, job = stack.api("POST", "/jobs", body=body)
+        assert status == 202 and job["status"] == "Queued", job
+        status, shown = stack.api("GET", f"/jobs/{job['jobId']}")
+        assert shown["pythonVersion"] == version
+        (listed,) = [j for j in stack.api("GET", "/jobs")[1]["jobs"] if j["jobId"] == job["jobId"]]
+        assert listed["pythonVersion"] == version
+    definitions = [s.job_definition for s in stack.batch[GeoZone.UNITED_STATES].submissions]
+    assert definitions == [
+        job_definition_name(JOB_DEFINITION_ARN, version) for version in ("3.11", "3.13", "3.13", "3.12")
+    ]
+    assert definitions[0].endswith("job-definition/remote-batch-worker-py311:1")
+
+
+def test_keyed_requests_refuse_a_version_not_run_here_and_record_nothing_for_the_key(stack):
     status, body = stack.api(
         "POST", "/jobs", body={"pickle": PICKLE, "pythonVersion": "3.10"}, headers={"Idempotency-Key": "k-1"}
     )

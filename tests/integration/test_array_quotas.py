@@ -112,6 +112,7 @@ def child_events(child: Child, *, succeeded: bool = True) -> list[dict[str, Any]
     )
 
 
+@pytest.mark.slow
 def test_an_array_under_a_quota_of_two_runs_two_children_at_a_time_and_gives_every_unit_back(
     stack: Stack,
 ) -> None:
@@ -327,6 +328,7 @@ ARRAYS = 8
 SINGLES = 12
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("admission", ["inline", "dispatcher"])
 def test_concurrent_arrays_and_single_jobs_never_exceed_the_limit_nor_leave_anything_held(
     stack: Stack, one_request_at_a_time: None, admission: str

@@ -262,6 +262,7 @@ def test_the_span_array_jobs_own_events_never_decide_the_parent(stack):
     assert (stored.status, stored.child_status_counts) == (JobStatus.QUEUED, {"Queued": 2})
 
 
+@pytest.mark.slow
 def test_every_event_replayed_duplicated_and_reversed_changes_nothing(stack):
     parent = submit(stack, list(range(20)))
     for i in range(20):
@@ -471,6 +472,7 @@ def count_requests(stack: Any) -> list[str]:
     return calls
 
 
+@pytest.mark.slow
 def test_a_meter_tick_costs_the_same_with_or_without_finished_children(stack):
     parent = submit(stack, list(range(30)))
     span = parent.array_spans[0]

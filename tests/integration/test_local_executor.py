@@ -21,6 +21,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +31,9 @@ import pytest
 from botocore.exceptions import ClientError
 from moto.server import ThreadedMotoServer
 
+from functions.adapters.batch_detail import BatchJobDetail, to_state
 from functions.domain.batch_reasons import LOCAL_HOST_LOST_REASON
+from functions.domain.credits import settle_charge
 from functions.domain.errors import DependencyFailed
 from functions.ports import BatchSubmission
 from remote_batch_local.bus import EventBus
@@ -38,7 +41,7 @@ from remote_batch_local.events import BatchAttempt
 from remote_batch_local.executor import AcceptedJob, AcceptedJobs, LocalBatchExecutor, PriorRun
 from remote_batch_local.recovery import remove_leftover_jobs
 from remote_batch_local.sandbox import ProcessRegistry, Sandbox, SandboxKind, kill_marked_processes
-from remote_batch_local.state_disk import StateDisk
+from remote_batch_local.state_disk import DiskCondition, DiskStatus, StateDisk, StateDiskUnavailable
 
 REGION = "eu-central-1"
 LOG_GROUP = "/remote-batch/jobs"
@@ -1259,3 +1262,122 @@ def test_submit_job_is_refused_and_nothing_queued_while_the_state_disk_takes_no_
     assert not accepted.path.exists()
     assert stack.executor.find_job_by_name(REGION, submission.job_queue, submission.job_name) is None
     assert stack.delivered.envelopes == []
+
+
+# -- a state disk that refuses writes (issue 22 item 7) ------------------------------------------------
+class _SwitchedDisk:
+    """A state disk (``StateDisk`` over tmp_path) whose ``statvfs`` says full while ``full`` is set;
+    every look the executor takes is counted (``looks``)."""
+
+    def __init__(self, home: Path) -> None:
+        self.full = False
+        self.looks = 0
+        self.disk = StateDisk(home, 1000, statvfs=self._statvfs, probe_interval=0.0)
+
+    def _statvfs(self, path: Path) -> os.statvfs_result:
+        self.looks += 1
+        free = 0 if self.full else 1 << 20
+        return os.statvfs_result((4096, 1, 0, 0, free, 0, 0, 0, 0, 255))
+
+
+def _basic_charge(final: dict[str, Any]) -> Decimal:
+    """What the service charges for a Basic1x8 job (60 credits an hour, 60 s minimum) on its final
+    event: the final attempt's Running time only (``settle_charge``)."""
+    state = to_state(BatchJobDetail.model_validate(final["detail"]), final["detail"]["stoppedAt"])
+    return settle_charge(state.running_ms, Decimal(60), None, Decimal(1000)).credits
+
+
+def test_a_job_queued_while_the_state_disk_refuses_writes_stays_runnable_and_starts_once_it_takes_them(
+    make_stack, logs, tmp_path, monkeypatch
+):
+    monkeypatch.setattr("remote_batch_local.executor.scheduler.DISK_RECHECK_SECONDS", 0.05)
+    # Given a full state disk
+    switched = _SwitchedDisk(tmp_path)
+    switched.full = True
+    stack = make_stack(disk=switched.disk)
+
+    # When a job is submitted, it is queued and stays RUNNABLE while the scheduler looks again
+    job_id = stack.gateway.submit_job(_submission())
+    stack.delivered.wait_for(job_id, "RUNNABLE")
+    looked = switched.looks
+    assert _eventually(lambda: switched.looks >= looked + 2)
+    assert stack.delivered.statuses(job_id) == ["PENDING", "RUNNABLE"]
+    assert stack.executor.describe([job_id])[0]["status"] == "RUNNABLE"
+
+    # When space returns, it starts by itself and runs once, charged for its own Running time only
+    freed_at_ms = int(time.time() * 1000)
+    switched.full = False
+    final = stack.delivered.wait_for(job_id, "SUCCEEDED")
+    assert stack.delivered.statuses(job_id) == [
+        "PENDING", "RUNNABLE", "STARTING", "RUNNING", "SUCCEEDED"
+    ]  # fmt: skip
+    assert final["detail"]["startedAt"] >= freed_at_ms
+    assert len(final["detail"]["attempts"]) == 1
+    assert _basic_charge(final) == Decimal("1.00")  # the 60-second minimum: the wait cost nothing
+    assert _log_messages(logs, final["detail"]["container"]["logStreamName"])[-1] == "ready"
+
+
+class _RefusingLogs:
+    """A logs client whose CreateLogStream meets a state disk that filled after the scheduler's check
+    (``StateDiskUnavailable``, as the in-process client raises it) while ``full`` is set."""
+
+    def __init__(self, inner: Any, home: Path) -> None:
+        self._inner = inner
+        self._status = DiskStatus(DiskCondition.FULL, home, 0, 1000)
+        self.full = True
+        self.refused = 0
+
+    def create_log_stream(self, **kwargs: str) -> Any:
+        if self.full:
+            self.refused += 1
+            raise StateDiskUnavailable(self._status)
+        return self._inner.create_log_stream(**kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+def test_a_job_whose_log_stream_the_full_disk_refuses_waits_starting_uncharged_then_runs(
+    make_stack, moto_endpoint, logs, tmp_path, monkeypatch
+):
+    monkeypatch.setattr("remote_batch_local.executor.runner.DISK_RECHECK_SECONDS", 0.02)
+    stack = make_stack()
+    refusing = _RefusingLogs(_logs_client(moto_endpoint, REGION), tmp_path)
+    stack.gateway.logs = refusing
+
+    # When a job starts while its log stream cannot be made, it waits STARTING: no worker, no charge
+    job_id = stack.gateway.submit_job(_submission())
+    stack.delivered.wait_for(job_id, "STARTING")
+    assert _eventually(lambda: refusing.refused >= 3)
+    assert stack.delivered.statuses(job_id)[-1] == "STARTING"
+    assert _fake_workers() == []
+
+    # Then, once the disk takes writes, it runs its one attempt and its log is complete
+    refusing.full = False
+    final = stack.delivered.wait_for(job_id, "SUCCEEDED")
+    assert stack.delivered.statuses(job_id)[-3:] == ["STARTING", "RUNNING", "SUCCEEDED"]
+    assert len(final["detail"]["attempts"]) == 1
+    assert _basic_charge(final) == Decimal("1.00")
+    assert _log_messages(logs, final["detail"]["container"]["logStreamName"]) == ["line 0", "ready"]
+
+
+def test_a_job_terminated_while_it_waits_for_the_state_disk_fails_without_running_and_is_free(
+    make_stack, moto_endpoint, tmp_path, monkeypatch
+):
+    monkeypatch.setattr("remote_batch_local.executor.runner.DISK_RECHECK_SECONDS", 0.02)
+    stack = make_stack()
+    refusing = _RefusingLogs(_logs_client(moto_endpoint, REGION), tmp_path)
+    stack.gateway.logs = refusing
+    job_id = stack.gateway.submit_job(_submission())
+    stack.delivered.wait_for(job_id, "STARTING")
+    assert _eventually(lambda: refusing.refused >= 1)
+
+    stack.gateway.terminate_job(job_id, "Terminated by the user")
+
+    final = stack.delivered.wait_for(job_id, "FAILED")
+    assert final["detail"]["statusReason"] == "Terminated by the user"
+    assert "RUNNING" not in stack.delivered.statuses(job_id)
+    assert _basic_charge(final) == Decimal("0")
+    # Its vCPU is free again: the next job starts once the disk takes writes
+    refusing.full = False
+    stack.delivered.wait_for(stack.gateway.submit_job(_submission()), "SUCCEEDED")

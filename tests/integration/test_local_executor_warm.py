@@ -43,6 +43,9 @@ FACTS = textwrap.dedent(
     import json, os, resource
     print("facts " + json.dumps({
         "cmdline": open("/proc/self/cmdline").read().split("\\0"),
+        # The worker's supervisor: the job's code runs in its job side, a child (worker/job_side.py).
+        "supervisor": open(f"/proc/{os.getppid()}/cmdline").read().split("\\0"),
+        "ppid": os.getppid(),
         "pid": os.getpid(), "pgid": os.getpgid(0), "sid": os.getsid(0),
         "namespace": os.readlink("/proc/self/ns/pid"),
         "cwd": os.getcwd(),
@@ -239,7 +242,7 @@ def _records(paths: list[Path]) -> list[dict[str, Any]]:
 
 
 def _ran_warm(facts: dict[str, Any]) -> bool:
-    return bool(facts["cmdline"][1:4] == ["-u", "-m", "worker.warm"])
+    return bool(facts["supervisor"][1:4] == ["-u", "-m", "worker.warm"])
 
 
 def test_a_job_in_a_warm_worker_has_its_own_session_environment_folder_and_limits(make_stack):
@@ -258,7 +261,7 @@ def test_a_job_in_a_warm_worker_has_its_own_session_environment_folder_and_limit
     assert facts["cwd"] in warm_folders
     # in a session and process group of its own: in a box, the one its namespace's init leads (pid 1)
     if stack.executor.sandbox.kind is SandboxKind.NONE:
-        assert facts["pid"] == facts["pgid"] == facts["sid"]
+        assert facts["ppid"] == facts["pgid"] == facts["sid"]
     else:
         assert facts["pgid"] == facts["sid"] == 1
     # and, seen from here, each box is a process group of its own, not this process's
@@ -380,7 +383,7 @@ def test_a_job_that_changes_how_python_starts_gets_a_fresh_worker(make_stack):
     stack.events.wait_for(batch_job_id, "SUCCEEDED")
 
     # Then it ran in a worker started for it, which saw the variable as it started
-    assert facts["cmdline"][1:4] == ["-u", "-m", "worker"]
+    assert facts["supervisor"][1:4] == ["-u", "-m", "worker"]
     assert facts["env"]["PYTHONHASHSEED"] == "123"
     assert len(stack.idle_warm_records()) == 2  # the warm ones were left for others
 

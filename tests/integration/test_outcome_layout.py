@@ -26,6 +26,7 @@ from tests.events import array_child_lifecycle, job_lifecycle
 from worker.entrypoint import publish
 from worker.runner import run_code
 from worker.storage import JobStorage
+from worker.supervisor import JobRun
 
 T0 = 1_796_000_000_000
 BUCKET = "test-data-us-east-1"
@@ -46,7 +47,7 @@ def worker_publishes(prefix: str, code: str, tmp_path: Path) -> Counter[str]:
     s3.meta.events.register("before-call.s3", lambda model, **_: calls.update([model.name]))
     output_dir = tmp_path / "out"
     output_dir.mkdir(exist_ok=True)
-    publish(JobStorage(s3, BUCKET), prefix, run_code(code), output_dir)
+    publish(JobStorage(s3, BUCKET), prefix, JobRun.from_outcome(run_code(code)), output_dir)
     return calls
 
 

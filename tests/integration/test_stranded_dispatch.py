@@ -18,6 +18,7 @@ from functions import bootstrap
 from functions.adapters.batch import AwsBatchGateway
 from functions.domain.jobs import BatchJobState, DispatchState, Job
 from functions.domain.machine_classes import GeoZone
+from functions.domain.runtime import DEFAULT_PYTHON_VERSION, job_definition_name
 from functions.logic.batch_submission import job_submission
 from functions.ports import BatchSubmission
 from tests.events import JOB_DEFINITION_ARN, QUEUE_ARN
@@ -98,11 +99,11 @@ def crash(fleet_stack: Stack, monkeypatch: pytest.MonkeyPatch) -> Crash:
     monkeypatch.setitem(default_user_config, "batch", {"use_docker": False})
     client: Any = boto3.client("batch", region_name="us-east-1")
     registered = client.register_job_definition(
-        jobDefinitionName="remote-batch-worker",
+        jobDefinitionName="remote-batch-worker-py312",  # the default Python's (job_definition_name)
         type="container",
         containerProperties={"image": "remote-batch-worker", "vcpus": 1, "memory": 512},
     )
-    assert registered["jobDefinitionArn"] == JOB_DEFINITION_ARN
+    assert registered["jobDefinitionArn"] == job_definition_name(JOB_DEFINITION_ARN, DEFAULT_PYTHON_VERSION)
     counting = CountingGateway(AwsBatchGateway(client))
     queue = RecordingQueue()
     services = fleet_stack.services

@@ -586,7 +586,7 @@ def test_the_workers_own_error_goes_to_the_operator_not_the_log(s3, capsys, monk
     def broken(*args, **kwargs):
         raise RuntimeError("a bug in the worker")
 
-    monkeypatch.setattr("worker.entrypoint.encode_outcome", broken)
+    monkeypatch.setattr("worker.entrypoint.outcome_objects", broken)
     operator_log = tmp_path / "operator.log"
     job = Job(s3, REMOTE_BATCH_OPERATOR_LOG=str(operator_log)).put_input({"kind": "code", "code": "1"})
 

@@ -1,4 +1,4 @@
-"""functions/domain/runtime.py: the worker's Python and the pickle version rule; estimate_credits."""
+"""functions/domain/runtime.py: the Python versions a job may choose, their definitions; estimate_credits."""
 
 from __future__ import annotations
 
@@ -10,29 +10,59 @@ import pytest
 
 from functions.domain.credits import estimate_credits
 from functions.domain.errors import ValidationFailed
-from functions.domain.runtime import WORKER_PYTHON_VERSION, check_pickle_python, python_minor
+from functions.domain.runtime import (
+    DEFAULT_PYTHON_VERSION,
+    PYTHON_VERSIONS,
+    PythonRuntime,
+    job_definition_name,
+    python_minor,
+)
 
 WORKER = Path(__file__).resolve().parents[2] / "worker"
 
 
-def test_the_constant_is_the_worker_images_python() -> None:
-    cpu = (WORKER / "Dockerfile").read_text()
-    assert re.search(r"^FROM python:(\d+\.\d+)-slim", cpu, re.MULTILINE)[1] == WORKER_PYTHON_VERSION  # type: ignore[index]
-    gpu = (WORKER / "Dockerfile.gpu").read_text()
-    assert "FROM nvidia/cuda:12.8.0-runtime-ubuntu24.04" in gpu  # Ubuntu 24.04's python3 is 3.12
-    assert WORKER_PYTHON_VERSION == "3.12"
+def test_the_images_take_each_version_as_a_build_argument() -> None:
+    for dockerfile in ("Dockerfile", "Dockerfile.gpu"):
+        text = (WORKER / dockerfile).read_text()
+        assert re.search(r"^ARG PYTHON_VERSION=(\d+\.\d+)$", text, re.MULTILINE)[1] == DEFAULT_PYTHON_VERSION  # type: ignore[index]
+    assert re.search(
+        r"^FROM python:\$\{PYTHON_VERSION\}-slim$", (WORKER / "Dockerfile").read_text(), re.MULTILINE
+    )
+    assert PYTHON_VERSIONS == ("3.11", "3.12", "3.13")
 
 
-def test_the_same_minor_version_or_none_passes() -> None:
-    check_pickle_python(None, "3.12")
-    check_pickle_python("3.12", "3.12")
+def test_a_job_runs_the_version_it_names_or_the_default() -> None:
+    runtime = PythonRuntime()
+
+    assert runtime.choose(None) == "3.12"
+    assert [runtime.choose(version) for version in PYTHON_VERSIONS] == ["3.11", "3.12", "3.13"]
 
 
-def test_another_minor_version_is_refused_naming_both() -> None:
+@pytest.mark.parametrize("version", ["3.10", "3.14", "2.7"])
+def test_a_version_not_run_here_is_refused_naming_those_that_are(version: str) -> None:
+    runtime = PythonRuntime(versions=("3.11", "3.13"), default="3.11")
+
     with pytest.raises(ValidationFailed) as caught:
-        check_pickle_python("3.11", "3.12")
+        runtime.choose(version)
+
     assert caught.value.field == "pythonVersion"
-    assert caught.value.message.startswith("This pickle was made by Python 3.11, but jobs run Python 3.12")
+    assert caught.value.message.startswith(f"Jobs here run Python 3.11, 3.13, not {version};")
+
+
+def test_the_default_must_be_one_of_the_versions() -> None:
+    with pytest.raises(ValueError, match=r"the default Python 3\.12 is not one of 3\.11, 3\.13"):
+        PythonRuntime(versions=("3.11", "3.13"))
+
+
+def test_each_version_has_its_job_definition() -> None:
+    assert job_definition_name("remote-batch-dev-Basic1x8", "3.12") == "remote-batch-dev-Basic1x8-py312"
+    assert job_definition_name("arn:aws:batch:us-east-1:1:job-definition/w", "3.9") == (
+        "arn:aws:batch:us-east-1:1:job-definition/w-py39"
+    )
+    assert job_definition_name("arn:aws:batch:us-east-1:1:job-definition/w:3", "3.13") == (
+        "arn:aws:batch:us-east-1:1:job-definition/w-py313:3"
+    )
+    assert job_definition_name("worker:7", "3.11") == "worker-py311:7"
 
 
 def test_python_minor_refuses_a_patch_version() -> None:

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from functions.domain.machine_classes import MACHINE_CLASSES, GeoZone
+from functions.domain.runtime import PythonRuntime
 from functions.settings import RouteSettings, Settings, SettingsError, ZoneSettings, load_settings
 
 SECRET_LOOKING = "arn:aws:kms:us-east-1:123456789012:key/very-secret-0123"
@@ -174,8 +175,24 @@ def test_every_malformed_variable_is_reported_at_once() -> None:
     assert "REMOTE_BATCH_SMS_PER_ACCOUNT_PER_HOUR:" in message
 
 
-def test_the_workers_python_defaults_to_the_images_and_is_validated() -> None:
-    assert load_settings(environ(REMOTE_BATCH_WORKER_PYTHON=None)).worker_python == "3.12"
-    assert load_settings(environ(REMOTE_BATCH_WORKER_PYTHON="3.11")).worker_python == "3.11"
-    message = failure(environ(REMOTE_BATCH_WORKER_PYTHON="3.11.7"))
-    assert message.startswith("malformed remote-batch settings: REMOTE_BATCH_WORKER_PYTHON")
+def test_the_python_versions_default_to_the_images_and_are_validated() -> None:
+    default = load_settings(environ(REMOTE_BATCH_PYTHON_VERSIONS=None, REMOTE_BATCH_DEFAULT_PYTHON=None))
+    assert default.python_runtime == PythonRuntime(versions=("3.11", "3.12", "3.13"), default="3.12")
+    local = load_settings(
+        environ(
+            REMOTE_BATCH_PYTHON_VERSIONS="3.11, 3.13",
+            REMOTE_BATCH_DEFAULT_PYTHON="3.11",
+            REMOTE_BATCH_PYTHON_INTERPRETERS='{"3.11": "CPython 3.11.7 (/usr/bin/python3.11)"}',
+        )
+    )
+    assert local.python_runtime == PythonRuntime(
+        versions=("3.11", "3.13"),
+        default="3.11",
+        interpreters={"3.11": "CPython 3.11.7 (/usr/bin/python3.11)"},
+    )
+    assert load_settings(local.to_environment()) == local
+    message = failure(environ(REMOTE_BATCH_PYTHON_VERSIONS="3.11.7"))
+    assert message.startswith("malformed remote-batch settings: REMOTE_BATCH_PYTHON_VERSIONS")
+    assert "REMOTE_BATCH_DEFAULT_PYTHON 3.12 is not one of" in failure(
+        environ(REMOTE_BATCH_PYTHON_VERSIONS="3.13")
+    )

@@ -122,6 +122,7 @@ def job_to_item(job: Job) -> dict[str, Any]:
         "dataDeletedAt": to_sortable(job.data_deleted_at) if job.data_deleted_at else None,
         "batchReason": job.batch_reason,
         "submittedBy": job.submitted_by,
+        "pythonVersion": job.python_version,
         "warnings": list(job.warnings) or None,
         "compute": job.compute,
         "terminationRequestedAt": (
@@ -202,6 +203,7 @@ def _job_from_item(item: dict[str, Any]) -> Job:
         array_spans=tuple(str(span) for span in item.get("arraySpans", [])),
         compute=item.get("compute"),
         submitted_by=item.get("submittedBy"),
+        python_version=item.get("pythonVersion"),
         dispatch_state=DispatchState(item["dispatchState"]) if item.get("dispatchState") else None,
         dispatch_claimed_at=_opt_time(item.get("dispatchClaimedAt")),
         array_admitted=int(item.get("arrayAdmitted", 0)),

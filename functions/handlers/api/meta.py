@@ -63,13 +63,16 @@ def list_machine_classes(caller: Annotated[Caller, Depends(require("service/read
 
 @router.get(
     "/runtime",
-    summary="What jobs run with: the worker's Python version (extension)",
+    summary="What jobs run with: the Python versions and the default (extension)",
     responses=_responses(200, _json(RuntimeView)),
 )
 def get_runtime(
     services: ServicesDep, caller: Annotated[Caller, Depends(require("service/read"))]
 ) -> RuntimeView:
-    return RuntimeView(pythonVersion=services.worker_python)
+    python = services.python
+    return RuntimeView(
+        pythonVersion=python.default, pythonVersions=list(python.versions), interpreters=python.interpreters
+    )
 
 
 @router.post(

@@ -138,8 +138,9 @@ class SubmitJobBody(ApiModel):
     pythonVersion: str | None = Field(
         default=None,
         pattern=PYTHON_VERSION_PATTERN,
-        description="Extension: the Python (major.minor, e.g. 3.12) the pickle was made with (the SDK sends "
-        "it). A pickle of another minor version than GET /runtime's is refused (400, field pythonVersion).",
+        description="Extension: the Python (major.minor, e.g. 3.12) the job runs on, one of GET /runtime's "
+        "pythonVersions (the SDK sends its own, so a pickled function runs in the version that made it); "
+        "default GET /runtime's pythonVersion. Another version is refused (400, field pythonVersion).",
     )
 
     @field_validator("arrayItemsKey")
@@ -250,6 +251,11 @@ class JobView(ApiModel):
         description="Extension: the user who submitted the job (their user id; null for jobs submitted "
         "before users were recorded).",
     )
+    pythonVersion: str | None = Field(
+        default=None,
+        description="Extension: the Python (major.minor) the job runs on (null for jobs submitted before "
+        "jobs chose one: they ran GET /runtime's default).",
+    )
 
 
 class JobListView(ApiModel):
@@ -294,6 +300,7 @@ def job_view(job: Job) -> JobView:
         warnings=list(job.warnings),
         compute=job.compute,
         submittedBy=job.submitted_by,
+        pythonVersion=job.python_version,
         notificationLog=[
             NotificationRecordView.model_validate(
                 {

@@ -54,8 +54,16 @@ class RuntimeView(ApiModel):
     """``GET /runtime`` (extension): what jobs run with."""
 
     pythonVersion: str = Field(
-        description="The Python (major.minor) of the jobs' worker: a pickle (POST /jobs pythonVersion) of "
-        "another minor version is refused."
+        description="The Python (major.minor) a job runs on when it names none (POST /jobs pythonVersion)."
+    )
+    pythonVersions: list[str] = Field(
+        description="Every Python (major.minor) jobs run on, oldest first: POST /jobs pythonVersion takes "
+        "one of them (the SDK sends its own, so a pickled function runs in the version that made it)."
+    )
+    interpreters: dict[str, str] = Field(
+        description="The local stack: the interpreter each version runs in (found on the machine at "
+        'start), e.g. {"3.12": "CPython 3.12.1 (/usr/bin/python3.12)"}; empty when deployed (each '
+        "version has its worker image)."
     )
 
 

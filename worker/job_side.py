@@ -1,0 +1,175 @@
+"""The job side: the process that runs the user's code, in the job's own Python.
+
+The worker is two processes (``worker.supervisor`` starts this one):
+
+- the *supervisor*, in the service's Python (``/opt/remote-batch/venv`` in the image; the local stack's
+  own interpreter): it reads the job's input from S3, stores its outputs and outcome, and is the only
+  one that imports boto3;
+- the *job side*, in the interpreter of the job's ``pythonVersion`` (the image's ``python3.X`` with
+  the image's packages; locally the interpreter found for that version): it imports the standard
+  library, this module's siblings ``worker.errors``, ``worker.runner`` and ``worker.encoding``, and
+  cloudpickle, all copied into a folder of their own (:data:`MODULES`, ``cloudpickle/``), never the
+  service's site-packages. It runs the code, command or pickled call and encodes the result (numpy,
+  pandas and PIL are used only when the job's interpreter has them).
+
+They talk through files in the job's folder: the supervisor writes ``input/input.json`` (and
+``input/payload``: the code or pickle of an upload), the job side writes ``outcome/`` (the encoded
+result parts, then ``outcome/outcome.json`` last: its presence means the others are complete). The
+user's output goes straight to the job log (the job side inherits the supervisor's stdout and stderr).
+
+``python -I -c BOOTSTRAP ROOT FOLDER OUTPUT_DIR [MEMORY_GIB]`` (:func:`main`); exit code the job's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from worker.encoding import EncodedResult, encode_result
+from worker.runner import (
+    CodeInput,
+    CommandInput,
+    JobError,
+    JobInput,
+    Outcome,
+    PickleInput,
+    parse_job_input,
+    run_job,
+)
+
+#: The files of the ``worker`` package the job side imports (copied with cloudpickle's package).
+MODULES = ("__init__.py", "errors.py", "runner.py", "encoding.py", "job_side.py")
+INPUT_DIR = "input"
+INPUT_DOCUMENT = "input.json"
+INPUT_PAYLOAD = "payload"
+OUTCOME_DIR = "outcome"
+OUTCOME_DOCUMENT = "outcome.json"
+RESULT_JSON = "result.json"
+RESULT_PICKLE = "result.pickle"
+PREVIEW_PNG = "preview.png"
+#: Variable naming site folders (``os.pathsep``-separated) the job side adds to its path when its
+#: interpreter was started without its own site-packages (``-S``).
+SITE_VARIABLE = "REMOTE_BATCH_JOB_SITE"
+#: The ``python -c`` program that starts the job side: the copied modules first on the path, then the
+#: site folders of ``SITE_VARIABLE``, then :func:`main`.
+BOOTSTRAP = (
+    "import os, sys\n"
+    "sys.path.insert(0, sys.argv[1])\n"
+    f"for folder in filter(None, os.environ.pop({SITE_VARIABLE!r}, '').split(os.pathsep)):\n"
+    "    import site; site.addsitedir(folder)\n"
+    "from worker.job_side import main\n"
+    "main(sys.argv[2:])\n"
+)
+
+
+def write_input(folder: Path, job: JobInput) -> None:
+    """Write ``job`` into ``folder/input/`` as :func:`read_input` reads it (the supervisor's side)."""
+    target = folder / INPUT_DIR
+    target.mkdir(parents=True, exist_ok=True)
+    document: dict[str, Any]
+    match job:
+        case CodeInput():
+            document = {"kind": "code", "payloadKey": INPUT_PAYLOAD}
+            (target / INPUT_PAYLOAD).write_bytes(job.source.encode("utf-8", "surrogatepass"))
+        case PickleInput():
+            document = {"kind": "pickle", "payloadKey": INPUT_PAYLOAD}
+            (target / INPUT_PAYLOAD).write_bytes(job.payload)
+        case CommandInput():
+            document = {"kind": "command", "command": list(job.argv)}
+    if job.array_item is not None:
+        document.update(arrayItem=job.array_item.value, arrayIndex=job.array_item.index)
+    (target / INPUT_DOCUMENT).write_text(json.dumps(document), encoding="utf-8")
+
+
+def read_input(folder: Path) -> JobInput:
+    """The job :func:`write_input` wrote. Raises ``InvalidJobInput`` when it is damaged."""
+    source = folder / INPUT_DIR
+    raw = (source / INPUT_DOCUMENT).read_bytes()
+    payload_file = source / INPUT_PAYLOAD
+    return parse_job_input(raw, payload_file.read_bytes() if payload_file.exists() else None)
+
+
+@dataclass(frozen=True)
+class JobSideOutcome:
+    """What the job side recorded: the runner's messages and error, the encoded result, the exit code."""
+
+    messages: list[str]
+    error: JobError | None
+    result: EncodedResult
+    exit_code: int
+
+
+def write_outcome(folder: Path, outcome: Outcome) -> None:
+    """Encode ``outcome``'s result and write it into ``folder/outcome/``, ``outcome.json`` last."""
+    encoded = encode_result(outcome.result)
+    target = folder / OUTCOME_DIR
+    target.mkdir(parents=True, exist_ok=True)
+    (target / RESULT_JSON).write_bytes(encoded.result_json)
+    if encoded.result_pickle is not None:
+        (target / RESULT_PICKLE).write_bytes(encoded.result_pickle)
+    if encoded.preview_png is not None:
+        (target / PREVIEW_PNG).write_bytes(encoded.preview_png)
+    error = outcome.error
+    document = {
+        "messages": outcome.messages,
+        "error": None if error is None else {**error.__dict__},
+        "encodingMessages": encoded.messages,
+        "previewKind": encoded.preview_kind,
+        "resultRepr": encoded.result_repr,
+        "exitCode": outcome.exit_code,
+    }
+    # ASCII: a message may quote text with lone surrogates (escaped, read back as they were).
+    body = json.dumps(document, ensure_ascii=True).encode("ascii")
+    partial = target / (OUTCOME_DOCUMENT + ".partial")
+    partial.write_bytes(body)
+    partial.replace(target / OUTCOME_DOCUMENT)
+
+
+def read_outcome(folder: Path) -> JobSideOutcome | None:
+    """What :func:`write_outcome` wrote, or None when the job side ended before writing it.
+
+    Raises ``ValueError`` (or ``OSError``) when the files are damaged.
+    """
+    source = folder / OUTCOME_DIR
+    try:
+        document = json.loads((source / OUTCOME_DOCUMENT).read_bytes())
+    except FileNotFoundError:
+        return None
+    pickle_file, preview_file = source / RESULT_PICKLE, source / PREVIEW_PNG
+    error = document["error"]
+    return JobSideOutcome(
+        messages=[str(message) for message in document["messages"]],
+        error=None if error is None else JobError(**error),
+        result=EncodedResult(
+            result_json=(source / RESULT_JSON).read_bytes(),
+            result_pickle=pickle_file.read_bytes() if pickle_file.exists() else None,
+            preview_png=preview_file.read_bytes() if preview_file.exists() else None,
+            preview_kind=document["previewKind"],
+            result_repr=str(document["resultRepr"]),
+            messages=[str(message) for message in document["encodingMessages"]],
+        ),
+        exit_code=int(document["exitCode"]),
+    )
+
+
+def main(argv: list[str]) -> None:
+    """Run the job of ``argv[0]`` (its folder), with ``argv[1]`` as ``$REMOTE_BATCH_OUTPUT_DIR`` and
+    ``argv[2]`` (optional) the machine class's memory in GiB; record the outcome; exit with the job's
+    exit code (``os._exit``: a thread the user's code left running must not keep the job alive)."""
+    for stream in (sys.stdout, sys.stderr):  # each printed line reaches the log as it is printed
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            reconfigure(line_buffering=True)
+    folder, output_dir = Path(argv[0]), Path(argv[1])
+    memory_gib = int(argv[2]) if len(argv) > 2 and argv[2] else None
+    outcome = run_job(read_input(folder), output_dir=output_dir, memory_gib=memory_gib)
+    write_outcome(folder, outcome)
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(ValueError, OSError):
+            stream.flush()
+    os._exit(outcome.exit_code & 0xFF)

@@ -1,0 +1,214 @@
+"""The supervisor's half of running a job: start the job side in the job's Python and read its outcome.
+
+``worker.job_side`` says how the two processes split the work. Here: the job side's folder (its own
+copy of the standard-library-only modules and of cloudpickle's package, nothing else of this Python's
+site-packages), its input, its process (the job's interpreter, isolated: ``-I``, so no
+``PYTHONPATH``, user site or working directory on its path; ``-S`` too when ``REMOTE_BATCH_JOB_SITE``
+names the site folders it gets instead of the interpreter's own), the signals forwarded to it, and
+what the job ended with when it died before writing its outcome (a signal, the memory limit, the
+user's ``os._exit``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+
+import cloudpickle
+
+from worker import job_side
+from worker.encoding import EncodedOutputs, EncodedResult, encode_outcome, encode_result
+from worker.runner import (
+    EXIT_USER_ERROR,
+    JobError,
+    JobInput,
+    Outcome,
+    memory_reason,
+    oom_kill_count,
+    parent_death_signal_hook,
+)
+
+#: The interpreter the job side runs in (the job's ``pythonVersion``); this one when unset.
+JOB_PYTHON_VARIABLE = "REMOTE_BATCH_JOB_PYTHON"
+#: What the supervisor keeps out of the job side's environment: its own import path.
+_SERVICE_ONLY_VARIABLES = ("PYTHONPATH", "PYTHONHOME", JOB_PYTHON_VARIABLE)
+#: The signals passed on to the job side (AWS Batch's terminate is SIGTERM, then SIGKILL).
+_FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+@dataclass(frozen=True)
+class JobRun:
+    """A finished job side: its outputs' parts (``encoded(notes)``) and the job's exit code."""
+
+    messages: list[str]
+    error: JobError | None
+    outputs: EncodedResult | None
+    exit_code: int
+
+    @classmethod
+    def from_outcome(cls, outcome: Outcome) -> JobRun:
+        """An outcome of the runner in this process, encoded as the job side would have."""
+        return cls(outcome.messages, outcome.error, encode_result(outcome.result), outcome.exit_code)
+
+    def encoded(self, notes: list[str]) -> EncodedOutputs:
+        """The outputs with ``notes`` after the runner's messages (e.g. files not uploaded)."""
+        if self.outputs is None:
+            return encode_outcome(Outcome(messages=self.messages, error=self.error), notes)
+        return self.outputs.with_messages([*self.messages, *notes], self.error)
+
+
+def job_side_root(target: Path) -> Path:
+    """Fill ``target`` with what the job side imports: ``worker/`` (``job_side.MODULES`` only) and a
+    copy of cloudpickle's package. Returns ``target``."""
+    package = target / "worker"
+    package.mkdir(parents=True, exist_ok=True)
+    here = Path(__file__).resolve().parent
+    for name in job_side.MODULES:
+        shutil.copyfile(here / name, package / name)
+    shutil.copytree(
+        Path(cloudpickle.__file__).resolve().parent,
+        target / "cloudpickle",
+        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"),
+        dirs_exist_ok=True,
+    )
+    return target
+
+
+def job_side_command(
+    python: str, root: Path, folder: Path, output_dir: Path, memory_gib: int | None, *, own_site: bool
+) -> list[str]:
+    """The argv of the job side: ``python -I [-S] -c BOOTSTRAP ROOT FOLDER OUTPUT_DIR [MEMORY]``."""
+    flags = ["-I"] if own_site else ["-I", "-S"]
+    memory = "" if memory_gib is None else str(memory_gib)
+    return [python, *flags, "-c", job_side.BOOTSTRAP, str(root), str(folder), str(output_dir), memory]
+
+
+def job_side_environment(environ: Mapping[str, str], output_dir: Path) -> dict[str, str]:
+    """The job side's environment: the job's, without the supervisor's own import settings."""
+    env = {k: v for k, v in environ.items() if k not in _SERVICE_ONLY_VARIABLES}
+    env["REMOTE_BATCH_OUTPUT_DIR"] = str(output_dir)
+    return env
+
+
+def run_in_job_python(
+    job: JobInput, *, output_dir: Path, memory_gib: int | None, environ: Mapping[str, str]
+) -> JobRun:
+    """Run ``job`` in the job side and return what it recorded.
+
+    Parameters
+    ----------
+    job : JobInput
+        The parsed input (the supervisor checked it; the job side reads it again from its files).
+    output_dir : Path
+        ``$REMOTE_BATCH_OUTPUT_DIR`` of the job.
+    memory_gib : int or None
+        The machine class's memory, for the memory sentences.
+    environ : Mapping[str, str]
+        The job's environment; ``REMOTE_BATCH_JOB_PYTHON`` names the interpreter (this one when
+        unset), ``REMOTE_BATCH_JOB_SITE`` the site folders it gets instead of its own.
+
+    Returns
+    -------
+    JobRun
+        The job side's outcome; when it died without one (a signal, the kernel's memory killer, the
+        user's ``os._exit``), an error saying so with the process's exit code.
+
+    Raises
+    ------
+    OSError
+        The job's interpreter could not be started.
+    """
+    python = environ.get(JOB_PYTHON_VARIABLE) or sys.executable
+    with tempfile.TemporaryDirectory(prefix="remote-batch-job-side-", ignore_cleanup_errors=True) as tmp:
+        folder = Path(tmp)
+        root = job_side_root(folder / "lib")
+        job_side.write_input(folder, job)
+        argv = job_side_command(
+            python, root, folder, output_dir, memory_gib, own_site=not environ.get(job_side.SITE_VARIABLE)
+        )
+        oom_kills_before = oom_kill_count()
+        for stream in (sys.stdout, sys.stderr):  # the supervisor's lines stay in order with the job's
+            with contextlib.suppress(ValueError, OSError):
+                stream.flush()
+        # It dies with the supervisor (SIGKILL, Linux), as a command the runner starts dies with it.
+        process = subprocess.Popen(  # noqa: S603 - the job's interpreter on the job side's bootstrap
+            argv,
+            env=job_side_environment(environ, output_dir),
+            preexec_fn=parent_death_signal_hook(),  # noqa: PLW1509 - prctl only, between fork and exec
+        )
+        with _forwarding_signals(process):
+            returncode = process.wait()
+        recorded = job_side.read_outcome(folder)
+    if recorded is not None:
+        return JobRun(recorded.messages, recorded.error, recorded.result, recorded.exit_code)
+    oom_killed = (oom_kill_count() or 0) > (oom_kills_before or 0)
+    return _ended_without_outcome(returncode, memory_gib, oom_killed=oom_killed)
+
+
+def _ended_without_outcome(returncode: int, memory_gib: int | None, *, oom_killed: bool) -> JobRun:
+    """The outcome of a job side that ended before recording one."""
+    if returncode == 0:
+        note = "The job's Python exited before its result was recorded (os._exit(0)): no result"
+        return JobRun([note], None, None, 0)
+    exit_code = returncode if returncode > 0 else 128 - returncode
+    if oom_killed:
+        reason = memory_reason(memory_gib)
+        error = JobError(type="MemoryError", message=reason, traceback="", reason=reason)
+    elif returncode < 0:
+        name = _signal_name(-returncode)
+        error = JobError(
+            type="Killed",
+            message=f"The job's Python was killed by signal {name}.",
+            traceback="",
+            reason=f"Killed by signal {name}",
+        )
+    else:
+        error = JobError(
+            type="SystemExit",
+            message=f"The job's Python exited with code {returncode} before its outcome was recorded.",
+            traceback="",
+            reason=f"Exited with code {returncode}",
+        )
+    _report(error.as_message())
+    return JobRun([error.as_message()], error, None, exit_code or EXIT_USER_ERROR)
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return f"{signal.Signals(number).name} ({number})"
+    except ValueError:
+        return str(number)
+
+
+def _report(text: str) -> None:
+    with contextlib.suppress(ValueError, OSError):
+        print(text, file=sys.stderr, flush=True)
+
+
+@contextmanager
+def _forwarding_signals(process: subprocess.Popen[bytes]) -> Iterator[None]:
+    """While the job side runs, a SIGTERM, SIGINT or SIGHUP to the supervisor goes to it (the user's
+    code may clean up); the supervisor waits on and records what it ends with."""
+
+    def forward(signum: int, _frame: FrameType | None) -> None:
+        with contextlib.suppress(OSError):
+            process.send_signal(signum)
+
+    previous = {}
+    for signum in _FORWARDED:
+        with contextlib.suppress(ValueError, OSError):  # not the main thread: nothing to forward
+            previous[signum] = signal.signal(signum, forward)
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
