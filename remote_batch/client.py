@@ -16,6 +16,7 @@ import time
 import uuid
 from collections.abc import Iterator, Mapping
 from typing import Any
+from urllib.parse import quote
 
 import requests
 from requests.adapters import HTTPAdapter
@@ -39,6 +40,18 @@ REFRESH_MARGIN_SECONDS = 60.0
 USER_AGENT = "remote-batch-python"
 #: The header naming the account a request acts in (API.md extension; absent: the token's own).
 ACCOUNT_HEADER = "X-Account-Id"
+
+
+def path_segment(value: str, what: str = "id") -> str:
+    """``value`` (a job id, a user id, an account id) as one URL path segment, percent-encoded with
+    nothing left unescaped but RFC 3986's unreserved characters, so that no id reaches another route
+    (``../account`` or ``x?y`` stay one segment, which the API answers 404).
+
+    Raises ``ValueError`` naming ``what`` for an empty value or a dot segment (``.``, ``..``).
+    """
+    if value in ("", ".", ".."):
+        raise ValueError(f"{what} {value!r} is not an id")
+    return quote(value, safe="")
 
 
 def retry_policy(*, repeatable: bool = True) -> Retry:

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 import cloudpickle
 
+from remote_batch.client import path_segment
 from remote_batch.errors import JobNotFinished, NoOutput, NotFound, RemoteBatchError, RemoteJobError
 from remote_batch.json_codec import decode_bytes
 
@@ -255,7 +256,7 @@ class Job:
 
     def refresh(self) -> Job:
         """Fetch the job again (``GET /jobs/{jobId}``); returns itself."""
-        self.data = self._client.get(f"/jobs/{self.id}")
+        self.data = self._client.get(f"/jobs/{path_segment(self.id, 'job id')}")
         return self
 
     # -- waiting and the result ------------------------------------------------------------------
@@ -319,7 +320,9 @@ class Job:
         return self._json_result()["result"]
 
     def _result_document(self, fmt: str) -> dict[str, Any]:
-        document: dict[str, Any] = self._client.get(f"/jobs/{self.id}/result", format=fmt)
+        document: dict[str, Any] = self._client.get(
+            f"/jobs/{path_segment(self.id, 'job id')}/result", format=fmt
+        )
         url = document.get("resultUrl")
         if url:
             # Over 5 MiB: the body links result.json (or result.pickle) instead of inlining it.
@@ -381,7 +384,7 @@ class Job:
         params: dict[str, Any] = {"format": "json"}
         if since is not None:
             params["since"] = since.isoformat().replace("+00:00", "Z")
-        for event in self._client.pages(f"/jobs/{self.id}/log", "events", **params):
+        for event in self._client.pages(f"/jobs/{path_segment(self.id, 'job id')}/log", "events", **params):
             stamp = parse_time(str(event["timestamp"]))
             assert stamp is not None
             yield stamp, str(event["message"])
@@ -414,7 +417,7 @@ class Job:
         every page of ``GET /jobs/{jobId}/outputs`` followed."""
         files = [
             OutputFile(str(f["name"]), int(f["size"]), str(f["url"]))
-            for f in self._client.pages(f"/jobs/{self.id}/outputs", "files")
+            for f in self._client.pages(f"/jobs/{path_segment(self.id, 'job id')}/outputs", "files")
         ]
         return Outputs(self._client, files)
 
@@ -426,7 +429,9 @@ class Job:
     def preview_png(self) -> bytes:
         """The result's picture as PNG bytes (``OutputPreviewImage``). Raises ``NotFound`` when the
         job has none, ``JobNotFinished`` before it is final."""
-        response = self._client.request("GET", f"/jobs/{self.id}/preview.png", ok=(200, 303))
+        response = self._client.request(
+            "GET", f"/jobs/{path_segment(self.id, 'job id')}/preview.png", ok=(200, 303)
+        )
         if response.status_code == 303:
             location = response.headers.get("Location")
             if not location:
@@ -446,18 +451,20 @@ class Job:
     # -- actions -------------------------------------------------------------------------------
     def abort(self) -> Job:
         """End the job if it is not final (an array job: all its children); returns itself, refreshed."""
-        self.data = self._client.post(f"/jobs/{self.id}/abort")
+        self.data = self._client.post(f"/jobs/{path_segment(self.id, 'job id')}/abort")
         return self
 
     def delete(self) -> None:
         """Delete a final job's inputs, outputs and log now. Raises ``Conflict`` when it is not final."""
-        self._client.request("DELETE", f"/jobs/{self.id}")
+        self._client.request("DELETE", f"/jobs/{path_segment(self.id, 'job id')}")
 
     def children(self, status: str | None = None) -> list[Job]:
         """An array job's children in ``arrayIndex`` order (those of ``status`` only, when given)."""
         return [
             Job(self._client, data)
-            for data in self._client.pages(f"/jobs/{self.id}/children", "jobs", status=status, limit=100)
+            for data in self._client.pages(
+                f"/jobs/{path_segment(self.id, 'job id')}/children", "jobs", status=status, limit=100
+            )
         ]
 
     # -- display -----------------------------------------------------------------------------------

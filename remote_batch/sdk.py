@@ -26,7 +26,7 @@ from typing import Any, TypedDict, Unpack
 import cloudpickle
 
 from remote_batch import config
-from remote_batch.client import Client
+from remote_batch.client import Client, path_segment
 from remote_batch.config import Profile
 from remote_batch.errors import ConfigurationError
 from remote_batch.jobs import Job
@@ -316,7 +316,7 @@ def map(
 def job(job_id: str, *, client: Client | None = None) -> Job:
     """The job ``job_id`` of this account. Raises ``NotFound`` (also for another account's job)."""
     api = _client(client)
-    return Job(api, api.get(f"/jobs/{job_id}"))
+    return Job(api, api.get(f"/jobs/{path_segment(job_id, 'job id')}"))
 
 
 def jobs(status: str | None = None, limit: int | None = 50, *, client: Client | None = None) -> list[Job]:
@@ -395,7 +395,10 @@ def grant_credits(
     api = _client(client)
     body = {"credits": Decimal(str(credits)), "reason": reason}
     response = api.request(
-        "POST", f"/admin/accounts/{account_id}/credits", body=body, idempotency_key=idempotency_key
+        "POST",
+        f"/admin/accounts/{path_segment(account_id, 'account id')}/credits",
+        body=body,
+        idempotency_key=idempotency_key,
     )
     return _account(decode(response))
 
@@ -431,13 +434,15 @@ def members(*, client: Client | None = None) -> list[Member]:
 def set_member(user_id: str, role: str, *, client: Client | None = None) -> Member:
     """``PUT /account/members/{userId}``: add ``user_id`` with ``role`` or change their role (owners).
     Raises ``Conflict`` when it would demote the last owner, ``ValidationError`` for an unknown role."""
-    return _member(_decode_put(_client(client), f"/account/members/{user_id}", {"role": role}))
+    return _member(
+        _decode_put(_client(client), f"/account/members/{path_segment(user_id, 'user id')}", {"role": role})
+    )
 
 
 def remove_member(user_id: str, *, client: Client | None = None) -> None:
     """``DELETE /account/members/{userId}`` (owners). Raises ``NotFound`` for a user who is no
     member, ``Conflict`` for the last owner."""
-    _client(client).request("DELETE", f"/account/members/{user_id}")
+    _client(client).request("DELETE", f"/account/members/{path_segment(user_id, 'user id')}")
 
 
 def roles(*, client: Client | None = None) -> dict[str, Any]:

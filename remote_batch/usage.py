@@ -8,6 +8,7 @@ from datetime import datetime
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
+from remote_batch.client import path_segment
 from remote_batch.errors import Expired, NotFound
 from remote_batch.jobs import optional_import, parse_time
 
@@ -83,7 +84,9 @@ class Usage(Sequence[UsageEntry]):
             return "-"
         if job_id not in self._classes:
             try:
-                self._classes[job_id] = str(self._client.get(f"/jobs/{job_id}")["machineClass"])
+                self._classes[job_id] = str(
+                    self._client.get(f"/jobs/{path_segment(job_id, 'job id')}")["machineClass"]
+                )
             except (NotFound, Expired):
                 self._classes[job_id] = "unknown"
         return self._classes[job_id]

@@ -118,14 +118,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
 
-    from remote_batch_local.stack import LocalStack, PortInUse
+    from remote_batch_local.stack import HomeInUse, LocalStack, PortInUse
     from remote_batch_local.state_disk import StateDiskUnavailable
 
     stack = LocalStack(config)
     try:
         try:
             started = stack.start()
-        except PortInUse as exc:
+        except (PortInUse, HomeInUse) as exc:
             logger.error("%s", exc)
             return 1
         except StateDiskUnavailable as exc:

@@ -8,6 +8,7 @@ after the last write.
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import os
 import socket
@@ -125,6 +126,9 @@ class LocalStack:
         self._disk = StateDisk(config.home, config.disk_reserve_bytes)
         # Set once the last run's leftovers are settled: from then on, a stop is this run's to record.
         self._recovered = False
+        # The home's lock (``HOME_LOCK_FILE``), held from start to stop (the kernel drops it if the
+        # process dies): one stack a home.
+        self._home_lock: int | None = None
 
     @property
     def _stopped_at_path(self) -> Path:
@@ -143,6 +147,8 @@ class LocalStack:
             The home's filesystem is full (below the reserve) or read-only: nothing can be kept.
         PortInUse
             The HTTP port is taken.
+        HomeInUse
+            Another local stack runs on this home.
         """
         with self._disk.writing():
             self._disk.check()
@@ -152,6 +158,7 @@ class LocalStack:
         config = self._config
         _ensure_port_free(config.host, config.port)
         config.home.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self._home_lock = _lock_home(config.home)
         config.state_dir.mkdir(exist_ok=True)
 
         moto = MotoServer(Journal(config.state_dir / "journal", self._disk), self._disk)
@@ -318,6 +325,9 @@ class LocalStack:
                 self._moto.stop()
             if self._log_store is not None:
                 self._log_store.close()
+            if self._home_lock is not None:
+                os.close(self._home_lock)
+                self._home_lock = None
             logger.info("local stack stopped")
 
     # -- wiring ------------------------------------------------------------------------------------
@@ -428,6 +438,36 @@ class LocalStack:
 
 class PortInUse(RuntimeError):
     """The HTTP port is taken (another local stack?)."""
+
+
+class HomeInUse(RuntimeError):
+    """Another local stack holds the home's lock: two stacks on one home would each replay, write and
+    clean up the other's state (its jobs, its credentials file, its processes)."""
+
+
+#: The file whose ``flock`` a running stack holds in its home.
+HOME_LOCK_FILE = "stack.lock"
+
+
+def _lock_home(home: Path) -> int:
+    """Take the home's exclusive lock (``flock``, released by the kernel when the process ends, so a
+    crashed stack never leaves it held) and write this process's pid in it; the lock's descriptor.
+
+    Raises ``HomeInUse`` naming the holder's pid when another stack has it.
+    """
+    fd = os.open(home / HOME_LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError as exc:
+        holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+        os.close(fd)
+        raise HomeInUse(
+            f"{home} is in use by another local stack (pid {holder}); stop it, or set REMOTE_BATCH_HOME "
+            "to another folder"
+        ) from exc
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return fd
 
 
 def _ensure_port_free(host: str, port: int) -> None:

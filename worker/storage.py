@@ -157,8 +157,9 @@ class JobStorage:
         Large files go up in parts. A file that cannot be stored is skipped with a line in ``notes``
         (``files/<name> not uploaded: <why>``, the name's bytes that are not UTF-8 shown as ``\\xNN``):
         it is the job's output, not a failure of the service, and nothing else is lost. Skipped: a
-        name that is not UTF-8 or makes a key over S3's ``MAX_KEY_BYTES``; a symbolic link (to a file
-        or a folder: it is not followed, so nothing outside the folder is read); a named pipe, socket
+        name that is not UTF-8, holds a control character or makes a key over S3's ``MAX_KEY_BYTES``;
+        a symbolic link (to a file or a folder: it is not followed, so nothing outside the folder is
+        read); a named pipe, socket
         or device; a file or folder the worker cannot read; a file removed before its upload; a file
         S3 refuses for its own key or size. At most ``MAX_SKIPPED_NOTES`` are named, then one line
         counts the rest.
@@ -248,11 +249,20 @@ class JobStorage:
 
 
 def _key_problem(key: str) -> str | None:
-    """Why S3 cannot take ``key`` (not UTF-8, over ``MAX_KEY_BYTES``), or None."""
+    """Why S3 cannot take ``key`` (not UTF-8, a control character, over ``MAX_KEY_BYTES``), or None.
+
+    Control characters (U+0000 to U+001F and U+007F) are among the characters AWS's object key naming
+    guidelines say to avoid: S3's XML listings cannot return some of them as sent (XML turns a CR into
+    a LF), and the local stack's S3 refuses a key with a line break; so such a name is skipped, never
+    stored under a key that lists as another.
+    """
     try:
         size = len(key.encode("utf-8"))
     except UnicodeEncodeError:
         return "its name is not UTF-8, which S3 keys must be"
+    control = next((char for char in key if ord(char) < 0x20 or ord(char) == 0x7F), None)
+    if control is not None:
+        return f"its name holds the control character {control!r}, which S3 keys cannot carry safely"
     if size > MAX_KEY_BYTES:
         return f"its key would be {size} bytes of UTF-8, over S3's {MAX_KEY_BYTES}"
     return None
@@ -275,8 +285,10 @@ def _special_kind(mode: int) -> str | None:
 
 def shown_name(name: str) -> str:
     """A file name as a message shows it: bytes that are not UTF-8 (kept by ``os`` as surrogate
-    escapes) as ``\\xNN``, so the text is valid UTF-8 whatever the name held."""
-    return os.fsencode(name).decode("utf-8", "backslashreplace")
+    escapes) as ``\\xNN`` and control characters as their escapes (``\\n``), so the text is valid
+    UTF-8 on one line whatever the name held."""
+    text = os.fsencode(name).decode("utf-8", "backslashreplace")
+    return "".join(repr(char)[1:-1] if ord(char) < 0x20 or ord(char) == 0x7F else char for char in text)
 
 
 def _skip_note(name: str, why: str) -> str:

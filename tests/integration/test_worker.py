@@ -644,6 +644,14 @@ UNSTORABLE_OUTPUTS = {
         "open(os.path.join(d, b'f'), 'wb').write(b'x')",
         "files/d\\xff/f not uploaded: its name is not UTF-8, which S3 keys must be",
     ),
+    "name with a line break": (
+        "open(os.path.join(out, 'a\\nb.txt'), 'w').write('x')",
+        "files/a\\nb.txt not uploaded: its name holds the control character '\\n', which S3 keys cannot",
+    ),
+    "folder name with an escape character": (
+        "os.mkdir(os.path.join(out, 'd\\x1b[2J'))\nopen(os.path.join(out, 'd\\x1b[2J', 'f'), 'w').write('x')",
+        "files/d\\x1b[2J/f not uploaded: its name holds the control character '\\x1b'",
+    ),
     "key over 1024 bytes": (
         f"os.makedirs(os.path.dirname(os.path.join(out, {_LONG_NAME!r})))\n"
         f"open(os.path.join(out, {_LONG_NAME!r}), 'w').write('x')",

@@ -22,6 +22,7 @@ from werkzeug import Response
 import remote_batch as rb
 from remote_batch import sdk
 from remote_batch.cli import app
+from remote_batch.client import path_segment
 from remote_batch.progress import watch
 from tests.sdk.conftest import Recorder, error, job, ok
 
@@ -365,3 +366,46 @@ def test_usage_follows_every_page_and_adds_their_totals_exactly(
 
     assert [row.job_id for row in found] == ["job-a", "job-b"]
     assert found.total_charged == Decimal("0.3")
+
+
+@pytest.mark.parametrize(
+    ("value", "segment"),
+    [
+        ("job-01TEST", "job-01TEST"),
+        ("../account", "..%2Faccount"),
+        ("../account/members/someone", "..%2Faccount%2Fmembers%2Fsomeone"),
+        ("a?b#c", "a%3Fb%23c"),
+        ("a b%", "a%20b%25"),
+    ],
+)
+def test_an_id_is_always_one_path_segment(value, segment):
+    assert path_segment(value) == segment
+
+
+@pytest.mark.parametrize("value", ["", ".", ".."])
+def test_an_empty_or_dot_id_is_refused_naming_what_it_is(value):
+    with pytest.raises(ValueError, match=f"job id {value!r} is not an id"):
+        path_segment(value, "job id")
+
+
+def test_an_id_with_a_path_in_it_reaches_no_other_route(httpserver: HTTPServer, api: rb.Client) -> None:
+    # Given an account route a crafted id could reach if it were put in the URL as it is
+    recorder = Recorder(error(404, "NotFound", "No job ../account."))
+    httpserver.expect_request("/account").respond_with_json({"accountId": "dev"})
+    httpserver.expect_request("/jobs/../account").respond_with_handler(recorder)
+    httpserver.expect_request("/account/members/x", method="DELETE").respond_with_json({})
+
+    # When the SDK and the CLI are given it, they ask for that job and nothing else
+    with pytest.raises(rb.NotFound):
+        rb.job("../account", client=api)
+    status = CliRunner().invoke(app, ["status", "../account"])
+    deleted = CliRunner().invoke(app, ["delete", "../account/members/x"])
+    empty = CliRunner().invoke(app, ["status", ""])
+
+    assert len(recorder.requests) >= 2
+    assert all(r["path"] == "/jobs/../account" for r in recorder.requests)
+    assert status.exit_code == 1
+    assert deleted.exit_code == 1
+    assert empty.exit_code == 1
+    assert "job id '' is not an id" in empty.output
+    assert not any(r.path.startswith("/account") for r, _ in httpserver.log)
