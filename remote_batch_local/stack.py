@@ -157,7 +157,6 @@ class LocalStack:
     def _start(self) -> Started:
         config = self._config
         _ensure_port_free(config.host, config.port)
-        config.home.mkdir(mode=0o700, parents=True, exist_ok=True)
         self._home_lock = _lock_home(config.home)
         config.state_dir.mkdir(exist_ok=True)
 
@@ -325,10 +324,14 @@ class LocalStack:
                 self._moto.stop()
             if self._log_store is not None:
                 self._log_store.close()
-            if self._home_lock is not None:
-                os.close(self._home_lock)
-                self._home_lock = None
+            self._release_home()
             logger.info("local stack stopped")
+
+    def _release_home(self) -> None:
+        """Let the home's lock go (another stack may take the home from now on)."""
+        if self._home_lock is not None:
+            os.close(self._home_lock)
+            self._home_lock = None
 
     # -- wiring ------------------------------------------------------------------------------------
     def _deliver_batch_event(self, envelope: dict[str, Any]) -> None:
@@ -450,11 +453,13 @@ HOME_LOCK_FILE = "stack.lock"
 
 
 def _lock_home(home: Path) -> int:
-    """Take the home's exclusive lock (``flock``, released by the kernel when the process ends, so a
-    crashed stack never leaves it held) and write this process's pid in it; the lock's descriptor.
+    """Make the home (mode 0700) if it is new, take its exclusive lock (``flock``, released by the
+    kernel when the process ends, so a crashed stack never leaves it held) and write this process's
+    pid in it; the lock's descriptor.
 
     Raises ``HomeInUse`` naming the holder's pid when another stack has it.
     """
+    home.mkdir(mode=0o700, parents=True, exist_ok=True)
     fd = os.open(home / HOME_LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
