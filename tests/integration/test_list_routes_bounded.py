@@ -12,6 +12,7 @@ from typing import Any
 
 from functions.domain.notifications import MAX_RULES
 from functions.domain.roles import MAX_MEMBERS
+from functions.domain.runtime import PYTHON_VERSIONS
 from functions.handlers import api
 
 #: Lists that are not paged, and what keeps each small.
@@ -25,6 +26,7 @@ BOUNDED = {
     ("/machine-classes", "machineClasses"): "the service's machine classes",
     ("/roles", "actions"): "the service's fixed action table",
     ("/roles", "roles"): "the roles the service defines",
+    ("/runtime", "pythonVersions"): f"the Python versions jobs may run on: at most {len(PYTHON_VERSIONS)}",
     ("/jobs/{jobId}", "notifications"): f"at most MAX_RULES ({MAX_RULES}) rules",
     ("/jobs/{jobId}", "notificationLog"): "the store keeps the last NOTIFICATION_LOG_LIMIT records",
     ("/jobs/{jobId}", "warnings"): "the service's own warnings about the submit",
