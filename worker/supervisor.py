@@ -12,6 +12,7 @@ user's ``os._exit``).
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import signal
 import subprocess
@@ -145,8 +146,10 @@ def run_in_job_python(
             env=job_side_environment(environ, output_dir),
             preexec_fn=parent_death_signal_hook(),  # noqa: PLW1509 - prctl only, between fork and exec
         )
-        with _forwarding_signals(process):
+        with _forwarding_signals(process) as received:
             returncode = process.wait()
+        if received:
+            _end_as_terminated(received[0])
         recorded = job_side.read_outcome(folder)
     if recorded is not None:
         return JobRun(recorded.messages, recorded.error, recorded.result, recorded.exit_code)
@@ -194,12 +197,23 @@ def _report(text: str) -> None:
         print(text, file=sys.stderr, flush=True)
 
 
+def _end_as_terminated(signum: int) -> None:
+    """End the supervisor by ``signum``, recording nothing: the job was ended from outside (AWS Batch's
+    TerminateJob, a cap, the local stack stopping send SIGTERM), so the reason the service gave it
+    stands, as when the worker ran the job in its own process and died of the signal."""
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
+    os._exit(128 + signum)  # reached only if the signal is blocked
+
+
 @contextmanager
-def _forwarding_signals(process: subprocess.Popen[bytes]) -> Iterator[None]:
+def _forwarding_signals(process: subprocess.Popen[bytes]) -> Iterator[list[int]]:
     """While the job side runs, a SIGTERM, SIGINT or SIGHUP to the supervisor goes to it (the user's
-    code may clean up); the supervisor waits on and records what it ends with."""
+    code may clean up); yields the signals received, in order (empty: the job side ended by itself)."""
+    received: list[int] = []
 
     def forward(signum: int, _frame: FrameType | None) -> None:
+        received.append(signum)
         with contextlib.suppress(OSError):
             process.send_signal(signum)
 
@@ -208,7 +222,7 @@ def _forwarding_signals(process: subprocess.Popen[bytes]) -> Iterator[None]:
         with contextlib.suppress(ValueError, OSError):  # not the main thread: nothing to forward
             previous[signum] = signal.signal(signum, forward)
     try:
-        yield
+        yield received
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)

@@ -195,7 +195,9 @@ def test_dev_usage_newest_first_with_total(dev: Client) -> None:
 
     # Then the usage lists their charges, newest first, each entry per API.md
     usage = _usage(dev)
-    assert set(usage) == {"entries", "totalCharged"}, usage
+    # nextToken: the usage is paged (docs/http-api.md); these two charges fit one page.
+    assert set(usage) == {"entries", "totalCharged", "nextToken"}, usage
+    assert usage["nextToken"] is None
     entries = usage["entries"]
     for entry in entries:
         assert set(entry) == LEDGER_FIELDS, entry

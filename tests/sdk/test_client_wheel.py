@@ -132,7 +132,8 @@ def test_the_wheel_requires_none_of_the_service_packages(installed: InstalledWhe
 
     assert metadata["Name"] == ["remote-batch"]
     required = {_distribution(r) for r in metadata["Requires-Dist"] if "extra ==" not in r}
-    assert required == {"requests", "platformdirs", "typer", "rich", "cloudpickle"}
+    # standardwebhooks: remote_batch.webhooks.verify (pure Python, no dependencies of its own).
+    assert required == {"requests", "platformdirs", "typer", "rich", "cloudpickle", "standardwebhooks"}
     everything = {_distribution(r) for r in metadata["Requires-Dist"]}
     assert not everything & SERVER_REQUIREMENTS
     assert metadata["Provides-Extra"] == ["client"]
