@@ -119,8 +119,9 @@ e2e: $(STAMP) sandbox-tools
 ## the tests that reach it. Results are cached in mutants/ (a re-run tests only what changed);
 ## `make mutation MUTATION_SCOPE='functions.domain.credits*'` narrows it (one function a run keeps it under
 ## ~25 minutes on 2 loaded cores; the whole scope takes hours there). Survivors: docs/testing.md.
-MUTATION_SCOPE ?= functions.domain.credits* functions.domain.metering* functions.logic.job_events.x__settle* \
-	functions.logic.job_events.x_apply_job_state_change* functions.logic.metering.x_meter_tick*
+MUTATION_SCOPE ?= functions.domain.credits* functions.domain.metering* functions.domain.charged_time* \
+	functions.logic.job_events.x__settle* functions.logic.job_events.x_apply_job_state_change* \
+	functions.logic.job_outcomes.x_final_charge* functions.logic.metering.x_meter_tick*
 mutation: $(STAMP)
 	env -u PYTHONPATH $(BIN)/mutmut run --max-children 2 $(MUTATION_SCOPE)
 	env -u PYTHONPATH $(BIN)/mutmut results
