@@ -13,7 +13,7 @@ LAMBDA_LOCKS := functions/requirements.lock functions/runtime.lock
 LAMBDA_CONSTRAINTS := build/lambda/constraints.txt
 LAMBDA_BUNDLE := build/lambda/.built
 
-.PHONY: dev venv test lint unit integration sdk infra bundle e2e synth format clean bench lock lambda-bundle instance-offerings sandbox-tools mutation openapi
+.PHONY: dev venv test lint unit integration sdk infra bundle e2e synth format clean bench lock lambda-bundle instance-offerings sandbox-tools mutation openapi checkov
 
 # The lock's pins without hashes, for `pip install -c` (stdlib-only script: runs before the venv exists).
 $(LAMBDA_CONSTRAINTS): functions/requirements.lock infra/lambda_bundle.py
@@ -41,6 +41,16 @@ $(LAMBDA_BUNDLE): $(LAMBDA_LOCKS) infra/lambda_bundle.py infra/constants.py | $(
 lock: $(STAMP)
 	$(BIN)/python -m infra.lambda_bundle lock $(if $(UPGRADE),--upgrade)
 
+## checkov (tests/infra/test_checkov.py) in a venv of its own, built with uv: every checkov 3.3 pins a boto3
+## that conflicts with the Lambdas' lock (infra/checkov-requirements.txt).
+CHECKOV := build/checkov/.installed
+checkov: $(CHECKOV)
+$(CHECKOV): infra/checkov-requirements.txt | $(STAMP)
+	rm -rf build/checkov
+	$(BIN)/uv venv --quiet --python $(BIN)/python build/checkov
+	VIRTUAL_ENV=$(CURDIR)/build/checkov $(BIN)/uv pip install --quiet -r infra/checkov-requirements.txt
+	touch $(CHECKOV)
+
 node_modules/.installed: package.json
 	npm install --no-audit --no-fund --silent
 	touch node_modules/.installed
@@ -65,7 +75,7 @@ dev: $(STAMP) sandbox-tools
 	$(BIN)/python -m remote_batch_local
 
 ## Lint, type-check, then every test tier: unit, integration (moto), infra (CDK), e2e (local stack).
-test: $(STAMP) node_modules/.installed $(LAMBDA_BUNDLE) sandbox-tools
+test: $(STAMP) node_modules/.installed $(LAMBDA_BUNDLE) $(CHECKOV) sandbox-tools
 	$(MAKE) --no-print-directory lint
 	$(BIN)/python -m pytest tests
 
@@ -85,7 +95,7 @@ integration: $(STAMP) sandbox-tools
 ## The SDK and CLI against a fake HTTP server (no stack needed).
 sdk: $(STAMP)
 	$(BIN)/python -m pytest tests/sdk
-infra: $(STAMP) node_modules/.installed $(LAMBDA_BUNDLE)
+infra: $(STAMP) node_modules/.installed $(LAMBDA_BUNDLE) $(CHECKOV)
 	$(BIN)/python -m pytest tests/infra
 ## The deployed-bundle tests alone (each handler run on the synthesized assets in a fresh interpreter).
 bundle: $(STAMP) node_modules/.installed $(LAMBDA_BUNDLE)

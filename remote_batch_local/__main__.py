@@ -77,6 +77,7 @@ def main() -> int:
     signal.signal(signal.SIGTERM, on_signal)
 
     from remote_batch_local.stack import LocalStack, PortInUse
+    from remote_batch_local.state_disk import StateDiskUnavailable
 
     stack = LocalStack(config)
     try:
@@ -84,6 +85,17 @@ def main() -> int:
             started = stack.start()
         except PortInUse as exc:
             logger.error("%s", exc)
+            return 1
+        except StateDiskUnavailable as exc:
+            status = exc.status
+            logger.error(
+                "cannot start: the state disk is %s path=%s free_bytes=%d reserve_bytes=%d "
+                "(REMOTE_BATCH_DISK_RESERVE_BYTES sets the reserve)",
+                status.condition,
+                status.path,
+                status.free_bytes,
+                status.reserve_bytes,
+            )
             return 1
         print(
             _banner(started.endpoint, started.tokens, started.credentials_path, started.outbox_path),

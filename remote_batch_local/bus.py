@@ -19,6 +19,7 @@ import threading
 import zlib
 from collections import deque
 from collections.abc import Callable, Iterable
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,8 +30,13 @@ from functions.adapters.event_patterns import (
     as_event_ruler_sees,
     job_changing_detail_pattern,
 )
+from remote_batch_local.files import append_line
+from remote_batch_local.state_disk import StateDisk, StateDiskUnavailable
 
 logger = logging.getLogger("remote_batch_local.bus")
+
+# Seconds between two deliveries of an event that waits for the state disk to take writes again.
+DISK_WAIT_SECONDS = 1.0
 
 Envelope = dict[str, Any]
 # The service's job id in a job's container environment (set at submit).
@@ -119,6 +125,9 @@ class EventBus:
         The rule's pattern: an envelope it does not match is recorded as emitted but never
         delivered, as EventBridge leaves it out (the local stack passes ``matches_rule``); None
         delivers every envelope.
+    disk : StateDisk | None
+        The home's filesystem: an envelope whose journal line it refuses (full, read-only) is
+        reported, logged and still delivered (the job's state change must not be lost for its record).
     """
 
     def __init__(
@@ -131,8 +140,10 @@ class EventBus:
         *,
         workers: int = 1,
         rule: Callable[[Envelope], bool] | None = None,
+        disk: StateDisk | None = None,
     ) -> None:
         self._deliver = deliver
+        self._disk = disk
         self._rule = rule
         self._journal_path = Path(journal_path)
         self._duplicate = duplicate
@@ -197,9 +208,16 @@ class EventBus:
         """
         line = json.dumps(envelope, separators=(",", ":"))
         with self._cond:
-            self._journal_path.parent.mkdir(parents=True, exist_ok=True)
-            with self._journal_path.open("a", encoding="utf-8") as journal:
-                journal.write(line + "\n")
+            try:
+                with self._disk.writing() if self._disk is not None else nullcontext():
+                    self._journal_path.parent.mkdir(parents=True, exist_ok=True)
+                    append_line(self._journal_path, (line + "\n").encode(), mode=0o644)
+            except StateDiskUnavailable as refused:
+                logger.error(
+                    "batch event delivered without its journal line event_id=%s error=%s",
+                    envelope.get("id"),
+                    refused,
+                )
             stored = json.loads(line)
             self._remember(stored)
             self._enqueue_locked(stored)
@@ -299,21 +317,36 @@ class EventBus:
                     self._cond.notify_all()
 
     def _deliver_with_retries(self, envelope: Envelope) -> bool:
+        """Deliver with up to ``max_attempts`` tries. A try that failed while the state disk refuses
+        writes is not counted: nothing the target does can be made durable then, so the event waits
+        for the disk (polled every ``DISK_WAIT_SECONDS``) instead of spending its tries and going to
+        the dead-letter list, as EventBridge keeps retrying a failing target for up to 24 hours."""
         delay = self._retry_delay
         event_id = envelope.get("id")
-        for attempt in range(1, self._max_attempts + 1):
+        attempt = 0
+        waited = False
+        while attempt < self._max_attempts:
+            attempt += 1
             try:
                 self._deliver(json.loads(json.dumps(envelope)))
             except Exception:
-                # The target's failure must not stop the bus: log it and retry, as EventBridge does.
-                logger.exception("event delivery failed event_id=%s attempt=%d", event_id, attempt)
+                if self._disk is not None and self._disk.status() is not None:
+                    attempt -= 1
+                    if not waited:  # one line per event; the disk logs when it takes writes again
+                        logger.warning("event delivery waits for the state disk event_id=%s", event_id)
+                        waited = True
+                    wait = DISK_WAIT_SECONDS
+                else:
+                    # The target's failure must not stop the bus: log it and retry, as EventBridge does.
+                    logger.exception("event delivery failed event_id=%s attempt=%d", event_id, attempt)
+                    if attempt >= self._max_attempts:
+                        break
+                    wait, delay = delay, delay * 2
             else:
                 return True
-            if attempt < self._max_attempts:
-                with self._cond:
-                    if self._cond.wait_for(lambda: self._stopping, delay):
-                        break
-                delay *= 2
+            with self._cond:
+                if self._cond.wait_for(lambda: self._stopping, wait):
+                    break
         logger.error("event sent to dead-letter list event_id=%s", event_id)
         with self._cond:
             self._dead_letters.append(envelope)

@@ -11,6 +11,7 @@ from functions.domain.rate_limits import ACCOUNT_BURST, ACCOUNT_REQUESTS_PER_SEC
 from functions.domain.text import ASCII_DECIMAL, is_ascii_digits
 from remote_batch_local.executor.process_limit import PROCESS_LIMIT
 from remote_batch_local.executor.rate_limit import DEFAULT_SUBMIT_TPS
+from remote_batch_local.state_disk import DEFAULT_RESERVE_BYTES
 
 DEFAULT_PORT = 8787
 DEFAULT_METER_INTERVAL_SECONDS = 60.0
@@ -71,6 +72,10 @@ class LocalConfig:
     pythons : tuple[str, ...]
         Interpreters jobs may run in, tried before ``python3.X`` on PATH and pyenv's versions
         (``REMOTE_BATCH_LOCAL_PYTHONS``, paths separated by ``:``; ``remote_batch_local.job_pythons``).
+    disk_reserve_bytes : int
+        Free bytes the home's filesystem must keep for writes to be admitted
+        (``REMOTE_BATCH_DISK_RESERVE_BYTES``, default 64 MiB, ``state_disk.DEFAULT_RESERVE_BYTES``;
+        0 refuses only once a write failed); below it writes answer 503 ``ServiceUnavailable``.
     """
 
     home: Path
@@ -89,6 +94,7 @@ class LocalConfig:
     batch_submit_tps: int = DEFAULT_SUBMIT_TPS
     idle_stop_minute: float = DEFAULT_IDLE_STOP_MINUTE_SECONDS
     pythons: tuple[str, ...] = ()
+    disk_reserve_bytes: int = DEFAULT_RESERVE_BYTES
 
     @property
     def state_dir(self) -> Path:
@@ -129,6 +135,9 @@ class LocalConfig:
                 environ, "REMOTE_BATCH_IDLE_STOP_MINUTE_SECONDS", DEFAULT_IDLE_STOP_MINUTE_SECONDS
             ),
             pythons=_paths(environ, "REMOTE_BATCH_LOCAL_PYTHONS", cwd),
+            disk_reserve_bytes=int(
+                _number(environ, "REMOTE_BATCH_DISK_RESERVE_BYTES", DEFAULT_RESERVE_BYTES, minimum=0)
+            ),
         )
 
 

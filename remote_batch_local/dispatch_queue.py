@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from functions.adapters.sqs import SEND_BATCH_SIZE, admission_message, dispatch_message
+from remote_batch_local.state_disk import StateDisk
 
 logger = logging.getLogger(__name__)
 
@@ -69,6 +70,10 @@ class LocalDispatchQueue:
         Seconds before a failed message is delivered again.
     max_receives : int
         Deliveries after which a failing message is dead-lettered.
+    disk : StateDisk | None
+        The home's filesystem: a delivery that failed while it refuses writes (full, read-only) is not
+        counted towards ``max_receives`` (nothing the dispatcher does can be made durable then; the
+        message waits for the disk instead of going to the dead-letter list).
     """
 
     def __init__(
@@ -80,8 +85,10 @@ class LocalDispatchQueue:
         batch_size: int = SEND_BATCH_SIZE,
         visibility_timeout: float = DEFAULT_VISIBILITY_TIMEOUT_SECONDS,
         max_receives: int = DEFAULT_MAX_RECEIVES,
+        disk: StateDisk | None = None,
     ) -> None:
         self._deliver = deliver
+        self._disk = disk
         self._region = region
         self._arn = QUEUE_ARN.format(region=region, account=account)
         self._batch_size = batch_size
@@ -176,10 +183,13 @@ class LocalDispatchQueue:
             except Exception:
                 logger.exception("dispatcher invocation failed messages=%d", len(batch))
                 failed_ids = {m.message_id for m in batch}
+            disk_refuses = bool(failed_ids) and self._disk is not None and self._disk.status() is not None
             with self._cond:
                 for message in batch:
                     if message.message_id not in failed_ids:
                         continue
+                    if disk_refuses:
+                        message.receive_count -= 1
                     if message.receive_count >= self._max_receives:
                         logger.error("dispatch message dead-lettered body=%s", message.body)
                         self._dead.append(message)

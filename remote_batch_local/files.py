@@ -1,4 +1,5 @@
-"""Atomic file writes for the local stack's state (write a temporary sibling, then ``os.replace``)."""
+"""File writes for the local stack's state: atomic replacement (write a temporary sibling, then
+``os.replace``) and whole-line appends (a line that could not be written whole is cut off again)."""
 
 from __future__ import annotations
 
@@ -23,6 +24,31 @@ def write_bytes_atomic(path: Path, data: bytes, mode: int = 0o644) -> None:
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise
+
+
+def append_line(path: Path, line: bytes, mode: int = 0o600) -> None:
+    """Append ``line`` (which ends with a newline) to ``path`` (created with ``mode``), whole or not at all.
+
+    A write that fails part way (a full disk takes the first bytes only) is cut back to the file's
+    length before it, so no torn line sits between whole ones when a later append goes through.
+
+    Raises
+    ------
+    OSError
+        The write failed (``ENOSPC``, ``EDQUOT``, ``EROFS``, ...); the file is as it was.
+    """
+    descriptor = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, mode)
+    try:
+        before = os.fstat(descriptor).st_size
+        view = memoryview(line)
+        try:
+            while view:
+                view = view[os.write(descriptor, view) :]
+        except OSError:
+            os.ftruncate(descriptor, before)
+            raise
+    finally:
+        os.close(descriptor)
 
 
 def write_json_atomic(path: Path, value: Any, mode: int = 0o644) -> None:

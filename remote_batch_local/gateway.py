@@ -32,6 +32,7 @@ from functions.domain.roles import Role, denial_message, holds
 from remote_batch_local.accounts import LocalAccounts, parse_new_account
 from remote_batch_local.lambda_context import LOCAL_ACCOUNT_ID
 from remote_batch_local.rate_limit import AccountRateLimiter
+from remote_batch_local.state_disk import RETRY_AFTER_SECONDS, DiskStatus, StateDisk, StateDiskUnavailable
 from remote_batch_local.tokens import Principal, TokenStore
 
 logger = logging.getLogger(__name__)
@@ -48,6 +49,9 @@ TRUNCATED_BODY_MESSAGE = (
 STAGE = "local"
 HEALTH_PATH = "/health"
 BEARER = "bearer "
+# Methods that never write: answered while the state disk refuses writes.
+READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+DISK_UNAVAILABLE_CODE = "ServiceUnavailable"
 
 
 class BatchEventLog(Protocol):
@@ -64,6 +68,13 @@ def error_response(status: int, code: str, message: str, field: str | None = Non
     """API.md's error body with ``status``."""
     body = {"error": {"code": code, "message": message, "field": field}}
     return Response(json.dumps(body), status=status, content_type="application/json")
+
+
+def disk_unavailable_response(status: DiskStatus) -> Response:
+    """503 ``ServiceUnavailable`` naming why the state disk takes no writes, with ``Retry-After``."""
+    response = error_response(503, DISK_UNAVAILABLE_CODE, status.message)
+    response.headers["Retry-After"] = str(RETRY_AFTER_SECONDS)
+    return response
 
 
 def _json_response(status: int, value: Any) -> Response:
@@ -173,6 +184,11 @@ class ApiGateway:
         Each account's request rate (429 ``RateLimited`` with ``Retry-After`` past it); None: no limit.
     dispatch_stats : Callable[[], dict] | None
         The dispatch queue's and the Batch gateway's SubmitJob numbers (``GET /local/dispatch``).
+    disk : StateDisk | None
+        The home's filesystem. While it refuses writes (full, read-only), a request that may write
+        (any method but GET, HEAD, OPTIONS) is answered 503 ``ServiceUnavailable`` before anything is
+        invoked, so nothing of it is written; ``GET /health`` answers the same 503 with the reason; a
+        5xx of a request that met the refusal on its way is answered as that 503 too.
     """
 
     def __init__(
@@ -186,8 +202,10 @@ class ApiGateway:
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         limiter: AccountRateLimiter | None = None,
         dispatch_stats: Callable[[], dict[str, Any]] | None = None,
+        disk: StateDisk | None = None,
     ) -> None:
         self._dispatch_stats = dispatch_stats
+        self._disk = disk
         self._tokens = tokens
         self._invoke_api = invoke_api
         self._events = events
@@ -211,6 +229,13 @@ class ApiGateway:
         started = time.monotonic()
         try:
             response = self._handle(request)
+        except StateDiskUnavailable as refused:
+            logger.warning(
+                "request refused: the state disk takes no writes method=%s path=%s",
+                request.method,
+                request.path,
+            )
+            response = disk_unavailable_response(refused.status)
         except ServiceError as exc:
             if exc.status >= 500:
                 logger.error("request failed method=%s path=%s error=%s", request.method, request.path, exc)
@@ -219,11 +244,27 @@ class ApiGateway:
                 )
             else:
                 response = error_response(exc.status, exc.code, exc.message, exc.field)
+        except OSError as exc:
+            # The gateway's own writes (tokens.json, credentials.json of POST /admin/accounts).
+            met = self._disk.report(exc) if self._disk is not None else None
+            if met is None:
+                logger.exception("request failed method=%s path=%s", request.method, request.path)
+                response = error_response(
+                    500, "InternalError", "The service failed to answer; try again shortly."
+                )
+            else:
+                response = disk_unavailable_response(met.status)
         except Exception:
             logger.exception("request failed method=%s path=%s", request.method, request.path)
             response = error_response(
                 500, "InternalError", "The service failed to answer; try again shortly."
             )
+        if response.status_code >= 500 and response.status_code != 503 and self._disk is not None:
+            # A write refused on the way (the disk filled after the request was admitted) fails the
+            # api function with a 500: the caller is told why, and that retrying later is right.
+            status = self._disk.status()
+            if status is not None:
+                response = disk_unavailable_response(status)
         logger.debug(
             "request method=%s path=%s status=%d ms=%d",
             request.method,
@@ -235,6 +276,10 @@ class ApiGateway:
 
     # -- API Gateway's part --------------------------------------------------------------------------
     def _handle(self, request: Request) -> Response:
+        if request.path == HEALTH_PATH and self._disk is not None:
+            status = self._disk.status()
+            if status is not None:
+                return disk_unavailable_response(status)
         principal = None if request.path == HEALTH_PATH else self._authorize(request)
         if principal is not None and self._limiter is not None:
             wait = self._limiter.take(principal.account_id)
@@ -243,6 +288,8 @@ class ApiGateway:
                 response.headers["Retry-After"] = retry_after_header(wait)
                 return response
         body = self._read_body(request)
+        if self._disk is not None and request.method not in READ_METHODS:
+            self._disk.check()
         local_route = self._local_routes.get((request.method, request.path))
         if local_route is not None:
             action, serve = local_route

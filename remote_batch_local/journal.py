@@ -21,7 +21,15 @@ otherwise fill the journal).
 The journal is a folder of segments ``<first seq>.jsonl``: one JSON object per line, ``{"seq",
 "service", "method", "path", "query", "headers", "body" (base64), "response" (base64, only where
 replay needs the original answer)}``. A line without its final newline (a write cut by the crash)
-ends the journal; it is cut off at the next open. ``rotate`` starts a new segment; a snapshot that
+ends the journal; it is cut off at the next open.
+
+A full or read-only disk (``state_disk.py``): a write is refused before moto applies it while the
+home's filesystem refuses writes (``StateDisk.check``: nothing applied, nothing journaled). A flush
+that fails all the same (the disk filled meanwhile) cuts the segment back to its last durable byte
+(no torn record is left between whole ones), keeps the batch queued in order, and raises
+``StateDiskUnavailable`` to the writers waiting on it: their writes were applied in moto but never
+acknowledged, and become durable, before any later write is acknowledged, at the next flush that
+goes through. ``rotate`` starts a new segment; a snapshot that
 covers a segment's records lets ``discard`` delete it (``state.py`` says when).
 
 Replay (``replay``) feeds the records after a snapshot's cut to a fresh moto application in
@@ -53,6 +61,7 @@ from werkzeug.test import EnvironBuilder
 from werkzeug.wsgi import get_input_stream
 
 from remote_batch_local.lambda_context import LOCAL_ACCOUNT_ID
+from remote_batch_local.state_disk import StateDisk, StateDiskUnavailable
 
 logger = logging.getLogger(__name__)
 
@@ -88,6 +97,9 @@ _CREDENTIAL_SCOPE = re.compile(r"Credential=[^/]+/\d{8}/[^/]+/([a-z0-9-]+)/aws4_
 _TRANSPORT_HEADERS = frozenset({"content-length", "transfer-encoding", "connection", "expect", "keep-alive"})
 _SUBSCRIPTION_ARN = re.compile(rb"<SubscriptionArn>([^<]+)</SubscriptionArn>")
 _UPLOAD_ID = re.compile(rb"<UploadId>([^<]+)</UploadId>")
+#: Set in the environ of a request the stack sends itself (``transport.InProcessTransport``): a refused
+#: write raises ``StateDiskUnavailable`` to its caller instead of answering 503 over HTTP.
+IN_PROCESS = "remote_batch.in_process"
 
 
 def _scope_service(environ: Mapping[str, Any]) -> str:
@@ -147,10 +159,14 @@ class Journal:
     ----------
     directory : Path
         ``<home>/state/journal``; created 0700 when missing.
+    disk : StateDisk | None
+        The home's filesystem: a flush that fails because it is full or read-only is reported to it
+        and raised as ``StateDiskUnavailable``; None raises the ``OSError`` itself.
     """
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, disk: StateDisk | None = None) -> None:
         self._dir = directory
+        self._disk = disk
         directory.mkdir(mode=0o700, parents=True, exist_ok=True)
         self._cond = threading.Condition()
         self._service_locks = {service: threading.Lock() for service in JOURNALED}
@@ -164,7 +180,9 @@ class Journal:
         self._flushing = False
         if not self._segments:
             self._segments.append(_Segment(self._segment_path(self._next_seq), self._next_seq))
-        self._file = open(self._segments[-1].path, "ab")  # noqa: SIM115 - kept open until close()
+        self._fd = _open_segment(self._segments[-1].path)
+        # The segment's length up to its last fsync-ed record: a failed flush cuts the file back to it.
+        self._durable_size = os.fstat(self._fd).st_size
 
     def _segment_path(self, first_seq: int) -> Path:
         return self._dir / f"{first_seq:020d}.jsonl"
@@ -243,19 +261,44 @@ class Journal:
                 self._flush_locked()
 
     def _flush_locked(self) -> None:
+        """Write and fsync every queued record (called with ``_cond`` held, released meanwhile).
+
+        Raises
+        ------
+        StateDiskUnavailable
+            The disk is full or read-only (with a ``disk``); the records stay queued, in order.
+        OSError
+            Any other failed write or fsync; the records stay queued likewise.
+        """
         batch, self._pending = self._pending, []
         upto = self._queued_seq
-        file = self._file
+        fd, durable_size = self._fd, self._durable_size
+        data = b"".join(batch)
         self._flushing = True
         self._cond.release()
+        failure: OSError | None = None
         try:
-            file.write(b"".join(batch))
-            file.flush()
-            os.fsync(file.fileno())
+            # A flush that failed before left the file cut back, or (if even that failed) longer.
+            if os.fstat(fd).st_size != durable_size:
+                os.ftruncate(fd, durable_size)
+            _write_all(fd, data)
+            os.fsync(fd)
+        except OSError as exc:
+            failure = exc
+            _truncate_quietly(fd, durable_size)
         finally:
             self._cond.acquire()
             self._flushing = False
             self._cond.notify_all()
+        if failure is not None:
+            # After a failed fsync the written pages may be gone: the next flush writes them all again.
+            self._pending[:0] = batch
+            logger.error("journal flush failed records=%d error=%s", len(batch), failure)
+            refused = self._disk.report(failure) if self._disk is not None else None
+            if refused is not None:
+                raise refused from failure
+            raise failure
+        self._durable_size = durable_size + len(data)
         self._durable_seq = max(self._durable_seq, upto)
 
     def rotate(self) -> None:
@@ -268,9 +311,21 @@ class Journal:
             if not self._segments[-1].last_by_service:
                 return
             first = self._queued_seq + 1
-            self._file.close()
-            self._segments.append(_Segment(self._segment_path(first), first))
-            self._file = open(self._segments[-1].path, "ab")  # noqa: SIM115 - kept open until close()
+            path = self._segment_path(first)
+            # Opened before the old one is closed: a disk that refuses the new file keeps the old one.
+            fd = self._open_reported(path)
+            os.close(self._fd)
+            self._segments.append(_Segment(path, first))
+            self._fd, self._durable_size = fd, 0
+
+    def _open_reported(self, path: Path) -> int:
+        try:
+            return _open_segment(path)
+        except OSError as exc:
+            refused = self._disk.report(exc) if self._disk is not None else None
+            if refused is not None:
+                raise refused from exc
+            raise
 
     def discard(self, covered: Mapping[str, int]) -> int:
         """Delete the closed segments whose every record is covered by a snapshot: ``covered``
@@ -287,13 +342,41 @@ class Journal:
             return removed
 
     def close(self) -> None:
-        """Flush and close the current segment."""
+        """Flush and close the current segment. Records that cannot be written (the disk refuses
+        them) were never acknowledged: they are logged as lost and the segment is closed all the same."""
         with self._cond:
             while self._flushing:
                 self._cond.wait()
-            if self._pending:
-                self._flush_locked()
-            self._file.close()
+            try:
+                if self._pending:
+                    self._flush_locked()
+            except (OSError, StateDiskUnavailable) as exc:
+                logger.error(
+                    "journal closed with unwritten records records=%d error=%s", len(self._pending), exc
+                )
+            finally:
+                os.close(self._fd)
+
+
+def _open_segment(path: Path) -> int:
+    return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    """``os.write`` until every byte of ``data`` is written (a write may take only part of it)."""
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]
+
+
+def _truncate_quietly(fd: int, size: int) -> None:
+    """Cut the file back to ``size`` after a failed write (frees what it took); a failure here is the
+    next flush's to repeat (it checks the length first)."""
+    try:
+        os.ftruncate(fd, size)
+    except OSError as exc:
+        logger.error("journal could not be cut back after a failed write size=%d error=%s", size, exc)
 
 
 class JournalingApp:
@@ -301,11 +384,16 @@ class JournalingApp:
 
     Until ``enable`` is called (after provisioning, the snapshot restore and the replay, which must
     not be journaled again) requests pass straight through.
+
+    While ``disk`` refuses writes (full, read-only) a write is refused before moto applies it:
+    ``StateDiskUnavailable`` is raised to the stack's own callers (``IN_PROCESS``), and a caller over
+    HTTP (a job's worker) is answered 503 ``ServiceUnavailable`` in its service's error format.
     """
 
-    def __init__(self, app: Callable[..., Any], journal: Journal) -> None:
+    def __init__(self, app: Callable[..., Any], journal: Journal, disk: StateDisk | None = None) -> None:
         self.app = app
         self._journal = journal
+        self._disk = disk
         self._enabled = False
 
     @property
@@ -328,6 +416,21 @@ class JournalingApp:
         service = journaled_service(environ, body)
         if service is None:
             return self.app(environ, start_response)
+        try:
+            return self._journaled(service, environ, body, start_response)
+        except StateDiskUnavailable as refused:
+            if environ.get(IN_PROCESS):
+                raise
+            logger.warning("write refused: the state disk takes no writes service=%s", service)
+            status, headers, answer = _unavailable(service, str(refused))
+            start_response(status, headers)
+            return [answer]
+
+    def _journaled(
+        self, service: str, environ: dict[str, Any], body: bytes, start_response: Callable[..., Any]
+    ) -> Any:
+        if self._disk is not None:
+            self._disk.check()
         captured: dict[str, Any] = {}
 
         def capture(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Callable[..., Any]:
@@ -349,6 +452,24 @@ class JournalingApp:
             self._journal.wait_durable(seq)
         start_response(captured["status"], captured["headers"])
         return [answer]
+
+
+def _unavailable(service: str, message: str) -> tuple[str, list[tuple[str, str]], bytes]:
+    """A 503 ``ServiceUnavailable`` answer in ``service``'s error format (DynamoDB's JSON protocol;
+    S3's and SNS's XML), which botocore reads as that error code."""
+    if service == "dynamodb":
+        body = json.dumps(
+            {"__type": "com.amazonaws.dynamodb.v20120810#ServiceUnavailable", "message": message}
+        )
+        return "503 Service Unavailable", [("Content-Type", "application/x-amz-json-1.0")], body.encode()
+    escaped = message.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    error = f"<Code>ServiceUnavailable</Code><Message>{escaped}</Message>"
+    xml = (
+        f"<Error>{error}</Error>"
+        if service == "s3"
+        else f"<ErrorResponse><Error>{error}</Error></ErrorResponse>"
+    )
+    return "503 Service Unavailable", [("Content-Type", "application/xml")], xml.encode()
 
 
 def _record(service: str, environ: Mapping[str, Any], body: bytes, answer: bytes) -> dict[str, Any]:

@@ -11,11 +11,16 @@ message), with ``<40 hex>.json`` naming its account, region, group and stream. I
 keeps its counters and a sparse index (the offset and timestamp of every 1,024th event): 16 bytes
 per 1,024 events, about 1.6 MB for 100 million lines.
 
-Writes go to the file before ``PutLogEvents`` answers (flushed to the OS, so a ``kill -9`` of the
+Writes go to the file before ``PutLogEvents`` answers (written to the OS, so a ``kill -9`` of the
 stack loses nothing; ``sync`` fsyncs the streams written since, which the state snapshot calls every
 tick); a torn last record, after a power loss, is cut off when the stream is opened again. The files
 are the logs' persistent state: at start ``reattach`` creates each stored stream in moto again, which
 reads only the file's record headers to rebuild the index.
+
+A full or read-only disk (``state_disk.py``): while the home's filesystem refuses writes,
+``PutLogEvents`` is refused before anything is written (``StateDiskUnavailable``; the executor's
+``InProcessLogs`` answers CloudWatch's ``ServiceUnavailableException``); a batch whose write fails all
+the same is cut off the file again, so the stream holds whole records and its counters match them.
 
 Differences from moto's (and CloudWatch's) stream, kept on purpose: events are kept in arrival order
 (the executor stamps them never decreasing, so this is timestamp order for job logs; CloudWatch sorts
@@ -36,6 +41,7 @@ import threading
 from array import array
 from collections import deque
 from collections.abc import Iterator
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -46,6 +52,7 @@ from moto.logs.exceptions import InvalidParameterException, ResourceAlreadyExist
 from moto.logs.utils import EventMessageFilter
 
 from remote_batch_local.files import write_json_atomic
+from remote_batch_local.state_disk import StateDisk, StateDiskUnavailable
 
 logger = logging.getLogger(__name__)
 
@@ -133,20 +140,22 @@ class DiskLogStream(moto_logs.LogStream):
         self._last_ts: int | None = None
         self._last_ingestion_ms: int | None = None
         self._first_event_id = 0
-        if self._path.exists():
-            self._scan()
-        else:
-            store.root.mkdir(parents=True, exist_ok=True)
-            self._path.touch()
-        write_json_atomic(
-            self._meta_path,
-            {
-                "account": self.account_id,
-                "region": self.region,
-                "logGroup": log_group.name,
-                "logStream": name,
-            },
-        )
+        with store.writing():
+            if self._path.exists():
+                self._scan()
+            else:
+                store.root.mkdir(parents=True, exist_ok=True)
+                self._path.touch()
+            write_json_atomic(
+                self._meta_path,
+                {
+                    "account": self.account_id,
+                    "region": self.region,
+                    "logGroup": log_group.name,
+                    "logStream": name,
+                },
+            )
+        # Written with os.write on its descriptor: a failed batch leaves nothing in a buffer to go out later.
         self._writer: BinaryIO = open(self._path, "ab")  # noqa: SIM115 - kept open for the stream's life
         self._dirty = False
         store.opened(self)
@@ -217,10 +226,18 @@ class DiskLogStream(moto_logs.LogStream):
             return described
 
     def put_log_events(self, log_events: list[dict[str, Any]]) -> str:
-        """Append the events to the file (flushed before it returns); returns the sequence token."""
+        """Append the events to the file (written before it returns); returns the sequence token.
+
+        Raises
+        ------
+        StateDiskUnavailable
+            The state disk refuses writes: nothing was written, the stream is unchanged.
+        """
+        self._store.check()
         self.last_ingestion_time = utcnow()
         ingestion = int(unix_time_millis(self.last_ingestion_time))
         chunks: list[bytes] = []
+        records: list[tuple[int, int, int]] = []
         with self._lock:
             first_index = self.count
             offset = self._size
@@ -229,11 +246,14 @@ class DiskLogStream(moto_logs.LogStream):
                 timestamp = int(event["timestamp"])
                 chunks.append(_RECORD.pack(timestamp, ingestion, len(message)))
                 chunks.append(message)
-                self._note(offset, timestamp, ingestion, len(message))
+                records.append((offset, timestamp, len(message)))
                 offset += _RECORD.size + len(message)
-            written = sum(len(chunk) for chunk in chunks)
-            self._writer.write(b"".join(chunks))
-            self._writer.flush()
+            written = offset - self._size
+            with self._store.writing():
+                self._append(b"".join(chunks))
+            # Counted once on disk: a failed write above leaves the counters as the file is.
+            for record_offset, timestamp, length in records:
+                self._note(record_offset, timestamp, ingestion, length)
             self._size = offset
             self.upload_sequence_token += 1
             token = self.upload_sequence_token
@@ -306,6 +326,16 @@ class DiskLogStream(moto_logs.LogStream):
                 found.append({**event.to_filter_dict(), "logStreamName": self.log_stream_name})
         return found
 
+    def _append(self, data: bytes) -> None:
+        """Write ``data`` at the end of the file, whole: a write that fails part way is cut off again."""
+        view = memoryview(data)
+        try:
+            while view:
+                view = view[os.write(self._writer.fileno(), view) :]
+        except OSError:
+            os.ftruncate(self._writer.fileno(), self._size)
+            raise
+
     # -- reading ---------------------------------------------------------------------------------
     def _first_at_or_after(self, timestamp: int) -> int:
         """Index of the first event with a timestamp ≥ ``timestamp`` (events in timestamp order)."""
@@ -360,11 +390,11 @@ class DiskLogStream(moto_logs.LogStream):
 
     # -- the store's ---------------------------------------------------------------------------
     def sync(self) -> None:
-        """fsync the file (called by ``LogStore.sync``)."""
+        """fsync the file (called by ``LogStore.sync``); a failed fsync raises and leaves it dirty."""
         with self._lock:
-            self._dirty = False
             if not self._writer.closed:
                 os.fsync(self._writer.fileno())
+            self._dirty = False
 
     def close(self) -> None:
         """Close the file (the store is closing): later writes fail, reads still work."""
@@ -401,6 +431,9 @@ class LogStore:
         Directory of the stream files (``<home>/state/logs``).
     groups : set of (region, log group name)
         The groups whose streams live on disk; any other group stays moto's own.
+    disk : StateDisk | None
+        The home's filesystem: while it refuses writes, streams take no events (``check``), and a
+        write that fails because it is full or read-only raises ``StateDiskUnavailable``.
 
     Only one store is installed at a time (moto's backends are global to the process).
     """
@@ -408,9 +441,10 @@ class LogStore:
     _installed: LogStore | None = None
     _originals: dict[str, Any] = {}
 
-    def __init__(self, root: Path, groups: set[tuple[str, str]]) -> None:
+    def __init__(self, root: Path, groups: set[tuple[str, str]], disk: StateDisk | None = None) -> None:
         self.root = root
         self._groups = frozenset(groups)
+        self._disk = disk
         self._dirty: list[DiskLogStream] = []
         self._streams: set[DiskLogStream] = set()
         self._lock = threading.Lock()
@@ -474,6 +508,15 @@ class LogStore:
             setattr(owner, name, LogStore._originals[name])
         LogStore._installed = None
 
+    def check(self) -> None:
+        """Refuse a write before it starts while the disk refuses writes (``StateDiskUnavailable``)."""
+        if self._disk is not None:
+            self._disk.check()
+
+    def writing(self) -> AbstractContextManager[None]:
+        """Around a write to the store: a full or read-only disk raises ``StateDiskUnavailable``."""
+        return self._disk.writing() if self._disk is not None else nullcontext()
+
     def opened(self, stream: DiskLogStream) -> None:
         """Note a stream this store holds a file open for (until ``closed`` or ``close``)."""
         with self._lock:
@@ -487,7 +530,11 @@ class LogStore:
     def close(self) -> None:
         """fsync and close every stream's file and ``uninstall``: the stack is stopping."""
         self.uninstall()
-        self.sync()
+        try:
+            self.sync()
+        except StateDiskUnavailable as refused:
+            # Written to the OS already: only a power loss before the kernel writes them back loses them.
+            logger.error("log streams closed without their last fsync error=%s", refused)
         with self._lock:
             streams, self._streams = list(self._streams), set()
         for stream in streams:
@@ -510,11 +557,24 @@ class LogStore:
             self._dirty.append(stream)
 
     def sync(self) -> int:
-        """fsync every stream written since the last call; returns how many."""
+        """fsync every stream written since the last call; returns how many.
+
+        Raises
+        ------
+        StateDiskUnavailable
+            An fsync failed because the disk is full or read-only; the streams not synced yet stay
+            due for the next call (as after any other failed fsync, raised as it is).
+        """
         with self._lock:
             dirty, self._dirty = self._dirty, []
-        for stream in dirty:
-            stream.sync()
+        for index, stream in enumerate(dirty):
+            try:
+                with self.writing():
+                    stream.sync()
+            except BaseException:
+                with self._lock:
+                    self._dirty[:0] = dirty[index:]
+                raise
         return len(dirty)
 
     def stored_streams(self) -> list[dict[str, str]]:
@@ -576,6 +636,10 @@ class InProcessLogs:
             token, rejected = backend.put_log_events(logGroupName, logStreamName, logEvents)
         except JsonRESTError as exc:
             error = {"Error": {"Code": exc.relative_error_type, "Message": exc.message}}
+            raise ClientError(error, "PutLogEvents") from exc  # type: ignore[arg-type]
+        except StateDiskUnavailable as exc:
+            # CloudWatch's own answer when it cannot take the events now (retryable).
+            error = {"Error": {"Code": "ServiceUnavailableException", "Message": str(exc)}}
             raise ClientError(error, "PutLogEvents") from exc  # type: ignore[arg-type]
         response: dict[str, Any] = {"nextSequenceToken": token}
         if rejected:

@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import threading
 from collections.abc import Callable
+from contextlib import nullcontext
 from datetime import UTC
 from pathlib import Path
 
+from functions.domain.errors import DependencyFailed
 from functions.ports import Notifier, OutgoingNotification
+from remote_batch_local.files import append_line
+from remote_batch_local.state_disk import StateDisk, StateDiskUnavailable
 
 logger = logging.getLogger(__name__)
 
@@ -44,12 +47,24 @@ class OutboxNotifier:
         The outbox file (created 0600 on first use).
     echo : Callable[[str], None]
         Where the one-line console notice goes (default ``print``).
+    disk : StateDisk | None
+        The home's filesystem. While it refuses writes nothing is published (``send`` raises
+        ``DependencyFailed``: the caller releases its claim and retries later, none is lost); a line
+        it refuses after SNS accepted the message is logged (SNS has the message; only the local copy
+        is missing).
     """
 
-    def __init__(self, inner: Notifier, path: Path, echo: Callable[[str], None] | None = None) -> None:
+    def __init__(
+        self,
+        inner: Notifier,
+        path: Path,
+        echo: Callable[[str], None] | None = None,
+        disk: StateDisk | None = None,
+    ) -> None:
         self._inner = inner
         self._path = path
         self._echo = echo or _print
+        self._disk = disk
         self._lock = threading.Lock()
 
     @property
@@ -58,7 +73,13 @@ class OutboxNotifier:
         return self._path
 
     def send(self, notification: OutgoingNotification) -> None:
-        """Publish, then print and append one outbox line. Raises what ``inner.send`` raises."""
+        """Publish, then print and append one outbox line. Raises what ``inner.send`` raises, and
+        ``DependencyFailed`` before publishing while the disk refuses writes."""
+        if self._disk is not None:
+            try:
+                self._disk.check()
+            except StateDiskUnavailable as refused:
+                raise DependencyFailed(str(refused)) from refused
         self._inner.send(notification)
         line = json.dumps(
             {
@@ -73,9 +94,16 @@ class OutboxNotifier:
             ensure_ascii=False,
         )
         with self._lock:
-            descriptor = os.open(self._path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-            with os.fdopen(descriptor, "a", encoding="utf-8") as outbox:
-                outbox.write(line + "\n")
+            try:
+                with self._disk.writing() if self._disk is not None else nullcontext():
+                    append_line(self._path, (line + "\n").encode("utf-8"))
+            except StateDiskUnavailable as refused:
+                logger.error(
+                    "outbox line not written job_id=%s event=%s error=%s",
+                    notification.job_id,
+                    notification.event,
+                    refused,
+                )
             self._echo(
                 f"notify {notification.method} to {mask_address(notification.to)}: {notification.subject}"
             )

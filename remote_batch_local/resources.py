@@ -33,6 +33,7 @@ from remote_batch_local.job_pythons import LocalPythons
 from remote_batch_local.journal import Journal, JournalingApp
 from remote_batch_local.lambda_context import LOCAL_ACCOUNT_ID
 from remote_batch_local.moto_access import MotoAccess
+from remote_batch_local.state_disk import StateDisk
 
 logger = logging.getLogger(__name__)
 
@@ -231,12 +232,16 @@ class MotoServer:
     ----------
     journal : Journal
         Where acknowledged writes go.
+    disk : StateDisk | None
+        The home's filesystem: while it refuses writes, the journal refuses them before moto applies
+        them (``JournalingApp``).
     """
 
-    def __init__(self, journal: Journal) -> None:
+    def __init__(self, journal: Journal, disk: StateDisk | None = None) -> None:
         self._server: Any = None
         self.endpoint = ""
         self._journal = journal
+        self._disk = disk
         self.writes: WriteCounter | None = None
         # The server's whole application (every middleware, then moto), for in-process requests.
         self.app: Callable[..., Any] | None = None
@@ -263,7 +268,7 @@ class MotoServer:
         moto_transactions.install()
         self.moto_app = RememberingDispatcher(create_backend_app)
         self.access = MotoAccess(self.moto_app, LOCAL_ACCOUNT_ID, HOME_REGION)
-        self.journaling = JournalingApp(self.access, self._journal)
+        self.journaling = JournalingApp(self.access, self._journal, self._disk)
         self.gate = IamGate(self.journaling)
         self.writes = WriteCounter(self.gate)
         self.app = self.writes

@@ -12,6 +12,7 @@ import logging
 import os
 import socket
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -56,6 +57,7 @@ from remote_batch_local.resources import (
 )
 from remote_batch_local.sandbox import ProcessRegistry
 from remote_batch_local.state import SnapshotScope, StateSnapshots
+from remote_batch_local.state_disk import StateDisk, StateDiskUnavailable
 from remote_batch_local.ticker import Ticker, scheduled_event
 from remote_batch_local.tokens import TokenStore
 from remote_batch_local.transport import InProcessTransport
@@ -116,6 +118,8 @@ class LocalStack:
         self._lambdas: LocalLambdas | None = None
         self._snapshots: StateSnapshots | None = None
         self._log_store: LogStore | None = None
+        # The home's filesystem, watched for every write of the stack (full or read-only: 503).
+        self._disk = StateDisk(config.home, config.disk_reserve_bytes)
         # Set once the last run's leftovers are settled: from then on, a stop is this run's to record.
         self._recovered = False
 
@@ -128,13 +132,26 @@ class LocalStack:
         return self._config.state_dir / "alive"
 
     def start(self) -> Started:
-        """Bring the stack up; returns once ``GET /health`` can be answered."""
+        """Bring the stack up; returns once ``GET /health`` can be answered.
+
+        Raises
+        ------
+        StateDiskUnavailable
+            The home's filesystem is full (below the reserve) or read-only: nothing can be kept.
+        PortInUse
+            The HTTP port is taken.
+        """
+        with self._disk.writing():
+            self._disk.check()
+            return self._start()
+
+    def _start(self) -> Started:
         config = self._config
         _ensure_port_free(config.host, config.port)
         config.home.mkdir(mode=0o700, parents=True, exist_ok=True)
         config.state_dir.mkdir(exist_ok=True)
 
-        moto = MotoServer(Journal(config.state_dir / "journal"))
+        moto = MotoServer(Journal(config.state_dir / "journal", self._disk), self._disk)
         self._moto = moto
         endpoint = moto.start(config.home / "moto-credentials.json")
         logger.info("moto started endpoint=%s", endpoint)
@@ -158,6 +175,7 @@ class LocalStack:
                 WebhookSender(local=settings.allow_http_webhooks),
             ),
             config.home / "outbox.jsonl",
+            disk=self._disk,
         )
         bus = EventBus(
             self._deliver_batch_event,
@@ -165,6 +183,7 @@ class LocalStack:
             config.duplicate_events,
             workers=DELIVERY_WORKERS,
             rule=matches_rule,
+            disk=self._disk,
         )
         self._bus = bus
         registry = ProcessRegistry(config.home / "processes")
@@ -185,7 +204,7 @@ class LocalStack:
         )
         self._executor = executor
         self._dispatch_queue = dispatch_queue = LocalDispatchQueue(
-            self._dispatch, region=settings.home_region, account=LOCAL_ACCOUNT_ID
+            self._dispatch, region=settings.home_region, account=LOCAL_ACCOUNT_ID, disk=self._disk
         )
         gateways = _zone_gateways(executor, settings)
         services = replace(
@@ -219,9 +238,11 @@ class LocalStack:
         self._recovered = True
 
         self._tickers = [
-            Ticker("alive", ALIVE_INTERVAL, self._stamp_alive),
+            Ticker("alive", ALIVE_INTERVAL, _writing_tick(self._disk, "alive", self._stamp_alive)),
             Ticker("meter", config.meter_interval, lambda: self._tick_meter(services, settings)),
-            Ticker("snapshot", config.snapshot_interval, snapshots.take),
+            Ticker(
+                "snapshot", config.snapshot_interval, _writing_tick(self._disk, "snapshot", snapshots.take)
+            ),
         ]
         for ticker in self._tickers:
             ticker.start()
@@ -234,6 +255,7 @@ class LocalStack:
             admin_environment=lambdas.api_environment,
             limiter=AccountRateLimiter(config.rate_limit, config.rate_burst),
             dispatch_stats=self._dispatch_numbers,
+            disk=self._disk,
         )
         # Binding listens at once, but nothing is answered before serve_forever: a request that
         # arrives meanwhile waits, and credentials.json names the bound port before the first answer.
@@ -274,9 +296,15 @@ class LocalStack:
             if self._bus is not None:
                 self._bus.stop(drain=True, timeout=BUS_DRAIN_SECONDS)
             if self._snapshots is not None:
-                if self._recovered:
-                    write_bytes_atomic(self._stopped_at_path, datetime.now(UTC).isoformat().encode())
-                self._snapshots.take()
+                try:
+                    with self._disk.writing():
+                        if self._recovered:
+                            write_bytes_atomic(self._stopped_at_path, datetime.now(UTC).isoformat().encode())
+                        self._snapshots.take()
+                except StateDiskUnavailable as refused:
+                    # The journal keeps every acknowledged write: the next start replays it instead
+                    # (and, without the stop's stamp, settles as after a crash).
+                    logger.error("last snapshot not taken at stop error=%s", refused)
             install(None)
             if self._moto is not None:
                 self._moto.stop()
@@ -335,7 +363,7 @@ class LocalStack:
         scope = _snapshot_scope(settings)
         # The job log store goes into moto before any stream is created: job logs live on disk, not
         # in moto's memory.
-        self._log_store = LogStore(config.home / "logs", set(scope.log_groups))
+        self._log_store = LogStore(config.home / "logs", set(scope.log_groups), self._disk)
         self._log_store.install()
         snapshots = StateSnapshots(
             config.state_dir,
@@ -429,6 +457,21 @@ def _recover(
     if recovered and not bus.wait_idle(RECOVERY_DRAIN_SECONDS):
         logger.warning("recovered jobs not settled yet count=%d", len(recovered))
     return recovered
+
+
+def _writing_tick(disk: StateDisk, name: str, action: Callable[[], object]) -> Callable[[], None]:
+    """``action`` for a ticker, its writes watched by ``disk``: a tick the disk refuses (full,
+    read-only) is reported and logged in one line, the next tick tries again (the disk's own log says
+    once when it starts and stops refusing)."""
+
+    def tick() -> None:
+        try:
+            with disk.writing():
+                action()
+        except StateDiskUnavailable as refused:
+            logger.debug("tick refused by the state disk ticker=%s error=%s", name, refused)
+
+    return tick
 
 
 def _zone_gateways(executor: LocalBatchExecutor, settings: Settings) -> dict[GeoZone, LocalBatchGateway]:

@@ -24,6 +24,8 @@ from botocore.compat import HTTPHeaders
 from moto.core.botocore_stubber import MockRawResponse
 from werkzeug.test import EnvironBuilder
 
+from remote_batch_local.journal import IN_PROCESS
+
 logger = logging.getLogger(__name__)
 
 
@@ -72,6 +74,8 @@ class InProcessTransport:
             base_url=self._base_url,
         ).get_environ()
         environ["REMOTE_ADDR"] = "127.0.0.1"
+        # A write the state disk refuses raises to this process's caller (journal.IN_PROCESS).
+        environ[IN_PROCESS] = True
         captured: dict[str, Any] = {}
 
         def start_response(status: str, response_headers: list[tuple[str, str]], exc_info: Any = None) -> Any:
