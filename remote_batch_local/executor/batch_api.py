@@ -113,6 +113,9 @@ class LocalBatchExecutor(ArrayJobs):
     submit_tps : int
         SubmitJob calls accepted per second (``rate_limit.SubmitRateLimit``; AWS Batch's is about 50):
         more are refused with ``TooManyRequestsException`` as AWS Batch does.
+    environments : Path or None
+        Where environments are built (``remote_batch_local.environments``): a job whose submission names
+        a build (``REMOTE_BATCH_ENVIRONMENT_HASH``) runs with ``<environments>/<hash>/site``.
     pythons : LocalPythons or None
         The interpreter of each Python version (``remote_batch_local.job_pythons``): a job's
         definition (``...-py312``) picks the one its job side runs in, as a definition's image would;
@@ -142,6 +145,7 @@ class LocalBatchExecutor(ArrayJobs):
         warm_workers: int = WARM_WORKERS,
         submit_tps: int = DEFAULT_SUBMIT_TPS,
         pythons: LocalPythons | None = None,
+        environments: Path | None = None,
     ) -> None:
         cpu_ids = sorted(os.sched_getaffinity(0))
         self.vcpus = max(1, vcpus if vcpus is not None else len(cpu_ids))
@@ -160,6 +164,7 @@ class LocalBatchExecutor(ArrayJobs):
         self._import_root = import_root or REPO_ROOT
         self._worker_environment = dict(worker_environment)
         self._pythons = pythons or LocalPythons()
+        self._environment_builds = environments
         self._min_timeout_seconds = min_timeout_seconds
         self._kill_grace_seconds = kill_grace_seconds
         self._log_limit_cap = log_limit_bytes

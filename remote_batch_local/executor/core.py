@@ -53,6 +53,7 @@ class ExecutorCore:
     _import_root: Path
     _worker_environment: dict[str, str]
     _pythons: LocalPythons
+    _environment_builds: Path | None
     _min_timeout_seconds: int
     _kill_grace_seconds: float
     _log_limit_cap: int | None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import re
 import resource
 import shutil
 import subprocess
@@ -15,6 +16,7 @@ from pathlib import Path
 
 import psutil
 
+from functions.domain.environments import ENVIRONMENT_HASH_VARIABLE
 from remote_batch_local.batch_arrays import child_environment
 from remote_batch_local.executor.constants import (
     MIB,
@@ -33,6 +35,9 @@ from remote_batch_local.sandbox import (
     pid_namespace,
     sandbox_path,
 )
+from worker.job_side import SITE_VARIABLE
+
+_HASH = re.compile(r"^[0-9a-f]{64}$")
 
 
 def _new_workdir() -> Path:
@@ -53,6 +58,10 @@ class JobLauncher(ExecutorCore):
         python = self._pythons.for_job_definition(job.submission.job_definition)
         if python is not None:
             env.update(python.environment())
+        build = env.get(ENVIRONMENT_HASH_VARIABLE)
+        if build is not None and self._environment_builds is not None and _HASH.fullmatch(build):
+            # The environment's packages, and nothing of the interpreter's or the image's (``-S``).
+            env[SITE_VARIABLE] = str(self._environment_builds / build / "site")
         if job.array is not None and job.index is not None:
             env.update(child_environment({}, job.index, job.array.size))
         threads = str(job.vcpus)
@@ -152,6 +161,8 @@ class JobLauncher(ExecutorCore):
         every job Python's installation (a warm worker's box is made before its job is known)."""
         paths = [Path(sys.base_prefix), Path(sys.prefix), self._import_root / "worker"]
         paths += self._pythons.read_only_paths()
+        if self._environment_builds is not None:
+            paths.append(self._environment_builds)
         program = Path(self._command[0])
         if program.is_absolute() and not str(program).startswith(("/usr/", "/bin/", "/sbin/")):
             paths.append(program.parent.parent)
