@@ -29,7 +29,7 @@ import remote_batch as rb
 
 def where(x):
     import importlib.util, sys
-    service = [name for name in ("boto3", "functions", "remote_batch_local") if importlib.util.find_spec(name)]
+    service = [name for name in ("functions", "remote_batch_local", "moto") if importlib.util.find_spec(name)]
     return {"double": 2 * x, "python": list(sys.version_info[:2]), "service": service}
 
 job = rb.submit(where, 21)
@@ -83,7 +83,7 @@ def test_the_same_function_from_each_client_python_returns_its_result(
     answer = json.loads(done.stdout.strip().splitlines()[-1])
     runtime = dev.get("/runtime").json()
     print(f"\nclient Python {answer['client']}: {answer['job']}\nGET /runtime: {json.dumps(runtime)}")
-    # The job ran in the Python that pickled the function, without the service's packages.
+    # The job ran in the Python that pickled the function, without the service's modules.
     assert answer["job"] == {"double": 42, "python": answer["client"], "service": []}
     job = dev.get(f"/jobs/{answer['id']}").json()
     assert job["status"] == "Succeeded" and job["pythonVersion"] == "{}.{}".format(*answer["client"])

@@ -246,9 +246,10 @@ def test_gpu_dockerfile_starts_from_the_cuda_runtime(worker_image_dir: Path) -> 
     ):
         assert line in dockerfile and line in cpu
     assert "-r requirements.txt" in (worker_image_dir / "requirements-gpu.txt").read_text()
-    # The service's side (boto3) has its own venv; the user's interpreter gets the image's packages only.
-    assert "boto3" not in (worker_image_dir / "requirements.txt").read_text()
+    # The service's side (boto3) has its own venv; the user's interpreter gets the image's packages.
     assert "boto3==" in (worker_image_dir / "requirements-service.txt").read_text()
+    for text in (cpu, dockerfile):
+        assert "/opt/remote-batch/venv" in text and "requirements-service.txt" in text
 
 
 @pytest.mark.parametrize("machine_class", MACHINE_CLASSES.values(), ids=lambda mc: mc.name)

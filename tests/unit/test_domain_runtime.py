@@ -1,4 +1,4 @@
-"""functions/domain/runtime.py: the Python versions a job may choose and their definitions; estimate_credits."""
+"""functions/domain/runtime.py: the Python versions a job may choose, their definitions; estimate_credits."""
 
 from __future__ import annotations
 

@@ -56,14 +56,17 @@ def test_the_image_site_holds_the_worker_images_packages_and_none_of_the_service
     site = image_site(tmp_path / "site")
 
     names = {path.name for path in site.iterdir()}
-    assert {"numpy", "sklearn", "matplotlib", "PIL", "cloudpickle"} <= names
-    assert not {"boto3", "botocore", "moto", "functions", "remote_batch_local", "worker"} & names
+    assert {"numpy", "sklearn", "matplotlib", "PIL", "cloudpickle", "boto3"} <= names
+    assert (
+        not {"moto", "pydantic", "aws_lambda_powertools", "functions", "remote_batch_local", "worker"} & names
+    )
     assert all(path.is_symlink() for path in site.iterdir())
-    # The base interpreter without its own site-packages, plus this folder: numpy, no boto3.
+    # The base interpreter without its own site-packages, plus this folder: numpy, no service module.
     probe = (
         f"import site, importlib.util; site.addsitedir({str(site)!r}); "
-        "print(importlib.util.find_spec('numpy') is not None, importlib.util.find_spec('boto3') is None)"
+        "print(importlib.util.find_spec('numpy') is not None, importlib.util.find_spec('moto') is None, "
+        "importlib.util.find_spec('functions') is None)"
     )
     base = getattr(sys, "_base_executable", sys.executable)
     done = subprocess.run([base, "-I", "-S", "-c", probe], capture_output=True, text=True, check=True)
-    assert done.stdout.split() == ["True", "True"]
+    assert done.stdout.split() == ["True", "True", "True"]
