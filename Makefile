@@ -13,7 +13,7 @@ LAMBDA_LOCKS := functions/requirements.lock functions/runtime.lock
 LAMBDA_CONSTRAINTS := build/lambda/constraints.txt
 LAMBDA_BUNDLE := build/lambda/.built
 
-.PHONY: dev venv test lint unit integration sdk infra bundle e2e synth format clean bench lock lambda-bundle instance-offerings sandbox-tools mutation openapi checkov
+.PHONY: dev venv test check lint unit integration sdk infra bundle e2e synth format clean bench lock lambda-bundle instance-offerings sandbox-tools mutation openapi checkov
 
 # The lock's pins without hashes, for `pip install -c` (stdlib-only script: runs before the venv exists).
 $(LAMBDA_CONSTRAINTS): functions/requirements.lock infra/lambda_bundle.py
@@ -59,7 +59,7 @@ node_modules/.installed: package.json
 ## and the Lambda layer built from the lock.
 venv: $(STAMP) node_modules/.installed $(LAMBDA_BUNDLE)
 
-## The local stack runs each job in a bubblewrap box (README, "The local stack's limits"): install
+## The local stack runs each job in a bubblewrap box (docs/local-stack.md, "How jobs run"): install
 ## bubblewrap where it is missing (as root with apt-get, as CI on Debian runs); elsewhere say how, loudly.
 sandbox-tools:
 	@command -v bwrap >/dev/null || { \
@@ -74,14 +74,25 @@ sandbox-tools:
 dev: $(STAMP) sandbox-tools
 	$(BIN)/python -m remote_batch_local
 
-## Lint, type-check, then every test tier: unit, integration (moto), infra (CDK), e2e (local stack).
+# `make test` and `make check` run pytest on every core (pytest-xdist; `make test PYTEST_WORKERS=1` runs
+# serially). --dist loadgroup keeps the tests that must share a worker together (tests/conftest.py).
+PYTEST_WORKERS ?= auto
+PARALLEL := -n $(PYTEST_WORKERS) --dist loadgroup
+
+## Lint, type-check, then every test tier: unit, sdk, integration (moto), infra (CDK), e2e (local stack).
 test: $(STAMP) node_modules/.installed $(LAMBDA_BUNDLE) $(CHECKOV) sandbox-tools
 	$(MAKE) --no-print-directory lint
-	$(BIN)/python -m pytest tests
+	$(BIN)/python -m pytest tests $(PARALLEL)
+
+## The inner loop, in under 5 minutes: lint, then the unit, sdk and integration tests but the slow ones.
+check: $(STAMP) sandbox-tools
+	$(MAKE) --no-print-directory lint
+	$(BIN)/python -m pytest tests/unit tests/sdk tests/integration -m "not slow" $(PARALLEL)
 
 lint: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports
 	$(BIN)/mypy functions worker remote_batch remote_batch_local infra tests benchmarks
 
 format: $(STAMP)
@@ -107,7 +118,7 @@ e2e: $(STAMP) sandbox-tools
 ## the credit and metering rules, the settlement and the meter's balance/cap checks, each mutant tested by
 ## the tests that reach it. Results are cached in mutants/ (a re-run tests only what changed);
 ## `make mutation MUTATION_SCOPE='functions.domain.credits*'` narrows it (one function a run keeps it under
-## ~25 minutes on 2 loaded cores; the whole scope takes hours there). Survivors: README "Testing".
+## ~25 minutes on 2 loaded cores; the whole scope takes hours there). Survivors: docs/testing.md.
 MUTATION_SCOPE ?= functions.domain.credits* functions.domain.metering* functions.logic.job_events.x__settle* \
 	functions.logic.job_events.x_apply_job_state_change* functions.logic.metering.x_meter_tick*
 mutation: $(STAMP)
@@ -125,7 +136,7 @@ openapi: $(STAMP)
 synth: $(STAMP) node_modules/.installed $(LAMBDA_BUNDLE)
 	PATH=$(abspath $(BIN)):$$PATH npx cdk synth --quiet
 
-## Issue 14's performance table (README "Benchmarks"), about 5 min; `make bench BASELINE=<rev>` also
+## Issue 14's performance table (docs/benchmarks.md), about 5 min; `make bench BASELINE=<rev>` also
 ## measures that revision in the same run (before/after); `make bench ALL=1` then runs the other benchmarks
 ## (meter scaling, email topics, journal latency, the array meter tick and the 2,000-item array map). Not
 ## part of `make test`.

@@ -71,7 +71,7 @@ def _serve(home: Path) -> None:
 
     setattr(botocore.client.BaseClient, "_make_api_call", counted)  # noqa: B010 - private, untyped
     threading.Thread(target=write, name="bench-counts", daemon=True).start()
-    sys.exit(local_main.main())
+    sys.exit(local_main.main([]))
 
 
 def _start(home: Path) -> tuple[Any, str, str]:

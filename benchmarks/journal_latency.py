@@ -46,7 +46,7 @@ def _serve(journal: bool) -> None:
 
     if not journal:
         JournalingApp.enable = lambda self: None  # type: ignore[method-assign]
-    sys.exit(local_main.main())
+    sys.exit(local_main.main([]))
 
 
 def start_served(arguments: Sequence[str], home: Path) -> tuple[subprocess.Popen[bytes], str, str]:

@@ -587,7 +587,7 @@ def _serve(counts_path: Path) -> None:
     threading.Thread(target=dump, name="bench-counts", daemon=True).start()
     from remote_batch_local import __main__ as local_main
 
-    sys.exit(local_main.main())
+    sys.exit(local_main.main([]))
 
 
 def _free_port() -> int:

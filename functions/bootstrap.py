@@ -11,7 +11,7 @@ rarely SNS or Batch; an api request: DynamoDB and one zone's S3).
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from functools import lru_cache
 from typing import Any
@@ -33,6 +33,8 @@ from functions.adapters.sns import SnsEmailSubscriptions, SnsNotifier
 from functions.adapters.sqs import SqsDispatchQueue
 from functions.adapters.webhook import WebhookSender
 from functions.domain.machine_classes import GeoZone
+from functions.logic.dispatch import send_now
+from functions.logic.quotas import admit_and_enqueue
 from functions.observability import MetricsEvents
 from functions.ports import (
     BatchGateway,
@@ -43,6 +45,7 @@ from functions.ports import (
     EventCounter,
     FleetControl,
     HostResolver,
+    InlineDispatch,
     Notifier,
     Services,
     ZoneServices,
@@ -96,6 +99,19 @@ def utc_now() -> datetime:
     return datetime.now(UTC)
 
 
+def _admit_inline(services: Services, account_ids: Sequence[str]) -> None:
+    """Each account's admission now, and the admitted jobs sent (``quotas.admit_and_enqueue``)."""
+    for account_id in account_ids:
+        admit_and_enqueue(services, account_id)
+
+
+def inline_dispatch() -> InlineDispatch:
+    """The dispatch where there is no queue (tests, the local stack's helpers, a deployment without
+    ``REMOTE_BATCH_DISPATCH_QUEUE_URL``): the dispatcher's handling of each message runs within the call
+    that sends it (``ports.InlineDispatch``)."""
+    return InlineDispatch(send_jobs=send_now, admit_accounts=_admit_inline)
+
+
 def build_services(
     settings: Settings,
     *,
@@ -134,7 +150,8 @@ def build_services(
         AWS Batch in each zone that has a ``computeTemplate``.
     dispatch : DispatchQueue | None
         Where admitted jobs go (the local stack's queue); default: the SQS queue of
-        ``REMOTE_BATCH_DISPATCH_QUEUE_URL``, or none (jobs are sent within the admitting call).
+        ``REMOTE_BATCH_DISPATCH_QUEUE_URL``, or without one ``inline_dispatch()`` (jobs are sent
+        within the admitting call).
     """
     session = session or boto3.Session()
     lock = threading.Lock()
@@ -156,6 +173,8 @@ def build_services(
     )
     if dispatch is None and settings.dispatch_queue_url:
         dispatch = SqsDispatchQueue(client("sqs", settings.home_region), settings.dispatch_queue_url)
+    elif dispatch is None:
+        dispatch = inline_dispatch()
     sns = client("sns", settings.home_region)
     resolver = resolver or SocketResolver()
     if notifier is None:

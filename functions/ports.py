@@ -179,6 +179,19 @@ class JobRepository(Protocol):
     def list_ledger(self, account_id: str, start: datetime | None, end: datetime | None) -> list[LedgerEntry]:
         """An account's ledger entries in ``[start, end)``, newest first."""
 
+    def list_ledger_page(
+        self,
+        account_id: str,
+        start: datetime | None,
+        end: datetime | None,
+        limit: int,
+        next_token: str | None,
+    ) -> tuple[list[LedgerEntry], str | None]:
+        """At most ``limit`` of an account's entries in ``[start, end)``, newest first, from
+        ``next_token`` (None: the newest), and the token of the next page (None: no more). A page may
+        hold fewer while its token is set. Raises ``ValidationFailed`` (``field="nextToken"``) for a
+        token this store did not issue for this account."""
+
     # -- members (``functions.domain.roles``) -----------------------------------------------------
     def get_members(self, account_id: str, user_id: str | None = None) -> AccountMembers:
         """The account's members read strongly consistent (with ``user_id``: only that user's entry,
@@ -346,6 +359,12 @@ class BlobStore(Protocol):
 
     def list(self, prefix: str) -> list[StoredObject]:
         """Objects under ``prefix``."""
+
+    def list_page(
+        self, prefix: str, start_after: str | None, max_keys: int
+    ) -> tuple[Sequence[StoredObject], bool]:
+        """At most ``max_keys`` (1..1000) objects under ``prefix`` whose keys come after ``start_after``
+        (a whole key; None: from the first), in key order (UTF-8 bytes), and whether more follow."""
 
     def delete_prefix(self, prefix: str) -> int:
         """Delete every object under ``prefix``; returns how many."""
@@ -585,15 +604,65 @@ class ZoneServices:
 
 class DispatchQueue(Protocol):
     """Where admitted jobs wait for the dispatcher (an SQS queue with a DLQ deployed; a local queue
-    in the local stack). Delivery is at least once: the dispatcher's claim makes a repeat harmless."""
+    in the local stack; ``InlineDispatch`` where there is no queue). Delivery is at least once: the
+    dispatcher's claim makes a repeat harmless."""
 
-    def send(self, job_ids: Sequence[str]) -> None:
-        """Enqueue each job id. Raises ``DependencyFailed`` when the queue refuses."""
+    @property
+    def inline(self) -> bool:
+        """True when a message is handled within the call that sends it (``InlineDispatch``): the
+        sender then reads what the dispatcher wrote; False for a queue in between."""
+
+    def send(self, job_ids: Sequence[str]) -> Sequence[Job | None] | None:
+        """Enqueue each job id (a span's: ``<parent>#<offset>``). Returns None when they wait on a
+        queue; inline, each single job as the dispatcher left it (None for a span, or one it wrote
+        nothing of). Raises ``DependencyFailed`` when the queue refuses."""
 
     def request_admission(self, account_ids: Sequence[str]) -> None:
         """Ask the dispatcher to admit what each account's held jobs may take now (its quota's usage
         changed). The request is read after the caller's writes, so the admission sees them. Raises
         ``DependencyFailed`` when the queue refuses."""
+
+
+SendJobs = Callable[["Services", Sequence[str]], Sequence[Job | None]]
+"""The dispatcher's handling of job messages with given services: each job as it left it."""
+AdmitAccounts = Callable[["Services", Sequence[str]], None]
+"""The dispatcher's handling of admission requests with given services."""
+
+
+@dataclass(frozen=True, slots=True)
+class InlineDispatch:
+    """The ``DispatchQueue`` where there is none (tests, a deployment without a dispatch queue): each
+    message is handled within the call that sends it, by the dispatcher's own handling, with the
+    services that hold this queue. Built by ``functions.bootstrap.inline_dispatch`` (``send_jobs``:
+    each job's only SubmitJob; ``admit_accounts``: each account's admission), so the logic that
+    ends or holds jobs reaches the dispatcher through this port and never imports it.
+
+    A ``Services`` binds it to itself when made (``Services.__post_init__``; ``dataclasses.replace``
+    makes new services, and the copy's queue then runs with the copy).
+    """
+
+    send_jobs: SendJobs
+    admit_accounts: AdmitAccounts
+    services: Services | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def inline(self) -> bool:
+        """Always True: messages are handled in the sending call."""
+        return True
+
+    def send(self, job_ids: Sequence[str]) -> Sequence[Job | None]:
+        """Send each job to AWS Batch now (``send_jobs``); each as the dispatcher left it. Raises what
+        the dispatcher raises."""
+        return self.send_jobs(self._bound(), job_ids)
+
+    def request_admission(self, account_ids: Sequence[str]) -> None:
+        """Admit each account's held jobs now (``admit_accounts``). Raises what the admission raises."""
+        self.admit_accounts(self._bound(), account_ids)
+
+    def _bound(self) -> Services:
+        if self.services is None:
+            raise RuntimeError("an InlineDispatch runs only as the dispatch of a Services")
+        return self.services
 
 
 class EventCounter(Protocol):
@@ -617,6 +686,8 @@ class Services:
     zones: Mapping[GeoZone, ZoneServices]
     clock: Clock
     events: EventCounter
+    # Where admitted jobs and admission requests go for the dispatcher (``DispatchQueue``).
+    dispatch: DispatchQueue
     idempotency_table: str | None = None
     allowed_zones: Sequence[GeoZone] = ()
     allow_http_webhooks: bool = False
@@ -628,8 +699,6 @@ class Services:
     python: PythonRuntime = field(default_factory=PythonRuntime)
     # Most children per AWS Batch array job (``functions.domain.arrays.plan_spans``; AWS allows 10,000).
     array_span_size: int = 10_000
-    # Where admitted jobs go for the dispatcher; None: sent to AWS Batch within the admitting call.
-    dispatch: DispatchQueue | None = None
     # The operators' class states and audit log; None: every class is in service, no admin fleet routes.
     operations: OperationsStore | None = None
     # Dedicated computes (None: the deployment has none) and the prefix of their AWS Batch names.
@@ -643,6 +712,13 @@ class Services:
     environment_store: EnvironmentRepository | None = None
     environment_builder: EnvironmentBuilder | None = None
     allow_http_indexes: bool = False
+
+    def __post_init__(self) -> None:
+        if isinstance(self.dispatch, InlineDispatch) and self.dispatch.services is not self:
+            # An inline dispatch runs with the services that hold it: these, not those it was copied from.
+            object.__setattr__(
+                self, "dispatch", InlineDispatch(self.dispatch.send_jobs, self.dispatch.admit_accounts, self)
+            )
 
 
 # -- dedicated compute (``functions.domain.computes``) -------------------------------------------------

@@ -35,7 +35,7 @@ OUTPUTS_PREFIX = "outputs/"
 ABORT_INCOMPLETE_UPLOAD_DAYS = 1
 ACCESS_LOG_RETENTION_DAYS = 90
 
-# The tags the api sets on every Batch job it submits (functions/logic/submission.py): the only keys
+# The tags the api sets on every Batch job it submits (functions/logic/batch_submission.py): the only keys
 # its role may tag with (aws:TagKeys); tests/infra/test_iam_flow.py submits with them under that role.
 JOB_TAG_KEYS = ("remote-batch:jobId", "remote-batch:accountId")
 
@@ -70,7 +70,7 @@ LAMBDA_HANDLERS = {
     "dispatcher": "functions.handlers.dispatcher.handler",
 }
 
-# The dispatch queue (functions/logic/dispatch.py). SubmitJob calls per second in all, below AWS Batch's
+# The dispatch queue (functions/logic/dispatch_rules.py). SubmitJob calls per second in all, below AWS Batch's
 # ~50 per account and region; the event source mapping's maximum concurrency (SQS's minimum is 2), each
 # instance pacing itself at the rate divided by it; up to 10 messages per invocation (one instance paces
 # 10 SubmitJob calls at 10/s: 1 s of a 60 s timeout; a throttled call backs off up to ~3.5 s per job).
@@ -79,8 +79,8 @@ DISPATCH_MAX_CONCURRENCY = 4
 DISPATCH_BATCH_SIZE = 10
 # Six times the function's timeout (the AWS Lambda developer guide's advice for SQS event sources).
 DISPATCH_VISIBILITY_TIMEOUT_SECONDS = 360
-# The DLQ takes a message only after the dispatcher's own give-up (functions.logic.dispatch.MAX_RECEIVES,
-# which ends the job Terminated) failed too.
+# The DLQ takes a message only after the dispatcher's own give-up
+# (functions.logic.dispatch_rules.MAX_RECEIVES, which ends the job Terminated) failed too.
 DISPATCH_MAX_RECEIVE_COUNT = 12
 DISPATCH_DLQ_RETENTION_DAYS = 14
 # Alarm when the oldest message waits this long (a stalled dispatcher or AWS Batch refusing for long).
@@ -193,6 +193,5 @@ ROOT_DEVICE_NAME = "/dev/xvda"
 # Job-state time limits (cancel a job RUNNABLE behind a capacity or misconfiguration reason) live in
 # functions/domain/queue_limits.py: the batch_events Lambda words the cancel's statusReason from them.
 VPC_NAT_GATEWAYS = 1
-JOB_MAX_ATTEMPTS = 3
-JOB_RETRY_STATUS_REASON = "Host EC2*"
+# The job definitions' retry rule (attempts, the retried statusReason) is functions/domain/batch_retries.py.
 JOB_LOG_STREAM_PREFIX = "job"

@@ -2,12 +2,16 @@
 
 Every read command takes ``--json`` (the API's JSON, for scripts). Errors print the API's message
 and field (``Error: ValidationError: ... (field: machineClass)``) and exit 1, never a traceback;
-``submit --wait`` and ``wait`` exit 2 when the job ends Terminated.
+``submit --wait`` and ``wait`` exit 2 when the job ends Terminated. Text a job or another user
+controls is printed through ``remote_batch.terminal`` (control characters escaped), except the log
+``logs`` prints to a pipe or with ``--raw``. Piped into a reader that stops early (``| head``), a
+command ends quietly with status 141, as coreutils' do when SIGPIPE ends them.
 """
 
 from __future__ import annotations
 
 import getpass
+import importlib.util
 import json
 import re
 import sys
@@ -19,17 +23,17 @@ from typing import Annotated, Any
 
 import typer
 from rich import box
-from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 from typer.core import TyperGroup
 
 import remote_batch as rb
 from remote_batch import auth, config
-from remote_batch.client import Client, to_json_number
+from remote_batch.client import Client
 from remote_batch.errors import ApiError, RemoteBatchError
 from remote_batch.jobs import POLL_MAX_SECONDS, Job, LogTail
+from remote_batch.json_codec import to_json_number
 from remote_batch.progress import watch
+from remote_batch.terminal import PipeConsole, cell, end_on_broken_pipe, json_text, visible
 
 #: Exit codes: 1 an error (the API's, a connection, a bad option); 2 the job ended Terminated.
 EXIT_ERROR = 1
@@ -38,8 +42,8 @@ FOLLOW_SECONDS = 1.0
 
 #: Off a terminal (a pipe, a file) tables are not squeezed into 80 columns (scripts should use --json).
 PIPE_WIDTH = 160
-out = Console(highlight=False, width=None if sys.stdout.isatty() else PIPE_WIDTH)
-err = Console(stderr=True, highlight=False)
+out = PipeConsole(highlight=False, width=None if sys.stdout.isatty() else PIPE_WIDTH)
+err = PipeConsole(stderr=True, highlight=False)
 
 
 def error_text(exc: BaseException) -> str:
@@ -51,13 +55,16 @@ def error_text(exc: BaseException) -> str:
 
 
 class Group(TyperGroup):
-    """Typer's group, printing the SDK's errors as one line and exiting 1 instead of a traceback."""
+    """Typer's group, printing the SDK's errors as one line and exiting 1 instead of a traceback, and
+    ending quietly when stdout's reader is gone (``end_on_broken_pipe``)."""
 
     def invoke(self, ctx: Any) -> Any:  # click's Context (typer vendors click: its class moves)
         try:
             return super().invoke(ctx)
+        except BrokenPipeError:
+            end_on_broken_pipe()
         except (RemoteBatchError, ImportError, TimeoutError, ValueError, TypeError, OSError) as exc:
-            err.print(escape(error_text(exc)), soft_wrap=True)
+            err.print(cell(error_text(exc)), soft_wrap=True)
             raise typer.Exit(EXIT_ERROR) from None
 
 
@@ -104,7 +111,7 @@ def _connection(
 
 
 def _print_json(value: Any) -> None:
-    sys.stdout.write(json.dumps(value, default=to_json_number, indent=2, ensure_ascii=False) + "\n")
+    sys.stdout.write(json_text(value, default=to_json_number, indent=2) + "\n")
 
 
 #: Widths of the jobs table's columns but the reason, which takes what the terminal has left.
@@ -139,16 +146,16 @@ def _job_table(jobs: list[Job], title: str | None = None, *, indexed: bool = Fal
         counts = data.get("childStatusCounts") or {}
         detail = ", ".join(f"{k} {v}" for k, v in counts.items())
         submitted = str(data.get("submittedAt") or "")
-        lead = [str(data.get("arrayIndex", ""))] if indexed else []
+        lead = [cell(data.get("arrayIndex", ""))] if indexed else []
         table.add_row(
             *lead,
-            job.id,
-            escape(str(data.get("name") or "")),
-            str(data.get("status")),
-            str(data.get("machineClass")),
-            str(data.get("creditsSpent")),
-            submitted[5:19].replace("T", " "),  # MM-DD HH:MM:SS (UTC)
-            escape(str(data.get("statusReason") or detail)),
+            cell(job.id),
+            cell(data.get("name") or ""),
+            cell(data.get("status")),
+            cell(data.get("machineClass")),
+            cell(data.get("creditsSpent")),
+            cell(submitted[5:19].replace("T", " ")),  # MM-DD HH:MM:SS (UTC)
+            cell(data.get("statusReason") or detail),
         )
     return table
 
@@ -160,7 +167,7 @@ def _show_job(job: Job) -> None:
                 "creditConstraint", "timeConstraint", "exitCode", "submittedAt", "startedAt", "completedAt",
                 "expiresAt", "arraySize", "childStatusCounts"):  # fmt: skip
         if data.get(key) is not None:
-            table.add_row(key, escape(str(data[key])))
+            table.add_row(key, cell(data[key]))
     out.print(table)
 
 
@@ -230,7 +237,7 @@ def submit(  # noqa: PLR0917 (typer maps each parameter to an option)
     if code is not None:
         payload = code
     elif is_code_file:
-        payload = Path(words[0]).read_text(encoding="utf-8")
+        payload = _read_source(Path(words[0]))
     else:
         payload = words
     rules: Any = notifications
@@ -253,14 +260,26 @@ def submit(  # noqa: PLR0917 (typer maps each parameter to an option)
     if json_output and not wait:
         _print_json(job.data)
         return
-    err.print(f"submitted {job.id}")
+    err.print(cell(f"submitted {job.id}"))
     if not wait:
-        out.print(job.id)
+        out.print(cell(job.id))
         return
     code_ = _wait(job, follow, None)
     if json_output:
         _print_json(job.data)
     raise typer.Exit(code_)
+
+
+def _read_source(path: Path) -> str:
+    """A ``.py`` file's text as ``python FILE`` reads it (a UTF-8 byte-order mark or a PEP 263 coding
+    declaration, any line endings); ``typer.BadParameter`` for a file CPython would refuse to read
+    (UTF-16, as Windows PowerShell 5's ``>`` writes, or bytes not in the declared encoding)."""
+    try:
+        return importlib.util.decode_source(path.read_bytes())
+    except (SyntaxError, UnicodeDecodeError) as exc:
+        raise typer.BadParameter(
+            f"{path} is not Python source as python reads it ({exc}); save it as UTF-8"
+        ) from None
 
 
 @app.command()
@@ -298,14 +317,26 @@ def logs(
     json_output: Annotated[
         bool, typer.Option("--json", help="One JSON object per line (the same as --format json).")
     ] = False,
+    raw: Annotated[
+        bool,
+        typer.Option(
+            "--raw",
+            help="On a terminal too, print the lines as the job wrote them (escape sequences and all).",
+        ),
+    ] = False,
 ) -> None:
-    """A job's console log (-f follows it while it runs, like `aws logs tail --follow`)."""
+    """A job's console log (-f follows it while it runs, like `aws logs tail --follow`).
+
+    To a pipe or a file the lines are the job's own bytes; on a terminal their control characters are
+    shown escaped (\\x1b...) unless --raw.
+    """
     if fmt not in ("text", "json", "csv"):
         raise typer.BadParameter(f"--format is text, json or csv, not {fmt!r}")
     if json_output:
         if fmt not in ("text", "json"):
             raise typer.BadParameter(f"--json prints JSON lines; it cannot be combined with --format {fmt}")
         fmt = "json"
+    as_written = raw or not stdout_is_terminal()
     job = rb.job(job_id)
     tail = LogTail(job)
     if fmt == "csv":
@@ -313,17 +344,23 @@ def logs(
     while True:
         final = job.done
         for stamp, message in tail.new_lines():
-            _print_line(stamp, message, fmt)
+            _print_line(stamp, message if as_written else visible(message), fmt, as_written)
         if final or not follow:
             return
         time.sleep(FOLLOW_SECONDS)
         job.refresh()
 
 
-def _print_line(stamp: datetime, message: str, fmt: str) -> None:
+def stdout_is_terminal() -> bool:
+    """Whether stdout is a terminal (``logs`` then escapes the job's control characters)."""
+    return sys.stdout.isatty()
+
+
+def _print_line(stamp: datetime, message: str, fmt: str, as_written: bool) -> None:
     text = stamp.strftime("%Y-%m-%dT%H:%M:%S.") + f"{stamp.microsecond // 1000:03d}Z"
     if fmt == "json":
-        sys.stdout.write(json.dumps({"timestamp": text, "message": message}, ensure_ascii=False) + "\n")
+        line = {"timestamp": text, "message": message}
+        sys.stdout.write((json.dumps(line, ensure_ascii=False) if as_written else json_text(line)) + "\n")
     elif fmt == "csv":
         import csv
 
@@ -350,7 +387,7 @@ def result(
         if job.data["status"] == "Terminated":
             job.result()
     except rb.RemoteJobError as exc:
-        err.print(escape(str(exc)))
+        err.print(cell(exc, multiline=True))
         if job.type == "Array":
             _print_partial_array_result(job, output)
         raise typer.Exit(EXIT_TERMINATED) from None
@@ -358,12 +395,12 @@ def result(
     if output is not None:
         assert document is not None
         output.write_text(json.dumps(document.get("result"), default=to_json_number, indent=2) + "\n")
-        err.print(f"wrote {output}")
+        err.print(cell(f"wrote {output}"))
         return
     if json_output:
         _print_json(document)
         return
-    out.print(escape(repr(job.result())))
+    out.print(cell(repr(job.result()), multiline=True))
 
 
 def _print_partial_array_result(job: Job, output: Path | None) -> None:
@@ -378,7 +415,7 @@ def _print_partial_array_result(job: Job, output: Path | None) -> None:
         partial["resultUrl"] = document["resultUrl"]
     if output is not None:
         output.write_text(json.dumps(partial, default=to_json_number, indent=2) + "\n")
-        err.print(f"wrote the children's partial results to {output}")
+        err.print(cell(f"wrote the children's partial results to {output}"))
     else:
         _print_json(partial)
 
@@ -390,14 +427,14 @@ def abort(job_id: JobId, json_output: JsonOption = False) -> None:
     if json_output:
         _print_json(job.data)
     else:
-        out.print(escape(_final_line(job)))
+        out.print(cell(_final_line(job)))
 
 
 @app.command()
 def delete(job_id: JobId) -> None:
     """Delete a final job's inputs, outputs and log now."""
     rb.job(job_id).delete()
-    out.print(f"deleted the data of {job_id}")
+    out.print(cell(f"deleted the data of {job_id}"))
 
 
 @app.command("jobs")
@@ -438,7 +475,7 @@ def outputs(
     files = rb.job(job_id).outputs
     if download is not None:
         for path in files.download(download):
-            err.print(f"wrote {path}")
+            err.print(cell(f"wrote {path}"))
     if json_output:
         _print_json([{"name": f.name, "size": f.size, "url": f.url} for f in files])
     elif download is None:
@@ -446,7 +483,7 @@ def outputs(
         table.add_column("name")
         table.add_column("bytes", justify="right")
         for f in files:
-            table.add_row(escape(f.name), str(f.size))
+            table.add_row(cell(f.name), cell(f.size))
         out.print(table)
 
 
@@ -457,7 +494,7 @@ def preview(
 ) -> None:
     """Write a job's result picture (OutputPreviewImage) as PNG."""
     output.write_bytes(rb.job(job_id).preview_png)
-    err.print(f"wrote {output}")
+    err.print(cell(f"wrote {output}"))
 
 
 # -- account ---------------------------------------------------------------------------------------
@@ -470,7 +507,7 @@ def account_command(json_output: JsonOption = False) -> None:
         return
     table = Table(show_header=False, box=None)
     for key, value in found.data.items():
-        table.add_row(key, escape(_account_value(value)))
+        table.add_row(cell(key), cell(_account_value(value)))
     out.print(table)
 
 
@@ -495,7 +532,10 @@ def members_list(json_output: JsonOption = False) -> None:
         table.add_column(column)
     for member in found:
         table.add_row(
-            escape(member.user_id), member.role, escape(member.updated_by or "-"), member.updated_at or "-"
+            cell(member.user_id),
+            cell(member.role),
+            cell(member.updated_by or "-"),
+            cell(member.updated_at or "-"),
         )
     out.print(table)
 
@@ -513,14 +553,14 @@ def members_set(
     if json_output:
         _print_json(member.data)
     else:
-        out.print(f"{member.user_id}: {member.role}")
+        out.print(cell(f"{member.user_id}: {member.role}"))
 
 
 @members_app.command("remove")
 def members_remove(user_id: Annotated[str, typer.Argument(help="The member's user id.")]) -> None:
     """Remove a member from the account (owners; never its last owner)."""
     rb.remove_member(user_id)
-    out.print(f"{user_id} removed")
+    out.print(cell(f"{user_id} removed"))
 
 
 @app.command("roles")
@@ -534,7 +574,7 @@ def roles_command(json_output: JsonOption = False) -> None:
     for column in ("action", "scope", "roles"):
         table.add_column(column)
     for action in table_json["actions"]:
-        table.add_row(action["name"], action["scope"], ", ".join(action["roles"]))
+        table.add_row(cell(action["name"]), cell(action["scope"]), cell(", ".join(action["roles"])))
     out.print(table)
 
 
@@ -551,7 +591,7 @@ def usage_command(
     found = rb.usage(start, end)
     if chart is not None:
         found.plot().savefig(chart, dpi=100)
-        err.print(f"wrote {chart}")
+        err.print(cell(f"wrote {chart}"))
     if json_output:
         _print_json(
             {
@@ -575,11 +615,11 @@ def usage_command(
     for row in found:
         table.add_row(
             row.at.isoformat().replace("+00:00", "Z"),
-            row.kind,
-            str(row.credits),
-            row.job_id or "",
-            found.machine_class(row.job_id),
-            str(row.balance_after),
+            cell(row.kind),
+            cell(row.credits),
+            cell(row.job_id or ""),
+            cell(found.machine_class(row.job_id)),
+            cell(row.balance_after),
         )
     out.print(table)
 
@@ -611,14 +651,19 @@ def quotas_command(
         if idle and not show_all and quota.family != "total":
             continue
         table.add_row(
-            quota.family,
-            quota.geo_zone or "all",
-            quota.unit,
-            str(quota.limit),
-            str(quota.in_use),
-            str(quota.reserved),
-            str(quota.queued),
-            str(quota.free),
+            *(
+                cell(value)
+                for value in (
+                    quota.family,
+                    quota.geo_zone or "all",
+                    quota.unit,
+                    quota.limit,
+                    quota.in_use,
+                    quota.reserved,
+                    quota.queued,
+                    quota.free,
+                )
+            )
         )
     out.print(table)
 
@@ -635,7 +680,7 @@ def machine_classes_command(json_output: JsonOption = False) -> None:
         table.add_column(column, justify="left" if column == "name" else "right")
     for m in classes:
         gpus = f"{m.gpus} {m.gpu_type}" if m.gpus else "0"
-        table.add_row(m.name, str(m.vcpus), str(m.memory_gib), gpus, str(m.credits_per_hour))
+        table.add_row(cell(m.name), cell(m.vcpus), cell(m.memory_gib), cell(gpus), cell(m.credits_per_hour))
     out.print(table)
 
 
@@ -651,8 +696,10 @@ def estimate_command(
         _print_json(found.data)
     else:
         out.print(
-            f"{found.credits} credits ({machine_class}, {seconds:g} s at "
-            f"{found.credits_per_hour} credits/hour, at least {found.minimum_seconds} s charged)"
+            cell(
+                f"{found.credits} credits ({machine_class}, {seconds:g} s at "
+                f"{found.credits_per_hour} credits/hour, at least {found.minimum_seconds} s charged)"
+            )
         )
 
 
@@ -671,7 +718,7 @@ def contacts_set(
     if json_output:
         _print_json(found.data)
     else:
-        out.print(f"email: {found.email}  phone: {found.phone}")
+        out.print(cell(f"email: {found.email}  phone: {found.phone}"))
 
 
 def _credits(value: str, name: str) -> Decimal:
@@ -707,7 +754,7 @@ def admin_grant(
     if json_output:
         _print_json(found.data)
     else:
-        out.print(f"{found.account_id}: balance {found.credit_balance}")
+        out.print(cell(f"{found.account_id}: balance {found.credit_balance}"))
 
 
 @admin_app.command("create-account")
@@ -718,7 +765,7 @@ def admin_create_account(
 ) -> None:
     """Local stack: make a user (and their own account) and print their token, shown once."""
     token = rb.create_account(account_id, _credits(credits, "--credits"), email)
-    out.print(token, soft_wrap=True)
+    out.print(cell(token), soft_wrap=True)
 
 
 # -- login -----------------------------------------------------------------------------------------
@@ -765,9 +812,13 @@ def login(  # noqa: PLR0917 (typer maps each parameter to an option)
     )
     path = config.save_profile(profile, saved)
     account = rb.account(client=Client(saved, profile))
-    out.print(f"signed in as {account.account_id} ({username}); profile {profile!r} written to {path}")
+    out.print(cell(f"signed in as {account.account_id} ({username}); profile {profile!r} written to {path}"))
 
 
 def main() -> None:
     """The ``remote-batch`` console script."""
-    app()
+    try:
+        app()
+        sys.stdout.flush()  # what is still buffered goes now, while a closed pipe can be handled
+    except BrokenPipeError:
+        end_on_broken_pipe()

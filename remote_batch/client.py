@@ -15,7 +15,6 @@ import json
 import time
 import uuid
 from collections.abc import Iterator, Mapping
-from decimal import Decimal
 from typing import Any
 
 import requests
@@ -25,6 +24,7 @@ from urllib3.util.retry import Retry
 from remote_batch import auth
 from remote_batch.config import Profile, save_profile
 from remote_batch.errors import ConfigurationError, ConnectionFailed, api_error
+from remote_batch.json_codec import decode, to_json_number
 
 #: Seconds to connect and to read one response.
 CONNECT_TIMEOUT = 10.0
@@ -88,24 +88,6 @@ def _session(retry: Retry) -> requests.Session:
     session.mount("https://", adapter)
     session.headers["User-Agent"] = USER_AGENT
     return session
-
-
-def to_json_number(value: Any) -> Any:
-    """``json.dumps``'s ``default``: a ``Decimal`` as a JSON number with the same digits (credits have
-    at most 4 decimal places, which a float's shortest repr keeps exactly)."""
-    if isinstance(value, Decimal):
-        return int(value) if value == value.to_integral_value() else float(value)
-    raise TypeError(f"{type(value).__name__} is not JSON serializable")
-
-
-def decode_bytes(raw: bytes) -> Any:
-    """JSON text with fractional numbers as ``Decimal`` (credits stay exact)."""
-    return json.loads(raw or b"null", parse_float=Decimal)
-
-
-def decode(response: requests.Response) -> Any:
-    """The response's JSON body, fractional numbers as ``Decimal``."""
-    return decode_bytes(response.content)
 
 
 class Client:

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 import cloudpickle
 
 from remote_batch.errors import JobNotFinished, NoOutput, NotFound, RemoteBatchError, RemoteJobError
+from remote_batch.json_codec import decode_bytes
 
 if TYPE_CHECKING:
     import pandas
@@ -325,8 +326,6 @@ class Job:
             raw = self._client.download(str(url)).content
             if fmt == "pickle":
                 return {**document, "pickle": base64.b64encode(raw).decode()}
-            from remote_batch.client import decode_bytes
-
             stored = decode_bytes(raw)
             return {**document, **(stored if isinstance(stored, dict) else {"result": stored})}
         return document
@@ -372,8 +371,6 @@ class Job:
             return []
         url = document.get("messagesUrl")
         if url:
-            from remote_batch.client import decode_bytes
-
             stored = decode_bytes(self._client.download(str(url)).content)
             return [str(m) for m in (stored.get("messages", []) if isinstance(stored, dict) else [])]
         return [str(m) for m in document.get("messages") or []]
@@ -413,9 +410,12 @@ class Job:
     # -- outputs and preview ------------------------------------------------------------------------
     @property
     def outputs(self) -> Outputs:
-        """The files the job wrote under ``$REMOTE_BATCH_OUTPUT_DIR`` (names, sizes, ``download(dir)``)."""
-        document = self._client.get(f"/jobs/{self.id}/outputs")
-        files = [OutputFile(str(f["name"]), int(f["size"]), str(f["url"])) for f in document.get("files", [])]
+        """The files the job wrote under ``$REMOTE_BATCH_OUTPUT_DIR`` (names, sizes, ``download(dir)``),
+        every page of ``GET /jobs/{jobId}/outputs`` followed."""
+        files = [
+            OutputFile(str(f["name"]), int(f["size"]), str(f["url"]))
+            for f in self._client.pages(f"/jobs/{self.id}/outputs", "files")
+        ]
         return Outputs(self._client, files)
 
     def download(self, directory: str | Path = ".") -> list[Path]:

@@ -10,7 +10,6 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, TextIO
 
 from rich.console import Console
-from rich.markup import escape
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -19,6 +18,8 @@ from rich.progress import (
     TextColumn,
     TimeElapsedColumn,
 )
+
+from remote_batch.terminal import cell, visible
 
 if TYPE_CHECKING:
     from remote_batch.jobs import Job
@@ -35,7 +36,8 @@ class Display:
 
 
 def describe(job: Job, elapsed: float) -> str:
-    """One line of a job's progress: ``job-01.. Running 12 s, 0.2 credits[, 7/10 children done]``."""
+    """One line of a job's progress: ``job-01.. Running 12 s, 0.2 credits[, 7/10 children done]``,
+    its text shown as ``terminal.visible`` shows it."""
     data = job.data
     text = f"{job.id} {data.get('status')} {elapsed:.0f} s, {data.get('creditsSpent')} credits"
     counts = data.get("childStatusCounts")
@@ -44,7 +46,7 @@ def describe(job: Job, elapsed: float) -> str:
         text += f", {done}/{data.get('arraySize') or sum(counts.values())} children done"
     if data.get("statusReason"):
         text += f" ({data['statusReason']})"
-    return text
+    return visible(text)
 
 
 @contextmanager
@@ -55,12 +57,14 @@ def watch(job: Job, enabled: bool, stream: TextIO | None = None) -> Iterator[Dis
     On a terminal: a rich progress display, updated in place (a bar of children done for an array,
     a spinner otherwise), log lines printed above it. Elsewhere: one plain line each time the
     status, credits or children change. ``enabled=False``: status shows nothing (lines still print).
+    Log lines go out as the job wrote them only when the stream is no terminal; on one, their control
+    characters are escaped (``terminal.visible``), as ``remote-batch logs`` shows them.
     """
     out = stream or sys.stderr
     console = Console(file=out, highlight=False)
 
     def plain_echo(text: str) -> None:
-        print(text, file=out, flush=True)
+        print(visible(text) if console.is_terminal else text, file=out, flush=True)
 
     if not enabled:
         yield Display(lambda _job: None, plain_echo)
@@ -84,7 +88,7 @@ def watch(job: Job, enabled: bool, stream: TextIO | None = None) -> Iterator[Dis
         columns += [BarColumn(), MofNCompleteColumn()]
     columns.append(TimeElapsedColumn())
     with Progress(*columns, console=console, transient=False) as bar:
-        task = bar.add_task(job.id, total=job.data.get("arraySize") if is_array else None)
+        task = bar.add_task(cell(job.id), total=job.data.get("arraySize") if is_array else None)
 
         def live(current: Job) -> None:
             data = current.data
@@ -92,15 +96,16 @@ def watch(job: Job, enabled: bool, stream: TextIO | None = None) -> Iterator[Dis
             done = sum(counts.get(s, 0) for s in ("Succeeded", "Terminated"))
             status = str(data.get("status"))
             mark = {"Succeeded": "[green]✔[/green] ", "Terminated": "[red]✘[/red] "}.get(status, "")
-            description = f"{mark}{current.id} [bold]{status}[/bold] {data.get('creditsSpent')} credits"
+            credits = cell(data.get("creditsSpent"))
+            description = f"{mark}{cell(current.id)} [bold]{cell(status)}[/bold] {credits} credits"
             if data.get("statusReason") and status in ("Queued", "Terminated"):
-                description += f" ({escape(str(data['statusReason']))})"
+                description += f" ({cell(data['statusReason'])})"
             bar.update(task, description=description, completed=done if is_array else None)
             if status in ("Succeeded", "Terminated"):
                 size = data.get("arraySize") or 1
                 bar.update(task, total=size, completed=size)
 
         def echo(text: str) -> None:
-            bar.console.print(escape(text), markup=True, highlight=False, soft_wrap=True)
+            bar.console.print(cell(text), markup=True, highlight=False, soft_wrap=True)
 
         yield Display(live, echo, live=True)

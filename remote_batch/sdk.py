@@ -26,10 +26,11 @@ from typing import Any, TypedDict, Unpack
 import cloudpickle
 
 from remote_batch import config
-from remote_batch.client import Client, to_json_number
+from remote_batch.client import Client
 from remote_batch.config import Profile
 from remote_batch.errors import ConfigurationError
 from remote_batch.jobs import Job
+from remote_batch.json_codec import decode, to_json_number
 from remote_batch.usage import Usage
 
 #: API.md: an inline body is at most 5 MiB; payloads above this many bytes go through an upload.
@@ -373,8 +374,6 @@ def set_contacts(
 
 
 def _decode_put(api: Client, path: str, body: dict[str, Any]) -> dict[str, Any]:
-    from remote_batch.client import decode
-
     result: dict[str, Any] = decode(api.request("PUT", path, body=body))
     return result
 
@@ -393,8 +392,6 @@ def grant_credits(
     client's retries after a lost answer credit once; pass your own key to retry safely across calls
     (the same key with another body is ``Conflict``). Raises ``Forbidden`` without the admin role.
     """
-    from remote_batch.client import decode
-
     api = _client(client)
     body = {"credits": Decimal(str(credits)), "reason": reason}
     response = api.request(
@@ -459,8 +456,6 @@ def create_account(
     """Local stack, admin: ``POST /admin/accounts``: a user ``account_id`` with their own account
     (``credits``, ``email``); returns the user's token (shown once). Raises ``Conflict`` when it exists.
     An owner then adds the user to a team's account with ``set_member``."""
-    from remote_batch.client import decode
-
     body = {"accountId": account_id, "email": email, "credits": Decimal(str(credits))}
     response = _client(client).request("POST", "/admin/accounts", body=body, repeatable=False)
     return str(decode(response)["token"])
@@ -470,7 +465,8 @@ def usage(
     start: datetime | str | None = None, end: datetime | str | None = None, *, client: Client | None = None
 ) -> Usage:
     """The ledger entries from ``start`` (inclusive) to ``end`` (exclusive), as ``Usage``: rows,
-    ``dataframe()``, ``plot()``. Times are aware datetimes or ISO strings; None: no bound."""
+    ``dataframe()``, ``plot()``. Times are aware datetimes or ISO strings; None: no bound. Every page
+    of ``GET /account/usage`` is read; the total charged is the exact sum of the pages' totals."""
     api = _client(client)
 
     def iso(value: datetime | str | None) -> str | None:
@@ -478,7 +474,17 @@ def usage(
             return value
         return value.isoformat().replace("+00:00", "Z")
 
-    return Usage(api, api.get("/account/usage", **{"from": iso(start), "to": iso(end)}))
+    window = {"from": iso(start), "to": iso(end)}
+    entries: list[Any] = []
+    total = Decimal(0)
+    token: str | None = None
+    while True:
+        page = api.get("/account/usage", **window, nextToken=token)
+        entries += page.get("entries") or []
+        total += Decimal(str(page.get("totalCharged", 0)))
+        token = page.get("nextToken")
+        if not token:
+            return Usage(api, {"entries": entries, "totalCharged": total})
 
 
 @dataclass(frozen=True)

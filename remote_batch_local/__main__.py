@@ -1,4 +1,5 @@
-"""``python -m remote_batch_local`` (``make dev``): run the whole service on this machine.
+"""``python -m remote_batch_local`` / ``remote-batch-local`` (``make dev``): run the whole service on this
+machine. ``--help`` prints the options (``--home``, ``--port``, ``--version``) and starts nothing.
 
 Variables: ``REMOTE_BATCH_HOME`` (state directory, default ``.remote-batch``), ``REMOTE_BATCH_PORT``
 (default 8787), ``REMOTE_BATCH_METER_INTERVAL`` (seconds, default 60), ``REMOTE_BATCH_DUPLICATE_EVENTS=1``
@@ -10,12 +11,15 @@ Ctrl-C exits at once.
 
 from __future__ import annotations
 
+import argparse
 import logging
 import os
 import signal
 import sys
 import threading
 import warnings
+from collections.abc import Sequence
+from importlib import metadata
 from pathlib import Path
 from types import FrameType
 
@@ -44,8 +48,46 @@ def _banner(endpoint: str, tokens: dict[str, str], credentials: Path, outbox: Pa
     )
 
 
-def main() -> int:
-    """Start the stack, serve until SIGINT/SIGTERM, stop it; returns the exit code."""
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="remote-batch-local",
+        description="Run the whole remote-batch service on this machine: the HTTP API at "
+        "http://127.0.0.1:PORT on moto, with a local AWS Batch executor running the jobs. "
+        "Ctrl-C or SIGTERM stops it cleanly (running jobs are ended and settled, state is saved); "
+        "a second Ctrl-C exits at once.",
+        epilog="Every other setting is a REMOTE_BATCH_* variable of the environment (meter and snapshot "
+        "intervals, vCPUs, warm workers, log, output and process limits, rate limits, duplicate events): "
+        "the README's table of them gives each one's meaning and default.",
+    )
+    parser.add_argument(
+        "--home",
+        help="state directory (REMOTE_BATCH_HOME; default .remote-batch in the working directory)",
+    )
+    parser.add_argument(
+        "--port", help="HTTP port on 127.0.0.1, 0 for a free one (REMOTE_BATCH_PORT; default 8787)"
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    return parser
+
+
+def _version() -> str:
+    try:
+        return metadata.version("remote-batch-local")
+    except metadata.PackageNotFoundError:  # run from a checkout without the distribution installed
+        return "(not installed)"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Parse ``argv`` (default: the command line's; ``--help`` and ``--version`` exit with 0 here),
+    start the stack, serve until SIGINT/SIGTERM, stop it; returns the exit code (2: bad configuration,
+    1: the port is taken)."""
+    arguments = _parser().parse_args(argv)
+    environ = dict(os.environ)
+    # An option wins over its variable; both go through LocalConfig's checks (a bad port is exit 2).
+    if arguments.home is not None:
+        environ["REMOTE_BATCH_HOME"] = arguments.home
+    if arguments.port is not None:
+        environ["REMOTE_BATCH_PORT"] = arguments.port
     logging.basicConfig(
         level=logging.INFO,
         stream=sys.stderr,
@@ -59,7 +101,7 @@ def main() -> int:
     # Metrics are off locally (no CloudWatch); Powertools still warns at each empty flush.
     warnings.filterwarnings("ignore", message="No application metrics to publish", category=UserWarning)
     try:
-        config = LocalConfig.from_environment(os.environ, Path.cwd())
+        config = LocalConfig.from_environment(environ, Path.cwd())
     except LocalConfigError as exc:
         logger.error("bad configuration: %s", exc)
         return 2

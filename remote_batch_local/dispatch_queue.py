@@ -76,6 +76,8 @@ class LocalDispatchQueue:
         message waits for the disk instead of going to the dead-letter list).
     """
 
+    inline = False  # delivered by its own thread, as SQS's event source mapping delivers
+
     def __init__(
         self,
         deliver: Callable[[dict[str, Any]], Any],

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from functions.domain.batch_retries import MAX_ATTEMPTS, RETRY_STATUS_REASON
+
 DETAIL_TYPE = "Batch Job State Change"
 SOURCE = "aws.batch"
 
@@ -59,6 +61,22 @@ class BatchAttempt:
     stopped_at_ms: int
     status_reason: str
     container_reason: str | None = None
+
+    @classmethod
+    def from_detail(cls, attempt: Mapping[str, Any]) -> BatchAttempt:
+        """The attempt of one ``detail.attempts`` element (``as_detail``'s inverse)."""
+        container = attempt.get("container")
+        container = container if isinstance(container, Mapping) else {}
+        exit_code = container.get("exitCode")
+        return cls(
+            exit_code=exit_code if isinstance(exit_code, int) else None,
+            log_stream_name=container.get("logStreamName"),
+            task_arn=str(container.get("taskArn", "")),
+            started_at_ms=int(attempt.get("startedAt") or 0),
+            stopped_at_ms=int(attempt.get("stoppedAt") or 0),
+            status_reason=str(attempt.get("statusReason", "")),
+            container_reason=container.get("reason"),
+        )
 
     def as_detail(self) -> dict[str, Any]:
         """The attempt as it appears in ``detail.attempts``."""
@@ -263,7 +281,14 @@ def batch_job_state_change(
         detail["arrayProperties"] = dict(array_properties)
     detail.update(
         {
-            "retryStrategy": {"attempts": 1, "evaluateOnExit": []},
+            # The job definitions' retry rule, as deployed (``functions.domain.batch_retries``).
+            "retryStrategy": {
+                "attempts": MAX_ATTEMPTS,
+                "evaluateOnExit": [
+                    {"onStatusReason": RETRY_STATUS_REASON, "action": "RETRY"},
+                    {"onReason": "*", "action": "EXIT"},
+                ],
+            },
             "dependsOn": [],
             "jobDefinition": job_definition_arn(region, account, job_definition),
             "parameters": {},

@@ -26,8 +26,9 @@ def write_bytes_atomic(path: Path, data: bytes, mode: int = 0o644) -> None:
         raise
 
 
-def append_line(path: Path, line: bytes, mode: int = 0o600) -> None:
-    """Append ``line`` (which ends with a newline) to ``path`` (created with ``mode``), whole or not at all.
+def append_line(path: Path, line: bytes, mode: int = 0o600, *, durable: bool = False) -> None:
+    """Append ``line`` (which ends with a newline) to ``path`` (created with ``mode``), whole or not at all;
+    ``durable``: ``fsync``-ed before it returns.
 
     A write that fails part way (a full disk takes the first bytes only) is cut back to the file's
     length before it, so no torn line sits between whole ones when a later append goes through.
@@ -44,6 +45,8 @@ def append_line(path: Path, line: bytes, mode: int = 0o600) -> None:
         try:
             while view:
                 view = view[os.write(descriptor, view) :]
+            if durable:
+                os.fsync(descriptor)
         except OSError:
             os.ftruncate(descriptor, before)
             raise

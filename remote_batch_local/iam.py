@@ -288,7 +288,13 @@ class JobCredentials:
             When moto refuses (the user is removed again).
         """
         user = self.user_name(batch_job_id)
-        self._iam.create_user(UserName=user, Tags=[{"Key": "remote-batch:batchJobId", "Value": batch_job_id}])
+        tags = [{"Key": "remote-batch:batchJobId", "Value": batch_job_id}]
+        try:
+            self._iam.create_user(UserName=user, Tags=tags)
+        except self._iam.exceptions.EntityAlreadyExistsException:
+            # Left by an attempt a crash cut (the job runs again after the restart): made anew.
+            self.revoke(batch_job_id)
+            self._iam.create_user(UserName=user, Tags=tags)
         try:
             environment = submission.environment
             bucket, job_id = environment.get("REMOTE_BATCH_BUCKET"), environment.get("REMOTE_BATCH_JOB_ID")

@@ -2,8 +2,11 @@
 
 When the stack stops, its job subprocesses stop with it. A clean stop ends them through the
 executor (each gets its FAILED event); after a crash, the jobs table still says Queued, Starting or
-Running. At the next start each such job is settled by the batch_events Lambda like any other
-(charged for the time it ran, nothing if it never started), from the job's own times:
+Running. At the next start after a crash, the jobs the crashed run's executor had accepted and not
+ended run on in the new one (``recovery_accepted``: as AWS Batch keeps its jobs through a host
+loss); they are left out of what follows (``taken_back``). Each other such job is settled by the
+batch_events Lambda like any other (charged for the time it ran, nothing if it never started), from
+the job's own times:
 
 1. If the executor had already emitted the job's final event (SUCCEEDED or FAILED, in the event
    bus's journal) but the crash came before it was delivered, that event is delivered again: the
@@ -22,7 +25,7 @@ Running. At the next start each such job is settled by the batch_events Lambda l
    Batch job id recorded) is not stopped: it is what the deployed dispatch queue (SQS, durable) would
    still hold, so it is resumed (``resume_undispatched``): a claim is given back, admitted jobs are
    enqueued again and their accounts' held jobs admitted. Only the in-memory queue's messages died.
-   An array admitted span by span is resumed likewise, span by span (``array_admission.resume_array``):
+   An array admitted span by span is resumed likewise, span by span (``array_dispatch.resume_array``):
    its claimed spans given back, its admitted spans enqueued, its held children admitted; the spans
    AWS Batch had are settled by rule 3.
 
@@ -33,7 +36,7 @@ the ``ProcessRegistry``, by pid and start time) and removes their folders.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from datetime import datetime
 from typing import Any
 
@@ -43,8 +46,8 @@ from functions.adapters.dynamodb import job_from_item
 from functions.domain.jobs import DispatchState, Job, JobType
 from functions.domain.machine_classes import machine_class
 from functions.domain.status import JobStatus
-from functions.logic import dispatch
-from functions.logic.array_admission import resume_array
+from functions.logic.array_dispatch import resume_array
+from functions.logic.dispatch_requests import enqueue, request_admission
 from functions.ports import Services
 from functions.settings import Settings
 from remote_batch_local.events import BatchAttempt, batch_job_state_change, task_arn
@@ -147,6 +150,7 @@ def recover_unfinished_jobs(
     *,
     emitted_for: Callable[[str], list[dict[str, Any]]] | None = None,
     redeliver: Callable[[Iterable[dict[str, Any]]], None] | None = None,
+    taken_back: Collection[str] = frozenset(),
 ) -> list[str]:
     """Settle every unfinished job by the rules of this module's docstring; returns their ids.
 
@@ -164,11 +168,16 @@ def recover_unfinished_jobs(
         The event bus's ``emitted_for``: the events the executor emitted for a top-level job id.
     redeliver : Callable[[Iterable[dict]], None] | None
         The event bus's ``replay``: delivers an emitted event again without recording it twice.
+    taken_back : Collection[str]
+        The Batch job ids (single jobs, array spans) the new executor took back
+        (``recovery_accepted``): they run on, nothing here settles them.
     """
     recovered = []
     for job in unfinished_jobs(dynamodb, settings.jobs_table):
         if never_given_to_batch(job) and job.type != JobType.ARRAY:
             continue  # resumed instead (``resume_undispatched``)
+        if job.batch_job_id is not None and job.batch_job_id in taken_back:
+            continue  # AWS Batch still runs it (``recovery_accepted``)
         if job.type == JobType.ARRAY:
             # Whatever the crashed run's executor emitted for its spans (a span whose record the crash
             # cut off too); its spans never given to AWS Batch are resumed (``resume_undispatched``).
@@ -178,6 +187,7 @@ def recover_unfinished_jobs(
                 publish,
                 redeliver,
                 (STOPPED_REASON, STOPPED_UNSTARTED_REASON),
+                taken_back=taken_back,
             )
             if children or not never_given_to_batch(job):
                 recovered.append(job.job_id)
@@ -248,7 +258,7 @@ def resume_undispatched(dynamodb: Any, settings: Settings, services: Services) -
     The dispatcher's claim makes a repeated message harmless; no job is submitted twice.
     """
     resumed: list[str] = []
-    enqueue: list[str] = []
+    to_enqueue: list[str] = []
     accounts: set[str] = set()
     for job in unfinished_jobs(dynamodb, settings.jobs_table):
         if job.type == JobType.ARRAY:
@@ -267,10 +277,10 @@ def resume_undispatched(dynamodb: Any, settings: Settings, services: Services) -
             continue
         if job.dispatch_state == DispatchState.DISPATCHING:
             services.store.release_dispatch(job.job_id)
-        enqueue.append(job.job_id)
-    dispatch.enqueue(services, enqueue)
+        to_enqueue.append(job.job_id)
+    enqueue(services, to_enqueue)
     for account_id in sorted(accounts):
-        dispatch.request_admission(services, account_id)
+        request_admission(services, account_id)
     if resumed:
         logger.info("jobs not yet in aws batch resumed count=%d accounts=%d", len(resumed), len(accounts))
     return resumed

@@ -7,9 +7,10 @@ applied), and every other child gets the event AWS Batch would send for a job wh
 exactly as a single job would: ``Local stack stopped while the job ran`` billed from its own start to
 the crash instant, or ``Local stack stopped before the job ran`` and no charge (a span of one item,
 a plain Batch job, likewise). Then the Batch parent gets its final event (SUCCEEDED only if every
-child did), with its ``statusSummary``. Children are not resumed, as queued single jobs are not: a
-clean stop ends the running children and leaves those that never ran to this settlement at the next
-start (an array may have 10,000 of them; the stop does not wait for their events).
+child did), with its ``statusSummary``. A clean stop ends the running children and leaves those
+that never ran to this settlement at the next start (an array may have 10,000 of them; the stop does
+not wait for their events). After a crash, a span the executor had accepted is taken back by the new
+executor instead (``recovery_accepted``), child by child, and left out here.
 
 A span that left no event at all (a crash before the executor announced it) is unknown to the new
 executor: the meter's reconciliation ends it as unknown to Batch.
@@ -17,7 +18,7 @@ executor: the meter's reconciliation ends it as unknown to Batch.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -183,6 +184,8 @@ def settle_array(
     publish: Callable[[Envelope], None],
     redeliver: Callable[[Iterable[Envelope]], None] | None,
     reasons: tuple[str, str],
+    *,
+    taken_back: Collection[str] = frozenset(),
 ) -> int:
     """Settle every array job among a service job's emitted ``envelopes``; returns how many children
     got an event (again).
@@ -200,12 +203,14 @@ def settle_array(
         Delivers emitted events again (``EventBus.replay``); without it, only new events are sent.
     reasons : tuple[str, str]
         The ``statusReason`` of a child stopped while it ran, and of one stopped before it ran.
+    taken_back : Collection[str]
+        The spans (Batch job ids) the new executor took back (``recovery_accepted``): left to run.
     """
     running_reason, unstarted_reason = reasons
     crash_ms = int(stopped_at.timestamp() * 1000)
     settled = 0
     for span in _spans(envelopes):
-        if span.size is None or span.template is None:
+        if span.size is None or span.template is None or span.parent_id in taken_back:
             continue
         parent: ArrayParent[None] = ArrayParent(
             span.parent_id, span.size, int(span.template["detail"].get("createdAt") or 0)

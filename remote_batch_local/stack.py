@@ -38,7 +38,7 @@ from remote_batch_local.bus import DELIVERY_WORKERS, EventBus, matches_rule
 from remote_batch_local.config import LocalConfig
 from remote_batch_local.dispatch_queue import LocalDispatchQueue
 from remote_batch_local.environments import LocalEnvironmentBuilder
-from remote_batch_local.executor import LocalBatchExecutor, LocalBatchGateway
+from remote_batch_local.executor import AcceptedJobs, LocalBatchExecutor, LocalBatchGateway
 from remote_batch_local.executor.computes import restore_dedicated_computes
 from remote_batch_local.files import write_bytes_atomic
 from remote_batch_local.gateway import ApiGateway
@@ -52,6 +52,7 @@ from remote_batch_local.logstore import InProcessLogs, LogStore
 from remote_batch_local.outbox import OutboxNotifier
 from remote_batch_local.rate_limit import AccountRateLimiter
 from remote_batch_local.recovery import recover_unfinished_jobs, remove_leftover_jobs, resume_undispatched
+from remote_batch_local.recovery_accepted import resume_accepted_jobs
 from remote_batch_local.resources import (
     NAME_PREFIX,
     AwsClients,
@@ -71,6 +72,8 @@ logger = logging.getLogger(__name__)
 
 METER_RULE = f"{NAME_PREFIX}-meter"
 RECOVERY_DRAIN_SECONDS = 30.0
+# The executor's accepted jobs, in the state folder (``executor.accepted``).
+ACCEPTED_JOBS_FILE = "batch-accepted.jsonl"
 BUS_DRAIN_SECONDS = 30.0
 # Seconds between two "alive" stamps: how far a crash's time can be off when recovery bills a job.
 ALIVE_INTERVAL = 1.0
@@ -206,6 +209,8 @@ class LocalStack:
             process_limit=config.process_limit,
             submit_tps=config.batch_submit_tps,
             warm_workers=config.warm_workers,
+            accepted=AcceptedJobs(config.state_dir / ACCEPTED_JOBS_FILE, self._disk),
+            disk=self._disk,
             pythons=pythons,
             environments=config.home / "environments",
         )
@@ -243,7 +248,10 @@ class LocalStack:
         accounts = LocalAccounts(services, tokens, utc_now, config.home / "credentials.json")
         built_in = accounts.ensure_built_in()
 
-        recovered = _recover(clients, settings, bus, last_alive)
+        # A clean stop writes its stamp; without it, the last run crashed.
+        recovered = _recover(
+            clients, settings, bus, last_alive, executor, crashed=not self._stopped_at_path.exists()
+        )
         self._stopped_at_path.unlink(missing_ok=True)
         self._stamp_alive()
         self._recovered = True
@@ -463,10 +471,25 @@ def _ensure_port_free(host: str, port: int) -> None:
 
 
 def _recover(
-    clients: AwsClients, settings: Settings, bus: EventBus, last_alive: datetime | None
+    clients: AwsClients,
+    settings: Settings,
+    bus: EventBus,
+    last_alive: datetime | None,
+    executor: LocalBatchExecutor,
+    *,
+    crashed: bool,
 ) -> list[str]:
-    """After a crash (``last_alive``: the stack's last sign of life; None: a clean stop), end the jobs
-    that were unfinished through their events, and wait a while for them to settle; their ids."""
+    """After the last run (``last_alive``: its last sign of life, its clean stop or its last "alive"
+    stamp; None: a fresh home), take back the jobs its executor accepted and had not ended when it
+    crashed (``recovery_accepted``), then end the other unfinished jobs through their events, and
+    wait a while for them to settle; the ids of the jobs settled."""
+    taken_back: set[str] = set()
+    accepted = executor.accepted
+    if accepted is not None and last_alive is not None and crashed:
+        taken_back = resume_accepted_jobs(executor, accepted, bus.emitted_for, last_alive)
+    elif accepted is not None:
+        # A clean stop ended its jobs itself (its arrays' unstarted children are the settlement's).
+        accepted.forget({job.job_id for job in accepted.load()})
     if last_alive is None:
         return []
     # Settle first what the crashed run gave AWS Batch, then resume what it never did: resumed first, a
@@ -478,6 +501,7 @@ def _recover(
         last_alive,
         emitted_for=bus.emitted_for,
         redeliver=bus.replay,
+        taken_back=taken_back,
     )
     resume_undispatched(clients.client("dynamodb", settings.home_region), settings, get_services())
     if recovered and not bus.wait_idle(RECOVERY_DRAIN_SECONDS):

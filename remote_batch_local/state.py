@@ -51,7 +51,7 @@ sits at moto's HTTP boundary, which every writer already crosses (the in-process
 executor and the job workers all use boto3 against the server's endpoint; nothing writes to moto's
 backends in process), so it needs no knowledge of moto's internal model classes and survives moto
 upgrades; replay reuses moto's own request handling. The cost is measured by
-``benchmarks/journal_latency.py`` (README, "Benchmarks").
+``benchmarks/journal_latency.py`` (docs/benchmarks.md).
 
 Why snapshots at all rather than moto's recorder or the journal alone: both log every write for
 ever, so the file grows with use and each start replays the whole history; a snapshot holds the

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
+from typing import Any
 
 import botocore.loaders
 import botocore.session
@@ -69,3 +71,94 @@ def lambda_context():
     from tests.fakes import FakeLambdaContext
 
     return FakeLambdaContext()
+
+
+# Each folder's marker (`-m unit`, `-m "not e2e"`): set here from the path, so that no file can lack it.
+FOLDER_MARKERS = ("unit", "sdk", "integration", "infra", "e2e")
+TESTS = Path(__file__).resolve().parent
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark every test with its folder; check that ``MACHINE_WIDE`` names tests that exist."""
+    modules: dict[str, object] = {}
+    for item in items:
+        path = item.path.relative_to(TESTS).as_posix()
+        folder = path.split("/", 1)[0]
+        if folder in FOLDER_MARKERS:
+            item.add_marker(folder)
+        if isinstance(item, pytest.Function):
+            modules[path] = item.module
+    # A renamed file or test would silently leave its group: each entry must name one that exists.
+    stale = []
+    for key in MACHINE_WIDE:
+        path, _, function = key.partition("::")
+        if not (TESTS / path).is_file() or (
+            function and path in modules and not hasattr(modules[path], function)
+        ):
+            stale.append(key)
+    if stale:
+        raise pytest.UsageError(f"MACHINE_WIDE in tests/conftest.py names tests that are gone: {stale}")
+
+
+# pytest-xdist (`make test`, `make check`: `-n auto --dist loadgroup`) sends the tests of one group to one
+# worker, in order; any other test goes to whichever worker is free. The groups are given here, to the
+# scheduler (`pytest_xdist_make_scheduler` below), rather than by `xdist_group` marks: pytest-xdist 3.8
+# applies a mark by rewriting `item._nodeid`, which pytest 9.2 no longer reads (its node ids are structured),
+# so marks group nothing. Three reasons make a group:
+# - MACHINE: the tests that watch or load the whole machine, so that no two of them run at once (each
+#   entry below says why); the other worker meanwhile runs tests that neither start nor count such
+#   processes.
+# - one group per other e2e file, and per file in MODULE_GROUPED: its module-scoped fixture (a local stack,
+#   a built wheel) is made once; split over two workers it would be made twice. An e2e file's jobs are
+#   then its own while it looks for their processes.
+# - INFRA: the CDK app is synthesized once (a session fixture, ~30 s of a loaded core) for all of tests/infra.
+MACHINE = "machine"
+INFRA = "infra"
+# Test file, or file::function, -> why it needs the machine to itself.
+MACHINE_WIDE: dict[str, str] = {
+    "integration/test_local_executor.py::test_escaped_processes_die_with_the_job_in_each_sandbox": (
+        "counts `sleep 781` processes machine-wide; its two sandboxes' runs would count each other's"
+    ),
+    "integration/test_local_executor_warm.py::"
+    "test_terminating_a_job_in_a_warm_worker_kills_what_it_started": "counts `sleep 785` processes",
+    "integration/test_local_process_limit.py::"
+    "test_a_fork_bomb_is_killed_at_the_process_limit_with_the_reason": "a fork bomb, its kill timed",
+    "e2e/test_local_guards.py": "a fork bomb up to the process limit, then its leftover processes counted",
+    "e2e/test_sandbox.py": "escaping processes counted as leftovers after an abort and after kill -9",
+    "e2e/test_crash.py": "kill -9 of a stack's process group at random points, the restart timed",
+    "e2e/test_restart.py": "kill -9 of the stack, its workers counted after the restart",
+    "e2e/test_computes.py": "kill -9 of the stack's process group; an idle stop timed",
+    "e2e/test_quotas.py": "a burst below the gateway's rate, jobs running two at a time under a quota",
+    "e2e/test_fleet.py": "an account's request rate (429) and how many jobs run at once",
+    "e2e/test_log_volume.py": "the stack's memory sampled while a job floods its log",
+}
+MODULE_GROUPED = {"sdk/test_client_wheel.py"}
+
+
+def group_of(path: str, name: str) -> str | None:
+    """The xdist group of the test ``name`` in ``path`` (relative to tests/), or None (any worker)."""
+    function = name.split("[", 1)[0]
+    if path in MACHINE_WIDE or f"{path}::{function}" in MACHINE_WIDE:
+        return MACHINE
+    if path.startswith("e2e/") or path in MODULE_GROUPED:
+        return path.removesuffix(".py")
+    if path.startswith("infra/"):
+        return INFRA
+    return None
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadgroup`` with this file's groups (``group_of``) as its work units."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadGroupScheduling
+
+    class Scheduling(LoadGroupScheduling):  # type: ignore[misc]  # (pytest-xdist ships no types)
+        def _split_scope(self, nodeid: str) -> str:
+            scope: str = super()._split_scope(nodeid)
+            if scope != nodeid:  # an xdist_group mark, where pytest-xdist can still apply one
+                return scope
+            path, _, name = nodeid.partition("::")
+            return group_of(path.removeprefix("tests/"), name) or nodeid
+
+    return Scheduling(config, log)

@@ -14,6 +14,7 @@ import binascii
 import builtins
 import contextlib
 import ctypes
+import importlib.util
 import json
 import linecache
 import os
@@ -220,7 +221,7 @@ def parse_job_input(raw: bytes, payload: bytes | None = None) -> JobInput:
             source = document.get("code")
             if not isinstance(source, str):
                 raise InvalidJobInput("'code' must be a string of Python source")
-            return CodeInput(source=source, array_item=array_item)
+            return CodeInput(source=source_text(source), array_item=array_item)
         case "command":
             argv = document.get("command")
             if not (isinstance(argv, list) and argv and all(isinstance(arg, str) for arg in argv)):
@@ -247,9 +248,9 @@ def _uploaded_input(kind: Any, payload: bytes | None, array_item: ArrayItem | No
     match kind:
         case "code":
             try:
-                return CodeInput(source=payload.decode("utf-8"), array_item=array_item)
-            except UnicodeDecodeError as exc:
-                raise InvalidJobInput(f"the uploaded code is not UTF-8 ({exc})") from exc
+                return CodeInput(source=source_text(payload), array_item=array_item)
+            except (SyntaxError, UnicodeDecodeError) as exc:
+                raise InvalidJobInput(f"the uploaded code cannot be read as Python source ({exc})") from exc
         case "pickle":
             return PickleInput(payload=payload, array_item=array_item)
         case _:
@@ -326,6 +327,54 @@ def memory_reason(memory_gib: int | None) -> str:
     return f"Memory limit of {memory_gib} GiB exceeded" if memory_gib is not None else "Out of memory"
 
 
+def source_text(source: str | bytes) -> str:
+    """Python source as ``python file.py`` reads it, whatever platform saved it.
+
+    Bytes are decoded as CPython decodes a source file (``importlib.util.decode_source``: a UTF-8
+    byte-order mark or a PEP 263 coding declaration, else UTF-8). A string is text already decoded
+    (a JSON ``code`` field): one leading byte-order mark, which a file read by CPython never keeps
+    but ``compile()`` of a string refuses, is dropped. Either way ``\\r\\n`` and a lone ``\\r`` become
+    ``\\n``, as CPython's tokenizer reads them (inside string literals too), so the lines quoted in
+    tracebacks are the lines Python counts. Anything else CPython refuses in a file (a second
+    byte-order mark, a no-break space outside a string, UTF-16) stays a ``SyntaxError`` of the code.
+
+    Parameters
+    ----------
+    source : str or bytes
+        The code as the job's input holds it (``code``) or as uploaded (``payloadKey``).
+
+    Returns
+    -------
+    str
+        The source text with ``\\n`` line endings only.
+
+    Raises
+    ------
+    SyntaxError
+        Bytes with a coding declaration CPython does not know, or not UTF-8 without one.
+    UnicodeDecodeError
+        Bytes not in the encoding their declaration names.
+    """
+    if isinstance(source, bytes):
+        return importlib.util.decode_source(source)
+    return _unix_newlines(source.removeprefix("\ufeff"))
+
+
+def _unix_newlines(text: str) -> str:
+    return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
+def source_lines(text: str) -> list[str]:
+    """The lines of source text as CPython numbers them: split at ``\\n`` only, each keeping it.
+
+    ``str.splitlines`` also splits at form feeds, ``\\x1c``-``\\x1e``, ``\\x85`` and U+2028/U+2029,
+    which Python source may hold on a line (a form feed in indentation, any of them in a string or a
+    comment); tracebacks would then quote the wrong lines.
+    """
+    parts = text.split("\n")
+    return [part + "\n" for part in parts[:-1]] + ([parts[-1]] if parts[-1] else [])
+
+
 def run_code(source: str, *, array_item: ArrayItem | None = None, memory_gib: int | None = None) -> Outcome:
     """Run Python source like a notebook cell: the value of a final expression statement is the result.
 
@@ -337,7 +386,8 @@ def run_code(source: str, *, array_item: ArrayItem | None = None, memory_gib: in
     Parameters
     ----------
     source : str
-        The Python source.
+        The Python source (``source_text`` of the input); ``\\r\\n`` and ``\\r`` line endings are read
+        as ``\\n``.
     array_item : ArrayItem or None
         Bound to the global names ``item`` (the value) and ``arrayIndex`` (its index in the array)
         before the code runs.
@@ -350,8 +400,9 @@ def run_code(source: str, *, array_item: ArrayItem | None = None, memory_gib: in
         Exit code 0, or 1 if the code raised (a ``SyntaxError`` included), or the ``SystemExit`` code.
     """
     messages: list[str] = []
+    source = _unix_newlines(source)
     # Register the source so tracebacks and warnings can quote the user's lines.
-    linecache.cache[CODE_FILENAME] = (len(source), None, source.splitlines(keepends=True), CODE_FILENAME)
+    linecache.cache[CODE_FILENAME] = (len(source), None, source_lines(source), CODE_FILENAME)
     try:
         body, last_expression = _compile_cell(source)
     except (SyntaxError, ValueError, MemoryError, RecursionError) as exc:

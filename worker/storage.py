@@ -18,6 +18,12 @@ if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
 
 _MISSING_OBJECT_CODES = frozenset({"NoSuchKey", "404", "NotFound"})
+#: S3's errors that refuse one object for its own key or size (any other fails the whole upload).
+_OBJECT_REFUSED_CODES = frozenset({"KeyTooLongError", "EntityTooLarge"})
+#: S3's longest object key, in bytes of UTF-8.
+MAX_KEY_BYTES = 1024
+#: At most this many skipped output files are named in the job's messages; one more line counts the rest.
+MAX_SKIPPED_NOTES = 100
 
 
 class JobStorage:
@@ -148,9 +154,14 @@ class JobStorage:
     def upload_directory(self, directory: Path, prefix: str, notes: list[str] | None = None) -> list[str]:
         """Upload every regular file under a directory to ``<prefix><path relative to directory>``.
 
-        Symbolic links and other special files are skipped. Large files go up in parts. A file the
-        worker cannot read (no permission, removed while the walk ran) is skipped, with a line in
-        ``notes``: it is the job's output, not a failure of the service.
+        Large files go up in parts. A file that cannot be stored is skipped with a line in ``notes``
+        (``files/<name> not uploaded: <why>``, the name's bytes that are not UTF-8 shown as ``\\xNN``):
+        it is the job's output, not a failure of the service, and nothing else is lost. Skipped: a
+        name that is not UTF-8 or makes a key over S3's ``MAX_KEY_BYTES``; a symbolic link (to a file
+        or a folder: it is not followed, so nothing outside the folder is read); a named pipe, socket
+        or device; a file or folder the worker cannot read; a file removed before its upload; a file
+        S3 refuses for its own key or size. At most ``MAX_SKIPPED_NOTES`` are named, then one line
+        counts the rest.
 
         Parameters
         ----------
@@ -159,7 +170,7 @@ class JobStorage:
         prefix : str
             Key prefix, ending with ``/``.
         notes : list of str or None
-            Receives ``files/<path> not uploaded: <why>`` for each file skipped.
+            Receives the lines of the files skipped.
 
         Returns
         -------
@@ -169,28 +180,104 @@ class JobStorage:
         Raises
         ------
         StorageError
-            An upload failed.
+            S3 failed for another reason than the object itself (unreachable, access denied, ...).
         """
+        skipped: list[str] = []
         keys = []
-        for root, dirnames, filenames in os.walk(directory, followlinks=False):
+
+        def unreadable_folder(exc: OSError) -> None:
+            name = Path(exc.filename).relative_to(directory).as_posix() + "/"
+            skipped.append(_skip_note(name, exc.strerror or type(exc).__name__))
+
+        for root, dirnames, filenames in os.walk(directory, onerror=unreadable_folder, followlinks=False):
+            for dirname in sorted(dirnames):
+                if Path(root, dirname).is_symlink():  # os.walk does not enter it: say so
+                    name = Path(root, dirname).relative_to(directory).as_posix()
+                    skipped.append(_skip_note(name, "a symbolic link (outputs are regular files)"))
             dirnames.sort()
             for filename in sorted(filenames):
                 path = Path(root, filename)
-                key = prefix + path.relative_to(directory).as_posix()
-                content_type = mimetypes.guess_type(filename)[0] or "application/octet-stream"
-                try:
-                    if not stat.S_ISREG(path.lstat().st_mode):
-                        continue
-                    with path.open("rb") as body:
-                        self._client.upload_fileobj(
-                            body, self._bucket, key, ExtraArgs={"ContentType": content_type}
-                        )
-                except OSError as exc:
-                    if notes is not None:
-                        name = key.removeprefix(prefix)
-                        notes.append(f"files/{name} not uploaded: {exc.strerror or type(exc).__name__}")
-                    continue
-                except (ClientError, BotoCoreError, Boto3Error) as exc:
-                    raise StorageError(f"cannot upload {path} to s3://{self._bucket}/{key}: {exc}") from exc
-                keys.append(key)
+                name = path.relative_to(directory).as_posix()
+                why = self._upload_file(path, prefix + name)
+                if why is None:
+                    keys.append(prefix + name)
+                else:
+                    skipped.append(_skip_note(name, why))
+        if notes is not None:
+            notes.extend(skipped[:MAX_SKIPPED_NOTES])
+            if len(skipped) > MAX_SKIPPED_NOTES:
+                notes.append(f"{len(skipped) - MAX_SKIPPED_NOTES} more output files not uploaded")
         return keys
+
+    def _upload_file(self, path: Path, key: str) -> str | None:
+        """Upload one file to ``key``; None when stored, else why it was skipped.
+
+        Raises ``StorageError`` for an S3 failure that is not about this object.
+        """
+        why = _key_problem(key)
+        if why is not None:
+            return why
+        try:
+            return self._upload_regular_file(path, key)
+        except FileNotFoundError:
+            return "removed before it was uploaded"
+        except OSError as exc:
+            return exc.strerror or type(exc).__name__
+        except ClientError as exc:
+            code = exc.response.get("Error", {}).get("Code")
+            if code in _OBJECT_REFUSED_CODES:
+                return f"S3 refused it ({code})"
+            raise StorageError(f"cannot upload {path} to s3://{self._bucket}/{key}: {exc}") from exc
+        except (BotoCoreError, Boto3Error) as exc:
+            raise StorageError(f"cannot upload {path} to s3://{self._bucket}/{key}: {exc}") from exc
+
+    def _upload_regular_file(self, path: Path, key: str) -> str | None:
+        kind = _special_kind(path.lstat().st_mode)
+        if kind is None:
+            # No following a link swapped in since lstat, no blocking on a pipe swapped in.
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+            with os.fdopen(fd, "rb") as body:
+                kind = _special_kind(os.fstat(body.fileno()).st_mode)
+                if kind is None:
+                    content_type = mimetypes.guess_type(path.name)[0] or "application/octet-stream"
+                    self._client.upload_fileobj(
+                        body, self._bucket, key, ExtraArgs={"ContentType": content_type}
+                    )
+                    return None
+        return f"{kind} (outputs are regular files)"
+
+
+def _key_problem(key: str) -> str | None:
+    """Why S3 cannot take ``key`` (not UTF-8, over ``MAX_KEY_BYTES``), or None."""
+    try:
+        size = len(key.encode("utf-8"))
+    except UnicodeEncodeError:
+        return "its name is not UTF-8, which S3 keys must be"
+    if size > MAX_KEY_BYTES:
+        return f"its key would be {size} bytes of UTF-8, over S3's {MAX_KEY_BYTES}"
+    return None
+
+
+def _special_kind(mode: int) -> str | None:
+    """What a file that is not a regular file is, in words; None for a regular file."""
+    if stat.S_ISREG(mode):
+        return None
+    if stat.S_ISLNK(mode):
+        return "a symbolic link"
+    if stat.S_ISFIFO(mode):
+        return "a named pipe"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    return "not a regular file"
+
+
+def shown_name(name: str) -> str:
+    """A file name as a message shows it: bytes that are not UTF-8 (kept by ``os`` as surrogate
+    escapes) as ``\\xNN``, so the text is valid UTF-8 whatever the name held."""
+    return os.fsencode(name).decode("utf-8", "backslashreplace")
+
+
+def _skip_note(name: str, why: str) -> str:
+    return f"files/{shown_name(name)} not uploaded: {why}"

@@ -59,7 +59,7 @@ class BatchJobDetail(BaseModel):
     tags: dict[str, Any] = Field(default_factory=dict)
 
 
-# The tag the submit gives every Batch job with its account (``logic.submission.batch_submission``).
+# The tag the submit gives every Batch job with its account (``logic.batch_submission.batch_submission``).
 ACCOUNT_TAG = "remote-batch:accountId"
 
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from functions.adapters.errors import Absent, translate_errors
 from functions.domain.errors import PayloadTooLarge
@@ -83,6 +84,19 @@ class S3BlobStore:
             for page in self._s3.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=prefix):
                 objects += [StoredObject(o["Key"], int(o["Size"])) for o in page.get("Contents", [])]
         return objects
+
+    def list_page(
+        self, prefix: str, start_after: str | None, max_keys: int
+    ) -> tuple[Sequence[StoredObject], bool]:
+        """One ListObjectsV2 request: up to ``max_keys`` objects after ``start_after``, and whether
+        S3 has more (``IsTruncated``)."""
+        params: dict[str, Any] = {"Bucket": self.bucket, "Prefix": prefix, "MaxKeys": max_keys}
+        if start_after is not None:
+            params["StartAfter"] = start_after
+        with translate_errors("s3", "ListObjectsV2", failed=LIST_FAILED):
+            page = self._s3.list_objects_v2(**params)
+        objects = [StoredObject(o["Key"], int(o["Size"])) for o in page.get("Contents", [])]
+        return objects, bool(page.get("IsTruncated"))
 
     def delete_prefix(self, prefix: str) -> int:
         """Delete every object under ``prefix`` (DeleteObjects, ``DELETE_BATCH_SIZE`` keys a request,

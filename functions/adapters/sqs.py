@@ -29,12 +29,14 @@ def dispatch_message(job_id: str) -> str:
 
 def admission_message(account_id: str) -> str:
     """The body of an admission request: ``{"accountId": "..."}`` (the dispatcher admits what the
-    account's held jobs may take now, ``functions.logic.dispatch.admit_and_enqueue``)."""
+    account's held jobs may take now, ``functions.logic.quotas.admit_and_enqueue``)."""
     return json.dumps({"accountId": account_id})
 
 
 class SqsDispatchQueue:
     """``DispatchQueue`` on one SQS queue (a typed boto3 ``sqs`` client and the queue's URL)."""
+
+    inline = False  # the dispatcher Lambda reads the queue
 
     def __init__(self, client: SQSClient, queue_url: str) -> None:
         self._sqs = client

@@ -17,6 +17,7 @@ counts, and every child not seen yet counts as ``Queued``, so the counts always 
 
 from __future__ import annotations
 
+import codecs
 import json
 import re
 import struct
@@ -27,7 +28,7 @@ from typing import Any
 
 from functions.domain.credits import ZERO, quantize_credits
 from functions.domain.errors import ValidationFailed
-from functions.domain.jobs import DispatchState, Job, JobType
+from functions.domain.jobs import DispatchState, Job, JobType, QueuedSpan
 from functions.domain.status import JobStatus
 
 #: AWS Batch's largest array job (``arrayProperties.size``), and the default span size.
@@ -104,7 +105,7 @@ def parse_span_job_name(job_name: str) -> tuple[str, int] | None:
 
 def span_dispatch_id(parent_job_id: str, offset: int) -> str:
     """``<parent>#<offset>``: how the dispatch queue names an admitted span of an array (its message's
-    ``jobId``; ``functions.logic.array_admission.dispatch_span``). No job id holds a ``#``."""
+    ``jobId``; ``functions.logic.array_dispatch.dispatch_span``). No job id holds a ``#``."""
     return f"{parent_job_id}#{offset}"
 
 
@@ -112,6 +113,23 @@ def parse_span_dispatch_id(message_id: str) -> tuple[str, int] | None:
     """(parent job id, span offset) of a ``span_dispatch_id``; None for anything else (a job's id)."""
     match = _SPAN_DISPATCH.fullmatch(message_id)
     return (match.group(1), int(match.group(2))) if match else None
+
+
+def queued_spans(parent: Job, span_size: int) -> tuple[QueuedSpan, ...]:
+    """Every span of an array that takes no quota (on a dedicated compute), ``Admitted``, in order."""
+    return tuple(
+        QueuedSpan(span.offset, span.count, DispatchState.ADMITTED)
+        for span in plan_spans(parent.array_size or 0, span_size)
+    )
+
+
+def span_ids(parent: Job) -> list[str]:
+    """The dispatch queue's names (``span_dispatch_id``) of the parent's ``Admitted`` spans."""
+    return [
+        span_dispatch_id(parent.job_id, s.offset)
+        for s in parent.array_queue
+        if s.state == DispatchState.ADMITTED
+    ]
 
 
 def withdrawn_reason(parent: Job, index: int) -> str | None:
@@ -248,7 +266,9 @@ def _no_constant(name: str) -> Any:
 
 def parse_items_jsonl(data: bytes, max_items: int = MAX_UPLOADED_ITEMS) -> list[Any]:
     """The items of a JSON Lines object: one JSON value per line (UTF-8, ``\\n`` or ``\\r\\n``; a
-    final newline is optional; no blank lines; ``NaN``/``Infinity`` are not JSON).
+    final newline is optional; no blank lines; ``NaN``/``Infinity`` are not JSON). A leading UTF-8
+    byte-order mark (what Windows editors save) is ignored, as RFC 8259 section 8.1 lets a parser do
+    and as ``json.loads`` does for bytes.
 
     Raises
     ------
@@ -256,6 +276,7 @@ def parse_items_jsonl(data: bytes, max_items: int = MAX_UPLOADED_ITEMS) -> list[
         ``field="arrayItemsKey"``, naming the first bad line (1-based) and why; or no items, or more
         than ``max_items``.
     """
+    data = data.removeprefix(codecs.BOM_UTF8)
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:

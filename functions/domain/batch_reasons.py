@@ -107,6 +107,11 @@ INFRASTRUCTURE_FAMILIES = frozenset(
 
 NOT_CHARGED = "its running time was not charged"
 
+# The ``statusReason`` of an attempt lost to a crash of the local stack (``kill -9``, a power cut): the
+# local stack's host loss, worded as AWS Batch words one (``Host EC2 ...``) so that the same retry rule
+# (``batch_retries``) and the same free charge apply to it.
+LOCAL_HOST_LOST_REASON = "Host EC2 (local stack) terminated: the local stack stopped while the job ran"
+
 
 def classify(reason: str | None) -> ReasonFamily | None:
     """The family of one raw reason, or None when it is none the service knows."""
@@ -179,6 +184,8 @@ def family_sentence(family: ReasonFamily, reasons: Sequence[str], memory_gib: in
     throttled = " (an AWS rate limit)" if _RATE_LIMITED.search(text) else ""
     if family is ReasonFamily.OUT_OF_MEMORY:
         return memory_sentence(memory_gib)
+    if family is ReasonFamily.HOST_TERMINATED and LOCAL_HOST_LOST_REASON in text:
+        return f"The local stack stopped while the job ran (its host was lost); {NOT_CHARGED}"
     if family in (ReasonFamily.HOST_TERMINATED, ReasonFamily.SPOT_INTERRUPTED):
         instance = _INSTANCE.search(text)
         what = "a Spot reclaim" if family is ReasonFamily.SPOT_INTERRUPTED else "the machine was shut down"

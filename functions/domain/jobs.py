@@ -192,7 +192,7 @@ class Job:
         ``functions.logic.dispatch``); None for a job that never took part (an array's child).
     dispatch_claimed_at : datetime | None
         When a dispatcher last claimed the job for SubmitJob (``Dispatching``): the meter's backstop
-        recovers a claim older than ``dispatch.CLAIM_TIMEOUT`` (its dispatcher died).
+        recovers a claim older than ``dispatch_rules.CLAIM_TIMEOUT`` (its dispatcher died).
     array_admitted : int
         An ``Array`` parent submitted through the dispatcher: how many children (from index 0) are in
         spans so far, which is the next span's offset (``functions.logic.array_admission``). The parent

@@ -2,8 +2,8 @@
 
 Each message is ``{"jobId": "job-..."}`` (send that admitted job) or ``{"accountId": "..."}`` (admit
 what the account's held jobs may take now and enqueue them, once per account per delivered batch:
-``functions.logic.dispatch.request_admission``). The event source mapping's maximum concurrency bounds the
-instances; each paces its SubmitJob calls at ``REMOTE_BATCH_DISPATCH_TPS`` /
+``functions.logic.dispatch_requests.request_admission``). The event source mapping's maximum
+concurrency bounds the instances; each paces its SubmitJob calls at ``REMOTE_BATCH_DISPATCH_TPS`` /
 ``REMOTE_BATCH_DISPATCH_CONCURRENCY`` per second, so together they stay below AWS Batch's limit.
 Answers SQS partial batch responses (``batchItemFailures``): a message whose job AWS Batch did not
 accept yet is delivered again after the queue's visibility timeout; the queue's DLQ keeps a message
@@ -27,7 +27,9 @@ from typing import TYPE_CHECKING, Any
 from aws_lambda_powertools.metrics import MetricUnit
 
 from functions.bootstrap import get_services
-from functions.logic.dispatch import DispatchOutcome, Pacer, admit_and_enqueue, dispatch_job
+from functions.logic.dispatch import dispatch_job
+from functions.logic.dispatch_rules import DispatchOutcome, Pacer
+from functions.logic.quotas import admit_and_enqueue
 from functions.observability import lambda_entry, logger, metrics
 from functions.settings import load_settings
 

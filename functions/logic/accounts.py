@@ -168,22 +168,41 @@ def email_status(services: Services, account: Account) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Usage:
-    """An account's ledger entries in a window, newest first, and the credits charged in it."""
+    """A page of an account's ledger entries in a window, newest first, the credits charged in them,
+    and the token of the next page (or None)."""
 
     entries: list[LedgerEntry]
     total_charged: Decimal
+    next_token: str | None = None
 
 
-def account_usage(services: Services, account_id: str, start: datetime | None, end: datetime | None) -> Usage:
-    """``GET /account/usage``: ledger entries with ``start <= at < end``, newest first.
+#: Most ledger entries a page of ``GET /account/usage`` holds. An entry's view is a few hundred
+#: bytes (its note is the service's own sentence), so a full page stays far under the 5 MiB cap.
+MAX_USAGE_PAGE = 1000
 
-    Raises ``ValidationFailed`` (``field="from"``) when ``start`` is after ``end``.
+
+def account_usage(
+    services: Services,
+    account_id: str,
+    start: datetime | None,
+    end: datetime | None,
+    *,
+    limit: int = MAX_USAGE_PAGE,
+    next_token: str | None = None,
+) -> Usage:
+    """``GET /account/usage``: a page of the ledger entries with ``start <= at < end``, newest first.
+
+    ``total_charged`` is what the page's charges add up to; the period's total is the sum over its
+    pages (follow ``next_token`` until it is None).
+
+    Raises ``ValidationFailed``: ``field="from"`` when ``start`` is after ``end``, ``field="nextToken"``
+    for a token this API did not issue for this account.
     """
     if start is not None and end is not None and start > end:
         raise ValidationFailed("from must not be after to.", field="from")
-    entries = services.store.list_ledger(account_id, start, end)
+    entries, token = services.store.list_ledger_page(account_id, start, end, limit, next_token)
     charged = sum((e.credits for e in entries if e.kind in (LedgerKind.CHARGE, LedgerKind.COMPUTE)), ZERO)
-    return Usage(entries=entries, total_charged=quantize_credits(charged))
+    return Usage(entries=entries, total_charged=quantize_credits(charged), next_token=token)
 
 
 def grant_credits(

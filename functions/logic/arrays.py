@@ -24,15 +24,18 @@ from functions.domain.arrays import (
     child_job_id,
     child_template,
     encode_items,
+    queued_spans,
+    span_ids,
 )
 from functions.domain.errors import DependencyFailed, ValidationFailed
 from functions.domain.jobs import DispatchState, Job, JobType
 from functions.domain.status import JobStatus
-from functions.logic.array_admission import queued_spans, span_ids
+from functions.logic import quotas
+from functions.logic.batch_submission import input_key
+from functions.logic.dispatch_requests import enqueue, request_admission
 from functions.logic.submission import (
     JobRequest,
     get_owned_job,
-    input_key,
     new_job,
     prepare_submission,
     submit_job,
@@ -83,8 +86,6 @@ def submit_array(services: Services, account_id: str, request: JobRequest, now: 
     DependencyFailed
         S3 or DynamoDB failed; nothing is left behind.
     """
-    from functions.logic import dispatch, quotas  # dispatch imports submission, which this imports
-
     prepared = prepare_submission(services, account_id, request)
     items, items_key = request.array_items, request.array_items_key
     if items_key is not None:
@@ -133,14 +134,14 @@ def submit_array(services: Services, account_id: str, request: JobRequest, now: 
     logger.info("array accepted", job_id=parent.job_id, size=size, compute=parent.compute)
     try:
         if quota is None:
-            dispatch.enqueue(services, span_ids(parent))
+            enqueue(services, span_ids(parent))
         elif quotas.room_after_hold(services, account_id, *quota):
-            dispatch.request_admission(services, account_id)
+            request_admission(services, account_id)
     except DependencyFailed:
         # Stored and held (or queued): the account's next release or submit, or the meter's backstop
-        # (``array_admission.nudge_array``), goes on with it.
+        # (``array_dispatch.nudge_array``), goes on with it.
         logger.exception("array admission deferred", job_id=parent.job_id)
-    if services.dispatch is not None:
+    if not services.dispatch.inline:
         return parent
     # Without a queue the admission and SubmitJob ran here: read what they wrote.
     return services.store.get_job(parent.job_id) or parent

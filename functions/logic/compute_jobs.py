@@ -1,7 +1,7 @@
 """Jobs on a dedicated compute end when its capacity goes: a compute's jobs run only while it is
 billed (``functions.domain.computes``: Starting or Running).
 
-Two paths, both through the service's one way of ending a job (``submission.terminate``: the reason
+Two paths, both through the service's one way of ending a job (``endings.terminate``: the reason
 is recorded on the job once, AWS Batch's TerminateJob is sent once, a job not yet in AWS Batch ends
 free; the FAILED event then settles it, charged 0 as every job on a compute is):
 
@@ -23,7 +23,7 @@ from aws_lambda_powertools import Logger
 from functions.domain.computes import Compute, ComputeRequest, jobs_end_reason, stray_job_reason
 from functions.domain.errors import DependencyFailed, NotFound
 from functions.domain.jobs import Job
-from functions.logic.submission import terminate
+from functions.logic.endings import terminate
 from functions.ports import Services
 
 logger = Logger(child=True)

@@ -55,6 +55,8 @@ from functions.domain.errors import ConditionFailed, Conflict, DependencyFailed,
 from functions.domain.jobs import LedgerEntry, LedgerKind
 from functions.domain.machine_classes import MachineClass, machine_class, resolve_geo_zone
 from functions.domain.quotas import Demand, check_reservation
+from functions.logic.compute_jobs import end_jobs_on_compute
+from functions.logic.dispatch_requests import request_admission
 from functions.ports import ComputeEnvironments, ComputeRepository, Services
 
 logger = Logger(child=True)
@@ -192,9 +194,6 @@ def request_compute(
             continue
         logger.info("compute request", compute=name, request=request.value, status=_status(stored))
         if ends_jobs(step):
-            # compute_jobs imports submission, which imports this module.
-            from functions.logic.compute_jobs import end_jobs_on_compute
-
             end_jobs_on_compute(services, compute, request, reason, now)
         return _advance_quietly(services, stored, now) if stored is not None else compute
     raise DependencyFailed("The compute changed concurrently; try again.")
@@ -285,12 +284,10 @@ def _write_step(
 
 def _admit_after_release(services: Services, compute: Compute, release: Demand | None) -> None:
     """After ``compute`` gave its reservation back (``release``; None: nothing given back), have its
-    account's held jobs admitted into it (``dispatch.request_admission``). A failure to ask is logged:
-    the write stands, and the account's next submit or job end, or the meter's backstop, admits."""
+    account's held jobs admitted into it (``dispatch_requests.request_admission``). A failure to ask is
+    logged: the write stands, and the account's next submit or job end, or the meter's backstop, admits."""
     if release is None:
         return
-    from functions.logic.dispatch import request_admission  # dispatch imports this module
-
     logger.info("compute reservation released", compute=compute.name, units=release.units)
     try:
         request_admission(services, compute.account_id)

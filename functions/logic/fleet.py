@@ -1,5 +1,5 @@
 """Fleet control for operators: each machine class's state per geo zone, taking one out of service
-and back, its compute environments' capacity; and the check a submit makes.
+and back, its compute environments' capacity; and the checks a submit and the dispatcher make.
 
 Where the switches live: the operators' state (out of service, reason) is stored in DynamoDB
 (``OperationsStore``), so a submit learns it without calling AWS Batch: each api environment reads
@@ -35,8 +35,10 @@ from functions.domain.fleet import (
     enabled,
     ensure_available,
 )
+from functions.domain.jobs import Job
 from functions.domain.machine_classes import MACHINE_CLASSES, GeoZone
 from functions.logic.audit import audit_entry_id
+from functions.logic.dispatch_requests import resume_parked
 from functions.ports import (
     ClassLoad,
     ComputeEnvironmentInfo,
@@ -51,6 +53,9 @@ logger = Logger(child=True)
 # How stale a submit's view of the class states may be in api environments that did not make the
 # change (seconds): one DynamoDB Query per environment per this interval at most.
 CLASS_STATE_MAX_AGE_SECONDS = 10.0
+# An admitted job whose (class, zone) an operator took out of service waits, admitted, until the class
+# is enabled again (``dispatch_requests.resume_parked``); issue 15: "queued jobs stay queued".
+OUT_OF_SERVICE_REASON = "Waiting: {machine_class} is out of service in {zone}: {reason}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +115,27 @@ def ensure_class_available(services: Services, machine_class: str, geo_zone: Geo
         return
     states = services.operations.class_states(CLASS_STATE_MAX_AGE_SECONDS)
     ensure_available(states.get((machine_class, geo_zone)))
+
+
+def out_of_service_reason(services: Services, job: Job, *, fresh: bool) -> str | None:
+    """The ``statusReason`` a job (or an array's span) waits with while an operator has its (class,
+    zone) out of service (``OUT_OF_SERVICE_REASON``), or None when the class takes jobs. A job on a
+    dedicated compute goes to the compute's own queue: never out of service. ``fresh`` reads the
+    state strongly consistent (after AWS Batch refused the job), else from the store's short-lived
+    cache (``CLASS_STATE_MAX_AGE_SECONDS``)."""
+    if job.compute is not None or services.operations is None:
+        return None
+    key = (job.machine_class, job.geo_zone)
+    state = (
+        services.operations.get_class_state(*key)
+        if fresh
+        else services.operations.class_states(CLASS_STATE_MAX_AGE_SECONDS).get(key)
+    )
+    if state is None or not state.disabled:
+        return None
+    return OUT_OF_SERVICE_REASON.format(
+        machine_class=job.machine_class, zone=job.geo_zone.value, reason=state.reason or "no reason given"
+    )
 
 
 def _operations(services: Services) -> OperationsStore:
@@ -271,10 +297,7 @@ def set_class_availability(
         "machine class availability set", machine_class=machine_class, geo_zone=zone.value, disabled=disable
     )
     if not disable and resumed:
-        # The jobs admitted while it was out of service wait parked: send them now (dispatch imports
-        # this module, hence the late import).
-        from functions.logic.dispatch import resume_parked
-
+        # The jobs admitted while it was out of service wait parked: send them now.
         resume_parked(services, machine_class, zone)
     return class_status(services, machine_class, zone)
 

@@ -9,7 +9,7 @@ from aws_lambda_powertools import Logger
 
 from functions.domain.jobs import Job
 from functions.domain.machine_classes import machine_class
-from functions.logic.submission import batch_timeout
+from functions.logic.batch_submission import batch_timeout
 from functions.ports import Services
 
 logger = Logger(child=True)

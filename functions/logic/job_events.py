@@ -34,7 +34,7 @@ from functions.domain.jobs import (
 from functions.domain.presumed import presume_transition
 from functions.domain.status import FINAL_BATCH_STATUSES, is_known_batch_status
 from functions.logic.array_events import apply_array_event
-from functions.logic.dispatch import admit_after_end
+from functions.logic.dispatch_requests import admit_after_end
 from functions.logic.job_outcomes import discard_outputs, final_charge, final_outcome
 from functions.logic.notifying import deliver_due_notifications, status_claims
 from functions.ports import Services

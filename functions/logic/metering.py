@@ -31,14 +31,17 @@ from functions.domain.jobs import OUT_OF_CREDITS, BatchJobState, DispatchState, 
 from functions.domain.machine_classes import GeoZone
 from functions.domain.metering import MeterReading, balance_exhausted, read_array_meter, read_meter
 from functions.domain.notification_schedule import due_notifications
-from functions.logic.array_admission import nudge_array
-from functions.logic.array_events import finish_array
+from functions.logic.array_dispatch import nudge_array
+from functions.logic.array_results import finish_array
 from functions.logic.compute_jobs import end_stray_jobs
 from functions.logic.computes import meter_computes
-from functions.logic.dispatch import ClaimRecovery, admit_and_enqueue, enqueue, recover_claim
+from functions.logic.dispatch import recover_claim
+from functions.logic.dispatch_requests import enqueue
+from functions.logic.dispatch_rules import ClaimRecovery
+from functions.logic.endings import terminate
 from functions.logic.job_events import apply_job_state_change
 from functions.logic.notifying import deliver_due_notifications
-from functions.logic.submission import terminate
+from functions.logic.quotas import admit_and_enqueue
 from functions.ports import Services
 
 logger = Logger(child=True)
@@ -354,10 +357,10 @@ def _nudge_undispatched(services: Services, job: Job, now: datetime) -> None:
     """The backstop of a job not yet in AWS Batch that had no event for a while: admit what its
     account's quota lets go (an admission a failure cut short), send an admitted job's message again
     (one lost or dead-lettered; the dispatcher's claim makes a repeat harmless), then mark it checked.
-    A job in ``Dispatching`` is left to its dispatcher for ``dispatch.CLAIM_TIMEOUT``; past it, its
+    A job in ``Dispatching`` is left to its dispatcher for ``dispatch_rules.CLAIM_TIMEOUT``; past it, its
     dispatcher died mid-way, and ``dispatch.recover_claim`` records the Batch job AWS Batch has under
     its name, or gives the claim back and enqueues it again (never a second SubmitJob). An array
-    admitted span by span: ``array_admission.nudge_array``, for its spans."""
+    admitted span by span: ``array_dispatch.nudge_array``, for its spans."""
     if job.type == JobType.ARRAY:
         nudge_array(services, job, now)
         services.store.mark_reconciled(job.job_id, now)

@@ -36,7 +36,7 @@ from functions.domain.outcomes import (
     StoredOutcome,
 )
 from functions.domain.status import JobStatus
-from functions.logic.array_events import RESULT_DOCUMENT, store_array_result
+from functions.logic.array_results import RESULT_DOCUMENT, store_array_result
 from functions.logic.job_outcomes import output_key, read_outcome
 from functions.logic.submission import get_owned_job
 from functions.ports import BlobStore, LogEvent, LogReader, Services
@@ -466,23 +466,96 @@ class OutputFile:
     url: str
 
 
-def list_outputs(services: Services, account_id: str, job_id: str, now: datetime) -> list[OutputFile]:
-    """``GET /jobs/{jobId}/outputs``: the job's output files (those written so far while it runs).
+@dataclass(frozen=True, slots=True)
+class OutputPage:
+    """A page of a job's output files, in name order (UTF-8 bytes), and the token of the next page
+    (or None)."""
 
-    Raises ``NotFound`` or ``Expired``; a job stopped at its CreditConstraint has none (discarded).
+    files: list[OutputFile]
+    next_token: str | None
+
+
+#: S3's longest object key, in bytes of UTF-8: no token names a position past it.
+MAX_KEY_BYTES = 1024
+#: Most output files a page lists (one ListObjectsV2 request at most; S3 returns up to 1,000 keys).
+MAX_OUTPUTS_PAGE = 1000
+#: What one page's files may cost in the response (name, size and URL as JSON), below the 5 MiB cap.
+OUTPUTS_PAGE_BYTES = RESPONSE_BUDGET_BYTES
+#: The JSON around one file's name, size and URL, escaped twice (``{\\"name\\": , ...}, ``).
+_OUTPUT_FRAME_BYTES = 48
+
+
+def _encode_outputs_token(after: str) -> str:
+    return base64.urlsafe_b64encode(json.dumps({"after": after}).encode()).decode()
+
+
+def _decode_outputs_token(token: str) -> str:
+    try:
+        after = json.loads(base64.urlsafe_b64decode(token.encode()))["after"]
+    except (ValueError, KeyError, TypeError, binascii.Error):
+        raise ValidationFailed("nextToken is not one this API issued.", field="nextToken") from None
+    if not isinstance(after, str) or not after or not is_key_text(after):
+        raise ValidationFailed("nextToken is not one this API issued.", field="nextToken")
+    return after
+
+
+def is_key_text(text: str) -> bool:
+    """Whether ``text`` can be (part of) an S3 key or a DynamoDB string: UTF-8 (no lone surrogate)
+    and at most ``MAX_KEY_BYTES`` bytes of it."""
+    try:
+        return len(text.encode("utf-8")) <= MAX_KEY_BYTES
+    except UnicodeEncodeError:
+        return False
+
+
+def output_cost(file: OutputFile) -> int:
+    """Bytes one file takes in the response's ``files`` list, escaped as JSON in the body and again in
+    the invoke response (as ``log_lines.event_cost`` counts a log line)."""
+    text = wire_bytes(json.dumps(file.name)) + wire_bytes(json.dumps(file.url))
+    return text + len(str(file.size)) + _OUTPUT_FRAME_BYTES
+
+
+def list_outputs(
+    services: Services,
+    account_id: str,
+    job_id: str,
+    now: datetime,
+    *,
+    limit: int = MAX_OUTPUTS_PAGE,
+    next_token: str | None = None,
+) -> OutputPage:
+    """``GET /jobs/{jobId}/outputs``: a page of the job's output files (those written so far while it
+    runs), by name.
+
+    A page holds at most ``limit`` (1..``MAX_OUTPUTS_PAGE``) files and at most
+    ``OUTPUTS_PAGE_BYTES`` of them as the response carries them (names and URLs escaped), so no
+    answer is over 5 MiB however many files a job wrote; ``next_token`` (from the previous page)
+    continues after the last name it listed. A page may be short while it has a token.
+
+    Raises ``NotFound``, ``Expired``, ``ValidationFailed`` (``field="nextToken"``) for a token this
+    API did not issue; a job stopped at its CreditConstraint has none (discarded).
     """
     job = get_owned_job(services, account_id, job_id)
     if job.is_expired(now):
         raise expired(job_id)
+    after = _decode_outputs_token(next_token) if next_token else None
     if job.status_reason and is_credit_constraint_reason(job.status_reason):
-        return []
+        return OutputPage([], None)
     blobs = services.zones[job.geo_zone].blobs
     prefix = output_key(job_id, "files/")
     seconds = presigned_seconds(job.expires_at, now)
-    return [
-        OutputFile(name=o.key[len(prefix) :], size=o.size, url=blobs.presigned_get(o.key, seconds))
-        for o in sorted(blobs.list(prefix), key=lambda o: o.key)
-    ]
+    objects, more = blobs.list_page(prefix, None if after is None else prefix + after, limit)
+    files: list[OutputFile] = []
+    cost = 0
+    for stored in objects:
+        file = OutputFile(
+            name=stored.key[len(prefix) :], size=stored.size, url=blobs.presigned_get(stored.key, seconds)
+        )
+        if files and cost + output_cost(file) > OUTPUTS_PAGE_BYTES:
+            return OutputPage(files, _encode_outputs_token(files[-1].name))
+        files.append(file)
+        cost += output_cost(file)
+    return OutputPage(files, _encode_outputs_token(files[-1].name) if more and files else None)
 
 
 @dataclass(frozen=True, slots=True)

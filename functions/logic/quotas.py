@@ -51,7 +51,10 @@ from functions.domain.quotas import (
     quota_lines,
     waiting_reason,
 )
+from functions.logic.array_admission import SpanAdmission, admit_spans
 from functions.logic.audit import audit_entry_id
+from functions.logic.dispatch_requests import enqueue, request_admission
+from functions.logic.endings import end_undispatched, withdraw_unsent
 
 if TYPE_CHECKING:
     from functions.ports import Services
@@ -130,7 +133,7 @@ def hold(services: Services, job: Job, demand: Demand, limits: QuotaLimits) -> t
 def room_after_hold(services: Services, account_id: str, demand: Demand, limits: QuotaLimits) -> bool:
     """Whether, read after a job was held, its family and zone and the account's total each have a
     unit free: when either has none, no held job of that family can be admitted now, and the release
-    that makes room admits it (``dispatch.admit_after_end`` lists the held jobs after its release,
+    that makes room admits it (``dispatch_requests.admit_after_end`` lists the held jobs after its release,
     and this read follows the hold, so one of the two sees the other). The submit then skips the scan
     of every held job: a burst past the quota costs each submit one read, not a read of all held jobs."""
     usage = services.store.get_quota_usage(account_id)
@@ -193,6 +196,19 @@ def admit_waiting(services: Services, account_id: str, limits: QuotaLimits | Non
             break
     if admitted:
         logger.info("jobs admitted", account_id=account_id, count=len(admitted))
+    return admitted
+
+
+def admit_and_enqueue(services: Services, account_id: str, limits: QuotaLimits | None = None) -> list[str]:
+    """Admit what the account's quota lets go now (``admit_waiting``; ``limits`` when read already) and
+    hand it to the dispatcher (``dispatch_requests.enqueue``): the dispatcher's answer to an admission
+    request, and what an operator's quota change and the meter's backstop run. Returns the ids admitted.
+
+    Raises ``DependencyFailed`` (DynamoDB or the dispatch queue failed: what was admitted stays
+    admitted, and the meter's backstop enqueues it).
+    """
+    admitted = admit_waiting(services, account_id, limits)
+    enqueue(services, admitted)
     return admitted
 
 
@@ -273,9 +289,6 @@ def _end_held_out_of_credits(
     admitted)."""
     if account is not None and account.credit_balance > 0:
         return False
-    from functions.logic.array_admission import withdraw_unsent  # it imports this module
-    from functions.logic.dispatch import end_undispatched, request_admission  # dispatch imports this
-
     now = services.clock()
     more = False
     for key in waiting:
@@ -304,8 +317,8 @@ def _end_if_never_fits(services: Services, job: HeldJob, limits: QuotaLimits) ->
     holds more than its family's limit or the account's total, because an operator lowered them after
     it was held. Left held, it would wait for good at the head of its family and zone, and hold back
     every job behind it while the quota is free. A single job ends ``Terminated``, free
-    (``dispatch.end_undispatched``), an array's children not in AWS Batch likewise
-    (``array_admission.withdraw_unsent``), with ``QUOTA_LOWERED_REASON`` (the same sentence a submit
+    (``endings.end_undispatched``), an array's children not in AWS Batch likewise
+    (``endings.withdraw_unsent``), with ``QUOTA_LOWERED_REASON`` (the same sentence a submit
     of it would get as a 400 ``QuotaExceeded``). Returns True when it ended the job."""
     demand = job.next_demand
     if demand.units <= limits.limit(demand.key) and demand.vcpus <= limits.total_limit:
@@ -321,12 +334,8 @@ def _end_if_never_fits(services: Services, job: HeldJob, limits: QuotaLimits) ->
         return False
     now = services.clock()
     if stored.type == JobType.ARRAY:
-        from functions.logic.array_admission import withdraw_unsent  # it imports this module
-
         withdraw_unsent(services, stored, reason, now, admit_next=False)
     else:
-        from functions.logic.dispatch import end_undispatched  # it imports this module
-
         end_undispatched(services, stored, reason, now, admit_next=False)
     logger.warning("held job ended: quota lowered below it", job_id=job.job_id)
     return True
@@ -349,8 +358,6 @@ def _offer(
         return True  # ended: the next of its key is offered
     if job.child is not None:
         # An array: admitted a span at a time (its units are its children's not yet in a span).
-        from functions.logic.array_admission import SpanAdmission, admit_spans  # it imports dispatch
-
         went = admit_spans(
             services,
             account_id,
@@ -471,8 +478,6 @@ def set_account_quotas(
             ) from None
     logger.info("quotas set", account_id=account_id, changed=not limits.same_as(current), total=limits.total)
     # Raised limits may let held jobs go now (also after an earlier attempt that stopped before this
-    # point; imported here: dispatch imports this module).
-    from functions.logic.dispatch import admit_and_enqueue
-
+    # point).
     admit_and_enqueue(services, account_id)
     return account_quotas(services, account_id)

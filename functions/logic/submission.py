@@ -1,9 +1,9 @@
-"""Submitting and aborting jobs.
+"""Submitting, reading and aborting jobs.
 
 Submit writes the input to S3 and the job to DynamoDB, admitted when its account's quota has room
 for it, else held; the dispatcher (``functions.logic.dispatch``) calls Batch ``SubmitJob`` once the
-quota admits it. A job AWS Batch
-never takes ends ``Terminated`` with the reason, free.
+quota admits it. A job AWS Batch never takes ends ``Terminated`` with the reason, free. An abort
+records its reason and ends the job where it is (``functions.logic.endings.terminate``).
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ import base64
 import binascii
 import json
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
 from decimal import Decimal
@@ -21,7 +20,7 @@ from typing import Any
 from aws_lambda_powertools import Logger
 
 from functions.domain.arrays import child_template, initial_counts, parse_child_job_id
-from functions.domain.environments import ENVIRONMENT_HASH_VARIABLE, JobEnvironment, for_job
+from functions.domain.environments import JobEnvironment, for_job
 from functions.domain.errors import (
     Conflict,
     DependencyFailed,
@@ -30,7 +29,6 @@ from functions.domain.errors import (
     UnreadableRecord,
     ValidationFailed,
 )
-from functions.domain.fair_share import share_identifier
 from functions.domain.ids import new_ulid
 from functions.domain.jobs import (
     ABORTED_BY_USER,
@@ -38,23 +36,22 @@ from functions.domain.jobs import (
     Job,
     JobType,
     PayloadKind,
-    credit_cap_seconds,
 )
 from functions.domain.machine_classes import GeoZone, MachineClass, machine_class, resolve_geo_zone
 from functions.domain.notifications import NotificationRule, normalize_notifications
 from functions.domain.quotas import QuotaLimits
-from functions.domain.runtime import DEFAULT_PYTHON_VERSION, job_definition_name
+from functions.domain.runtime import DEFAULT_PYTHON_VERSION
 from functions.domain.text import JOB_ID_PATTERN, full_match
+from functions.logic import quotas
+from functions.logic.batch_submission import input_key
 from functions.logic.computes import compute_for_job
+from functions.logic.dispatch_requests import enqueue_one, request_admission
+from functions.logic.endings import terminate
 from functions.logic.fleet import ensure_class_available
 from functions.logic.uploads import uploaded_input
-from functions.ports import BatchSubmission, Services, ZoneServices
+from functions.ports import Services
 
 logger = Logger(child=True)
-
-# A creditConstraint also sets a Batch timeout (cap ÷ rate plus a margin) so a job stops even if
-# the meter is down (DESIGN.md "Credits"); the meter normally stops it first.
-CREDIT_TIMEOUT_MARGIN_SECONDS = 120
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,16 +100,6 @@ def new_job_id(now_ms: int | None = None) -> str:
     return "job-" + new_ulid(time.time_ns() // 1_000_000 if now_ms is None else now_ms)
 
 
-def input_key(job_id: str) -> str:
-    """Where a job's input document lives in its zone's bucket."""
-    return f"inputs/{job_id}/input.json"
-
-
-def output_prefix(job_id: str) -> str:
-    """Where a job's worker writes its outputs."""
-    return f"outputs/{job_id}/"
-
-
 def _input_document(request: JobRequest, kind: PayloadKind) -> dict[str, Any]:
     """The input object the worker reads (``worker.runner.parse_job_input``): the payload inline,
     or ``payloadKey``, the key of an uploaded object that is the payload (source text, pickle bytes)."""
@@ -126,18 +113,6 @@ def _input_document(request: JobRequest, kind: PayloadKind) -> dict[str, Any]:
                 "pickle must be base64 (standard alphabet, padded).", field="pickle"
             ) from None
     return {"kind": kind.value, kind.value: request.payload}
-
-
-def batch_timeout(
-    machine: MachineClass, credit_constraint: Decimal | None, time_constraint: int | None
-) -> int | None:
-    """The Batch ``attemptDurationSeconds`` backing the job's caps (seconds), or None."""
-    limits: list[int] = []
-    if time_constraint is not None:
-        limits.append(time_constraint)
-    if credit_constraint is not None:
-        limits.append(credit_cap_seconds(credit_constraint, machine) + CREDIT_TIMEOUT_MARGIN_SECONDS)
-    return min(limits) if limits else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -264,47 +239,6 @@ def new_job(
     )
 
 
-def batch_submission(
-    job: Job,
-    machine: MachineClass,
-    zone_services: ZoneServices,
-    *,
-    job_name: str,
-    environment: Mapping[str, str] | None = None,
-    array_size: int | None = None,
-    job_queue: str | None = None,
-) -> BatchSubmission:
-    """The ``SubmitJob`` of ``job`` (or of one span of an array) on ``machine``'s queue in its zone:
-    the worker's environment (job id, bucket, input key, output prefix, memory in GiB, then
-    ``environment``), the timeout backing its caps (``batch_timeout``), the job and account tags, and
-    on the class's shared queue the account's share identifier (``domain.fair_share``). ``job_queue``
-    (a dedicated compute's, first in, first out: no share identifier) replaces the shared queue."""
-    route = zone_services.routes[machine.name]
-    return BatchSubmission(
-        job_name=job_name,
-        job_queue=job_queue or route.job_queue,
-        job_definition=job_definition_name(
-            route.job_definition, job.python_version or DEFAULT_PYTHON_VERSION
-        ),
-        vcpus=machine.vcpus,
-        memory_mib=machine.memory_mib,
-        gpus=machine.gpus,
-        environment={
-            "REMOTE_BATCH_JOB_ID": job.job_id,
-            "REMOTE_BATCH_BUCKET": zone_services.bucket,
-            "REMOTE_BATCH_INPUT_KEY": input_key(job.job_id),
-            "REMOTE_BATCH_OUTPUT_PREFIX": output_prefix(job.job_id),
-            "REMOTE_BATCH_MEMORY_GIB": str(machine.memory_gib),
-            **({ENVIRONMENT_HASH_VARIABLE: job.environment.hash} if job.environment else {}),
-            **(environment or {}),
-        },
-        timeout_seconds=batch_timeout(machine, job.credit_constraint, job.time_constraint),
-        tags={"remote-batch:jobId": job.job_id, "remote-batch:accountId": job.account_id},
-        array_size=array_size,
-        share_identifier=None if job_queue else share_identifier(job.account_id),
-    )
-
-
 def submit_job(services: Services, account_id: str, request: JobRequest, now: datetime) -> Job:
     """Create a job; the dispatcher hands it to AWS Batch once its account's quota admits it.
 
@@ -312,7 +246,7 @@ def submit_job(services: Services, account_id: str, request: JobRequest, now: da
     zone waiting is written admitted with its units in use (one conditional transaction,
     ``quotas.admit_at_submit``) and enqueued; any other is written held for quota (``quotas.hold``)
     and, when its family and the account's total have room, the dispatcher is asked to admit the
-    account's held jobs oldest first (``dispatch.request_admission``). A job on a dedicated
+    account's held jobs oldest first (``dispatch_requests.request_admission``). A job on a dedicated
     compute (``request.compute``) runs on the compute's reservation: it is not held nor counted, but
     admitted at once (``_submit_to_compute``). AWS Batch is not called here: a burst of submits is
     absorbed by the dispatch queue.
@@ -335,8 +269,6 @@ def submit_job(services: Services, account_id: str, request: JobRequest, now: da
     DependencyFailed
         S3 or DynamoDB failed; nothing is left behind.
     """
-    from functions.logic import dispatch, quotas  # dispatch imports this module
-
     prepared = prepare_submission(services, account_id, request)
     if prepared.compute is not None:
         return _submit_to_compute(services, account_id, request, prepared, now)
@@ -365,14 +297,14 @@ def submit_job(services: Services, account_id: str, request: JobRequest, now: da
         if admitted is not None:
             # Queued: answer as admitted; without a queue it was sent (or ended) here: the job as
             # the dispatcher left it.
-            return dispatch.enqueue_one(services, admitted)
+            return enqueue_one(services, admitted)
         if quotas.room_after_hold(services, account_id, demand, limits):
-            dispatch.request_admission(services, account_id)
+            request_admission(services, account_id)
     except DependencyFailed:
         # The job is stored, held or admitted: the account's next release or submit, or the meter's
         # backstop, admits or enqueues it.
         logger.exception("admission deferred", job_id=job.job_id)
-    if services.dispatch is not None:
+    if not services.dispatch.inline:
         return job  # held as written: the dispatcher admits it later
     # Without a queue the admission ran here and may have sent (or ended) it: read it.
     return services.store.get_job(job.job_id) or job
@@ -387,8 +319,6 @@ def _submit_to_compute(
 
     Raises ``DependencyFailed`` (S3 or DynamoDB failed; nothing is left behind).
     """
-    from functions.logic import dispatch  # dispatch imports this module
-
     job = replace(new_job(account_id, request, prepared, now), dispatch_state=DispatchState.ADMITTED)
     zone_services = services.zones[prepared.zone]
     zone_services.blobs.put(input_key(job.job_id), json.dumps(prepared.document).encode(), "application/json")
@@ -400,7 +330,7 @@ def _submit_to_compute(
     services.events.count("JobsSubmitted")
     logger.info("job accepted", job_id=job.job_id, machine_class=prepared.machine.name, compute=job.compute)
     try:
-        return dispatch.enqueue_one(services, job)
+        return enqueue_one(services, job)
     except DependencyFailed:
         # The job is stored admitted: the meter's backstop enqueues it again (``_nudge_undispatched``).
         logger.exception("dispatch deferred", job_id=job.job_id)
@@ -441,98 +371,6 @@ def _child_view(services: Services, stored: Job | None, parent_id: str, index: i
     if parent.data_deleted_at is not None and child.data_deleted_at is None:
         child = replace(child, data_deleted_at=parent.data_deleted_at)
     return child
-
-
-def terminate(services: Services, job: Job, reason: str, now: datetime | None = None) -> Job:
-    """Record ``reason`` as why the service ends ``job`` and ask Batch to terminate it, once.
-
-    The reason is kept whatever reason the later FAILED event carries. TerminateJob is sent by the
-    one caller that records the request on the job (``claim_termination``, a conditional write):
-    an abort, the meter's ticks and a retried request never send it twice. When the call fails the
-    request is released, so a later tick may send it again (at most ``MAX_TERMINATE_ATTEMPTS``).
-    Final jobs are returned as they are.
-
-    Returns
-    -------
-    Job
-        The job as stored; ``termination_requested_at`` is ``now`` when this call sent TerminateJob.
-
-    Raises
-    ------
-    RecordMissing
-        The job no longer exists.
-    DependencyFailed
-        The job has no Batch id yet, or Batch refused (the request is released for a retry).
-    """
-    if job.is_final:
-        return job
-    now = now or services.clock()
-    updated = (
-        services.store.set_termination_reason(job.job_id, reason) or services.store.get_job(job.job_id) or job
-    )
-    if updated.is_final:
-        return updated
-    if updated.type == JobType.ARRAY:
-        return _terminate_array(services, updated, reason, now)
-    batch_job_id = updated.batch_job_id
-    if batch_job_id is None and updated.dispatch_state is not None:
-        return _end_before_batch(services, updated, reason, now)
-    if batch_job_id is None:
-        raise DependencyFailed(f"job {job.job_id} has no AWS Batch id yet; try again in a moment")
-    if not services.store.claim_termination(job.job_id, now):
-        logger.debug("termination already requested", job_id=job.job_id)
-        return updated
-    why = updated.termination_reason or reason
-    try:
-        services.zones[GeoZone(updated.geo_zone)].batch.terminate_job(batch_job_id, why)
-    except Exception:
-        services.store.release_termination(job.job_id)
-        raise
-    logger.info("job terminating", job_id=job.job_id, reason=why)
-    return replace(
-        updated, termination_requested_at=now, termination_attempts=updated.termination_attempts + 1
-    )
-
-
-def _end_before_batch(services: Services, job: Job, reason: str, now: datetime) -> Job:
-    """Terminate a job AWS Batch has no id for yet: one held or admitted ends here, free (nothing to
-    terminate in AWS Batch); for one whose SubmitJob is in flight (``Dispatching``) the reason is
-    recorded and the dispatcher terminates it once AWS Batch named it (``dispatch.dispatch_job``)."""
-    if job.dispatch_state == DispatchState.DISPATCHING:
-        logger.info("termination left to the dispatcher", job_id=job.job_id)
-        return job
-    from functions.logic.dispatch import end_undispatched  # dispatch imports this module
-
-    return end_undispatched(services, job, job.termination_reason or reason, now)
-
-
-def _terminate_array(services: Services, parent: Job, reason: str, now: datetime) -> Job:
-    """TerminateJob for each of an array's spans (AWS Batch cascades it to the span's children that
-    are not final), once: the claim is the parent's, as for a single job. The children's FAILED
-    events then end the parent (``array_events.finish_array``), with the parent's reason. An array
-    admitted span by span first ends what never reached AWS Batch (``array_admission.withdraw_unsent``:
-    its held children and unclaimed spans, free); a span in flight is terminated by its dispatcher."""
-    if parent.dispatch_state is not None:
-        from functions.logic.array_admission import withdraw_unsent  # it imports the dispatcher
-
-        parent = withdraw_unsent(services, parent, parent.termination_reason or reason, now)
-        if parent.is_final or not parent.array_spans:
-            return parent
-    if not parent.array_spans:
-        raise DependencyFailed(f"job {parent.job_id} has no AWS Batch id yet; try again in a moment")
-    if not services.store.claim_termination(parent.job_id, now):
-        logger.debug("termination already requested", job_id=parent.job_id)
-        return parent
-    why = parent.termination_reason or reason
-    batch = services.zones[GeoZone(parent.geo_zone)].batch
-    try:
-        for span_job_id in parent.array_spans:
-            batch.terminate_job(span_job_id, why)
-    except Exception:
-        services.store.release_termination(parent.job_id)
-        raise
-    logger.info("array terminating", job_id=parent.job_id, spans=len(parent.array_spans), reason=why)
-    return replace(parent, termination_requested_at=now, termination_attempts=parent.termination_attempts + 1)
 
 
 def abort_job(services: Services, account_id: str, job_id: str) -> Job:

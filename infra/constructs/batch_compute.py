@@ -33,6 +33,7 @@ from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
+from functions.domain.batch_retries import MAX_ATTEMPTS, RETRY_STATUS_REASON
 from functions.domain.fair_share import SHARE_DECAY_SECONDS
 from functions.domain.job_policy import job_policy_statements
 from functions.domain.machine_classes import MACHINE_CLASSES, MachineClass
@@ -461,13 +462,13 @@ class BatchCompute(Construct):
             f"{machine_class.name}JobDefinition{suffix}",
             job_definition_name=self.names.job_definition_name(machine_class.name, version),
             container=container,
-            retry_attempts=constants.JOB_MAX_ATTEMPTS,
+            retry_attempts=MAX_ATTEMPTS,
             # Retry only what the infrastructure lost (Spot reclaim, host failure); a job's own
             # failure is final.
             retry_strategies=[
                 batch.RetryStrategy.of(
                     batch.Action.RETRY,
-                    batch.Reason.custom(on_status_reason=constants.JOB_RETRY_STATUS_REASON),
+                    batch.Reason.custom(on_status_reason=RETRY_STATUS_REASON),
                 ),
                 batch.RetryStrategy.of(batch.Action.EXIT, batch.Reason.custom(on_reason="*")),
             ],

@@ -71,8 +71,8 @@ class Data(Construct):
             ),
             time_to_live_attribute=spec.ttl_attribute,
             # Generated names, so a failed first deploy that leaves a table behind never blocks the
-            # retry; deletion protection keeps the service's state from a stray DeleteTable (README
-            # "Destroy" says how to turn it off first).
+            # retry; deletion protection keeps the service's state from a stray DeleteTable (docs/deploy.md,
+            # "Destroy", says how to turn it off first).
             deletion_protection=True,
             removal_policy=RemovalPolicy.RETAIN,
         )

@@ -1,6 +1,6 @@
 """Alarms to the operator: anything in a dead-letter queue, any function error, and what callers see:
 the API's 5xx rate and p90 latency, each function's p90 duration, a meter that stopped running, jobs
-stuck past their Batch timeout. README.md's "Operations" section has one runbook line per alarm.
+stuck past their Batch timeout. docs/operations.md's "Alarms" section has one runbook line per alarm.
 
 An alarm can only notify a topic in its own region, so every stack with something to watch has its
 own operator topic; the operator subscribes to each (docs/deploy.md).

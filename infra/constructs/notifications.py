@@ -29,7 +29,7 @@ class Notifications(Construct):
 
     SMS goes straight to a phone number (no topic), so it has no resource here: the functions that
     notify get ``sns:Publish`` for it in ``functions.py``. The topics themselves are not CloudFormation
-    resources: ``cdk destroy`` leaves them (README "Deploy" says how to remove them).
+    resources: ``cdk destroy`` leaves them (docs/deploy.md says how to remove them).
 
     Parameters
     ----------

@@ -35,17 +35,32 @@ like any job, each with ``AWS_BATCH_JOB_ARRAY_INDEX`` and its own events, and a 
 PENDING, then SUCCEEDED or FAILED by its children, with ``statusSummary``
 (``remote_batch_local.batch_arrays``).
 
-The modules, by concern: ``batch_api`` (``LocalBatchExecutor``: construction and its public API),
-``arrays`` (array jobs' submit, TerminateJob of a parent, ListJobs of its children), ``gateway`` (one
-zone's ``BatchGateway``: SubmitJob, TerminateJob, DescribeJobs), ``scheduler`` (the run queue and its
-thread), ``runner`` (a running job's thread, output size accounting, the process-limit thread),
-``launch`` (the worker's environment and sandboxed process), ``warm`` (the warm workers), ``limits``
-(process limits and signals), ``logs`` (console log shipping), ``memory`` (the host's memory ceiling),
-``process_limit`` (counting a job's tasks), ``core`` (the shared state and locked steps), ``job`` (a
-job's state), ``constants``. ``LocalBatchExecutor`` is a chain of mixins over ``ExecutorCore``:
-``JobLauncher`` → ``WarmPool`` → ``JobRunner`` → ``Scheduler`` → ``ArrayJobs`` → ``LocalBatchExecutor``.
+How it is built: one ``ExecutorState`` (``state``: the lock and condition, the jobs, the queues, the
+free vCPU slots) and one ``ExecutorSettings`` (``settings``: what never changes), and collaborators
+built with them, each in its own module, composed by ``LocalBatchExecutor`` (``batch_api``). A job is
+a ``BatchJob`` record (``job``); the gateways depend on the ``BatchBackend`` protocol, not on the
+executor's class. The modules:
+
+- ``batch_api``: ``LocalBatchExecutor``, the composition and the Batch API (submit, terminate,
+  describe, list, stop).
+- ``gateway``: ``LocalBatchGateway``, one zone's ``BatchGateway`` and ``FleetControl``, over ``BatchBackend``.
+- ``state``, ``settings``, ``job``: the shared state, the fixed settings, the job record.
+- ``intake``: a job made from a submission, kept on disk (``accepted``) and queued; ``arrays``: array
+  jobs' submit and ListJobs; ``readmission``: accepted jobs taken back after a crash.
+- ``scheduler``: the ``batch-scheduler`` thread (announce, start by fair share, deadlines).
+- ``fair_share``: each share's decayed vCPU usage.
+- ``pools``: dedicated computes' vCPU reservations; ``computes``: their Batch API and the restore.
+- ``fleet``: the zones' job queues and compute environments (``maxvCpus``, DISABLED queues).
+- ``runner``: a started job's thread to its final event; ``launch``: the worker's environment and
+  sandboxed process; ``warm``: the warm workers.
+- ``publisher``: the events; ``ending``: releasing, failing and terminating jobs (one home).
+- ``volumes``: the output limit's watcher; ``logs``: console shipping; ``process_limit``: the task
+  count and its watchdog; ``limits``: a process's limits and signals; ``memory``: the host's memory
+  ceiling; ``rate_limit``: SubmitJob's rate.
+- ``constants``, ``clock``, ``wording``, ``ports`` (``EventPublisher``, ``CredentialIssuer``).
 """
 
+from remote_batch_local.executor.accepted import AcceptedJob, AcceptedJobs
 from remote_batch_local.executor.batch_api import LocalBatchExecutor
 from remote_batch_local.executor.constants import (
     AWS_MIN_TIMEOUT_SECONDS,
@@ -60,11 +75,12 @@ from remote_batch_local.executor.constants import (
     REASON_TIMEOUT,
     SHUTDOWN_REASON,
     SHUTDOWN_UNSTARTED_REASON,
-    CredentialIssuer,
-    EventPublisher,
 )
-from remote_batch_local.executor.gateway import LocalBatchGateway
+from remote_batch_local.executor.gateway import BatchBackend, LocalBatchGateway
+from remote_batch_local.executor.job import BatchJob
 from remote_batch_local.executor.memory import host_note, job_memory_ceiling_mib
+from remote_batch_local.executor.ports import CredentialIssuer, EventPublisher
+from remote_batch_local.executor.readmission import PriorRun
 
 __all__ = [
     "AWS_MIN_TIMEOUT_SECONDS",
@@ -79,10 +95,15 @@ __all__ = [
     "REASON_TIMEOUT",
     "SHUTDOWN_REASON",
     "SHUTDOWN_UNSTARTED_REASON",
+    "AcceptedJob",
+    "AcceptedJobs",
+    "BatchBackend",
+    "BatchJob",
     "CredentialIssuer",
     "EventPublisher",
     "LocalBatchExecutor",
     "LocalBatchGateway",
+    "PriorRun",
     "host_note",
     "job_memory_ceiling_mib",
 ]

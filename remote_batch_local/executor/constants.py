@@ -1,16 +1,12 @@
-"""Constants, names and small helpers every part of the local executor shares."""
+"""The constants every part of the local executor shares, and its logger."""
 
 from __future__ import annotations
 
 import logging
-import time
-from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Protocol
 
 from functions.domain.log_lines import AWSLOGS_PART_BYTES
 from functions.domain.machine_classes import GIB
-from functions.ports import BatchSubmission
 
 # One logger for the whole package, by its public name (operators and tests filter on it).
 logger = logging.getLogger("remote_batch_local.executor")
@@ -45,12 +41,20 @@ LOG_EVENT_OVERHEAD_BYTES = 26
 # A longer line is shipped as several events of this many bytes, as Docker's awslogs driver does.
 LOG_LINE_MAX_BYTES = AWSLOGS_PART_BYTES
 LOG_PUT_ATTEMPTS = 3
+# While CloudWatch Logs answers ServiceUnavailableException (the local stack's state disk is full) a
+# job's batch is kept and tried again every LOG_UNAVAILABLE_RETRY_SECONDS; once the job exited, for at
+# most LOG_CLOSE_WAIT_SECONDS more (its billed time already stopped) before what is left is dropped.
+LOG_UNAVAILABLE_RETRY_SECONDS = 1.0
+LOG_CLOSE_WAIT_SECONDS = 30.0
 # How long to wait for the pipes to close after the worker exits (a daemonized grandchild may hold them).
 READER_JOIN_SECONDS = 2.0
 # The longest the scheduler sleeps at once: far-off deadlines are re-checked rather than waited for
 # (Condition.wait overflows beyond threading.TIMEOUT_MAX), and a scheduler error is retried after 1 s.
 MAX_WAIT_SECONDS = 3600.0
 SCHEDULER_RETRY_SECONDS = 1.0
+# How often (s) the scheduler, and a STARTING job's runner, look again at a state disk refusing writes
+# (the disk's own probes are rate-limited to about as often: ``state_disk.PROBE_INTERVAL_SECONDS``).
+DISK_RECHECK_SECONDS = 1.0
 # Memory kept for the local stack itself: a job's address space is capped at the host's available
 # memory at start less this share of its total (at least MEMORY_HEADROOM_MIN_MIB).
 MEMORY_HEADROOM_FRACTION = 0.125
@@ -70,47 +74,3 @@ DEFAULT_OUTPUT_LIMIT_BYTES = 10 * GIB
 
 QUEUED_STATUSES = frozenset({"SUBMITTED", "PENDING", "RUNNABLE"})
 FINAL_STATUSES = frozenset({"SUCCEEDED", "FAILED"})
-
-
-class CredentialIssuer(Protocol):
-    """Gives each job AWS credentials of its own (``remote_batch_local.iam.JobCredentials``)."""
-
-    def issue(self, batch_job_id: str, submission: BatchSubmission) -> dict[str, str]:
-        """The variables (``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``) of the job's credentials."""
-
-    def revoke(self, batch_job_id: str) -> None:
-        """Delete the job's credentials (once its processes are gone)."""
-
-
-class EventPublisher(Protocol):
-    """Where the executor sends its events (``EventBus``)."""
-
-    def publish(self, envelope: dict[str, Any]) -> None:
-        """Record and queue one envelope for delivery."""
-
-
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
-def _gib(mib: int) -> str:
-    gib = mib / 1024
-    return str(int(gib)) if gib >= 1 else f"{gib:.1f}"
-
-
-def _plural(count: int, word: str) -> str:
-    return f"{count} {word}" if count == 1 else f"{count} {word}s"
-
-
-def _join(parts: Sequence[str]) -> str:
-    return " and ".join(parts) if len(parts) <= 2 else f"{', '.join(parts[:-1])} and {parts[-1]}"
-
-
-def _exit_code(returncode: int) -> int:
-    """A container's exit code: a signal N shows as 128 + N, as Docker reports it."""
-    return 128 - returncode if returncode < 0 else returncode
-
-
-def _clamp_wait(seconds: float | None) -> float:
-    """A ``Condition.wait`` timeout: at most ``MAX_WAIT_SECONDS`` (None, "no deadline", too)."""
-    return MAX_WAIT_SECONDS if seconds is None else max(0.0, min(seconds, MAX_WAIT_SECONDS))

@@ -1,28 +1,51 @@
 """The Batch API surface of one geo zone: ``BatchGateway``'s SubmitJob, TerminateJob, DescribeJobs and
-ListJobs by name,
-and the zone's log streams."""
+ListJobs, ``FleetControl``'s queues and environments, and the zone's log streams; over any
+``BatchBackend`` (the executor)."""
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from botocore.exceptions import BotoCoreError, ClientError
 
 from functions.adapters.batch_detail import BatchJobDetail, to_state
 from functions.domain.jobs import BatchJobState
 from functions.ports import BatchSubmission, ComputeEnvironmentInfo, JobQueueInfo
-from remote_batch_local.executor.constants import (
-    logger,
-)
+from remote_batch_local.executor.constants import logger
+from remote_batch_local.executor.fleet import LocalFleet
+from remote_batch_local.executor.rate_limit import SubmitRateLimit
 
-if TYPE_CHECKING:
-    from remote_batch_local.executor.batch_api import LocalBatchExecutor
+
+class BatchBackend(Protocol):
+    """What a zone's gateway needs of the Batch compute behind it (``LocalBatchExecutor`` is one)."""
+
+    account: str
+    fleet: LocalFleet
+    submit_rate: SubmitRateLimit
+
+    def submit(self, gateway: LocalBatchGateway, submission: BatchSubmission) -> str:
+        """Queue ``submission`` in ``gateway``'s zone; its Batch job id."""
+
+    def terminate_job(self, batch_job_id: str, reason: str) -> None:
+        """TerminateJob."""
+
+    def describe(self, batch_job_ids: Sequence[str]) -> list[dict[str, Any]]:
+        """DescribeJobs' ``JobDetail`` of each known id."""
+
+    def find_job_by_name(self, region: str, job_queue: str, job_name: str) -> str | None:
+        """ListJobs by ``JOB_NAME``: the oldest such job's id."""
+
+    def list_jobs(self, array_job_id: str, job_status: str | None = None) -> list[dict[str, Any]]:
+        """ListJobs of an array's children."""
+
+    def wake(self) -> None:
+        """Let the scheduler look at the queue again."""
 
 
 class LocalBatchGateway:
-    """``BatchGateway`` and ``FleetControl`` of one geo zone, backed by the shared ``LocalBatchExecutor``.
+    """``BatchGateway`` and ``FleetControl`` of one geo zone, backed by the shared executor.
 
     Attributes
     ----------
@@ -34,7 +57,7 @@ class LocalBatchGateway:
         The AWS account id in ARNs.
     """
 
-    def __init__(self, executor: LocalBatchExecutor, region: str, log_group: str, logs: Any) -> None:
+    def __init__(self, executor: BatchBackend, region: str, log_group: str, logs: Any) -> None:
         self._executor = executor
         self.region = region
         self.log_group = log_group

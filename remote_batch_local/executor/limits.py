@@ -8,17 +8,11 @@ import os
 import resource
 import signal
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 import psutil
 
-from remote_batch_local.sandbox import (
-    namespace_members,
-)
-
-if TYPE_CHECKING:
-    from remote_batch_local.executor.job import _Job
-
+from remote_batch_local.executor.job import BatchJob
+from remote_batch_local.sandbox import namespace_members
 
 _PR_SET_PDEATHSIG = 1
 # Resolved once here: the forked child must not build ctypes objects before exec.
@@ -30,7 +24,7 @@ def _signal_group(pgid: int, signum: int) -> None:
         os.killpg(pgid, signum)
 
 
-def _signal_job(job: _Job, signum: int) -> None:
+def signal_job(job: BatchJob, signum: int) -> None:
     """Signal a running job's processes.
 
     SIGKILL: the sandbox's process group and its namespace init (the kernel then kills every process
@@ -52,7 +46,7 @@ def _signal_job(job: _Job, signum: int) -> None:
                     member.send_signal(signum)
 
 
-def _limit_worker(cpus: frozenset[int], memory_bytes: int, parent_pid: int) -> Callable[[], None]:
+def limit_worker(cpus: frozenset[int], memory_bytes: int, parent_pid: int) -> Callable[[], None]:
     """The ``preexec_fn`` of a worker: die with the executor, pin CPUs, cap the address space."""
 
     def apply() -> None:

@@ -12,10 +12,8 @@ from remote_batch_local.executor.constants import (
     MEMORY_HEADROOM_FRACTION,
     MEMORY_HEADROOM_MIN_MIB,
     MIB,
-    _gib,
-    _join,
-    _plural,
 )
+from remote_batch_local.executor.wording import gib_text, joined, plural
 
 
 def host_note(
@@ -33,13 +31,15 @@ def host_note(
         return None
     vcpus = min(submission.vcpus, host_vcpus)
     memory = min(submission.memory_mib, host_memory_mib)
-    needs = [_plural(submission.vcpus, "vCPU"), f"{_gib(submission.memory_mib)} GiB"]
-    gets = [_plural(vcpus, "vCPU"), f"{_gib(memory)} GiB"]
+    needs = [plural(submission.vcpus, "vCPU"), f"{gib_text(submission.memory_mib)} GiB"]
+    gets = [plural(vcpus, "vCPU"), f"{gib_text(memory)} GiB"]
     basis = f" ({memory_basis})" if memory_basis and memory < submission.memory_mib else ""
     if submission.gpus:
-        needs.append(_plural(submission.gpus, "GPU"))
-        return f"Machine class needs {_join(needs)}; this host runs it on CPU only, with {_join(gets)}{basis}"
-    return f"Machine class needs {_join(needs)}; this host runs it with {_join(gets)}{basis}"
+        needs.append(plural(submission.gpus, "GPU"))
+        return (
+            f"Machine class needs {joined(needs)}; this host runs it on CPU only, with {joined(gets)}{basis}"
+        )
+    return f"Machine class needs {joined(needs)}; this host runs it with {joined(gets)}{basis}"
 
 
 def job_memory_ceiling_mib(memory: Any = None) -> tuple[int, str]:

@@ -23,7 +23,7 @@ process tree (the sandbox process and its descendants) is counted instead.
 Threads count as pids.max counts them: each takes a pid from the host's ``kernel.pid_max`` (32,768 by
 default), which a thread bomb exhausts as surely as a fork bomb.
 
-While a bomb grows it stays on the job's vCPUs (CPU affinity, ``limits._limit_worker``; a job could
+While a bomb grows it stays on the job's vCPUs (CPU affinity, ``limits.limit_worker``; a job could
 widen its own, which needs no privilege, but a bomb does not), and with the kernel's autogroup
 scheduling (``kernel.sched_autogroup_enabled``, 1 on this project's build machines) the job's session
 shares a CPU fairly with the stack's, however many processes it has: the stack's health check
@@ -36,9 +36,17 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
+import threading
+import time
 from collections.abc import Set
 
 import psutil
+
+from remote_batch_local.executor.constants import FINAL_STATUSES, logger
+from remote_batch_local.executor.job import BatchJob
+from remote_batch_local.executor.limits import signal_job
+from remote_batch_local.executor.state import ExecutorState
 
 # The most tasks (processes plus threads) one job may hold at once on the local stack.
 #
@@ -113,3 +121,76 @@ def tree_task_count(pid: int) -> int:
         with contextlib.suppress(psutil.Error):
             count += max(1, _task_count(process.pid))
     return count
+
+
+def _counted(job: BatchJob) -> bool:
+    """Whether the watchdog counts ``job``'s tasks: its worker runs."""
+    return job.process is not None and not job.exited
+
+
+class ProcessLimitWatch:
+    """The ``process-limit`` thread: while jobs run, count every running job's tasks in one read of
+    ``/proc`` every ``PROCESS_CHECK_SECONDS`` (every ``PROCESS_CHECK_CLOSE_SECONDS`` while a job is
+    past half the limit) and kill a job past ``limit`` at once.
+
+    Parameters
+    ----------
+    state : ExecutorState
+        The executor's (its ``live`` jobs are counted; ``stopped`` ends the thread).
+    limit : int
+        The most tasks a job may hold (``PROCESS_LIMIT``).
+    """
+
+    def __init__(self, state: ExecutorState, limit: int) -> None:
+        self._state = state
+        self._limit = limit
+        self._thread = threading.Thread(target=self._watch, name="process-limit", daemon=True)
+
+    def start(self) -> None:
+        """Start the thread (it returns once the executor's state is ``stopped``)."""
+        self._thread.start()
+
+    def join(self, timeout: float) -> None:
+        """Wait at most ``timeout`` seconds for the thread to return."""
+        self._thread.join(timeout)
+
+    def _watch(self) -> None:
+        limit = self._limit
+        state = self._state
+        while True:
+            with state.cond:
+                state.cond.wait_for(lambda: state.stopped or any(_counted(job) for job in state.live))
+                if state.stopped:
+                    return
+                jobs = [
+                    (job, job.namespace, job.process.pid)
+                    for job in state.live
+                    if _counted(job) and job.process
+                ]
+            highest = 0
+            try:
+                counts = namespace_task_counts({ns for _, ns, _ in jobs if ns is not None})
+                for job, namespace, pid in jobs:
+                    count = counts.get(namespace, 0) if namespace is not None else tree_task_count(pid)
+                    if count > limit:
+                        self._over_limit(job, count)
+                    else:
+                        highest = max(highest, count)
+            except Exception:  # the next round retries; this thread must not die (no limit without it)
+                logger.exception("process count failed")
+            time.sleep(PROCESS_CHECK_CLOSE_SECONDS if highest * 2 > limit else PROCESS_CHECK_SECONDS)
+
+    def _over_limit(self, job: BatchJob, count: int) -> None:
+        """Kill ``job`` now (no grace: a fork bomb would use it to grow): it holds ``count`` tasks,
+        over its process limit. The runner then publishes it FAILED with the reason, exit code 137."""
+        reason = process_limit_reason(self._limit)
+        with self._state.cond:
+            if job.exited or job.status in FINAL_STATUSES:
+                return
+            logger.info("job over its limit batch_job_id=%s reason=%s tasks=%d", job.job_id, reason, count)
+            if job.termination_reason is None:
+                job.termination_reason = reason
+            job.last_log_line = f"{reason}: the job held {count} processes and threads; all were killed."
+            signal_job(job, signal.SIGKILL)
+            job.kill_at = None
+            self._state.cond.notify_all()

@@ -12,10 +12,10 @@ signal each other and each other's folders. So each warm worker is what a job's 
 started early: its own sandbox (``Sandbox.command``) over a fresh working directory, its own session (so
 its own process group), dying with the executor (``PR_SET_PDEATHSIG``), running ``python -u -m
 worker.warm``, which imports the worker, loads the S3 models and then blocks reading its assignment on
-stdin. When a job starts, ``_spawn_locked`` takes an idle warm worker, writes the job's environment (its
-``AWS_BATCH_JOB_ID``, array index, credentials, region...), CPU ids and address space limit to that pipe
-and closes it; the worker applies the limits to itself, replaces its environment (also what
-``/proc/<pid>/environ`` shows, written over the room its start left for it: process searches by
+stdin. When a job starts, ``WarmPool.take_locked`` takes an idle warm worker, writes the job's
+environment (its ``AWS_BATCH_JOB_ID``, array index, credentials, region...), CPU ids and address space
+limit to that pipe and closes it; the worker applies the limits to itself, replaces its environment
+(also what ``/proc/<pid>/environ`` shows, written over the room its start left for it: process searches by
 ``AWS_BATCH_JOB_ID`` find it), and runs the job as ``python -m worker`` would (``worker.warm``). The
 job's working directory is the one the worker's box was made over. A warm worker runs one job and exits:
 it is never reused, so nothing of one job reaches the next.
@@ -65,8 +65,10 @@ from pathlib import Path
 import psutil
 
 from remote_batch_local.executor.constants import MIB, logger
-from remote_batch_local.executor.job import _Job
-from remote_batch_local.executor.launch import JobLauncher, _new_workdir
+from remote_batch_local.executor.job import BatchJob
+from remote_batch_local.executor.launch import Launcher, new_workdir
+from remote_batch_local.executor.settings import ExecutorSettings
+from remote_batch_local.executor.state import ExecutorState
 from remote_batch_local.sandbox import (
     JOB_MARKER_VARIABLE,
     ProcessRegistry,
@@ -120,161 +122,178 @@ class _WarmWorker:
     init: psutil.Process | None = None
 
 
-class WarmPool(JobLauncher):
-    """Starts warm workers ahead of need and hands each to one job (see the module docstring)."""
+class WarmPool:
+    """Starts warm workers ahead of need and hands each to one job (see the module docstring).
 
-    # Set by ``_start_warm_pool`` (guarded by ``_cond``).
-    _warm_max: int
-    _warm_command: list[str] | None
-    _warm_idle: list[_WarmWorker]
-    _warm_closing: bool
-    _warm_failures: int
-    _warm_spawning: bool
-    _warm_registry: ProcessRegistry | None
-    _warm_thread: threading.Thread | None
+    Parameters
+    ----------
+    state, settings : ExecutorState, ExecutorSettings
+        The executor's (the pool's lists are guarded by ``state.cond``).
+    launcher : Launcher
+        Builds a box's environment and starts its process.
+    size : int
+        The most idle warm workers kept; 0, or a custom worker command (``settings.python`` None),
+        keeps no pool.
+    """
 
-    def _start_warm_pool(self, size: int, python: str | None) -> None:
-        """Start the pool thread keeping up to ``size`` idle workers, when the worker command is the
-        default one (``python`` given) and ``size`` > 0; otherwise keep no pool."""
-        self._warm_idle = []
-        self._warm_closing = False
-        self._warm_failures = 0
-        self._warm_spawning = False
-        self._warm_thread = None
-        self._warm_registry = (
-            ProcessRegistry(self._registry.directory / WARM_RECORDS) if self._registry is not None else None
-        )
-        self._warm_max = max(0, size) if python is not None else 0
-        self._warm_command = [python, "-u", "-m", WARM_MODULE] if python is not None else None
-        if self._warm_max:
-            self._warm_thread = threading.Thread(target=self._warm_loop, name="warm-pool", daemon=True)
-            self._warm_thread.start()
+    def __init__(
+        self, state: ExecutorState, settings: ExecutorSettings, launcher: Launcher, size: int
+    ) -> None:
+        self._state = state
+        self._settings = settings
+        self._launcher = launcher
+        self._idle: list[_WarmWorker] = []
+        self._closing = False
+        self._failures = 0
+        self._spawning = False
+        self._thread: threading.Thread | None = None
+        registry = settings.registry
+        self._registry = ProcessRegistry(registry.directory / WARM_RECORDS) if registry is not None else None
+        python = settings.python
+        self._max = max(0, size) if python is not None else 0
+        self._command = [python, "-u", "-m", WARM_MODULE] if python is not None else None
 
-    def _warm_target_locked(self) -> int:
+    @property
+    def size(self) -> int:
+        """The most idle warm workers it keeps now (0 once disabled)."""
+        return self._max
+
+    def start(self) -> None:
+        """Start the pool thread, if the pool keeps any worker."""
+        if self._max:
+            self._thread = threading.Thread(target=self._loop, name="warm-pool", daemon=True)
+            self._thread.start()
+
+    def _target_locked(self) -> int:
         """How many idle warm workers to keep now: one for each job that may start next (a free vCPU
         may take a job that comes now; a queued job takes a vCPU now or when one frees), at most
-        ``_warm_max`` and never more than the host's vCPUs (no more jobs run at once)."""
-        if self._warm_closing or self._closed:
+        the pool's size and never more than the host's vCPUs (no more jobs run at once)."""
+        state = self._state
+        if self._closing or state.closed:
             return 0
-        queued = len(self._runnable) + len(self._submitted)
-        return min(self._warm_max, self.vcpus, max(len(self._free_slots), queued))
+        queued = len(state.runnable) + len(state.submitted)
+        return min(self._max, self._settings.vcpus, max(len(state.free_slots), queued))
 
-    def _warm_loop(self) -> None:
+    def _loop(self) -> None:
         """The pool thread: start warm workers while fewer are idle than the target, drop dead ones;
         at the stop, let the idle ones go. Never raises: an error is logged and retried later."""
         while True:
             try:
-                if not self._warm_round():
+                if not self._round():
                     break
             except Exception:
                 logger.exception("warm pool error")
-                with self._cond:
-                    self._warm_spawning = False
-                    self._cond.notify_all()
-                    self._cond.wait(WARM_RETRY_SECONDS)
-        with self._cond:
-            idle, self._warm_idle = self._warm_idle, []
+                with self._state.cond:
+                    self._spawning = False
+                    self._state.cond.notify_all()
+                    self._state.cond.wait(WARM_RETRY_SECONDS)
+        with self._state.cond:
+            idle, self._idle = self._idle, []
         for worker in idle:
-            self._dismiss_warm(worker)
+            self._dismiss(worker)
         logger.info("warm pool stopped")
 
-    def _warm_round(self) -> bool:
+    def _round(self) -> bool:
         """Wait until a warm worker is wanted, then start one; False once the pool is stopping."""
-        with self._cond:
+        with self._state.cond:
             while True:
-                self._drop_dead_warm_locked()
-                if self._warm_closing:
+                self._drop_dead_locked()
+                if self._closing:
                     return False
-                if len(self._warm_idle) < self._warm_target_locked():
+                if len(self._idle) < self._target_locked():
                     break
-                self._cond.wait(WARM_CHECK_SECONDS)
-            self._warm_spawning = True  # a job starting now waits the moments this takes
+                self._state.cond.wait(WARM_CHECK_SECONDS)
+            self._spawning = True  # a job starting now waits the moments this takes
         try:
-            worker: _WarmWorker | None = self._start_warm_worker()
+            worker: _WarmWorker | None = self._start_worker()
         except Exception as exc:
             logger.warning("warm worker not started error=%s", exc)
             worker = None
-        with self._cond:
-            self._warm_spawning = False
-            self._cond.notify_all()
+        with self._state.cond:
+            self._spawning = False
+            self._state.cond.notify_all()
             if worker is None:
-                self._warm_failed_locked()
-                self._cond.wait(WARM_RETRY_SECONDS)
+                self._failed_locked()
+                self._state.cond.wait(WARM_RETRY_SECONDS)
                 return True
-            self._warm_idle.append(worker)
+            self._idle.append(worker)
         # Its namespace's init, for its record (a job that took it meanwhile records it itself).
-        init = namespace_init(worker.process.pid) if self.sandbox.kind is not SandboxKind.NONE else None
-        with self._cond:
+        init = (
+            namespace_init(worker.process.pid)
+            if self._settings.sandbox.kind is not SandboxKind.NONE
+            else None
+        )
+        with self._state.cond:
             worker.init = init
-            if worker in self._warm_idle and self._warm_registry is not None:
+            if worker in self._idle and self._registry is not None:
                 known = [p for p in (_process(worker.process.pid), init) if p is not None]
                 try:
-                    self._warm_registry.record(worker.token, worker.workdir, known)
+                    self._registry.record(worker.token, worker.workdir, known)
                 except OSError as exc:
                     logger.warning("warm worker processes not recorded token=%s error=%s", worker.token, exc)
         return True
 
-    def _await_warm_locked(self) -> None:
+    def await_spawning_locked(self) -> None:
         """While the pool is starting a warm worker (``Popen``: moments, not its warm-up), wait for it,
         at most ``WARM_SPAWN_WAIT_SECONDS``: a job starting now takes it rather than start cold."""
         deadline = time.monotonic() + WARM_SPAWN_WAIT_SECONDS
-        while self._warm_spawning and not self._warm_idle and not self._warm_closing:
+        while self._spawning and not self._idle and not self._closing:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return
-            self._cond.wait(remaining)
+            self._state.cond.wait(remaining)
 
-    def _start_warm_worker(self) -> _WarmWorker:
+    def _start_worker(self) -> _WarmWorker:
         """Start one warm worker in its box over a fresh folder, recorded (folder first) in the registry."""
-        assert self._warm_command is not None
+        assert self._command is not None
         token = f"{WARM_ID_PREFIX}{uuid.uuid4()}"
-        workdir = _new_workdir()
-        env = dict(self._worker_environment)
+        workdir = new_workdir()
+        env = dict(self._settings.worker_environment)
         env[JOB_MARKER_VARIABLE] = token
-        env = self._box_environment(env, workdir)
+        env = self._launcher.box_environment(env, workdir)
         env[WARM_ROOM_VARIABLE] = "." * WARM_ROOM_BYTES
-        if self._warm_registry is not None:
-            self._warm_registry.record(token, workdir)
-        ceiling = self.memory_mib * MIB
+        if self._registry is not None:
+            self._registry.record(token, workdir)
+        ceiling = self._settings.memory_mib * MIB
         hard = resource.getrlimit(resource.RLIMIT_AS)[1]
         if hard != resource.RLIM_INFINITY:
             ceiling = min(ceiling, hard)
-        cpus = frozenset(self._cpu_of_slot)
+        cpus = frozenset(self._settings.cpu_of_slot)
         try:
-            process = self._popen_in_box(
-                self._warm_command, workdir, env, stdin=subprocess.PIPE, cpus=cpus, memory_bytes=ceiling
+            process = self._launcher.popen_in_box(
+                self._command, workdir, env, stdin=subprocess.PIPE, cpus=cpus, memory_bytes=ceiling
             )
         except BaseException:
             _remove_folder(workdir)
-            if self._warm_registry is not None:
-                self._warm_registry.forget(token)
+            if self._registry is not None:
+                self._registry.forget(token)
             raise
         logger.debug("warm worker started token=%s pid=%d", token, process.pid)
         return _WarmWorker(token, process, workdir, startup_variables(env), _block_size(env))
 
-    def _drop_dead_warm_locked(self) -> None:
+    def _drop_dead_locked(self) -> None:
         """Remove idle warm workers whose process ended (logging what they printed)."""
-        for worker in [w for w in self._warm_idle if w.process.poll() is not None]:
-            self._warm_idle.remove(worker)
+        for worker in [w for w in self._idle if w.process.poll() is not None]:
+            self._idle.remove(worker)
             logger.warning(
                 "warm worker died before its job token=%s exit_status=%s output=%r",
                 worker.token,
                 worker.process.returncode,
                 _leftover_output(worker.process),
             )
-            self._dismiss_warm(worker)
-            self._warm_failed_locked()
+            self._dismiss(worker)
+            self._failed_locked()
 
-    def _warm_failed_locked(self) -> None:
-        self._warm_failures += 1
-        if self._warm_failures >= WARM_FAILURES_TO_DISABLE and self._warm_max:
+    def _failed_locked(self) -> None:
+        self._failures += 1
+        if self._failures >= WARM_FAILURES_TO_DISABLE and self._max:
             logger.warning(
                 "warm workers disabled after %d failures in a row: jobs start a fresh worker each",
-                self._warm_failures,
+                self._failures,
             )
-            self._warm_max = 0
+            self._max = 0
 
-    def _dismiss_warm(self, worker: _WarmWorker) -> None:
+    def _dismiss(self, worker: _WarmWorker) -> None:
         """Kill an idle warm worker (its box and namespace), then remove its folder and its record."""
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(worker.process.pid, signal.SIGKILL)
@@ -289,42 +308,36 @@ class WarmPool(JobLauncher):
                 with contextlib.suppress(OSError):
                     pipe.close()
         _remove_folder(worker.workdir)
-        if self._warm_registry is not None:
-            self._warm_registry.forget(worker.token)
+        if self._registry is not None:
+            self._registry.forget(worker.token)
 
-    def _stop_warm_pool(self, timeout: float) -> None:
+    def stop(self, timeout: float) -> None:
         """Stop the pool thread: the idle warm workers are killed and their folders removed."""
-        with self._cond:
-            self._warm_closing = True
-            self._cond.notify_all()
-        if self._warm_thread is not None:
-            self._warm_thread.join(timeout)
+        with self._state.cond:
+            self._closing = True
+            self._state.cond.notify_all()
+        if self._thread is not None:
+            self._thread.join(timeout)
 
-    def _spawn_locked(self, job: _Job, credentials: Mapping[str, str]) -> subprocess.Popen[bytes]:
-        """Hand ``job`` to an idle warm worker that fits it; else start its worker the usual way."""
-        process = self._assign_warm_locked(job, credentials)
-        return process if process is not None else super()._spawn_locked(job, credentials)
-
-    def _assign_warm_locked(
-        self, job: _Job, credentials: Mapping[str, str]
-    ) -> subprocess.Popen[bytes] | None:
+    def take_locked(self, job: BatchJob, credentials: Mapping[str, str]) -> subprocess.Popen[bytes] | None:
         """Write ``job``'s assignment to the first live idle warm worker whose start-up variables
         match its environment; returns that worker's process, or None when none could take it."""
-        cpus, memory_bytes = self._job_limits(job)
-        for worker in list(self._warm_idle):
+        cpus, memory_bytes = self._launcher.job_limits(job)
+        jobs_registry = self._settings.registry
+        for worker in list(self._idle):
             if worker.process.poll() is not None:
                 continue  # the pool thread drops it
-            env = self._environment(job, worker.workdir)
+            env = self._launcher.environment(job, worker.workdir)
             env.update(credentials)
             if startup_variables(env) != worker.startup or _block_size(env) > worker.block_size:
                 continue
-            self._warm_idle.remove(worker)
-            self._cond.notify_all()  # the pool starts a replacement
-            if self._registry is not None and self._warm_registry is not None:
+            self._idle.remove(worker)
+            self._state.cond.notify_all()  # the pool starts a replacement
+            if jobs_registry is not None and self._registry is not None:
                 # The job's record first: a crash between the two leaves both, never neither.
                 known = [p for p in (_process(worker.process.pid), worker.init) if p is not None]
-                self._registry.record(job.job_id, worker.workdir, known)
-                self._warm_registry.forget(worker.token)
+                jobs_registry.record(job.job_id, worker.workdir, known)
+                self._registry.forget(worker.token)
             assignment = {"environ": env, "cpus": sorted(cpus), "memoryBytes": memory_bytes}
             try:
                 assert worker.process.stdin is not None
@@ -334,11 +347,11 @@ class WarmPool(JobLauncher):
                 logger.warning(
                     "warm worker lost token=%s batch_job_id=%s error=%s", worker.token, job.job_id, exc
                 )
-                self._dismiss_warm(worker)  # it is dead or dying: no wait to speak of
-                if self._registry is not None:
-                    self._registry.forget(job.job_id)
+                self._dismiss(worker)  # it is dead or dying: no wait to speak of
+                if jobs_registry is not None:
+                    jobs_registry.forget(job.job_id)
                 continue
-            self._warm_failures = 0
+            self._failures = 0
             job.workdir = worker.workdir
             job.warm_token = worker.token
             logger.debug("job in a warm worker batch_job_id=%s token=%s", job.job_id, worker.token)

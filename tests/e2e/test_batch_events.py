@@ -5,11 +5,7 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Any
 
-import pytest
-
 from tests.e2e.conftest import Client, LocalStackProcess, wait_for
-
-pytestmark = pytest.mark.e2e
 
 EMITTED_ORDER = ["PENDING", "RUNNABLE", "STARTING", "RUNNING", "SUCCEEDED"]
 

@@ -75,6 +75,7 @@ def _cost(seconds: int) -> Decimal:
     return (Decimal(seconds) * RATE / 3600).quantize(Decimal("0.0001"), rounding=ROUND_HALF_UP)
 
 
+@pytest.mark.slow
 def test_dedicated_compute_lifecycle_charges_and_idle_stop(two_cpu_stack: LocalStackProcess) -> None:
     dev = two_cpu_stack.client("dev")
     spec = {"machineClass": "Basic1x8", "geoZone": "UnitedStates", "count": 1}
@@ -158,6 +159,7 @@ def test_dedicated_compute_lifecycle_charges_and_idle_stop(two_cpu_stack: LocalS
     wait_for(lambda: dev.get("/account/computes/lab").status_code == 404, 20, "compute lab to be deleted")
 
 
+@pytest.mark.slow
 def test_a_stop_ends_its_jobs_and_a_crash_bills_no_outage(two_cpu_stack: LocalStackProcess) -> None:
     dev = two_cpu_stack.client("dev")
     spec = {"machineClass": "Basic1x8", "geoZone": "UnitedStates", "count": 1}

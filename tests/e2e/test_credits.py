@@ -14,8 +14,6 @@ import requests
 
 from tests.e2e.conftest import Client, LocalStackProcess, wait_for
 
-pytestmark = pytest.mark.e2e
-
 SLEEPER = "import time; time.sleep(600)"
 # API.md's fields, and `unbilled` (this service's extension, CHANGELOG.md).
 # API.md's fields, plus the extensions: unbilled (issue 4), compute and note (dedicated compute, issue 16).
@@ -126,6 +124,7 @@ def test_time_constraint_terminates_and_charges_the_minimum(stack: LocalStackPro
     assert [(e["jobId"], _credits(e["credits"])) for e in charges] == [(done["jobId"], Decimal("1"))]
 
 
+@pytest.mark.slow
 def test_account_out_of_credits_then_top_up(stack: LocalStackProcess, admin: Client) -> None:
     # Given an account with 0.02 credits running two sleepers
     account_id = f"credits-{uuid.uuid4().hex[:12]}"

@@ -11,8 +11,6 @@ import pytest
 from functions.domain.machine_classes import MACHINE_CLASSES
 from tests.e2e.conftest import Client, LocalStackProcess
 
-pytestmark = pytest.mark.e2e
-
 BUCKETS = {"remote-batch-local-us-east-1": "us-east-1", "remote-batch-local-eu-central-1": "eu-central-1"}
 
 

@@ -18,8 +18,6 @@ from nbclient import NotebookClient
 
 from tests.e2e.conftest import REPO_ROOT, LocalStackProcess
 
-pytestmark = pytest.mark.e2e
-
 EXAMPLES = REPO_ROOT / "examples"
 
 
@@ -52,6 +50,7 @@ def run_example(name: str, env: dict[str, str], cwd: Path, *args: str) -> str:
     return done.stdout
 
 
+@pytest.mark.slow
 def test_digits_classifier(example_env: dict[str, str], tmp_path: Path) -> None:
     output = run_example("digits_classifier.py", example_env, tmp_path)
     match = re.search(r"accuracy (0\.\d{3}) on (\d+) held-out digits", output)
@@ -60,6 +59,7 @@ def test_digits_classifier(example_env: dict[str, str], tmp_path: Path) -> None:
     assert re.search(r"credits spent: \d", output)
 
 
+@pytest.mark.slow
 def test_mapped_function(example_env: dict[str, str], tmp_path: Path) -> None:
     output = run_example("mapped_function.py", example_env, tmp_path)
     assert "steps: [0, 1, 7, 2, 5, 8, 16, 3, 19, 6, 14, 9, 9, 17, 17, 4, 12, 20, 20, 7]" in output
@@ -74,6 +74,7 @@ def test_command_outputs(example_env: dict[str, str], tmp_path: Path) -> None:
     assert output.rstrip().endswith("rows: 10")
 
 
+@pytest.mark.slow
 def test_notebook(example_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
     for name, value in example_env.items():
         monkeypatch.setenv(name, value)  # the kernel inherits this process's environment

@@ -19,8 +19,6 @@ import requests
 
 from tests.local_stack import LocalStackProcess, free_port, wait_for
 
-pytestmark = pytest.mark.e2e
-
 DISK_BYTES = 48 * 1024 * 1024
 RESERVE_BYTES = 8 * 1024 * 1024
 SUBMITS = 40

@@ -6,11 +6,7 @@ import csv
 import io
 from decimal import Decimal
 
-import pytest
-
 from tests.e2e.conftest import Client, LocalStackProcess, wait_for, worker_processes
-
-pytestmark = pytest.mark.e2e
 
 DIGITS = """
 from sklearn.datasets import load_digits

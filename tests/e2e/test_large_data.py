@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import time
 
+import pytest
 import requests
 
 from tests.e2e.conftest import Client
@@ -12,6 +13,7 @@ from tests.e2e.conftest import Client
 MIB = 1024 * 1024
 
 
+@pytest.mark.slow
 def test_a_50_mb_input_goes_through_the_upload_route_and_the_job_reads_it(dev: Client) -> None:
     started = time.monotonic()
     # 50 MB of Python source: a 50 MB string literal; the job's result is its length and digest.

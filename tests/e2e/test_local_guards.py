@@ -22,8 +22,6 @@ import requests
 
 from tests.e2e.conftest import Client, LocalStackProcess, _free_port, wait_for
 
-pytestmark = pytest.mark.e2e
-
 PROCESS_LIMIT = 64
 MARKER = f"remote-batch-bomb-{uuid.uuid4().hex}"
 

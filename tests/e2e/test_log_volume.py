@@ -16,8 +16,6 @@ import pytest
 from tests.e2e.conftest import Client, LocalStackProcess, _free_port
 from tests.local_stack import StackSampler
 
-pytestmark = pytest.mark.e2e
-
 MIB = 1024 * 1024
 LOG_LIMIT = 48 * MIB
 OUTPUT_LIMIT = 16 * MIB
@@ -65,6 +63,7 @@ def limited_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalSta
     assert process.stop() == 0
 
 
+@pytest.mark.slow
 def test_a_job_printing_four_times_its_log_limit_is_ended_and_the_stack_stays_bounded(
     limited_stack: LocalStackProcess,
 ) -> None:

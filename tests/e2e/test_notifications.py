@@ -13,8 +13,6 @@ import pytest
 
 from tests.e2e.conftest import Client, LocalStackProcess, wait_for
 
-pytestmark = pytest.mark.e2e
-
 PHONE = "+15555550100"
 IDLE_SECONDS = 2.0
 STATUS_IN_SUBJECT = re.compile(r"\((\w+)\)$")
@@ -109,6 +107,7 @@ def test_account_without_phone_gets_email_and_sms_is_skipped(duplicating_stack: 
     ]
 
 
+@pytest.mark.slow
 def test_a_tiny_job_credits_used_threshold_does_not_flood(
     duplicating_stack: LocalStackProcess, ana: Client
 ) -> None:

@@ -17,8 +17,6 @@ import pytest
 
 from tests.e2e.conftest import LocalStackProcess, _free_port
 
-pytestmark = pytest.mark.e2e
-
 CONFIG = Path(__file__).with_name("schemathesis.toml")
 RUN_SECONDS = 240
 
@@ -32,6 +30,7 @@ def conformance_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Loca
     assert process.stop() == 0
 
 
+@pytest.mark.slow
 def test_schemathesis_all_checks_pass_on_the_served_document(conformance_stack):
     command = [
         str(Path(sys.executable).with_name("schemathesis")),

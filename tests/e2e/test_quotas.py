@@ -20,8 +20,6 @@ import pytest
 
 from tests.e2e.conftest import Client, LocalStackProcess, _free_port, wait_for
 
-pytestmark = pytest.mark.e2e
-
 FULL_SCALE = os.environ.get("REMOTE_BATCH_E2E_FULL") == "1"
 BURST_JOBS, BURST_THREADS, GATEWAY_TPS = (2000, 50, 50) if FULL_SCALE else (60, 4, 20)
 SLEEPING = {
@@ -93,6 +91,7 @@ def basic_us(client: Client) -> dict[str, Any]:
     return next(q for q in body["quotas"] if (q["family"], q["geoZone"]) == ("Basic", "UnitedStates"))
 
 
+@pytest.mark.slow
 def test_a_basic_quota_of_two_runs_two_at_a_time_in_submission_order(quota_stack: LocalStackProcess) -> None:
     client = new_account(
         quota_stack, "quota-two", {"quotas": [{"family": "Basic", "geoZone": "UnitedStates", "limit": 2}]}
@@ -135,6 +134,7 @@ def children_of(client: Client, job_id: str) -> list[dict[str, Any]]:
     return children
 
 
+@pytest.mark.slow
 def test_an_array_under_a_basic_quota_of_two_runs_two_children_at_a_time(
     quota_stack: LocalStackProcess,
 ) -> None:

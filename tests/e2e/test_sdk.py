@@ -24,8 +24,6 @@ from remote_batch import sdk
 from remote_batch.cli import app
 from tests.e2e.conftest import REPO_ROOT, LocalStackProcess
 
-pytestmark = pytest.mark.e2e
-
 PLOT = "import matplotlib.pyplot as plt\nfig, ax = plt.subplots(figsize=(4, 3))\nax.plot([1, 4, 9, 16])\nfig"
 
 

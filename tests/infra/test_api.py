@@ -9,8 +9,6 @@ import pytest
 
 from tests.infra.conftest import Synth
 
-pytestmark = pytest.mark.infra
-
 
 def _path_of(synth: Synth, resource_id: dict[str, Any]) -> str:
     """The full path of an AWS::ApiGateway::Resource (or "/" for the root)."""

@@ -16,8 +16,6 @@ from functions.domain.runtime import PYTHON_VERSIONS
 from infra import constants
 from tests.infra.conftest import Synth
 
-pytestmark = pytest.mark.infra
-
 GPU_FAMILIES = {"L40S": "g6e", "L4": "g6"}
 
 

@@ -19,8 +19,6 @@ import pytest
 
 from tests.infra.conftest import REPO_ROOT, SynthApp
 
-pytestmark = pytest.mark.infra
-
 ACKNOWLEDGMENTS = Path(__file__).with_name("checkov_acknowledgments.toml")
 CHECKOV = REPO_ROOT / "build" / "checkov" / "bin" / "checkov"
 CHECKOV_SECONDS = 180

@@ -13,8 +13,6 @@ import pytest
 
 from tests.infra.conftest import HOME_REGION, ZONE_REGIONS, Synth, SynthApp
 
-pytestmark = pytest.mark.infra
-
 MAX_TEMPLATE_BYTES = 1_000_000
 MAX_SYNTH_SECONDS = 60
 # W3005: CDK's normal explicit DependsOn pattern. W3010: the VPC's availability zones are explicit

@@ -11,8 +11,6 @@ from infra.config import ConfigError, DeploymentConfig
 from infra.naming import ZoneNames
 from tests.infra.conftest import REPO_ROOT
 
-pytestmark = pytest.mark.infra
-
 
 def _cdk_json_context(**overrides: Any) -> dict[str, Any]:
     context: dict[str, Any] = json.loads((REPO_ROOT / "cdk.json").read_text())["context"]

@@ -12,8 +12,6 @@ from functions.adapters.tables import ALL_TABLES, JOBS, TableSpec
 from infra import constants
 from tests.infra.conftest import Synth
 
-pytestmark = pytest.mark.infra
-
 
 def _table(synth: Synth, spec: TableSpec) -> dict[str, Any]:
     logical_id = synth.logical_id(synth.stack.data.tables[spec.logical_name])

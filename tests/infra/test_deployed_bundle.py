@@ -38,7 +38,7 @@ from functions.settings import Settings
 from infra import constants, lambda_bundle
 from tests.infra.conftest import Synth, check_compiled
 
-pytestmark = [pytest.mark.infra, pytest.mark.bundle]
+pytestmark = pytest.mark.bundle
 
 CHILD = Path(__file__).with_name("lambda_child.py")
 # Nothing from the dev, local or worker extras, nor the client package or the worker, may be

@@ -5,12 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import pytest
-
 from infra import constants
 from tests.infra.conftest import Synth
-
-pytestmark = pytest.mark.infra
 
 
 def _queue(synth: Synth, construct: Any) -> dict[str, Any]:

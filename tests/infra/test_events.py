@@ -9,8 +9,6 @@ from aws_cdk.assertions import Match
 
 from tests.infra.conftest import HOME_REGION, Synth, SynthApp
 
-pytestmark = pytest.mark.infra
-
 
 def _arn_of(synth: Synth, construct) -> dict[str, Any]:
     return {"Fn::GetAtt": [synth.logical_id(construct), "Arn"]}

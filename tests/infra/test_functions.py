@@ -13,8 +13,6 @@ from functions.settings import load_settings
 from infra import constants, lambda_bundle
 from tests.infra.conftest import REPO_ROOT, ZONE_REGIONS, Synth, check_compiled
 
-pytestmark = pytest.mark.infra
-
 HANDLERS = {
     "api": "functions.handlers.api.handler",
     "batch_events": "functions.handlers.batch_events.handler",
@@ -31,7 +29,7 @@ ENVIRONMENT = {
     "REMOTE_BATCH_COMPUTES_TABLE",
     "REMOTE_BATCH_COMPUTE_PREFIX",
     "REMOTE_BATCH_QUOTAS_TABLE",
-    # The dispatch queue and the dispatcher's SubmitJob pacing (functions/logic/dispatch.py).
+    # The dispatch queue and the dispatcher's SubmitJob pacing (functions/logic/dispatch_rules.py).
     "REMOTE_BATCH_DISPATCH_QUEUE_URL",
     "REMOTE_BATCH_DISPATCH_TPS",
     "REMOTE_BATCH_DISPATCH_CONCURRENCY",

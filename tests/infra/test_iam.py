@@ -12,8 +12,6 @@ import pytest
 from functions.domain.machine_classes import MACHINE_CLASSES
 from tests.infra.conftest import Synth, SynthApp
 
-pytestmark = pytest.mark.infra
-
 # Actions that read or write data: on Resource "*" they would reach every bucket or table.
 DATA_ACTION_PREFIXES = ("s3:", "dynamodb:", "sqs:SendMessage", "sqs:ReceiveMessage", "kms:Decrypt")
 

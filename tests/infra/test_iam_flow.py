@@ -38,7 +38,7 @@ from functions.adapters.dynamodb import DynamoJobStore
 from functions.adapters.tables import ALL_TABLES, create_table_request
 from functions.domain.jobs import Account
 from functions.domain.runtime import PYTHON_VERSIONS, job_definition_name
-from functions.logic import dispatch
+from functions.logic import dispatch_rules
 from infra import constants
 from tests.events import api_event, job_lifecycle, scheduled_event
 from tests.fakes import FakeLambdaContext
@@ -46,8 +46,6 @@ from tests.infra.cfn_resolver import MOTO_ACCOUNT_ID, ResolvedPolicy, TemplateRe
 from tests.infra.conftest import Synth, SynthApp
 from tests.infra.iam_authorizer import AuthorizationRequest, IamEnforcer
 from tests.infra.test_iam_lint import resolver_of
-
-pytestmark = pytest.mark.infra
 
 FUNCTIONS = ("api", "batch_events", "meter", "dispatcher")
 ACCOUNT = "alice"
@@ -256,7 +254,7 @@ class Lambdas:
 
     def _as(self, name: str) -> None:
         from functions import bootstrap
-        from functions.handlers import api
+        from functions.handlers.api import admin_once
 
         env = {
             **self._deployment.functions[name].environment,
@@ -271,7 +269,7 @@ class Lambdas:
         # A Lambda builds its clients once per cold start: here, once per function switch.
         bootstrap.install(None)
         bootstrap._from_environment.cache_clear()
-        self._monkeypatch.setattr(api, "_idempotent_submitters", {})
+        admin_once.IDEMPOTENT_RUNNERS.clear()
         self._enforcer.function = name
 
     def api(self, method: str, path: str, **kwargs: Any) -> tuple[int, Any]:
@@ -374,7 +372,7 @@ def run_flow(
             env["REMOTE_BATCH_ACCOUNTS_TABLE"],
             env["REMOTE_BATCH_LEDGER_TABLE"],
         )
-        # The first administrator's one-time seeding (README "Deploy"), not a Lambda's work.
+        # The first administrator's one-time seeding (docs/deploy.md), not a Lambda's work.
         store.create_account(Account(account_id=ACCOUNT, credit_balance=Decimal("0")), datetime.now(UTC))
         zones = json.loads(env["REMOTE_BATCH_ZONES"])
         us = zones["UnitedStates"]
@@ -660,7 +658,7 @@ def test_removing_one_statement_fails_the_flow_with_access_denied(
     def drop(function: str, statement: dict[str, Any]) -> bool:
         return function == "dispatcher" and "batch:TagResource" in statement.get("Action", [])
 
-    monkeypatch.setattr(dispatch, "backoff_seconds", lambda attempt: 0.0)
+    monkeypatch.setattr(dispatch_rules, "backoff_seconds", lambda attempt: 0.0)
     run = run_flow(deployment, monkeypatch, drop)
     denied = run.enforcer.denials()
     message = "\n".join(
@@ -672,7 +670,7 @@ def test_removing_one_statement_fails_the_flow_with_access_denied(
     # The submit is accepted (202); each SubmitJob the dispatcher tries is refused for the tag-on-create
     # authorization only, and the job waits admitted for the queue's next delivery, nothing charged.
     assert run.statuses["submit"] == 202 and run.job_id
-    assert [c.operation for c in denied] == ["batch:SubmitJob"] * dispatch.SUBMIT_ATTEMPTS
+    assert [c.operation for c in denied] == ["batch:SubmitJob"] * dispatch_rules.SUBMIT_ATTEMPTS
     assert {c.function for c in denied} == {"dispatcher"}
     assert {r.action for c in denied for r in c.denied} == {"batch:TagResource"}
     assert "get job" not in run.statuses

@@ -22,8 +22,6 @@ import pytest
 from tests.infra.cfn_resolver import TemplateResolver
 from tests.infra.conftest import Synth, SynthApp
 
-pytestmark = pytest.mark.infra
-
 ACKNOWLEDGMENTS = Path(__file__).with_name("iam_acknowledgments.toml")
 
 # Where each resource type keeps its policy document.

@@ -23,8 +23,6 @@ from infra.instance_offerings import (
 )
 from tests.infra.conftest import REPO_ROOT
 
-pytestmark = pytest.mark.infra
-
 EU_WEST_1 = {
     "homeRegion": "us-east-1",
     "geoZoneRegions": {"UnitedStates": "us-east-1", "EuropeanUnion": "eu-west-1"},
@@ -125,9 +123,9 @@ def test_bad_instance_pools_are_refused(instance_pools: dict[str, Any]) -> None:
         DeploymentConfig.from_context(_context(instancePools=instance_pools).get)
 
 
-def test_the_readme_examples_name_regions_that_offer_every_pool() -> None:
-    readme = (REPO_ROOT / "README.md").read_text()
-    examples = re.findall(r"geoZoneRegions=(\{[^}]*\})", readme)
+def test_the_deploy_guides_examples_name_regions_that_offer_every_pool() -> None:
+    guide = (REPO_ROOT / "docs" / "deploy.md").read_text()
+    examples = re.findall(r"geoZoneRegions=(\{[^}]*\})", guide)
 
     assert examples
     for example in examples:

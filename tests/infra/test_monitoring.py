@@ -9,8 +9,6 @@ from aws_cdk.assertions import Match
 
 from tests.infra.conftest import HOME_REGION, Synth, SynthApp
 
-pytestmark = pytest.mark.infra
-
 
 def _alarms(synth: Synth) -> dict[str, dict[str, Any]]:
     return {name: r["Properties"] for name, r in synth.resources("AWS::CloudWatch::Alarm").items()}
@@ -198,8 +196,8 @@ def test_jobs_the_meter_skipped_alarm(synth: Synth) -> None:
 def test_every_alarm_has_a_runbook_line() -> None:
     from pathlib import Path
 
-    readme = (Path(__file__).parents[2] / "README.md").read_text()
-    operations = readme.split("## Operations", 1)[1].split("\n## ", 1)[0]
+    guide = (Path(__file__).parents[2] / "docs" / "operations.md").read_text()
+    operations = guide.split("## Alarms", 1)[1].split("\n## ", 1)[0]
     for name in (
         "DeadLetterQueueDepth",
         "FunctionErrors",

@@ -19,8 +19,6 @@ import pytest
 from functions.adapters.tables import ALL_TABLES
 from tests.infra.conftest import SynthApp
 
-pytestmark = pytest.mark.infra
-
 _KEPT_ON_ROLLBACK = frozenset({"Retain", "Snapshot"})
 
 

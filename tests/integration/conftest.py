@@ -306,6 +306,8 @@ def finish(stack: Stack, job_id: str) -> None:
 class RecordingQueue:
     """A ``DispatchQueue`` that keeps what was sent."""
 
+    inline = False
+
     def __init__(self) -> None:
         self.sent: list[str] = []
         self.admissions: list[str] = []

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import json
 from decimal import Decimal
 
 import pytest
@@ -53,6 +55,45 @@ def test_usage_window_and_bad_times(stack):
         status, error = stack.api("GET", "/account/usage", query=query)
         assert status == 400, query
         assert error["error"]["field"] == field
+
+
+def test_usage_pages_by_limit_and_their_totals_add_up_to_the_period(stack):
+    # Given charges and grants in the ledger, read back two entries a page
+    jobs = [run_job(stack, seconds) for seconds in (30, 90, 120, 45)]
+    everything = stack.services.store.list_ledger("dev", None, None)
+    pages, token = [], None
+    while True:
+        status, page = stack.api(
+            "GET", "/account/usage", query={"limit": "2", **({"nextToken": token} if token else {})}
+        )
+        assert status == 200, page
+        assert len(page["entries"]) <= 2
+        pages.append(page)
+        token = page["nextToken"]
+        if token is None:
+            break
+
+    listed = [e["jobId"] for page in pages for e in page["entries"]]
+    assert listed == [e.job_id for e in everything]
+    assert set(jobs) <= set(listed)
+    assert sum((page["totalCharged"] for page in pages), Decimal(0)) == Decimal("5.5")
+    key = {"accountId": "dev", "entryId": "\ud800", "at": "0"}  # a lone surrogate DynamoDB cannot take
+    for token in ("e30=", base64.urlsafe_b64encode(json.dumps(key).encode()).decode()):
+        status, error = stack.api("GET", "/account/usage", query={"nextToken": token})
+        assert (status, error["error"]["field"]) == (400, "nextToken")
+
+
+def test_a_usage_token_of_another_account_is_refused(stack):
+    stack.add_account("other", "5")
+    run_job(stack, 30)
+    _, page = stack.api("GET", "/account/usage", query={"limit": "1"})
+    assert page["nextToken"]
+
+    status, error = stack.api(
+        "GET", "/account/usage", account_id="other", query={"nextToken": page["nextToken"]}
+    )
+
+    assert (status, error["error"]["field"]) == (400, "nextToken")
 
 
 def test_admin_grants_credits_with_a_grant_entry(stack):

@@ -10,7 +10,6 @@ from typing import Any
 import boto3
 import pytest
 
-import functions.handlers.api as api_package
 from functions.adapters.dynamodb.operations import DynamoOperationsStore
 from functions.adapters.tables import IDEMPOTENCY, create_table_request
 from functions.domain.errors import ConditionFailed
@@ -18,6 +17,7 @@ from functions.domain.fleet import AuditAction, AuditEntry
 from functions.domain.jobs import DispatchState
 from functions.domain.machine_classes import GeoZone
 from functions.domain.quotas import Family, QuotaKey, QuotaLimits
+from functions.handlers.api.admin_once import IDEMPOTENT_RUNNERS
 from tests.integration.conftest import Stack, finish
 
 ADMIN = {"account_id": "admin", "groups": "admin"}
@@ -74,7 +74,7 @@ def test_a_keyed_quota_change_retried_changes_once_with_one_audit_entry(stack: S
 
     # Even once the api's replay records are gone (after 24 h), the same request changes nothing again:
     # it finds the limits it asks for.
-    api_package._idempotent_submitters.clear()
+    IDEMPOTENT_RUNNERS.clear()
     dynamodb = boto3.client("dynamodb", region_name="us-east-1")
     dynamodb.delete_table(TableName=stack.settings.idempotency_table)
     dynamodb.create_table(**create_table_request(IDEMPOTENCY, stack.settings.idempotency_table))

@@ -11,7 +11,8 @@ import pytest
 
 from functions.domain.fair_share import share_identifier
 from functions.domain.machine_classes import GeoZone
-from functions.logic import dispatch
+from functions.logic import dispatch_rules
+from functions.logic.dispatch_rules import MAX_RECEIVES, SUBMIT_ATTEMPTS
 
 JOBS = "test-jobs"
 
@@ -160,14 +161,14 @@ def test_another_accounts_job_is_404(stack):
 def test_a_job_aws_batch_never_takes_ends_terminated_free(stack, monkeypatch):
     # POST /jobs no longer calls AWS Batch: the dispatcher does (here within the request, no queue),
     # retries what AWS Batch refuses for now and ends the job when it never takes it.
-    monkeypatch.setattr(dispatch, "backoff_seconds", lambda attempt: 0.0)
+    monkeypatch.setattr(dispatch_rules, "backoff_seconds", lambda attempt: 0.0)
     stack.batch[GeoZone.UNITED_STATES].fail = True
     balance = stack.balance("dev")
     status, job = stack.api("POST", "/jobs", body={"code": "1"})
     assert status == 202
     assert job["status"] == "Terminated"
     assert job["statusReason"] == (
-        f"AWS Batch did not accept the job after {dispatch.MAX_RECEIVES * dispatch.SUBMIT_ATTEMPTS} "
+        f"AWS Batch did not accept the job after {MAX_RECEIVES * SUBMIT_ATTEMPTS} "
         "attempts; nothing was charged"
     )
     assert job["creditsSpent"] == 0

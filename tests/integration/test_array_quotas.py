@@ -24,10 +24,12 @@ from functions.domain.jobs import BatchJobState, DispatchState, Job, PayloadKind
 from functions.domain.machine_classes import GeoZone
 from functions.domain.quotas import Demand, Family, QuotaKey, QuotaLimits
 from functions.domain.status import JobStatus
-from functions.logic import dispatch, submission
-from functions.logic.array_admission import nudge_array
+from functions.logic import dispatch, dispatch_rules, submission
+from functions.logic.array_dispatch import nudge_array
 from functions.logic.arrays import submit
+from functions.logic.dispatch_rules import DispatchOutcome
 from functions.logic.job_events import apply_job_state_change
+from functions.logic.quotas import admit_and_enqueue
 from functions.ports import BatchSubmission
 from remote_batch_local.dispatch_queue import LocalDispatchQueue
 from tests.events import array_child_lifecycle, job_lifecycle
@@ -110,6 +112,7 @@ def child_events(child: Child, *, succeeded: bool = True) -> list[dict[str, Any]
     )
 
 
+@pytest.mark.slow
 def test_an_array_under_a_quota_of_two_runs_two_children_at_a_time_and_gives_every_unit_back(
     stack: Stack,
 ) -> None:
@@ -246,7 +249,7 @@ def test_a_post_with_a_queue_answers_202_without_aws_batch_and_an_abort_before_d
     assert (parent["status"], parent["statusReason"]) == ("Queued", None)
     job_id = parent["jobId"]
     # The dispatcher admits the whole array (64 vCPUs free) as one span and enqueues it.
-    assert dispatch.admit_and_enqueue(stack.services, "dev") == [span_dispatch_id(job_id, 0)]
+    assert admit_and_enqueue(stack.services, "dev") == [span_dispatch_id(job_id, 0)]
     assert queued.sent == [span_dispatch_id(job_id, 0)]
     assert basic_us_line(stack) == (4, 0)
     # Aborted before the dispatcher's turn: every child ends free, AWS Batch never called.
@@ -259,9 +262,7 @@ def test_a_post_with_a_queue_answers_202_without_aws_batch_and_an_abort_before_d
         Decimal(0),
     )
     assert basic_us_line(stack) == (0, 0)
-    assert (
-        dispatch.dispatch_job(stack.services, span_dispatch_id(job_id, 0)) == dispatch.DispatchOutcome.SKIPPED
-    )
+    assert dispatch.dispatch_job(stack.services, span_dispatch_id(job_id, 0)) == DispatchOutcome.SKIPPED
     assert stack.batch[US].submissions == []
 
 
@@ -271,30 +272,30 @@ def test_a_span_claimed_by_a_dead_dispatcher_is_found_or_given_back_never_sent_t
     services = stack.services
     first = stack.api("POST", "/jobs", body=array_body(2))[1]["jobId"]
     second = stack.api("POST", "/jobs", body=array_body(3))[1]["jobId"]
-    dispatch.admit_and_enqueue(services, "dev")
+    admit_and_enqueue(services, "dev")
     # The first's dispatcher died after SubmitJob (its record lost); the second's before it.
     claimed = services.store.claim_span(first, 0, stack.clock())
     assert claimed is not None
     stack.batch[US].submit_job(dispatch_submission_of(stack, first))
     assert services.store.claim_span(second, 0, stack.clock()) is not None
     queued.sent.clear()
-    stack.clock.advance(dispatch.CLAIM_TIMEOUT.total_seconds() + 1)
+    stack.clock.advance(dispatch_rules.CLAIM_TIMEOUT.total_seconds() + 1)
     for job_id in (first, second):
         parent = job_of(stack, job_id)
         nudge_array(services, parent, stack.clock())
     recorded = job_of(stack, first)
     assert recorded.array_spans == (stack.batch[US].submitted_ids[0],) and recorded.array_queue == ()
     assert queued.sent == [span_dispatch_id(second, 0)]
-    assert dispatch.dispatch_job(services, span_dispatch_id(second, 0)) == dispatch.DispatchOutcome.SUBMITTED
+    assert dispatch.dispatch_job(services, span_dispatch_id(second, 0)) == DispatchOutcome.SUBMITTED
     assert [s.job_name for s in stack.batch[US].submissions] == [first, second]
 
 
 def dispatch_submission_of(stack: Stack, job_id: str) -> BatchSubmission:
     """The SubmitJob a dispatcher would send for the array's span at 0."""
-    from functions.logic.array_admission import _span_submission
+    from functions.logic.batch_submission import span_submission
 
     parent = job_of(stack, job_id)
-    return _span_submission(stack.services, parent, parent.array_queue[0])
+    return span_submission(stack.services, parent, parent.array_queue[0])
 
 
 def test_a_span_aws_batch_refuses_ends_the_children_not_submitted_and_frees_their_units(
@@ -302,7 +303,7 @@ def test_a_span_aws_batch_refuses_ends_the_children_not_submitted_and_frees_thei
 ) -> None:
     set_quota(stack, "Basic", 2)
     job_id = stack.api("POST", "/jobs", body=array_body(5))[1]["jobId"]
-    dispatch.admit_and_enqueue(stack.services, "dev")
+    admit_and_enqueue(stack.services, "dev")
     assert basic_us_line(stack) == (2, 3)
 
     def refuse(submission: BatchSubmission) -> str:
@@ -310,11 +311,11 @@ def test_a_span_aws_batch_refuses_ends_the_children_not_submitted_and_frees_thei
 
     monkeypatch.setattr(stack.batch[US], "submit_job", refuse)
     outcome = dispatch.dispatch_job(stack.services, span_dispatch_id(job_id, 0))
-    assert outcome == dispatch.DispatchOutcome.ENDED
+    assert outcome == DispatchOutcome.ENDED
     stored = job_of(stack, job_id)
     assert (stored.status, stored.status_reason) == (
         JobStatus.TERMINATED,
-        f"5 of 5 children terminated (first: index 0, {dispatch.REFUSED_REASON})",
+        f"5 of 5 children terminated (first: index 0, {dispatch_rules.REFUSED_REASON})",
     )
     assert stored.credits_spent == Decimal(0)
     assert basic_us_line(stack) == (0, 0)
@@ -327,6 +328,7 @@ ARRAYS = 8
 SINGLES = 12
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("admission", ["inline", "dispatcher"])
 def test_concurrent_arrays_and_single_jobs_never_exceed_the_limit_nor_leave_anything_held(
     stack: Stack, one_request_at_a_time: None, admission: str
@@ -524,7 +526,7 @@ def test_a_held_array_whose_record_is_gone_does_not_hold_back_its_key(stack: Sta
     boto3.client("dynamodb", region_name="us-east-1").delete_item(
         TableName="test-jobs", Key={"jobId": {"S": array}}
     )
-    assert dispatch.admit_and_enqueue(stack.services, "dev") == [single]
+    assert admit_and_enqueue(stack.services, "dev") == [single]
 
 
 def test_the_meters_backstop_admits_and_enqueues_an_array_whose_admission_request_was_lost(

@@ -16,7 +16,7 @@ from functions.domain.jobs import BatchJobState, Job, JobType, PayloadKind
 from functions.domain.machine_classes import GeoZone
 from functions.domain.quotas import Family, QuotaKey, QuotaLimits
 from functions.domain.status import JobStatus
-from functions.logic import arrays, dispatch, queries
+from functions.logic import arrays, dispatch_rules, queries
 from functions.logic.submission import JobRequest, abort_job, get_owned_job
 from functions.ports import BatchSubmission
 from tests.events import array_child_lifecycle, batch_event
@@ -171,7 +171,7 @@ def test_a_refused_span_leaves_nothing_behind(stack):
     assert gateway.terminations == []
     page = arrays.list_children(stack.services, "dev", parent.job_id, status=None, limit=10, next_token=None)
     assert [(c.status, c.status_reason, c.credits_spent) for c in page.jobs[2:]] == [
-        (JobStatus.TERMINATED, dispatch.REFUSED_REASON, Decimal(0))
+        (JobStatus.TERMINATED, dispatch_rules.REFUSED_REASON, Decimal(0))
     ] * 2
     # The first span's children end: the array ends with the refusal as its first terminated child's.
     for event in run_children(stack, stored, {0: 30, 1: 30}):
@@ -179,7 +179,7 @@ def test_a_refused_span_leaves_nothing_behind(stack):
     final = stack.services.store.get_job(parent.job_id)
     assert (final.status, final.status_reason) == (
         JobStatus.TERMINATED,
-        f"2 of 4 children terminated (first: index 2, {dispatch.REFUSED_REASON})",
+        f"2 of 4 children terminated (first: index 2, {dispatch_rules.REFUSED_REASON})",
     )
     assert sorted(charges(stack)) == [f"{parent.job_id}:0", f"{parent.job_id}:1"]
     usage = stack.services.store.get_quota_usage("dev")
@@ -253,6 +253,7 @@ def test_the_span_array_jobs_own_events_never_decide_the_parent(stack):
     assert (stored.status, stored.child_status_counts) == (JobStatus.QUEUED, {"Queued": 2})
 
 
+@pytest.mark.slow
 def test_every_event_replayed_duplicated_and_reversed_changes_nothing(stack):
     parent = submit(stack, list(range(20)))
     for i in range(20):
@@ -462,6 +463,7 @@ def count_requests(stack: Any) -> list[str]:
     return calls
 
 
+@pytest.mark.slow
 def test_a_meter_tick_costs_the_same_with_or_without_finished_children(stack):
     parent = submit(stack, list(range(30)))
     span = parent.array_spans[0]

@@ -13,7 +13,6 @@ import boto3
 import pytest
 from botocore.stub import Stubber
 
-import functions.handlers.api as api_package
 from functions.adapters.batch_fleet import AwsBatchFleet
 from functions.adapters.dynamodb.operations import DynamoOperationsStore
 from functions.adapters.tables import IDEMPOTENCY, create_table_request
@@ -21,6 +20,7 @@ from functions.domain.errors import BatchRefused, ConditionFailed, DependencyFai
 from functions.domain.fleet import AuditAction, AuditEntry, ClassAvailability, disabled, enabled
 from functions.domain.jobs import DispatchState, LedgerEntry, LedgerKind
 from functions.domain.machine_classes import GeoZone
+from functions.handlers.api.admin_once import IDEMPOTENT_RUNNERS
 from tests.events import QUEUE_ARN
 from tests.fakes import FakeLambdaContext
 from tests.integration.conftest import RecordingQueue, Stack, sqs_event
@@ -268,7 +268,7 @@ def test_a_keyed_grant_credits_once_with_one_audit_entry(stack: Stack) -> None:
     assert stack.balance("dev") == Decimal("10000.0001")
     # Even once the api's replay records are gone (after 24 h), the same key never credits again: the
     # grant's ledger id is derived from (admin, account, key).
-    api_package._idempotent_submitters.clear()
+    IDEMPOTENT_RUNNERS.clear()
     boto3.client("dynamodb", region_name="us-east-1").delete_table(TableName=stack.settings.idempotency_table)
     boto3.client("dynamodb", region_name="us-east-1").create_table(
         **create_table_request(IDEMPOTENCY, stack.settings.idempotency_table)

@@ -21,6 +21,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -30,12 +31,17 @@ import pytest
 from botocore.exceptions import ClientError
 from moto.server import ThreadedMotoServer
 
+from functions.adapters.batch_detail import BatchJobDetail, to_state
+from functions.domain.batch_reasons import LOCAL_HOST_LOST_REASON
+from functions.domain.credits import settle_charge
 from functions.domain.errors import DependencyFailed
 from functions.ports import BatchSubmission
 from remote_batch_local.bus import EventBus
-from remote_batch_local.executor import LocalBatchExecutor
+from remote_batch_local.events import BatchAttempt
+from remote_batch_local.executor import AcceptedJob, AcceptedJobs, LocalBatchExecutor, PriorRun
 from remote_batch_local.recovery import remove_leftover_jobs
 from remote_batch_local.sandbox import ProcessRegistry, Sandbox, SandboxKind, kill_marked_processes
+from remote_batch_local.state_disk import DiskCondition, DiskStatus, StateDisk, StateDiskUnavailable
 
 REGION = "eu-central-1"
 LOG_GROUP = "/remote-batch/jobs"
@@ -73,6 +79,8 @@ FAKE_WORKER = textwrap.dedent(
         sys.stdout.flush()
     for i in range(int(os.environ.get("LINES", "1"))):
         print("line", i)
+    if os.environ.get("SHOW_ATTEMPT"):
+        print("attempt", os.environ["AWS_BATCH_JOB_ATTEMPT"])
     if os.environ.get("STDERR"):
         print("oops", file=sys.stderr)
     if os.environ.get("OPERATOR_NOTE"):
@@ -1131,3 +1139,245 @@ def test_fair_share_queues_need_a_share_identifier_and_a_computes_queue_takes_no
         stack.gateway.submit_job(
             dataclasses.replace(_submission(), job_queue="rb-cmp-fifo", share_identifier="acct1")
         )
+
+
+# -- issue 22 item 8: accepted jobs kept on disk and taken back after a crash ----------------------
+
+
+def test_an_accepted_job_is_on_disk_before_submit_job_answers(make_stack, tmp_path):
+    # Given an executor that keeps its accepted jobs
+    accepted = AcceptedJobs(tmp_path / "accepted.jsonl")
+    stack = make_stack(accepted=accepted)
+    submission = _submission(SLEEP="30")
+
+    # When a job and an array job are submitted
+    single = stack.gateway.submit_job(submission)
+    array = stack.gateway.submit_job(dataclasses.replace(submission, array_size=3))
+
+    # Then both are recorded, with their zone, createdAt and the whole submission
+    records = AcceptedJobs(accepted.path).load()
+    assert [(r.job_id, r.region, r.log_group, r.submission) for r in records] == [
+        (single, REGION, LOG_GROUP, submission),
+        (array, REGION, LOG_GROUP, dataclasses.replace(submission, array_size=3)),
+    ]
+    created = stack.delivered.wait_for(single, "RUNNABLE")["detail"]["createdAt"]
+    assert records[0].created_at_ms == created
+    # and forgetting one keeps the other, whole
+    accepted.forget({single})
+    assert [r.job_id for r in accepted.load()] == [array]
+
+
+def test_a_cut_last_record_is_no_job_and_the_next_record_starts_a_line(tmp_path):
+    path = tmp_path / "accepted.jsonl"
+    record = AcceptedJob("id-1", REGION, LOG_GROUP, 1, _submission())
+    path.write_text(record.to_line() + "\n" + record.to_line()[:40])
+    accepted = AcceptedJobs(path)
+    accepted.record(dataclasses.replace(record, job_id="id-2"))
+    assert [r.job_id for r in accepted.load()] == ["id-1", "id-2"]
+
+
+def test_a_readmitted_job_runs_as_its_next_attempt_with_its_attempts(make_stack, logs):
+    # Given a job the last run accepted, whose first attempt was lost to a crash
+    stack = make_stack()
+    lost = BatchAttempt(None, "s", "t", 1_000, 2_000, LOCAL_HOST_LOST_REASON)
+    record = AcceptedJob(str(uuid.uuid4()), REGION, LOG_GROUP, 500, _submission(SHOW_ATTEMPT="1"))
+
+    # When the new executor takes it back
+    stack.executor.readmit(record, {record.job_id: PriorRun(status="RUNNING", attempts=(lost,))})
+
+    # Then it runs under its own id as attempt 2, and its events carry both attempts
+    final = stack.delivered.wait_for(record.job_id, "SUCCEEDED")["detail"]
+    assert final["createdAt"] == 500
+    assert [a["statusReason"] for a in final["attempts"]] == [
+        LOCAL_HOST_LOST_REASON,
+        "Essential container in task exited",
+    ]
+    assert "attempt 2" in _log_messages(logs, final["container"]["logStreamName"])
+    assert stack.executor.status_of(record.job_id) == "SUCCEEDED"
+
+
+def test_a_readmitted_job_whose_attempts_are_spent_fails_at_once_with_the_reason(make_stack):
+    stack = make_stack()
+    lost = tuple(
+        BatchAttempt(None, "s", "t", n * 1_000, n * 1_000 + 500, LOCAL_HOST_LOST_REASON) for n in (1, 2, 3)
+    )
+    record = AcceptedJob(str(uuid.uuid4()), REGION, LOG_GROUP, 500, _submission())
+
+    stack.executor.readmit(
+        record, {record.job_id: PriorRun(status="RUNNING", attempts=lost, end_reason=LOCAL_HOST_LOST_REASON)}
+    )
+
+    final = stack.delivered.wait_for(record.job_id, "FAILED")["detail"]
+    assert stack.delivered.statuses(record.job_id) == ["FAILED"]  # it never ran again
+    assert (final["statusReason"], final["startedAt"], final["stoppedAt"]) == (
+        LOCAL_HOST_LOST_REASON,
+        3_000,
+        3_500,
+    )
+    assert len(final["attempts"]) == 3
+
+
+def test_a_readmitted_array_runs_its_unfinished_children_and_keeps_the_ended_ones(make_stack):
+    # Given an array of three: child 0 succeeded before the crash, child 1 was running, child 2 waited
+    stack = make_stack()
+    record = AcceptedJob(
+        str(uuid.uuid4()), REGION, LOG_GROUP, 500, dataclasses.replace(_submission(), array_size=3)
+    )
+    ended = {"jobId": f"{record.job_id}:0", "status": "SUCCEEDED", "stoppedAt": 900}
+    lost = BatchAttempt(None, "s", "t", 600, 800, LOCAL_HOST_LOST_REASON)
+    prior = {
+        f"{record.job_id}:0": PriorRun(status="SUCCEEDED", detail=ended),
+        f"{record.job_id}:1": PriorRun(status="RUNNING", attempts=(lost,)),
+    }
+
+    # When the new executor takes it back
+    stack.executor.readmit(record, prior)
+
+    # Then children 1 and 2 run (1 as its second attempt), child 0 sends nothing again, and the parent
+    # succeeds by its children
+    parent = stack.delivered.wait_for(record.job_id, "SUCCEEDED")["detail"]
+    assert parent["arrayProperties"]["statusSummary"]["SUCCEEDED"] == 3
+    assert stack.delivered.statuses(f"{record.job_id}:0") == []
+    child = stack.delivered.wait_for(f"{record.job_id}:1", "SUCCEEDED")["detail"]
+    assert [a["statusReason"] for a in child["attempts"]] == [
+        LOCAL_HOST_LOST_REASON,
+        "Essential container in task exited",
+    ]
+    assert len(stack.delivered.wait_for(f"{record.job_id}:2", "SUCCEEDED")["detail"]["attempts"]) == 1
+    assert stack.executor.describe([f"{record.job_id}:0"]) == [ended]
+
+
+def test_submit_job_is_refused_and_nothing_queued_while_the_state_disk_takes_no_writes(make_stack, tmp_path):
+    # Given an executor whose accepted-jobs file is on a full filesystem (below the reserve)
+    def full(path):
+        return os.statvfs_result((4096, 1, 0, 0, 0, 0, 0, 0, 0, 255))
+
+    accepted = AcceptedJobs(tmp_path / "accepted.jsonl", StateDisk(tmp_path, 1000, statvfs=full))
+    stack = make_stack(accepted=accepted)
+
+    # When a job is submitted, then it is refused with the disk's reason, and nothing was kept or queued
+    submission = _submission()
+    with pytest.raises(DependencyFailed, match="full"):
+        stack.gateway.submit_job(submission)
+    assert not accepted.path.exists()
+    assert stack.executor.find_job_by_name(REGION, submission.job_queue, submission.job_name) is None
+    assert stack.delivered.envelopes == []
+
+
+# -- a state disk that refuses writes (issue 22 item 7) ------------------------------------------------
+class _SwitchedDisk:
+    """A state disk (``StateDisk`` over tmp_path) whose ``statvfs`` says full while ``full`` is set;
+    every look the executor takes is counted (``looks``)."""
+
+    def __init__(self, home: Path) -> None:
+        self.full = False
+        self.looks = 0
+        self.disk = StateDisk(home, 1000, statvfs=self._statvfs, probe_interval=0.0)
+
+    def _statvfs(self, path: Path) -> os.statvfs_result:
+        self.looks += 1
+        free = 0 if self.full else 1 << 20
+        return os.statvfs_result((4096, 1, 0, 0, free, 0, 0, 0, 0, 255))
+
+
+def _basic_charge(final: dict[str, Any]) -> Decimal:
+    """What the service charges for a Basic1x8 job (60 credits an hour, 60 s minimum) on its final
+    event: the final attempt's Running time only (``settle_charge``)."""
+    state = to_state(BatchJobDetail.model_validate(final["detail"]), final["detail"]["stoppedAt"])
+    return settle_charge(state.running_ms, Decimal(60), None, Decimal(1000)).credits
+
+
+def test_a_job_queued_while_the_state_disk_refuses_writes_stays_runnable_and_starts_once_it_takes_them(
+    make_stack, logs, tmp_path, monkeypatch
+):
+    monkeypatch.setattr("remote_batch_local.executor.scheduler.DISK_RECHECK_SECONDS", 0.05)
+    # Given a full state disk
+    switched = _SwitchedDisk(tmp_path)
+    switched.full = True
+    stack = make_stack(disk=switched.disk)
+
+    # When a job is submitted, it is queued and stays RUNNABLE while the scheduler looks again
+    job_id = stack.gateway.submit_job(_submission())
+    stack.delivered.wait_for(job_id, "RUNNABLE")
+    looked = switched.looks
+    assert _eventually(lambda: switched.looks >= looked + 2)
+    assert stack.delivered.statuses(job_id) == ["PENDING", "RUNNABLE"]
+    assert stack.executor.describe([job_id])[0]["status"] == "RUNNABLE"
+
+    # When space returns, it starts by itself and runs once, charged for its own Running time only
+    freed_at_ms = int(time.time() * 1000)
+    switched.full = False
+    final = stack.delivered.wait_for(job_id, "SUCCEEDED")
+    assert stack.delivered.statuses(job_id) == [
+        "PENDING", "RUNNABLE", "STARTING", "RUNNING", "SUCCEEDED"
+    ]  # fmt: skip
+    assert final["detail"]["startedAt"] >= freed_at_ms
+    assert len(final["detail"]["attempts"]) == 1
+    assert _basic_charge(final) == Decimal("1.00")  # the 60-second minimum: the wait cost nothing
+    assert _log_messages(logs, final["detail"]["container"]["logStreamName"])[-1] == "ready"
+
+
+class _RefusingLogs:
+    """A logs client whose CreateLogStream meets a state disk that filled after the scheduler's check
+    (``StateDiskUnavailable``, as the in-process client raises it) while ``full`` is set."""
+
+    def __init__(self, inner: Any, home: Path) -> None:
+        self._inner = inner
+        self._status = DiskStatus(DiskCondition.FULL, home, 0, 1000)
+        self.full = True
+        self.refused = 0
+
+    def create_log_stream(self, **kwargs: str) -> Any:
+        if self.full:
+            self.refused += 1
+            raise StateDiskUnavailable(self._status)
+        return self._inner.create_log_stream(**kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+def test_a_job_whose_log_stream_the_full_disk_refuses_waits_starting_uncharged_then_runs(
+    make_stack, moto_endpoint, logs, tmp_path, monkeypatch
+):
+    monkeypatch.setattr("remote_batch_local.executor.runner.DISK_RECHECK_SECONDS", 0.02)
+    stack = make_stack()
+    refusing = _RefusingLogs(_logs_client(moto_endpoint, REGION), tmp_path)
+    stack.gateway.logs = refusing
+
+    # When a job starts while its log stream cannot be made, it waits STARTING: no worker, no charge
+    job_id = stack.gateway.submit_job(_submission())
+    stack.delivered.wait_for(job_id, "STARTING")
+    assert _eventually(lambda: refusing.refused >= 3)
+    assert stack.delivered.statuses(job_id)[-1] == "STARTING"
+    assert _fake_workers() == []
+
+    # Then, once the disk takes writes, it runs its one attempt and its log is complete
+    refusing.full = False
+    final = stack.delivered.wait_for(job_id, "SUCCEEDED")
+    assert stack.delivered.statuses(job_id)[-3:] == ["STARTING", "RUNNING", "SUCCEEDED"]
+    assert len(final["detail"]["attempts"]) == 1
+    assert _basic_charge(final) == Decimal("1.00")
+    assert _log_messages(logs, final["detail"]["container"]["logStreamName"]) == ["line 0", "ready"]
+
+
+def test_a_job_terminated_while_it_waits_for_the_state_disk_fails_without_running_and_is_free(
+    make_stack, moto_endpoint, tmp_path, monkeypatch
+):
+    monkeypatch.setattr("remote_batch_local.executor.runner.DISK_RECHECK_SECONDS", 0.02)
+    stack = make_stack()
+    refusing = _RefusingLogs(_logs_client(moto_endpoint, REGION), tmp_path)
+    stack.gateway.logs = refusing
+    job_id = stack.gateway.submit_job(_submission())
+    stack.delivered.wait_for(job_id, "STARTING")
+    assert _eventually(lambda: refusing.refused >= 1)
+
+    stack.gateway.terminate_job(job_id, "Terminated by the user")
+
+    final = stack.delivered.wait_for(job_id, "FAILED")
+    assert final["detail"]["statusReason"] == "Terminated by the user"
+    assert "RUNNING" not in stack.delivered.statuses(job_id)
+    assert _basic_charge(final) == Decimal("0")
+    # Its vCPU is free again: the next job starts once the disk takes writes
+    refusing.full = False
+    stack.delivered.wait_for(stack.gateway.submit_job(_submission()), "SUCCEEDED")

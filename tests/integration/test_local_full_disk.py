@@ -29,6 +29,8 @@ from functions.domain.errors import DependencyFailed
 from functions.ports import OutgoingNotification
 from remote_batch_local.bus import EventBus
 from remote_batch_local.dispatch_queue import LocalDispatchQueue
+from remote_batch_local.executor.constants import LOG_EVENT_OVERHEAD_BYTES
+from remote_batch_local.executor.logs import LogShipper, dropped_lines_note
 from remote_batch_local.files import write_bytes_atomic
 from remote_batch_local.gateway import ApiGateway
 from remote_batch_local.journal import IN_PROCESS, Journal, JournalingApp
@@ -488,3 +490,77 @@ def test_a_dispatch_that_fails_while_the_disk_refuses_writes_waits_instead_of_de
 
     assert deliveries == [["job-1"]] * 5
     assert queue.stats().dead_letters == 0
+
+
+# -- the executor's log shipping ------------------------------------------------------------------------
+def _shipper_on_full_disk(
+    home: Path, monkeypatch: pytest.MonkeyPatch, code: int, store: LogStore
+) -> tuple[FaultyDisk, Any, LogShipper]:
+    """A job's ``LogShipper`` over the in-process logs client, its stream made, on a disk that fills."""
+    monkeypatch.setattr("remote_batch_local.executor.logs.LOG_UNAVAILABLE_RETRY_SECONDS", 0.01)
+    faulty = FaultyDisk(home, monkeypatch, code)
+    store._disk = faulty.disk
+    client = boto3.client("logs", region_name=REGION)
+    client.create_log_stream(logGroupName=GROUP, logStreamName="job")
+    return faulty, client, LogShipper(InProcessLogs(client, "123456789012", REGION), GROUP, "job", "job-1")
+
+
+def _stream_messages(client: Any) -> list[str]:
+    events = client.get_log_events(logGroupName=GROUP, logStreamName="job", startFromHead=True)["events"]
+    return [e["message"] for e in events]
+
+
+@KIND
+def test_log_lines_shipped_while_the_disk_refuses_writes_are_kept_and_shipped_once_it_takes_them(
+    home: Path, monkeypatch: pytest.MonkeyPatch, code: int, log_store: tuple[LogStore, list[FaultyDisk]]
+) -> None:
+    faulty, client, shipper = _shipper_on_full_disk(home, monkeypatch, code, log_store[0])
+    shipper.append("before")
+    assert _eventually_true(lambda: shipper.shipped == 1)
+
+    # When the disk fills and the job goes on printing, its lines wait in the buffer, none lost
+    faulty.fill()
+    for i in range(5):
+        shipper.append(f"during {i}")
+    assert _eventually_true(lambda: shipper._unavailable)
+    assert _stream_messages(client) == ["before"]
+
+    # Then, once space returns, they are shipped in order before the ones printed after
+    faulty.free()
+    shipper.append("after")
+    shipper.close()
+    assert _stream_messages(client) == ["before", *(f"during {i}" for i in range(5)), "after"]
+
+
+def test_log_lines_past_the_buffer_while_the_disk_is_full_are_dropped_and_the_log_says_so_once(
+    home: Path, monkeypatch: pytest.MonkeyPatch, log_store: tuple[LogStore, list[FaultyDisk]]
+) -> None:
+    # Given a shipper holding at most about 3 lines, whose store is unavailable (a full disk)
+    monkeypatch.setattr(
+        "remote_batch_local.executor.logs.LOG_BUFFER_BYTES", 3 * (LOG_EVENT_OVERHEAD_BYTES + 6)
+    )
+    faulty, client, shipper = _shipper_on_full_disk(home, monkeypatch, errno.ENOSPC, log_store[0])
+    faulty.fill()
+    shipper.append("line 0")
+    assert _eventually_true(lambda: shipper._unavailable)
+
+    # When the job prints more than the buffer holds, it is not held on its pipe: the rest is dropped
+    for i in range(1, 10):
+        shipper.append(f"line {i}")
+    faulty.free()
+    assert _eventually_true(lambda: not shipper._unavailable)
+    shipper.append("resumed")
+    shipper.close()
+
+    # Then what the buffer held is shipped, one line says how many were dropped, and shipping goes on
+    assert _stream_messages(client) == ["line 0", "line 1", "line 2", dropped_lines_note(7), "resumed"]
+    assert dropped_lines_note(7).startswith("[remote-batch] 7 log lines dropped here")
+
+
+def _eventually_true(condition: Any, timeout: float = 5) -> bool:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.005)
+    return True

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import base64
 import json
+from typing import Any
 
 import boto3
 import requests
 
 from functions.handlers import api
+from functions.logic import queries
 from tests.events import api_event, batch_event, job_lifecycle
 from tests.fakes import FakeLambdaContext
 
@@ -84,3 +87,54 @@ def test_delete_removes_inputs_outputs_and_log_of_a_final_job_only(stack):
     assert stack.api("GET", f"/jobs/{job_id}/result")[1]["error"]["code"] == "Expired"  # as after expiry
     assert stack.api("GET", f"/jobs/{job_id}/outputs")[0] == 410
     assert stack.api("DELETE", f"/jobs/{job_id}", account_id="someone-else")[0] == 404
+
+
+def _all_pages(stack, job_id: str, **params: str) -> list[dict[str, Any]]:
+    pages, token = [], None
+    while True:
+        query = {**params, **({"nextToken": token} if token else {})}
+        status, body = stack.api("GET", f"/jobs/{job_id}/outputs", query=query)
+        assert status == 200, body
+        pages.append(body)
+        token = body["nextToken"]
+        if token is None:
+            return pages
+
+
+def test_outputs_page_by_limit_and_every_file_comes_once_in_name_order(stack):
+    names = [f"part-{index:03d}.txt" for index in range(25)] + ["dir/é.txt"]
+    job_id = finished(stack, {f"files/{name}": b"x" for name in names})
+
+    pages = _all_pages(stack, job_id, limit="10")
+
+    assert [len(page["files"]) for page in pages] == [10, 10, 6]
+    listed = [f["name"] for page in pages for f in page["files"]]
+    assert listed == sorted(names, key=lambda n: n.encode())
+
+
+def test_outputs_pages_stay_under_their_budget_whatever_the_names(stack, monkeypatch):
+    # Given names that escape to six bytes a character in JSON and in the URL, and a page budget
+    # small enough that the limit is never what ends a page
+    monkeypatch.setattr(queries, "OUTPUTS_PAGE_BYTES", 40_000)
+    names = [f"{index:02d}-" + "é" * 300 for index in range(40)]
+    job_id = finished(stack, {f"files/{name}": b"x" for name in names})
+
+    pages = _all_pages(stack, job_id)
+
+    assert len(pages) > 1
+    for page in pages:
+        files = page["files"]
+        assert files
+        # as the body carries them, and as the Lambda invoke response carries the body
+        assert len(json.dumps(json.dumps(files))) <= queries.OUTPUTS_PAGE_BYTES
+    assert [f["name"] for page in pages for f in page["files"]] == names
+
+
+def test_an_outputs_token_not_issued_by_the_api_is_a_400_naming_it(stack):
+    job_id = finished(stack, {"files/a.txt": b"a"})
+    documents: list[Any] = [{"after": 1}, {}, [], {"after": "\ud800"}, {"after": "x" * 2000}]
+    tokens = [base64.urlsafe_b64encode(json.dumps(document).encode()).decode() for document in documents]
+    for token in ["garbage", *tokens]:
+        status, body = stack.api("GET", f"/jobs/{job_id}/outputs", query={"nextToken": token})
+        assert status == 400, token
+        assert body["error"]["field"] == "nextToken"

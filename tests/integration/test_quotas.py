@@ -20,7 +20,8 @@ from functions.domain.jobs import ABORTED_BY_USER, BatchJobState, DispatchState,
 from functions.domain.machine_classes import GeoZone
 from functions.domain.quotas import Family, QuotaKey, QuotaLimits
 from functions.domain.status import JobStatus
-from functions.logic import dispatch, submission
+from functions.logic import dispatch_rules, endings, submission
+from functions.logic.dispatch_rules import MAX_RECEIVES, SUBMIT_ATTEMPTS
 from functions.logic.job_events import apply_job_state_change
 from functions.ports import BatchSubmission
 from remote_batch_local.dispatch_queue import LocalDispatchQueue
@@ -196,7 +197,7 @@ def test_a_job_an_abort_ends_while_its_submit_job_is_in_flight_is_terminated_in_
 
     def submit_while_aborted(submission: Any) -> str:
         batch_job_id = submit(submission)
-        dispatch.end_undispatched(stack.services, as_read, ABORTED_BY_USER, stack.clock())
+        endings.end_undispatched(stack.services, as_read, ABORTED_BY_USER, stack.clock())
         return batch_job_id
 
     monkeypatch.setattr(fake, "submit_job", submit_while_aborted)
@@ -218,7 +219,7 @@ def test_throttling_is_retried_then_the_job_ends_terminated_free(
 ) -> None:
     from functions.handlers import dispatcher
 
-    monkeypatch.setattr(dispatch, "backoff_seconds", lambda attempt: 0.0)
+    monkeypatch.setattr(dispatch_rules, "backoff_seconds", lambda attempt: 0.0)
     job_id = stack.api("POST", "/jobs", body=SLEEPER)[1]["jobId"]
     stack.batch[US].fail = True
     answer = dispatcher.handler(sqs_event([job_id]), FakeLambdaContext())
@@ -226,12 +227,12 @@ def test_throttling_is_retried_then_the_job_ends_terminated_free(
     stored = stack.services.store.get_job(job_id)
     assert stored is not None and stored.dispatch_state == DispatchState.ADMITTED and not stored.is_final
     # The last delivery the dispatcher allows ends it.
-    answer = dispatcher.handler(sqs_event([job_id], receive_count=dispatch.MAX_RECEIVES), FakeLambdaContext())
+    answer = dispatcher.handler(sqs_event([job_id], receive_count=MAX_RECEIVES), FakeLambdaContext())
     assert answer == {"batchItemFailures": []}
     _, job = stack.api("GET", f"/jobs/{job_id}")
     assert job["status"] == "Terminated"
     assert job["statusReason"] == (
-        f"AWS Batch did not accept the job after {dispatch.MAX_RECEIVES * dispatch.SUBMIT_ATTEMPTS} "
+        f"AWS Batch did not accept the job after {MAX_RECEIVES * SUBMIT_ATTEMPTS} "
         "attempts; nothing was charged"
     )
     assert job["creditsSpent"] == 0
@@ -251,7 +252,7 @@ def test_a_job_aws_batch_refuses_ends_at_once(
     monkeypatch.setattr(stack.batch[US], "submit_job", refuse)
     assert dispatcher.handler(sqs_event([job_id]), FakeLambdaContext()) == {"batchItemFailures": []}
     _, job = stack.api("GET", f"/jobs/{job_id}")
-    assert (job["status"], job["statusReason"]) == ("Terminated", dispatch.REFUSED_REASON)
+    assert (job["status"], job["statusReason"]) == ("Terminated", dispatch_rules.REFUSED_REASON)
 
 
 # -- concurrency ---------------------------------------------------------------------------------------

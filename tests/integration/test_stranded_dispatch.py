@@ -1,5 +1,5 @@
 """A dispatcher that dies between its claim (``Dispatching``) and the record of SubmitJob's answer, on moto
-(issue 15): the meter's backstop leaves the claim alone for ``dispatch.CLAIM_TIMEOUT``, then looks the
+(issue 15): the meter's backstop leaves the claim alone for ``dispatch_rules.CLAIM_TIMEOUT``, then looks the
 job up in AWS Batch by name (ListJobs, ``JOB_NAME`` filter, on moto's Batch through the boto3 adapter)
 before anything else: found, its Batch id is recorded; not found, the claim is given back and the job
 enqueued again. Never a second SubmitJob."""
@@ -19,7 +19,7 @@ from functions.adapters.batch import AwsBatchGateway
 from functions.domain.jobs import BatchJobState, DispatchState, Job
 from functions.domain.machine_classes import GeoZone
 from functions.domain.runtime import DEFAULT_PYTHON_VERSION, job_definition_name
-from functions.logic import dispatch
+from functions.logic.batch_submission import job_submission
 from functions.ports import BatchSubmission
 from tests.events import JOB_DEFINITION_ARN, QUEUE_ARN
 from tests.fakes import FakeLambdaContext
@@ -154,7 +154,7 @@ def test_a_claim_whose_dispatcher_died_after_submit_job_is_recorded_never_submit
 ) -> None:
     job_id = crash.admitted_then_claimed()
     # The dispatcher's SubmitJob went through; it died before recording the answer.
-    batch_job_id = crash.batch.submit_job(dispatch._submission(crash.stack.services, crash.job(job_id)))
+    batch_job_id = crash.batch.submit_job(job_submission(crash.stack.services, crash.job(job_id)))
     assert crash.job(job_id).batch_job_id is None
 
     crash.stack.clock.advance(QUIET_SECONDS)

@@ -16,10 +16,13 @@ from typing import Any
 import boto3
 import cloudpickle
 import pytest
+from botocore.exceptions import ClientError
 from moto import mock_aws
 from moto.server import ThreadedMotoServer
 
+from worker import storage as worker_storage
 from worker.entrypoint import main
+from worker.errors import StorageError
 
 BUCKET = "remote-batch-test-data"
 REGION = "us-east-1"
@@ -605,19 +608,137 @@ def test_an_output_file_that_cannot_be_read_is_skipped_with_a_message(s3, monkey
         "(out / 'a.txt').write_text('a')\n(out / 'locked.txt').write_text('b')\n1"
     )
     job = Job(s3).put_input({"kind": "code", "code": code})
-    real_open = Path.open
-
-    def locked(self, mode="r", *args, **kwargs):
-        if self.name == "locked.txt" and mode == "rb":  # as a file the worker may not read
-            raise PermissionError(13, "Permission denied")
-        return real_open(self, mode, *args, **kwargs)
-
-    monkeypatch.setattr(Path, "open", locked)
+    _refuse_opening(monkeypatch, "locked.txt", PermissionError(13, "Permission denied"))
 
     assert main(job.env, s3) == 0
     assert job.output("files/a.txt") == b"a"
     assert "files/locked.txt" not in job.output_names()
     assert job.messages_document()["messages"] == ["files/locked.txt not uploaded: Permission denied"]
+
+
+def _refuse_opening(monkeypatch, name: str, error: OSError) -> None:
+    """Make the worker's opening of output files named ``name`` raise ``error`` (the tests run as
+    root, which file permissions do not stop)."""
+    real_open = os.open
+
+    def refusing(path, flags, *args, **kwargs):
+        if os.path.basename(path) == name:
+            raise error
+        return real_open(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", refusing)
+
+
+_OUT = "import os, socket\nout = os.environ['REMOTE_BATCH_OUTPUT_DIR']\n"
+_LONG_NAME = "/".join(["n" * 200] * 5) + "/f.txt"  # a name is at most 255 bytes, a path is longer
+
+#: Outputs S3 cannot store or the worker must not read, each written beside ``ok.txt`` by code that
+#: returns 42: (code writing it, the note naming it).
+UNSTORABLE_OUTPUTS = {
+    "name not UTF-8": (
+        "open(os.path.join(os.fsencode(out), b'caf\\xe9.txt'), 'wb').write(b'x')",
+        "files/caf\\xe9.txt not uploaded: its name is not UTF-8, which S3 keys must be",
+    ),
+    "folder name not UTF-8": (
+        "d = os.path.join(os.fsencode(out), b'd\\xff')\nos.mkdir(d)\n"
+        "open(os.path.join(d, b'f'), 'wb').write(b'x')",
+        "files/d\\xff/f not uploaded: its name is not UTF-8, which S3 keys must be",
+    ),
+    "key over 1024 bytes": (
+        f"os.makedirs(os.path.dirname(os.path.join(out, {_LONG_NAME!r})))\n"
+        f"open(os.path.join(out, {_LONG_NAME!r}), 'w').write('x')",
+        f"files/{_LONG_NAME} not uploaded: its key would be ",
+    ),
+    "symbolic link out of the folder": (
+        "os.symlink('/etc/hostname', os.path.join(out, 'link'))",
+        "files/link not uploaded: a symbolic link (outputs are regular files)",
+    ),
+    "symbolic link to a folder": (
+        "os.symlink('/etc', os.path.join(out, 'etc'))",
+        "files/etc not uploaded: a symbolic link (outputs are regular files)",
+    ),
+    "named pipe": (
+        "os.mkfifo(os.path.join(out, 'fifo'))",
+        "files/fifo not uploaded: a named pipe (outputs are regular files)",
+    ),
+    "socket": (
+        "s = socket.socket(socket.AF_UNIX)\ns.bind(os.path.join(out, 'sock'))",
+        "files/sock not uploaded: a socket (outputs are regular files)",
+    ),
+}
+
+
+@pytest.mark.parametrize(("writes", "note"), UNSTORABLE_OUTPUTS.values(), ids=list(UNSTORABLE_OUTPUTS))
+def test_an_output_s3_cannot_store_is_skipped_and_nothing_else_is_lost(s3, writes, note):
+    code = f"{_OUT}open(os.path.join(out, 'ok.txt'), 'w').write('ok')\n{writes}\n42"
+    job = Job(s3).put_input({"kind": "code", "code": code})
+
+    assert main(job.env, s3) == 0
+    assert job.result_document()["result"] == 42
+    assert job.output("files/ok.txt") == b"ok"
+    assert [n for n in job.output_names() if n.startswith("files/")] == ["files/ok.txt"]
+    (message,) = job.messages_document()["messages"]
+    assert message.startswith(note)
+    assert job.messages_document()["error"] is None
+
+
+@pytest.mark.parametrize(
+    ("error", "note"),
+    [
+        (FileNotFoundError(2, "No such file or directory"), "removed before it was uploaded"),
+        (PermissionError(13, "Permission denied"), "Permission denied"),
+    ],
+    ids=["removed during the upload", "unreadable"],
+)
+def test_an_output_that_cannot_be_read_is_skipped_and_nothing_else_is_lost(s3, monkeypatch, error, note):
+    code = f"{_OUT}for n in ('a.txt', 'gone.txt', 'z.txt'):\n    open(os.path.join(out, n), 'w').write(n)\n42"
+    job = Job(s3).put_input({"kind": "code", "code": code})
+    _refuse_opening(monkeypatch, "gone.txt", error)
+
+    assert main(job.env, s3) == 0
+    assert job.result_document()["result"] == 42
+    assert [n for n in job.output_names() if n.startswith("files/")] == ["files/a.txt", "files/z.txt"]
+    assert job.messages_document()["messages"] == [f"files/gone.txt not uploaded: {note}"]
+
+
+def test_an_object_s3_refuses_is_skipped_and_other_s3_errors_fail_the_upload(s3, monkeypatch, tmp_path):
+    # Given S3 refusing one key as too long (what AWS answers; moto takes any length) and then
+    # refusing everything as access denied
+    (tmp_path / "a.txt").write_text("a")
+    (tmp_path / "refused.txt").write_text("b")
+    storage = worker_storage.JobStorage(s3, BUCKET)
+    real_upload = s3.upload_fileobj
+
+    def upload(body, bucket, key, **kwargs):
+        if key.endswith("refused.txt"):
+            raise ClientError({"Error": {"Code": "KeyTooLongError", "Message": "too long"}}, "PutObject")
+        return real_upload(body, bucket, key, **kwargs)
+
+    monkeypatch.setattr(s3, "upload_fileobj", upload)
+    notes: list[str] = []
+
+    assert storage.upload_directory(tmp_path, "outputs/job-x/files/", notes) == ["outputs/job-x/files/a.txt"]
+    assert notes == ["files/refused.txt not uploaded: S3 refused it (KeyTooLongError)"]
+
+    def denied(body, bucket, key, **kwargs):
+        raise ClientError({"Error": {"Code": "AccessDenied", "Message": "no"}}, "PutObject")
+
+    monkeypatch.setattr(s3, "upload_fileobj", denied)
+    with pytest.raises(StorageError):
+        storage.upload_directory(tmp_path, "outputs/job-x/files/", [])
+
+
+def test_thousands_of_unstorable_outputs_make_a_bounded_number_of_messages(s3, tmp_path):
+    for index in range(worker_storage.MAX_SKIPPED_NOTES + 50):
+        os.mkfifo(tmp_path / f"fifo-{index:04d}")
+    notes: list[str] = []
+
+    assert (
+        worker_storage.JobStorage(s3, BUCKET).upload_directory(tmp_path, "outputs/job-x/files/", notes) == []
+    )
+    assert len(notes) == worker_storage.MAX_SKIPPED_NOTES + 1
+    assert notes[0] == "files/fifo-0000 not uploaded: a named pipe (outputs are regular files)"
+    assert notes[-1] == "50 more output files not uploaded"
 
 
 def test_a_command_out_of_memory_fails_with_the_memory_sentence(s3, capfd):

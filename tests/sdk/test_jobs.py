@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+from decimal import Decimal
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -262,6 +263,30 @@ def test_outputs_download_keeps_relative_paths(
     assert written[0].read_bytes() == b"x,y\n"
 
 
+def test_outputs_and_the_cli_download_follow_every_page(
+    httpserver: HTTPServer, api: rb.Client, tmp_path: Path
+) -> None:
+    # Given outputs listed over three pages (GET /jobs/{jobId}/outputs with nextToken)
+    names = [f"f{index}.txt" for index in range(5)]
+    pages = [names[:2], names[2:4], names[4:]]
+    for number, page in enumerate(pages):
+        query = {} if number == 0 else {"nextToken": f"t{number}"}
+        files = [{"name": n, "size": 1, "url": httpserver.url_for(f"/s3/{n}")} for n in page]
+        token = f"t{number + 1}" if number + 1 < len(pages) else None
+        httpserver.expect_request("/jobs/job-01TEST/outputs", query_string=query).respond_with_json(
+            {"files": files, "nextToken": token}
+        )
+    for name in names:
+        httpserver.expect_request(f"/s3/{name}").respond_with_data(name.encode())
+
+    assert rb.Job(api, job()).outputs.names == names
+    httpserver.expect_request("/jobs/job-01TEST").respond_with_json(job())
+    done = CliRunner().invoke(app, ["outputs", "job-01TEST", "--download", str(tmp_path / "d")])
+    assert done.exit_code == 0, done.output
+    assert sorted(p.name for p in (tmp_path / "d").iterdir()) == names
+    assert all((tmp_path / "d" / n).read_bytes() == n.encode() for n in names)
+
+
 def test_cli_errors_print_the_message_and_field_and_no_traceback(
     httpserver: HTTPServer, api: rb.Client
 ) -> None:
@@ -320,3 +345,23 @@ def test_cli_result_writes_the_json_result(httpserver: HTTPServer, api: rb.Clien
     done = CliRunner().invoke(app, ["result", "job-01TEST", "-o", str(target)])
     assert done.exit_code == 0, done.output
     assert json.loads(target.read_text()) == {"a": [1, 2.5]}
+
+
+def test_usage_follows_every_page_and_adds_their_totals_exactly(
+    httpserver: HTTPServer, api: rb.Client
+) -> None:
+    def entry(job_id: str) -> dict[str, object]:
+        return {"at": "2026-11-29T17:20:00Z", "kind": "charge", "credits": "0.1", "jobId": job_id,
+                "balanceAfter": "1"}  # fmt: skip
+
+    httpserver.expect_request("/account/usage", query_string={"nextToken": "t1"}).respond_with_json(
+        {"entries": [entry("job-b")], "totalCharged": "0.2", "nextToken": None}
+    )
+    httpserver.expect_request("/account/usage").respond_with_json(
+        {"entries": [entry("job-a")], "totalCharged": "0.1", "nextToken": "t1"}
+    )
+
+    found = rb.usage()
+
+    assert [row.job_id for row in found] == ["job-a", "job-b"]
+    assert found.total_charged == Decimal("0.3")

@@ -13,7 +13,7 @@ from botocore.stub import Stubber
 
 from functions.adapters.batch import AwsBatchGateway
 from functions.domain.errors import BatchRefused, DependencyFailed
-from functions.logic import dispatch
+from functions.logic import dispatch_rules
 from infra import constants
 
 QUEUE = "arn:aws:batch:us-east-1:123456789012:job-queue/remote-batch-Basic1x8"
@@ -23,7 +23,7 @@ FILTERS = [{"name": "JOB_NAME", "values": [NAME]}]
 
 def test_the_claim_bound_is_far_past_the_dispatcher_lambdas_timeout() -> None:
     # A claim older than this belongs to a dispatcher Lambda stopped at its timeout long ago.
-    bound = dispatch.CLAIM_TIMEOUT
+    bound = dispatch_rules.CLAIM_TIMEOUT
     lambda_timeout = timedelta(seconds=constants.LAMBDA_TIMEOUT_SECONDS["dispatcher"])
     assert bound >= 10 * lambda_timeout
     # And past the queue's visibility timeout: a message the dead dispatcher held is visible again.

@@ -6,7 +6,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 from functions.domain.errors import DependencyFailed
-from functions.logic.dispatch import BACKOFF_CAP_SECONDS, Pacer, backoff_seconds
+from functions.logic.dispatch_rules import BACKOFF_CAP_SECONDS, Pacer, backoff_seconds
 from remote_batch_local.executor.rate_limit import SubmitRateLimit
 
 

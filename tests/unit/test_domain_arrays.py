@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import codecs
 import json
 import struct
 from dataclasses import dataclass, field, replace
@@ -140,6 +141,26 @@ def test_any_item_is_read_back_from_its_index_entry_and_its_line(items):
 
 def test_items_parse_one_json_value_a_line():
     assert parse_items_jsonl(b'1\n"two"\r\n{"x": [3]}\nnull') == [1, "two", {"x": [3]}, None]
+
+
+@pytest.mark.parametrize(
+    "saved_as",
+    [
+        lambda data: data,
+        lambda data: data.replace(b"\n", b"\r\n"),
+        lambda data: codecs.BOM_UTF8 + data,
+        lambda data: codecs.BOM_UTF8 + data.replace(b"\n", b"\r\n"),
+    ],
+    ids=["LF", "CRLF", "UTF-8 BOM", "UTF-8 BOM and CRLF"],
+)
+def test_items_saved_on_any_platform_parse_alike(saved_as):
+    # Given the items as Windows and Unix editors save a JSON Lines file; json.loads of the bytes is
+    # the oracle (it ignores a byte-order mark, RFC 8259 section 8.1)
+    items = [1, "two", {"x": [3]}, None, "\ufeff is data inside a string"]
+    data = saved_as(b"".join(json.dumps(item).encode() + b"\n" for item in items))
+
+    assert json.loads(data.splitlines()[0]) == items[0]
+    assert parse_items_jsonl(data) == items
 
 
 @pytest.mark.parametrize(

@@ -14,6 +14,7 @@ from botocore.exceptions import ClientError
 from hypothesis import given
 from hypothesis import strategies as st
 
+from functions.bootstrap import inline_dispatch
 from functions.domain.errors import BatchRefused, ConditionFailed, DependencyFailed, ValidationFailed
 from functions.domain.fleet import (
     AuditEntry,
@@ -166,6 +167,7 @@ def _services(batch: FakeFleet, operations: FakeOperations) -> Services:
         zones={US: zone},
         clock=lambda: NOW,
         events=None,  # type: ignore[arg-type]
+        dispatch=inline_dispatch(),
         operations=operations,  # type: ignore[arg-type]
     )
 

@@ -14,6 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from functions.bootstrap import inline_dispatch
 from functions.domain.errors import ConditionFailed, Conflict, NotFound
 from functions.domain.jobs import Account
 from functions.domain.roles import AccountMembers, Member, Role, owners
@@ -63,7 +64,13 @@ class MemoryStore:
 def _services(store: MemoryStore) -> Services:
     none = cast(Any, None)
     return Services(
-        store=cast(Any, store), notifier=none, subscriptions=none, zones={}, clock=lambda: NOW, events=none
+        store=cast(Any, store),
+        notifier=none,
+        subscriptions=none,
+        zones={},
+        clock=lambda: NOW,
+        events=none,
+        dispatch=inline_dispatch(),
     )
 
 

@@ -4,6 +4,9 @@ settlement adds the job's final transition, conditional on the position it was c
 
 from __future__ import annotations
 
+import base64
+import binascii
+import json
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import datetime
@@ -20,8 +23,9 @@ from functions.adapters.dynamodb.items import (
     serialize_value,
 )
 from functions.domain.credits import Charge, quantize_credits
-from functions.domain.errors import ConditionFailed, DependencyFailed, RecordMissing
+from functions.domain.errors import ConditionFailed, DependencyFailed, RecordMissing, ValidationFailed
 from functions.domain.jobs import Account, Job, LedgerEntry, LedgerKind, Transition
+from functions.domain.text import URLSAFE_BASE64_PATTERN, full_match
 from functions.domain.timefmt import to_sortable
 
 if TYPE_CHECKING:  # the stubs are a dev dependency; the Lambda runtime has no need of them
@@ -304,19 +308,86 @@ class AccountsAndLedger(StoreBase):
 
     def list_ledger(self, account_id: str, start: datetime | None, end: datetime | None) -> list[LedgerEntry]:
         """Entries with ``start <= at < end``, newest first, through the ``byTime`` index."""
-        low = to_sortable(start) if start else "0"
-        high = to_sortable(end) if end else "9"
-        kwargs: dict[str, Any] = {
-            "TableName": self._ledger,
-            "IndexName": "byTime",
-            "KeyConditionExpression": "accountId = :a AND #at BETWEEN :low AND :high",
-            "ExpressionAttributeNames": {"#at": "at"},
-            "ExpressionAttributeValues": {
-                ":a": serialize_value(account_id),
-                ":low": serialize_value(low),
-                ":high": serialize_value(high),
-            },
-            "ScanIndexForward": False,
-        }
-        entries = [entry_from_item(item) for item in self._query(**kwargs)]
+        entries = [
+            entry_from_item(item)
+            for item in self._query(**_ledger_query(self._ledger, account_id, start, end))
+        ]
         return [e for e in entries if end is None or e.at < end]
+
+    def list_ledger_page(
+        self,
+        account_id: str,
+        start: datetime | None,
+        end: datetime | None,
+        limit: int,
+        next_token: str | None,
+    ) -> tuple[list[LedgerEntry], str | None]:
+        """At most ``limit`` entries with ``start <= at < end``, newest first (one Query of the
+        ``byTime`` index), and the token of the next page: an entry at ``end`` exactly is left out
+        after the read, so a page may hold fewer while its token is set.
+
+        Raises ``ValidationFailed`` (``field="nextToken"``) for a token not issued for this account.
+        """
+        kwargs = _ledger_query(self._ledger, account_id, start, end)
+        kwargs["Limit"] = limit
+        if next_token:
+            kwargs["ExclusiveStartKey"] = serialize_item(_decode_ledger_token(next_token, account_id))
+        with store_errors("Query"):
+            page = self._db.query(**kwargs)
+        entries = [entry_from_item(deserialize_item(item)) for item in page.get("Items", [])]
+        last_key = page.get("LastEvaluatedKey")
+        token = _encode_ledger_token(deserialize_item(last_key)) if last_key else None
+        return [e for e in entries if end is None or e.at < end], token
+
+
+def _ledger_query(
+    table: str, account_id: str, start: datetime | None, end: datetime | None
+) -> dict[str, Any]:
+    """The Query of an account's entries with ``start <= at <= end`` on ``byTime``, newest first."""
+    return {
+        "TableName": table,
+        "IndexName": "byTime",
+        "KeyConditionExpression": "accountId = :a AND #at BETWEEN :low AND :high",
+        "ExpressionAttributeNames": {"#at": "at"},
+        "ExpressionAttributeValues": {
+            ":a": serialize_value(account_id),
+            ":low": serialize_value(to_sortable(start) if start else "0"),
+            ":high": serialize_value(to_sortable(end) if end else "9"),
+        },
+        "ScanIndexForward": False,
+    }
+
+
+#: The attributes of a ``byTime`` key (the index's and the table's), all strings.
+_LEDGER_KEY = frozenset({"accountId", "entryId", "at"})
+
+
+def _encode_ledger_token(key: dict[str, Any]) -> str:
+    return base64.urlsafe_b64encode(json.dumps(key).encode()).decode()
+
+
+def _decode_ledger_token(token: str, account_id: str) -> dict[str, str]:
+    try:
+        # b64decode drops characters outside the alphabet unless they are refused first.
+        if not full_match(URLSAFE_BASE64_PATTERN, token):
+            raise ValueError(token)
+        key = json.loads(base64.urlsafe_b64decode(token.encode()))
+        valid = (
+            isinstance(key, dict)
+            and set(key) == _LEDGER_KEY
+            and all(isinstance(value, str) and _is_utf8(value) for value in key.values())
+            and key["accountId"] == account_id
+        )
+    except (ValueError, binascii.Error):
+        valid = False
+    if not valid:
+        raise ValidationFailed("nextToken is not one this API issued for this account.", field="nextToken")
+    return {name: str(value) for name, value in key.items()}
+
+
+def _is_utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True

@@ -6,13 +6,7 @@ exception handlers and dependencies are in ``app``, the OpenAPI document's set-u
 models in ``models``, and the Lambda entry point ``functions.handlers.api.handler`` in ``entry``.
 """
 
-from typing import Any
-
-# Submitters wrapped by powertools idempotency, one per idempotency table (see jobs._idempotent_submit).
-# Held here, on the package, so a test that switches credentials can start them afresh.
-_idempotent_submitters: dict[str, Any] = {}
-
-from functions.handlers.api.app import (  # noqa: E402 (the cache above is read by jobs at call time)
+from functions.handlers.api.app import (
     API_TITLE,
     API_VERSION,
     IDEMPOTENCY_SECONDS,
@@ -20,12 +14,13 @@ from functions.handlers.api.app import (  # noqa: E402 (the cache above is read 
     Caller,
     allowed_methods,
     app,
+    ascii_whole_number,
     current_caller,
     error_response,
 )
-from functions.handlers.api.entry import handler, single_valued  # noqa: E402
-from functions.handlers.api.jobs import ascii_whole_number, canonical_submit  # noqa: E402
-from functions.handlers.api.openapi import openapi_json  # noqa: E402
+from functions.handlers.api.entry import handler, single_valued
+from functions.handlers.api.jobs import canonical_submit
+from functions.handlers.api.openapi import openapi_json
 
 __all__ = [
     "API_TITLE",

@@ -7,11 +7,13 @@ from typing import Annotated
 from aws_lambda_powertools.event_handler import Depends
 from aws_lambda_powertools.event_handler.openapi.params import Body, Query
 from aws_lambda_powertools.event_handler.router import APIGatewayRouter
+from pydantic import BeforeValidator
 
 from functions.domain.timefmt import parse_query_time
 from functions.handlers.api.app import (
     Caller,
     ServicesDep,
+    ascii_whole_number,
     require,
 )
 from functions.handlers.api.models import (
@@ -70,9 +72,15 @@ def put_contacts(
 @router.get(
     "/account/usage",
     summary="Ledger entries of the caller's account, newest first",
+    description=(
+        "A page holds at most `limit` entries and may hold fewer while `nextToken` is set; "
+        "`totalCharged` is what the page's charges add up to (the period's total is the sum over its "
+        "pages). Follow `nextToken` until it is null."
+    ),
     responses=_responses(200, _json(UsageView), 400),
 )
 def get_usage(
+    *,
     services: ServicesDep,
     caller: Annotated[Caller, Depends(require("usage/read"))],
     start: Annotated[
@@ -81,11 +89,18 @@ def get_usage(
     end: Annotated[
         str | None, Query(alias="to", description="ISO 8601 time, exclusive", json_schema_extra=_TIME)
     ] = None,
+    limit: Annotated[
+        int, BeforeValidator(ascii_whole_number), Query(ge=1, le=accounts.MAX_USAGE_PAGE)
+    ] = accounts.MAX_USAGE_PAGE,
+    nextToken: Annotated[str | None, Query()] = None,
 ) -> UsageView:
     usage = accounts.account_usage(
         services,
         caller.account_id,
         parse_query_time(start, "from") if start is not None else None,
         parse_query_time(end, "to") if end is not None else None,
+        limit=limit,
+        next_token=nextToken,
     )
-    return UsageView(entries=[ledger_entry_view(e) for e in usage.entries], totalCharged=usage.total_charged)
+    entries = [ledger_entry_view(e) for e in usage.entries]
+    return UsageView(entries=entries, totalCharged=usage.total_charged, nextToken=usage.next_token)

@@ -24,10 +24,14 @@ from aws_lambda_powertools.utilities.idempotency.exceptions import (
     IdempotencyValidationError,
 )
 
-import functions.handlers.api as api_package
 from functions.domain.errors import Conflict, StillInProgress
 from functions.handlers.api.app import IDEMPOTENCY_SECONDS, app
 from functions.ports import Services
+
+# The functions powertools idempotency wraps, one per idempotency table and action (``jobs`` keeps its
+# submit's under the table's name, an admin action under ``<table>#admin:<action>``): made once per
+# process; a test that switches credentials clears it.
+IDEMPOTENT_RUNNERS: dict[str, Any] = {}
 
 IdempotencyKeyHeader = Annotated[
     str | None, Header(alias="Idempotency-Key", min_length=1, max_length=128, pattern=r"^[\x21-\x7e]+$")
@@ -42,7 +46,7 @@ class _RunOnce(Protocol):
 def _runner(services: Services, action_name: str) -> _RunOnce:
     """The powertools-wrapped runner of one admin action (one persistence layer per action)."""
     table = services.idempotency_table or ""
-    cache = api_package._idempotent_submitters  # on the package: tests reset it
+    cache = IDEMPOTENT_RUNNERS
     slot = f"{table}#admin:{action_name}"
     if slot not in cache:
         persistence = DynamoDBPersistenceLayer(table_name=table)

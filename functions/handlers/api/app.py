@@ -34,7 +34,13 @@ from functions.domain.errors import (
 )
 from functions.domain.limits import MAX_BODY_BYTES
 from functions.domain.roles import Role, Scope
-from functions.domain.text import ACCOUNT_ID_PATTERN, CLOCK_PATTERN, NO_NUL_PATTERN, full_match
+from functions.domain.text import (
+    ACCOUNT_ID_PATTERN,
+    CLOCK_PATTERN,
+    NO_NUL_PATTERN,
+    full_match,
+    is_ascii_digits,
+)
 from functions.handlers.api.models import (
     ErrorBody,
     ErrorDetail,
@@ -327,3 +333,11 @@ def require(name: str) -> Callable[..., Caller | None]:
         dependency = account
     setattr(dependency, ACTION_ATTRIBUTE, name)
     return dependency
+
+
+def ascii_whole_number(value: Any) -> Any:
+    """A query string's whole number as ASCII digits only: pydantic alone would read ``" 2\n"``,
+    ``"+2"``, ``"1_0"`` as numbers (and Python's int() reads Arabic-Indic or full-width digits)."""
+    if isinstance(value, str) and not is_ascii_digits(value):
+        raise ValueError("must be a whole number written with the digits 0-9")
+    return value

@@ -11,8 +11,7 @@ from aws_lambda_powertools.event_handler.router import APIGatewayRouter
 from pydantic import BeforeValidator
 
 from functions.handlers.api.admin_once import IdempotencyKeyHeader, run_once
-from functions.handlers.api.app import Caller, ServicesDep, require
-from functions.handlers.api.jobs import ascii_whole_number
+from functions.handlers.api.app import Caller, ServicesDep, ascii_whole_number, require
 from functions.handlers.api.models.fleet import (
     AuditListView,
     CapacityBody,

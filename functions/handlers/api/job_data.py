@@ -13,11 +13,13 @@ from typing import Annotated, Any, Literal
 from aws_lambda_powertools.event_handler import Depends, Response, content_types
 from aws_lambda_powertools.event_handler.openapi.params import Query
 from aws_lambda_powertools.event_handler.router import APIGatewayRouter
+from pydantic import BeforeValidator
 
 from functions.domain.timefmt import parse_query_time
 from functions.handlers.api.app import (
     Caller,
     ServicesDep,
+    ascii_whole_number,
     require,
 )
 from functions.handlers.api.models import (
@@ -109,14 +111,28 @@ def get_log(
 
 @router.get(
     "/jobs/<jobId>/outputs",
-    summary="The job's output files with presigned URLs (15 min)",
-    responses=_responses(200, _json(OutputsView), 404, 409, 410),
+    summary="The job's output files with presigned URLs (15 min), by name",
+    description=(
+        "A page holds at most `limit` files and stays under the 5 MiB of any answer, so it may hold "
+        "fewer while `nextToken` is set. Follow `nextToken` until it is null."
+    ),
+    responses=_responses(200, _json(OutputsView), 400, 404, 409, 410),
 )
 def get_outputs(
-    jobId: str, services: ServicesDep, caller: Annotated[Caller, Depends(require("jobs/read"))]
+    jobId: str,
+    *,
+    services: ServicesDep,
+    caller: Annotated[Caller, Depends(require("jobs/read"))],
+    limit: Annotated[
+        int, BeforeValidator(ascii_whole_number), Query(ge=1, le=queries.MAX_OUTPUTS_PAGE)
+    ] = queries.MAX_OUTPUTS_PAGE,
+    nextToken: Annotated[str | None, Query()] = None,
 ) -> OutputsView:
-    files = queries.list_outputs(services, caller.account_id, jobId, services.clock())
-    return OutputsView(files=[OutputFileView(name=f.name, size=f.size, url=f.url) for f in files])
+    page = queries.list_outputs(
+        services, caller.account_id, jobId, services.clock(), limit=limit, next_token=nextToken
+    )
+    files = [OutputFileView(name=f.name, size=f.size, url=f.url) for f in page.files]
+    return OutputsView(files=files, nextToken=page.next_token)
 
 
 _PREVIEW: dict[int, Any] = {

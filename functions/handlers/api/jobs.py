@@ -16,20 +16,20 @@ from aws_lambda_powertools.utilities.idempotency import (
 )
 from pydantic import BeforeValidator
 
-import functions.handlers.api as api_package
 from functions.bootstrap import get_services
 from functions.domain.jobs import PayloadKind
 from functions.domain.machine_classes import machine_class, resolve_geo_zone
 from functions.domain.notifications import normalize_notifications, rules_to_json
 from functions.domain.status import JobStatus
-from functions.domain.text import check_argv, is_ascii_digits
+from functions.domain.text import check_argv
 from functions.domain.timefmt import to_api_time
-from functions.handlers.api.admin_once import idempotency_conflicts
+from functions.handlers.api.admin_once import IDEMPOTENT_RUNNERS, idempotency_conflicts
 from functions.handlers.api.app import (
     IDEMPOTENCY_SECONDS,
     Caller,
     ServicesDep,
     app,
+    ascii_whole_number,
     require,
 )
 from functions.handlers.api.models import (
@@ -120,8 +120,7 @@ class SubmitOnce(Protocol):
 def _idempotent_submit(services: Services) -> tuple[SubmitOnce, IdempotencyConfig]:
     """``submit`` wrapped by powertools idempotency (one persistence layer per table)."""
     table = services.idempotency_table or ""
-    _idempotent_submitters = api_package._idempotent_submitters  # on the package: tests reset it
-    if table not in _idempotent_submitters:
+    if table not in IDEMPOTENT_RUNNERS:
         persistence = DynamoDBPersistenceLayer(table_name=table)
         config = IdempotencyConfig(
             event_key_jmespath="key",
@@ -145,8 +144,8 @@ def _idempotent_submit(services: Services) -> tuple[SubmitOnce, IdempotencyConfi
         wrapped: SubmitOnce = idempotent_function(
             submit_once, data_keyword_argument="request", persistence_store=persistence, config=config
         )
-        _idempotent_submitters[table] = (wrapped, config)
-    submitter: tuple[SubmitOnce, IdempotencyConfig] = _idempotent_submitters[table]
+        IDEMPOTENT_RUNNERS[table] = (wrapped, config)
+    submitter: tuple[SubmitOnce, IdempotencyConfig] = IDEMPOTENT_RUNNERS[table]
     return submitter
 
 
@@ -190,14 +189,6 @@ def submit_job(
         outcome = submit_once(request=request)
     job = submission.get_owned_job(services, caller.account_id, outcome["jobId"])
     return Response(202, content_types.APPLICATION_JSON, job_view(job))
-
-
-def ascii_whole_number(value: Any) -> Any:
-    """A query string's whole number as ASCII digits only: pydantic alone would read ``" 2\n"``,
-    ``"+2"``, ``"1_0"`` as numbers (and Python's int() reads Arabic-Indic or full-width digits)."""
-    if isinstance(value, str) and not is_ascii_digits(value):
-        raise ValueError("must be a whole number written with the digits 0-9")
-    return value
 
 
 @router.post(

@@ -80,10 +80,11 @@ class LedgerEntryView(ApiModel):
 
 
 class UsageView(ApiModel):
-    """``GET /account/usage``."""
+    """``GET /account/usage``: a page of entries and what its charges add up to."""
 
     entries: list[LedgerEntryView]
     totalCharged: Credits
+    nextToken: str | None = Field(default=None, description="More entries follow; pass it back.")
 
 
 class GrantCreditsBody(ApiModel):

@@ -64,9 +64,10 @@ class OutputFileView(ApiModel):
 
 
 class OutputsView(ApiModel):
-    """``GET /jobs/{jobId}/outputs``."""
+    """``GET /jobs/{jobId}/outputs``: a page of the files, by name."""
 
     files: list[OutputFileView]
+    nextToken: str | None = Field(default=None, description="More files follow; pass it back.")
 
 
 class LogEventView(ApiModel):

@@ -1,0 +1,97 @@
+"""Text a job controls, made safe to show on a terminal.
+
+A job's name, status reason, messages, output names, result and log, and an account's or member's
+names, are written by whoever ran the job. Printed raw, an escape sequence in them would drive the
+user's terminal (retitle the window, clear the screen, rewrite earlier lines, on some terminals
+answer back into the shell). So the CLI shows every such text through ``visible``: each control
+character escaped the way Python's ``repr`` writes it (``\\x1b``, ``\\u202e``). Only ``logs`` prints
+the job's console raw, and only to a pipe or with ``--raw``.
+
+Piped into a reader that stops early (``| head -1``), a command ends quietly (``end_on_broken_pipe``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import sys
+from typing import Any, NoReturn
+
+from rich.console import Console
+from rich.markup import escape
+
+#: The exit status of a command whose reader went away (``| head``): 128 + SIGPIPE, what a shell
+#: reports for coreutils' commands in the same place.
+EXIT_BROKEN_PIPE = 128 + 13
+
+#: Characters that act on a terminal instead of printing, beyond the C0 controls: DEL and the C1
+#: controls (``\x9b`` is CSI on terminals that read 8-bit controls), lone surrogates (no text at
+#: all), the line and paragraph separators, and the bidirectional formatting characters that reorder
+#: what is shown (CVE-2021-42574, "Trojan Source").
+_BEYOND_C0 = "\x7f-\x9f\ud800-\udfff\u2028\u2029\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"
+_CONTROL = re.compile(f"[\x00-\x1f{_BEYOND_C0}]")
+#: The same, but keeping newlines and tabs (a traceback's layout).
+_CONTROL_BUT_LAYOUT = re.compile(f"[\x00-\x08\x0b-\x1f{_BEYOND_C0}]")
+#: What ``json.dumps`` leaves unescaped of them (it escapes every C0 control in a string itself).
+_JSON_UNSAFE = re.compile(f"[{_BEYOND_C0}]")
+
+
+def _escaped(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}"
+
+
+def visible(value: Any, *, multiline: bool = False) -> str:
+    """``str(value)`` with every control character escaped as ``\\xNN`` or ``\\uNNNN``.
+
+    Parameters
+    ----------
+    value : Any
+        Text (or anything, shown as ``str``) that a job or another user may control.
+    multiline : bool
+        Keep newlines and tabs (a traceback, several messages); otherwise they are escaped too, so
+        one value stays on one line.
+
+    Returns
+    -------
+    str
+        Text that prints as itself on any terminal: no escape sequence, no reordering.
+    """
+    pattern = _CONTROL_BUT_LAYOUT if multiline else _CONTROL
+    return pattern.sub(_escaped, str(value))
+
+
+def cell(value: Any, *, multiline: bool = False) -> str:
+    """``visible`` text for a rich renderable that reads markup (a table cell, a progress line):
+    ``[`` and ``]`` escaped too, so ``[red]`` in a job's text is shown, not applied."""
+    return escape(visible(value, multiline=multiline))
+
+
+def json_text(value: Any, **dumps: Any) -> str:
+    """``json.dumps(value, ensure_ascii=False, **dumps)`` with the characters ``visible`` escapes
+    written as JSON ``\\uNNNN`` escapes (C0 controls are escaped by ``json`` already): still the same
+    JSON document, safe on a terminal."""
+    text = json.dumps(value, ensure_ascii=False, **dumps)
+    return _JSON_UNSAFE.sub(lambda match: f"\\u{ord(match.group()):04x}", text)
+
+
+def end_on_broken_pipe() -> NoReturn:
+    """End quietly because stdout's reader closed it: Python's documented recipe (the ``signal``
+    module's "Note on SIGPIPE"): point stdout at devnull, so the interpreter's last flush cannot fail
+    with an "Exception ignored" line on stderr, and exit ``EXIT_BROKEN_PIPE``."""
+    with contextlib.suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    raise SystemExit(EXIT_BROKEN_PIPE)
+
+
+class PipeConsole(Console):
+    """A rich console that ends the command as ``end_on_broken_pipe`` does when its reader is gone
+    (rich's own exits 1)."""
+
+    def on_broken_pipe(self) -> None:
+        """Called by rich on a ``BrokenPipeError`` while writing."""
+        self.quiet = True
+        end_on_broken_pipe()
