@@ -23,6 +23,7 @@ from functions.domain.errors import (
     ConditionFailed,
     DependencyFailed,
     NotFound,
+    NotSupported,
     QuotaExceeded,
     ValidationFailed,
 )
@@ -41,8 +42,13 @@ def _store(services: Services) -> EnvironmentRepository:
 
 
 def _builder(services: Services) -> EnvironmentBuilder:
+    """The deployment's builder. Raises ``NotSupported`` (501) where none is wired (the cloud
+    deployment so far): environments are built on the local stack only."""
     if services.environment_builder is None:
-        raise DependencyFailed("nothing builds environments in this deployment")
+        raise NotSupported(
+            "This deployment does not build environments yet; submit jobs without environment to run "
+            "with the worker image's packages."
+        )
     return services.environment_builder
 
 
@@ -74,6 +80,8 @@ def put_environment(
 
     Raises
     ------
+    NotSupported
+        The deployment has no environment builder (501); nothing is written.
     ValidationFailed
         A bad name or spec field (``functions.domain.environments.check_spec``), or an ``image`` where
         the builder runs no images; nothing is written.
@@ -82,9 +90,9 @@ def put_environment(
     QuotaExceeded
         The account already has ``MAX_CONCURRENT_BUILDS`` environments Building.
     """
+    builder = _builder(services)
     check_name(name)
     check_spec(spec, services.python, allow_http=services.allow_http_indexes)
-    builder = _builder(services)
     if spec.image is not None and not builder.runs_images:
         raise ValidationFailed(
             "This deployment runs no container images of its own (the local stack has no container "
@@ -138,7 +146,8 @@ def get_build_log(
     services: Services, account_id: str, name: str, since: datetime | None, next_token: str | None
 ) -> LogPage:
     """``GET /environments/{name}/log``: the build's output, paged as a job's log is
-    (``functions.logic.queries.get_log``). Raises ``NotFound``, ``ValidationFailed`` for a bad token."""
+    (``functions.logic.queries.get_log``). Raises ``NotFound``, ``ValidationFailed`` for a bad token,
+    ``NotSupported`` where no builder is wired."""
     environment = get_environment(services, account_id, name)
     zone = services.zones[_builder(services).zone]
     return read_log_page(zone.logs, environment.log_stream_name, since, next_token)

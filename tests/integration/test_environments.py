@@ -198,3 +198,18 @@ def test_a_job_in_an_environment_not_ready_is_400_and_written_nowhere(
     assert answer["error"]["field"] == field and fragment in answer["error"]["message"]
     assert stack.api("GET", "/jobs")[1]["jobs"] == []
     assert stack.batch[GeoZone.UNITED_STATES].submissions == []
+
+
+def test_a_deployment_without_a_builder_says_so_in_the_error_body(stack: Stack) -> None:
+    # The cloud deployment wires no builder (as this stack does without the ``builder`` fixture).
+    assert stack.services.environment_builder is None
+    before = stack.count_items(stack.settings.computes_table)
+    status, answer = stack.api("PUT", "/environments/ml", body=SPEC)
+    assert status == 501, answer
+    assert answer["error"]["code"] == "NotSupported" and answer["error"]["field"] is None
+    assert "does not build environments" in answer["error"]["message"]
+    assert stack.count_items(stack.settings.computes_table) == before
+    # Reading works and finds nothing; a job naming an environment is 400 on ``environment``.
+    assert stack.api("GET", "/environments")[1]["environments"] == []
+    status, job = stack.api("POST", "/jobs", body={"code": "1", "environment": "ml"})
+    assert status == 400 and job["error"]["field"] == "environment"

@@ -64,7 +64,7 @@ def get_environment(
 
 
 def _put_responses() -> dict[int, Any]:
-    declared = _responses(201, _json(EnvironmentView, "Created (Building)"), 400, 404, 409, 413)
+    declared = _responses(201, _json(EnvironmentView, "Created (Building)"), 400, 404, 409, 413, 501)
     declared[200] = _json(EnvironmentView, "The existing environment (same spec)")
     return declared
 
@@ -98,7 +98,7 @@ def put_environment(
     "/environments/<name>/log",
     summary="The environment's build log (the resolver's and installer's output)",
     description=_action("environments/read") + " Paged as a job's log: pass nextToken back for more.",
-    responses=_responses(200, _json(EnvironmentLogView), 400, 404),
+    responses=_responses(200, _json(EnvironmentLogView), 400, 404, 501),
 )
 def get_build_log(
     name: EnvironmentName,
