@@ -868,8 +868,8 @@ class BuildRequest:
 class EnvironmentBuilder(Protocol):
     """Resolves an environment's requirements to a lock and installs it once per build hash
     (``functions.domain.environments.build_hash``): locally a thread of the stack writing under its
-    home; in the cloud an AWS Batch job on the zone's build queue writing ``environments/<hash>/`` to
-    the zone's bucket."""
+    home (``remote_batch_local.environments``). The cloud deployment wires none yet: its
+    ``PUT /environments/{name}`` answers 501 ``NotSupported``."""
 
     #: The geo zone whose log group holds build logs (and whose bucket, deployed, the builds).
     zone: GeoZone
