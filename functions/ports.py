@@ -447,7 +447,9 @@ class OutgoingNotification:
     """A message to one person by one method.
 
     ``to`` is the address (email, E.164 phone or webhook URL) and is masked wherever it is logged;
-    ``secret`` is the account's webhook signing secret (Webhook only; never logged or shown).
+    ``secret`` is the account's webhook signing secret (Webhook only; never logged or shown);
+    ``delivery_id`` is the same for every attempt to send this notification (a webhook's
+    ``webhook-id``: ``functions.domain.webhook_signing.delivery_id``).
     """
 
     job_id: str
@@ -459,6 +461,7 @@ class OutgoingNotification:
     message: str
     at: datetime
     secret: str | None = field(default=None, repr=False)
+    delivery_id: str = ""
 
 
 class EmailSubscriptions(Protocol):

@@ -43,6 +43,7 @@ from typing import Any
 from boto3.dynamodb.types import TypeDeserializer
 
 from functions.adapters.dynamodb import job_from_item
+from functions.domain.charged_time import ended_attempt
 from functions.domain.jobs import DispatchState, Job, JobType
 from functions.domain.machine_classes import machine_class
 from functions.domain.status import JobStatus
@@ -100,15 +101,19 @@ def stopped_event(
 
     ``startedAt`` is the job's stored start, else ``started_at_ms`` (ms since the epoch, from the
     RUNNING event the executor emitted). ``stoppedAt`` is ``stopped_at`` (the crash instant), never
-    before ``startedAt``. The reason is ``STOPPED_REASON`` for a job that started,
-    ``STOPPED_UNSTARTED_REASON`` for one that never did.
+    before ``startedAt``, which is never before ``submittedAt`` (``charged_time.ended_attempt``).
+    The reason is ``STOPPED_REASON`` for a job that started, ``STOPPED_UNSTARTED_REASON`` for one
+    that never did.
     """
     zone = settings.zones[job.geo_zone]
     route = zone.routes[job.machine_class]
     machine = machine_class(job.machine_class)
     batch_job_id = job.batch_job_id or batch_job_id or f"lost-{job.job_id}"
-    started_ms = _ms(job.started_at) if job.started_at else started_at_ms
-    stopped_ms = max(_ms(stopped_at), started_ms or 0)
+    # From its start, never before its submission, to the crash (``charged_time``).
+    started = _ms(job.started_at) if job.started_at else started_at_ms
+    times = ended_attempt(_ms(job.submitted_at), started, _ms(stopped_at))
+    started_ms = times.started_ms
+    stopped_ms = times.stopped_ms if times.stopped_ms is not None else _ms(stopped_at)
     reason = STOPPED_REASON if started_ms is not None else STOPPED_UNSTARTED_REASON
     attempts: tuple[BatchAttempt, ...] = ()
     if started_ms is not None:

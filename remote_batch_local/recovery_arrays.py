@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from functions.domain.charged_time import ended_attempt
 from remote_batch_local.batch_arrays import (
     ARRAY_INDEX_VARIABLE,
     ARRAY_SIZE_VARIABLE,
@@ -226,8 +227,10 @@ def settle_array(
                 status = str(final["detail"]["status"])
                 last_stop = max(last_stop, int(final["detail"].get("stoppedAt") or 0))
             else:
-                started = _started_ms(events)
-                stopped_ms = max(crash_ms, started or 0)
+                # From its start, never before its submission, to the crash (``charged_time``).
+                times = ended_attempt(parent.created_at_ms, _started_ms(events), crash_ms)
+                started = times.started_ms
+                stopped_ms = times.stopped_ms if times.stopped_ms is not None else crash_ms
                 reason = running_reason if started is not None else unstarted_reason
                 publish(
                     _span_event(

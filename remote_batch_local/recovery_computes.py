@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 from datetime import datetime
 
+from functions.domain.charged_time import clamp_moment
 from functions.domain.computes import ComputeEvent, ComputeRequest, ComputeStatus, apply_event, apply_request
 from functions.domain.errors import ConditionFailed
 from functions.logic.computes import store_step
@@ -44,11 +45,13 @@ def recover_dedicated_computes(services: Services, last_alive: datetime | None) 
     for compute in store.list_all_computes():
         if compute.status not in _LOST:
             continue
+        # A stamp that cannot be true (before the run began, after now) is clamped into the run.
+        until = clamp_moment(last_alive, compute.running_since or last_alive, services.clock())
         try:
-            stop = apply_request(compute, ComputeRequest.STOP, last_alive, STACK_STOPPED)
-            after = store_step(services, stop, last_alive) if stop.changed else compute
+            stop = apply_request(compute, ComputeRequest.STOP, until, STACK_STOPPED)
+            after = store_step(services, stop, until) if stop.changed else compute
             if after is not None:
-                store_step(services, apply_event(after, ComputeEvent.CAPACITY_DOWN, last_alive), last_alive)
+                store_step(services, apply_event(after, ComputeEvent.CAPACITY_DOWN, until), until)
         except ConditionFailed:
             # Nothing else writes computes before the stack is up: a lost race is a bug worth a trace.
             logger.exception("dedicated compute not recovered name=%s", compute.name)

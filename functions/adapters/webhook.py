@@ -1,9 +1,18 @@
-"""Webhook notifications: an HTTPS POST of a JSON body, signed with HMAC-SHA256.
+"""Webhook notifications: an HTTPS POST of a JSON body, signed after Standard Webhooks.
 
 Each account that sets a ``webhookUrl`` gets a secret (shown once, in the ``PUT /account/contacts``
-answer). Every POST carries ``X-RemoteBatch-Timestamp`` (seconds since the epoch) and
-``X-RemoteBatch-Signature: sha256=<hex>``, the HMAC-SHA256 of ``"{timestamp}.{body}"`` under that
-secret, so the receiver can check origin and freshness (the scheme Stripe and GitHub webhooks use).
+answer; its format: ``functions.domain.webhook_signing``). Every POST carries the Standard Webhooks
+headers (standardwebhooks.com; signed with the ``standardwebhooks`` package):
+
+- ``webhook-id``: the delivery's id, the same on every attempt to send that notification;
+- ``webhook-timestamp``: seconds since the epoch, of this attempt;
+- ``webhook-signature``: ``v1,<base64>``, HMAC-SHA256 of ``"{id}.{timestamp}.{body}"`` under the
+  secret's key, which ``standardwebhooks.Webhook(secret).verify`` (or the SDK's
+  ``remote_batch.webhooks.verify``) checks.
+
+For one release it also carries the earlier headers, for receivers that check them:
+``X-RemoteBatch-Timestamp`` and ``X-RemoteBatch-Signature: sha256=<hex>``, the HMAC-SHA256 of
+``"{timestamp}.{body}"`` under the secret's text (deprecated: they go in the next release).
 Retries with exponential backoff come from urllib3's ``Retry`` (urllib3 ships with botocore). Only
 public addresses are posted to, checked at every delivery (``WebhookSender``).
 """
@@ -14,18 +23,25 @@ import hashlib
 import hmac
 import json
 import time
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlsplit
 
 import urllib3
+from standardwebhooks import Webhook
 from urllib3.exceptions import HTTPError
 from urllib3.util.retry import Retry
 
 from functions.adapters.dns import SocketResolver
 from functions.domain.errors import DeliveryRefused, DependencyFailed
 from functions.domain.webhook_addresses import is_this_machine, non_public_reason
+from functions.domain.webhook_signing import signing_key
 from functions.ports import HostResolver, OutgoingNotification
 
+ID_HEADER = "webhook-id"
+STANDARD_TIMESTAMP_HEADER = "webhook-timestamp"
+STANDARD_SIGNATURE_HEADER = "webhook-signature"
+# The earlier headers, kept for one release (deprecated).
 SIGNATURE_HEADER = "X-RemoteBatch-Signature"
 TIMESTAMP_HEADER = "X-RemoteBatch-Timestamp"
 # 2 retries, 0.5 s then 1 s apart (urllib3's backoff), on connection errors and these statuses; a
@@ -41,9 +57,33 @@ TIMEOUT = urllib3.Timeout(connect=2.0, read=3.0)
 
 
 def sign(secret: str, timestamp: int, body: bytes) -> str:
-    """``sha256=<hex>``: HMAC-SHA256 of ``"{timestamp}.{body}"`` under ``secret``."""
+    """The deprecated ``X-RemoteBatch-Signature``: ``sha256=<hex>``, HMAC-SHA256 of
+    ``"{timestamp}.{body}"`` under ``secret``'s text."""
     digest = hmac.new(secret.encode(), f"{timestamp}.".encode() + body, hashlib.sha256).hexdigest()
     return f"sha256={digest}"
+
+
+def signed_headers(secret: str, delivery_id: str, timestamp: int, body: bytes) -> dict[str, str]:
+    """The signature headers of one attempt: Standard Webhooks' (``standardwebhooks`` signs) and,
+    for one release, the earlier pair.
+
+    Raises
+    ------
+    DeliveryRefused
+        ``secret`` is not one of this service's (no key to sign with).
+    """
+    try:
+        key = signing_key(secret)
+    except ValueError:
+        raise DeliveryRefused("the account's webhook secret is not valid") from None
+    moment = datetime.fromtimestamp(timestamp, UTC)
+    return {
+        ID_HEADER: delivery_id,
+        STANDARD_TIMESTAMP_HEADER: str(timestamp),
+        STANDARD_SIGNATURE_HEADER: Webhook(key).sign(delivery_id, moment, body.decode()),
+        TIMESTAMP_HEADER: str(timestamp),
+        SIGNATURE_HEADER: sign(secret, timestamp, body),
+    }
 
 
 def webhook_body(notification: OutgoingNotification) -> bytes:
@@ -116,13 +156,11 @@ class WebhookSender:
             raise DeliveryRefused("the webhook URL has an invalid port") from None
         address = self._checked_address(host, port)
         body = webhook_body(notification)
-        timestamp = int(time.time())
         headers = {
             "Host": parsed.netloc.rsplit("@", 1)[-1],
             "Content-Type": "application/json",
             "User-Agent": "remote-batch-webhook/1",
-            TIMESTAMP_HEADER: str(timestamp),
-            SIGNATURE_HEADER: sign(secret, timestamp, body),
+            **signed_headers(secret, notification.delivery_id, int(time.time()), body),
         }
         pool: urllib3.HTTPConnectionPool
         if parsed.scheme == "https":

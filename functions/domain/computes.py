@@ -13,14 +13,31 @@ AWS Batch (``DescribeComputeEnvironments``/``DescribeJobQueues``: compute enviro
 are asynchronous, ``CREATING`` → ``VALID``)::
 
     Creating --READY--> Stopped --start--> Starting --CAPACITY_UP--> Running
+    Creating(start pending) --READY--> Starting
     Running --stop--> Stopping --CAPACITY_DOWN--> Stopped
-    Running --restart--> Stopping(restart) --CAPACITY_DOWN--> Starting
+    Running --restart--> Stopping(start pending) --CAPACITY_DOWN--> Starting
     any but Deleting --delete--> Deleting --GONE--> (removed)
     Creating/Starting/Running/Stopping --BROKEN--> Failed
 
-A start of a Starting or Running compute and a stop of a Stopping or Stopped one are no-ops (the
-compute is returned unchanged); a request the status does not allow raises ``Conflict`` naming the
-status; an event the status does not expect is ignored (the poll that sees it is stale). Leaving a
+Requests during a transient status (``TRANSIENT``: Creating, Starting, Stopping, Deleting) are
+answered by what the user means (``tests/unit/test_domain_computes.py`` checks every cell):
+
+============  ==========================  ==========================  ===================  ========
+status        start                       stop                        restart              delete
+============  ==========================  ==========================  ===================  ========
+Creating      accepted: starts once ready no-op (cancels a pending    Conflict: start it   Deleting
+              (billed from then)          start)                      instead
+Starting      no-op                       Stopping                    Stopping, pending    Deleting
+Stopping      accepted: starts again once no-op (cancels a pending    pending start        Deleting
+              stopped                     start)
+Deleting      Conflict                    Conflict                    Conflict             no-op
+============  ==========================  ==========================  ===================  ========
+
+(Azure ML's compute instance ``create`` leaves it running; here ``PUT`` creates it Stopped, and a
+start sent at once, while it is still Creating, is kept and applied when it is ready.) A start of
+a Starting or Running compute and a stop of a Stopping or Stopped one are no-ops (the compute is
+returned unchanged); a request the status does not allow raises ``Conflict`` naming the status; an
+event the status does not expect is ignored (the poll that sees it is stale). Leaving a
 billed status (``BILLED``: Starting or Running) by a stop, restart or delete settles its time
 (``Step.settle``); so does a failure of a Running compute (a failure while Starting is not charged:
 the capacity never came).
@@ -74,6 +91,7 @@ from functions.domain.credits import SECONDS_PER_HOUR, ZERO, quantize_credits
 from functions.domain.errors import Conflict, ValidationFailed
 from functions.domain.machine_classes import GeoZone, MachineClass, machine_class
 from functions.domain.quotas import Demand, demand_of
+from functions.domain.wall_clock import wall_instant
 
 NAME_PATTERN = r"^[A-Za-z][A-Za-z0-9-]{1,31}$"
 MAX_COUNT = 64
@@ -130,10 +148,17 @@ class ComputeEvent(StrEnum):
 BILLED = frozenset({ComputeStatus.STARTING, ComputeStatus.RUNNING})
 
 
+# The statuses a compute passes through on its own (the requests allowed in each: the module's table).
+TRANSIENT = frozenset(
+    {ComputeStatus.CREATING, ComputeStatus.STARTING, ComputeStatus.STOPPING, ComputeStatus.DELETING}
+)
+
+
 # Every edge the machine may take (the state machine test checks no other ever happens).
 LEGAL_EDGES: frozenset[tuple[ComputeStatus, ComputeStatus]] = frozenset(
     {
         (ComputeStatus.CREATING, ComputeStatus.STOPPED),
+        (ComputeStatus.CREATING, ComputeStatus.STARTING),
         (ComputeStatus.STOPPED, ComputeStatus.STARTING),
         (ComputeStatus.STARTING, ComputeStatus.RUNNING),
         (ComputeStatus.STARTING, ComputeStatus.STOPPING),
@@ -190,8 +215,9 @@ class Compute:
         When it was asked for.
     version : int
         Bumped by every write; each write is conditional on the version it read.
-    restart_pending : bool
-        Stopping for a restart: it starts again once stopped.
+    start_pending : bool
+        A start waits: a Creating compute starts once it is ready, a Stopping one (a restart, or a
+        start sent while it stopped) once it is stopped (stored as ``restartPending``).
     running_since : datetime | None
         When the current billed run began: its start request (set exactly while Starting or Running).
     settled_until : datetime | None
@@ -219,7 +245,7 @@ class Compute:
     status_reason: str | None = None
     schedules: Schedules = field(default_factory=Schedules)
     version: int = 0
-    restart_pending: bool = False
+    start_pending: bool = False
     running_since: datetime | None = None
     settled_until: datetime | None = None
     last_activity_at: datetime | None = None
@@ -379,15 +405,15 @@ def _billed_from(compute: Compute, now: datetime) -> Compute:
 
 
 def _stopped_run(
-    compute: Compute, *, status: ComputeStatus, status_reason: str | None, restart_pending: bool | None = None
+    compute: Compute, *, status: ComputeStatus, status_reason: str | None, start_pending: bool | None = None
 ) -> Compute:
     """``compute`` in ``status`` with no run in progress (its time is settled by the step)."""
-    pending = compute.restart_pending if restart_pending is None else restart_pending
+    pending = compute.start_pending if start_pending is None else start_pending
     return replace(
         compute,
         status=status,
         status_reason=status_reason,
-        restart_pending=pending,
+        start_pending=pending,
         running_since=None,
         settled_until=None,
     )
@@ -396,13 +422,17 @@ def _stopped_run(
 def _delete(compute: Compute, now: datetime, reason: str | None) -> Step:
     if compute.status == ComputeStatus.DELETING:
         return Step(compute, compute)
-    after = _stopped_run(compute, status=ComputeStatus.DELETING, status_reason=reason, restart_pending=False)
+    after = _stopped_run(compute, status=ComputeStatus.DELETING, status_reason=reason, start_pending=False)
     return Step(compute, after, _leave_running(compute, now))
 
 
 def _start(compute: Compute, now: datetime, reason: str | None) -> Step:
     if compute.status in (ComputeStatus.STARTING, ComputeStatus.RUNNING):
         return Step(compute, compute)
+    if compute.status in (ComputeStatus.CREATING, ComputeStatus.STOPPING):
+        # Kept, and applied when it is ready (Creating) or stopped (Stopping): ``apply_event``.
+        after = replace(compute, start_pending=True, status_reason=reason)
+        return Step(compute, compute if compute.start_pending else after)
     if compute.status != ComputeStatus.STOPPED:
         raise _refuse(compute, ComputeRequest.START, _hint(compute.status))
     return Step(compute, replace(_billed_from(compute, now), status_reason=reason))
@@ -410,10 +440,11 @@ def _start(compute: Compute, now: datetime, reason: str | None) -> Step:
 
 def _stop(compute: Compute, now: datetime, reason: str | None) -> Step:
     status = compute.status
-    if status == ComputeStatus.STOPPED or (status == ComputeStatus.STOPPING and not compute.restart_pending):
+    waiting = status in (ComputeStatus.CREATING, ComputeStatus.STOPPING)
+    if status == ComputeStatus.STOPPED or (waiting and not compute.start_pending):
         return Step(compute, compute)
-    if status == ComputeStatus.STOPPING:  # a stop cancels the restart in progress
-        return Step(compute, replace(compute, restart_pending=False, status_reason=reason))
+    if waiting:  # a stop cancels the start that waits (a restart's, or one sent while Creating)
+        return Step(compute, replace(compute, start_pending=False, status_reason=reason))
     if status not in (ComputeStatus.STARTING, ComputeStatus.RUNNING):
         raise _refuse(compute, ComputeRequest.STOP, _hint(status))
     after = _stopped_run(compute, status=ComputeStatus.STOPPING, status_reason=reason)
@@ -423,12 +454,13 @@ def _stop(compute: Compute, now: datetime, reason: str | None) -> Step:
 def _restart(compute: Compute, now: datetime, reason: str | None) -> Step:
     status = compute.status
     if status == ComputeStatus.STOPPING:
-        after = replace(compute, restart_pending=True, status_reason=reason)
-        return Step(compute, compute if compute.restart_pending else after)
+        after = replace(compute, start_pending=True, status_reason=reason)
+        return Step(compute, compute if compute.start_pending else after)
     if status not in (ComputeStatus.STARTING, ComputeStatus.RUNNING):
-        hint = "start it instead" if status == ComputeStatus.STOPPED else _hint(status)
+        waits = status in (ComputeStatus.STOPPED, ComputeStatus.CREATING)
+        hint = "start it instead" if waits else _hint(status)
         raise _refuse(compute, ComputeRequest.RESTART, hint)
-    after = _stopped_run(compute, status=ComputeStatus.STOPPING, status_reason=reason, restart_pending=True)
+    after = _stopped_run(compute, status=ComputeStatus.STOPPING, status_reason=reason, start_pending=True)
     return Step(compute, after, _leave_running(compute, now))
 
 
@@ -450,17 +482,15 @@ def apply_request(
     Raises
     ------
     Conflict
-        The status does not allow the request (starting a compute that is Creating, Stopping,
-        Deleting or Failed; stopping one that is Creating, Deleting or Failed; restarting one that
-        is not Starting, Running or Stopping).
+        The status does not allow the request (starting or stopping a compute that is Deleting or
+        Failed; restarting one that is not Starting, Running or Stopping). A start while Creating or
+        Stopping is kept (``start_pending``) and applied when it is ready or stopped.
     """
     return _REQUESTS[request](compute, now, reason)
 
 
 def _hint(status: ComputeStatus) -> str:
     return {
-        ComputeStatus.CREATING: "wait until it is Stopped",
-        ComputeStatus.STOPPING: "wait until it is Stopped",
         ComputeStatus.DELETING: "it is being deleted",
         ComputeStatus.FAILED: "delete it and create it again",
     }.get(status, "try again shortly")
@@ -476,20 +506,23 @@ def apply_event(compute: Compute, event: ComputeEvent, now: datetime, reason: st
     after: Compute | None = compute
     settle = None
     if event == ComputeEvent.READY and status == ComputeStatus.CREATING:
-        after = replace(compute, status=ComputeStatus.STOPPED, status_reason=None)
+        if compute.start_pending:  # started while it was created: billed from now, when it can run
+            after = replace(_billed_from(compute, now), start_pending=False)
+        else:
+            after = replace(compute, status=ComputeStatus.STOPPED, status_reason=None)
     elif event == ComputeEvent.CAPACITY_UP and status == ComputeStatus.STARTING:
         # Billed since the start request already; the idle timer counts from here.
         after = replace(compute, status=ComputeStatus.RUNNING, last_activity_at=now)
     elif event == ComputeEvent.CAPACITY_DOWN and status == ComputeStatus.STOPPING:
-        if compute.restart_pending:
-            after = replace(_billed_from(compute, now), restart_pending=False)
+        if compute.start_pending:
+            after = replace(_billed_from(compute, now), start_pending=False)
         else:
-            after = replace(compute, status=ComputeStatus.STOPPED, restart_pending=False)
+            after = replace(compute, status=ComputeStatus.STOPPED, start_pending=False)
     elif event == ComputeEvent.GONE and status == ComputeStatus.DELETING:
         after = None
     elif event == ComputeEvent.BROKEN and status in _BREAKABLE:
         why = f"AWS Batch: {reason}" if reason else "AWS Batch reported the compute environment INVALID"
-        failed = _stopped_run(compute, status=ComputeStatus.FAILED, status_reason=why, restart_pending=False)
+        failed = _stopped_run(compute, status=ComputeStatus.FAILED, status_reason=why, start_pending=False)
         after = replace(failed, quota_reserved=False)  # a Failed compute gives its quota back
         # A failure while Starting is not charged (the capacity never came); one while Running is.
         settle = now if status == ComputeStatus.RUNNING else None
@@ -614,13 +647,19 @@ def idle_expired(compute: Compute, now: datetime, minute: timedelta = timedelta(
 
 def scheduled_request(schedules: Schedules, since: datetime | None, now: datetime) -> ComputeRequest | None:
     """The request of the latest daily start or stop time in ``(since, now]`` (None: none fell there,
-    or ``since`` is None: the schedules are new and nothing before them is replayed). Times are each
-    schedule's local wall-clock time; a time skipped by a daylight-saving change falls at the next
-    valid instant (``zoneinfo``'s fold rules)."""
+    or ``since`` is None: the schedules are new and nothing before them is replayed).
+
+    Times are each schedule's local wall-clock time, as instants by ``wall_clock.wall_instant``: a
+    time a daylight-saving change skips falls at the change (the next valid instant), a time it
+    repeats fires once (its first occurrence). Boundaries are ordered by instant, then by their
+    wall-clock time, then a stop after a start: a start and a stop never swap, and at one instant
+    the later of the day wins (Europe/Berlin on 2026-03-29: a start at the skipped 02:00 and a stop
+    at 03:00 are both at 01:00Z, and the compute stays stopped).
+    """
     if since is None or now <= since:
         return None
     since = max(since, now - SCHEDULE_LOOKBACK)
-    latest: tuple[datetime, ComputeRequest] | None = None
+    latest: tuple[datetime, datetime, int, ComputeRequest] | None = None
     for daily in schedules.daily:
         zone = ZoneInfo(daily.time_zone)
         first_day = since.astimezone(zone).date() - timedelta(days=1)
@@ -630,11 +669,16 @@ def scheduled_request(schedules: Schedules, since: datetime | None, now: datetim
             for at, request in ((daily.start, ComputeRequest.START), (daily.stop, ComputeRequest.STOP)):
                 if at is None:
                     continue
-                moment = datetime.combine(day, at, tzinfo=zone).astimezone(UTC)
-                if since < moment <= now and (latest is None or moment > latest[0]):
-                    latest = (moment, request)
+                moment = wall_instant(day, at, zone)
+                rank = (moment, datetime.combine(day, at), _REQUEST_RANK[request], request)
+                if since < moment <= now and (latest is None or rank[:3] > latest[:3]):
+                    latest = rank
             day += timedelta(days=1)
-    return None if latest is None else latest[1]
+    return None if latest is None else latest[3]
+
+
+# At one instant and wall-clock time, a stop is applied after a start (a compute is not left billed).
+_REQUEST_RANK = {ComputeRequest.START: 0, ComputeRequest.STOP: 1}
 
 
 # -- quota ---------------------------------------------------------------------------------------------

@@ -22,6 +22,13 @@ from functions.domain.batch_reasons import (
     normalize_reason,
     raw_batch_reason,
 )
+from functions.domain.charged_time import (
+    TimeCorrection,
+    Window,
+    epoch_ms,
+    final_attempt_times,
+    running_start,
+)
 from functions.domain.credits import ZERO
 from functions.domain.environments import JobEnvironment
 from functions.domain.machine_classes import GeoZone, MachineClass, machine_class
@@ -401,8 +408,9 @@ class BatchJobState:
 
 
 def ms_to_datetime(ms: int) -> datetime:
-    """Milliseconds since the epoch (as AWS Batch sends them) to an aware UTC datetime."""
-    return datetime.fromtimestamp(ms / 1000, tz=UTC)
+    """Milliseconds since the epoch (as AWS Batch sends them) to an aware UTC datetime (exact:
+    ``charged_time.epoch_ms`` gives ``ms`` back)."""
+    return datetime(1970, 1, 1, tzinfo=UTC) + timedelta(milliseconds=ms)
 
 
 @dataclass(frozen=True, slots=True)
@@ -411,13 +419,16 @@ class Transition:
 
     ``entered`` lists the statuses newly entered (oldest first); ``settles`` is True when the job
     becomes final with this event, so the caller must settle its charge in the same write;
-    ``running_ms`` is the final attempt's chargeable Running time (None: nothing to charge).
+    ``running_ms`` is the final attempt's chargeable Running time (None: nothing to charge);
+    ``corrections`` are the event's times that could not be true and were clamped into the job's
+    life (``functions.domain.charged_time``), for the caller to log.
     """
 
     before: Job
     after: Job
     entered: tuple[JobStatus, ...]
     running_ms: int | None = None
+    corrections: tuple[TimeCorrection, ...] = ()
 
     @property
     def settles(self) -> bool:
@@ -532,29 +543,7 @@ def success_warnings(machine: MachineClass, batch_reason: str | Sequence[str] | 
 
 
 def _ms(moment: datetime | None) -> int | None:
-    return round(moment.timestamp() * 1000) if moment is not None else None
-
-
-def _final_times(job: Job, state: BatchJobState) -> tuple[int | None, int | None]:
-    """(start, stop) of the final attempt in ms: the event's, else what the job already knows.
-
-    A missing ``startedAt`` takes the job's own when it was seen Running in this attempt; a missing
-    ``stoppedAt`` takes the event's time. A stop before the start (clocks disagree) keeps the stop
-    with the start the job knew when that is not after it, else takes the event's time when that is
-    not before the start, else the start: durations are never negative.
-    """
-    known = _ms(job.started_at) if job.status == JobStatus.RUNNING else None
-    started = state.started_at_ms if state.started_at_ms is not None else known
-    stopped = state.stopped_at_ms if state.stopped_at_ms is not None else state.observed_at_ms
-    if started is not None and stopped is not None and stopped < started:
-        observed = state.observed_at_ms
-        if known is not None and known <= stopped:
-            started = known  # the RUNNING event's start agrees with the stop: the final's start is off
-        else:
-            stopped = observed if observed is not None and observed >= started else started
-    if started is not None and stopped is None:
-        stopped = started
-    return started, stopped
+    return epoch_ms(moment) if moment is not None else None
 
 
 def apply_batch_event(
@@ -562,6 +551,7 @@ def apply_batch_event(
     state: BatchJobState,
     final_reason: str | None = None,
     *,
+    arrived_at: datetime,
     warnings: tuple[str, ...] = (),
     charged: bool = True,
 ) -> Transition | None:
@@ -575,6 +565,9 @@ def apply_batch_event(
         The event's detail.
     final_reason : str | None
         For a FAILED event, the ``statusReason`` to record (see ``describe_failure``).
+    arrived_at : datetime
+        When the event arrived (the handler's clock): with the job's submission, the window its
+        times are clamped into (``charged_time.final_attempt_times``, ``charged_time.running_start``).
     warnings : tuple[str, ...]
         For a SUCCEEDED event, its warnings (see ``success_warnings``).
     charged : bool
@@ -586,8 +579,8 @@ def apply_batch_event(
     Transition | None
         None when the event changes nothing: the job is final, the event is older than what was
         applied (by attempt count, then status), or a duplicate. A final transition's
-        ``running_ms`` is the final attempt's Running time (``completedAt - startedAt``, never
-        negative), or None when it never ran or is not charged.
+        ``running_ms`` is the final attempt's Running time (``completedAt - startedAt``, inside
+        ``[submittedAt, arrived_at]``, never negative), or None when it never ran or is not charged.
     """
     if job.is_final or state.position <= job.event_position:
         return None
@@ -595,21 +588,28 @@ def apply_batch_event(
     running_ms: int | None = None
     batch_reason = job.batch_reason
     job_warnings = job.warnings
+    window = Window.of(job.submitted_at, arrived_at)
     if target.is_final:
-        start_ms, stop_ms = _final_times(job, state)
-        ever_ran = start_ms is not None
-        started_at = ms_to_datetime(start_ms) if start_ms is not None else job.started_at
-        completed_at = ms_to_datetime(stop_ms) if stop_ms is not None else None
+        known = _ms(job.started_at) if job.status == JobStatus.RUNNING else None
+        times = final_attempt_times(
+            window,
+            state.started_at_ms,
+            state.stopped_at_ms,
+            known_start_ms=known,
+            observed_ms=state.observed_at_ms,
+        )
+        ever_ran = times.started_ms is not None
+        started_at = ms_to_datetime(times.started_ms) if times.started_ms is not None else job.started_at
+        completed_at = ms_to_datetime(times.stopped_ms) if times.stopped_ms is not None else None
         reason = normalize_reason(final_reason) if target == JobStatus.TERMINATED else None
-        if start_ms is not None and stop_ms is not None and charged:
-            running_ms = max(0, stop_ms - start_ms)
+        if charged:
+            running_ms = times.running_ms
         batch_reason = raw_batch_reason(state.reasons)
         job_warnings = tuple(warnings) if target == JobStatus.SUCCEEDED else ()
     else:
-        ever_ran = state.started_at_ms is not None
-        started_at = (
-            ms_to_datetime(state.started_at_ms) if state.started_at_ms is not None else job.started_at
-        )
+        times = running_start(window, state.started_at_ms)
+        ever_ran = times.started_ms is not None
+        started_at = ms_to_datetime(times.started_ms) if times.started_ms is not None else job.started_at
         reason = normalize_reason(state.status_reason)
         completed_at = None
     entered = statuses_between(job.status, target, ever_ran=ever_ran)
@@ -627,4 +627,6 @@ def apply_batch_event(
         batch_reason=batch_reason,
         warnings=job_warnings,
     )
-    return Transition(before=job, after=after, entered=tuple(entered), running_ms=running_ms)
+    return Transition(
+        before=job, after=after, entered=tuple(entered), running_ms=running_ms, corrections=times.corrections
+    )

@@ -12,6 +12,7 @@ from datetime import datetime
 from decimal import Decimal
 
 from functions.domain.arrays import array_spent
+from functions.domain.charged_time import running_ms_at
 from functions.domain.credits import spent_so_far
 from functions.domain.jobs import Job, JobType, credit_constraint_reason, job_rate, time_constraint_reason
 from functions.domain.status import JobStatus
@@ -41,7 +42,8 @@ class MeterReading:
 
 
 def read_meter(job: Job, now: datetime) -> MeterReading:
-    """Read one Starting or Running job at ``now``.
+    """Read one Starting or Running job at ``now``: its Running time is from its start, clamped into
+    ``[submittedAt, now]`` (``charged_time.running_ms_at``), to ``now``.
 
     An ``Array`` parent reads as what it shows (``read_array_meter`` sums its children); an
     ``ArrayChild``'s ``creditConstraint`` is its array's, enforced on the array's sum, so a child
@@ -49,7 +51,8 @@ def read_meter(job: Job, now: datetime) -> MeterReading:
     """
     if job.type == JobType.ARRAY or job.status != JobStatus.RUNNING or job.started_at is None:
         return MeterReading(job, 0, job.credits_spent, None)
-    running_ms = max(0, int((now - job.started_at).total_seconds() * 1000))
+    # A start that cannot be true (before the submission, after now) is clamped into the job's life.
+    running_ms = running_ms_at(job.started_at, job.submitted_at, now)
     rate = job_rate(job)
     own_cap = None if job.type == JobType.ARRAY_CHILD else job.credit_constraint
     spent = max(spent_so_far(running_ms, rate, own_cap), job.credits_spent)

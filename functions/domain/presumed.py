@@ -15,8 +15,10 @@ Final events are not presumed: their charge needs the job's caps and the account
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from datetime import datetime
 
 from functions.domain.batch_reasons import normalize_reason
+from functions.domain.charged_time import epoch_ms
 from functions.domain.jobs import BatchJobState, Job, JobType, ms_to_datetime
 from functions.domain.status import BATCH_TO_JOB_STATUS, JobStatus, event_position, statuses_between
 
@@ -62,10 +64,13 @@ class PresumedTransition:
 
     def holds_for(self, job: Job) -> bool:
         """True when ``job`` is in the state this transition presumes: a Single job named by the event,
-        in ``presumed`` status at position ``before``, and of the event's Batch job (or of none yet).
-        The store's write condition says the same."""
+        in ``presumed`` status at position ``before``, of the event's Batch job (or of none yet), and
+        submitted no later than the event's ``startedAt`` (an earlier start is clamped, which needs the
+        job as read: ``charged_time``). The store's write condition says the same."""
+        started = self.state.started_at_ms
         return (
             job.job_id == self.job_id
+            and (started is None or epoch_ms(job.submitted_at) <= started)
             and job.type == JobType.SINGLE
             and job.status == self.presumed
             and job.event_position == self.before
@@ -92,11 +97,14 @@ class PresumedTransition:
         )
 
 
-def presume_transition(state: BatchJobState) -> PresumedTransition | None:
+def presume_transition(state: BatchJobState, arrived_at: datetime) -> PresumedTransition | None:
     """The presumed transition of a STARTING or RUNNING event of a job that is no array (no
-    ``arrayProperties``); None for other events (they are applied from the job as read)."""
+    ``arrayProperties``) and whose ``startedAt``, if any, is not after the event's arrival; None for
+    other events (they are applied from the job as read, which clamps such a start)."""
     presumed = PRESUMED_STATUS.get(state.status)
     if presumed is None or state.array_index is not None or state.array_size is not None:
+        return None
+    if state.started_at_ms is not None and state.started_at_ms > epoch_ms(arrived_at):
         return None
     target = BATCH_TO_JOB_STATUS[state.status]
     entered = statuses_between(presumed, target, ever_ran=state.started_at_ms is not None)

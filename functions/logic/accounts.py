@@ -17,6 +17,7 @@ from functions.domain.errors import ConditionFailed, DependencyFailed, NotFound,
 from functions.domain.jobs import Account, LedgerEntry, LedgerKind
 from functions.domain.text import E164_PATTERN, EMAIL_PATTERN, full_match
 from functions.domain.webhook_addresses import is_this_machine, non_public_reason
+from functions.domain.webhook_signing import SECRET_BYTES, new_secret
 from functions.ports import HostResolver, Services
 
 logger = Logger(child=True)
@@ -131,7 +132,7 @@ def set_contacts(
     )
     secret = account.webhook_secret if new_webhook == account.webhook_url else None
     if new_webhook and not secret:
-        secret = f"whsec_{secrets.token_urlsafe(32)}"
+        secret = new_secret(secrets.token_bytes(SECRET_BYTES))
     subscription = account.email_subscription
     if new_email != account.email or (new_email and not subscription):
         # The new address first: when SNS refuses it, the old one still gets the account's mail.

@@ -47,6 +47,7 @@ from functions.logic.job_outcomes import (
     discard_outputs,
     final_charge,
     final_outcome,
+    log_corrections,
 )
 from functions.ports import Services
 
@@ -110,9 +111,12 @@ def apply_array_event(services: Services, parent: Job, state: BatchJobState, now
             )
             return child
         reason, warnings, charged = final_outcome(services, child, state)
-        transition = apply_batch_event(child, state, reason, warnings=warnings, charged=charged)
+        transition = apply_batch_event(
+            child, state, reason, arrived_at=now, warnings=warnings, charged=charged
+        )
         if transition is None:
             break
+        log_corrections(transition)
         charge: Charge | None = None
         entry: LedgerEntry | None = None
         most: Decimal | None = None

@@ -23,6 +23,7 @@ from functools import partial
 
 from aws_lambda_powertools import Logger
 
+from functions.domain.charged_time import clamp_moment
 from functions.domain.computes import (
     BILLED,
     IDLE_STOP,
@@ -251,6 +252,8 @@ def _write_step(
     until = step.settle or (now if hourly else None)
     if until is None or before.settled_until is None:
         return store.save_compute(before, after, release)
+    # The billed time lies inside the run: from what is settled, never past this write's clock.
+    until = clamp_moment(until, before.settled_until, now)
     bill = settlement(before, before.settled_until, until, final=not hourly)
     if bill is None:
         return store.save_compute(before, after, release)

@@ -35,7 +35,7 @@ from functions.domain.presumed import presume_transition
 from functions.domain.status import FINAL_BATCH_STATUSES, is_known_batch_status
 from functions.logic.array_events import apply_array_event
 from functions.logic.dispatch_requests import admit_after_end
-from functions.logic.job_outcomes import discard_outputs, final_charge, final_outcome
+from functions.logic.job_outcomes import discard_outputs, final_charge, final_outcome, log_corrections
 from functions.logic.notifying import deliver_due_notifications, status_claims
 from functions.ports import Services
 
@@ -143,7 +143,7 @@ def apply_job_state_change(services: Services, state: BatchJobState, now: dateti
     # otherwise the failed write returns the job as it is, and the event is applied from that.
     known: Job | None = None
     written: Job | None = None
-    presumed = presume_transition(state) if job_id == state.job_name else None
+    presumed = presume_transition(state, now) if job_id == state.job_name else None
     if presumed is not None:
         try:
             written, known = services.store.save_presumed_transition(presumed, now)
@@ -179,9 +179,12 @@ def _apply_from_read(
             # pragma: no mutate end
             return job
         final_reason, warnings, charged = final_outcome(services, job, state)
-        transition = apply_batch_event(job, state, final_reason, warnings=warnings, charged=charged)
+        transition = apply_batch_event(
+            job, state, final_reason, arrived_at=now, warnings=warnings, charged=charged
+        )
         if transition is None:
             break
+        log_corrections(transition)
         try:
             settled = _write(services, transition, now, account)
         except ConditionFailed:

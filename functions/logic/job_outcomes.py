@@ -180,3 +180,17 @@ def final_charge(
             compute=job.compute,
         )
     return charge, entry
+
+
+def log_corrections(transition: Transition) -> None:
+    """Log each of an event's times that could not be true and was clamped into the job's life
+    (``functions.domain.charged_time``): what Batch sent is never charged as sent."""
+    for correction in transition.corrections:
+        logger.warning(
+            "batch time clamped into the job's life",
+            job_id=transition.after.job_id,
+            field=correction.field,
+            given_ms=correction.given_ms,
+            used_ms=correction.used_ms,
+            cause=correction.cause.value,
+        )

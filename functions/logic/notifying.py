@@ -37,6 +37,7 @@ from functions.domain.notification_schedule import (
     publish_attempts,
 )
 from functions.domain.notifications import DueNotification
+from functions.domain.webhook_signing import delivery_id
 from functions.ports import OutgoingNotification, Services
 
 logger = Logger(child=True)
@@ -229,6 +230,7 @@ def _publish(
         message=message,
         at=now,
         secret=account.webhook_secret if account is not None and due.method == "Webhook" else None,
+        delivery_id=delivery_id(job.job_id, due.key),
     )
     try:
         services.notifier.send(notification)

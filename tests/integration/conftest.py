@@ -41,12 +41,30 @@ class Clock:
     """A clock tests move by hand."""
 
     now: datetime = field(default_factory=lambda: datetime(2026, 11, 29, 17, 20, tzinfo=UTC))
+    # A delivery's arrival (``Stack.deliver``), per thread: concurrent deliveries each see their own.
+    arrival: threading.local = field(default_factory=threading.local, repr=False, compare=False)
 
     def __call__(self) -> datetime:
-        return self.now
+        return getattr(self.arrival, "at", None) or self.now
 
     def advance(self, seconds: float) -> None:
         self.now += timedelta(seconds=seconds)
+
+
+def _latest_moment(event: dict[str, Any]) -> datetime:
+    """The latest time a ``Batch Job State Change`` envelope speaks of (its ``time``, its detail's and
+    its attempts' ``startedAt``/``stoppedAt``)."""
+    detail = event.get("detail") or {}
+    attempts = [a for a in detail.get("attempts") or [] if isinstance(a, dict)]
+    moments = [
+        int(source[key])
+        for source in (detail, *attempts)
+        for key in ("startedAt", "stoppedAt")
+        if isinstance(source.get(key), int)
+    ]
+    if isinstance(event.get("time"), str):
+        moments.append(int(datetime.fromisoformat(event["time"].replace("Z", "+00:00")).timestamp() * 1000))
+    return datetime.fromtimestamp(max(moments, default=0) / 1000, tz=UTC)
 
 
 @dataclass
@@ -71,9 +89,17 @@ class Stack:
         return response["statusCode"], parsed
 
     def deliver(self, event: dict[str, Any]) -> dict[str, Any]:
+        """Deliver a ``Batch Job State Change``. An event arrives after what it reports: the handler's
+        clock is the latest of the stack's clock and the event's ``time``, ``startedAt`` and
+        ``stoppedAt`` (its attempts' too), for this delivery only (the service clamps every Batch time
+        into ``[submittedAt, arrival]``: an event from the clock's future would be cut short)."""
         from functions.handlers import batch_events
 
-        return batch_events.handler(event, FakeLambdaContext())
+        self.clock.arrival.at = max(self.clock.now, _latest_moment(event))
+        try:
+            return batch_events.handler(event, FakeLambdaContext())
+        finally:
+            self.clock.arrival.at = None
 
     def tick(self) -> dict[str, Any]:
         from functions.handlers import meter

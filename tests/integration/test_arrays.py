@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
@@ -23,6 +24,14 @@ from tests.events import array_child_lifecycle, batch_event
 
 US = GeoZone.UNITED_STATES
 T0 = 1_764_436_800_000  # 2025-11-29T17:20:00Z
+
+
+@pytest.fixture(autouse=True)
+def _submitted_before_the_events(request: pytest.FixtureRequest) -> None:
+    """Jobs here are submitted at T0, before the times their events carry: a charge lies inside
+    the job's life (``functions.domain.charged_time``), and the stack's clock starts a year later."""
+    if "stack" in request.fixturenames:
+        request.getfixturevalue("stack").clock.now = datetime(2025, 11, 29, 17, 20, tzinfo=UTC)
 
 
 def submit(stack: Any, items: list[Any] | None = None, *, items_key: str | None = None, **fields: Any) -> Job:

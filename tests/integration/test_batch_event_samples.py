@@ -5,6 +5,7 @@ None of these events comes from tests/events.py's builder."""
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
 
@@ -17,6 +18,15 @@ from functions.domain.status import JobStatus
 from functions.handlers.batch_events import BatchJobStateChange
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"
+
+
+@pytest.fixture(autouse=True)
+def _submitted_before_the_events(request: pytest.FixtureRequest) -> None:
+    """Jobs here are submitted at the samples' creation (2025-11-29T17:20:00Z), before the times
+    their events carry: a charge lies inside the job's life (``functions.domain.charged_time``), and
+    the stack's clock starts a year later."""
+    if "stack" in request.fixturenames:
+        request.getfixturevalue("stack").clock.now = datetime(2025, 11, 29, 17, 20, tzinfo=UTC)
 
 
 def sample(name):
@@ -133,7 +143,7 @@ def submitted(stack):
 
 def test_a_documented_succeeded_event_settles_the_job_through_the_handler(stack):
     job_id, batch_id = submitted(stack)
-    stack.clock.advance(120)
+    stack.clock.advance(121)  # the event arrives after its stoppedAt (17:22:00.500)
     assert stack.deliver(retarget(sample("succeeded"), job_id, batch_id)) == {
         "applied": True,
         "jobId": job_id,

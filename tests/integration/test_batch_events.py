@@ -250,6 +250,7 @@ def test_event_for_another_batch_job_with_the_same_name_is_ignored(stack):
 
 def test_failed_publish_is_retried_by_the_meter_even_for_a_final_job(stack):
     job_id, batch_id = submit(stack)
+    stack.clock.now = ms_to_datetime(T0)  # the events below arrive at their own times, T0 on
     stack.notifier.fail_next = 1
     # The event itself succeeds: the status is stored, the failed JobStarting stays owed.
     assert stack.deliver(batch_event(job_id, batch_id, "STARTING", created_at=T0))["status"] == "Starting"
@@ -274,6 +275,7 @@ def test_failed_publish_is_retried_by_the_meter_even_for_a_final_job(stack):
 
 def test_a_failed_notification_of_a_job_that_ended_is_still_sent(stack):
     job_id, batch_id = submit(stack)
+    stack.clock.now = ms_to_datetime(T0)  # the events below arrive at their own times, T0 on
     stack.notifier.fail_next = 1
     stack.deliver(batch_event(job_id, batch_id, "STARTING", created_at=T0))
     # The final event's delivery, within JobStarting's backoff, sends JobCompleted only
@@ -634,6 +636,7 @@ def test_a_non_final_event_records_the_handlers_clock_as_last_event_at(stack):
     their Batch timeout from it), so a RUNNING event must move it to the handler's clock, not leave it
     at ``submittedAt`` (mutation ``apply_job_state_change__mutmut_36``)."""
     job_id, batch_id = submit(stack)
+    stack.clock.now = ms_to_datetime(T0)  # the events below arrive at their own times, T0 on
     submitted = stack.services.store.get_job(job_id)
     assert submitted is not None
     stack.clock.advance(90)

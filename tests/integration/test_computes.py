@@ -418,3 +418,48 @@ def test_a_local_stack_restart_bills_a_running_compute_only_up_to_its_last_alive
     # A second start of the stack finds nothing left to recover.
     assert recover_dedicated_computes(stack.services, stack.clock()) == 0
     assert len(_compute_entries(stack)) == 1
+
+
+def test_a_start_sent_right_after_the_create_starts_it_once_ready_billed_from_then(
+    stack: Stack, computes: FakeComputeEnvironments
+) -> None:
+    # Given a compute just created (still Creating)
+    status, created = stack.api("PUT", "/account/computes/lab", body=SPEC)
+    assert status == 201 and created["status"] == "Creating"
+
+    # When the user starts it at once (issue 22 item 9: this was 409 "Compute lab is Creating")
+    status, started = stack.api("POST", "/account/computes/lab/start")
+
+    # Then the start is accepted and kept; nothing is billed while it is created
+    assert status == 202, started
+    assert started["status"] == "Creating"
+    stack.clock.advance(600)
+    for _ in range(4):
+        stack.tick()
+    ready = _get(stack)
+    assert ready["status"] in ("Starting", "Running")
+    assert [c[0] for c in computes.calls][:3] == ["create_environment", "create_queue", "set_capacity"]
+    for _ in range(3):
+        stack.tick()
+    assert _get(stack)["status"] == "Running"
+    # billed from when it was ready, not from the start request ten minutes of creation earlier
+    stack.clock.advance(100)
+    status, _ = stack.api("POST", "/account/computes/lab/stop")
+    assert status == 202
+    (entry,) = _compute_entries(stack)
+    assert Decimal(str(entry["credits"])) == Decimal("5.0000")  # 100 s at 180 credits/hour
+
+
+def test_a_start_sent_while_it_stops_starts_it_again_once_stopped(
+    stack: Stack, computes: FakeComputeEnvironments
+) -> None:
+    _running(stack, computes)
+    status, stopping = stack.api("POST", "/account/computes/lab/stop")
+    assert status == 202 and stopping["status"] == "Stopping"
+
+    status, body = stack.api("POST", "/account/computes/lab/start")
+
+    assert status == 202, body
+    for _ in range(4):
+        stack.tick()
+    assert _get(stack)["status"] in ("Starting", "Running")

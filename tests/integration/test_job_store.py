@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import inspect
 from dataclasses import replace
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -29,6 +29,9 @@ from functions.domain.status import JobStatus
 from tests.builders import build_job
 
 JOBS = "test-jobs"
+
+# When the events arrive: after every time these tests send.
+ARRIVED = datetime(2100, 1, 1, tzinfo=UTC)
 
 
 def client():
@@ -74,7 +77,7 @@ def final_transition(job: Job):
         log_stream_name=None,
         attempt_count=1,
     )
-    transition = apply_batch_event(job, state)
+    transition = apply_batch_event(job, state, arrived_at=ARRIVED)
     assert transition is not None
     return transition
 
@@ -94,7 +97,7 @@ def running_transition(job: Job):
         log_stream_name=None,
         attempt_count=0,
     )
-    transition = apply_batch_event(queued, state)
+    transition = apply_batch_event(queued, state, arrived_at=ARRIVED)
     assert transition is not None
     return transition
 
@@ -106,7 +109,7 @@ def child_event(store: DynamoJobStore, parent: Job, now: Any) -> None:
     state = BatchJobState(
         "span:0", parent.job_id, "STARTING", None, 0, None, None, None, None, 0, array_index=0
     )
-    transition = apply_batch_event(child, state)
+    transition = apply_batch_event(child, state, arrived_at=ARRIVED)
     assert transition is not None
     store.save_child_event(transition, created=True, charge=None, entry=None, settled_at_most=None, now=now)
 

@@ -99,7 +99,7 @@ def test_a_stale_settlement_cannot_overwrite_a_settled_job(stack):
     # A settlement computed from the stale read: a FAILED that never ran, so it charges nothing and
     # carries no ledger entry; only the job row's condition stands between it and the settled job.
     never_ran = replace(succeeded_state(job_id, batch_id, started), status="FAILED", started_at_ms=None)
-    transition = apply_batch_event(stale, never_ran, "Exited with code 1")
+    transition = apply_batch_event(stale, never_ran, "Exited with code 1", arrived_at=stack.clock())
     assert transition is not None and transition.settles
     with pytest.raises(ConditionFailed):
         stack.services.store.settle(transition, Charge(ZERO, ZERO, ZERO), None, stack.clock())

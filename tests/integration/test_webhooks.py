@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import hashlib
 import hmac
@@ -11,6 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import boto3
 import pytest
+from standardwebhooks import Webhook
 
 from functions import bootstrap
 from functions.adapters.dns import SocketResolver
@@ -18,7 +20,9 @@ from functions.adapters.sns import SnsNotifier
 from functions.adapters.webhook import WebhookSender, sign
 from functions.domain.errors import DeliveryRefused, DependencyFailed
 from functions.domain.webhook_addresses import non_public_reason
+from functions.domain.webhook_signing import SECRET_BYTES, delivery_id, new_secret
 from functions.ports import OutgoingNotification
+from remote_batch import webhooks
 from tests.events import batch_event
 from tests.fakes import FakeResolver
 from tests.integration.conftest import Clock
@@ -65,7 +69,7 @@ def receiver():
         r.close()
 
 
-def notification(url):
+def notification(url, secret="whsec_test"):
     return OutgoingNotification(
         job_id="job-1",
         account_id="dev",
@@ -75,8 +79,85 @@ def notification(url):
         subject="s",
         message="m",
         at=Clock()(),
-        secret="whsec_test",
+        secret=secret,
+        delivery_id=delivery_id("job-1", "JobCompleted#3/Webhook"),
     )
+
+
+STANDARD_SECRET = new_secret(bytes(range(SECRET_BYTES)))
+# A secret of the earlier form (``secrets.token_urlsafe(32)``: base64url, with ``-`` and ``_``).
+LEGACY_SECRET = "whsec_" + "q-_" * 14 + "A"
+
+
+@pytest.mark.parametrize("secret", [STANDARD_SECRET, LEGACY_SECRET], ids=["standard", "earlier-form"])
+def test_each_delivery_carries_standard_webhooks_headers_that_verify(receiver, secret):
+    endpoint = receiver()
+
+    WebhookSender(local=True).send(notification(endpoint.url, secret), secret)
+
+    ((headers, body),) = endpoint.requests
+    assert headers["webhook-id"] == delivery_id("job-1", "JobCompleted#3/Webhook")
+    assert headers["webhook-id"].startswith("msg_") and len(headers["webhook-id"]) == 36
+    assert headers["webhook-timestamp"] == headers["X-RemoteBatch-Timestamp"]
+    assert headers["webhook-signature"].startswith("v1,")
+    # Any Standard Webhooks library checks it with the secret in the standard form; the SDK with
+    # the secret as shown.
+    expected = json.loads(body)
+    assert Webhook(webhooks.standard_secret(secret)).verify(body, headers) == expected
+    assert webhooks.verify(body, headers, secret) == expected
+    # the earlier header stays, for one release
+    timestamp = headers["X-RemoteBatch-Timestamp"]
+    assert headers["X-RemoteBatch-Signature"] == sign(secret, int(timestamp), body)
+    # a changed body or another secret does not verify
+    with pytest.raises(webhooks.WebhookVerificationError):
+        webhooks.verify(body.replace(b"JobCompleted", b"JobStarting"), headers, secret)
+    with pytest.raises(webhooks.WebhookVerificationError):
+        webhooks.verify(body, headers, new_secret(b"x" * SECRET_BYTES))
+
+
+def test_retries_of_one_delivery_carry_the_same_webhook_id(receiver):
+    flaky = receiver(503, 500)
+
+    WebhookSender(local=True).send(notification(flaky.url), "whsec_test")
+
+    ids = {headers["webhook-id"] for headers, _ in flaky.requests}
+    assert len(flaky.requests) == 3 and ids == {delivery_id("job-1", "JobCompleted#3/Webhook")}
+
+
+def test_the_meters_retry_of_a_failed_webhook_sends_the_same_delivery_id(stack):
+    # Given an account with a webhook, a job that notifies it, and a first publish that fails
+    stack.add_account("ana", "100")
+    stack.api(
+        "PUT", "/account/contacts", body={"webhookUrl": "https://hooks.example.com/rb"}, account_id="ana"
+    )
+    status, job = stack.api(
+        "POST",
+        "/jobs",
+        body={"code": "1", "notifications": [{"events": ["JobStarting"], "methods": ["Webhook"]}]},
+        account_id="ana",
+    )
+    assert status == 202, job
+    batch_id = stack.services.store.get_job(job["jobId"]).batch_job_id
+    tried: list[OutgoingNotification] = []
+    send = stack.notifier.send
+
+    def record(sent: OutgoingNotification) -> None:
+        tried.append(sent)
+        send(sent)
+
+    stack.notifier.send = record
+    stack.notifier.fail_next = 1
+
+    # When the event's delivery fails and the meter sends it again a minute later
+    now_ms = int(stack.clock().timestamp() * 1000)
+    stack.deliver(batch_event(job["jobId"], batch_id, "STARTING", created_at=now_ms))
+    stack.clock.advance(60)
+    stack.tick()
+
+    # Then both attempts carried one delivery id, the notification's
+    assert [n.event for n in tried] == ["JobStarting", "JobStarting"]
+    assert {n.delivery_id for n in tried} == {delivery_id(job["jobId"], "JobStarting#1/Webhook")}
+    assert len(stack.notifier.sent) == 1
 
 
 def test_signature_is_hmac_sha256_of_timestamp_and_body(receiver):
@@ -124,6 +205,8 @@ def test_webhook_url_secret_shown_once_and_https_required(stack):
     assert status == 200
     assert account["webhookUrl"] == "https://hooks.example.com/rb"
     assert account["webhookSecret"].startswith("whsec_")
+    # Standard Webhooks' form: whsec_ + base64 (standard alphabet) of 32 random bytes
+    assert len(base64.b64decode(account["webhookSecret"].removeprefix("whsec_"), validate=True)) == 32
     status, again = stack.api("PUT", "/account/contacts", body={"phone": "+15555550100"})
     assert again["webhookSecret"] is None  # not shown again
     assert "webhookSecret" not in stack.api("GET", "/account")[1]

@@ -6,7 +6,7 @@ import codecs
 import json
 import struct
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -47,6 +47,7 @@ from functions.domain.status import JobStatus
 PARENT = "job-01JDXYZ0000000000000000000"
 SUBMITTED = datetime(2026, 11, 29, 17, 20, tzinfo=UTC)
 T0 = int(SUBMITTED.timestamp() * 1000)
+ARRIVED = SUBMITTED + timedelta(days=30)  # after every time these tests send
 RATE = Decimal(60)  # Basic1x8
 
 
@@ -255,7 +256,7 @@ class ArrayModel:
         if index is None:
             return  # the span's own event decides nothing
         child = self.children.get(index) or child_template(self.parent, index)
-        transition = apply_batch_event(child, state, "Exited with code 1")
+        transition = apply_batch_event(child, state, "Exited with code 1", arrived_at=ARRIVED)
         if transition is None:
             return
         after = transition.after

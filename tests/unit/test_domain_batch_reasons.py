@@ -32,6 +32,8 @@ from tests.builders import build_job
 
 SUBMITTED_AT = datetime(2026, 11, 29, 17, 20, tzinfo=UTC)
 T0 = int(SUBMITTED_AT.timestamp() * 1000)
+# When the events arrive: late enough for every time these tests send to be inside the job's life.
+ARRIVED = SUBMITTED_AT + timedelta(days=30)
 BASIC = MACHINE_CLASSES["Basic1x8"]
 MEMORY = MACHINE_CLASSES["Memory8x64"]
 
@@ -77,7 +79,7 @@ def state(status: str, attempts: int = 1, **fields) -> BatchJobState:
 
 def running_job(started_ms: int) -> Job:
     job = make_job()
-    transition = apply_batch_event(job, state("RUNNING", 0, started_at_ms=started_ms))
+    transition = apply_batch_event(job, state("RUNNING", 0, started_at_ms=started_ms), arrived_at=ARRIVED)
     assert transition is not None
     return transition.after
 
@@ -270,7 +272,9 @@ def test_a_succeeded_event_with_oom_stays_succeeded_with_the_warning_and_raw_rea
         status_reason=ESSENTIAL,
     )
 
-    transition = apply_batch_event(job, event, warnings=success_warnings(BASIC, event.reasons))
+    transition = apply_batch_event(
+        job, event, warnings=success_warnings(BASIC, event.reasons), arrived_at=ARRIVED
+    )
 
     assert transition is not None
     assert transition.after.status is JobStatus.SUCCEEDED
@@ -293,7 +297,7 @@ def test_a_stop_before_the_start_gives_no_negative_duration_and_no_completion_be
         observed_at_ms=T0 + 10_000,
     )
 
-    transition = apply_batch_event(job, backwards)
+    transition = apply_batch_event(job, backwards, arrived_at=ARRIVED)
 
     assert transition is not None
     assert transition.after.completed_at == transition.after.started_at == ms_to_datetime(T0 + 60_000)
@@ -306,7 +310,7 @@ def test_a_stop_before_the_start_takes_the_events_time_when_that_is_later():
         "SUCCEEDED", started_at_ms=T0, stopped_at_ms=T0 - 5_000, exit_code=0, observed_at_ms=T0 + 120_000
     )
 
-    transition = apply_batch_event(job, backwards)
+    transition = apply_batch_event(job, backwards, arrived_at=ARRIVED)
 
     assert transition is not None
     assert transition.after.completed_at == ms_to_datetime(T0 + 120_000)
@@ -317,7 +321,7 @@ def test_a_final_event_without_started_at_uses_the_start_the_job_knows():
     job = running_job(T0)
     failed = state("FAILED", stopped_at_ms=T0 + 603_000, exit_code=1, status_reason=ESSENTIAL)
 
-    transition = apply_batch_event(job, failed, "Exited with code 1")
+    transition = apply_batch_event(job, failed, "Exited with code 1", arrived_at=ARRIVED)
 
     assert transition is not None
     assert transition.after.started_at == ms_to_datetime(T0)
@@ -329,7 +333,7 @@ def test_a_final_event_without_any_time_uses_the_known_start_and_the_events_time
     job = running_job(T0)
     failed = state("FAILED", exit_code=1, observed_at_ms=T0 + 600_000)
 
-    transition = apply_batch_event(job, failed, "Exited with code 1")
+    transition = apply_batch_event(job, failed, "Exited with code 1", arrived_at=ARRIVED)
 
     assert transition is not None
     assert transition.running_ms == 600_000
@@ -337,11 +341,11 @@ def test_a_final_event_without_any_time_uses_the_known_start_and_the_events_time
 
 def test_a_start_from_an_earlier_attempt_is_not_reused_after_a_retry():
     job = running_job(T0)
-    retried = apply_batch_event(job, state("RUNNABLE", 1, status_reason=HOST))
+    retried = apply_batch_event(job, state("RUNNABLE", 1, status_reason=HOST), arrived_at=ARRIVED)
     assert retried is not None
     failed = state("FAILED", 1, observed_at_ms=T0 + 900_000, status_reason="Job cancelled")
 
-    transition = apply_batch_event(retried.after, failed, "Job cancelled")
+    transition = apply_batch_event(retried.after, failed, "Job cancelled", arrived_at=ARRIVED)
 
     assert transition is not None
     assert transition.running_ms is None  # the final attempt never ran: nothing to charge
@@ -352,7 +356,7 @@ def test_an_attempt_lost_to_infrastructure_has_no_running_time_to_charge():
     lost = state("FAILED", started_at_ms=T0, stopped_at_ms=T0 + 1_200_000, status_reason=HOST)
 
     transition = apply_batch_event(
-        job, lost, describe_failure(job, BASIC, lost.reasons, None, None), charged=False
+        job, lost, describe_failure(job, BASIC, lost.reasons, None, None), charged=False, arrived_at=ARRIVED
     )
 
     assert transition is not None
@@ -378,7 +382,9 @@ def test_final_times_never_run_backwards(start, stop, observed, known, status):
         observed_at_ms=None if observed is None else T0 + observed,
     )
 
-    transition = apply_batch_event(job, final, "Terminated" if status == "FAILED" else None)
+    transition = apply_batch_event(
+        job, final, "Terminated" if status == "FAILED" else None, arrived_at=ARRIVED
+    )
 
     assert transition is not None
     after = transition.after
@@ -393,7 +399,7 @@ def test_a_final_start_after_its_stop_gives_way_to_the_start_the_running_event_g
     job = running_job(T0)
     odd = state("SUCCEEDED", started_at_ms=T0 + 60_000, stopped_at_ms=T0 + 20_000, exit_code=0)
 
-    transition = apply_batch_event(job, odd)
+    transition = apply_batch_event(job, odd, arrived_at=ARRIVED)
 
     assert transition is not None
     assert transition.after.started_at == ms_to_datetime(T0)

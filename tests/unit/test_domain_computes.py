@@ -17,6 +17,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 from functions.domain.computes import (
     BILLED,
     LEGAL_EDGES,
+    TRANSIENT,
     Compute,
     ComputeEvent,
     ComputeRequest,
@@ -123,13 +124,98 @@ class ComputeLifecycle(RuleBasedStateMachine):
         billed = compute.status in BILLED
         assert (compute.running_since is not None) == billed
         assert (compute.settled_until is not None) == billed
-        assert not compute.restart_pending or compute.status == ComputeStatus.STOPPING
+        assert not compute.start_pending or compute.status in (ComputeStatus.STOPPING, ComputeStatus.CREATING)
         if compute.status == ComputeStatus.FAILED:
             assert compute.status_reason
 
 
 TestComputeLifecycle = ComputeLifecycle.TestCase
 TestComputeLifecycle.settings = settings(max_examples=300, stateful_step_count=40, deadline=None)
+
+
+S = ComputeStatus
+R = ComputeRequest
+NOOP = "no-op"
+# Every request a user can send while the compute passes through a transient status (and, for the
+# waiting ones, with a start already pending): the status it leads to and whether a start then
+# waits, "no-op", or the Conflict's hint. The table of ``functions.domain.computes``'s docstring.
+WHILE_TRANSIENT = [
+    (S.CREATING, False, R.START, (S.CREATING, True)),
+    (S.CREATING, True, R.START, NOOP),
+    (S.CREATING, False, R.STOP, NOOP),
+    (S.CREATING, True, R.STOP, (S.CREATING, False)),
+    (S.CREATING, False, R.RESTART, "start it instead"),
+    (S.CREATING, True, R.DELETE, (S.DELETING, False)),
+    (S.STARTING, False, R.START, NOOP),
+    (S.STARTING, False, R.STOP, (S.STOPPING, False)),
+    (S.STARTING, False, R.RESTART, (S.STOPPING, True)),
+    (S.STARTING, False, R.DELETE, (S.DELETING, False)),
+    (S.STOPPING, False, R.START, (S.STOPPING, True)),
+    (S.STOPPING, True, R.START, NOOP),
+    (S.STOPPING, False, R.STOP, NOOP),
+    (S.STOPPING, True, R.STOP, (S.STOPPING, False)),
+    (S.STOPPING, False, R.RESTART, (S.STOPPING, True)),
+    (S.STOPPING, True, R.RESTART, NOOP),
+    (S.STOPPING, True, R.DELETE, (S.DELETING, False)),
+    (S.DELETING, False, R.START, "it is being deleted"),
+    (S.DELETING, False, R.STOP, "it is being deleted"),
+    (S.DELETING, False, R.RESTART, "it is being deleted"),
+    (S.DELETING, False, R.DELETE, NOOP),
+]
+
+
+def test_the_table_covers_every_request_in_every_transient_status() -> None:
+    assert {(status, request) for status, _, request, _ in WHILE_TRANSIENT} == {
+        (status, request) for status in TRANSIENT for request in ComputeRequest
+    }
+
+
+@pytest.mark.parametrize(
+    ("status", "pending", "asked", "expected"),
+    WHILE_TRANSIENT,
+    ids=[f"{s.value}{'+pending' if p else ''}-{r.value}" for s, p, r, _ in WHILE_TRANSIENT],
+)
+def test_every_request_during_a_transient_status(status, pending, asked, expected) -> None:
+    billed = status in BILLED
+    compute = _compute(
+        status=status,
+        start_pending=pending,
+        running_since=T0 if billed else None,
+        settled_until=T0 if billed else None,
+    )
+    at = T0 + timedelta(seconds=30)
+
+    if isinstance(expected, str) and expected != NOOP:
+        with pytest.raises(Conflict, match=expected):
+            apply_request(compute, asked, at)
+        return
+    step = apply_request(compute, asked, at)
+
+    if expected == NOOP:
+        assert not step.changed
+        return
+    assert step.after is not None
+    assert (step.after.status, step.after.start_pending) == expected
+    assert step.settle == (at if billed else None)
+
+
+@pytest.mark.parametrize("waiting", [S.CREATING, S.STOPPING])
+def test_a_start_that_waits_takes_effect_when_the_compute_can_run_billed_from_then(waiting) -> None:
+    # Given a start sent while the compute is created (or stopped)
+    compute = _compute(status=waiting)
+    sent = apply_request(compute, R.START, T0).after
+    assert sent is not None and sent.start_pending and sent.running_since is None
+    ready = ComputeEvent.READY if waiting == S.CREATING else ComputeEvent.CAPACITY_DOWN
+    later = T0 + timedelta(minutes=3)
+
+    # When AWS Batch reports it ready (or scaled down)
+    step = apply_event(sent, ready, later)
+
+    # Then it is Starting, billed from that moment, not from the request
+    assert step.after is not None
+    assert (step.after.status, step.after.start_pending) == (S.STARTING, False)
+    assert step.after.running_since == step.after.settled_until == later
+    assert step.settle is None
 
 
 def test_the_happy_path_and_its_no_ops() -> None:
@@ -146,9 +232,9 @@ def test_the_happy_path_and_its_no_ops() -> None:
     assert stop.after.status == ComputeStatus.STOPPING and stop.after.running_since is None
     assert not apply_request(stop.after, ComputeRequest.STOP, T0).changed
     restarted = apply_request(running, ComputeRequest.RESTART, T0).after
-    assert restarted is not None and restarted.restart_pending
+    assert restarted is not None and restarted.start_pending
     again = apply_event(restarted, ComputeEvent.CAPACITY_DOWN, T0).after
-    assert again is not None and again.status == ComputeStatus.STARTING and not again.restart_pending
+    assert again is not None and again.status == ComputeStatus.STARTING and not again.start_pending
 
 
 def test_billing_starts_at_the_start_request_so_a_job_on_a_starting_compute_is_billed() -> None:
@@ -233,7 +319,7 @@ def test_the_reasons_jobs_on_a_compute_end_with() -> None:
 @pytest.mark.parametrize(
     ("status", "request_", "words"),
     [
-        (ComputeStatus.CREATING, ComputeRequest.START, "wait until it is Stopped"),
+        (ComputeStatus.CREATING, ComputeRequest.RESTART, "start it instead"),
         (ComputeStatus.FAILED, ComputeRequest.STOP, "delete it and create it again"),
         (ComputeStatus.STOPPED, ComputeRequest.RESTART, "start it instead"),
         (ComputeStatus.DELETING, ComputeRequest.START, "being deleted"),

@@ -31,6 +31,8 @@ Q, ST, R, S, T = (
 )
 SUBMITTED_AT = datetime(2026, 11, 29, 17, 20, tzinfo=UTC)
 T0 = int(SUBMITTED_AT.timestamp() * 1000)
+# When the events arrive: late enough for every time these tests send to be inside the job's life.
+ARRIVED = SUBMITTED_AT + timedelta(days=30)
 STARTED_MS = T0 + 30_250
 STOPPED_MS = T0 + 95_500
 BATCH_ID = "3f1c9a52-0d2e-4f3b-9a77-6b1d1b0e2c11"
@@ -95,7 +97,9 @@ def life(final: str) -> list[BatchJobState]:
 def deliver(job: Job, events) -> Job:
     """Apply events one after another, as the batch_events handler would, checking invariants."""
     for state in events:
-        transition = apply_batch_event(job, state, FAILED_REASON if state.status == "FAILED" else None)
+        transition = apply_batch_event(
+            job, state, FAILED_REASON if state.status == "FAILED" else None, arrived_at=ARRIVED
+        )
         if job.is_final:
             assert transition is None
         if transition is None:
@@ -132,7 +136,7 @@ def test_in_order_delivery(final, status, reason, exit_code):
 
 
 def test_first_event_on_a_new_job_applies_without_entering_a_status():
-    transition = apply_batch_event(make_job(), event("SUBMITTED"))
+    transition = apply_batch_event(make_job(), event("SUBMITTED"), arrived_at=ARRIVED)
 
     assert transition is not None
     assert transition.entered == ()
@@ -143,14 +147,16 @@ def test_first_event_on_a_new_job_applies_without_entering_a_status():
 
 
 def test_status_reason_of_a_non_final_event_comes_from_the_event():
-    transition = apply_batch_event(make_job(), event("RUNNABLE", reason="Waiting for compute capacity"))
+    transition = apply_batch_event(
+        make_job(), event("RUNNABLE", reason="Waiting for compute capacity"), arrived_at=ARRIVED
+    )
 
     assert transition is not None
     assert transition.after.status_reason == "Waiting for compute capacity"
 
 
 def test_long_non_final_reason_is_cut():
-    transition = apply_batch_event(make_job(), event("RUNNABLE", reason="x" * 5000))
+    transition = apply_batch_event(make_job(), event("RUNNABLE", reason="x" * 5000), arrived_at=ARRIVED)
 
     assert transition is not None
     assert transition.after.status_reason == "x" * MAX_STATUS_REASON
@@ -166,14 +172,14 @@ def test_next_non_final_event_replaces_the_reason():
 def test_duplicate_event_returns_none():
     job = deliver(make_job(), life("SUCCEEDED")[:5])
 
-    assert apply_batch_event(job, life("SUCCEEDED")[4]) is None
+    assert apply_batch_event(job, life("SUCCEEDED")[4], arrived_at=ARRIVED) is None
 
 
 @pytest.mark.parametrize("stale", ["SUBMITTED", "PENDING", "RUNNABLE", "STARTING"])
 def test_older_event_returns_none(stale):
     job = deliver(make_job(), life("SUCCEEDED")[:5])
 
-    assert apply_batch_event(job, event(stale)) is None
+    assert apply_batch_event(job, event(stale), arrived_at=ARRIVED) is None
 
 
 @pytest.mark.parametrize("final", ["SUCCEEDED", "FAILED"])
@@ -183,7 +189,10 @@ def test_final_is_never_left(final, attempts, late):
     job = in_order(final)
 
     assert (
-        apply_batch_event(job, event(late, attempts, started=STARTED_MS + 1, stopped=STOPPED_MS + 1)) is None
+        apply_batch_event(
+            job, event(late, attempts, started=STARTED_MS + 1, stopped=STOPPED_MS + 1), arrived_at=ARRIVED
+        )
+        is None
     )
 
 
@@ -191,11 +200,11 @@ def test_late_running_after_succeeded_is_ignored():
     job = deliver(make_job(), [life("SUCCEEDED")[-1]])
 
     assert job.status is S
-    assert apply_batch_event(job, life("SUCCEEDED")[4]) is None
+    assert apply_batch_event(job, life("SUCCEEDED")[4], arrived_at=ARRIVED) is None
 
 
 def test_final_first_fills_in_starting_and_running():
-    transition = apply_batch_event(make_job(), life("SUCCEEDED")[-1])
+    transition = apply_batch_event(make_job(), life("SUCCEEDED")[-1], arrived_at=ARRIVED)
 
     assert transition is not None
     assert transition.entered == (ST, R, S)
@@ -209,7 +218,7 @@ def test_final_first_fills_in_starting_and_running():
 def test_failed_without_starting_enters_only_terminated():
     failed = event("FAILED", 0, reason="Dependent job failed")
 
-    transition = apply_batch_event(make_job(), failed, "Dependent job failed")
+    transition = apply_batch_event(make_job(), failed, "Dependent job failed", arrived_at=ARRIVED)
 
     assert transition is not None
     assert transition.entered == (T,)
@@ -219,7 +228,9 @@ def test_failed_without_starting_enters_only_terminated():
 
 
 def test_running_records_start_time_and_log_stream():
-    transition = apply_batch_event(make_job(), event("RUNNING", started=STARTED_MS, log=LOG_STREAM))
+    transition = apply_batch_event(
+        make_job(), event("RUNNING", started=STARTED_MS, log=LOG_STREAM), arrived_at=ARRIVED
+    )
 
     assert transition is not None
     assert transition.entered == (ST, R)
@@ -230,7 +241,9 @@ def test_running_records_start_time_and_log_stream():
 
 
 def test_succeeded_ignores_a_final_reason():
-    transition = apply_batch_event(make_job(), life("SUCCEEDED")[-1], "should not be recorded")
+    transition = apply_batch_event(
+        make_job(), life("SUCCEEDED")[-1], "should not be recorded", arrived_at=ARRIVED
+    )
 
     assert transition is not None
     assert transition.after.status_reason is None
@@ -246,7 +259,7 @@ def test_a_retry_moves_running_back_to_queued_and_counts_again():
     assert job.status_reason == "Host terminated"
     assert job.status_history == (Q, ST, R, Q)
     for stale in life("SUCCEEDED")[:5]:
-        assert apply_batch_event(job, stale) is None
+        assert apply_batch_event(job, stale, arrived_at=ARRIVED) is None
     # And the second attempt's run and end are recorded from its own times
     second_start = STOPPED_MS + 10_000
     job = deliver(
@@ -274,7 +287,7 @@ def test_a_retry_moves_running_back_to_queued_and_counts_again():
 def test_exit_code_is_kept_when_a_later_event_has_none():
     job = make_job(exit_code=3, event_position=0)
 
-    transition = apply_batch_event(job, event("PENDING"))
+    transition = apply_batch_event(job, event("PENDING"), arrived_at=ARRIVED)
 
     assert transition is not None
     assert transition.after.exit_code == 3
@@ -460,7 +473,7 @@ def test_final_reason_is_what_a_failed_event_records():
     failed = event("FAILED", 1, started=STARTED_MS, stopped=STOPPED_MS, exit_code=137, reason=OOM)
     reason = describe_failure(job, BASIC, failed.status_reason, failed.exit_code, None)
 
-    transition = apply_batch_event(job, failed, reason)
+    transition = apply_batch_event(job, failed, reason, arrived_at=ARRIVED)
 
     assert transition is not None
     assert transition.after.status_reason == "Aborted by user"

@@ -1,7 +1,7 @@
 """A STARTING or RUNNING event written without reading the job gives the job ``apply_batch_event`` gives."""
 
 from dataclasses import replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from hypothesis import given
 from hypothesis import strategies as st
@@ -13,6 +13,8 @@ from tests.builders import build_job
 
 SUBMITTED_AT = datetime(2026, 11, 29, 17, 20, tzinfo=UTC)
 T0 = int(SUBMITTED_AT.timestamp() * 1000)
+# When the events arrive: late enough for every time these tests send to be inside the job's life.
+ARRIVED = SUBMITTED_AT + timedelta(days=30)
 JOB_ID = "job-01JDXYZ0000000000000000000"
 BATCH_ID = "3f1c9a52-0d2e-4f3b-9a77-6b1d1b0e2c11"
 
@@ -55,7 +57,7 @@ def test_the_presumed_transition_is_the_one_applied_to_the_job_as_read(
         status_reason=reason,
         log_stream_name=log,
     )
-    presumed = presume_transition(event)
+    presumed = presume_transition(event, ARRIVED)
     assert presumed is not None
     job = build_job(
         job_id=JOB_ID,
@@ -72,7 +74,7 @@ def test_the_presumed_transition_is_the_one_applied_to_the_job_as_read(
     )
     assert presumed.holds_for(job)
 
-    transition = apply_batch_event(job, event)
+    transition = apply_batch_event(job, event, arrived_at=ARRIVED)
 
     assert transition is not None
     assert presumed.apply(job) == transition.after
@@ -80,8 +82,8 @@ def test_the_presumed_transition_is_the_one_applied_to_the_job_as_read(
 
 def test_starting_presumes_queued_and_running_presumes_starting() -> None:
     starting, running = (
-        presume_transition(state("STARTING")),
-        presume_transition(state("RUNNING", started_at_ms=T0)),
+        presume_transition(state("STARTING"), ARRIVED),
+        presume_transition(state("RUNNING", started_at_ms=T0), ARRIVED),
     )
 
     assert starting is not None and running is not None
@@ -97,20 +99,20 @@ def test_starting_presumes_queued_and_running_presumes_starting() -> None:
         JobStatus.RUNNING,
         (JobStatus.RUNNING,),
     )
-    retried = presume_transition(state("STARTING", attempt_count=1))
+    retried = presume_transition(state("STARTING", attempt_count=1), ARRIVED)
     assert retried is not None
     assert retried.before == 12  # the retry's RUNNABLE
 
 
 def test_other_events_and_arrays_are_not_presumed() -> None:
     for status in ("SUBMITTED", "PENDING", "RUNNABLE", "SUCCEEDED", "FAILED"):
-        assert presume_transition(state(status)) is None
-    assert presume_transition(state("RUNNING", array_index=2)) is None
-    assert presume_transition(state("RUNNING", array_size=3)) is None
+        assert presume_transition(state(status), ARRIVED) is None
+    assert presume_transition(state("RUNNING", array_index=2), ARRIVED) is None
+    assert presume_transition(state("RUNNING", array_size=3), ARRIVED) is None
 
 
 def test_a_job_elsewhere_does_not_hold_the_presumption() -> None:
-    presumed = presume_transition(state("RUNNING", attempt_count=1))
+    presumed = presume_transition(state("RUNNING", attempt_count=1), ARRIVED)
     assert presumed is not None
     job = build_job(
         job_id=JOB_ID,

@@ -79,7 +79,7 @@ def state(status: str, **times: Any) -> BatchJobState:
 
 def succeeded() -> Transition:
     transition = apply_batch_event(
-        running_job(), state("SUCCEEDED", stopped_at_ms=STARTED_MS + 90_000, exit_code=0)
+        running_job(), state("SUCCEEDED", stopped_at_ms=STARTED_MS + 90_000, exit_code=0), arrived_at=NOW
     )
     assert transition is not None
     assert transition.running_ms == 90_000
@@ -296,7 +296,7 @@ STARTING_UPDATE = {
 
 
 def starting() -> Transition:
-    transition = apply_batch_event(build_job(), state("STARTING", started_at_ms=None))
+    transition = apply_batch_event(build_job(), state("STARTING", started_at_ms=None), arrived_at=NOW)
     assert transition is not None
     assert not transition.settles
     return transition

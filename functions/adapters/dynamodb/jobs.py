@@ -141,8 +141,8 @@ class JobRecords(StoreBase):
     ) -> tuple[Job | None, Job | None]:
         """Write an event's transition without reading the job: one UpdateItem conditional on
         ``presumed.holds_for`` (a live Single job in the presumed status and event position, of the
-        event's Batch job or none), returning what it wrote (``ALL_NEW``) or, when the condition
-        failed, the job as it is (``ALL_OLD``).
+        event's Batch job or none, submitted no later than the event's ``startedAt``), returning what
+        it wrote (``ALL_NEW``) or, when the condition failed, the job as it is (``ALL_OLD``).
 
         Returns
         -------
@@ -204,6 +204,9 @@ class JobRecords(StoreBase):
             f"{LIVE_JOB} AND #type = :single AND #status = :presumed AND #eventPosition = :before"
             " AND (attribute_not_exists(#batchJobId) OR #batchJobId = :batchJobId)"
         )
+        if state.started_at_ms is not None:
+            # A start before the submission is clamped from the job as read (``charged_time``).
+            condition += " AND #submittedAt <= :startedAt"
         # DynamoDB refuses a name the expressions do not use.
         used = set(re.findall(r"#\w+", update + " " + condition))
         kwargs: dict[str, Any] = {
