@@ -39,7 +39,7 @@ from functions.domain.status import JobStatus
 from functions.logic.array_results import RESULT_DOCUMENT, store_array_result
 from functions.logic.job_outcomes import output_key, read_outcome
 from functions.logic.submission import get_owned_job
-from functions.ports import BlobStore, LogEvent, Services
+from functions.ports import BlobStore, LogEvent, LogReader, Services
 
 MAX_LOG_EVENTS = 10_000
 #: Log streams deleted at once by ``DELETE`` of an array (one per child that ran).
@@ -402,11 +402,17 @@ def get_log(
         raise expired(job_id)
     if not job.log_stream_name:
         return LogPage([], None)
+    return read_log_page(services.zones[job.geo_zone].logs, job.log_stream_name, since, next_token)
+
+
+def read_log_page(logs: LogReader, stream: str, since: datetime | None, next_token: str | None) -> LogPage:
+    """One page of a log stream from ``since`` (or after ``next_token``), as :func:`get_log` describes
+    it (a job's console log; an environment's build log). Raises ``ValidationFailed`` for a bad token."""
     skip, dropping, position_ms = 0, False, -1
     if next_token:
         position_ms, skip, dropping = _decode_log_token(next_token)
         since = datetime.fromtimestamp(position_ms / 1000, tz=UTC)
-    events = services.zones[job.geo_zone].logs.events(job.log_stream_name, since)
+    events = logs.events(stream, since)
     for _ in zip(range(skip), events, strict=False):
         pass
     joiner = PartJoiner(events, dropping=dropping)

@@ -18,7 +18,18 @@ from functions.domain.errors import (
 )
 from functions.domain.limits import BODY_TOO_LARGE_MESSAGE
 from functions.domain.text import first_surrogate_path
-from functions.handlers.api import account, admin, computes, fleet, job_data, jobs, members, meta, quotas
+from functions.handlers.api import (
+    account,
+    admin,
+    computes,
+    environments,
+    fleet,
+    job_data,
+    jobs,
+    members,
+    meta,
+    quotas,
+)
 from functions.handlers.api.app import (
     MAX_INLINE_BODY_BYTES,
     app,
@@ -36,6 +47,7 @@ for _router in (
     account.router,
     quotas.router,
     computes.router,
+    environments.router,
     members.router,
     admin.router,
     fleet.router,
