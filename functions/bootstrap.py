@@ -20,6 +20,7 @@ import boto3
 from botocore.config import Config
 
 from functions.adapters.batch import AwsBatchGateway
+from functions.adapters.batch_builder import BatchEnvironmentBuilder
 from functions.adapters.batch_computes import AwsComputeEnvironments, SsmComputeTemplate
 from functions.adapters.batch_fleet import AwsBatchFleet
 from functions.adapters.dns import SocketResolver
@@ -42,6 +43,7 @@ from functions.ports import (
     Clock,
     ComputeEnvironments,
     DispatchQueue,
+    EnvironmentBuilder,
     EventCounter,
     FleetControl,
     HostResolver,
@@ -212,6 +214,7 @@ def build_services(
             computes=computes,
         )
     return Services(
+        environment_builder=cloud_environment_builder(settings, zones),
         store=store,
         notifier=notifier,
         subscriptions=SnsEmailSubscriptions(sns, settings.email_topic_arn_prefix, settings.email_topic_key),
@@ -244,6 +247,28 @@ def build_services(
         compute_prefix=settings.compute_prefix,
         environment_store=DynamoEnvironmentStore(dynamodb, settings.computes_table),
         dispatch=dispatch,
+    )
+
+
+def cloud_environment_builder(
+    settings: Settings, zones: Mapping[GeoZone, ZoneServices]
+) -> EnvironmentBuilder | None:
+    """The builder of environments as AWS Batch jobs (``adapters.batch_builder``) in the build zone:
+    the home region's zone when it has a build queue, else the first zone that has one; None where no
+    zone has one (``PUT /environments/{name}`` then answers 501). Every other zone's bucket gets a
+    copy of each build."""
+    with_build = [(zone, z, z.build) for zone, z in settings.zones.items() if z.build is not None]
+    if not with_build:
+        return None
+    zone, zone_settings, build = next(
+        (entry for entry in with_build if entry[1].region == settings.home_region), with_build[0]
+    )
+    return BatchEnvironmentBuilder(
+        zone,
+        zones[zone],
+        BatchRoute(build.job_queue, build.job_definition),
+        log_group=zone_settings.log_group,
+        replicas=[(z.bucket, z.region) for other, z in settings.zones.items() if other != zone],
     )
 
 

@@ -710,7 +710,7 @@ class Services:
     # How long one minute of a compute's ``idleStopMinutes`` lasts: a minute, but on a local stack
     # given ``REMOTE_BATCH_IDLE_STOP_MINUTE_SECONDS`` (its end-to-end tests).
     idle_stop_minute: timedelta = timedelta(minutes=1)
-    # Environments (None: the deployment has none) and what builds them (None: nothing builds yet,
+    # Environments (None: the deployment has none) and what builds them (None: nothing builds,
     # an environment is refused); index URLs may be http where packages come from a local mirror.
     environment_store: EnvironmentRepository | None = None
     environment_builder: EnvironmentBuilder | None = None
@@ -871,8 +871,9 @@ class BuildRequest:
 class EnvironmentBuilder(Protocol):
     """Resolves an environment's requirements to a lock and installs it once per build hash
     (``functions.domain.environments.build_hash``): locally a thread of the stack writing under its
-    home (``remote_batch_local.environments``). The cloud deployment wires none yet: its
-    ``PUT /environments/{name}`` answers 501 ``NotSupported``."""
+    home (``remote_batch_local.environments``); in the cloud an AWS Batch job on the build zone's
+    build queue (``functions.adapters.batch_builder``). A deployment without one answers
+    ``PUT /environments/{name}`` with 501 ``NotSupported``."""
 
     #: The geo zone whose log group holds build logs (and whose bucket, deployed, the builds).
     zone: GeoZone

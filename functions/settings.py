@@ -90,6 +90,9 @@ class ZoneSettings(BaseModel):
     compute_template_parameter: str | None = Field(
         default=None, alias="computeTemplateParameter", min_length=1
     )
+    # Environments' builds (``functions.adapters.batch_builder``): the zone's build queue and the base
+    # name of its build job definitions (``<base>-py3XY``); absent where the zone builds none.
+    build: RouteSettings | None = None
 
     @field_validator("routes")
     @classmethod
@@ -117,7 +120,8 @@ class Settings(BaseModel):
     ``REMOTE_BATCH_SMS_PER_ACCOUNT_PER_HOUR`` (optional, default 30), ``REMOTE_BATCH_ARRAY_SPAN_SIZE``
     (optional, default 10000: most children per AWS Batch array job), ``REMOTE_BATCH_ZONES`` (JSON:
     ``{"UnitedStates": {"region", "bucket", "logGroup", "routes": {"Basic1x8": {"jobQueue",
-    "jobDefinition"}, ...}}, ...}``), ``REMOTE_BATCH_ALLOW_HTTP_WEBHOOKS`` (optional ``true``/``false``,
+    "jobDefinition"}, ...}, "build": {"jobQueue", "jobDefinition"}}, ...}``; ``build`` optional: the
+    zone's environment build queue), ``REMOTE_BATCH_ALLOW_HTTP_WEBHOOKS`` (optional ``true``/``false``,
     default false), ``REMOTE_BATCH_PYTHON_VERSIONS`` (optional, the ``major.minor`` versions jobs run
     on, comma-separated, default ``3.11,3.12,3.13``: one worker image each), ``REMOTE_BATCH_DEFAULT_PYTHON``
     (optional, what a job naming none runs, default 3.12), ``REMOTE_BATCH_PYTHON_INTERPRETERS``

@@ -195,3 +195,13 @@ ROOT_DEVICE_NAME = "/dev/xvda"
 VPC_NAT_GATEWAYS = 1
 # The job definitions' retry rule (attempts, the retried statusReason) is functions/domain/batch_retries.py.
 JOB_LOG_STREAM_PREFIX = "job"
+# Environments' builds (functions/domain/environment_builds.py): each zone's build queue takes the
+# builds on its General pool's on-demand compute environment, ahead of the class queues sharing it (a
+# job waiting on a build waits for it), and on-demand so a 30-minute build is not reclaimed.
+BUILD_POOL = "General"
+BUILD_QUEUE_PRIORITY = 10
+BUILD_QUEUE_SUFFIX = "build"
+# The host folder each instance unpacks environments into (keyed by build hash), mounted into every
+# job container at the same path; made at instance boot, owned by the worker image's user.
+ENVIRONMENT_CACHE_PATH = "/var/cache/remote-batch/environments"
+WORKER_UID = 10001

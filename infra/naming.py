@@ -92,6 +92,26 @@ class ZoneNames:
         return job_definition_name(self.job_definition_base(machine_class), python_version)
 
     @property
+    def build_queue_name(self) -> str:
+        """The zone's environment build queue (``remote-batch-dev-build``)."""
+        return f"{self.prefix}{constants.BUILD_QUEUE_SUFFIX}"
+
+    @property
+    def build_job_definition_base(self) -> str:
+        """What the build job definitions are named after; one per Python version
+        (``remote-batch-dev-build-py312``)."""
+        return f"{self.prefix}{constants.BUILD_QUEUE_SUFFIX}"
+
+    @property
+    def build_job_definition_pattern(self) -> str:
+        """The build definitions of every Python version (``remote-batch-dev-build-py3*``)."""
+        return f"{self.build_job_definition_base}-py3*"
+
+    def build_job_definition_name(self, python_version: str) -> str:
+        """The build job definition of Python ``python_version`` (``remote-batch-dev-build-py312``)."""
+        return job_definition_name(self.build_job_definition_base, python_version)
+
+    @property
     def bucket_name(self) -> str:
         """The zone's data bucket; S3 names are global, so it carries the account and region."""
         return f"{constants.SERVICE_NAME}-{self.stage}-data-{self.account}-{self.region}"

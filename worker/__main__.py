@@ -1,5 +1,8 @@
 """``python -m worker``: the job container's entrypoint.
 
+``python -m worker build`` is an environment's build instead (``worker.build``: its variables are
+there).
+
 Reads ``REMOTE_BATCH_JOB_ID``, ``REMOTE_BATCH_BUCKET``, ``REMOTE_BATCH_INPUT_KEY``,
 ``REMOTE_BATCH_OUTPUT_PREFIX`` and optionally ``REMOTE_BATCH_MEMORY_GIB`` from the environment; AWS
 region, credentials and endpoint come from the usual boto3 variables. Takes no arguments.
@@ -27,7 +30,12 @@ if __name__ == "__main__":
         print(__doc__)
         sys.exit(0)
     _line_buffered()
-    exit_code = main()
+    if sys.argv[1:] == ["build"]:
+        from worker.build import main as build
+
+        exit_code = build()
+    else:
+        exit_code = main()
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(ValueError, OSError):
             stream.flush()

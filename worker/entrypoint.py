@@ -27,7 +27,9 @@ from typing import TYPE_CHECKING, Any
 import boto3
 from botocore.exceptions import ClientError
 
+from worker.environments import ENVIRONMENT_HASH_VARIABLE, cache_folder, environment_site
 from worker.errors import InputNotFound, InvalidJobInput, StorageError, WorkerError
+from worker.job_side import SITE_VARIABLE
 from worker.layout import failure_outcome, outcome_objects
 from worker.runner import JobError, JobInput, parse_job_input, payload_key
 from worker.settings import JOB_ID, WorkerSettings
@@ -102,8 +104,19 @@ def _run(settings: WorkerSettings, storage: JobStorage, environ: Mapping[str, st
         _tell_operator(environ, storage, settings, reason, exc)
         _record_failure(storage, settings, type(exc).__name__, reason)
         return EXIT_WORKER_ERROR
-    with tempfile.TemporaryDirectory(prefix="remote-batch-output-", ignore_cleanup_errors=True) as tmp:
+    with (
+        tempfile.TemporaryDirectory(prefix="remote-batch-output-", ignore_cleanup_errors=True) as tmp,
+        tempfile.TemporaryDirectory(prefix="remote-batch-environment-", ignore_cleanup_errors=True) as own,
+    ):
         output_dir = Path(tmp)
+        try:
+            environ = with_environment_site(storage, environ, Path(own))
+        except WorkerError as exc:
+            reason = environment_reason(exc)
+            _tell_user(reason)
+            _tell_operator(environ, storage, settings, reason, exc)
+            _record_failure(storage, settings, type(exc).__name__, reason)
+            return EXIT_WORKER_ERROR
         run = run_in_job_python(job, output_dir=output_dir, memory_gib=settings.memory_gib, environ=environ)
         try:
             publish(storage, settings.job_output_prefix, run, output_dir)
@@ -112,6 +125,35 @@ def _run(settings: WorkerSettings, storage: JobStorage, environ: Mapping[str, st
             _tell_operator(environ, storage, settings, "outputs not stored", exc)
             return EXIT_WORKER_ERROR
     return run.exit_code
+
+
+def with_environment_site(
+    storage: JobStorage, environ: Mapping[str, str], scratch: Path
+) -> Mapping[str, str]:
+    """``environ`` with the job side's site (``REMOTE_BATCH_JOB_SITE``) when the job names an
+    environment's build (``REMOTE_BATCH_ENVIRONMENT_HASH``) and nobody set its site yet (the local
+    executor does): the build fetched into the host's cache (``worker.environments.environment_site``).
+
+    Raises
+    ------
+    InvalidJobInput, InputNotFound, StorageError
+        A malformed hash; the zone's bucket has no such build; it could not be read or unpacked.
+    """
+    digest = environ.get(ENVIRONMENT_HASH_VARIABLE)
+    if not digest or environ.get(SITE_VARIABLE):
+        return environ
+    site = environment_site(storage, digest, cache_folder(environ), scratch)
+    return {**environ, SITE_VARIABLE: str(site)}
+
+
+def environment_reason(exc: WorkerError) -> str:
+    """The ``statusReason`` of a job whose environment could not be had (``with_environment_site``)."""
+    if isinstance(exc, InputNotFound):
+        return "The job's environment is not in its zone's bucket (delete and create the environment again)"
+    if isinstance(exc, StorageError) and isinstance(exc.__cause__, ClientError):
+        code = exc.__cause__.response.get("Error", {}).get("Code") or "ClientError"
+        return f"The job's environment could not be fetched ({code})"
+    return " ".join(f"The job's environment could not be fetched: {exc}".split())
 
 
 def read_job_input(storage: JobStorage, key: str, array_index: int | None = None) -> JobInput:

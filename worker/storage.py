@@ -151,6 +151,19 @@ class JobStorage:
         except (ClientError, BotoCoreError, Boto3Error) as exc:
             raise StorageError(f"cannot write s3://{self._bucket}/{key}: {exc}") from exc
 
+    def upload_file(self, path: Path, key: str, content_type: str) -> None:
+        """Upload a file to ``key`` (in parts, in parallel: boto3's managed transfer; up to 5 TiB).
+
+        Raises
+        ------
+        StorageError
+            S3 refused the write, could not be reached, or the file could not be read.
+        """
+        try:
+            self._client.upload_file(str(path), self._bucket, key, ExtraArgs={"ContentType": content_type})
+        except (ClientError, BotoCoreError, Boto3Error, OSError) as exc:
+            raise StorageError(f"cannot write s3://{self._bucket}/{key}: {exc}") from exc
+
     def upload_directory(self, directory: Path, prefix: str, notes: list[str] | None = None) -> list[str]:
         """Upload every regular file under a directory to ``<prefix><path relative to directory>``.
 

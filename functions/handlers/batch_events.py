@@ -1,4 +1,5 @@
-"""batch_events Lambda: ``Batch Job State Change`` events from EventBridge → job status and charge.
+"""batch_events Lambda: ``Batch Job State Change`` events from EventBridge → job status and charge,
+or, for an environment's build job (its tags), the environment Ready or Failed.
 
 The event's shape is AWS Batch's (https://docs.aws.amazon.com/batch/latest/userguide/batch_job_events.html):
 ``detail`` resembles DescribeJobs' ``JobDetail``. Unknown detail-types and statuses are logged and
@@ -20,6 +21,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from functions.adapters.batch_detail import BatchJobDetail, to_state
 from functions.bootstrap import get_services
+from functions.domain.environment_builds import build_tags
+from functions.logic.environment_builds import apply_build_state_change
 from functions.logic.job_events import apply_job_state_change
 from functions.observability import EVENT_BRIDGE_EVENT_ID, lambda_entry, logger, metrics
 
@@ -62,6 +65,14 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         logger.exception("malformed batch event ignored", event_id=event.get("id"))
         return {"applied": False}
     services = get_services()
+    build = build_tags(parsed.detail.tags)
+    if build is not None:  # an environment's build job, not a user's job
+        environment = apply_build_state_change(
+            services, build, parsed.detail.status, parsed.detail.status_reason
+        )
+        if environment is None:
+            return {"applied": False}
+        return {"applied": True, "environment": environment.name, "status": environment.status.value}
     state = to_state(parsed.detail, int(parsed.time.timestamp() * 1000))
     job = apply_job_state_change(services, state, services.clock())
     metrics.add_metric(name="BatchEvents", unit=MetricUnit.Count, value=1)

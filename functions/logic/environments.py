@@ -3,6 +3,7 @@ report of a build's end (``functions.domain.environments`` holds the rules)."""
 
 from __future__ import annotations
 
+import contextlib
 from datetime import datetime
 
 from aws_lambda_powertools import Logger
@@ -42,12 +43,12 @@ def _store(services: Services) -> EnvironmentRepository:
 
 
 def _builder(services: Services) -> EnvironmentBuilder:
-    """The deployment's builder. Raises ``NotSupported`` (501) where none is wired (the cloud
-    deployment so far): environments are built on the local stack only."""
+    """The deployment's builder. Raises ``NotSupported`` (501) where none is wired (a deployment whose
+    zones have no build queue)."""
     if services.environment_builder is None:
         raise NotSupported(
-            "This deployment does not build environments yet; submit jobs without environment to run "
-            "with the worker image's packages."
+            "This deployment does not build environments (none of its zones has a build queue); submit "
+            "jobs without environment to run with the worker image's packages."
         )
     return services.environment_builder
 
@@ -89,6 +90,8 @@ def put_environment(
         The name holds another spec.
     QuotaExceeded
         The account already has ``MAX_CONCURRENT_BUILDS`` environments Building.
+    DependencyFailed
+        The build could not be started (the record written for it is deleted again).
     """
     builder = _builder(services)
     check_name(name)
@@ -115,15 +118,21 @@ def put_environment(
             "ask again once one is Ready or Failed.",
             field="name",
         ) from None
-    builder.start_build(
-        BuildRequest(
-            account_id=account_id,
-            name=name,
-            spec=spec,
-            spec_hash=environment.spec_hash,
-            log_stream_name=environment.log_stream_name,
-        )
+    request = BuildRequest(
+        account_id=account_id,
+        name=name,
+        spec=spec,
+        spec_hash=environment.spec_hash,
+        log_stream_name=environment.log_stream_name,
     )
+    try:
+        builder.start_build(request)
+    except DependencyFailed:
+        # Nothing builds it: take the record back (and its place among the account's builds), so the
+        # same PUT asked again starts afresh instead of finding an environment Building forever.
+        with contextlib.suppress(ConditionFailed):
+            store.delete_environment(environment)
+        raise
     logger.info("environment build started", account_id=account_id, environment=name)
     return environment, True
 

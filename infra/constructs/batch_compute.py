@@ -14,15 +14,24 @@ GPU classes run the CUDA image (``worker/Dockerfile.gpu``), the others the CPU i
 (``functions.domain.runtime.PYTHON_VERSIONS``, the ``PYTHON_VERSION`` build argument): same build
 context and worker code, all built at deploy time only. AWS Batch cannot override a definition's
 image per job, so a class has one definition per version and the api submits to the job's.
+
+Environments (issue 24): the zone's **build queue** runs each environment's build (``python -m worker
+build`` in the CPU image of its Python: one build definition per version) on the General pool's
+on-demand compute environment, ahead of the class queues sharing it; the **build role** reads the
+build's request and writes its outcome (``environment-builds/*``), the builds (``environments/*``)
+of this zone's bucket and the other zones' (each gets a copy), and the build's log stream
+(``environments/*`` streams of the job log group). Jobs read ``environments/*`` of their zone's bucket
+(the job role) and unpack a build once per instance into ``constants.ENVIRONMENT_CACHE_PATH``, a host
+folder every job definition mounts.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from aws_cdk import Duration, RemovalPolicy, Size, Stack
+from aws_cdk import ArnFormat, Duration, RemovalPolicy, Size, Stack
 from aws_cdk import aws_batch as batch
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_ecr_assets as ecr_assets
@@ -34,6 +43,12 @@ from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
 from functions.domain.batch_retries import MAX_ATTEMPTS, RETRY_STATUS_REASON
+from functions.domain.environment_builds import (
+    BUILD_MEMORY_MIB,
+    BUILD_REQUESTS_PREFIX,
+    BUILD_TIMEOUT_SECONDS,
+    BUILD_VCPUS,
+)
 from functions.domain.fair_share import SHARE_DECAY_SECONDS
 from functions.domain.job_policy import job_policy_statements
 from functions.domain.machine_classes import MACHINE_CLASSES, MachineClass
@@ -48,11 +63,37 @@ CPU_DOCKERFILE = "Dockerfile"
 GPU_DOCKERFILE = "Dockerfile.gpu"
 #: The Dockerfiles' build argument naming the job's Python (``major.minor``).
 PYTHON_VERSION_BUILD_ARG = "PYTHON_VERSION"
+#: Where the builds live in every zone's bucket (``worker/environments.py``).
+ENVIRONMENTS_PREFIX = "environments/"
+#: The worker's variable naming the host cache of environments (``worker/environments.py``).
+ENVIRONMENT_CACHE_VARIABLE = "REMOTE_BATCH_ENVIRONMENT_CACHE"
+#: The build job's container command after the image's entrypoint: ``python -m worker build``.
+BUILD_COMMAND = ["build"]
+BUILD_LOG_STREAM_PREFIX = "build"
 
 
 def _instance_class(family: str) -> ec2.InstanceClass:
     instance_class: ec2.InstanceClass = getattr(ec2.InstanceClass, family.upper())
     return instance_class
+
+
+def _cancel_stranded_jobs(queue: batch.JobQueue) -> None:
+    """Cancel a job that waits RUNNABLE at the queue's head past ``QUEUE_LIMITS``: every reason AWS
+    Batch can act on (CDK's enum lacks EC2_INSTANCE_CONFIGURATION_UNSUPPORTED, so the actions go on the
+    L1 resource). Batch writes "Canceled by JobStateTimeLimit action due to reason: <reason>" on the
+    job; batch_events turns it into the user's statusReason (or the build's error)."""
+    cfn_queue = queue.node.default_child
+    if not isinstance(cfn_queue, batch.CfnJobQueue):
+        raise TypeError(f"{queue.node.path} has no AWS::Batch::JobQueue resource")
+    cfn_queue.job_state_time_limit_actions = [
+        batch.CfnJobQueue.JobStateTimeLimitActionProperty(
+            action="CANCEL",
+            max_time_seconds=limit.wait_seconds,
+            reason=limit.reason,
+            state="RUNNABLE",
+        )
+        for limit in QUEUE_LIMITS
+    ]
 
 
 @dataclass(frozen=True)
@@ -97,6 +138,9 @@ class BatchCompute(Construct):
         the images are built at deploy time only.
     pools : Mapping[str, ComputePool], optional
         The region's compute pools (``DeploymentConfig.instance_pools``); default ``COMPUTE_POOLS``.
+    replica_buckets : Sequence[str], optional
+        The other zones' bucket names: a build made here is copied to each (the build role may write
+        their ``environments/*``).
 
     Attributes
     ----------
@@ -114,6 +158,12 @@ class BatchCompute(Construct):
         What ECS needs to start a job: pull the worker image, write the job log.
     instance_role : iam.Role
         The container instances' role (ECS agent).
+    build_queue : batch.JobQueue
+        The environments' build queue.
+    build_definitions : dict[str, batch.EcsJobDefinition]
+        Python version → the build job definition (the CPU image of that Python).
+    build_role : iam.Role
+        What a build may do (see the module docstring).
     """
 
     def __init__(
@@ -126,6 +176,7 @@ class BatchCompute(Construct):
         availability_zones: tuple[str, ...],
         worker_image_dir: Path,
         pools: Mapping[str, constants.ComputePool] | None = None,
+        replica_buckets: Sequence[str] = (),
     ) -> None:
         super().__init__(scope, construct_id)
         self.names = names
@@ -146,6 +197,11 @@ class BatchCompute(Construct):
         self.fair_share = self._build_fair_share()
         self.routes = {
             name: self._build_route(machine_class) for name, machine_class in MACHINE_CLASSES.items()
+        }
+        self.build_role = self._build_build_role(bucket, replica_buckets)
+        self.build_queue = self._build_build_queue()
+        self.build_definitions = {
+            version: self._build_build_definition(version) for version in PYTHON_VERSIONS
         }
         self.dedicated_instance_role, self.batch_service_role = self._build_dedicated_roles()
         self.compute_template = self._build_compute_template()
@@ -216,11 +272,19 @@ class BatchCompute(Construct):
         # role's credentials; they get the job role from the ECS credential endpoint instead.
         # The root volume holds the images and every job's container layer on the instance: sized
         # per pool (a CUDA image alone is several GB), encrypted, deleted with the instance.
+        # At boot, the host folder jobs unpack environments into (AWS Batch takes a launch
+        # template's user data in MIME multi-part form only).
+        user_data = ec2.MultipartUserData()
+        commands = ec2.UserData.for_linux()
+        user_data.add_user_data_part(commands, ec2.MultipartBody.SHELL_SCRIPT, True)
+        uid = constants.WORKER_UID
+        user_data.add_commands(f"install -d -m 0755 -o {uid} -g {uid} {constants.ENVIRONMENT_CACHE_PATH}")
         return ec2.LaunchTemplate(
             self,
             f"{pool.name}LaunchTemplate",
             require_imdsv2=True,
             http_put_response_hop_limit=1,
+            user_data=user_data,
             block_devices=[
                 ec2.BlockDevice(
                     device_name=constants.ROOT_DEVICE_NAME,
@@ -354,6 +418,12 @@ class BatchCompute(Construct):
         # local stack gives each job's user, narrowed there to the job's own keys.
         for statement in job_policy_statements(bucket.bucket_arn):
             role.add_to_policy(iam.PolicyStatement.from_json(statement))
+        # The job's environment, fetched by its supervisor (never written by a job).
+        role.add_to_policy(
+            iam.PolicyStatement(
+                actions=["s3:GetObject"], resources=[bucket.arn_for_objects(f"{ENVIRONMENTS_PREFIX}*")]
+            )
+        )
         return role
 
     def _build_execution_role(self) -> iam.Role:
@@ -413,22 +483,95 @@ class BatchCompute(Construct):
                 batch.OrderedComputeEnvironment(compute_environment=second, order=constants.SECOND_ORDER),
             ],
         )
-        # Every reason AWS Batch can act on (CDK's enum lacks EC2_INSTANCE_CONFIGURATION_UNSUPPORTED,
-        # so the actions go on the L1 resource). Batch writes "Canceled by JobStateTimeLimit action
-        # due to reason: <reason>" on the job; batch_events turns it into the user's statusReason.
-        cfn_queue = queue.node.default_child
-        if not isinstance(cfn_queue, batch.CfnJobQueue):
-            raise TypeError(f"{queue.node.path} has no AWS::Batch::JobQueue resource")
-        cfn_queue.job_state_time_limit_actions = [
-            batch.CfnJobQueue.JobStateTimeLimitActionProperty(
-                action="CANCEL",
-                max_time_seconds=limit.wait_seconds,
-                reason=limit.reason,
-                state="RUNNABLE",
-            )
-            for limit in QUEUE_LIMITS
-        ]
+        _cancel_stranded_jobs(queue)
         return queue
+
+    # Environments' builds
+
+    def _build_build_role(self, bucket: s3.IBucket, replica_buckets: Sequence[str]) -> iam.Role:
+        role = iam.Role(
+            self,
+            "BuildRole",
+            assumed_by=iam.ServicePrincipal("ecs-tasks.amazonaws.com"),
+            description=f"{constants.SERVICE_NAME} {self.names.zone} environment build: builds, build log",
+        )
+        requests = bucket.arn_for_objects(f"{BUILD_REQUESTS_PREFIX}*")
+        builds = [bucket.arn_for_objects(f"{ENVIRONMENTS_PREFIX}*")]
+        builds += [
+            f"arn:{Stack.of(self).partition}:s3:::{name}/{ENVIRONMENTS_PREFIX}*" for name in replica_buckets
+        ]
+        # Its request in, its outcome out; a build reused (read) or stored (in parts: a failed
+        # upload aborts its parts) in every zone.
+        role.add_to_policy(
+            iam.PolicyStatement(actions=["s3:GetObject", "s3:PutObject"], resources=[requests])
+        )
+        role.add_to_policy(
+            iam.PolicyStatement(
+                actions=["s3:GetObject", "s3:PutObject", "s3:AbortMultipartUpload"], resources=builds
+            )
+        )
+        # The build log: the environments' streams of the zone's job log group (named by the api).
+        streams = Stack.of(self).format_arn(
+            service="logs",
+            resource="log-group",
+            resource_name=f"{self.names.job_log_group_name}:log-stream:{ENVIRONMENTS_PREFIX}*",
+            arn_format=ArnFormat.COLON_RESOURCE_NAME,
+        )
+        role.add_to_policy(
+            iam.PolicyStatement(actions=["logs:CreateLogStream", "logs:PutLogEvents"], resources=[streams])
+        )
+        return role
+
+    def _build_build_queue(self) -> batch.JobQueue:
+        pool = self.pools[constants.BUILD_POOL]
+        queue = batch.JobQueue(
+            self,
+            "BuildJobQueue",
+            job_queue_name=self.names.build_queue_name,
+            priority=constants.BUILD_QUEUE_PRIORITY,
+            compute_environments=[
+                batch.OrderedComputeEnvironment(
+                    compute_environment=pool.on_demand, order=constants.FIRST_ORDER
+                )
+            ],
+        )
+        _cancel_stranded_jobs(queue)
+        return queue
+
+    def _build_build_definition(self, version: str) -> batch.EcsJobDefinition:
+        region = Stack.of(self).region
+        suffix = f"Py{version.replace('.', '')}"
+        container = batch.EcsEc2ContainerDefinition(
+            self,
+            f"BuildContainer{suffix}",
+            image=self.images[("cpu", version)],
+            cpu=BUILD_VCPUS,
+            memory=Size.mebibytes(BUILD_MEMORY_MIB),
+            command=BUILD_COMMAND,
+            environment={"AWS_REGION": region, "AWS_DEFAULT_REGION": region},
+            privileged=False,
+            job_role=self.build_role,
+            execution_role=self.execution_role,
+            logging=ecs.LogDrivers.aws_logs(
+                stream_prefix=BUILD_LOG_STREAM_PREFIX, log_group=self.job_log_group
+            ),
+        )
+        return batch.EcsJobDefinition(
+            self,
+            f"BuildJobDefinition{suffix}",
+            job_definition_name=self.names.build_job_definition_name(version),
+            container=container,
+            timeout=Duration.seconds(BUILD_TIMEOUT_SECONDS),
+            retry_attempts=MAX_ATTEMPTS,
+            # A build lost with its host is built again; a build's own failure is its outcome.
+            retry_strategies=[
+                batch.RetryStrategy.of(
+                    batch.Action.RETRY,
+                    batch.Reason.custom(on_status_reason=RETRY_STATUS_REASON),
+                ),
+                batch.RetryStrategy.of(batch.Action.EXIT, batch.Reason.custom(on_reason="*")),
+            ],
+        )
 
     def _build_job_definition(self, machine_class: MachineClass, version: str) -> batch.EcsJobDefinition:
         region = Stack.of(self).region
@@ -442,7 +585,20 @@ class BatchCompute(Construct):
             gpu=machine_class.gpus or None,
             # boto3 in the job finds its zone's bucket endpoint without instance metadata (IMDS is
             # out of the container's reach: hop limit 1).
-            environment={"AWS_REGION": region, "AWS_DEFAULT_REGION": region},
+            environment={
+                "AWS_REGION": region,
+                "AWS_DEFAULT_REGION": region,
+                ENVIRONMENT_CACHE_VARIABLE: constants.ENVIRONMENT_CACHE_PATH,
+            },
+            # The instance's cache of unpacked environments, shared by the jobs on it.
+            volumes=[
+                batch.EcsVolume.host(
+                    name="environments",
+                    host_path=constants.ENVIRONMENT_CACHE_PATH,
+                    container_path=constants.ENVIRONMENT_CACHE_PATH,
+                    readonly=False,
+                )
+            ],
             linux_parameters=batch.LinuxParameters(
                 self,
                 f"{machine_class.name}LinuxParameters{suffix}",

@@ -24,6 +24,7 @@ from aws_cdk import aws_logs as logs
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
+from functions.domain.environment_builds import BUILD_TAG_KEYS
 from functions.domain.machine_classes import MACHINE_CLASSES
 from functions.domain.runtime import DEFAULT_PYTHON_VERSION, PYTHON_VERSIONS
 from infra import constants, lambda_bundle
@@ -177,6 +178,11 @@ class Functions(Construct):
                     }
                     for machine_class in MACHINE_CLASSES
                 },
+                # The environments' build queue (functions.adapters.batch_builder).
+                "build": {
+                    "jobQueue": zone.build_queue_name,
+                    "jobDefinition": zone.build_job_definition_base,
+                },
             }
             for zone in self._zones
         }
@@ -241,6 +247,29 @@ class Functions(Construct):
         self._grant_fleet_control(role)
         self._grant_job_logs(role)
         self._grant_dedicated_computes(role)
+        self._grant_environment_builds(role)
+
+    def _grant_environment_builds(self, role: iam.IRole) -> None:
+        """``PUT /environments/{name}`` submits the build job: SubmitJob on the build queues and the
+        build definitions only (a build names no machine class's), tagged with the build's tags only
+        (``functions.domain.environment_builds.BUILD_TAG_KEYS``). Its request object is written with
+        the other objects (``_grant_objects``)."""
+        queues = [self._batch_arn(zone, "job-queue", zone.build_queue_name) for zone in self._zones]
+        patterns = [(zone, zone.build_job_definition_pattern) for zone in self._zones]
+        revisions = [self._batch_arn(zone, "job-definition", f"{name}:*") for zone, name in patterns]
+        definitions = [self._batch_arn(zone, "job-definition", name) for zone, name in patterns]
+        role.add_to_principal_policy(
+            iam.PolicyStatement(
+                actions=["batch:SubmitJob"], resources=[*self._job_arns(), *queues, *definitions, *revisions]
+            )
+        )
+        role.add_to_principal_policy(
+            iam.PolicyStatement(
+                actions=["batch:TagResource"],
+                resources=[*self._job_arns(), *revisions],
+                conditions={"ForAllValues:StringEquals": {"aws:TagKeys": list(BUILD_TAG_KEYS)}},
+            )
+        )
 
     def _grant_batch_events(self, role: iam.IRole) -> None:
         """Apply status changes, settle charges (giving quota back), admit held jobs onto the dispatch

@@ -3,7 +3,7 @@ home region, the rule that forwards its Batch events to the home region's bus (w
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +34,8 @@ class ComputeStack(Stack):
     pools : Mapping[str, ComputePool], optional
         The region's compute pools, already checked against the region's instance offerings
         (``DeploymentConfig.instance_pools``); default ``COMPUTE_POOLS``.
+    replica_buckets : Sequence[str], optional
+        The other zones' bucket names, which get a copy of each environment built here.
     **kwargs
         Passed to ``Stack`` (description, env, …).
     """
@@ -48,6 +50,7 @@ class ComputeStack(Stack):
         availability_zones: tuple[str, ...],
         worker_image_dir: Path,
         pools: Mapping[str, constants.ComputePool] | None = None,
+        replica_buckets: Sequence[str] = (),
         **kwargs: Any,
     ) -> None:
         super().__init__(scope, construct_id, **kwargs)
@@ -61,6 +64,7 @@ class ComputeStack(Stack):
             availability_zones=availability_zones,
             worker_image_dir=worker_image_dir,
             pools=pools,
+            replica_buckets=replica_buckets,
         )
         self.forwarder: BatchEventForwarder | None = None
         self.monitoring: Monitoring | None = None
