@@ -58,7 +58,7 @@ def build_app(outdir: str | None = None, context: dict[str, Any] | None = None) 
             availability_zones=config.availability_zones[zone.region],
             worker_image_dir=config.worker_image_dir,
             pools=config.instance_pools[zone.region],
-            replica_buckets=[other.bucket_name for other in zones if other != zone],
+            replicas=[other for other in zones if other != zone],
             env=Environment(region=zone.region),
             description=f"{constants.SERVICE_NAME} ({config.stage}): {zone.zone} data and Batch compute",
         )

@@ -57,6 +57,10 @@ _JOB_LOG_STREAMS = (
     "'<job log group>:log-stream:*' names the group's log streams (one per job attempt, named by Batch "
     "at run time); reading and deleting them is limited to the one job log group."
 )
+_BUILD_DEFINITIONS = (
+    "PUT /environments/{name} submits the build on the build definition of the environment's Python "
+    "(<stage>-build-py3XY, every revision): the versions are one pattern, not one ARN each."
+)
 _TOPIC_KEY = (
     "Publishing to the KMS-encrypted email topics needs kms:GenerateDataKey* and kms:Decrypt on that one key."
 )
@@ -117,11 +121,24 @@ def acknowledge_compute(
     execution_role: IConstruct,
     dedicated_roles: tuple[IConstruct, IConstruct],
     dead_letter_queue: IConstruct | None,
+    build_role: IConstruct,
+    replicas: Sequence[ZoneNames],
+    job_log_group_name: str,
 ) -> None:
     """Attach the accepted findings to a geo zone's compute stack's constructs: its data ``bucket``,
-    its Batch roles, the dedicated computes' (instance, Batch service) roles, and the dead-letter
-    queue of its event forwarder (None in the home region)."""
+    its Batch roles, the dedicated computes' (instance, Batch service) roles, the dead-letter
+    queue of its event forwarder (None in the home region), and the environment build role (which
+    writes the builds of the other zones, ``replicas``, too)."""
     _acknowledge_compute(stack, bucket, instance_role, job_role, execution_role)
+    replica_buckets = [_nag_spelling(zone).bucket_name for zone in replicas]
+    _acknowledge_build(
+        stack,
+        bucket,
+        job_role,
+        build_role=build_role,
+        replica_buckets=replica_buckets,
+        job_log_group_name=job_log_group_name,
+    )
     dedicated_instance, batch_service = dedicated_roles
     _acknowledge(
         dedicated_instance,
@@ -142,6 +159,51 @@ def acknowledge_compute(
     )
     if dead_letter_queue is not None:
         _acknowledge_dead_letter_queue(dead_letter_queue)
+
+
+def _acknowledge_build(
+    stack: Stack,
+    data_bucket: IConstruct,
+    job_role: IConstruct,
+    *,
+    build_role: IConstruct,
+    replica_buckets: Sequence[str],
+    job_log_group_name: str,
+) -> None:
+    bucket = _arn_token(stack, data_bucket)
+    builds = "A build is stored as environments/<hash>.tar.gz and .json; the hash is known only once "
+    _acknowledge(
+        job_role,
+        (
+            f"AwsSolutions-IAM5[Resource::{bucket}/environments/*]",
+            "A job's supervisor reads its environment's build, environments/<hash>.tar.gz; the hash is "
+            "the job's, known only at submit time (read only: no job writes a build).",
+        ),
+    )
+    partition = _partition(stack)
+    replicas = [
+        (
+            f"AwsSolutions-IAM5[Resource::arn:{partition}:s3:::{name}/environments/*]",
+            builds + "the requirements are resolved; every zone's bucket gets a copy of each build.",
+        )
+        for name in replica_buckets
+    ]
+    _acknowledge(
+        build_role,
+        (f"AwsSolutions-IAM5[Resource::{bucket}/environments/*]", builds + "the requirements are resolved."),
+        (
+            f"AwsSolutions-IAM5[Resource::{bucket}/environment-builds/*]",
+            "A build reads its request and writes its outcome under environment-builds/<buildId>/; the "
+            "build id is made when the build is asked for.",
+        ),
+        (
+            f"AwsSolutions-IAM5[Resource::arn:{partition}:logs:{stack.region}:<AWS::AccountId>:"
+            f"log-group:{job_log_group_name}:log-stream:environments/*]",
+            "A build writes its log to the environment's own stream (environments/<account>/<name>/...), "
+            "named when the environment is asked for.",
+        ),
+        *replicas,
+    )
 
 
 def _acknowledge_auth(user_pool: IConstruct) -> None:
@@ -256,12 +318,22 @@ def _acknowledge_functions(scopes: ControlPlaneFindings) -> None:
         f"{scopes.email_topic_prefix}*]",
         _EMAIL_TOPICS,
     )
+    build_definitions = [
+        (
+            f"AwsSolutions-IAM5[Resource::{_batch_arn(partition, zone, 'job-definition/')}"
+            f"{zone.build_job_definition_pattern}{revision}]",
+            _BUILD_DEFINITIONS,
+        )
+        for zone in zones
+        for revision in (":*", "")
+    ]
     _acknowledge(
         scopes.api_function.role,
         wildcard,
         email_topics,
         *jobs,
         *job_definitions,
+        *build_definitions,
         *job_log_streams,
         *bucket_objects,
         *table_indexes,

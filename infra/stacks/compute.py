@@ -34,8 +34,8 @@ class ComputeStack(Stack):
     pools : Mapping[str, ComputePool], optional
         The region's compute pools, already checked against the region's instance offerings
         (``DeploymentConfig.instance_pools``); default ``COMPUTE_POOLS``.
-    replica_buckets : Sequence[str], optional
-        The other zones' bucket names, which get a copy of each environment built here.
+    replicas : Sequence[ZoneNames], optional
+        The other zones, whose buckets get a copy of each environment built here.
     **kwargs
         Passed to ``Stack`` (description, env, …).
     """
@@ -50,7 +50,7 @@ class ComputeStack(Stack):
         availability_zones: tuple[str, ...],
         worker_image_dir: Path,
         pools: Mapping[str, constants.ComputePool] | None = None,
-        replica_buckets: Sequence[str] = (),
+        replicas: Sequence[ZoneNames] = (),
         **kwargs: Any,
     ) -> None:
         super().__init__(scope, construct_id, **kwargs)
@@ -64,7 +64,7 @@ class ComputeStack(Stack):
             availability_zones=availability_zones,
             worker_image_dir=worker_image_dir,
             pools=pools,
-            replica_buckets=replica_buckets,
+            replica_buckets=[zone.bucket_name for zone in replicas],
         )
         self.forwarder: BatchEventForwarder | None = None
         self.monitoring: Monitoring | None = None
@@ -79,6 +79,9 @@ class ComputeStack(Stack):
             execution_role=self.compute.execution_role,
             dedicated_roles=(self.compute.dedicated_instance_role, self.compute.batch_service_role),
             dead_letter_queue=None if self.forwarder is None else self.forwarder.dead_letter_queue,
+            build_role=self.compute.build_role,
+            replicas=replicas,
+            job_log_group_name=names.job_log_group_name,
         )
 
     def _build_forwarding(self, home_region: str) -> None:

@@ -1,6 +1,8 @@
 """AWS Batch in each zone's stack: one queue per machine class and one job definition per machine class
 and Python version, compute environments in per-pool order, queue time limits, the CPU and GPU worker
-images of each Python version, shared memory, root volumes, job logs, retries and the job role."""
+images of each Python version, shared memory, root volumes, job logs, retries and the job role; the
+environments' build queue, its definition per Python version and its role, and the host cache of
+environments every job definition mounts."""
 
 from __future__ import annotations
 
@@ -31,6 +33,23 @@ def _job_queues(synth: Synth) -> dict[str, dict[str, Any]]:
     return _by_name(synth, "AWS::Batch::JobQueue", "JobQueueName")
 
 
+def _class_queues(synth: Synth) -> dict[str, dict[str, Any]]:
+    """The machine classes' queues (not the environments' build queue)."""
+    build = synth.stack.names.build_queue_name
+    return {name: queue for name, queue in _job_queues(synth).items() if name != build}
+
+
+def _build_definitions(synth: Synth) -> dict[str, dict[str, Any]]:
+    names = synth.stack.names
+    wanted = {names.build_job_definition_name(version) for version in PYTHON_VERSIONS}
+    return {name: d for name, d in _job_definitions(synth).items() if name in wanted}
+
+
+def _class_definitions(synth: Synth) -> dict[str, dict[str, Any]]:
+    builds = _build_definitions(synth)
+    return {name: d for name, d in _job_definitions(synth).items() if name not in builds}
+
+
 def _requirements(machine_class: MachineClass) -> list[dict[str, str]]:
     expected = [
         {"Type": "MEMORY", "Value": str(machine_class.memory_gib * 1024)},
@@ -44,13 +63,20 @@ def _requirements(machine_class: MachineClass) -> list[dict[str, str]]:
 def test_one_queue_per_machine_class_and_one_definition_per_class_and_python(compute: Synth) -> None:
     names = compute.stack.names
 
-    compute.template.resource_count_is("AWS::Batch::JobQueue", 10)
-    compute.template.resource_count_is("AWS::Batch::JobDefinition", 30)
-    assert set(_job_queues(compute)) == {names.job_queue_name(mc) for mc in MACHINE_CLASSES}
-    assert set(_job_definitions(compute)) == {
+    # And the environments' build queue with a build definition per Python version.
+    compute.template.resource_count_is("AWS::Batch::JobQueue", 11)
+    compute.template.resource_count_is("AWS::Batch::JobDefinition", 33)
+    assert set(_class_queues(compute)) == {names.job_queue_name(mc) for mc in MACHINE_CLASSES}
+    assert set(_job_queues(compute)) - set(_class_queues(compute)) == {"remote-batch-dev-build"}
+    assert set(_class_definitions(compute)) == {
         f"remote-batch-dev-{mc}-py{version.replace('.', '')}"
         for mc in MACHINE_CLASSES
         for version in PYTHON_VERSIONS
+    }
+    assert set(_build_definitions(compute)) == {
+        "remote-batch-dev-build-py311",
+        "remote-batch-dev-build-py312",
+        "remote-batch-dev-build-py313",
     }
     assert len(MACHINE_CLASSES) == 10
 
@@ -133,7 +159,7 @@ def test_every_queue_cancels_jobs_blocked_by_capacity_or_misconfiguration(
         {"Reason": "MISCONFIGURATION:EC2_INSTANCE_CONFIGURATION_UNSUPPORTED", "MaxTimeSeconds": 600},
     ]
 
-    assert len(queues) == len(MACHINE_CLASSES)
+    assert len(queues) == len(MACHINE_CLASSES) + 1  # and the build queue: a build waits no longer
     for name, queue in queues.items():
         assert queue["JobStateTimeLimitActions"] == [
             {"Action": "CANCEL", "State": "RUNNABLE", **action} for action in expected
@@ -165,11 +191,13 @@ def test_compute_environments_scale_to_zero_in_private_subnets(compute: Synth) -
 
 def test_job_definitions_run_unprivileged_with_retries_for_host_failures_only(compute: Synth) -> None:
     job_role = {"Fn::GetAtt": [compute.logical_id(compute.stack.compute.job_role), "Arn"]}
+    build_role = {"Fn::GetAtt": [compute.logical_id(compute.stack.compute.build_role), "Arn"]}
+    builds = _build_definitions(compute)
 
     for name, definition in _job_definitions(compute).items():
         container = definition["ContainerProperties"]
         assert container["Privileged"] is False, name
-        assert container["JobRoleArn"] == job_role, name
+        assert container["JobRoleArn"] == (build_role if name in builds else job_role), name
         assert definition["RetryStrategy"] == {
             "Attempts": 3,
             "EvaluateOnExit": [
@@ -262,6 +290,7 @@ def test_jobs_get_shared_memory_and_their_region(compute: Synth, machine_class: 
     assert {e["Name"]: e["Value"] for e in container["Environment"]} == {
         "AWS_REGION": compute.stack.region,
         "AWS_DEFAULT_REGION": compute.stack.region,
+        "REMOTE_BATCH_ENVIRONMENT_CACHE": "/var/cache/remote-batch/environments",
     }
 
 
@@ -316,17 +345,22 @@ def test_job_role_reads_inputs_and_writes_outputs_of_its_own_bucket_only(compute
         if p["Properties"]["Roles"] == [{"Ref": role}]
     ]
 
+    statements = policy["PolicyDocument"]["Statement"]
     by_resource = {
         json_join[1]: statement["Action"]
-        for statement in policy["PolicyDocument"]["Statement"]
-        for json_join in [statement["Resource"]["Fn::Join"][1]]
+        for statement in statements
+        for resource in (
+            statement["Resource"] if isinstance(statement["Resource"], list) else [statement["Resource"]]
+        )
+        for json_join in [resource["Fn::Join"][1]]
         if json_join[0] == bucket_arn
     }
-    assert set(by_resource) == {"/inputs/*", "/outputs/*"}
+    assert set(by_resource) == {"/inputs/*", "/outputs/*", "/environments/*"}
     assert by_resource["/inputs/*"] == "s3:GetObject"
+    assert by_resource["/environments/*"] == "s3:GetObject"  # its environment's build, never written
     assert "s3:PutObject" in by_resource["/outputs/*"]
     assert not any(a.startswith(("s3:Get", "s3:List", "s3:Delete")) for a in by_resource["/outputs/*"])
-    assert len(policy["PolicyDocument"]["Statement"]) == len(by_resource)
+    assert len(statements) == 2  # reads (inputs/, environments/) and puts (outputs/)
 
 
 def test_compute_environments_have_the_names_the_api_may_update(compute: Synth) -> None:
@@ -348,5 +382,103 @@ def test_every_shared_queue_schedules_by_fair_share_across_accounts(compute: Syn
     fair_share = policy["Properties"]["FairsharePolicy"]
     assert fair_share["ShareDecaySeconds"] == SHARE_DECAY_SECONDS
     assert not fair_share.get("ShareDistribution"), fair_share  # no account weighs more than another
-    for name, queue in _job_queues(compute).items():
+    for name, queue in _class_queues(compute).items():
         assert queue["SchedulingPolicyArn"] == {"Fn::GetAtt": [policy_id, "Arn"]}, name
+    # Builds are first in, first out (they are no account's share of the class queues).
+    assert "SchedulingPolicyArn" not in _job_queues(compute)["remote-batch-dev-build"]
+
+
+def test_the_build_queue_runs_builds_on_the_general_on_demand_environment_first(compute: Synth) -> None:
+    queue = _job_queues(compute)["remote-batch-dev-build"]
+    general = compute.stack.compute.pools["General"]
+
+    assert queue["ComputeEnvironmentOrder"] == [
+        {
+            "ComputeEnvironment": {
+                "Fn::GetAtt": [compute.logical_id(general.on_demand), "ComputeEnvironmentArn"]
+            },
+            "Order": 1,
+        }
+    ]
+    # Ahead of every class queue sharing that environment: jobs wait on their environment's build.
+    assert all(queue["Priority"] > other["Priority"] for other in _class_queues(compute).values())
+
+
+def test_each_build_definition_runs_the_build_program_in_its_pythons_cpu_image(compute: Synth) -> None:
+    from functions.domain.environment_builds import BUILD_MEMORY_MIB, BUILD_TIMEOUT_SECONDS, BUILD_VCPUS
+
+    images = _docker_images(compute)
+    for version in PYTHON_VERSIONS:
+        definition = _build_definitions(compute)[compute.stack.names.build_job_definition_name(version)]
+        container = definition["ContainerProperties"]
+
+        # The image's entrypoint is `python -m worker`: the command makes it `python -m worker build`.
+        assert container["Command"] == ["build"]
+        (destination,) = images[("Dockerfile", version)]["destinations"].values()
+        assert container["Image"]["Fn::Sub"].endswith(f":{destination['imageTag']}")
+        requirements = {r["Type"]: r["Value"] for r in container["ResourceRequirements"]}
+        assert requirements == {"VCPU": str(BUILD_VCPUS), "MEMORY": str(BUILD_MEMORY_MIB)}
+        assert definition["Timeout"] == {"AttemptDurationSeconds": BUILD_TIMEOUT_SECONDS}
+        assert "Volumes" not in container  # a build needs no environment cache
+    assert BUILD_TIMEOUT_SECONDS == 30 * 60 + 5 * 60
+
+
+def test_the_cpu_image_has_uv_for_the_build_program(worker_image_dir: Path) -> None:
+    text = (worker_image_dir / "Dockerfile").read_text()
+
+    assert "COPY --from=uv /uv /usr/local/bin/uv" in text
+    assert "FROM ghcr.io/astral-sh/uv:" in text
+
+
+def _policy_statements(compute: Synth, role: Any) -> list[dict[str, Any]]:
+    logical_id = compute.logical_id(role)
+    return [
+        statement
+        for p in compute.resources("AWS::IAM::Policy").values()
+        if p["Properties"]["Roles"] == [{"Ref": logical_id}]
+        for statement in p["Properties"]["PolicyDocument"]["Statement"]
+    ]
+
+
+def test_the_build_role_writes_builds_in_every_zone_and_its_request_outcome_and_log_only(
+    compute: Synth,
+) -> None:
+    statements = _policy_statements(compute, compute.stack.compute.build_role)
+    resolved = compute.stack.resolve
+    bucket_arn = {"Fn::GetAtt": [compute.logical_id(compute.stack.data.bucket), "Arn"]}
+    other = {"us-east-1": "eu-central-1", "eu-central-1": "us-east-1"}[compute.stack.region]
+
+    by_actions = {tuple(sorted(s["Action"])): s["Resource"] for s in statements}
+    assert by_actions[("s3:GetObject", "s3:PutObject")] == {
+        "Fn::Join": ["", [bucket_arn, "/environment-builds/*"]]
+    }
+    builds = by_actions[("s3:AbortMultipartUpload", "s3:GetObject", "s3:PutObject")]
+    assert {"Fn::Join": ["", [bucket_arn, "/environments/*"]]} in builds
+    assert json.dumps(resolved(builds)).count(f"-{other}/environments/*") == 1
+    assert len(builds) == 2
+    (logs,) = [r for a, r in by_actions.items() if "logs:PutLogEvents" in a]
+    assert json.dumps(logs).endswith(':log-group:/remote-batch/dev/jobs:log-stream:environments/*"]]}')
+    assert len(statements) == 3
+    # No listing, no deleting, nothing of inputs/ or outputs/.
+    text = json.dumps(statements)
+    assert (
+        "s3:List" not in text
+        and "s3:Delete" not in text
+        and "/inputs/" not in text
+        and "/outputs/" not in text
+    )
+
+
+def test_every_job_definition_mounts_the_hosts_environment_cache_made_at_boot(compute: Synth) -> None:
+    path = constants.ENVIRONMENT_CACHE_PATH
+
+    for name, definition in _class_definitions(compute).items():
+        container = definition["ContainerProperties"]
+        assert container["Volumes"] == [{"Name": "environments", "Host": {"SourcePath": path}}], name
+        assert container["MountPoints"] == [
+            {"SourceVolume": "environments", "ContainerPath": path, "ReadOnly": False}
+        ], name
+    for template in compute.resources("AWS::EC2::LaunchTemplate").values():
+        user_data = json.dumps(template["Properties"]["LaunchTemplateData"]["UserData"])
+        assert "multipart/mixed" in user_data
+        assert f"install -d -m 0755 -o 10001 -g 10001 {path}" in user_data

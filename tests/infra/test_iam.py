@@ -92,9 +92,34 @@ def test_only_the_dispatcher_submits_and_only_to_the_service_queues_and_definiti
     ]
     jobs = [_batch_arn(r, "job/*") for r in regions]
     assert sorted(map(json.dumps, submit["Resource"])) == sorted(map(json.dumps, jobs + queues + definitions))
-    # POST /jobs never calls AWS Batch: the api only puts admitted jobs on the dispatch queue.
-    for other in (functions.api, functions.batch_events, functions.meter):
+    # POST /jobs never calls AWS Batch: the api only puts admitted jobs on the dispatch queue (its one
+    # SubmitJob is an environment's build: test_the_api_submits_builds_only_to_the_build_queues).
+    for other in (functions.batch_events, functions.meter):
         assert not [s for s in _policy_of(synth, other) if "batch:SubmitJob" in _listed(s["Action"])]
+
+
+def test_the_api_submits_builds_only_to_the_build_queues_on_the_build_definitions(synth: Synth) -> None:
+    from functions.domain.environment_builds import BUILD_TAG_KEYS
+
+    regions = ("us-east-1", "eu-central-1")
+    statements = _policy_of(synth, synth.stack.functions.api)
+    (submit,) = [s for s in statements if "batch:SubmitJob" in _listed(s["Action"])]
+    (tag,) = [
+        s
+        for s in statements
+        if "batch:TagResource" in _listed(s["Action"])
+        and "remote-batch:buildId" in json.dumps(s.get("Condition"))
+    ]
+
+    jobs = [_batch_arn(r, "job/*") for r in regions]
+    queues = [_batch_arn(r, "job-queue/remote-batch-dev-build") for r in regions]
+    revisions = [_batch_arn(r, "job-definition/remote-batch-dev-build-py3*:*") for r in regions]
+    definitions = [_batch_arn(r, "job-definition/remote-batch-dev-build-py3*") for r in regions]
+    assert sorted(map(json.dumps, submit["Resource"])) == sorted(
+        map(json.dumps, jobs + queues + definitions + revisions)
+    )
+    assert sorted(map(json.dumps, tag["Resource"])) == sorted(map(json.dumps, jobs + revisions))
+    assert tag["Condition"] == {"ForAllValues:StringEquals": {"aws:TagKeys": list(BUILD_TAG_KEYS)}}
 
 
 @pytest.mark.parametrize("name", ["api", "batch_events", "meter"])
