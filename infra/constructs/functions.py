@@ -273,9 +273,12 @@ class Functions(Construct):
 
     def _grant_batch_events(self, role: iam.IRole) -> None:
         """Apply status changes, settle charges (giving quota back), admit held jobs onto the dispatch
-        queue, roll arrays up (and stop one at its cap), notify, discard a capped job's output."""
+        queue, roll arrays up (and stop one at its cap), notify, discard a capped job's output; record an
+        environment's build (its record and the account's Building count, on the Computes table; the
+        build's outcome document read with the other objects)."""
         for table in self._state_tables():
             table.grant_read_write_data(role)
+        self._data.computes_table.grant_read_write_data(role)
         self._dispatch.queue.grant_send_messages(role)
         self._grant_objects(role, write=False)
         self._grant_array_results(role)

@@ -188,7 +188,7 @@ def _batch(
 
 def _logs(operation: str, region: str, params: Mapping[str, Any]) -> list[AuthorizationRequest]:
     group = params["logGroupName"]
-    if operation in ("GetLogEvents", "DeleteLogStream", "PutLogEvents"):
+    if operation in ("GetLogEvents", "DeleteLogStream", "PutLogEvents", "CreateLogStream"):
         stream = _arn("logs", region, f"log-group:{group}:log-stream:{params['logStreamName']}")
         return [AuthorizationRequest(f"logs:{operation}", stream)]
     if operation in ("FilterLogEvents", "DescribeLogStreams"):

@@ -19,6 +19,7 @@ Run with ``-s`` to see the calls each function made.
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 from collections import Counter
@@ -29,6 +30,7 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from functools import partial
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import boto3
@@ -103,10 +105,11 @@ def _admin(service: str, region: str) -> Any:
     return make(service, region_name=region, aws_access_key_id="admin", aws_secret_access_key="admin")
 
 
-def create_resources(env: dict[str, str]) -> None:
+def create_resources(env: dict[str, str], build_container: dict[str, Any] | None = None) -> None:
     """What the control plane and zone stacks create, under the names the functions' environment
-    carries: tables, each zone's bucket, job log group, Batch queues and definitions (the accounts'
-    email topics are the api's to create)."""
+    carries: tables, each zone's bucket, job log group, Batch queues and definitions, the environments'
+    build queue and its definitions (``build_container``: their container properties as the zone's
+    template has them; a stand-in without) (the accounts' email topics are the api's to create)."""
     region = env["AWS_REGION"]
     dynamodb = _admin("dynamodb", region)
     names = {
@@ -161,6 +164,20 @@ def create_resources(env: dict[str, str]) -> None:
                     type="container",
                     containerProperties={"image": "remote-batch-worker", "vcpus": 1, "memory": 512},
                 )
+        build = zone["build"]
+        batch.create_job_queue(
+            jobQueueName=build["jobQueue"],
+            state="ENABLED",
+            priority=10,
+            computeEnvironmentOrder=[{"order": 1, "computeEnvironment": environment}],
+        )
+        for version in PYTHON_VERSIONS:
+            batch.register_job_definition(
+                jobDefinitionName=job_definition_name(build["jobDefinition"], version),
+                type="container",
+                containerProperties=build_container
+                or {"image": "remote-batch-worker", "vcpus": 2, "memory": 8192},
+            )
 
 
 def create_role(
@@ -696,3 +713,268 @@ def test_each_authorization_names_a_resource_type_and_condition_keys_the_action_
         ),
     ]
     assert len(aws_data_mismatches(wrong)) == 2
+
+
+# -- environments in the cloud: the build job, its program, the report, a job in the environment --------
+
+
+@dataclass(frozen=True)
+class WorkerRoles:
+    """The home zone's build role and job role as its template deploys them, and the build definition's
+    container (command, environment) as registered."""
+
+    roles: dict[str, DeployedFunction]
+    build_container: dict[str, Any]
+
+
+@pytest.fixture(scope="module")
+def worker_roles(app_synth: SynthApp) -> WorkerRoles:
+    zone = app_synth.zones["UnitedStates"]
+    resolver = resolver_of(zone)
+    roles = {}
+    for name, role in (("build", zone.stack.compute.build_role), ("job", zone.stack.compute.job_role)):
+        role_id = zone.logical_id(role)
+        roles[name] = DeployedFunction(
+            name, resolver.physical_name(role_id), {}, resolver.role_policies(role_id)
+        )
+    definition = zone.logical_id(next(iter(zone.stack.compute.build_definitions.values())))
+    container = resolver.resolve(
+        zone.template_json["Resources"][definition]["Properties"]["ContainerProperties"]
+    )
+    registered = {
+        "image": "remote-batch-worker",
+        "vcpus": 2,
+        "memory": 8192,
+        "command": container["Command"],
+        "environment": [{"name": e["Name"], "value": e["Value"]} for e in container["Environment"]],
+    }
+    return WorkerRoles(roles, registered)
+
+
+def _worker_clients(credentials: dict[str, str]) -> Callable[[str, str], Any]:
+    def make(service: str, region: str) -> Any:
+        factory: Any = boto3.client
+        return factory(
+            service,
+            region_name=region,
+            aws_access_key_id=credentials["AWS_ACCESS_KEY_ID"],
+            aws_secret_access_key=credentials["AWS_SECRET_ACCESS_KEY"],
+            aws_session_token=credentials["AWS_SESSION_TOKEN"],
+        )
+
+    return make
+
+
+def _described(region: str, batch_job_id: str) -> dict[str, Any]:
+    (job,) = _admin("batch", region).describe_jobs(jobs=[batch_job_id])["jobs"]
+    return dict(job)
+
+
+def test_an_environment_builds_in_the_cloud_and_a_job_runs_in_it_under_each_roles_policies(
+    deployment: Deployment, worker_roles: WorkerRoles, monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    """PUT /environments (the api submits the build job on the build queue) → the build program under
+    the build role (uv from a local wheel folder, no network) stores the build in both zones and its
+    outcome → the build job's SUCCEEDED event (batch_events reads the outcome) → Ready → a job in it
+    (the dispatcher's SubmitJob on the class's definition of that Python, with the build hash) → its
+    worker under the job role fetches the build and runs the code with it."""
+    import sys
+
+    from moto import mock_aws, settings
+    from moto.batch.models import batch_backends
+
+    from tests.wheels import make_wheel, uv_offline
+    from worker import build as build_program
+    from worker.entrypoint import main as worker_main
+
+    wheels = tmp_path / "wheels"
+    make_wheel(wheels, "six", "1.16.0", "__version__ = '1.16.0'\n")
+    for name, value in uv_offline(wheels).items():
+        monkeypatch.setenv(name, value)
+    python = f"{sys.version_info.major}.{sys.version_info.minor}"
+    env = {**deployment.functions["api"].environment, "AWS_REGION": "us-east-1"}
+    enforcer = IamEnforcer(deployment.topic_keys, _revision_of)
+    statuses: dict[str, Any] = {}
+    with mock_aws(config={"batch": {"use_docker": False}}):
+        create_resources(env, worker_roles.build_container)
+        credentials = {name: create_role(function) for name, function in deployment.functions.items()}
+        workers = {name: create_role(role) for name, role in worker_roles.roles.items()}
+        store = DynamoJobStore(
+            _admin("dynamodb", "us-east-1"),
+            env["REMOTE_BATCH_JOBS_TABLE"],
+            env["REMOTE_BATCH_ACCOUNTS_TABLE"],
+            env["REMOTE_BATCH_LEDGER_TABLE"],
+        )
+        store.create_account(Account(account_id=ACCOUNT, credit_balance=Decimal("0")), datetime.now(UTC))
+        zones = json.loads(env["REMOTE_BATCH_ZONES"])
+        us, eu = zones["UnitedStates"], zones["EuropeanUnion"]
+        monkeypatch.setattr(settings, "INITIAL_NO_AUTH_ACTION_COUNT", 0)
+        lambdas = Lambdas(deployment, credentials, enforcer, monkeypatch)
+        with enforcer.installed():
+            statuses["grant credits"], _ = lambdas.api(
+                "POST",
+                f"/admin/accounts/{ACCOUNT}/credits",
+                body={"credits": 5000, "reason": "iam"},
+                groups="admin",
+            )
+            body = {"python": python, "requirements": ["six==1.16.0"]}
+            statuses["put environment"], created = lambdas.api("PUT", "/environments/ml", body=body)
+            assert created["status"] == "Building", created
+
+            # The build job, as AWS Batch has it.
+            with unenforced(enforcer):
+                (build_job,) = [
+                    j
+                    for j in batch_backends[MOTO_ACCOUNT_ID]["us-east-1"]._jobs.values()
+                    if j.job_name.startswith("environment-build-")
+                ]
+                build = _described("us-east-1", build_job.job_id)
+            assert build["jobQueue"].endswith(f":job-queue/{us['build']['jobQueue']}")
+            assert (
+                build["jobDefinition"]
+                .split("/")[-1]
+                .startswith(f"{job_definition_name(us['build']['jobDefinition'], python)}:")
+            )
+            assert build["container"]["command"] == ["build"]  # after the image's `python -m worker`
+            build_env = {e["name"]: e["value"] for e in build["container"]["environment"]}
+            assert build_env["REMOTE_BATCH_BUCKET"] == us["bucket"]
+            assert build_env["REMOTE_BATCH_BUILD_LOG_GROUP"] == us["logGroup"]
+            assert build_env["REMOTE_BATCH_BUILD_LOG_STREAM"].startswith(f"environments/{ACCOUNT}/ml/")
+            assert build_env["REMOTE_BATCH_BUILD_REQUEST_KEY"].startswith("environment-builds/")
+            assert json.loads(build_env["REMOTE_BATCH_BUILD_REPLICAS"]) == [
+                {"bucket": eu["bucket"], "region": eu["region"]}
+            ]
+            assert build["tags"]["remote-batch:accountId"] == ACCOUNT
+            assert build["tags"]["remote-batch:environment"] == "ml"
+
+            # The build program, in the build job's container, with the build role's credentials.
+            enforcer.function = "build"
+            clients = _worker_clients(workers["build"])
+            program_env = {
+                **build_env,
+                build_program.JOB_PYTHON: sys.executable,
+                build_program.UV: build_program.shutil.which("uv", path=str(Path(sys.executable).parent))
+                or "uv",
+            }
+            statuses["build exit"] = build_program.main(
+                program_env,
+                clients("s3", "us-east-1"),
+                clients("logs", "us-east-1"),
+                lambda region: clients("s3", region),
+            )
+            with unenforced(enforcer):
+                outcome = json.loads(
+                    _admin("s3", "us-east-1")
+                    .get_object(Bucket=us["bucket"], Key=build_env["REMOTE_BATCH_BUILD_OUTCOME_KEY"])["Body"]
+                    .read()
+                )
+                digest = outcome["hash"]
+                for zone in (us, eu):  # the build in both zones' buckets
+                    _admin("s3", zone["region"]).head_object(
+                        Bucket=zone["bucket"], Key=f"environments/{digest}.tar.gz"
+                    )
+                    _admin("s3", zone["region"]).head_object(
+                        Bucket=zone["bucket"], Key=f"environments/{digest}.json"
+                    )
+
+            # The build job's final event: batch_events reads the outcome and the environment is Ready.
+            now = int(time.time() * 1000)
+            final = job_lifecycle(
+                build_job.job_name,
+                build_job.job_id,
+                created_at=now - 9_000,
+                started_at=now - 8_000,
+                stopped_at=now,
+            )[-1]
+            final["detail"]["tags"] = build["tags"]
+            final["detail"]["jobQueue"] = build["jobQueue"]
+            statuses["build event"] = lambdas.deliver(final)
+            statuses["get environment"], ready = lambdas.api("GET", "/environments/ml")
+            statuses["build log"], log = lambdas.api("GET", "/environments/ml/log")
+
+            # A job in it: the dispatcher's SubmitJob on the class's definition of that Python.
+            statuses["submit"], job = lambdas.api(
+                "POST",
+                "/jobs",
+                body={"code": "import six\nsix.__version__", "environment": "ml", "geoZone": "UnitedStates"},
+            )
+            lambdas.dispatch()
+            with unenforced(enforcer):
+                stored = store.get_job(job["jobId"])
+                assert stored is not None and stored.batch_job_id
+                submitted = _described("us-east-1", stored.batch_job_id)
+            job_env = {e["name"]: e["value"] for e in submitted["container"]["environment"]}
+
+            # Its worker, in the job's container, with the job role's credentials: fetches the build
+            # into the host's cache and runs the code with it.
+            enforcer.function = "job"
+            cache = tmp_path / "host-cache"
+            cache.mkdir()
+            statuses["job exit"] = worker_main(
+                {**job_env, "REMOTE_BATCH_ENVIRONMENT_CACHE": str(cache), "PATH": os.environ["PATH"]},
+                _worker_clients(workers["job"])("s3", "us-east-1"),
+            )
+            enforcer.function = "setup"
+            statuses["get job"], _ = lambdas.api("GET", f"/jobs/{job['jobId']}")
+            with unenforced(enforcer):
+                result = json.loads(
+                    _admin("s3", "us-east-1")
+                    .get_object(Bucket=us["bucket"], Key=f"outputs/{job['jobId']}/outcome.json")["Body"]
+                    .read()
+                )
+
+    denied = enforcer.denials()
+    print(f"\nstatuses: {statuses}\n{len(denied)} AccessDenied")
+    assert enforcer.unmapped == []
+    assert [f"{c.function} {c.operation} {c.denied} {c.message}" for c in denied] == []
+    assert statuses == statuses | {
+        "grant credits": 200,
+        "put environment": 201,
+        "build exit": 0,
+        "get environment": 200,
+        "build log": 200,
+        "submit": 202,
+        "job exit": 0,
+        "get job": 200,
+    }
+    assert statuses["build event"] == {"applied": True, "environment": "ml", "status": "Ready"}
+    assert ready["status"] == "Ready" and ready["hash"] == digest
+    assert ready["packages"] == [{"name": "six", "version": "1.16.0"}] and ready["sizeBytes"] > 0
+    assert any(f"build {digest}" in event["message"] for event in log["events"])
+    assert (
+        submitted["jobDefinition"]
+        .split("/")[-1]
+        .startswith(f"{job_definition_name(us['routes']['Basic1x8']['jobDefinition'], python)}:")
+    )
+    assert job_env["REMOTE_BATCH_ENVIRONMENT_HASH"] == digest
+    assert result["result"] == "1.16.0" and result["error"] is None
+    assert (cache / digest / "site" / "six" / "__init__.py").is_file()
+    operations = {(c.function, c.operation) for c in enforcer.calls}
+    for expected in [
+        ("api", "s3:PutObject"),
+        ("api", "batch:SubmitJob"),
+        ("build", "s3:GetObject"),
+        ("build", "s3:PutObject"),
+        ("build", "logs:CreateLogStream"),
+        ("build", "logs:PutLogEvents"),
+        ("batch_events", "s3:GetObject"),
+        ("batch_events", "dynamodb:TransactWriteItems"),
+        ("api", "logs:GetLogEvents"),
+        ("dispatcher", "batch:SubmitJob"),
+        ("job", "s3:GetObject"),
+        ("job", "s3:PutObject"),
+    ]:
+        assert expected in operations, expected
+    api_submit = next(c for c in enforcer.calls if c.function == "api" and c.operation == "batch:SubmitJob")
+    assert sorted(api_submit.requests[0].context["aws:TagKeys"]) == sorted(
+        [
+            "remote-batch:accountId",
+            "remote-batch:buildId",
+            "remote-batch:environment",
+            "remote-batch:specHash",
+        ]
+    )
+    from tests.infra.iam_authorizer import aws_data_mismatches
+
+    requests = [r for c in enforcer.calls if c.function != "setup" for r in c.requests]
+    assert aws_data_mismatches(requests) == []
