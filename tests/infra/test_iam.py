@@ -151,7 +151,8 @@ def test_functions_reach_both_zone_buckets_by_name(synth: Synth, name: str) -> N
     ("name", "tables"),
     [
         ("api", {"Jobs", "Accounts", "Ledger", "Idempotency", "Quotas", "Operations", "Computes"}),
-        ("batch_events", {"Jobs", "Accounts", "Ledger", "Quotas"}),
+        # A build job's end makes its environment Ready or Failed (environments live on Computes).
+        ("batch_events", {"Jobs", "Accounts", "Ledger", "Quotas", "Computes"}),
         # The meter advances, schedules and settles dedicated computes.
         ("meter", {"Jobs", "Accounts", "Ledger", "Quotas", "Computes"}),
         # A job sent to a dedicated compute restarts its idle timer; a job whose class is out of
