@@ -22,10 +22,8 @@ import contextlib
 import json
 import logging
 import os
-import platform
 import shutil
 import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -47,11 +45,13 @@ from functions.domain.environments import (
 from functions.domain.machine_classes import GeoZone
 from functions.ports import BuildRequest
 from remote_batch_local.job_pythons import LocalPythons
+from worker.build import first_error_line, folder_bytes
+from worker.build import parse_lock as parse_lock_lines
+from worker.environments import PLATFORM
 
 log = logging.getLogger(__name__)
 
-#: Where the wheels run: the machine's OS and architecture (``linux-x86_64``).
-PLATFORM = f"{sys.platform}-{platform.machine()}"
+__all__ = ["PLATFORM", "BuildFailed", "LocalEnvironmentBuilder", "first_error_line", "parse_lock"]
 #: Builds at once (each is mostly waiting on the index and the disk).
 BUILD_WORKERS = 2
 _MANIFEST = "manifest.json"
@@ -64,39 +64,10 @@ class BuildFailed(Exception):
     """A build step failed; ``str(exc)`` is the reason the environment shows."""
 
 
-def first_error_line(output: str) -> str:
-    """The resolver's or installer's first error line, with its first cause when it has one:
-    ``No solution found when resolving dependencies: Because nonexistent was not found ...``."""
-    lines = [line.strip() for line in output.splitlines() if line.strip()]
-    for index, line in enumerate(lines):
-        if line.lower().startswith("error:"):
-            text = line[len("error:") :].strip()
-            following = lines[index + 1] if index + 1 < len(lines) else ""
-            if following.startswith("cause:") or following.startswith("Caused by:"):
-                text = f"{text}: {following.split(':', 1)[1].strip()}"
-            return text
-    return lines[-1] if lines else "the build ended without output"
-
-
 def parse_lock(lock: str) -> tuple[Package, ...]:
-    """The ``name==version`` lines of a ``uv pip compile --no-annotate`` lock."""
-    packages = []
-    for line in lock.splitlines():
-        text = line.split("#", 1)[0].strip()
-        if "==" in text and not text.startswith("-"):
-            name, _, version = text.partition("==")
-            packages.append(Package(name.split("[", 1)[0].strip(), version.split(";", 1)[0].strip()))
-    return tuple(packages)
-
-
-def _folder_bytes(root: Path) -> int:
-    total = 0
-    for folder, _, files in os.walk(root):
-        for name in files:
-            path = Path(folder, name)
-            if not path.is_symlink():
-                total += path.stat().st_size
-    return total
+    """The ``name==version`` lines of a ``uv pip compile --no-annotate`` lock (``worker.build.parse_lock``,
+    the cloud build's reading of the same lock)."""
+    return tuple(Package(p["name"], p["version"]) for p in parse_lock_lines(lock))
 
 
 def _index_arguments(spec: EnvironmentSpec) -> list[str]:
@@ -276,7 +247,7 @@ class LocalEnvironmentBuilder:
                 deadline,
             )
             (partial / "site").mkdir(exist_ok=True)
-            size = _folder_bytes(partial / "site")
+            size = folder_bytes(partial / "site")
             if size > self._size_limit:
                 raise BuildFailed(
                     f"the installed packages take {size / 1024**3:.1f} GiB, over the size limit of "

@@ -46,6 +46,7 @@ from worker.storage import JobStorage
 
 if TYPE_CHECKING:
     from mypy_boto3_logs import CloudWatchLogsClient
+    from mypy_boto3_logs.type_defs import InputLogEventTypeDef
     from mypy_boto3_s3 import S3Client
 
 # The variables the build job is submitted with (``functions.domain.environment_builds``).
@@ -149,7 +150,7 @@ class BuildLog:
 
     def __init__(self, logs: CloudWatchLogsClient, group: str, stream: str) -> None:
         self._logs, self._group, self._stream = logs, group, stream
-        self._pending: list[dict[str, Any]] = []
+        self._pending: list[InputLogEventTypeDef] = []
         self._created = False
 
     def write(self, line: str) -> None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import threading
 import time
 from collections import Counter
@@ -853,8 +854,7 @@ def test_an_environment_builds_in_the_cloud_and_a_job_runs_in_it_under_each_role
             program_env = {
                 **build_env,
                 build_program.JOB_PYTHON: sys.executable,
-                build_program.UV: build_program.shutil.which("uv", path=str(Path(sys.executable).parent))
-                or "uv",
+                build_program.UV: shutil.which("uv", path=str(Path(sys.executable).parent)) or "uv",
             }
             statuses["build exit"] = build_program.main(
                 program_env,

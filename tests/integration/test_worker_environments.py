@@ -13,7 +13,7 @@ import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import boto3
 import pytest
@@ -32,7 +32,8 @@ from worker.storage import JobStorage
 
 BUCKET = "remote-batch-test-us"
 REPLICA = "remote-batch-test-eu"
-REGION, REPLICA_REGION = "us-east-1", "eu-central-1"
+REGION = "us-east-1"
+REPLICA_REGION: Final = "eu-central-1"
 LOG_GROUP = "/remote-batch/test/jobs"
 PYTHON = f"{sys.version_info.major}.{sys.version_info.minor}"
 UV = shutil.which("uv", path=str(Path(sys.executable).parent)) or "uv"
