@@ -73,5 +73,5 @@ def test_every_list_in_an_answer_is_paged_or_bounded():
                 unpaged.add((path, name))
 
     assert unpaged == set(BOUNDED)
-    assert {"/jobs", "/jobs/{jobId}/children", "/jobs/{jobId}/log", "/jobs/{jobId}/outputs",
-            "/account/usage", "/admin/audit", "/environments", "/environments/{name}/log"} == paged  # fmt: skip
+    assert {"/jobs", "/jobs/{jobId}/children", "/jobs/{jobId}/log", "/jobs/{jobId}/outputs", "/account/usage",
+            "/admin/audit", "/environments", "/environments/{name}/log"} == paged  # fmt: skip
