@@ -8,6 +8,7 @@ from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
 from functions.adapters.tables import ALL_TABLES, Index, TableSpec
+from functions.domain.environment_builds import BUILD_REQUESTS_PREFIX
 from infra import constants
 
 _PROJECTIONS = {
@@ -153,6 +154,15 @@ class DataBucket(Construct):
             )
             for prefix in constants.DATA_PREFIXES
         ]
+        # An environment build's request and outcome matter until its report; its build (environments/)
+        # is shared by every environment whose lock it is, and stays.
+        expire_prefixes.append(
+            s3.LifecycleRule(
+                id="ExpireEnvironmentBuildRecords",
+                prefix=BUILD_REQUESTS_PREFIX,
+                expiration=Duration.days(constants.DATA_RETENTION_DAYS),
+            )
+        )
         abort_uploads = s3.LifecycleRule(
             id="AbortIncompleteMultipartUploads",
             abort_incomplete_multipart_upload_after=Duration.days(constants.ABORT_INCOMPLETE_UPLOAD_DAYS),

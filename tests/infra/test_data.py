@@ -99,7 +99,7 @@ def test_bucket_name_carries_stage_account_and_region(compute: Synth) -> None:
     }
 
 
-@pytest.mark.parametrize("prefix", ["inputs/", "outputs/"])
+@pytest.mark.parametrize("prefix", ["inputs/", "outputs/", "environment-builds/"])
 def test_data_prefixes_expire_after_14_days(compute: Synth, prefix: str) -> None:
     rules = _data_bucket(compute)["Properties"]["LifecycleConfiguration"]["Rules"]
 
