@@ -320,6 +320,8 @@ class Builder:
 
     @staticmethod
     def _manifest(storage: JobStorage, digest: str) -> dict[str, Any] | None:
+        if not storage.exists(manifest_key(digest)):
+            return None
         try:
             document = json.loads(storage.read(manifest_key(digest)))
         except InputNotFound:

@@ -151,6 +151,22 @@ class JobStorage:
         except (ClientError, BotoCoreError, Boto3Error) as exc:
             raise StorageError(f"cannot write s3://{self._bucket}/{key}: {exc}") from exc
 
+    def exists(self, key: str) -> bool:
+        """Whether the object exists, by listing its key as a prefix (``s3:ListBucket`` narrowed by
+        ``s3:prefix``: a role without ``s3:ListBucket`` on the whole bucket is answered 403, not 404,
+        for a GetObject or HeadObject of a missing key).
+
+        Raises
+        ------
+        StorageError
+            S3 refused the listing or could not be reached.
+        """
+        try:
+            listed = self._client.list_objects_v2(Bucket=self._bucket, Prefix=key, MaxKeys=1)
+        except (ClientError, BotoCoreError) as exc:
+            raise StorageError(f"cannot list s3://{self._bucket}/{key}: {exc}") from exc
+        return any(item.get("Key") == key for item in listed.get("Contents", []))
+
     def upload_file(self, path: Path, key: str, content_type: str) -> None:
         """Upload a file to ``key`` (in parts, in parallel: boto3's managed transfer; up to 5 TiB).
 

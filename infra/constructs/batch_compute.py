@@ -510,6 +510,17 @@ class BatchCompute(Construct):
                 actions=["s3:GetObject", "s3:PutObject", "s3:AbortMultipartUpload"], resources=builds
             )
         )
+        # Whether a build exists: listing its manifest's key (without s3:ListBucket, S3 answers a
+        # missing key's GetObject with 403, not 404), narrowed to environments/.
+        bucket_arns = [bucket.bucket_arn]
+        bucket_arns += [f"arn:{Stack.of(self).partition}:s3:::{name}" for name in replica_buckets]
+        role.add_to_policy(
+            iam.PolicyStatement(
+                actions=["s3:ListBucket"],
+                resources=bucket_arns,
+                conditions={"StringLike": {"s3:prefix": [f"{ENVIRONMENTS_PREFIX}*"]}},
+            )
+        )
         # The build log: the environments' streams of the zone's job log group (named by the api).
         streams = Stack.of(self).format_arn(
             service="logs",

@@ -458,9 +458,12 @@ def test_the_build_role_writes_builds_in_every_zone_and_its_request_outcome_and_
     assert len(builds) == 2
     (logs,) = [r for a, r in by_actions.items() if "logs:PutLogEvents" in a]
     assert json.dumps(logs).endswith(':log-group:/remote-batch/dev/jobs:log-stream:environments/*"]]}')
-    assert len(statements) == 3
-    # No listing, no deleting, nothing of inputs/ or outputs/.
-    text = json.dumps(statements)
+    (listing,) = [s for s in statements if s["Action"] == "s3:ListBucket"]
+    assert listing["Condition"] == {"StringLike": {"s3:prefix": ["environments/*"]}}
+    assert len(listing["Resource"]) == 2  # this zone's bucket and the other's
+    assert len(statements) == 4
+    # No other listing, no deleting, nothing of inputs/ or outputs/.
+    text = json.dumps([s for s in statements if s is not listing])
     assert (
         "s3:List" not in text
         and "s3:Delete" not in text

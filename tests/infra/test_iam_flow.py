@@ -954,6 +954,7 @@ def test_an_environment_builds_in_the_cloud_and_a_job_runs_in_it_under_each_role
         ("api", "s3:PutObject"),
         ("api", "batch:SubmitJob"),
         ("build", "s3:GetObject"),
+        ("build", "s3:ListObjectsV2"),  # whether the build exists (no 404 without s3:ListBucket)
         ("build", "s3:PutObject"),
         ("build", "logs:CreateLogStream"),
         ("build", "logs:PutLogEvents"),
