@@ -290,3 +290,21 @@ def test_a_job_whose_environment_is_missing_fails_saying_so(aws: dict[str, Any],
         aws["s3"].get_object(Bucket=BUCKET, Key=f"outputs/{job_id}/outcome.json")["Body"].read()
     )
     assert result["error"]["reason"].startswith("The job's environment is not in its zone's bucket")
+
+
+def test_python_m_worker_build_is_the_build_program() -> None:
+    import subprocess
+
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run(
+        [sys.executable, "-m", "worker", "build"],
+        cwd=root,
+        env={"PATH": os.environ["PATH"], "PYTHONPATH": str(root)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+    assert done.returncode == build_program.EXIT_BUILDER_ERROR
+    assert "remote-batch build: missing environment variable(s): REMOTE_BATCH_BUCKET" in done.stderr
