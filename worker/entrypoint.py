@@ -152,6 +152,9 @@ def environment_reason(exc: WorkerError) -> str:
         return "The job's environment is not in its zone's bucket (delete and create the environment again)"
     if isinstance(exc, StorageError) and isinstance(exc.__cause__, ClientError):
         code = exc.__cause__.response.get("Error", {}).get("Code") or "ClientError"
+        # S3's answer to a role without s3:ListBucket (the job role) for a missing key, too.
+        if code in ("AccessDenied", "403"):
+            return "The job's environment could not be fetched (AccessDenied: missing or unreadable)"
         return f"The job's environment could not be fetched ({code})"
     return " ".join(f"The job's environment could not be fetched: {exc}".split())
 
