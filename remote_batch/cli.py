@@ -33,7 +33,15 @@ from remote_batch.errors import ApiError, RemoteBatchError
 from remote_batch.jobs import POLL_MAX_SECONDS, Job, LogTail
 from remote_batch.json_codec import to_json_number
 from remote_batch.progress import watch
-from remote_batch.terminal import PipeConsole, cell, end_on_broken_pipe, json_text, visible
+from remote_batch.terminal import (
+    PipeConsole,
+    cell,
+    end_on_broken_pipe,
+    int_digits_shown,
+    json_text,
+    result_repr,
+    visible,
+)
 
 #: Exit codes: 1 an error (the API's, a connection, a bad option); 2 the job ended Terminated.
 EXIT_ERROR = 1
@@ -202,8 +210,9 @@ def _wait(job: Job, follow: bool, timeout: float | None) -> int:
 # -- jobs ------------------------------------------------------------------------------------------
 @app.command(context_settings={"allow_interspersed_args": False})
 def submit(  # noqa: PLR0917 (typer maps each parameter to an option)
+    # Text, not a Path: typer would read an empty argument as "." (this folder).
     file: Annotated[
-        Path | None, typer.Argument(help="A .py file to run as code; `-- CMD ARGS...` runs a command.")
+        str | None, typer.Argument(help="A .py file to run as code; `-- CMD ARGS...` runs a command.")
     ] = None,
     command: Annotated[list[str] | None, typer.Argument(hidden=True)] = None,
     code: Annotated[str | None, typer.Option("--code", "-c", help="Python code to run.")] = None,
@@ -229,10 +238,18 @@ def submit(  # noqa: PLR0917 (typer maps each parameter to an option)
     json_output: JsonOption = False,
 ) -> None:
     """Submit a job: --code CODE, a FILE.py (its code), or -- CMD ARGS... (a command)."""
-    words = ([str(file)] if file is not None else []) + list(command or [])
+    words = ([file] if file is not None else []) + list(command or [])
     is_code_file = len(words) == 1 and words[0].endswith(".py")
     if (code is not None) == bool(words):
         raise typer.BadParameter("give exactly one of --code CODE, FILE.py, or -- CMD ARGS...")
+    if words and not words[0]:
+        # The service refuses it too (400 on command[0]); refused here before anything is sent.
+        raise typer.BadParameter("the command's program is empty (''): give -- CMD ARGS... or a FILE.py")
+    if words and Path(words[0]).is_dir():
+        raise typer.BadParameter(
+            f"{words[0]!r} is a directory, not a FILE.py or a program: give --code CODE, FILE.py, "
+            "or -- CMD ARGS..."
+        )
     payload: Any
     if code is not None:
         payload = code
@@ -275,7 +292,11 @@ def _read_source(path: Path) -> str:
     declaration, any line endings); ``typer.BadParameter`` for a file CPython would refuse to read
     (UTF-16, as Windows PowerShell 5's ``>`` writes, or bytes not in the declared encoding)."""
     try:
-        return importlib.util.decode_source(path.read_bytes())
+        source = path.read_bytes()
+    except OSError as exc:
+        raise typer.BadParameter(f"{str(path)!r} cannot be read: {exc.strerror}") from None
+    try:
+        return importlib.util.decode_source(source)
     except (SyntaxError, UnicodeDecodeError) as exc:
         raise typer.BadParameter(
             f"{path} is not Python source as python reads it ({exc}); save it as UTF-8"
@@ -381,6 +402,11 @@ def result(
 ) -> None:
     """A job's result (waits for it); exit 2 with the remote error when it ended Terminated (an array
     job's children that succeeded are still printed: null for the others, their reasons in errors)."""
+    with int_digits_shown():  # a result may hold integers past Python's 4,300-digit default
+        _show_result(job_id, output, timeout, json_output)
+
+
+def _show_result(job_id: str, output: Path | None, timeout: float | None, json_output: bool) -> None:
     job = rb.job(job_id)
     try:
         job.wait(timeout, progress=False)
@@ -400,7 +426,7 @@ def result(
     if json_output:
         _print_json(document)
         return
-    out.print(cell(repr(job.result()), multiline=True))
+    out.print(cell(result_repr(job.result()), multiline=True))
 
 
 def _print_partial_array_result(job: Job, output: Path | None) -> None:

@@ -26,10 +26,12 @@ from werkzeug.exceptions import ClientDisconnected
 from werkzeug.wrappers import Request, Response
 
 from functions.domain.errors import Forbidden, PayloadTooLarge, ServiceError, Unauthorized, ValidationFailed
+from functions.domain.headers import check_single_valued
 from functions.domain.limits import BODY_TOO_LARGE_MESSAGE, BODY_WITHOUT_LENGTH_MESSAGE, MAX_BODY_BYTES
 from functions.domain.rate_limits import RATE_LIMITED_CODE, RATE_LIMITED_MESSAGE, retry_after_header
 from functions.domain.roles import Role, denial_message, holds
 from remote_batch_local.accounts import LocalAccounts, parse_new_account
+from remote_batch_local.http_errors import HEADER_LINES
 from remote_batch_local.lambda_context import LOCAL_ACCOUNT_ID
 from remote_batch_local.rate_limit import AccountRateLimiter
 from remote_batch_local.state_disk import RETRY_AFTER_SECONDS, DiskStatus, StateDisk, StateDiskUnavailable
@@ -280,6 +282,10 @@ class ApiGateway:
             status = self._disk.status()
             if status is not None:
                 return disk_unavailable_response(status)
+        # Before the token is read: which of two Authorization headers counts is not for us to guess.
+        check_single_valued(
+            request.environ.get(HEADER_LINES) or [name for name, _ in request.headers.items()]
+        )
         principal = None if request.path == HEALTH_PATH else self._authorize(request)
         if principal is not None and self._limiter is not None:
             wait = self._limiter.take(principal.account_id)
