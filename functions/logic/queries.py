@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import base64
-import binascii
 import json
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -35,6 +34,7 @@ from functions.domain.outcomes import (
     OutcomeUnreadable,
     StoredOutcome,
 )
+from functions.domain.page_tokens import decode_page_token, encode_page_token, token_refused
 from functions.domain.status import JobStatus
 from functions.logic.array_results import RESULT_DOCUMENT, store_array_result
 from functions.logic.job_outcomes import output_key, read_outcome
@@ -347,20 +347,21 @@ MAX_DROPPED_PARTS = 64
 _MAX_TOKEN_SKIP = 10**9
 
 
-def _encode_log_token(after_ms: int, skip: int, dropping: bool) -> str:
-    data = {"after": after_ms, "skip": skip, **({"cut": 1} if dropping else {})}
-    return base64.urlsafe_b64encode(json.dumps(data).encode()).decode()
+_LOG_TOKEN = frozenset({"jobId", "after", "skip", "cut"})
 
 
-def _decode_log_token(token: str) -> tuple[int, int, bool]:
-    try:
-        data = json.loads(base64.urlsafe_b64decode(token.encode()))
-        after, skip, dropping = int(data["after"]), int(data["skip"]), bool(data.get("cut", 0))
-    except (ValueError, KeyError, TypeError, AttributeError, binascii.Error):
-        raise ValidationFailed("nextToken is not one this API issued.", field="nextToken") from None
-    if after < 0 or not 0 <= skip <= _MAX_TOKEN_SKIP:
-        raise ValidationFailed("nextToken is not one this API issued.", field="nextToken")
-    return after, skip, dropping
+def _encode_log_token(job_id: str, after_ms: int, skip: int, dropping: bool) -> str:
+    return encode_page_token({"jobId": job_id, "after": after_ms, "skip": skip, "cut": int(dropping)})
+
+
+def _decode_log_token(token: str, job_id: str) -> tuple[int, int, bool]:
+    position = decode_page_token(token, _LOG_TOKEN, issued_for={"jobId": job_id}, scope="job")
+    after, skip, cut = position["after"], position["skip"], position["cut"]
+    if not all(type(value) is int for value in (after, skip, cut)):
+        raise token_refused("job")
+    if after < 0 or not 0 <= skip <= _MAX_TOKEN_SKIP or cut not in (0, 1):
+        raise token_refused("job")
+    return after, skip, bool(cut)
 
 
 def _ms(stamp: datetime) -> int:
@@ -404,7 +405,7 @@ def get_log(
         return LogPage([], None)
     skip, dropping, position_ms = 0, False, -1
     if next_token:
-        position_ms, skip, dropping = _decode_log_token(next_token)
+        position_ms, skip, dropping = _decode_log_token(next_token, job_id)
         since = datetime.fromtimestamp(position_ms / 1000, tz=UTC)
     events = services.zones[job.geo_zone].logs.events(job.log_stream_name, since)
     for _ in zip(range(skip), events, strict=False):
@@ -412,21 +413,23 @@ def get_log(
     joiner = PartJoiner(events, dropping=dropping)
     position_skip = skip
     if not joiner.drop_continuation(MAX_DROPPED_PARTS):
-        return LogPage([], _encode_log_token(position_ms, skip + joiner.consumed, True))
+        return LogPage([], _encode_log_token(job_id, position_ms, skip + joiner.consumed, True))
     position_skip += joiner.consumed
     lines: list[LogEvent] = []
     cost = 0
     while True:
         if len(lines) == MAX_LOG_EVENTS:
-            more = joiner.has_more()
-            return LogPage(lines, _encode_log_token(position_ms, position_skip, False) if more else None)
+            token = (
+                _encode_log_token(job_id, position_ms, position_skip, False) if joiner.has_more() else None
+            )
+            return LogPage(lines, token)
         consumed = joiner.consumed
         line = joiner.next_line(MAX_DROPPED_PARTS)
         if line is None:
             return LogPage(lines, None)
         line_cost = event_cost(line.message)
         if lines and cost + line_cost > LOG_PAGE_BYTES:
-            return LogPage(lines, _encode_log_token(position_ms, position_skip, False))
+            return LogPage(lines, _encode_log_token(job_id, position_ms, position_skip, False))
         lines.append(LogEvent(line.timestamp, line.message))
         cost += line_cost
         read = joiner.consumed - consumed
@@ -434,7 +437,7 @@ def get_log(
         position_skip = position_skip + read if line_ms == position_ms else read
         position_ms = line_ms
         if joiner.dropping:
-            return LogPage(lines, _encode_log_token(position_ms, position_skip, True))
+            return LogPage(lines, _encode_log_token(job_id, position_ms, position_skip, True))
 
 
 def get_or_create_account(
@@ -479,17 +482,17 @@ OUTPUTS_PAGE_BYTES = RESPONSE_BUDGET_BYTES
 _OUTPUT_FRAME_BYTES = 48
 
 
-def _encode_outputs_token(after: str) -> str:
-    return base64.urlsafe_b64encode(json.dumps({"after": after}).encode()).decode()
+_OUTPUTS_TOKEN = frozenset({"jobId", "after"})
 
 
-def _decode_outputs_token(token: str) -> str:
-    try:
-        after = json.loads(base64.urlsafe_b64decode(token.encode()))["after"]
-    except (ValueError, KeyError, TypeError, binascii.Error):
-        raise ValidationFailed("nextToken is not one this API issued.", field="nextToken") from None
+def _encode_outputs_token(job_id: str, after: str) -> str:
+    return encode_page_token({"jobId": job_id, "after": after})
+
+
+def _decode_outputs_token(token: str, job_id: str) -> str:
+    after = decode_page_token(token, _OUTPUTS_TOKEN, issued_for={"jobId": job_id}, scope="job")["after"]
     if not isinstance(after, str) or not after or not is_key_text(after):
-        raise ValidationFailed("nextToken is not one this API issued.", field="nextToken")
+        raise token_refused("job")
     return after
 
 
@@ -532,7 +535,7 @@ def list_outputs(
     job = get_owned_job(services, account_id, job_id)
     if job.is_expired(now):
         raise expired(job_id)
-    after = _decode_outputs_token(next_token) if next_token else None
+    after = _decode_outputs_token(next_token, job_id) if next_token else None
     if job.status_reason and is_credit_constraint_reason(job.status_reason):
         return OutputPage([], None)
     blobs = services.zones[job.geo_zone].blobs
@@ -546,10 +549,10 @@ def list_outputs(
             name=stored.key[len(prefix) :], size=stored.size, url=blobs.presigned_get(stored.key, seconds)
         )
         if files and cost + output_cost(file) > OUTPUTS_PAGE_BYTES:
-            return OutputPage(files, _encode_outputs_token(files[-1].name))
+            return OutputPage(files, _encode_outputs_token(job_id, files[-1].name))
         files.append(file)
         cost += output_cost(file)
-    return OutputPage(files, _encode_outputs_token(files[-1].name) if more and files else None)
+    return OutputPage(files, _encode_outputs_token(job_id, files[-1].name) if more and files else None)
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,9 +3,6 @@ the meter's sparse indexes (``metered``, ``unfinished``)."""
 
 from __future__ import annotations
 
-import base64
-import binascii
-import json
 import re
 from collections.abc import Callable, Iterator
 from datetime import datetime
@@ -24,17 +21,19 @@ from functions.adapters.dynamodb.items import (
     serialize_item,
     serialize_value,
 )
-from functions.domain.errors import ConditionFailed, RecordMissing, UnreadableRecord, ValidationFailed
+from functions.domain.errors import ConditionFailed, RecordMissing, UnreadableRecord
 from functions.domain.jobs import MAX_TERMINATE_ATTEMPTS, Job, JobType, Transition, ms_to_datetime
 from functions.domain.machine_classes import GeoZone
+from functions.domain.page_tokens import decode_page_token, encode_page_token, token_refused
 from functions.domain.presumed import PresumedTransition
 from functions.domain.status import METERED_STATUSES, JobStatus
-from functions.domain.text import URLSAFE_BASE64_PATTERN, full_match
 from functions.domain.timefmt import to_sortable
 
 # GET /jobs reads at most this many index pages per request: a span of expired or filtered-out jobs
 # then gives a short (even empty) page whose nextToken continues after it.
 MAX_LIST_QUERIES = 20
+# The attributes of a ``byAccount`` key (the index's and the table's), all strings: a page token's.
+_LIST_KEY = frozenset({"jobId", "accountId", "listKey"})
 # BatchGetItem takes at most 100 keys (DynamoDB API reference, BatchGetItem).
 BATCH_GET_LIMIT = 100
 
@@ -95,23 +94,13 @@ class JobRecords(StoreBase):
 
     @staticmethod
     def _encode_token(key: dict[str, Any]) -> str:
-        return base64.urlsafe_b64encode(json.dumps(deserialize_item(key)).encode()).decode()
+        return encode_page_token(deserialize_item(key))
 
     @staticmethod
     def _decode_token(token: str, account_id: str) -> dict[str, Any]:
-        try:
-            # b64decode drops characters outside the alphabet (a trailing newline, any Unicode)
-            # unless they are refused first.
-            if not full_match(URLSAFE_BASE64_PATTERN, token):
-                raise ValueError(token)
-            key = json.loads(base64.urlsafe_b64decode(token.encode()))
-            valid = isinstance(key, dict) and set(key) == {"jobId", "accountId", "listKey"}
-        except (ValueError, binascii.Error):
-            valid = False
-        if not valid or key["accountId"] != account_id:
-            raise ValidationFailed(
-                "nextToken is not one this API issued for this account.", field="nextToken"
-            )
+        key = decode_page_token(token, _LIST_KEY, issued_for={"accountId": account_id}, scope="account")
+        if not all(isinstance(value, str) for value in key.values()):
+            raise token_refused("account")
         return serialize_item(key)
 
     def set_batch_job_id(self, job_id: str, batch_job_id: str) -> None:

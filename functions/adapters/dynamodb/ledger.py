@@ -4,9 +4,6 @@ settlement adds the job's final transition, conditional on the position it was c
 
 from __future__ import annotations
 
-import base64
-import binascii
-import json
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import datetime
@@ -23,9 +20,9 @@ from functions.adapters.dynamodb.items import (
     serialize_value,
 )
 from functions.domain.credits import Charge, quantize_credits
-from functions.domain.errors import ConditionFailed, DependencyFailed, RecordMissing, ValidationFailed
+from functions.domain.errors import ConditionFailed, DependencyFailed, RecordMissing
 from functions.domain.jobs import Account, Job, LedgerEntry, LedgerKind, Transition
-from functions.domain.text import URLSAFE_BASE64_PATTERN, full_match
+from functions.domain.page_tokens import decode_page_token, encode_page_token, token_refused
 from functions.domain.timefmt import to_sortable
 
 if TYPE_CHECKING:  # the stubs are a dev dependency; the Lambda runtime has no need of them
@@ -363,25 +360,13 @@ _LEDGER_KEY = frozenset({"accountId", "entryId", "at"})
 
 
 def _encode_ledger_token(key: dict[str, Any]) -> str:
-    return base64.urlsafe_b64encode(json.dumps(key).encode()).decode()
+    return encode_page_token(key)
 
 
 def _decode_ledger_token(token: str, account_id: str) -> dict[str, str]:
-    try:
-        # b64decode drops characters outside the alphabet unless they are refused first.
-        if not full_match(URLSAFE_BASE64_PATTERN, token):
-            raise ValueError(token)
-        key = json.loads(base64.urlsafe_b64decode(token.encode()))
-        valid = (
-            isinstance(key, dict)
-            and set(key) == _LEDGER_KEY
-            and all(isinstance(value, str) and _is_utf8(value) for value in key.values())
-            and key["accountId"] == account_id
-        )
-    except (ValueError, binascii.Error):
-        valid = False
-    if not valid:
-        raise ValidationFailed("nextToken is not one this API issued for this account.", field="nextToken")
+    key = decode_page_token(token, _LEDGER_KEY, issued_for={"accountId": account_id}, scope="account")
+    if not all(isinstance(value, str) and _is_utf8(value) for value in key.values()):
+        raise token_refused("account")
     return {name: str(value) for name, value in key.items()}
 
 

@@ -14,8 +14,6 @@ An operator's change of an account's quota limits is written to the Quotas table
 
 from __future__ import annotations
 
-import base64
-import binascii
 import json
 import threading
 import time
@@ -36,12 +34,12 @@ from functions.adapters.dynamodb.items import (
 from functions.adapters.dynamodb.quotas import limits_put
 from functions.adapters.errors import cancellation_reasons
 from functions.domain.credits import quantize_credits
-from functions.domain.errors import ConditionFailed, ValidationFailed
+from functions.domain.errors import ConditionFailed
 from functions.domain.fleet import AuditAction, AuditEntry, ClassAvailability
 from functions.domain.jobs import LedgerEntry
 from functions.domain.machine_classes import GeoZone
+from functions.domain.page_tokens import decode_page_token, encode_page_token, token_refused
 from functions.domain.quotas import QuotaLimits
-from functions.domain.text import URLSAFE_BASE64_PATTERN, full_match
 from functions.domain.timefmt import from_sortable, to_sortable
 from functions.ports import ClassLoad
 
@@ -331,21 +329,14 @@ class DynamoOperationsStore:
 
 
 def _encode_token(sort_key: str) -> str:
-    return base64.urlsafe_b64encode(json.dumps({"sk": sort_key}).encode()).decode()
+    return encode_page_token({"sk": sort_key})
 
 
 def _decode_token(token: str) -> str:
     """The sort key of a token ``_encode_token`` made. Raises ``ValidationFailed`` (``nextToken``)."""
-    try:
-        if not full_match(URLSAFE_BASE64_PATTERN, token):
-            raise ValueError(token)
-        key = json.loads(base64.urlsafe_b64decode(token.encode()))
-        valid = isinstance(key, dict) and set(key) == {"sk"} and isinstance(key["sk"], str)
-    except (ValueError, binascii.Error):
-        valid = False
-    if not valid:
-        raise ValidationFailed("nextToken is not one this API issued.", field="nextToken")
-    sort_key: str = key["sk"]
+    sort_key = decode_page_token(token, frozenset({"sk"}))["sk"]
+    if not isinstance(sort_key, str):
+        raise token_refused()
     return sort_key
 
 
