@@ -8,7 +8,7 @@ Quick start (against ``make dev``'s local stack, or after ``remote-batch login``
     rb.submit(lambda n: sum(range(n)), 10**6).result()           # 499999500000
     rb.map(lambda x: x * x, range(10)).result()                  # [0, 1, 4, ..., 81]
 
-The SDK speaks only the HTTP API (shared/API.md): no AWS credentials, no boto3.
+The SDK speaks only the HTTP API (docs/http-api.md): no AWS credentials, no boto3.
 """
 
 from remote_batch.client import Client

@@ -55,7 +55,7 @@ err = PipeConsole(stderr=True, highlight=False)
 
 
 def error_text(exc: BaseException) -> str:
-    """What a failed command prints: API.md's code, message and field for an API error."""
+    """What a failed command prints: docs/http-api.md's code, message and field for an API error."""
     if isinstance(exc, ApiError):
         field = f" (field: {exc.field})" if exc.field else ""
         return f"Error: {exc.code}: {exc.message}{field}"
@@ -661,7 +661,7 @@ def quotas_command(
     computes reserve, what held jobs wait for and what is free; then the total (vCPUs)."""
     found = rb.quotas()
     if json_output:
-        # API.md's document of GET /account/quotas: the lines, then the total apart.
+        # docs/http-api.md's document of GET /account/quotas: the lines, then the total apart.
         _print_json(
             {
                 "quotas": [q.data for q in found if q.family != "total"],

@@ -1,6 +1,6 @@
-"""The SDK's errors: one class per error code of API.md's error table, and ``RemoteJobError``.
+"""The SDK's errors: one class per error code of docs/http-api.md's error table, and ``RemoteJobError``.
 
-Every failure of the HTTP API comes back as ``{"error": {"code", "message", "field"}}`` (API.md,
+Every failure of the HTTP API comes back as ``{"error": {"code", "message", "field"}}`` (docs/http-api.md,
 "Conventions"); ``raise_for_error`` turns such a response into the ``ApiError`` subclass named by its
 code, so callers catch ``rb.NotFound`` or ``rb.ValidationError`` instead of reading status codes.
 """
@@ -30,14 +30,14 @@ class LoginFailed(RemoteBatchError):
 
 
 class ApiError(RemoteBatchError):
-    """An error answer of the API (API.md's error body).
+    """An error answer of the API (docs/http-api.md's error body).
 
     Attributes
     ----------
     status : int
         The HTTP status (400, 401, ...).
     code : str
-        API.md's error code (``ValidationError``, ``NotFound``, ...).
+        docs/http-api.md's error code (``ValidationError``, ``NotFound``, ...).
     message : str
         The API's sentence a person can act on.
     field : str | None
@@ -112,7 +112,7 @@ class InternalError(ApiError):
     """500 (or an unexpected answer): a bug of the service; the message never carries its stack trace."""
 
 
-#: API.md's error codes → classes. ``Throttled`` is version 1's name of ``RateLimited``.
+#: docs/http-api.md's error codes → classes. ``Throttled`` is version 1's name of ``RateLimited``.
 ERROR_CLASSES: dict[str, type[ApiError]] = {
     "ValidationError": ValidationError,
     "Unauthorized": Unauthorized,

@@ -33,9 +33,10 @@ from remote_batch.jobs import Job
 from remote_batch.json_codec import decode, to_json_number
 from remote_batch.usage import Usage
 
-#: API.md: an inline body is at most 5 MiB; payloads above this many bytes go through an upload.
+#: docs/http-api.md: an inline body is at most 5 MiB; payloads above this many bytes go through an upload.
 INLINE_PAYLOAD_BYTES = 4 * 1024 * 1024
-#: API.md: ``arrayItems`` takes 1..10,000 values inline; more (up to 100,000) go as a JSON Lines upload.
+#: docs/http-api.md: ``arrayItems`` takes 1..10,000 values inline; more (up to 100,000) go as a JSON Lines
+#: upload.
 INLINE_ARRAY_ITEMS = 10_000
 #: The content type of an ``arrayItemsKey`` upload (one JSON value a line).
 JSON_LINES = "application/jsonl"
@@ -197,7 +198,8 @@ def payload(
 
 
 class JobOptions(TypedDict, total=False):
-    """API.md's submit options, as ``submit`` and ``map`` take them (keywords); an absent or None one
+    """docs/http-api.md's submit options, as ``submit`` and ``map`` take them (keywords); an absent or None
+    one
     leaves the service's default (``Basic1x8``, ``Automatic``, no constraint, ``Automatic``
     notifications). Credits are exact (pass a ``Decimal`` or a string); ``time_constraint`` is seconds."""
 
@@ -256,7 +258,7 @@ def submit(
         ``obj(*args, **kwargs)`` (cloudpickled; one defined in ``__main__``, a notebook or a module
         of yours is shipped by value).
     machine_class, geo_zone, credit_constraint, time_constraint, notifications, name
-        API.md's submit options (``machineClass`` ...), as keywords (``JobOptions``); None leaves
+        docs/http-api.md's submit options (``machineClass`` ...), as keywords (``JobOptions``); None leaves
         the service's default (``Basic1x8``, ``Automatic``, no constraint, ``Automatic``
         notifications). Credits are exact (pass a ``Decimal`` or a string); ``time_constraint`` is
         seconds.
@@ -288,7 +290,8 @@ def map(
     client: Client | None = None,
     **options: Unpack[JobOptions],
 ) -> Job:
-    """One array job with a child per item (API.md ``arrayItems``); ``job.result()`` is the list of the
+    """One array job with a child per item (docs/http-api.md ``arrayItems``); ``job.result()`` is the list of
+    the
     children's results in ``items``' order.
 
     ``fn_or_code`` is a function (called as ``fn(item)``) or code (run with the name ``item`` bound).

@@ -5,7 +5,7 @@ lookup of the local bearer tokens instead of Cognito's JWT check: ``/health`` is
 route needs a known token), the payload limits (API Gateway's 10 MiB, and the deployed WAF rule's
 5 MiB and no chunked bodies, ``infra.constructs.api``), the proxy event with the caller's claims in
 ``requestContext.authorizer.claims``, and the proxy response back to HTTP. It also serves the
-local-only routes of API.md (admin token): ``GET``/``POST /local/batch-events`` and
+local-only routes of docs/http-api.md (admin token): ``GET``/``POST /local/batch-events`` and
 ``POST /admin/accounts``.
 """
 
@@ -39,7 +39,7 @@ from remote_batch_local.tokens import Principal, TokenStore
 
 logger = logging.getLogger(__name__)
 
-# API Gateway's own limit (10 MiB); the deployed WAF web ACL refuses above API.md's 5 MiB first.
+# API Gateway's own limit (10 MiB); the deployed WAF web ACL refuses above docs/http-api.md's 5 MiB first.
 MAX_GATEWAY_BODY_BYTES = 10 * 1024 * 1024
 # One read of a request body (bytes); a body arrives in as many reads as the network splits it into.
 BODY_READ_BYTES = 64 * 1024
@@ -67,7 +67,7 @@ class BatchEventLog(Protocol):
 
 
 def error_response(status: int, code: str, message: str, field: str | None = None) -> Response:
-    """API.md's error body with ``status``."""
+    """docs/http-api.md's error body with ``status``."""
     body = {"error": {"code": code, "message": message, "field": field}}
     return Response(json.dumps(body), status=status, content_type="application/json")
 

@@ -4,7 +4,8 @@ gateway, in the contract's error body (docs/http-api.md "Errors"), and the heade
 Python's ``http.server`` (under werkzeug's development server) refuses some requests while it reads
 them (a header line over 65,536 bytes or over 100 headers: 431; a request line over 65,536 bytes:
 414; a malformed request line: 400) and answers with an HTML page. Clients of this service read
-API.md's error body (``{"error": {"code", "message", "field"}}``) on every route, so the local stack's
+docs/http-api.md's error body (``{"error": {"code", "message", "field"}}``) on every route, so the local
+stack's
 server answers those refusals with it too.
 
 A WSGI environ joins a repeated header's values with commas (``HTTP_AUTHORIZATION`` = ``"a,b"``),

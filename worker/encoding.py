@@ -543,7 +543,7 @@ def default_interpreter_limits() -> Iterator[None]:
 
 
 def render_preview(value: Any) -> bytes | None:
-    """Draw the result as PNG (API.md ``OutputPreviewImage``): a matplotlib Figure or a PIL image as
+    """Draw the result as PNG (docs/http-api.md ``OutputPreviewImage``): a matplotlib Figure or a PIL image as
     drawn, anything else but None as its repr, rendered as text.
 
     Parameters

@@ -9,7 +9,7 @@ lost host shows); Amazon ECS developer guide "Stopped task error codes",
 "CannotPullContainerError", "CannotStartContainerError", "ResourceInitializationError"; container
 exit codes are 128 + the signal number, POSIX ``signal(7)``).
 
-Every sentence here is a ``statusReason``: no trailing period (API.md's examples have none), so a
+Every sentence here is a ``statusReason``: no trailing period (docs/http-api.md's examples have none), so a
 message that adds one never ends in "..".
 """
 
@@ -89,7 +89,7 @@ _FAMILIES: tuple[tuple[ReasonFamily, re.Pattern[str]], ...] = (
     (ReasonFamily.CONTAINER_EXITED, re.compile(r"Essential container in task exited", re.I)),
 )
 
-# Attempts lost to infrastructure are free (DESIGN.md "Credits"): the machine went away, or the
+# Attempts lost to infrastructure are free (docs/architecture.md "Credits"): the machine went away, or the
 # service's own container could not be pulled, created, started or watched (the user supplies code,
 # never an image, so none of these is the user's doing).
 INFRASTRUCTURE_FAMILIES = frozenset(
@@ -144,7 +144,7 @@ def raw_batch_reason(reasons: Sequence[str]) -> str | None:
 
 
 def memory_sentence(memory_gib: int) -> str:
-    """``Memory limit of 8 GiB exceeded`` (API.md's example)."""
+    """``Memory limit of 8 GiB exceeded`` (docs/http-api.md's example)."""
     return f"Memory limit of {memory_gib} GiB exceeded"
 
 

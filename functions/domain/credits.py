@@ -1,4 +1,4 @@
-"""The credit charge rule (DESIGN.md "Credits").
+"""The credit charge rule (docs/architecture.md "Credits").
 
 A job is charged for its Running time: ``ceil(seconds) × creditsPerHour / 3600``, with a minimum of
 60 seconds, rounded half-up to 4 decimal places, then capped by the job's ``creditConstraint`` and

@@ -313,7 +313,7 @@ class Account:
 
 
 class LedgerKind(StrEnum):
-    """Kinds of ledger entries (API.md ``/account/usage``)."""
+    """Kinds of ledger entries (docs/http-api.md ``/account/usage``)."""
 
     CHARGE = "charge"
     GRANT = "grant"
@@ -521,7 +521,7 @@ def is_infrastructure_loss(
     job: Job, batch_reason: str | Sequence[str] | None, error_summary: str | None
 ) -> bool:
     """True when the final attempt was lost to infrastructure (the machine went away, the service's
-    container could not start): such an attempt is free (DESIGN.md "Credits"). The service's own
+    container could not start): such an attempt is free (docs/architecture.md "Credits"). The service's own
     termination and an error of the user's code are never infrastructure."""
     if job.termination_reason or (error_summary and error_summary.strip()):
         return False

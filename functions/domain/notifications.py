@@ -1,4 +1,4 @@
-"""The ``notifications`` grammar of API.md (RemoteJobNotifications) and which status events are due.
+"""The ``notifications`` grammar of docs/http-api.md (RemoteJobNotifications) and which status events are due.
 
 Accepted forms:
 
@@ -47,7 +47,7 @@ MAX_RULES = 20
 MAX_EVENTS_PER_RULE = 20
 NONE = "None"
 
-# The events a job fires when it enters each status (API.md "Notifications").
+# The events a job fires when it enters each status (docs/http-api.md "Notifications").
 EVENTS_ON_ENTERING: dict[JobStatus, tuple[str, ...]] = {
     JobStatus.QUEUED: ("JobStatusChanged",),
     JobStatus.STARTING: ("JobStarting", "JobStatusChanged"),

@@ -1,7 +1,7 @@
 """Sending what a job owes, each (job, event occurrence, method) at most once.
 
 A key per notification is added to the job by a conditional update before publishing; only the
-writer that added it publishes (DESIGN.md "Notifications"). Every outcome is a line of the job's
+writer that added it publishes (docs/architecture.md "Notifications"). Every outcome is a line of the job's
 ``notificationLog``:
 
 - ``sent``;
@@ -112,7 +112,7 @@ def _drop_abandoned(services: Services, job: Job, now: datetime) -> None:
 
 def status_claims(job: Job, now: datetime) -> frozenset[str]:
     """Keys of the status notifications ``job`` (as about to be written) owes at ``now``, for the
-    write that makes them due to claim (DESIGN.md "Notifications": only the writer that added a key
+    write that makes them due to claim (docs/architecture.md "Notifications": only the writer that added a key
     publishes it; a status write conditional on the job's event position has one writer). Progress
     notifications are claimed on their own (only while the job is open); none when more are owed
     than one delivery sends (those go out over the meter's ticks)."""

@@ -138,7 +138,7 @@ def get_result(services: Services, account_id: str, job_id: str, now: datetime, 
     Raises
     ------
     NotFound, JobNotFinished, Expired
-        As API.md says.
+        As docs/http-api.md says.
     NoOutput
         The job ended Terminated without output (e.g. never ran, or its CreditConstraint discarded it).
     DependencyFailed

@@ -1,5 +1,5 @@
 """The local API gateway reads a request's whole body before it invokes anything: a body that ends
-before its Content-Length is refused (400, API.md's error body), never passed on cut short."""
+before its Content-Length is refused (400, docs/http-api.md's error body), never passed on cut short."""
 
 from __future__ import annotations
 
@@ -80,7 +80,7 @@ def test_a_body_shorter_than_its_content_length_is_refused_and_nothing_is_invoke
     # When a client announces 100 bytes, sends the 12 of a valid job and closes
     status, body = gateway.post(Trickle(BODY, 64), content_length=100)
 
-    # Then the gateway answers 400 with API.md's error body, and the api Lambda never ran
+    # Then the gateway answers 400 with docs/http-api.md's error body, and the api Lambda never ran
     assert status == 400
     assert body == {
         "error": {

@@ -1,4 +1,4 @@
-"""Output files, the preview image and deleting a job's data (API.md job routes)."""
+"""Output files, the preview image and deleting a job's data (docs/http-api.md job routes)."""
 
 from __future__ import annotations
 

@@ -44,12 +44,12 @@ JOB: dict[str, Any] = {
 
 
 def job(**changes: Any) -> dict[str, Any]:
-    """A ``Job`` body of API.md with ``changes``."""
+    """A ``Job`` body of docs/http-api.md with ``changes``."""
     return {**JOB, **changes}
 
 
 def error(status: int, code: str, message: str, field: str | None = None) -> Response:
-    """API.md's error body."""
+    """docs/http-api.md's error body."""
     body = {"error": {"code": code, "message": message, "field": field}}
     return Response(json.dumps(body), status=status, content_type="application/json")
 

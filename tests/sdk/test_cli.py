@@ -1,5 +1,5 @@
 """The CLI's output conventions against a fake server: every read command's ``--json`` is the API's
-JSON (camelCase, as API.md names it), tables show what a person needs to tell rows apart, and bad
+JSON (camelCase, as docs/http-api.md names it), tables show what a person needs to tell rows apart, and bad
 option values are refused naming the value."""
 
 from __future__ import annotations

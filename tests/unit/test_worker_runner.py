@@ -241,7 +241,8 @@ def test_figure_result_gets_a_png_preview():
 
 
 def test_other_results_get_their_repr_as_a_text_preview():
-    # API.md: preview.png is "a matplotlib figure as drawn; anything else its repr rendered as text".
+    # docs/http-api.md: preview.png is "a matplotlib figure as drawn; anything else its repr rendered as
+    # text".
     import io
 
     from PIL import Image

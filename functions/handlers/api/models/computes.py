@@ -67,7 +67,7 @@ class SchedulesBody(ApiModel):
 
 
 class ComputeView(ApiModel):
-    """API.md's ``Compute``."""
+    """docs/http-api.md's ``Compute``."""
 
     name: str
     machineClass: str
