@@ -29,7 +29,7 @@ from functions.domain.charged_time import (
     final_attempt_times,
     running_start,
 )
-from functions.domain.credits import ZERO
+from functions.domain.credits import ZERO, credits_text
 from functions.domain.machine_classes import GeoZone, MachineClass, machine_class
 from functions.domain.notifications import NotificationRule
 from functions.domain.queue_limits import describe_queue_limit
@@ -50,7 +50,7 @@ OUT_OF_CREDITS = "Account out of credits"
 
 def credit_constraint_reason(credit_constraint: Decimal) -> str:
     """``CreditConstraint of 0.05 credits reached`` (the cap as the user wrote it, no trailing zeros)."""
-    return f"CreditConstraint of {credit_constraint.normalize():f} credits reached"
+    return f"CreditConstraint of {credits_text(credit_constraint)} credits reached"
 
 
 def time_constraint_reason(time_constraint: int) -> str:
