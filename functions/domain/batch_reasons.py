@@ -148,19 +148,42 @@ def memory_sentence(memory_gib: int) -> str:
     return f"Memory limit of {memory_gib} GiB exceeded"
 
 
+#: What the signals a job commonly dies of mean, in a few words (POSIX ``signal(7)``).
+_SIGNAL_MEANINGS = {
+    signal.SIGSEGV: "segmentation fault",
+    signal.SIGKILL: "stopped from outside, often for using too much memory",
+    signal.SIGABRT: "aborted",
+    signal.SIGBUS: "bus error",
+    signal.SIGFPE: "arithmetic error",
+    signal.SIGILL: "illegal instruction",
+    signal.SIGTERM: "asked to stop",
+    signal.SIGINT: "interrupted",
+    signal.SIGHUP: "hang-up",
+    signal.SIGPIPE: "broken pipe",
+    signal.SIGXCPU: "CPU time limit exceeded",
+}
+
+
+def signal_sentence(number: int) -> str | None:
+    """``Killed by signal SIGSEGV (segmentation fault)``, ``Killed by signal SIGUSR1``: what a
+    process killed by signal ``number`` ended with; None for a number that is no signal here. The
+    one wording of a death by signal, whether the worker saw it (the outcome's ``error.signal``) or
+    only the container's exit code says it (128 + N)."""
+    try:
+        name = signal.Signals(number)
+    except ValueError:
+        return None
+    meaning = _SIGNAL_MEANINGS.get(name)
+    return f"Killed by signal {name.name} ({meaning})" if meaning else f"Killed by signal {name.name}"
+
+
 def exit_code_sentence(exit_code: int) -> str:
-    """What a container's exit code says: 137 → killed (SIGKILL), 139 → segmentation fault, any other
-    128 + n → the signal n; below 128 the program's own ``Exited with code N``."""
-    if exit_code == 137:
-        return "Killed (SIGKILL, exit code 137): stopped from outside, often for using too much memory"
-    if exit_code == 139:
-        return "Segmentation fault (SIGSEGV, exit code 139)"
+    """What a container's exit code says: 128 + n → killed by the signal n (``signal_sentence``:
+    137 SIGKILL, 139 SIGSEGV); otherwise the program's own ``Exited with code N``."""
     if 128 < exit_code < 128 + 65:
-        try:
-            name = signal.Signals(exit_code - 128).name
-        except ValueError:
-            return f"Exited with code {exit_code}"
-        return f"Killed by signal {name} (exit code {exit_code})"
+        sentence = signal_sentence(exit_code - 128)
+        if sentence is not None:
+            return sentence
     return f"Exited with code {exit_code}"
 
 
