@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from pip_requirements_parser import (
+    OPT_BY_OPTIONS_DEST,
     CommentRequirementLine,
     InstallationError,
     InstallRequirement,
@@ -135,7 +136,8 @@ def _take_options(
         elif name == "extra_index_urls":
             found.extra_index_urls += [str(url) for url in value]
         else:
-            what = _REFUSED_OPTIONS.get(name, f"the pip option --{name.replace('_', '-')}")
+            flag = OPT_BY_OPTIONS_DEST.get(name, f"--{name.replace('_', '-')}")
+            what = _REFUSED_OPTIONS.get(name, f"the pip option {flag}")
             raise RequirementsFileError(
                 path,
                 number,
