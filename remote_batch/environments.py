@@ -325,10 +325,9 @@ class Environment:
     # -- display ---------------------------------------------------------------------------------
     def __repr__(self) -> str:
         status = self.data.get("status") if self.data else "not created"
-        return (
-            f"<Environment {self.name!r} Python {self.python}, {len(self.requirements)} requirements, "
-            f"{status}>"
-        )
+        count = len(self.requirements)
+        plural = "" if count == 1 else "s"
+        return f"<Environment {self.name!r} Python {self.python}, {count} requirement{plural}, {status}>"
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Environment) and (other.name, other.spec()) == (self.name, self.spec())

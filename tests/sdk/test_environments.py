@@ -587,3 +587,46 @@ def test_submit_env_sends_the_environments_name(api, jobs_recorder):
 
     assert done.exit_code == 0, done.output
     assert body(jobs_recorder)["environment"] == "ml"
+
+
+def test_an_environment_from_a_requirements_file(httpserver, api, tmp_path):
+    requirements = write(tmp_path / "requirements.txt", "--extra-index-url https://x.example/simple\nsix\n")
+    recorder = Recorder(ok(BUILDING, 201))
+    httpserver.expect_request("/environments/ml", method="PUT").respond_with_handler(recorder)
+
+    env = rb.Environment.from_requirements_file("ml", requirements, python="3.13", image="python:3.13-slim")
+    assert repr(env) == "<Environment 'ml' Python 3.13, 1 requirement, not created>"
+    env.create()
+
+    assert body(recorder) == {
+        "python": "3.13",
+        "requirements": ["six"],
+        "indexUrl": None,
+        "extraIndexUrls": ["https://x.example/simple"],
+        "image": "python:3.13-slim",
+    }
+    with pytest.raises(rb.RequirementsFileError, match="no such file"):
+        rb.Environment.from_requirements_file("ml", tmp_path / "nope.txt")
+
+
+@pytest.mark.parametrize(
+    ("args", "field", "message"),
+    [
+        (["--python", "2.7"], "python", "Environments here run Python 3.11, 3.12, 3.13, not '2.7'."),
+        (
+            ["-i", "ftp://mirror.example"],
+            "indexUrl",
+            "indexUrl must be an https URL with a host, not 'ftp://x'.",
+        ),
+        (["--image", "Not An Image"], "image", "image 'Not An Image' is not an image reference such as ..."),
+    ],
+)
+def test_a_value_the_service_refuses_is_named_with_its_field(httpserver, api, args, field, message):
+    httpserver.expect_request("/environments/ml", method="PUT").respond_with_response(
+        error(400, "ValidationError", message, field)
+    )
+
+    done = CliRunner().invoke(app, ["env", "create", "ml", *args], env=WIDE)
+
+    assert done.exit_code == 1
+    assert done.stderr.strip() == f"Error: ValidationError: {message} (field: {field})"
