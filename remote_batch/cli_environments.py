@@ -176,18 +176,15 @@ def list_command(json_output: JsonOption = False) -> None:
         print_json([e.data for e in found])
         return
     table = Table(box=box.SIMPLE_HEAD)
-    for column in ("name", "python", "status", "requirements", "packages", "size", "created", "reason"):
-        table.add_column(
-            column, justify="right" if column in ("requirements", "packages", "size") else "left"
-        )
+    for column in ("name", "python", "status", "build", "size", "created", "reason"):
+        table.add_column(column, justify="right" if column == "size" else "left", no_wrap=column != "reason")
     for environment in found:
         data = environment.data or {}
         table.add_row(
             cell(environment.name),
             cell(environment.python),
             cell(data.get("status")),
-            cell(len(environment.requirements)),
-            cell(len(data.get("packages") or [])),
+            cell(str(data.get("hash") or "-")[:12]),
             cell(_size(data.get("sizeBytes"))),
             cell(str(data.get("createdAt") or "")[:19].replace("T", " ")),
             cell(data.get("statusReason") or ""),

@@ -33,14 +33,8 @@ if TYPE_CHECKING:
 BUILDING = "Building"
 #: Seconds between polls while ``wait(progress=True)`` follows the build log, at most.
 FOLLOW_SECONDS = 1.0
-#: The spec's fields: this object's attribute, the API's name.
-_SPEC_FIELDS = (
-    ("python", "python"),
-    ("requirements", "requirements"),
-    ("index_url", "indexUrl"),
-    ("extra_index_urls", "extraIndexUrls"),
-    ("image", "image"),
-)
+#: What ``GET /environments`` leaves out of each environment (``GET /environments/{name}`` has them).
+SUMMARY_OMITS = ("requirements", "indexUrl", "extraIndexUrls", "packages")
 
 
 @dataclass(frozen=True)
@@ -94,12 +88,14 @@ class Environment:
             raise TypeError(f"{which} is a list of strings, not one string")
         self.name = name
         self.python = python or python_version()
-        self.requirements = tuple(requirements)
-        self.index_url = index_url
-        self.extra_index_urls = tuple(extra_index_urls)
         self.image = image
+        self._requirements = tuple(requirements)
+        self._index_url = index_url
+        self._extra_index_urls = tuple(extra_index_urls)
         #: The API's last answer about it (``GET``/``PUT /environments/{name}``); None before any.
         self.data: dict[str, Any] | None = None
+        # Made from a summary of ``GET /environments``: the fields it leaves out are read on first use.
+        self._summary = False
         #: Whether ``create()`` made it (201) rather than finding it with this spec (200).
         self.created = False
         self._client = client
@@ -148,12 +144,40 @@ class Environment:
         return f"/environments/{path_segment(self.name, 'environment name')}{suffix}"
 
     def _load(self, data: dict[str, Any]) -> None:
-        """Take the service's answer: its state, and its spec (the service's, normalized)."""
+        """Take the service's answer: its state, and its spec as the service holds it (a summary's
+        fields only, the others read when first asked for)."""
         self.data = data
-        for attribute, key in _SPEC_FIELDS:
-            if key in data:
-                value = data[key]
-                setattr(self, attribute, tuple(value or ()) if isinstance(value, list) else value)
+        self.python = str(data.get("python") or self.python)
+        self.image = data.get("image", self.image)
+        if "requirements" in data:
+            self._requirements = tuple(data["requirements"] or ())
+        if "indexUrl" in data:
+            self._index_url = data["indexUrl"]
+        if "extraIndexUrls" in data:
+            self._extra_index_urls = tuple(data["extraIndexUrls"] or ())
+        self._summary = any(key not in data for key in SUMMARY_OMITS)
+
+    def _whole(self) -> None:
+        if self._summary:
+            self.refresh()
+
+    @property
+    def requirements(self) -> tuple[str, ...]:
+        """Its PEP 508 requirement lines, as the spec gives them."""
+        self._whole()
+        return self._requirements
+
+    @property
+    def index_url(self) -> str | None:
+        """The package index it resolves from instead of PyPI, or None."""
+        self._whole()
+        return self._index_url
+
+    @property
+    def extra_index_urls(self) -> tuple[str, ...]:
+        """More package indexes it resolves from."""
+        self._whole()
+        return self._extra_index_urls
 
     def spec(self) -> dict[str, Any]:
         """The ``PUT /environments/{name}`` body of this environment."""
@@ -243,6 +267,7 @@ class Environment:
     @property
     def packages(self) -> list[Package]:
         """The resolved lock (empty until Ready)."""
+        self._whole()
         return [Package(str(p["name"]), str(p["version"])) for p in self._live().get("packages") or []]
 
     @property
@@ -325,9 +350,9 @@ class Environment:
     # -- display ---------------------------------------------------------------------------------
     def __repr__(self) -> str:
         status = self.data.get("status") if self.data else "not created"
-        count = len(self.requirements)
-        plural = "" if count == 1 else "s"
-        return f"<Environment {self.name!r} Python {self.python}, {count} requirement{plural}, {status}>"
+        count = len(self._requirements)
+        listed = "" if self._summary else f", {count} requirement{'' if count == 1 else 's'}"
+        return f"<Environment {self.name!r} Python {self.python}{listed}, {status}>"
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Environment) and (other.name, other.spec()) == (self.name, self.spec())
@@ -365,9 +390,12 @@ def job_environment(choice: EnvironmentChoice, python: str | None, client: Clien
 
 
 def environments(*, client: Client | None = None) -> list[Environment]:
-    """The account's environments, by name (every page of ``GET /environments``)."""
+    """The account's environments, by name (every page of ``GET /environments``). Each comes from the
+    list's summary (name, python, image, status, reason, hash, size, times): its requirements, indexes
+    and packages are read (``GET /environments/{name}``) when first asked for."""
     api = resolve(client)
-    return [Environment.from_data(api, data) for data in api.pages("/environments", "environments")]
+    pages = api.pages("/environments", "environments", limit=100)
+    return [Environment.from_data(api, data) for data in pages]
 
 
 def environment(name: str, *, client: Client | None = None) -> Environment:

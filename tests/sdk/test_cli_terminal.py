@@ -119,7 +119,14 @@ COMMANDS: dict[str, tuple[list[str], dict[tuple[str, str], Any]]] = {
         ["logs", JOB_ID, "--json"],
         {("GET", f"/jobs/{JOB_ID}"): job(), ("GET", f"/jobs/{JOB_ID}/log"): LOG},
     ),
-    "env list": (["env", "list"], {("GET", "/environments"): {"environments": [HOSTILE_ENVIRONMENT]}}),
+    "env list": (
+        ["env", "list"],
+        {
+            ("GET", "/environments"): {
+                "environments": [{**HOSTILE_ENVIRONMENT, "hash": HOSTILE, "name": HOSTILE}]
+            }
+        },
+    ),
     "env show": (["env", "show", "ml"], {("GET", "/environments/ml"): {**HOSTILE_ENVIRONMENT, "name": "ml"}}),
     "env log on a terminal": (
         ["env", "log", "ml"],

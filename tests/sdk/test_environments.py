@@ -48,6 +48,12 @@ def environment(**changes: Any) -> dict[str, Any]:
     return {**ENV, **changes}
 
 
+def summary(**changes: Any) -> dict[str, Any]:
+    """An ``EnvironmentSummary`` of ``GET /environments``: an environment without its lists."""
+    omitted = ("requirements", "indexUrl", "extraIndexUrls", "packages")
+    return {key: value for key, value in environment(**changes).items() if key not in omitted}
+
+
 def body(recorder: Recorder, index: int = -1) -> Any:
     return json.loads(recorder.requests[index]["body"])
 
@@ -281,17 +287,27 @@ def test_delete_answers_the_environment_as_it_was(httpserver, api):
     assert recorder.count == 1 and deleted.data == ENV and deleted.requirements == ("six==1.16.0",)
 
 
-def test_environments_reads_every_page(httpserver, api):
+def test_environments_reads_every_page_and_each_ones_lists_when_asked(httpserver, api):
     recorder = Recorder(
-        ok({"environments": [environment(name="a")], "nextToken": "t1"}),
-        ok({"environments": [environment(name="b", python="3.13")], "nextToken": None}),
+        ok({"environments": [summary(name="a")], "nextToken": "t1"}),
+        ok({"environments": [summary(name="b", python="3.13")], "nextToken": None}),
     )
     httpserver.expect_request("/environments").respond_with_handler(recorder)
+    whole = Recorder(ok(environment(name="a", requirements=["six==1.16.0", "attrs"])))
+    httpserver.expect_request("/environments/a").respond_with_handler(whole)
 
     found = rb.environments()
 
-    assert [(e.name, e.python) for e in found] == [("a", "3.12"), ("b", "3.13")]
-    assert recorder.requests[1]["args"] == {"nextToken": "t1"}
+    assert [(e.name, e.python, e.data and e.data["status"]) for e in found] == [
+        ("a", "3.12", "Ready"),
+        ("b", "3.13", "Ready"),
+    ]
+    assert [r["args"] for r in recorder.requests] == [{"limit": "100"}, {"limit": "100", "nextToken": "t1"}]
+    assert repr(found[0]) == "<Environment 'a' Python 3.12, Ready>"
+    assert found[0].status == "Ready" and found[0].hash == HASH and whole.count == 0  # in the summary
+    assert found[0].requirements == ("six==1.16.0", "attrs")  # not in it: read once
+    assert found[0].packages == [rb.Package("six", "1.16.0")] and found[0].index_url is None
+    assert whole.count == 1
 
 
 def test_a_name_is_one_path_segment(httpserver, api):
@@ -538,7 +554,7 @@ def test_env_create_on_a_taken_name_says_the_spec_differs(httpserver, api):
 
 
 def test_env_list_table_and_json(httpserver, api):
-    listing = {"environments": [ENV, {**FAILED, "name": "broken"}], "nextToken": None}
+    listing = {"environments": [summary(), summary(**{**FAILED, "name": "broken"})], "nextToken": None}
     httpserver.expect_request("/environments").respond_with_json(listing)
 
     table = CliRunner().invoke(app, ["env", "list"], terminal_width=200)
@@ -546,8 +562,9 @@ def test_env_list_table_and_json(httpserver, api):
 
     assert table.exit_code == 0, table.output
     rows = {line.split()[0]: line.split() for line in table.stdout.splitlines() if line.strip()}
-    assert rows["ml"][1:4] == ["3.12", "Ready", "1"]
-    assert rows["broken"][2] == "Failed" and "Environment ml failed" in table.stdout
+    assert rows["ml"][1:6] == ["3.12", "Ready", HASH[:12], "0.9", "MiB"]
+    assert rows["broken"][1:4] == ["3.12", "Failed", "-"] and "Environment ml failed" in table.stdout
+    assert [r.path for r, _ in httpserver.log] == ["/environments", "/environments"]  # no read a row
     assert json.loads(as_json.stdout) == listing["environments"]
 
 
