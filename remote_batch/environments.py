@@ -26,6 +26,7 @@ from remote_batch.errors import Conflict, EnvironmentFailed, NotFound
 from remote_batch.interpreter import python_version
 from remote_batch.jobs import POLL_FIRST_SECONDS, POLL_MAX_SECONDS, LogTail, api_time, parse_time
 from remote_batch.json_codec import decode
+from remote_batch.requirements_file import read_requirements
 
 if TYPE_CHECKING:
     from remote_batch.client import Client
@@ -114,8 +115,6 @@ class Environment:
         and its ``--index-url``/``--extra-index-url`` lines (``remote_batch.requirements_file``).
 
         Raises ``RequirementsFileError`` naming the file and line of what cannot be sent."""
-        from remote_batch.requirements_file import read_requirements
-
         found = read_requirements(Path(path))
         return cls(
             name,

@@ -23,17 +23,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pip_requirements_parser import (
-    OPT_BY_OPTIONS_DEST,
-    CommentRequirementLine,
-    InstallationError,
-    InstallRequirement,
-    InvalidRequirementLine,
-    OptionLine,
-    RequirementsFile,
-)
+if TYPE_CHECKING:
+    from pip_requirements_parser import InstallRequirement
 
 #: pip's environment variable references (``pip._internal.req.req_file.ENV_VAR_RE``).
 _ENV_VARIABLE = re.compile(r"\$\{[A-Z0-9_]+\}")
@@ -89,6 +82,16 @@ def read_requirements(path: Path) -> Requirements:
 
 
 def _read(path: Path, including: tuple[Path, ...], found: Requirements) -> None:
+    # pip's parser is imported when a file is read: it takes longer to import than the rest of the SDK.
+    from pip_requirements_parser import (
+        CommentRequirementLine,
+        InstallationError,
+        InstallRequirement,
+        InvalidRequirementLine,
+        OptionLine,
+        RequirementsFile,
+    )
+
     resolved = path.resolve()
     if resolved in including:
         chain = " -> ".join(str(p) for p in (*including, resolved))
@@ -127,6 +130,8 @@ def _first_line(message: str | None) -> str:
 def _take_options(
     path: Path, number: int, options: dict[str, Any], including: tuple[Path, ...], found: Requirements
 ) -> None:
+    from pip_requirements_parser import OPT_BY_OPTIONS_DEST
+
     for name, value in options.items():
         if name == "requirements":
             for included in value:
