@@ -2,10 +2,11 @@
 
 Every read command takes ``--json`` (the API's JSON, for scripts). Errors print the API's message
 and field (``Error: ValidationError: ... (field: machineClass)``) and exit 1, never a traceback;
-``submit --wait`` and ``wait`` exit 2 when the job ends Terminated. Text a job or another user
-controls is printed through ``remote_batch.terminal`` (control characters escaped), except the log
-``logs`` prints to a pipe or with ``--raw``. Piped into a reader that stops early (``| head``), a
-command ends quietly with status 141, as coreutils' do when SIGPIPE ends them.
+``submit --wait`` and ``wait`` exit 2 when the job ends Terminated, ``env create --wait`` when the build
+fails; a bad option value (a requirements file's bad line) is a usage error, exit 2. Text a job or
+another user controls is printed through ``remote_batch.terminal`` (control characters escaped),
+except the log ``logs`` prints to a pipe or with ``--raw``. Piped into a reader that stops early
+(``| head``), a command ends quietly with status 141, as coreutils' do when SIGPIPE ends them.
 """
 
 from __future__ import annotations

@@ -9,6 +9,7 @@ build log on a terminal) goes through ``remote_batch.terminal``.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import sys
 import time
@@ -154,17 +155,14 @@ def create(  # noqa: PLR0917 (typer maps each parameter to an option)
     if not json_output:
         verb = "created" if environment.created else "found (same spec)"
         err.print(cell(f"{verb} {_summary(environment)}"), soft_wrap=True)
-    failed = False
-    if wait and environment.data is not None and environment.data.get("status") == "Building":
-        try:
+    if wait and (environment.data or {}).get("status") == "Building":
+        with contextlib.suppress(rb.EnvironmentFailed):  # its reason is in the summary printed next
             environment.wait(progress=not json_output)
-        except rb.EnvironmentFailed:
-            failed = True
     if json_output:
         print_json(environment.data)
     else:
         out.print(cell(_summary(environment)), soft_wrap=True)
-    if failed or (wait and environment.data is not None and environment.data.get("status") == "Failed"):
+    if wait and (environment.data or {}).get("status") == "Failed":
         raise typer.Exit(EXIT_TERMINATED)
 
 

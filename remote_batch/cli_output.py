@@ -14,7 +14,8 @@ from remote_batch.errors import ApiError, RemoteBatchError
 from remote_batch.json_codec import to_json_number
 from remote_batch.terminal import PipeConsole, cell, end_on_broken_pipe, json_text
 
-#: Exit codes: 1 an error (the API's, a connection, a bad option); 2 the job ended Terminated.
+#: Exit codes: 1 an error (the API's, a connection); 2 the job ended Terminated (or the build Failed).
+#: A usage error (typer.BadParameter: a bad option value) exits 2 too, as click makes it.
 EXIT_ERROR = 1
 EXIT_TERMINATED = 2
 
