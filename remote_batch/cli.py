@@ -143,6 +143,14 @@ def _show_job(job: Job) -> None:
                 "expiresAt", "arraySize", "childStatusCounts"):  # fmt: skip
         if data.get(key) is not None:
             table.add_row(key, cell(data[key]))
+    if data.get("pythonVersion") is not None:
+        table.add_row("pythonVersion", cell(data["pythonVersion"]))
+    environment = job.environment
+    if environment is not None:
+        build = f", build {environment.hash}" if environment.hash else ""
+        table.add_row(
+            "environment", cell(f"{environment.name or '(inline)'} (Python {environment.python}{build})")
+        )
     out.print(table)
 
 

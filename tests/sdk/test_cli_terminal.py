@@ -33,7 +33,13 @@ SHOWN = "\\x1b]0;pwned\\x07\\x1b[2J\\x9b6n\\u202e[red]x[/red]"
 RAW_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 
 JOB_ID = "job-01TEST"
-HOSTILE_JOB = job(name=HOSTILE, statusReason=HOSTILE, status="Terminated", machineClass=HOSTILE)
+HOSTILE_JOB = job(
+    name=HOSTILE,
+    statusReason=HOSTILE,
+    status="Terminated",
+    machineClass=HOSTILE,
+    environment={"name": HOSTILE, "hash": HOSTILE, "python": HOSTILE},
+)
 ARRAY = job(
     type="Array", arraySize=1, childStatusCounts={"Terminated": 1}, status="Terminated", statusReason=HOSTILE
 )

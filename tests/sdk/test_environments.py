@@ -647,3 +647,19 @@ def test_a_value_the_service_refuses_is_named_with_its_field(httpserver, api, ar
 
     assert done.exit_code == 1
     assert done.stderr.strip() == f"Error: ValidationError: {message} (field: {field})"
+
+
+def test_status_shows_the_jobs_environment(httpserver, api):
+    inside = {"name": "ml", "hash": HASH, "python": "3.12"}
+    httpserver.expect_request("/jobs/job-01TEST").respond_with_json(
+        job(environment=inside, pythonVersion="3.12")
+    )
+
+    done = CliRunner().invoke(app, ["status", "job-01TEST"], terminal_width=200)
+
+    assert done.exit_code == 0, done.output
+    rows = {
+        line.split()[0]: line.split(None, 1)[1].strip() for line in done.stdout.splitlines() if line.strip()
+    }
+    assert rows["environment"] == f"ml (Python 3.12, build {HASH})"
+    assert rows["pythonVersion"] == "3.12"
