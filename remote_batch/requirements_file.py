@@ -97,7 +97,7 @@ def _read(path: Path, including: tuple[Path, ...], found: Requirements) -> None:
         chain = " -> ".join(str(p) for p in (*including, resolved))
         raise RequirementsFileError(path, None, f"it includes itself ({chain})")
     if not path.is_file():
-        raise RequirementsFileError(path, None, "no such file")
+        raise RequirementsFileError(path, None, "not a file" if path.exists() else "no such file")
     try:
         lines = list(RequirementsFile.parse(str(path), include_nested=False))
     except (InstallationError, OSError, UnicodeDecodeError) as exc:

@@ -134,3 +134,8 @@ def test_a_file_with_a_byte_order_mark_and_crlf_lines_reads_the_same(tmp_path):
     path.write_bytes(b"\xef\xbb\xbfsix==1.16.0\r\n# note\r\nattrs\r\n")
 
     assert read_requirements(path).requirements == ["six==1.16.0", "attrs"]
+
+
+def test_a_folder_is_not_a_requirements_file(tmp_path):
+    with pytest.raises(RequirementsFileError, match="not a file"):
+        read_requirements(tmp_path)
