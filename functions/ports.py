@@ -14,6 +14,7 @@ from typing import Protocol
 
 from functions.domain.computes import Compute
 from functions.domain.credits import Charge
+from functions.domain.environments import Environment, EnvironmentSpec
 from functions.domain.errors import UnreadableRecord
 from functions.domain.fleet import AuditEntry, ClassAvailability
 from functions.domain.jobs import (
@@ -709,6 +710,11 @@ class Services:
     # How long one minute of a compute's ``idleStopMinutes`` lasts: a minute, but on a local stack
     # given ``REMOTE_BATCH_IDLE_STOP_MINUTE_SECONDS`` (its end-to-end tests).
     idle_stop_minute: timedelta = timedelta(minutes=1)
+    # Environments (None: the deployment has none) and what builds them (None: nothing builds yet,
+    # an environment is refused); index URLs may be http where packages come from a local mirror.
+    environment_store: EnvironmentRepository | None = None
+    environment_builder: EnvironmentBuilder | None = None
+    allow_http_indexes: bool = False
 
     def __post_init__(self) -> None:
         if isinstance(self.dispatch, InlineDispatch) and self.dispatch.services is not self:
@@ -817,3 +823,70 @@ class ComputeEnvironments(Protocol):
 
     def delete_queue(self, name: str) -> None:
         """DeleteJobQueue."""
+
+
+# -- environments (``functions.domain.environments``) --------------------------------------------------
+class EnvironmentRepository(Protocol):
+    """The accounts' environments and how many of each account's are Building.
+
+    Every write is conditional on the ``version`` the caller read; a lost race raises
+    ``ConditionFailed`` (re-read, retry). Nothing here returns a DynamoDB item.
+    """
+
+    def create_environment(self, environment: Environment, max_building: int) -> None:
+        """Write a new, Building environment, counted among the account's builds only while fewer than
+        ``max_building`` are, in one transaction. Raises ``ConditionFailed`` when the name is taken or
+        the count is full (nothing written)."""
+
+    def get_environment(self, account_id: str, name: str) -> Environment | None:
+        """The environment (strongly consistent), or None."""
+
+    def list_environments(
+        self, account_id: str, limit: int, next_token: str | None
+    ) -> tuple[list[Environment], str | None]:
+        """A page of at most ``limit`` of the account's environments by name, and the next page's
+        token (None on the last). Raises ``ValidationFailed`` (``nextToken``) for a token it did not
+        issue for this account."""
+
+    def save_environment(self, before: Environment, after: Environment) -> Environment:
+        """Store ``after`` if the stored version is ``before.version`` (uncounting a build that ended);
+        returns it with the new version."""
+
+    def delete_environment(self, before: Environment) -> None:
+        """Delete the environment at ``before.version`` (uncounting it while Building)."""
+
+
+@dataclass(frozen=True, slots=True)
+class BuildRequest:
+    """One environment's build, as the builder takes it.
+
+    ``log_stream_name`` is where the build's output goes (the home zone's log group); the outcome is
+    reported with ``account_id``, ``name`` and ``spec_hash`` (``functions.logic.environments.record_build``),
+    so a report for an environment deleted and asked again with another spec is ignored.
+    """
+
+    account_id: str
+    name: str
+    spec: EnvironmentSpec
+    spec_hash: str
+    log_stream_name: str
+
+
+class EnvironmentBuilder(Protocol):
+    """Resolves an environment's requirements to a lock and installs it once per build hash
+    (``functions.domain.environments.build_hash``): locally a thread of the stack writing under its
+    home (``remote_batch_local.environments``). The cloud deployment wires none yet: its
+    ``PUT /environments/{name}`` answers 501 ``NotSupported``."""
+
+    #: The geo zone whose log group holds build logs (and whose bucket, deployed, the builds).
+    zone: GeoZone
+    #: Whether it can run jobs in an environment's own container image (``image``).
+    runs_images: bool
+
+    def start_build(self, request: BuildRequest) -> None:
+        """Begin the build and return; its outcome is reported later. A build of a hash already built
+        (or building) reuses it. Raises ``DependencyFailed`` when the build could not be started."""
+
+    def site_packages(self, build_hash: str) -> str | None:
+        """Where a Ready build's packages are (a directory path the job side puts first on its
+        ``sys.path``), or None when this builder has no such build."""

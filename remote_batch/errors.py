@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from remote_batch.environments import Environment
     from remote_batch.jobs import Job
 
 
@@ -108,6 +109,10 @@ class ClassUnavailable(ApiError):
     """503 ``ClassUnavailable``: the machine class is disabled in that zone."""
 
 
+class NotSupported(ApiError):
+    """501 ``NotSupported``: a feature this deployment does not offer (the message says which)."""
+
+
 class InternalError(ApiError):
     """500 (or an unexpected answer): a bug of the service; the message never carries its stack trace."""
 
@@ -128,6 +133,7 @@ ERROR_CLASSES: dict[str, type[ApiError]] = {
     "RateLimited": RateLimited,
     "QuotaExceeded": QuotaExceeded,
     "ClassUnavailable": ClassUnavailable,
+    "NotSupported": NotSupported,
     "InternalError": InternalError,
 }
 
@@ -141,6 +147,7 @@ _BY_STATUS: dict[int, type[ApiError]] = {
     410: Expired,
     413: PayloadTooLarge,
     429: RateLimited,
+    501: NotSupported,
 }
 
 
@@ -187,3 +194,21 @@ class RemoteJobError(RemoteBatchError):
     def __str__(self) -> str:
         text = str(self.args[0])
         return f"{text}\n\nRemote traceback:\n{self.traceback.rstrip()}" if self.traceback else text
+
+
+class EnvironmentFailed(RemoteBatchError):
+    """An environment's build ended ``Failed``: its requirements did not resolve or install, or the
+    build reached its time or size limit.
+
+    Attributes
+    ----------
+    environment : Environment
+        The environment (``environment.log()`` holds the resolver's and installer's whole output).
+    reason : str
+        Its ``statusReason``: ``Environment ml failed: <the first error line>``, or the limit reached.
+    """
+
+    def __init__(self, environment: Environment, reason: str) -> None:
+        super().__init__(reason)
+        self.environment = environment
+        self.reason = reason

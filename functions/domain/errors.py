@@ -124,6 +124,15 @@ class Throttled(ServiceError):
     code = "Throttled"
 
 
+class NotSupported(ServiceError):
+    """A feature this deployment does not offer (501), e.g. building environments where no builder
+    is wired: the same request cannot succeed here, so the message says so."""
+
+    status = 501
+    code = "NotSupported"
+    shown_to_client = True
+
+
 class DependencyFailed(ServiceError):
     """An AWS dependency failed; nothing the client did (500, no details leak)."""
 

@@ -30,6 +30,7 @@ from functions.domain.charged_time import (
     running_start,
 )
 from functions.domain.credits import ZERO, credits_text
+from functions.domain.environments import JobEnvironment
 from functions.domain.machine_classes import GeoZone, MachineClass, machine_class
 from functions.domain.notifications import NotificationRule
 from functions.domain.queue_limits import describe_queue_limit
@@ -254,6 +255,8 @@ class Job:
     # The Python (major.minor) the job runs on (``functions.domain.runtime``); None on a record written
     # before jobs chose one (it ran the default).
     python_version: str | None = None
+    # The environment it runs in (``functions.domain.environments``); None: the worker image's packages.
+    environment: JobEnvironment | None = None
     dispatch_state: DispatchState | None = None
     dispatch_claimed_at: datetime | None = None
     array_admitted: int = 0

@@ -19,7 +19,7 @@ from functions.domain.text import URLSAFE_BASE64_PATTERN, full_match
 
 def encode_page_token(position: Mapping[str, Any]) -> str:
     """The token of ``position`` (a JSON object: strings, numbers)."""
-    return base64.urlsafe_b64encode(json.dumps(dict(position)).encode()).decode()
+    return base64.urlsafe_b64encode(json.dumps(dict(position), sort_keys=True).encode()).decode()
 
 
 def decode_page_token(

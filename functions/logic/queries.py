@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -39,7 +40,7 @@ from functions.domain.status import JobStatus
 from functions.logic.array_results import RESULT_DOCUMENT, store_array_result
 from functions.logic.job_outcomes import output_key, read_outcome
 from functions.logic.submission import get_owned_job
-from functions.ports import BlobStore, LogEvent, Services
+from functions.ports import BlobStore, LogEvent, LogReader, Services
 
 MAX_LOG_EVENTS = 10_000
 #: Log streams deleted at once by ``DELETE`` of an array (one per child that ran).
@@ -347,20 +348,25 @@ MAX_DROPPED_PARTS = 64
 _MAX_TOKEN_SKIP = 10**9
 
 
-_LOG_TOKEN = frozenset({"jobId", "after", "skip", "cut"})
+_LOG_TOKEN = frozenset({"log", "after", "skip", "cut"})
 
 
-def _encode_log_token(job_id: str, after_ms: int, skip: int, dropping: bool) -> str:
-    return encode_page_token({"jobId": job_id, "after": after_ms, "skip": skip, "cut": int(dropping)})
+def _log_tag(stream: str) -> str:
+    """A short tag of a log stream, so a log's token is refused on another log."""
+    return hashlib.sha256(stream.encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
 
-def _decode_log_token(token: str, job_id: str) -> tuple[int, int, bool]:
-    position = decode_page_token(token, _LOG_TOKEN, issued_for={"jobId": job_id}, scope="job")
+def _encode_log_token(stream: str, after_ms: int, skip: int, dropping: bool) -> str:
+    return encode_page_token({"log": _log_tag(stream), "after": after_ms, "skip": skip, "cut": int(dropping)})
+
+
+def _decode_log_token(token: str, stream: str) -> tuple[int, int, bool]:
+    position = decode_page_token(token, _LOG_TOKEN, issued_for={"log": _log_tag(stream)}, scope="log")
     after, skip, cut = position["after"], position["skip"], position["cut"]
     if not all(type(value) is int for value in (after, skip, cut)):
-        raise token_refused("job")
+        raise token_refused("log")
     if after < 0 or not 0 <= skip <= _MAX_TOKEN_SKIP or cut not in (0, 1):
-        raise token_refused("job")
+        raise token_refused("log")
     return after, skip, bool(cut)
 
 
@@ -403,24 +409,30 @@ def get_log(
         raise expired(job_id)
     if not job.log_stream_name:
         return LogPage([], None)
+    return read_log_page(services.zones[job.geo_zone].logs, job.log_stream_name, since, next_token)
+
+
+def read_log_page(logs: LogReader, stream: str, since: datetime | None, next_token: str | None) -> LogPage:
+    """One page of a log stream from ``since`` (or after ``next_token``), as :func:`get_log` describes
+    it (a job's console log; an environment's build log). Raises ``ValidationFailed`` for a bad token."""
     skip, dropping, position_ms = 0, False, -1
     if next_token:
-        position_ms, skip, dropping = _decode_log_token(next_token, job_id)
+        position_ms, skip, dropping = _decode_log_token(next_token, stream)
         since = datetime.fromtimestamp(position_ms / 1000, tz=UTC)
-    events = services.zones[job.geo_zone].logs.events(job.log_stream_name, since)
+    events = logs.events(stream, since)
     for _ in zip(range(skip), events, strict=False):
         pass
     joiner = PartJoiner(events, dropping=dropping)
     position_skip = skip
     if not joiner.drop_continuation(MAX_DROPPED_PARTS):
-        return LogPage([], _encode_log_token(job_id, position_ms, skip + joiner.consumed, True))
+        return LogPage([], _encode_log_token(stream, position_ms, skip + joiner.consumed, True))
     position_skip += joiner.consumed
     lines: list[LogEvent] = []
     cost = 0
     while True:
         if len(lines) == MAX_LOG_EVENTS:
             token = (
-                _encode_log_token(job_id, position_ms, position_skip, False) if joiner.has_more() else None
+                _encode_log_token(stream, position_ms, position_skip, False) if joiner.has_more() else None
             )
             return LogPage(lines, token)
         consumed = joiner.consumed
@@ -429,7 +441,7 @@ def get_log(
             return LogPage(lines, None)
         line_cost = event_cost(line.message)
         if lines and cost + line_cost > LOG_PAGE_BYTES:
-            return LogPage(lines, _encode_log_token(job_id, position_ms, position_skip, False))
+            return LogPage(lines, _encode_log_token(stream, position_ms, position_skip, False))
         lines.append(LogEvent(line.timestamp, line.message))
         cost += line_cost
         read = joiner.consumed - consumed
@@ -437,7 +449,7 @@ def get_log(
         position_skip = position_skip + read if line_ms == position_ms else read
         position_ms = line_ms
         if joiner.dropping:
-            return LogPage(lines, _encode_log_token(job_id, position_ms, position_skip, True))
+            return LogPage(lines, _encode_log_token(stream, position_ms, position_skip, True))
 
 
 def get_or_create_account(

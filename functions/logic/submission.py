@@ -20,6 +20,7 @@ from typing import Any
 from aws_lambda_powertools import Logger
 
 from functions.domain.arrays import child_template, initial_counts, parse_child_job_id
+from functions.domain.environments import JobEnvironment, for_job
 from functions.domain.errors import (
     Conflict,
     DependencyFailed,
@@ -76,6 +77,8 @@ class JobRequest:
     input_key: str | None = None
     # The ``major.minor`` a pickle was made with (``pythonVersion``), None when the client did not say.
     python_version: str | None = None
+    # The name of the caller's environment to run in (``functions.domain.environments``).
+    environment: str | None = None
     array_items: list[Any] | None = None
     array_items_key: str | None = None
     # The caller's dedicated compute to run on (``functions.logic.computes.compute_for_job``), and
@@ -129,6 +132,8 @@ class PreparedSubmission:
     limits: QuotaLimits | None = None
     # The Python (major.minor) the job runs on: the request's, or the deployment's default.
     python_version: str = DEFAULT_PYTHON_VERSION
+    # The environment the job runs in (None: the worker image's packages).
+    environment: JobEnvironment | None = None
 
 
 def prepare_submission(services: Services, account_id: str, request: JobRequest) -> PreparedSubmission:
@@ -167,7 +172,8 @@ def prepare_submission(services: Services, account_id: str, request: JobRequest)
         kind, _ = uploaded_input(services, account_id, request.input_key, zone)
     if kind is None:
         raise ValidationFailed("Give one of code, command, pickle or inputKey.", field="inputKey")
-    python_version = services.python.choose(request.python_version)
+    environment = _job_environment(services, account_id, request)
+    python_version = environment.python if environment else services.python.choose(request.python_version)
     document = _input_document(request, kind)
     ensure_class_available(services, machine.name, zone)
     # The account and its quota limits in one read (a job on a dedicated compute needs no limits).
@@ -185,7 +191,21 @@ def prepare_submission(services: Services, account_id: str, request: JobRequest)
         job_queue=job_queue,
         limits=limits,
         python_version=python_version,
+        environment=environment,
     )
+
+
+def _job_environment(services: Services, account_id: str, request: JobRequest) -> JobEnvironment | None:
+    """The environment ``request`` names, as the job records it; None when it names none.
+    Raises ``ValidationFailed`` (``environment``) for one the account lacks, or one not Ready."""
+    if request.environment is None:
+        return None
+    found = None
+    if services.environment_store is not None:
+        found = services.environment_store.get_environment(account_id, request.environment)
+    if found is None:
+        raise ValidationFailed(f"No environment {request.environment} in this account.", field="environment")
+    return for_job(found, request.python_version)
 
 
 def new_job(
@@ -215,6 +235,7 @@ def new_job(
         compute=prepared.compute,
         submitted_by=request.submitted_by,
         python_version=prepared.python_version,
+        environment=prepared.environment,
     )
 
 

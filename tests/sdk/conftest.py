@@ -15,7 +15,7 @@ from werkzeug import Request, Response
 
 import remote_batch as rb
 from remote_batch import client as client_module
-from remote_batch import sdk
+from remote_batch import connection
 
 TOKEN = "rb_test-token"
 
@@ -106,7 +106,7 @@ def _isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     work = tmp_path / "work"
     work.mkdir()
     monkeypatch.chdir(work)
-    monkeypatch.setattr(sdk, "_default", None)
+    monkeypatch.setattr(connection, "_default", None)
     monkeypatch.setattr(client_module, "BACKOFF_FACTOR", 0.01)
 
 

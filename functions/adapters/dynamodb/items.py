@@ -11,6 +11,7 @@ from typing import Any
 from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 
 from functions.domain.credits import quantize_credits
+from functions.domain.environments import JobEnvironment
 from functions.domain.errors import UnreadableRecord
 from functions.domain.jobs import (
     RECORD_TTL,
@@ -123,6 +124,11 @@ def job_to_item(job: Job) -> dict[str, Any]:
         "batchReason": job.batch_reason,
         "submittedBy": job.submitted_by,
         "pythonVersion": job.python_version,
+        "environment": (
+            {"name": job.environment.name, "hash": job.environment.hash, "python": job.environment.python}
+            if job.environment
+            else None
+        ),
         "warnings": list(job.warnings) or None,
         "compute": job.compute,
         "terminationRequestedAt": (
@@ -141,6 +147,12 @@ def job_to_item(job: Job) -> dict[str, Any]:
     if not job.is_final:
         values["openPartition"] = OPEN_PARTITION
     return values
+
+
+def _environment(value: Any) -> JobEnvironment | None:
+    if not value:
+        return None
+    return JobEnvironment(str(value["name"]), str(value["hash"]), str(value["python"]))
 
 
 def job_from_item(item: dict[str, Any]) -> Job:
@@ -204,6 +216,7 @@ def _job_from_item(item: dict[str, Any]) -> Job:
         compute=item.get("compute"),
         submitted_by=item.get("submittedBy"),
         python_version=item.get("pythonVersion"),
+        environment=_environment(item.get("environment")),
         dispatch_state=DispatchState(item["dispatchState"]) if item.get("dispatchState") else None,
         dispatch_claimed_at=_opt_time(item.get("dispatchClaimedAt")),
         array_admitted=int(item.get("arrayAdmitted", 0)),

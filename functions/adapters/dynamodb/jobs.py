@@ -21,10 +21,10 @@ from functions.adapters.dynamodb.items import (
     serialize_item,
     serialize_value,
 )
+from functions.adapters.dynamodb.page_tokens import decode_token, encode_token
 from functions.domain.errors import ConditionFailed, RecordMissing, UnreadableRecord
 from functions.domain.jobs import MAX_TERMINATE_ATTEMPTS, Job, JobType, Transition, ms_to_datetime
 from functions.domain.machine_classes import GeoZone
-from functions.domain.page_tokens import decode_page_token, encode_page_token, token_refused
 from functions.domain.presumed import PresumedTransition
 from functions.domain.status import METERED_STATUSES, JobStatus
 from functions.domain.timefmt import to_sortable
@@ -32,10 +32,12 @@ from functions.domain.timefmt import to_sortable
 # GET /jobs reads at most this many index pages per request: a span of expired or filtered-out jobs
 # then gives a short (even empty) page whose nextToken continues after it.
 MAX_LIST_QUERIES = 20
-# The attributes of a ``byAccount`` key (the index's and the table's), all strings: a page token's.
-_LIST_KEY = frozenset({"jobId", "accountId", "listKey"})
 # BatchGetItem takes at most 100 keys (DynamoDB API reference, BatchGetItem).
 BATCH_GET_LIMIT = 100
+
+
+#: The attributes of a page key of the jobs list (the ``byAccount`` index's and the table's).
+_JOBS_PAGE_KEY = frozenset({"jobId", "accountId", "listKey"})
 
 
 class JobRecords(StoreBase):
@@ -64,7 +66,11 @@ class JobRecords(StoreBase):
         it reads them, so a page may hold fewer than ``limit`` jobs while its token is set: at most
         ``MAX_LIST_QUERIES`` index pages are read per call. Unreadable items are logged and skipped.
         """
-        start_key = self._decode_token(next_token, account_id) if next_token else None
+        start_key = (
+            serialize_item(decode_token(next_token, _JOBS_PAGE_KEY, {"accountId": account_id}))
+            if next_token
+            else None
+        )
         jobs: list[Job] = []
         last_key: dict[str, Any] | None = None
         for _ in range(MAX_LIST_QUERIES):
@@ -90,18 +96,7 @@ class JobRecords(StoreBase):
             if not last_key or len(jobs) >= limit:
                 break
             start_key = last_key
-        return jobs, self._encode_token(last_key) if last_key else None
-
-    @staticmethod
-    def _encode_token(key: dict[str, Any]) -> str:
-        return encode_page_token(deserialize_item(key))
-
-    @staticmethod
-    def _decode_token(token: str, account_id: str) -> dict[str, Any]:
-        key = decode_page_token(token, _LIST_KEY, issued_for={"accountId": account_id}, scope="account")
-        if not all(isinstance(value, str) for value in key.values()):
-            raise token_refused("account")
-        return serialize_item(key)
+        return jobs, encode_token(deserialize_item(last_key)) if last_key else None
 
     def set_batch_job_id(self, job_id: str, batch_job_id: str) -> None:
         """Record the Batch job id unless an event already did; ``RecordMissing`` if the job is gone."""

@@ -31,6 +31,7 @@ from functions.adapters.dynamodb.items import (
     serialize_item,
     serialize_value,
 )
+from functions.adapters.dynamodb.page_tokens import decode_token, encode_token
 from functions.adapters.dynamodb.quotas import limits_put
 from functions.adapters.errors import cancellation_reasons
 from functions.domain.credits import quantize_credits
@@ -38,7 +39,6 @@ from functions.domain.errors import ConditionFailed
 from functions.domain.fleet import AuditAction, AuditEntry, ClassAvailability
 from functions.domain.jobs import LedgerEntry
 from functions.domain.machine_classes import GeoZone
-from functions.domain.page_tokens import decode_page_token, encode_page_token, token_refused
 from functions.domain.quotas import QuotaLimits
 from functions.domain.timefmt import from_sortable, to_sortable
 from functions.ports import ClassLoad
@@ -97,6 +97,10 @@ def _audit_from_item(item: dict[str, Any]) -> AuditEntry:
         after=json.loads(item.get("after") or "{}"),
         reason=item.get("reason"),
     )
+
+
+#: The attribute of an audit page's token: the sort key (the partition is the audit's one).
+_AUDIT_PAGE_KEY = frozenset({"sk"})
 
 
 class DynamoOperationsStore:
@@ -236,13 +240,16 @@ class DynamoOperationsStore:
         }
         if next_token:
             kwargs["ExclusiveStartKey"] = serialize_item(
-                {"pk": AUDIT_PARTITION, "sk": _decode_token(next_token)}
+                {
+                    "pk": AUDIT_PARTITION,
+                    "sk": decode_token(next_token, _AUDIT_PAGE_KEY, for_account=False)["sk"],
+                }
             )
         with store_errors("Query"):
             page = self._db.query(**kwargs)
         entries = [_audit_from_item(deserialize_item(item)) for item in page.get("Items", [])]
         last = page.get("LastEvaluatedKey")
-        token = _encode_token(str(deserialize_item(last)["sk"])) if last else None
+        token = encode_token({"sk": str(deserialize_item(last)["sk"])}) if last else None
         return entries, token
 
     # -- credit grants -----------------------------------------------------------------------------
@@ -326,18 +333,6 @@ class DynamoOperationsStore:
             if not page.get("LastEvaluatedKey"):
                 return items
             kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
-
-
-def _encode_token(sort_key: str) -> str:
-    return encode_page_token({"sk": sort_key})
-
-
-def _decode_token(token: str) -> str:
-    """The sort key of a token ``_encode_token`` made. Raises ``ValidationFailed`` (``nextToken``)."""
-    sort_key = decode_page_token(token, frozenset({"sk"}))["sk"]
-    if not isinstance(sort_key, str):
-        raise token_refused()
-    return sort_key
 
 
 __all__ = ["AUDIT_PARTITION", "CLASS_PARTITION", "DynamoOperationsStore"]

@@ -25,6 +25,7 @@ from aws_lambda_powertools.event_handler.openapi.exceptions import (
 from functions.bootstrap import get_services
 from functions.domain import roles
 from functions.domain.computes import NAME_PATTERN as COMPUTE_NAME_PATTERN
+from functions.domain.environments import NAME_PATTERN as ENVIRONMENT_NAME_PATTERN
 from functions.domain.errors import (
     Forbidden,
     ServiceError,
@@ -115,6 +116,7 @@ _PATTERN_RULES = {
 # field name, e.g. "name", is a job's label in one route and a compute's name in another).
 _PATTERN_RULES_BY_PATTERN = {
     COMPUTE_NAME_PATTERN: "must be 2 to 32 letters, digits or hyphens, starting with a letter",
+    ENVIRONMENT_NAME_PATTERN: "must be 2 to 64 letters, digits, '.', '_' or '-', starting with a letter",
     CLOCK_PATTERN: "must be a 24-hour time HH:MM, such as 08:00 or 18:30",
     NO_NUL_PATTERN: "holds a character this field does not take (a NUL)",
 }

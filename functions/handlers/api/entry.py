@@ -20,7 +20,18 @@ from functions.domain.errors import (
 from functions.domain.headers import check_single_valued
 from functions.domain.limits import BODY_TOO_LARGE_MESSAGE
 from functions.domain.text import first_surrogate_path
-from functions.handlers.api import account, admin, computes, fleet, job_data, jobs, members, meta, quotas
+from functions.handlers.api import (
+    account,
+    admin,
+    computes,
+    environments,
+    fleet,
+    job_data,
+    jobs,
+    members,
+    meta,
+    quotas,
+)
 from functions.handlers.api.app import (
     MAX_INLINE_BODY_BYTES,
     app,
@@ -38,6 +49,7 @@ for _router in (
     account.router,
     quotas.router,
     computes.router,
+    environments.router,
     members.router,
     admin.router,
     fleet.router,

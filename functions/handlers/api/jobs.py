@@ -70,6 +70,7 @@ def _job_request(body: SubmitJobBody, submitted_by: str | None = None) -> submis
         notifications=body.notifications,
         input_key=body.inputKey,
         python_version=body.pythonVersion,
+        environment=body.environment,
         array_items=body.arrayItems,
         array_items_key=body.arrayItemsKey,
         compute=body.compute,
@@ -103,6 +104,7 @@ def canonical_submit(body: SubmitJobBody) -> dict[str, Any]:
         "timeConstraint": request.time_constraint,
         "notifications": rules_to_json(normalize_notifications(request.notifications)),
         "pythonVersion": request.python_version,
+        "environment": request.environment,
         "arrayItems": request.array_items,
         "arrayItemsKey": request.array_items_key,
     }

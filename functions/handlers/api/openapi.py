@@ -29,6 +29,7 @@ _ERROR_WHEN = {
     413: "PayloadTooLarge: the body is over 5 MiB",
     429: "RateLimited (this account's request rate) or Throttled (the service's); retry after Retry-After",
     500: "InternalError: a bug or a failed dependency; no details",
+    501: "NotSupported: this deployment does not offer the feature (environments are built locally only)",
     503: "ClassUnavailable: an operator took the machine class out of service in the zone; message says why",
 }
 # Every route that needs a token can answer these (the authorizer, the throttle, a bug).

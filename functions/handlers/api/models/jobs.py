@@ -16,6 +16,7 @@ from pydantic import (
 from functions.domain.arrays import MAX_INLINE_ITEMS, visible_counts
 from functions.domain.batch_reasons import normalize_reason
 from functions.domain.computes import NAME_PATTERN as COMPUTE_NAME_PATTERN
+from functions.domain.environments import NAME_PATTERN as ENVIRONMENT_NAME_PATTERN
 from functions.domain.jobs import Job, JobType
 from functions.domain.limits import MAX_UPLOAD_BYTES
 from functions.domain.notifications import notifications_json_schema, rules_to_json
@@ -142,6 +143,13 @@ class SubmitJobBody(ApiModel):
         "pythonVersions (the SDK sends its own, so a pickled function runs in the version that made it); "
         "default GET /runtime's pythonVersion. Another version is refused (400, field pythonVersion).",
     )
+    environment: str | None = Field(
+        default=None,
+        pattern=ENVIRONMENT_NAME_PATTERN,
+        description="Extension: the name of one of the account's environments (PUT /environments/{name}) "
+        "to run in: its Python and packages, and nothing of the worker image's. It must be Ready "
+        "(400, field environment, otherwise).",
+    )
 
     @field_validator("arrayItemsKey")
     @classmethod
@@ -208,6 +216,14 @@ class NotificationRecordView(ApiModel):
     detail: str
 
 
+class JobEnvironmentView(ApiModel):
+    """The environment a job runs in: its name, its build's hash and its Python."""
+
+    name: str
+    hash: str
+    python: str
+
+
 class JobView(ApiModel):
     """``Job`` of docs/http-api.md, what every job route returns."""
 
@@ -256,6 +272,9 @@ class JobView(ApiModel):
         description="Extension: the Python (major.minor) the job runs on (null for jobs submitted before "
         "jobs chose one: they ran GET /runtime's default).",
     )
+    environment: JobEnvironmentView | None = Field(
+        default=None, description="Extension: the environment the job runs in (null: the worker image's)."
+    )
 
 
 class JobListView(ApiModel):
@@ -301,6 +320,13 @@ def job_view(job: Job) -> JobView:
         compute=job.compute,
         submittedBy=job.submitted_by,
         pythonVersion=job.python_version,
+        environment=(
+            JobEnvironmentView(
+                name=job.environment.name, hash=job.environment.hash, python=job.environment.python
+            )
+            if job.environment
+            else None
+        ),
         notificationLog=[
             NotificationRecordView.model_validate(
                 {

@@ -1,0 +1,180 @@
+"""Environments' use cases: ``PUT/GET/DELETE /environments/{name}``, the build log, and the builder's
+report of a build's end (``functions.domain.environments`` holds the rules)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from aws_lambda_powertools import Logger
+
+from functions.domain.environments import (
+    MAX_CONCURRENT_BUILDS,
+    BuildOutcome,
+    Environment,
+    EnvironmentSpec,
+    EnvironmentStatus,
+    check_name,
+    check_spec,
+    finish,
+    new_environment,
+    same_or_conflict,
+)
+from functions.domain.errors import (
+    ConditionFailed,
+    DependencyFailed,
+    NotFound,
+    NotSupported,
+    QuotaExceeded,
+    ValidationFailed,
+)
+from functions.logic.queries import LogPage, read_log_page
+from functions.ports import BuildRequest, EnvironmentBuilder, EnvironmentRepository, Services
+
+logger = Logger(child=True)
+# A conditional write retried after a lost race (a report and a delete racing) before giving up.
+_SAVE_ATTEMPTS = 5
+
+
+def _store(services: Services) -> EnvironmentRepository:
+    if services.environment_store is None:
+        raise DependencyFailed("environments are not configured in this deployment")
+    return services.environment_store
+
+
+def _builder(services: Services) -> EnvironmentBuilder:
+    """The deployment's builder. Raises ``NotSupported`` (501) where none is wired (the cloud
+    deployment so far): environments are built on the local stack only."""
+    if services.environment_builder is None:
+        raise NotSupported(
+            "This deployment does not build environments yet; submit jobs without environment to run "
+            "with the worker image's packages."
+        )
+    return services.environment_builder
+
+
+def not_found(name: str) -> NotFound:
+    """The 404 of an environment the caller's account does not have (another account's is one too)."""
+    return NotFound(f"No environment {name} in this account.", field="name")
+
+
+def get_environment(services: Services, account_id: str, name: str) -> Environment:
+    """``GET /environments/{name}``. Raises ``NotFound`` (another account's environment too)."""
+    environment = _store(services).get_environment(account_id, check_name(name))
+    if environment is None:
+        raise not_found(name)
+    return environment
+
+
+def list_environments(
+    services: Services, account_id: str, limit: int, next_token: str | None
+) -> tuple[list[Environment], str | None]:
+    """``GET /environments``: a page of at most ``limit`` of the account's environments by name, and
+    the next page's token. Raises ``ValidationFailed`` (``nextToken``)."""
+    return _store(services).list_environments(account_id, limit, next_token)
+
+
+def put_environment(
+    services: Services, account_id: str, name: str, spec: EnvironmentSpec, now: datetime
+) -> tuple[Environment, bool]:
+    """``PUT /environments/{name}``: the environment and whether this call created it.
+
+    A new one is written Building (counted among the account's builds) and its build started; the
+    same spec again returns the stored one (any status); another spec is a conflict.
+
+    Raises
+    ------
+    NotSupported
+        The deployment has no environment builder (501); nothing is written.
+    ValidationFailed
+        A bad name or spec field (``functions.domain.environments.check_spec``), or an ``image`` where
+        the builder runs no images; nothing is written.
+    Conflict
+        The name holds another spec.
+    QuotaExceeded
+        The account already has ``MAX_CONCURRENT_BUILDS`` environments Building.
+    """
+    builder = _builder(services)
+    check_name(name)
+    check_spec(spec, services.python, allow_http=services.allow_http_indexes)
+    if spec.image is not None and not builder.runs_images:
+        raise ValidationFailed(
+            "This deployment runs no container images of its own (the local stack has no container "
+            "runtime); leave image null to run in the service's worker image.",
+            field="image",
+        )
+    store = _store(services)
+    existing = store.get_environment(account_id, name)
+    if existing is not None:
+        return same_or_conflict(existing, spec), False
+    environment = new_environment(account_id, name, spec, now)
+    try:
+        store.create_environment(environment, MAX_CONCURRENT_BUILDS)
+    except ConditionFailed:
+        existing = store.get_environment(account_id, name)
+        if existing is not None:
+            return same_or_conflict(existing, spec), False
+        raise QuotaExceeded(
+            f"The account already builds {MAX_CONCURRENT_BUILDS} environments at once, the most it may; "
+            "ask again once one is Ready or Failed.",
+            field="name",
+        ) from None
+    builder.start_build(
+        BuildRequest(
+            account_id=account_id,
+            name=name,
+            spec=spec,
+            spec_hash=environment.spec_hash,
+            log_stream_name=environment.log_stream_name,
+        )
+    )
+    logger.info("environment build started", account_id=account_id, environment=name)
+    return environment, True
+
+
+def delete_environment(services: Services, account_id: str, name: str) -> Environment:
+    """``DELETE /environments/{name}``: the environment as it was. A build in progress goes on (another
+    environment may share it) but its report finds nothing. Raises ``NotFound``."""
+    store = _store(services)
+    for _ in range(_SAVE_ATTEMPTS):
+        environment = get_environment(services, account_id, name)
+        try:
+            store.delete_environment(environment)
+        except ConditionFailed:
+            continue
+        return environment
+    raise DependencyFailed(f"environment {name} kept changing while it was deleted")
+
+
+def get_build_log(
+    services: Services, account_id: str, name: str, since: datetime | None, next_token: str | None
+) -> LogPage:
+    """``GET /environments/{name}/log``: the build's output, paged as a job's log is
+    (``functions.logic.queries.get_log``). Raises ``NotFound``, ``ValidationFailed`` for a bad token,
+    ``NotSupported`` where no builder is wired."""
+    environment = get_environment(services, account_id, name)
+    zone = services.zones[_builder(services).zone]
+    return read_log_page(zone.logs, environment.log_stream_name, since, next_token)
+
+
+def record_build(
+    services: Services, account_id: str, name: str, *, spec_hash: str, outcome: BuildOutcome, now: datetime
+) -> Environment | None:
+    """The builder's report: the environment becomes Ready or Failed. Returns it, or None when it is
+    gone or now holds another spec (deleted and asked again); a report delivered twice changes nothing."""
+    store = _store(services)
+    for _ in range(_SAVE_ATTEMPTS):
+        environment = store.get_environment(account_id, name)
+        if environment is None or environment.spec_hash != spec_hash:
+            logger.info("build report for no environment", account_id=account_id, environment=name)
+            return None
+        if environment.status is not EnvironmentStatus.BUILDING:
+            return environment
+        try:
+            saved = store.save_environment(environment, finish(environment, outcome, now))
+        except ConditionFailed:
+            continue
+        logger.info(
+            "environment build ended", account_id=account_id, environment=name, status=saved.status.value
+        )
+        return saved
+    raise DependencyFailed(f"environment {name} kept changing while its build was recorded")
