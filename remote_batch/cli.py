@@ -221,6 +221,8 @@ def submit(  # noqa: PLR0917 (typer maps each parameter to an option)
     is_code_file = len(words) == 1 and words[0].endswith(".py")
     if (code is not None) == bool(words):
         raise typer.BadParameter("give exactly one of --code CODE, FILE.py, or -- CMD ARGS...")
+    if code is not None and not code.strip():
+        raise typer.BadParameter(f"--code {code!r} is empty: give the Python code to run")
     if words and not words[0]:
         # The service refuses it too (400 on command[0]); refused here before anything is sent.
         raise typer.BadParameter("the command's program is empty (''): give -- CMD ARGS... or a FILE.py")

@@ -146,6 +146,7 @@ def test_a_bad_number_or_json_option_is_refused_naming_it_before_any_request(
     ("args", "named"),
     [
         (["submit", "--", ""], "the command's program is empty ('')"),
+        (["submit", "--code", " \n"], "--code ' \\n' is empty"),
         (["submit", "", "--wait"], "the command's program is empty ('')"),
         (["submit", "/tmp"], "'/tmp' is a directory"),
         (["submit", "--", "/tmp", "x"], "'/tmp' is a directory"),
