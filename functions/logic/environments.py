@@ -1,5 +1,6 @@
 """Environments' use cases: ``PUT/GET/DELETE /environments/{name}``, the build log, and the builder's
-report of a build's end (``functions.domain.environments`` holds the rules)."""
+report of a build's end, which releases or ends the jobs waiting for the build (``functions.logic.waits``;
+``functions.domain.environments`` holds the rules)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from functions.domain.environments import (
     EnvironmentStatus,
     check_name,
     check_spec,
+    environment_prerequisite,
     finish,
     new_environment,
     same_or_conflict,
@@ -27,6 +29,8 @@ from functions.domain.errors import (
     QuotaExceeded,
     ValidationFailed,
 )
+from functions.logic import waits
+from functions.logic.environment_waits import stored_environment
 from functions.logic.queries import LogPage, read_log_page
 from functions.ports import BuildRequest, EnvironmentBuilder, EnvironmentRepository, Services
 
@@ -128,9 +132,11 @@ def put_environment(
     return environment, True
 
 
-def delete_environment(services: Services, account_id: str, name: str) -> Environment:
+def delete_environment(services: Services, account_id: str, name: str, now: datetime) -> Environment:
     """``DELETE /environments/{name}``: the environment as it was. A build in progress goes on (another
-    environment may share it) but its report finds nothing. Raises ``NotFound``."""
+    environment may share it) but its report finds nothing; the jobs that waited for it end
+    ``Terminated``, free, saying it was deleted (``waits.prerequisite_settled``). Jobs released before
+    keep the build they were given. Raises ``NotFound``."""
     store = _store(services)
     for _ in range(_SAVE_ATTEMPTS):
         environment = get_environment(services, account_id, name)
@@ -138,8 +144,21 @@ def delete_environment(services: Services, account_id: str, name: str) -> Enviro
             store.delete_environment(environment)
         except ConditionFailed:
             continue
+        if environment.status is EnvironmentStatus.BUILDING:
+            _settle_waiters(services, environment, now)
         return environment
     raise DependencyFailed(f"environment {name} kept changing while it was deleted")
+
+
+def _settle_waiters(services: Services, environment: Environment, now: datetime) -> None:
+    """Release or end the jobs waiting for ``environment`` (it left Building, or is gone). A failure is
+    logged: the meter's backstop settles them later."""
+    try:
+        waits.prerequisite_settled(services, environment_prerequisite(environment), now)
+    except DependencyFailed:
+        logger.exception(
+            "waiting jobs not settled", account_id=environment.account_id, environment=environment.name
+        )
 
 
 def get_build_log(
@@ -154,17 +173,30 @@ def get_build_log(
 
 
 def record_build(
-    services: Services, account_id: str, name: str, *, spec_hash: str, outcome: BuildOutcome, now: datetime
+    services: Services,
+    account_id: str,
+    name: str | None,
+    *,
+    spec_hash: str,
+    outcome: BuildOutcome,
+    now: datetime,
 ) -> Environment | None:
-    """The builder's report: the environment becomes Ready or Failed. Returns it, or None when it is
-    gone or now holds another spec (deleted and asked again); a report delivered twice changes nothing."""
+    """The builder's report: the environment becomes Ready or Failed, then the jobs waiting for it are
+    released (Ready) or end ``Terminated``, free, with its reason (Failed), each once
+    (``waits.prerequisite_settled``). Returns it, or None when it is gone or now holds another spec
+    (deleted and asked again: its waiting jobs ended then); a report delivered twice changes nothing
+    but settles any job a lost Query left waiting. ``name`` is None for an unnamed environment (found
+    by ``spec_hash``)."""
     store = _store(services)
     for _ in range(_SAVE_ATTEMPTS):
-        environment = store.get_environment(account_id, name)
+        environment = stored_environment(services, account_id, name, spec_hash)
         if environment is None or environment.spec_hash != spec_hash:
             logger.info("build report for no environment", account_id=account_id, environment=name)
             return None
         if environment.status is not EnvironmentStatus.BUILDING:
+            # A report delivered again: the jobs it released or ended are settled; any a lost Query
+            # left waiting are settled now.
+            _settle_waiters(services, environment, now)
             return environment
         try:
             saved = store.save_environment(environment, finish(environment, outcome, now))
@@ -173,5 +205,6 @@ def record_build(
         logger.info(
             "environment build ended", account_id=account_id, environment=name, status=saved.status.value
         )
+        _settle_waiters(services, saved, now)
         return saved
     raise DependencyFailed(f"environment {name} kept changing while its build was recorded")

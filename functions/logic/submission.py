@@ -20,7 +20,7 @@ from typing import Any
 from aws_lambda_powertools import Logger
 
 from functions.domain.arrays import child_template, initial_counts, parse_child_job_id
-from functions.domain.environments import JobEnvironment, for_job
+from functions.domain.environments import JobEnvironment, environment_prerequisite, for_job
 from functions.domain.errors import (
     Conflict,
     DependencyFailed,
@@ -39,10 +39,11 @@ from functions.domain.jobs import (
 )
 from functions.domain.machine_classes import GeoZone, MachineClass, machine_class, resolve_geo_zone
 from functions.domain.notifications import NotificationRule, normalize_notifications
+from functions.domain.prerequisites import Prerequisite
 from functions.domain.quotas import QuotaLimits
 from functions.domain.runtime import DEFAULT_PYTHON_VERSION
 from functions.domain.text import JOB_ID_PATTERN, full_match
-from functions.logic import quotas
+from functions.logic import quotas, waits
 from functions.logic.batch_submission import input_key
 from functions.logic.computes import compute_for_job
 from functions.logic.dispatch_requests import enqueue_one, request_admission
@@ -134,6 +135,10 @@ class PreparedSubmission:
     python_version: str = DEFAULT_PYTHON_VERSION
     # The environment the job runs in (None: the worker image's packages).
     environment: JobEnvironment | None = None
+    # What the job waits for before it takes quota (``functions.logic.waits``; empty: nothing) and
+    # what it says meanwhile.
+    waiting_for: tuple[Prerequisite, ...] = ()
+    waiting_reason: str | None = None
 
 
 def prepare_submission(services: Services, account_id: str, request: JobRequest) -> PreparedSubmission:
@@ -172,7 +177,7 @@ def prepare_submission(services: Services, account_id: str, request: JobRequest)
         kind, _ = uploaded_input(services, account_id, request.input_key, zone)
     if kind is None:
         raise ValidationFailed("Give one of code, command, pickle or inputKey.", field="inputKey")
-    environment = _job_environment(services, account_id, request)
+    environment, waiting_for, waiting_reason = _job_environment(services, account_id, request)
     python_version = environment.python if environment else services.python.choose(request.python_version)
     document = _input_document(request, kind)
     ensure_class_available(services, machine.name, zone)
@@ -192,20 +197,28 @@ def prepare_submission(services: Services, account_id: str, request: JobRequest)
         limits=limits,
         python_version=python_version,
         environment=environment,
+        waiting_for=waiting_for,
+        waiting_reason=waiting_reason,
     )
 
 
-def _job_environment(services: Services, account_id: str, request: JobRequest) -> JobEnvironment | None:
-    """The environment ``request`` names, as the job records it; None when it names none.
-    Raises ``ValidationFailed`` (``environment``) for one the account lacks, or one not Ready."""
+def _job_environment(
+    services: Services, account_id: str, request: JobRequest
+) -> tuple[JobEnvironment | None, tuple[Prerequisite, ...], str | None]:
+    """The environment ``request`` names, as the job records it (None when it names none), and, while
+    it builds, the job's prerequisite on it and its waiting reason (``Building environment ml ...``).
+    Raises ``ValidationFailed`` (``environment``) for one the account lacks or one that failed."""
     if request.environment is None:
-        return None
+        return None, (), None
     found = None
     if services.environment_store is not None:
         found = services.environment_store.get_environment(account_id, request.environment)
     if found is None:
         raise ValidationFailed(f"No environment {request.environment} in this account.", field="environment")
-    return for_job(found, request.python_version)
+    chosen = for_job(found, request.python_version)
+    if chosen.hash is not None:
+        return chosen, (), None
+    return chosen, (environment_prerequisite(found),), found.waiting_reason
 
 
 def new_job(
@@ -236,6 +249,7 @@ def new_job(
         submitted_by=request.submitted_by,
         python_version=prepared.python_version,
         environment=prepared.environment,
+        waiting_for=prepared.waiting_for,
     )
 
 
@@ -270,6 +284,10 @@ def submit_job(services: Services, account_id: str, request: JobRequest, now: da
         S3 or DynamoDB failed; nothing is left behind.
     """
     prepared = prepare_submission(services, account_id, request)
+    if prepared.waiting_for:
+        if prepared.compute is None:
+            quotas.check_submit(services, account_id, prepared.machine, prepared.zone, limits=prepared.limits)
+        return _submit_waiting(services, new_job(account_id, request, prepared, now), prepared, now)
     if prepared.compute is not None:
         return _submit_to_compute(services, account_id, request, prepared, now)
     demand, limits = quotas.check_submit(
@@ -308,6 +326,28 @@ def submit_job(services: Services, account_id: str, request: JobRequest, now: da
         return job  # held as written: the dispatcher admits it later
     # Without a queue the admission ran here and may have sent (or ended) it: read it.
     return services.store.get_job(job.job_id) or job
+
+
+def _submit_waiting(services: Services, job: Job, prepared: PreparedSubmission, now: datetime) -> Job:
+    """Create a job that waits for its prerequisites (its environment builds): its input goes to S3,
+    the job is written ``Waiting``, holding no quota (``waits.submit_waiting``), and is released into
+    the quota's admission once they hold (or ends ``Terminated``, free, when one cannot).
+
+    Raises ``DependencyFailed`` (S3 or DynamoDB failed; nothing is left behind).
+    """
+    zone_services = services.zones[prepared.zone]
+    zone_services.blobs.put(input_key(job.job_id), json.dumps(prepared.document).encode(), "application/json")
+    try:
+        stored = waits.submit_waiting(services, job, prepared.waiting_reason or "Waiting", now)
+    except Exception:
+        zone_services.blobs.delete_prefix(f"inputs/{job.job_id}/")
+        raise
+    services.events.count("JobsSubmitted")
+    logger.info("job accepted", job_id=job.job_id, machine_class=prepared.machine.name, waiting=True)
+    if services.dispatch.inline and not stored.is_waiting:
+        # Released (or ended) at once, and without a queue admitted here: read what that wrote.
+        return services.store.get_job(job.job_id) or stored
+    return stored
 
 
 def _submit_to_compute(

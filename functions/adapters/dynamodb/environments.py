@@ -4,6 +4,8 @@ environment is a named resource of one account (partition ``accountId``).
 Items of one account:
 
 - ``environment#<name>``: one environment; ``version`` guards every write.
+- ``unnamed-environment#<specHash>``: an environment a job asked for inline (``POST /jobs`` with an
+  ``environment`` spec), found again by its spec's hash; ``GET /environments`` does not list it.
 - ``environments#building``: ``building``, how many of the account's environments are Building; moved
   in the same ``TransactWriteItems`` as an environment's creation (conditional on the quota), its end
   and its deletion while Building, so the count and the environments never disagree.
@@ -28,17 +30,28 @@ if TYPE_CHECKING:  # the stubs are a dev dependency; the Lambda runtime has no n
     from mypy_boto3_dynamodb.type_defs import TransactWriteItemTypeDef
 
 _BUILDING_ENTRY = "environments#building"
+_UNNAMED_PREFIX = "unnamed-environment#"
 
 
 def _key(account_id: str, name: str) -> dict[str, Any]:
     return {"accountId": account_id, "entry": f"environment#{name}"}
 
 
+def _unnamed_key(account_id: str, digest: str) -> dict[str, Any]:
+    return {"accountId": account_id, "entry": f"{_UNNAMED_PREFIX}{digest}"}
+
+
+def _record_key(environment: Environment) -> dict[str, Any]:
+    if environment.name is None:
+        return _unnamed_key(environment.account_id, environment.spec_hash)
+    return _key(environment.account_id, environment.name)
+
+
 def environment_to_item(environment: Environment) -> dict[str, Any]:
     """The item (plain values) of an environment; None values are left out when serialized."""
     spec = environment.spec
     return {
-        **_key(environment.account_id, environment.name),
+        **_record_key(environment),
         "name": environment.name,
         "spec": json.dumps(
             {
@@ -69,7 +82,7 @@ def environment_from_item(item: dict[str, Any]) -> Environment:
         ready_at: datetime | None = from_sortable(item["readyAt"]) if item.get("readyAt") else None
         return Environment(
             account_id=item["accountId"],
-            name=item["name"],
+            name=item.get("name"),
             spec=EnvironmentSpec(
                 python=spec["python"],
                 requirements=tuple(spec["requirements"]),
@@ -127,6 +140,17 @@ class DynamoEnvironmentStore:
         with store_errors("GetItem"):
             response = self._db.get_item(
                 TableName=self._table, Key=serialize_item(_key(account_id, name)), ConsistentRead=True
+            )
+        item = response.get("Item")
+        return environment_from_item(deserialize_item(item)) if item else None
+
+    def get_unnamed_environment(self, account_id: str, digest: str) -> Environment | None:
+        """The account's unnamed environment of spec hash ``digest`` (strongly consistent), or None."""
+        with store_errors("GetItem"):
+            response = self._db.get_item(
+                TableName=self._table,
+                Key=serialize_item(_unnamed_key(account_id, digest)),
+                ConsistentRead=True,
             )
         item = response.get("Item")
         return environment_from_item(deserialize_item(item)) if item else None
@@ -201,7 +225,7 @@ class DynamoEnvironmentStore:
             {
                 "Delete": {
                     "TableName": self._table,
-                    "Key": serialize_item(_key(before.account_id, before.name)),
+                    "Key": serialize_item(_record_key(before)),
                     "ConditionExpression": "#v = :v",
                     "ExpressionAttributeNames": {"#v": "version"},
                     "ExpressionAttributeValues": {":v": serialize_value(before.version)},

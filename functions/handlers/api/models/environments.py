@@ -112,7 +112,8 @@ def environment_view(environment: Environment) -> EnvironmentView:
     """Map an environment."""
     spec = environment.spec
     return EnvironmentView(
-        name=environment.name,
+        # Only named environments reach /environments (an unnamed one is a job's inline spec).
+        name=environment.name or "",
         python=spec.python,
         requirements=list(spec.requirements),
         indexUrl=spec.index_url,

@@ -219,8 +219,11 @@ class NotificationRecordView(ApiModel):
 class JobEnvironmentView(ApiModel):
     """The environment a job runs in: its name, its build's hash and its Python."""
 
-    name: str
-    hash: str
+    name: str | None = Field(description="The environment's name; null for one given inline (a spec).")
+    hash: str | None = Field(
+        description="Its build's identity (GET /environments/{name}'s hash); null while the job waits "
+        "for the build."
+    )
     python: str
 
 
