@@ -23,9 +23,10 @@ the job's own times:
    (``recovery_arrays``).
 4. A job AWS Batch was never given (waiting for its environment's build, held for quota, admitted, or
    claimed by the dispatcher with no Batch job id recorded) is not stopped: it is what the deployed
-   dispatch queue (SQS, durable) would still hold, so it is resumed (``resume_undispatched``): a claim is given back, admitted jobs are
-   enqueued again and their accounts' held jobs admitted, a waiting one judged again against its
-   prerequisites (``waits.settle``). Only the in-memory queue's messages died.
+   dispatch queue (SQS, durable) would still hold, so it is resumed (``resume_undispatched``): a
+   claim is given back, admitted jobs are enqueued again and their accounts' held jobs admitted, a
+   waiting one judged again against its prerequisites (``waits.settle``). Only the in-memory queue's
+   messages died.
    An array admitted span by span is resumed likewise, span by span (``array_dispatch.resume_array``):
    its claimed spans given back, its admitted spans enqueued, its held children admitted; the spans
    AWS Batch had are settled by rule 3.
