@@ -864,8 +864,12 @@ class EnvironmentRepository(Protocol):
     def get_unnamed_environment(self, account_id: str, digest: str) -> Environment | None:
         """The account's unnamed environment (asked for inline by a job) of spec hash ``digest``, or None."""
 
-    def list_environments(self, account_id: str) -> list[Environment]:
-        """The account's named environments, by name."""
+    def list_environments(
+        self, account_id: str, limit: int, next_token: str | None
+    ) -> tuple[list[Environment], str | None]:
+        """A page of at most ``limit`` of the account's named environments by name, and the next page's
+        token (None on the last). Raises ``ValidationFailed`` (``nextToken``) for a token it did not
+        issue for this account."""
 
     def save_environment(self, before: Environment, after: Environment) -> Environment:
         """Store ``after`` if the stored version is ``before.version`` (uncounting a build that ended);
