@@ -853,10 +853,13 @@ class EnvironmentRepository(Protocol):
     ``ConditionFailed`` (re-read, retry). Nothing here returns a DynamoDB item.
     """
 
-    def create_environment(self, environment: Environment, max_building: int) -> None:
-        """Write a new, Building environment, counted among the account's builds only while fewer than
-        ``max_building`` are, in one transaction. Raises ``ConditionFailed`` when the name is taken or
-        the count is full (nothing written)."""
+    def create_environment(
+        self, environment: Environment, max_building: int, replacing: Environment | None = None
+    ) -> None:
+        """Write a new, Building environment (with ``replacing``: over that stored record, at its
+        version), counted among the account's builds only while fewer than ``max_building`` are, in
+        one transaction. Raises ``ConditionFailed`` when the name is taken (the record changed) or the
+        count is full (nothing written)."""
 
     def get_environment(self, account_id: str, name: str) -> Environment | None:
         """The environment (strongly consistent), or None."""

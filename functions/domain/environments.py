@@ -22,7 +22,7 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from enum import StrEnum
 from urllib.parse import urlsplit
 
@@ -46,6 +46,12 @@ MAX_URL_CHARS = 2048
 BUILD_TIME_LIMIT_SECONDS = 30 * 60
 #: A build whose installed files take more fails (bytes, unpacked): 10 GiB.
 BUILD_SIZE_LIMIT_BYTES = 10 * 1024**3
+#: How long an unnamed environment (a job's inline spec) is kept after it was asked for: the next job
+#: with the same spec after that asks for it again (its build is reused when its lock is the same).
+UNNAMED_RETENTION = timedelta(days=30)
+#: How long an unnamed environment that failed refuses jobs asking for it (400 on ``environment``);
+#: after that the next one builds it again (a failure may have been the index's, not the spec's).
+UNNAMED_RETRY_AFTER = timedelta(minutes=10)
 #: The worker's variable naming the build (:func:`build_hash`) of the job's environment: the job side
 #: runs with that build's packages and none of the image's.
 ENVIRONMENT_HASH_VARIABLE = "REMOTE_BATCH_ENVIRONMENT_HASH"
@@ -128,13 +134,13 @@ def build_hash(python: str, lock: str, platform: str) -> str:
     return _sha256({"python": python, "lock": lock, "platform": platform})
 
 
-def check_name(name: str) -> str:
-    """``name`` if it matches :data:`NAME_PATTERN`; else ``ValidationFailed`` on ``name``."""
+def check_name(name: str, field_name: str = "name") -> str:
+    """``name`` if it matches :data:`NAME_PATTERN`; else ``ValidationFailed`` on ``field_name``."""
     if not re.fullmatch(NAME_PATTERN, name):
         raise ValidationFailed(
             f"Environment name {name[:80]!r} must be 2 to 64 letters, digits, '.', '_' or '-', "
             "starting with a letter.",
-            field="name",
+            field=field_name,
         )
     return name
 
@@ -337,6 +343,18 @@ def for_job(environment: Environment, python_version: str | None) -> JobEnvironm
     return JobEnvironment(environment.name, environment.hash if ready else None, environment.spec.python)
 
 
+def for_job_spec(spec: EnvironmentSpec, python_version: str | None) -> JobEnvironment:
+    """What a job records of an inline spec before its unnamed environment exists (no name, no hash).
+    Raises ``ValidationFailed`` (``pythonVersion``) when the request names another Python."""
+    if python_version is not None and python_version != spec.python:
+        raise ValidationFailed(
+            f"The inline environment runs Python {spec.python}, not {python_version}; submit from that "
+            "version or give another python.",
+            field="pythonVersion",
+        )
+    return JobEnvironment(None, None, spec.python)
+
+
 def environment_prerequisite(environment: Environment) -> Prerequisite:
     """What a job submitted while ``environment`` builds waits for: that environment of that account
     with that spec (``<accountId>/<name>/<specHash>``, the name empty for an unnamed one), so one
@@ -393,6 +411,23 @@ def new_environment(account_id: str, name: str | None, spec: EnvironmentSpec, no
         created_at=now,
         log_stream_name=stream,
     )
+
+
+def unnamed_expires_at(environment: Environment) -> datetime:
+    """When an unnamed environment's record goes (its creation + :data:`UNNAMED_RETENTION`)."""
+    return environment.created_at + UNNAMED_RETENTION
+
+
+def reusable(environment: Environment, now: datetime) -> bool:
+    """Whether a job asking for an unnamed environment's spec at ``now`` takes this record (Building,
+    Ready, or Failed less than :data:`UNNAMED_RETRY_AFTER` ago, and not past its retention) or asks
+    for it again (a new build replaces it). One still Building is always taken."""
+    if environment.status is EnvironmentStatus.BUILDING:
+        return True
+    if now >= unnamed_expires_at(environment):
+        return False
+    failed_at = environment.ready_at or environment.created_at
+    return environment.status is not EnvironmentStatus.FAILED or now < failed_at + UNNAMED_RETRY_AFTER
 
 
 def same_or_conflict(existing: Environment, spec: EnvironmentSpec) -> Environment:

@@ -39,6 +39,7 @@ from functions.logic.submission import (
     new_job,
     prepare_submission,
     submit_job,
+    with_inline_environment,
 )
 from functions.logic.uploads import uploaded_items
 from functions.ports import Services
@@ -106,6 +107,7 @@ def submit_array(services: Services, account_id: str, request: JobRequest, now: 
         # One child's demand: an array is admitted a span at a time, so only a child that could never
         # fit is refused.
         quota = quotas.check_submit(services, account_id, prepared.machine, zone)
+    prepared = with_inline_environment(services, account_id, prepared, now)
     parent = new_job(account_id, request, prepared, now, array_size=size)
     zone_services = services.zones[zone]
     inputs = f"inputs/{parent.job_id}/"

@@ -25,35 +25,16 @@ from functions.domain.errors import (
     ConditionFailed,
     DependencyFailed,
     NotFound,
-    NotSupported,
     QuotaExceeded,
     ValidationFailed,
 )
 from functions.logic import waits
 from functions.logic.environment_waits import stored_environment
+from functions.logic.inline_environments import SAVE_ATTEMPTS, environment_builder, environment_store
 from functions.logic.queries import LogPage, read_log_page
-from functions.ports import BuildRequest, EnvironmentBuilder, EnvironmentRepository, Services
+from functions.ports import BuildRequest, Services
 
 logger = Logger(child=True)
-# A conditional write retried after a lost race (a report and a delete racing) before giving up.
-_SAVE_ATTEMPTS = 5
-
-
-def _store(services: Services) -> EnvironmentRepository:
-    if services.environment_store is None:
-        raise DependencyFailed("environments are not configured in this deployment")
-    return services.environment_store
-
-
-def _builder(services: Services) -> EnvironmentBuilder:
-    """The deployment's builder. Raises ``NotSupported`` (501) where none is wired (the cloud
-    deployment so far): environments are built on the local stack only."""
-    if services.environment_builder is None:
-        raise NotSupported(
-            "This deployment does not build environments yet; submit jobs without environment to run "
-            "with the worker image's packages."
-        )
-    return services.environment_builder
 
 
 def not_found(name: str) -> NotFound:
@@ -63,7 +44,7 @@ def not_found(name: str) -> NotFound:
 
 def get_environment(services: Services, account_id: str, name: str) -> Environment:
     """``GET /environments/{name}``. Raises ``NotFound`` (another account's environment too)."""
-    environment = _store(services).get_environment(account_id, check_name(name))
+    environment = environment_store(services).get_environment(account_id, check_name(name))
     if environment is None:
         raise not_found(name)
     return environment
@@ -74,7 +55,7 @@ def list_environments(
 ) -> tuple[list[Environment], str | None]:
     """``GET /environments``: a page of at most ``limit`` of the account's environments by name, and
     the next page's token. Raises ``ValidationFailed`` (``nextToken``)."""
-    return _store(services).list_environments(account_id, limit, next_token)
+    return environment_store(services).list_environments(account_id, limit, next_token)
 
 
 def put_environment(
@@ -97,7 +78,7 @@ def put_environment(
     QuotaExceeded
         The account already has ``MAX_CONCURRENT_BUILDS`` environments Building.
     """
-    builder = _builder(services)
+    builder = environment_builder(services)
     check_name(name)
     check_spec(spec, services.python, allow_http=services.allow_http_indexes)
     if spec.image is not None and not builder.runs_images:
@@ -106,7 +87,7 @@ def put_environment(
             "runtime); leave image null to run in the service's worker image.",
             field="image",
         )
-    store = _store(services)
+    store = environment_store(services)
     existing = store.get_environment(account_id, name)
     if existing is not None:
         return same_or_conflict(existing, spec), False
@@ -140,8 +121,8 @@ def delete_environment(services: Services, account_id: str, name: str, now: date
     environment may share it) but its report finds nothing; the jobs that waited for it end
     ``Terminated``, free, saying it was deleted (``waits.prerequisite_settled``). Jobs released before
     keep the build they were given. Raises ``NotFound``."""
-    store = _store(services)
-    for _ in range(_SAVE_ATTEMPTS):
+    store = environment_store(services)
+    for _ in range(SAVE_ATTEMPTS):
         environment = get_environment(services, account_id, name)
         try:
             store.delete_environment(environment)
@@ -171,7 +152,7 @@ def get_build_log(
     (``functions.logic.queries.get_log``). Raises ``NotFound``, ``ValidationFailed`` for a bad token,
     ``NotSupported`` where no builder is wired."""
     environment = get_environment(services, account_id, name)
-    zone = services.zones[_builder(services).zone]
+    zone = services.zones[environment_builder(services).zone]
     return read_log_page(zone.logs, environment.log_stream_name, since, next_token)
 
 
@@ -190,8 +171,8 @@ def record_build(
     (deleted and asked again: its waiting jobs ended then); a report delivered twice changes nothing
     but settles any job a lost Query left waiting. ``name`` is None for an unnamed environment (found
     by ``spec_hash``)."""
-    store = _store(services)
-    for _ in range(_SAVE_ATTEMPTS):
+    store = environment_store(services)
+    for _ in range(SAVE_ATTEMPTS):
         environment = stored_environment(services, account_id, name, spec_hash)
         if environment is None or environment.spec_hash != spec_hash:
             logger.info("build report for no environment", account_id=account_id, environment=name)

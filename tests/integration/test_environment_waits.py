@@ -235,3 +235,48 @@ def test_a_released_job_waits_for_quota_like_any_other(
     # When the running job ends, the released one is admitted and sent.
     finish(stack, running["jobId"])
     assert [s.job_name for s in _submissions(stack)] == [running["jobId"], waiting["jobId"]]
+
+
+# -- inline specs: an unnamed environment by the spec's hash ---------------------------------------------
+def test_the_same_inline_spec_twice_is_one_environment_and_one_build(
+    stack: Stack, builder: RecordingEnvironmentBuilder
+) -> None:
+    first = _submit(stack, environment=SPEC)
+    second = _submit(stack, environment={**SPEC, "requirements": ["six == 1.16.0", "numpy==2.1.*"]})
+    inline = "Building the inline environment (Python 3.12, 2 packages)"
+    assert (first["statusReason"], second["statusReason"]) == (inline, inline)
+    assert first["environment"] == {"name": None, "hash": None, "python": "3.12"}
+    [request] = builder.requests
+    assert request.name is None
+    # Unnamed: not listed among the account's environments.
+    assert stack.api("GET", "/environments")[1]["environments"] == []
+    _report(stack, request, READY)
+    for job in (first, second):
+        released = stack.api("GET", f"/jobs/{job['jobId']}")[1]
+        assert released["environment"] == {"name": None, "hash": "f" * 64, "python": "3.12"}
+    assert len(_submissions(stack)) == 2
+    # Once Ready, a job with that spec runs at once, without a build.
+    third = _submit(stack, environment=SPEC)
+    assert third["environment"]["hash"] == "f" * 64 and len(builder.requests) == 1
+    assert len(_submissions(stack)) == 3
+
+
+def test_a_failed_inline_environment_refuses_jobs_for_a_while_then_builds_again(
+    stack: Stack, builder: RecordingEnvironmentBuilder
+) -> None:
+    job = _submit(stack, environment=SPEC)
+    _report(stack, builder.requests[0], BROKEN)
+    ended = stack.api("GET", f"/jobs/{job['jobId']}")[1]
+    assert ended["status"] == "Terminated"
+    assert (
+        ended["statusReason"]
+        == "The inline environment failed: No solution found when resolving dependencies"
+    )
+    assert Decimal(ended["creditsSpent"]) == Decimal("0") and _job_entries(stack) == []
+    status, refused = stack.api("POST", "/jobs", body={"code": "1", "environment": SPEC})
+    assert status == 400 and refused["error"]["field"] == "environment"
+    stack.clock.advance(timedelta(minutes=11).total_seconds())
+    again = _submit(stack, environment=SPEC)
+    assert again["status"] == "Queued" and len(builder.requests) == 2
+    _report(stack, builder.requests[1], READY)
+    assert stack.api("GET", f"/jobs/{again['jobId']}")[1]["environment"]["hash"] == "f" * 64
