@@ -116,6 +116,30 @@ class EnvironmentSpec:
         }
 
 
+def _amount(value: float, unit: str) -> str:
+    return f"{value:g} {unit}" if value == 1 else f"{value:g} {unit}s"
+
+
+def time_limit_reason(limit_seconds: float) -> str:
+    """Why a build over its time limit failed: ``the build took longer than its time limit of 30
+    minutes`` (seconds below a minute)."""
+    amount = (
+        _amount(limit_seconds / 60, "minute") if limit_seconds >= 60 else _amount(limit_seconds, "second")
+    )
+    return f"the build took longer than its time limit of {amount}"
+
+
+def size_limit_reason(size_bytes: int, limit_bytes: int) -> str:
+    """Why a build over its size limit failed: ``the installed packages take 12.3 GiB, over the size
+    limit of 10 GiB unpacked`` (bytes below a GiB; ``size_bytes`` what was measured when it stopped,
+    at least that much)."""
+    if limit_bytes >= 1024**3:
+        taken, limit = f"{size_bytes / 1024**3:.1f} GiB", f"{limit_bytes / 1024**3:g} GiB"
+    else:
+        taken, limit = f"{size_bytes} bytes", f"{limit_bytes} bytes"
+    return f"the installed packages take {taken}, over the size limit of {limit} unpacked"
+
+
 def _sha256(value: object) -> str:
     text = json.dumps(value, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()

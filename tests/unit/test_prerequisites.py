@@ -9,6 +9,8 @@ from datetime import UTC, datetime
 import pytest
 
 from functions.domain.environments import (
+    BUILD_SIZE_LIMIT_BYTES,
+    BUILD_TIME_LIMIT_SECONDS,
     BuildOutcome,
     EnvironmentSpec,
     environment_prerequisite,
@@ -16,6 +18,8 @@ from functions.domain.environments import (
     new_environment,
     parse_environment_prerequisite,
     prerequisite_state,
+    size_limit_reason,
+    time_limit_reason,
 )
 from functions.domain.prerequisites import (
     Prerequisite,
@@ -108,3 +112,22 @@ def test_an_unnamed_environment_says_so() -> None:
     assert inline.waiting_reason == "Building the inline environment (Python 3.12, 2 packages)"
     failed = finish(inline, BuildOutcome(None, error="No solution"), NOW)
     assert failed.status_reason == "The inline environment failed: No solution"
+
+
+@pytest.mark.parametrize(
+    ("seconds", "reason"),
+    [
+        (1800, "the build took longer than its time limit of 30 minutes"),
+        (60, "the build took longer than its time limit of 1 minute"),
+        (0.5, "the build took longer than its time limit of 0.5 seconds"),
+    ],
+)
+def test_the_time_limit_names_itself(seconds: float, reason: str) -> None:
+    assert time_limit_reason(seconds) == reason
+
+
+def test_the_size_limit_names_itself() -> None:
+    assert size_limit_reason(13 * 1024**3, BUILD_SIZE_LIMIT_BYTES) == (
+        "the installed packages take 13.0 GiB, over the size limit of 10 GiB unpacked"
+    )
+    assert BUILD_TIME_LIMIT_SECONDS == 30 * 60
