@@ -16,7 +16,7 @@ from tests.integration.conftest import Stack
 SPEC: dict[str, Any] = {"python": "3.12", "requirements": ["six==1.16.0"]}
 
 # (what is wrong, the spec's change, the field it names in a spec)
-BAD_SPECS = [
+BAD_SPECS: list[tuple[str, dict[str, Any], str]] = [
     ("unknown Python version", {"python": "3.9"}, "python"),
     ("unparsable requirement line", {"requirements": ["six==1.16.0", "numpy==>2"]}, "requirements[1]"),
     ("index URL not https", {"indexUrl": "http://pypi.example.com/simple"}, "indexUrl"),

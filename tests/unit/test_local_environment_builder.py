@@ -79,7 +79,7 @@ class Reports:
         self.done = threading.Semaphore(0)
 
     def __call__(self, request: BuildRequest, outcome: BuildOutcome) -> None:
-        self.outcomes[request.name] = outcome
+        self.outcomes[request.name or request.spec_hash] = outcome
         self.done.release()
 
     def wait(self, count: int = 1) -> None:
