@@ -56,6 +56,8 @@ def _cases() -> list[Any]:
     cases.append(pytest.param("PUT", "/environments/9lives", SPEC, "name", id="put-name over the pattern"))
     body = {"code": "1", "environment": "9lives"}
     cases.append(pytest.param("POST", "/jobs", body, "environment", id="job-name over the pattern"))
+    body = {"code": "1", "environment": 5}
+    cases.append(pytest.param("POST", "/jobs", body, "environment", id="job-neither name nor spec"))
     return cases
 
 

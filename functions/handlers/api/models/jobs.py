@@ -143,7 +143,10 @@ class SubmitJobBody(ApiModel):
         "pythonVersions (the SDK sends its own, so a pickled function runs in the version that made it); "
         "default GET /runtime's pythonVersion. Another version is refused (400, field pythonVersion).",
     )
-    environment: str | dict[str, Any] | None = Field(
+    # A name or an inline spec (read as EnvironmentSpecBody by the route, naming its bad fields
+    # ``environment.<field>``): typed here only by the schema below, so a value of another type is
+    # one error on ``environment``.
+    environment: Any = Field(
         default=None,
         description="Extension: the environment to run in: its Python and packages, and nothing of the "
         "worker image's. The name of one of the account's environments (PUT /environments/{name}), or "
@@ -160,6 +163,13 @@ class SubmitJobBody(ApiModel):
             ]
         },
     )
+
+    @field_validator("environment")
+    @classmethod
+    def _name_or_spec(cls, value: Any) -> str | dict[str, Any] | None:
+        if value is not None and not isinstance(value, str | dict):
+            raise ValueError("give an environment's name or an inline spec object")
+        return value
 
     @field_validator("arrayItemsKey")
     @classmethod
