@@ -27,6 +27,7 @@ from functions.domain.jobs import (
     Transition,
 )
 from functions.domain.machine_classes import GeoZone, MachineClass
+from functions.domain.prerequisites import Prerequisite
 from functions.domain.presumed import PresumedTransition
 from functions.domain.quotas import Demand, HeldJob, QuotaKey, QuotaLimits, Usage
 from functions.domain.roles import AccountMembers, Member
@@ -319,6 +320,25 @@ class JobRepository(Protocol):
     def record_dispatch(self, job_id: str, batch_job_id: str, *, clear_reason: bool = False) -> Job | None:
         """Record SubmitJob's Batch job id and ``Dispatched`` (``clear_reason``: and remove the
         ``statusReason`` a parked job waited with); the job after the write, or None."""
+
+    # -- jobs waiting for prerequisites (``functions.logic.waits``) ---------------------------------
+    def create_waiting_job(self, job: Job) -> None:
+        """Create a job ``Waiting`` for ``job.waiting_for`` (holding no quota) and one wait item per
+        prerequisite. Raises ``ConditionFailed`` when the id exists (nothing written)."""
+
+    def list_waiters(self, prerequisite: Prerequisite) -> Iterable[str]:
+        """The ids of the jobs with a wait item for ``prerequisite`` (some may no longer wait)."""
+
+    def delete_waits(self, job_id: str, prerequisites: Sequence[Prerequisite]) -> None:
+        """Delete the job's wait items for ``prerequisites``."""
+
+    def release_waiting_job(self, released: Job) -> bool:
+        """Store the release of a ``Waiting`` job as ``released`` has it (``Held``, counted as queued;
+        ``Admitted`` on a dedicated compute), only while it still waits: False, nothing written, when
+        another writer released or ended it first."""
+
+    def set_wait_reason(self, job_id: str, reason: str) -> None:
+        """Set a waiting job's ``statusReason`` (no-op once it no longer waits)."""
 
     def list_waiting_job_ids(self, machine_class: str, geo_zone: GeoZone) -> tuple[list[str], list[str]]:
         """(single jobs still ``Queued``, unfinished arrays) of ``machine_class`` in ``geo_zone``: their
@@ -833,18 +853,24 @@ class EnvironmentRepository(Protocol):
     ``ConditionFailed`` (re-read, retry). Nothing here returns a DynamoDB item.
     """
 
-    def create_environment(self, environment: Environment, max_building: int) -> None:
-        """Write a new, Building environment, counted among the account's builds only while fewer than
-        ``max_building`` are, in one transaction. Raises ``ConditionFailed`` when the name is taken or
-        the count is full (nothing written)."""
+    def create_environment(
+        self, environment: Environment, max_building: int, replacing: Environment | None = None
+    ) -> None:
+        """Write a new, Building environment (with ``replacing``: over that stored record, at its
+        version), counted among the account's builds only while fewer than ``max_building`` are, in
+        one transaction. Raises ``ConditionFailed`` when the name is taken (the record changed) or the
+        count is full (nothing written)."""
 
     def get_environment(self, account_id: str, name: str) -> Environment | None:
         """The environment (strongly consistent), or None."""
 
+    def get_unnamed_environment(self, account_id: str, digest: str) -> Environment | None:
+        """The account's unnamed environment (asked for inline by a job) of spec hash ``digest``, or None."""
+
     def list_environments(
         self, account_id: str, limit: int, next_token: str | None
     ) -> tuple[list[Environment], str | None]:
-        """A page of at most ``limit`` of the account's environments by name, and the next page's
+        """A page of at most ``limit`` of the account's named environments by name, and the next page's
         token (None on the last). Raises ``ValidationFailed`` (``nextToken``) for a token it did not
         issue for this account."""
 
@@ -866,7 +892,7 @@ class BuildRequest:
     """
 
     account_id: str
-    name: str
+    name: str | None
     spec: EnvironmentSpec
     spec_hash: str
     log_stream_name: str

@@ -12,8 +12,10 @@ before it is taken and removed once reported, so a stack stopped mid-build build
 (:meth:`LocalEnvironmentBuilder.resume`).
 
 Limits (``functions.domain.environments``): the whole build (resolution and installation) has
-``BUILD_TIME_LIMIT_SECONDS``; the installed files ``BUILD_SIZE_LIMIT_BYTES`` (measured once installed,
-then removed when over). Each failure's reason names the limit.
+``BUILD_TIME_LIMIT_SECONDS``; the installed files ``BUILD_SIZE_LIMIT_BYTES``, measured while uv installs
+(every ``WATCH_SECONDS``: uv is killed as soon as they are over, before they can fill the disk) and once
+installed; what was installed is removed. Each failure's reason names the limit
+(``time_limit_reason``, ``size_limit_reason``).
 """
 
 from __future__ import annotations
@@ -41,6 +43,8 @@ from functions.domain.environments import (
     EnvironmentSpec,
     Package,
     build_hash,
+    size_limit_reason,
+    time_limit_reason,
 )
 from functions.domain.machine_classes import GeoZone
 from functions.ports import BuildRequest
@@ -54,6 +58,8 @@ log = logging.getLogger(__name__)
 __all__ = ["PLATFORM", "BuildFailed", "LocalEnvironmentBuilder", "first_error_line", "parse_lock"]
 #: Builds at once (each is mostly waiting on the index and the disk).
 BUILD_WORKERS = 2
+#: How often a running uv is checked against the limits (seconds).
+WATCH_SECONDS = 0.2
 _MANIFEST = "manifest.json"
 _REQUESTS = ".requests"
 
@@ -245,14 +251,12 @@ class LocalEnvironmentBuilder:
                 ],
                 lines,
                 deadline,
+                watch=lambda: self._over_size(partial / "site"),
             )
             (partial / "site").mkdir(exist_ok=True)
             size = folder_bytes(partial / "site")
             if size > self._size_limit:
-                raise BuildFailed(
-                    f"the installed packages take {size / 1024**3:.1f} GiB, over the size limit of "
-                    f"{self._size_limit / 1024**3:g} GiB"
-                )
+                raise BuildFailed(size_limit_reason(size, self._size_limit))
             manifest = {"python": spec.python, "platform": PLATFORM, "sizeBytes": size}
             (partial / _MANIFEST).write_text(json.dumps(manifest))
             partial.rename(folder)
@@ -261,32 +265,52 @@ class LocalEnvironmentBuilder:
             shutil.rmtree(partial, ignore_errors=True)
 
     def _uv_run(
-        self, arguments: Sequence[str], lines: _StreamWriter, deadline: float, stdin: str = ""
+        self,
+        arguments: Sequence[str],
+        lines: _StreamWriter,
+        deadline: float,
+        stdin: str = "",
+        watch: Callable[[], str | None] | None = None,
     ) -> str:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            raise BuildFailed(self._over_time())
+        """Run uv with ``arguments`` until ``deadline`` (``time.monotonic``); every ``WATCH_SECONDS``
+        while it runs, ``watch`` may name a limit it broke (the installed size). Either stops it
+        (killed) and fails the build with that limit's reason; so does its failing, with its first
+        error line. Returns its stdout."""
+        if deadline - time.monotonic() <= 0:
+            raise BuildFailed(time_limit_reason(self._time_limit))
         environ = {**os.environ, "UV_PYTHON_DOWNLOADS": "never", "NO_COLOR": "1"}
-        try:
-            done = subprocess.run(  # noqa: S603 - uv with the spec's checked requirements and URLs
-                [self._uv, *arguments],
-                input=stdin,
-                capture_output=True,
-                text=True,
-                timeout=remaining,
-                env=environ,
-                check=False,
-            )
-        except subprocess.TimeoutExpired:
-            raise BuildFailed(self._over_time()) from None
-        for line in done.stderr.splitlines():
+        process = subprocess.Popen(  # noqa: S603 - uv with the spec's checked requirements and URLs
+            [self._uv, *arguments],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=environ,
+        )
+        given: str | None = stdin
+        while True:
+            remaining = deadline - time.monotonic()
+            try:
+                stdout, stderr = process.communicate(given, timeout=max(0.0, min(WATCH_SECONDS, remaining)))
+                break
+            except subprocess.TimeoutExpired:
+                given = None  # sent by the first call; the later ones only read
+                broken = time_limit_reason(self._time_limit) if remaining <= WATCH_SECONDS else None
+                broken = broken or (watch() if watch is not None else None)
+                if broken is not None:
+                    process.kill()
+                    process.communicate()
+                    raise BuildFailed(broken) from None
+        for line in stderr.splitlines():
             lines.write(line)
-        if done.returncode != 0:
-            raise BuildFailed(first_error_line(done.stderr))
-        return done.stdout
+        if process.returncode != 0:
+            raise BuildFailed(first_error_line(stderr))
+        return stdout
 
-    def _over_time(self) -> str:
-        return f"the build took longer than its time limit of {self._time_limit / 60:g} minutes"
+    def _over_size(self, site: Path) -> str | None:
+        """The size limit's reason once what is installed under ``site`` so far exceeds it."""
+        size = _folder_bytes(site) if site.is_dir() else 0
+        return size_limit_reason(size, self._size_limit) if size > self._size_limit else None
 
     @contextmanager
     def _hash_lock(self, digest: str) -> Iterator[None]:

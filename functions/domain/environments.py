@@ -22,13 +22,14 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from enum import StrEnum
 from urllib.parse import urlsplit
 
 from packaging.requirements import InvalidRequirement, Requirement
 
 from functions.domain.errors import Conflict, ValidationFailed
+from functions.domain.prerequisites import Prerequisite, PrerequisiteKind, PrerequisiteState, Standing
 from functions.domain.runtime import PythonRuntime
 
 #: An environment's name: a letter, then letters, digits, ``-``, ``_`` or ``.``; 2 to 64 characters.
@@ -45,6 +46,12 @@ MAX_URL_CHARS = 2048
 BUILD_TIME_LIMIT_SECONDS = 30 * 60
 #: A build whose installed files take more fails (bytes, unpacked): 10 GiB.
 BUILD_SIZE_LIMIT_BYTES = 10 * 1024**3
+#: How long an unnamed environment (a job's inline spec) is kept after it was asked for: the next job
+#: with the same spec after that asks for it again (its build is reused when its lock is the same).
+UNNAMED_RETENTION = timedelta(days=30)
+#: How long an unnamed environment that failed refuses jobs asking for it (400 on ``environment``);
+#: after that the next one builds it again (a failure may have been the index's, not the spec's).
+UNNAMED_RETRY_AFTER = timedelta(minutes=10)
 #: The worker's variable naming the build (:func:`build_hash`) of the job's environment: the job side
 #: runs with that build's packages and none of the image's.
 ENVIRONMENT_HASH_VARIABLE = "REMOTE_BATCH_ENVIRONMENT_HASH"
@@ -109,6 +116,30 @@ class EnvironmentSpec:
         }
 
 
+def _amount(value: float, unit: str) -> str:
+    return f"{value:g} {unit}" if value == 1 else f"{value:g} {unit}s"
+
+
+def time_limit_reason(limit_seconds: float) -> str:
+    """Why a build over its time limit failed: ``the build took longer than its time limit of 30
+    minutes`` (seconds below a minute)."""
+    amount = (
+        _amount(limit_seconds / 60, "minute") if limit_seconds >= 60 else _amount(limit_seconds, "second")
+    )
+    return f"the build took longer than its time limit of {amount}"
+
+
+def size_limit_reason(size_bytes: int, limit_bytes: int) -> str:
+    """Why a build over its size limit failed: ``the installed packages take 12.3 GiB, over the size
+    limit of 10 GiB unpacked`` (bytes below a GiB; ``size_bytes`` what was measured when it stopped,
+    at least that much)."""
+    if limit_bytes >= 1024**3:
+        taken, limit = f"{size_bytes / 1024**3:.1f} GiB", f"{limit_bytes / 1024**3:g} GiB"
+    else:
+        taken, limit = f"{size_bytes} bytes", f"{limit_bytes} bytes"
+    return f"the installed packages take {taken}, over the size limit of {limit} unpacked"
+
+
 def _sha256(value: object) -> str:
     text = json.dumps(value, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()
@@ -127,13 +158,13 @@ def build_hash(python: str, lock: str, platform: str) -> str:
     return _sha256({"python": python, "lock": lock, "platform": platform})
 
 
-def check_name(name: str) -> str:
-    """``name`` if it matches :data:`NAME_PATTERN`; else ``ValidationFailed`` on ``name``."""
+def check_name(name: str, field_name: str = "name") -> str:
+    """``name`` if it matches :data:`NAME_PATTERN`; else ``ValidationFailed`` on ``field_name``."""
     if not re.fullmatch(NAME_PATTERN, name):
         raise ValidationFailed(
             f"Environment name {name[:80]!r} must be 2 to 64 letters, digits, '.', '_' or '-', "
             "starting with a letter.",
-            field="name",
+            field=field_name,
         )
     return name
 
@@ -248,8 +279,11 @@ class Environment:
 
     Attributes
     ----------
-    account_id, name : str
-        Its key: names are unique per account.
+    account_id : str
+        The owning account.
+    name : str | None
+        Unique per account; None for an unnamed environment, asked for inline by a job
+        (``POST /jobs`` with ``environment`` a spec), which the account's spec hash finds again.
     spec : EnvironmentSpec
         As asked; ``spec_hash`` its :func:`spec_hash`.
     status : EnvironmentStatus
@@ -271,7 +305,7 @@ class Environment:
     """
 
     account_id: str
-    name: str
+    name: str | None
     spec: EnvironmentSpec
     spec_hash: str
     status: EnvironmentStatus
@@ -285,55 +319,112 @@ class Environment:
     version: int = 0
 
     @property
+    def label(self) -> str:
+        """How messages name it: ``environment ml``, or ``the inline environment`` (unnamed)."""
+        return f"environment {self.name}" if self.name is not None else "the inline environment"
+
+    @property
     def waiting_reason(self) -> str:
         """What a job waiting for this environment says (``Building environment ml (Python 3.12,
         14 packages)``; the count is the requirement lines until the lock is known)."""
         count = len(self.packages) if self.packages else len(self.spec.requirements)
         noun = "package" if count == 1 else "packages"
-        return f"Building environment {self.name} (Python {self.spec.python}, {count} {noun})"
+        return f"Building {self.label} (Python {self.spec.python}, {count} {noun})"
 
 
 @dataclass(frozen=True, slots=True)
 class JobEnvironment:
     """What a job records of the environment it runs in (``environment`` on ``GET /jobs/{jobId}``):
-    its name, its build's hash (what the worker runs with) and its Python."""
+    its name (None: an inline spec), its build's hash (what the worker runs with; None while the job
+    waits for the build) and its Python."""
 
-    name: str
-    hash: str
+    name: str | None
+    hash: str | None
     python: str
 
 
 def for_job(environment: Environment, python_version: str | None) -> JobEnvironment:
-    """The environment a job submitted in ``environment`` runs with.
+    """The environment a job submitted in ``environment`` runs with: its build's hash when Ready, None
+    while it is Building (the job then waits for it: :func:`environment_prerequisite`).
 
     Raises
     ------
     ValidationFailed
-        ``environment``: it failed (naming why), or is not Ready yet (a job is taken once it is);
-        ``pythonVersion``: the request names another Python than the environment's.
+        ``environment``: it failed (naming why); ``pythonVersion``: the request names another Python
+        than the environment's.
     """
     if environment.status is EnvironmentStatus.FAILED:
         raise ValidationFailed(
             f"{environment.status_reason}; fix its spec and create it again.", "environment"
         )
-    if environment.status is not EnvironmentStatus.READY or environment.hash is None:
-        raise ValidationFailed(
-            f"{environment.waiting_reason}: submit once it is Ready (GET /environments/{environment.name}).",
-            field="environment",
-        )
     if python_version is not None and python_version != environment.spec.python:
         raise ValidationFailed(
-            f"Environment {environment.name} runs Python {environment.spec.python}, not {python_version}; "
-            "submit from that version or choose another environment.",
+            f"{environment.label[0].upper()}{environment.label[1:]} runs Python {environment.spec.python}, "
+            f"not {python_version}; submit from that version or choose another environment.",
             field="pythonVersion",
         )
-    return JobEnvironment(environment.name, environment.hash, environment.spec.python)
+    ready = environment.status is EnvironmentStatus.READY
+    return JobEnvironment(environment.name, environment.hash if ready else None, environment.spec.python)
 
 
-def new_environment(account_id: str, name: str, spec: EnvironmentSpec, now: datetime) -> Environment:
-    """A new environment, Building; its log stream is named after its spec hash and time."""
+def for_job_spec(spec: EnvironmentSpec, python_version: str | None) -> JobEnvironment:
+    """What a job records of an inline spec before its unnamed environment exists (no name, no hash).
+    Raises ``ValidationFailed`` (``pythonVersion``) when the request names another Python."""
+    if python_version is not None and python_version != spec.python:
+        raise ValidationFailed(
+            f"The inline environment runs Python {spec.python}, not {python_version}; submit from that "
+            "version or give another python.",
+            field="pythonVersion",
+        )
+    return JobEnvironment(None, None, spec.python)
+
+
+def environment_prerequisite(environment: Environment) -> Prerequisite:
+    """What a job submitted while ``environment`` builds waits for: that environment of that account
+    with that spec (``<accountId>/<name>/<specHash>``, the name empty for an unnamed one), so one
+    deleted and asked again with another spec is not the one the job waited for."""
+    key = f"{environment.account_id}/{environment.name or ''}/{environment.spec_hash}"
+    return Prerequisite(PrerequisiteKind.ENVIRONMENT, key)
+
+
+def parse_environment_prerequisite(prerequisite: Prerequisite) -> tuple[str, str | None, str]:
+    """(account id, name or None, spec hash) of an :func:`environment_prerequisite`. Raises
+    ``ValueError`` for another kind or key."""
+    parts = prerequisite.key.split("/")
+    if prerequisite.kind is not PrerequisiteKind.ENVIRONMENT or len(parts) != 3 or not parts[2]:
+        raise ValueError(f"not an environment prerequisite: {prerequisite.id!r}")
+    account_id, name, digest = parts
+    return account_id, name or None, digest
+
+
+def deleted_reason(name: str | None) -> str:
+    """Why a job that waited for an environment deleted meanwhile (or asked again with another spec)
+    ends."""
+    what = f"Environment {name}" if name is not None else "The inline environment"
+    return f"{what} was deleted while the job waited for its build"
+
+
+def prerequisite_state(prerequisite: Prerequisite, environment: Environment | None) -> PrerequisiteState:
+    """How ``prerequisite`` stands given the environment stored under its account and name now (None:
+    none is): Pending while Building (its waiting reason), Met when Ready (its build's hash as the
+    value the job takes), Broken when Failed (its ``Environment ml failed: ...``) or gone or holding
+    another spec (:func:`deleted_reason`)."""
+    _, name, digest = parse_environment_prerequisite(prerequisite)
+    if environment is None or environment.spec_hash != digest:
+        return PrerequisiteState(prerequisite, Standing.BROKEN, deleted_reason(name))
+    if environment.status is EnvironmentStatus.FAILED:
+        return PrerequisiteState(prerequisite, Standing.BROKEN, environment.status_reason)
+    if environment.status is EnvironmentStatus.READY and environment.hash is not None:
+        return PrerequisiteState(prerequisite, Standing.MET, value=environment.hash)
+    return PrerequisiteState(prerequisite, Standing.PENDING, environment.waiting_reason)
+
+
+def new_environment(account_id: str, name: str | None, spec: EnvironmentSpec, now: datetime) -> Environment:
+    """A new environment, Building (``name`` None: an unnamed one, asked for inline); its log stream is
+    named after its spec hash and time."""
     digest = spec_hash(spec)
-    stream = f"environments/{account_id}/{name}/{now.strftime('%Y%m%dT%H%M%S')}-{digest[:12]}"
+    folder = name if name is not None else "inline"
+    stream = f"environments/{account_id}/{folder}/{now.strftime('%Y%m%dT%H%M%S')}-{digest[:12]}"
     return Environment(
         account_id=account_id,
         name=name,
@@ -344,6 +435,23 @@ def new_environment(account_id: str, name: str, spec: EnvironmentSpec, now: date
         created_at=now,
         log_stream_name=stream,
     )
+
+
+def unnamed_expires_at(environment: Environment) -> datetime:
+    """When an unnamed environment's record goes (its creation + :data:`UNNAMED_RETENTION`)."""
+    return environment.created_at + UNNAMED_RETENTION
+
+
+def reusable(environment: Environment, now: datetime) -> bool:
+    """Whether a job asking for an unnamed environment's spec at ``now`` takes this record (Building,
+    Ready, or Failed less than :data:`UNNAMED_RETRY_AFTER` ago, and not past its retention) or asks
+    for it again (a new build replaces it). One still Building is always taken."""
+    if environment.status is EnvironmentStatus.BUILDING:
+        return True
+    if now >= unnamed_expires_at(environment):
+        return False
+    failed_at = environment.ready_at or environment.created_at
+    return environment.status is not EnvironmentStatus.FAILED or now < failed_at + UNNAMED_RETRY_AFTER
 
 
 def same_or_conflict(existing: Environment, spec: EnvironmentSpec) -> Environment:
@@ -358,8 +466,9 @@ def same_or_conflict(existing: Environment, spec: EnvironmentSpec) -> Environmen
 
 def finish(environment: Environment, outcome: BuildOutcome, now: datetime) -> Environment:
     """The environment once its build ended: ``Ready`` with the lock and size, or ``Failed`` with
-    ``Environment <name> failed: <first error line>``. A final environment is returned unchanged (a
-    report delivered twice). A lock of more than :data:`MAX_PACKAGES` packages fails it."""
+    ``Environment <name> failed: <first error line>`` (``The inline environment failed: ...`` for an
+    unnamed one). A final environment is returned unchanged (a report delivered twice). A lock of
+    more than :data:`MAX_PACKAGES` packages fails it."""
     if environment.status is not EnvironmentStatus.BUILDING:
         return environment
     if outcome.error is None and len(outcome.packages) > MAX_PACKAGES:
@@ -370,10 +479,11 @@ def finish(environment: Environment, outcome: BuildOutcome, now: datetime) -> En
             f"{MAX_PACKAGES} an environment may hold",
         )
     if outcome.error is not None:
+        what = f"Environment {environment.name}" if environment.name is not None else "The inline environment"
         return replace(
             environment,
             status=EnvironmentStatus.FAILED,
-            status_reason=f"Environment {environment.name} failed: {outcome.error}",
+            status_reason=f"{what} failed: {outcome.error}",
             hash=outcome.hash,
             ready_at=now,
         )

@@ -33,6 +33,7 @@ from functions.domain.credits import ZERO, credits_text
 from functions.domain.environments import JobEnvironment
 from functions.domain.machine_classes import GeoZone, MachineClass, machine_class
 from functions.domain.notifications import NotificationRule
+from functions.domain.prerequisites import Prerequisite
 from functions.domain.queue_limits import describe_queue_limit
 from functions.domain.status import (
     BATCH_TO_JOB_STATUS,
@@ -83,11 +84,14 @@ class PayloadKind(StrEnum):
 class DispatchState(StrEnum):
     """Where a job stands between ``POST /jobs`` and AWS Batch.
 
+    ``Waiting``: a prerequisite does not hold yet (its environment builds; ``waiting_for``): it holds
+    no quota and is counted nowhere until released into ``Held`` (``functions.logic.waits``).
     ``Held``: over its account's quota, waiting (counted as queued). ``Admitted``: holds its quota,
     waiting for the dispatcher. ``Dispatching``: a dispatcher claimed it and is calling SubmitJob.
     ``Dispatched``: AWS Batch took it (``batch_job_id`` set).
     """
 
+    WAITING = "Waiting"
     HELD = "Held"
     ADMITTED = "Admitted"
     DISPATCHING = "Dispatching"
@@ -208,6 +212,9 @@ class Job:
         Such a parent's spans admitted but not yet taken by AWS Batch, by offset.
     array_withdrawn : tuple[WithdrawnSpan, ...]
         Such a parent's children that never reached AWS Batch and ended Terminated, free.
+    waiting_for : tuple[Prerequisite, ...]
+        While ``dispatch_state`` is ``Waiting``: what the job waits for, in order
+        (``functions.domain.prerequisites``); empty once released.
     """
 
     job_id: str
@@ -262,6 +269,12 @@ class Job:
     array_admitted: int = 0
     array_queue: tuple[QueuedSpan, ...] = ()
     array_withdrawn: tuple[WithdrawnSpan, ...] = ()
+    waiting_for: tuple[Prerequisite, ...] = ()
+
+    @property
+    def is_waiting(self) -> bool:
+        """True while the job waits for a prerequisite (``DispatchState.WAITING``), before any quota."""
+        return self.dispatch_state is DispatchState.WAITING and not self.is_final
 
     @property
     def holds_quota(self) -> bool:

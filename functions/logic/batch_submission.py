@@ -82,7 +82,12 @@ def batch_submission(
             "REMOTE_BATCH_INPUT_KEY": input_key(job.job_id),
             "REMOTE_BATCH_OUTPUT_PREFIX": output_prefix(job.job_id),
             "REMOTE_BATCH_MEMORY_GIB": str(machine.memory_gib),
-            **({ENVIRONMENT_HASH_VARIABLE: job.environment.hash} if job.environment else {}),
+            # Set once the environment is Ready: a job reaches AWS Batch only after (``logic.waits``).
+            **(
+                {ENVIRONMENT_HASH_VARIABLE: job.environment.hash}
+                if job.environment and job.environment.hash
+                else {}
+            ),
             **(environment or {}),
         },
         timeout_seconds=batch_timeout(machine, job.credit_constraint, job.time_constraint),

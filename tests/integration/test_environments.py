@@ -212,13 +212,12 @@ def test_a_job_in_a_ready_environment_records_it_and_its_build(
 @pytest.mark.parametrize(
     ("build", "body", "field", "fragment"),
     [
-        (None, {"environment": "ml"}, "environment", "Building environment ml (Python 3.12, 1 package)"),
         ("fail", {"environment": "ml"}, "environment", "Environment ml failed: No solution found"),
         ("ready", {"environment": "ml", "pythonVersion": "3.13"}, "pythonVersion", "runs Python 3.12"),
         ("ready", {"environment": "nope"}, "environment", "No environment nope"),
     ],
 )
-def test_a_job_in_an_environment_not_ready_is_400_and_written_nowhere(
+def test_a_job_in_a_failed_or_unknown_environment_is_400_and_written_nowhere(
     stack: Stack,
     builder: RecordingEnvironmentBuilder,
     build: str | None,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,10 @@ elif args[:2] == ["pip", "install"]:
     target = pathlib.Path(args[args.index("--target") + 1])
     lock = pathlib.Path(args[args.index("-r") + 1]).read_text()
     target.mkdir(parents=True)
+    if "grow" in lock:
+        for index in range(600):  # 100 bytes every 50 ms for 30 s, unless killed
+            (target / f"part{index}.py").write_text("x" * 100)
+            time.sleep(0.05)
     for line in lock.splitlines():
         name = line.split("==")[0]
         (target / f"{name}.py").write_text("x" * 100)
@@ -74,7 +79,7 @@ class Reports:
         self.done = threading.Semaphore(0)
 
     def __call__(self, request: BuildRequest, outcome: BuildOutcome) -> None:
-        self.outcomes[request.name] = outcome
+        self.outcomes[request.name or request.spec_hash] = outcome
         self.done.release()
 
     def wait(self, count: int = 1) -> None:
@@ -155,7 +160,7 @@ def test_the_time_limit_names_itself(tmp_path: Path, uv: str) -> None:
     builder = _builder(tmp_path, uv, reports, Logs(), time_limit=0.5)
     builder.start_build(_request("slow", "slow==1"))
     reports.wait()
-    assert reports.outcomes["slow"].error == "the build took longer than its time limit of 0.00833333 minutes"
+    assert reports.outcomes["slow"].error == "the build took longer than its time limit of 0.5 seconds"
     builder.close()
 
 
@@ -164,8 +169,24 @@ def test_the_size_limit_names_itself_and_leaves_nothing(tmp_path: Path, uv: str)
     builder = _builder(tmp_path, uv, reports, Logs(), size_limit=50)
     builder.start_build(_request("big", "six==1.16.0"))
     reports.wait()
-    error = reports.outcomes["big"].error
-    assert error is not None and "over the size limit of" in error
+    assert reports.outcomes["big"].error == (
+        "the installed packages take 100 bytes, over the size limit of 50 bytes unpacked"
+    )
+    assert [p.name for p in (tmp_path / "environments").iterdir()] == [".requests"]
+    builder.close()
+
+
+def test_an_install_growing_past_the_size_limit_is_stopped_while_it_runs(tmp_path: Path, uv: str) -> None:
+    # Given an install that would write 60 kB over 30 s, and a limit of 1 kB
+    reports = Reports()
+    builder = _builder(tmp_path, uv, reports, Logs(), size_limit=1000)
+    started = time.monotonic()
+    builder.start_build(_request("growing", "grow==1"))
+    reports.wait()
+    # Then uv is killed once the files pass the limit, long before it would have ended
+    error = reports.outcomes["growing"].error
+    assert error is not None and error.endswith("over the size limit of 1000 bytes unpacked"), error
+    assert time.monotonic() - started < 10
     assert [p.name for p in (tmp_path / "environments").iterdir()] == [".requests"]
     builder.close()
 

@@ -4,6 +4,9 @@ environment is a named resource of one account (partition ``accountId``).
 Items of one account:
 
 - ``environment#<name>``: one environment; ``version`` guards every write.
+- ``unnamed-environment#<specHash>``: an environment a job asked for inline (``POST /jobs`` with an
+  ``environment`` spec), found again by its spec's hash; ``GET /environments`` does not list it. Its
+  ``ttl`` (the table's TTL attribute) is its creation + 30 days (``UNNAMED_RETENTION``).
 - ``environments#building``: ``building``, how many of the account's environments are Building; moved
   in the same ``TransactWriteItems`` as an environment's creation (conditional on the quota), its end
   and its deletion while Building, so the count and the environments never disagree.
@@ -19,7 +22,13 @@ from typing import TYPE_CHECKING, Any
 from functions.adapters.dynamodb.base import store_errors
 from functions.adapters.dynamodb.items import deserialize_item, serialize_item, serialize_value
 from functions.adapters.dynamodb.page_tokens import decode_token, encode_token
-from functions.domain.environments import Environment, EnvironmentSpec, EnvironmentStatus, Package
+from functions.domain.environments import (
+    Environment,
+    EnvironmentSpec,
+    EnvironmentStatus,
+    Package,
+    unnamed_expires_at,
+)
 from functions.domain.errors import UnreadableRecord, ValidationFailed
 from functions.domain.timefmt import from_sortable, to_sortable
 
@@ -28,6 +37,7 @@ if TYPE_CHECKING:  # the stubs are a dev dependency; the Lambda runtime has no n
     from mypy_boto3_dynamodb.type_defs import TransactWriteItemTypeDef
 
 _BUILDING_ENTRY = "environments#building"
+_UNNAMED_PREFIX = "unnamed-environment#"
 #: The attributes of a page key of the account's environments (the table's key).
 _PAGE_KEY = frozenset({"accountId", "entry"})
 
@@ -36,11 +46,21 @@ def _key(account_id: str, name: str) -> dict[str, Any]:
     return {"accountId": account_id, "entry": f"environment#{name}"}
 
 
+def _unnamed_key(account_id: str, digest: str) -> dict[str, Any]:
+    return {"accountId": account_id, "entry": f"{_UNNAMED_PREFIX}{digest}"}
+
+
+def _record_key(environment: Environment) -> dict[str, Any]:
+    if environment.name is None:
+        return _unnamed_key(environment.account_id, environment.spec_hash)
+    return _key(environment.account_id, environment.name)
+
+
 def environment_to_item(environment: Environment) -> dict[str, Any]:
     """The item (plain values) of an environment; None values are left out when serialized."""
     spec = environment.spec
     return {
-        **_key(environment.account_id, environment.name),
+        **_record_key(environment),
         "name": environment.name,
         "spec": json.dumps(
             {
@@ -61,6 +81,9 @@ def environment_to_item(environment: Environment) -> dict[str, Any]:
         "readyAt": to_sortable(environment.ready_at) if environment.ready_at else None,
         "logStreamName": environment.log_stream_name,
         "version": environment.version,
+        # An unnamed environment goes with DynamoDB's TTL once past its retention (the table's TTL
+        # attribute); readers judge it by its times (``domain.environments.reusable``), not by this.
+        "ttl": int(unnamed_expires_at(environment).timestamp()) if environment.name is None else None,
     }
 
 
@@ -71,7 +94,7 @@ def environment_from_item(item: dict[str, Any]) -> Environment:
         ready_at: datetime | None = from_sortable(item["readyAt"]) if item.get("readyAt") else None
         return Environment(
             account_id=item["accountId"],
-            name=item["name"],
+            name=item.get("name"),
             spec=EnvironmentSpec(
                 python=spec["python"],
                 requirements=tuple(spec["requirements"]),
@@ -133,6 +156,17 @@ class DynamoEnvironmentStore:
         item = response.get("Item")
         return environment_from_item(deserialize_item(item)) if item else None
 
+    def get_unnamed_environment(self, account_id: str, digest: str) -> Environment | None:
+        """The account's unnamed environment of spec hash ``digest`` (strongly consistent), or None."""
+        with store_errors("GetItem"):
+            response = self._db.get_item(
+                TableName=self._table,
+                Key=serialize_item(_unnamed_key(account_id, digest)),
+                ConsistentRead=True,
+            )
+        item = response.get("Item")
+        return environment_from_item(deserialize_item(item)) if item else None
+
     def list_environments(
         self, account_id: str, limit: int, next_token: str | None
     ) -> tuple[list[Environment], str | None]:
@@ -160,22 +194,25 @@ class DynamoEnvironmentStore:
         return found, encode_token(deserialize_item(last)) if last else None
 
     # -- writes -----------------------------------------------------------------------------------------
-    def create_environment(self, environment: Environment, max_building: int) -> None:
-        """Put the environment (only if the name is free) and count it Building (only while fewer than
-        ``max_building`` are), in one transaction. Raises ``ConditionFailed`` when either does not hold
-        (nothing written: the caller re-reads to tell which)."""
+    def create_environment(
+        self, environment: Environment, max_building: int, replacing: Environment | None = None
+    ) -> None:
+        """Put the environment (only if the name is free, or with ``replacing`` only over that record
+        at its version: an unnamed one past its use, not Building) and count it Building (only while
+        fewer than ``max_building`` are), in one transaction. Raises ``ConditionFailed`` when either
+        does not hold (nothing written: the caller re-reads to tell which)."""
+        put: dict[str, Any] = {
+            "TableName": self._table,
+            "Item": serialize_item(environment_to_item(environment)),
+            "ConditionExpression": "attribute_not_exists(accountId)",
+        }
+        if replacing is not None:
+            put["ConditionExpression"] = "#v = :v"
+            put["ExpressionAttributeNames"] = {"#v": "version"}
+            put["ExpressionAttributeValues"] = {":v": serialize_value(replacing.version)}
         with store_errors("TransactWriteItems"):
             self._db.transact_write_items(
-                TransactItems=[
-                    {
-                        "Put": {
-                            "TableName": self._table,
-                            "Item": serialize_item(environment_to_item(environment)),
-                            "ConditionExpression": "attribute_not_exists(accountId)",
-                        }
-                    },
-                    self._counter(environment.account_id, 1, max_building),
-                ]
+                TransactItems=[{"Put": put}, self._counter(environment.account_id, 1, max_building)]  # type: ignore[typeddict-item]
             )
 
     def save_environment(self, before: Environment, after: Environment) -> Environment:
@@ -205,7 +242,7 @@ class DynamoEnvironmentStore:
             {
                 "Delete": {
                     "TableName": self._table,
-                    "Key": serialize_item(_key(before.account_id, before.name)),
+                    "Key": serialize_item(_record_key(before)),
                     "ConditionExpression": "#v = :v",
                     "ExpressionAttributeNames": {"#v": "version"},
                     "ExpressionAttributeValues": {":v": serialize_value(before.version)},

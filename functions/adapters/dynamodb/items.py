@@ -28,6 +28,7 @@ from functions.domain.jobs import (
 )
 from functions.domain.machine_classes import GeoZone
 from functions.domain.notifications import rules_from_json, rules_to_json
+from functions.domain.prerequisites import Prerequisite
 from functions.domain.status import METERED_STATUSES, JobStatus
 from functions.domain.timefmt import from_sortable, to_sortable
 
@@ -137,6 +138,7 @@ def job_to_item(job: Job) -> dict[str, Any]:
         "terminationAttempts": job.termination_attempts or None,
         "dispatchState": job.dispatch_state.value if job.dispatch_state else None,
         "dispatchClaimedAt": to_sortable(job.dispatch_claimed_at) if job.dispatch_claimed_at else None,
+        "waitingFor": [p.id for p in job.waiting_for] or None,
         "ttl": int((job.record_expires_at or job.submitted_at + RECORD_TTL).timestamp()),
     }
     values.update(_array_values(job))
@@ -152,7 +154,12 @@ def job_to_item(job: Job) -> dict[str, Any]:
 def _environment(value: Any) -> JobEnvironment | None:
     if not value:
         return None
-    return JobEnvironment(str(value["name"]), str(value["hash"]), str(value["python"]))
+    name, digest = value.get("name"), value.get("hash")
+    return JobEnvironment(
+        str(name) if name is not None else None,
+        str(digest) if digest is not None else None,
+        str(value["python"]),
+    )
 
 
 def job_from_item(item: dict[str, Any]) -> Job:
@@ -225,6 +232,7 @@ def _job_from_item(item: dict[str, Any]) -> Job:
             WithdrawnSpan(int(w["offset"]), int(w["count"]), str(w["reason"]))
             for w in item.get("arrayWithdrawn", [])
         ),
+        waiting_for=tuple(Prerequisite.parse(str(p)) for p in item.get("waitingFor", [])),
     )
 
 

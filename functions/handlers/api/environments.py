@@ -126,7 +126,8 @@ def get_build_log(
     "/environments/<name>",
     summary="Delete an environment",
     description=_action("environments/write")
-    + " Jobs already submitted in it keep the build they were given; its name is free again.",
+    + " Jobs already submitted in it keep the build they were given; jobs still waiting for its build "
+    "end Terminated, free, saying it was deleted; its name is free again.",
     responses=_responses(200, _json(EnvironmentView), 400, 404),
 )
 def delete_environment(
@@ -134,4 +135,6 @@ def delete_environment(
     services: ServicesDep,
     caller: Annotated[Caller, Depends(require("environments/write"))],
 ) -> EnvironmentView:
-    return environment_view(environments.delete_environment(services, caller.account_id, name))
+    return environment_view(
+        environments.delete_environment(services, caller.account_id, name, services.clock())
+    )

@@ -128,7 +128,8 @@ def environment_view(environment: Environment) -> EnvironmentView:
     """Map an environment."""
     spec = environment.spec
     return EnvironmentView(
-        name=environment.name,
+        # Only named environments reach /environments (an unnamed one is a job's inline spec).
+        name=environment.name or "",
         python=spec.python,
         requirements=list(spec.requirements),
         indexUrl=spec.index_url,
@@ -147,7 +148,7 @@ def environment_view(environment: Environment) -> EnvironmentView:
 def environment_summary_view(environment: Environment) -> EnvironmentSummaryView:
     """Map an environment for the list."""
     return EnvironmentSummaryView(
-        name=environment.name,
+        name=environment.name or "",  # the list holds named environments only
         python=environment.spec.python,
         image=environment.spec.image,
         status=environment.status.value,

@@ -143,13 +143,33 @@ class SubmitJobBody(ApiModel):
         "pythonVersions (the SDK sends its own, so a pickled function runs in the version that made it); "
         "default GET /runtime's pythonVersion. Another version is refused (400, field pythonVersion).",
     )
-    environment: str | None = Field(
+    # A name or an inline spec (read as EnvironmentSpecBody by the route, naming its bad fields
+    # ``environment.<field>``): typed here only by the schema below, so a value of another type is
+    # one error on ``environment``.
+    environment: Any = Field(
         default=None,
-        pattern=ENVIRONMENT_NAME_PATTERN,
-        description="Extension: the name of one of the account's environments (PUT /environments/{name}) "
-        "to run in: its Python and packages, and nothing of the worker image's. It must be Ready "
-        "(400, field environment, otherwise).",
+        description="Extension: the environment to run in: its Python and packages, and nothing of the "
+        "worker image's. The name of one of the account's environments (PUT /environments/{name}), or "
+        "an inline spec (PUT /environments/{name}'s body: an unnamed environment, found again by the "
+        "spec's hash, so the same spec twice is one build). A job submitted while it builds waits "
+        "Queued ('Building environment ml (Python 3.12, 14 packages)'), neither admitted nor charged, "
+        "and ends Terminated, free, if the build fails; a Failed environment is refused (400, field "
+        "environment).",
+        json_schema_extra={
+            "anyOf": [
+                {"type": "string", "pattern": ENVIRONMENT_NAME_PATTERN, "minLength": 2, "maxLength": 64},
+                {"$ref": "#/components/schemas/EnvironmentSpecBody"},
+                {"type": "null"},
+            ]
+        },
     )
+
+    @field_validator("environment")
+    @classmethod
+    def _name_or_spec(cls, value: Any) -> str | dict[str, Any] | None:
+        if value is not None and not isinstance(value, str | dict):
+            raise ValueError("give an environment's name or an inline spec object")
+        return value
 
     @field_validator("arrayItemsKey")
     @classmethod
@@ -219,8 +239,11 @@ class NotificationRecordView(ApiModel):
 class JobEnvironmentView(ApiModel):
     """The environment a job runs in: its name, its build's hash and its Python."""
 
-    name: str
-    hash: str
+    name: str | None = Field(description="The environment's name; null for one given inline (a spec).")
+    hash: str | None = Field(
+        description="Its build's identity (GET /environments/{name}'s hash); null while the job waits "
+        "for the build."
+    )
     python: str
 
 
