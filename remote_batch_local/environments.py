@@ -309,7 +309,7 @@ class LocalEnvironmentBuilder:
 
     def _over_size(self, site: Path) -> str | None:
         """The size limit's reason once what is installed under ``site`` so far exceeds it."""
-        size = _folder_bytes(site) if site.is_dir() else 0
+        size = folder_bytes(site) if site.is_dir() else 0
         return size_limit_reason(size, self._size_limit) if size > self._size_limit else None
 
     @contextmanager

@@ -108,7 +108,9 @@ class BatchEnvironmentBuilder:
                     REPLICAS_VARIABLE: json.dumps(self._replicas, separators=(",", ":")),
                 },
                 timeout_seconds=BUILD_TIMEOUT_SECONDS,
-                tags=build_tag_values(request.account_id, request.name, request.spec_hash, build_id),
+                tags=build_tag_values(
+                    request.account_id, request.name, request.spec_hash, build_id, request.log_stream_name
+                ),
             )
         )
 

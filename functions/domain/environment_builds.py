@@ -39,8 +39,11 @@ TAG_ACCOUNT = "remote-batch:accountId"
 TAG_ENVIRONMENT = "remote-batch:environment"
 TAG_SPEC_HASH = "remote-batch:specHash"
 TAG_BUILD_ID = "remote-batch:buildId"
+#: The environment's log stream: tells the build its record was made for from a later one under the
+#: same name and spec (``record_build``'s ``log_stream_name``).
+TAG_LOG_STREAM = "remote-batch:logStream"
 #: The tags of a build job: the only keys the api's role may tag a build job with.
-BUILD_TAG_KEYS = (TAG_ACCOUNT, TAG_ENVIRONMENT, TAG_SPEC_HASH, TAG_BUILD_ID)
+BUILD_TAG_KEYS = (TAG_ACCOUNT, TAG_ENVIRONMENT, TAG_SPEC_HASH, TAG_BUILD_ID, TAG_LOG_STREAM)
 
 #: What a build job gets (a resolver and an installer: mostly the network and the disk).
 BUILD_VCPUS = 2
@@ -92,26 +95,39 @@ def request_document(spec: EnvironmentSpec) -> dict[str, Any]:
 
 @dataclass(frozen=True, slots=True)
 class BuildTags:
-    """Whose build a Batch job is (its tags): the report goes to ``record_build`` with these."""
+    """Whose build a Batch job is (its tags): the report goes to ``record_build`` with these (``name``
+    None: an unnamed environment, found by its spec hash)."""
 
     account_id: str
-    name: str
+    name: str | None
     spec_hash: str
     build_id: str
+    log_stream_name: str
 
 
 def build_tags(tags: Mapping[str, Any]) -> BuildTags | None:
-    """The build a Batch job's tags name, or None for a job that is no build (a user's job)."""
+    """The build a Batch job's tags name, or None for a job that is no build (a user's job). The
+    environment's name is empty for an unnamed environment; every other tag is required."""
     values = [tags.get(key) for key in BUILD_TAG_KEYS]
-    if not all(isinstance(value, str) and value for value in values):
+    if not all(isinstance(value, str) for value in values):
         return None
-    account_id, name, spec_hash, build_id = (str(value) for value in values)
-    return BuildTags(account_id, name, spec_hash, build_id)
+    account_id, name, spec_hash, build_id, stream = (str(value) for value in values)
+    if not (account_id and spec_hash and build_id and stream):
+        return None
+    return BuildTags(account_id, name or None, spec_hash, build_id, stream)
 
 
-def build_tag_values(account_id: str, name: str, spec_hash: str, build_id: str) -> dict[str, str]:
-    """The build job's tags (:data:`BUILD_TAG_KEYS`)."""
-    return {TAG_ACCOUNT: account_id, TAG_ENVIRONMENT: name, TAG_SPEC_HASH: spec_hash, TAG_BUILD_ID: build_id}
+def build_tag_values(
+    account_id: str, name: str | None, spec_hash: str, build_id: str, log_stream_name: str
+) -> dict[str, str]:
+    """The build job's tags (:data:`BUILD_TAG_KEYS`; an unnamed environment's name is empty)."""
+    return {
+        TAG_ACCOUNT: account_id,
+        TAG_ENVIRONMENT: name or "",
+        TAG_SPEC_HASH: spec_hash,
+        TAG_BUILD_ID: build_id,
+        TAG_LOG_STREAM: log_stream_name,
+    }
 
 
 class MalformedOutcome(ValueError):

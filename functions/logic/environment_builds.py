@@ -81,4 +81,5 @@ def apply_build_state_change(
         spec_hash=build.spec_hash,
         outcome=outcome,
         now=services.clock(),
+        log_stream_name=build.log_stream_name,
     )

@@ -972,6 +972,7 @@ def test_an_environment_builds_in_the_cloud_and_a_job_runs_in_it_under_each_role
             "remote-batch:accountId",
             "remote-batch:buildId",
             "remote-batch:environment",
+            "remote-batch:logStream",
             "remote-batch:specHash",
         ]
     )

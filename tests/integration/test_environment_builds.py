@@ -49,7 +49,7 @@ def _bucket(stack: Stack) -> tuple[Any, str]:
 
 
 def _build_event(stack: Stack, status: str, status_reason: str | None = None) -> dict[str, Any]:
-    (submission,) = stack.batch[ZONE].submissions
+    submission = stack.batch[ZONE].submissions[0]
     event = batch_event(
         submission.job_name,
         stack.batch[ZONE].submitted_ids[0],
@@ -84,6 +84,7 @@ def test_put_submits_the_build_job_on_the_build_queue_with_its_request(cloud: St
         "remote-batch:environment": "ml",
         "remote-batch:specHash": created_spec_hash(cloud),
         "remote-batch:buildId": "b" * 32,
+        "remote-batch:logStream": created_log_stream(cloud),
     }
     assert dict(submission.environment) == {
         "REMOTE_BATCH_BUCKET": "test-data-us-east-1",
@@ -240,3 +241,34 @@ def test_the_builder_is_wired_in_the_zone_with_a_build_route_home_region_first()
 
 def replace_zone(zone: Any, route: RouteSettings) -> Any:
     return zone.model_copy(update={"build": route})
+
+
+def test_an_inline_environments_build_releases_the_job_that_waits_for_it(cloud: Stack) -> None:
+    # Given a job with an inline spec: an unnamed environment, Building, and its build job
+    status, job = cloud.api(
+        "POST",
+        "/jobs",
+        body={
+            "code": "import six; six.__version__",
+            "environment": {"python": "3.12", "requirements": ["six==1.16.0"]},
+        },
+    )
+    assert status == 202 and job["status"] == "Queued", job
+    (build,) = cloud.batch[ZONE].submissions
+    assert build.tags["remote-batch:environment"] == ""  # no name: found by its spec hash
+    # When its build job succeeds
+    _write_outcome(
+        cloud,
+        {
+            "format": "remote-batch.build-outcome/1",
+            "hash": DIGEST,
+            "packages": [{"name": "six", "version": "1.16.0"}],
+            "sizeBytes": 10,
+            "error": None,
+        },
+    )
+    answer = cloud.deliver(_build_event(cloud, "SUCCEEDED"))
+    # Then the job is released and sent to AWS Batch with the build's hash
+    assert answer["applied"] is True and answer["status"] == "Ready"
+    sent = [s for s in cloud.batch[ZONE].submissions if s is not build]
+    assert len(sent) == 1 and sent[0].environment["REMOTE_BATCH_ENVIRONMENT_HASH"] == DIGEST

@@ -82,19 +82,24 @@ def test_a_build_without_outcome_names_the_time_limit_or_batchs_reason() -> None
     assert outcome_without_document(None).error == "the build job failed: no reason given by AWS Batch"
 
 
-def test_tags_name_a_build_only_when_all_four_are_there() -> None:
-    tags = build_tag_values("alice", "ml", "f" * 64, "b" * 32)
+def test_tags_name_a_build_only_when_all_are_there() -> None:
+    tags = build_tag_values("alice", "ml", "f" * 64, "b" * 32, "environments/alice/ml/x")
 
     assert tuple(tags) == BUILD_TAG_KEYS
     parsed = build_tags(tags)
-    assert parsed is not None and (parsed.account_id, parsed.name, parsed.spec_hash, parsed.build_id) == (
+    assert parsed is not None
+    assert (parsed.account_id, parsed.name, parsed.spec_hash, parsed.build_id, parsed.log_stream_name) == (
         "alice",
         "ml",
         "f" * 64,
         "b" * 32,
+        "environments/alice/ml/x",
     )
     assert build_tags({**tags, "remote-batch:buildId": ""}) is None
     assert build_tags({"remote-batch:jobId": "job-1", "remote-batch:accountId": "alice"}) is None
+    # An unnamed environment's build: an empty name.
+    unnamed = build_tags(build_tag_values("alice", None, "f" * 64, "b" * 32, "environments/alice/s/x"))
+    assert unnamed is not None and unnamed.name is None
 
 
 def test_the_job_name_fits_batchs_name_rules_whatever_the_environments_name() -> None:
