@@ -47,6 +47,7 @@ def environment_to_item(environment: Environment) -> dict[str, Any]:
                 "indexUrl": spec.index_url,
                 "extraIndexUrls": list(spec.extra_index_urls),
                 "image": spec.image,
+                "repositoryCredentials": spec.repository_credentials,
             }
         ),
         "specHash": environment.spec_hash,
@@ -55,6 +56,7 @@ def environment_to_item(environment: Environment) -> dict[str, Any]:
         "hash": environment.hash,
         "packages": json.dumps([[p.name, p.version] for p in environment.packages]),
         "sizeBytes": environment.size_bytes,
+        "imageDigest": environment.image_digest,
         "createdAt": to_sortable(environment.created_at),
         "readyAt": to_sortable(environment.ready_at) if environment.ready_at else None,
         "logStreamName": environment.log_stream_name,
@@ -76,6 +78,7 @@ def environment_from_item(item: dict[str, Any]) -> Environment:
                 index_url=spec["indexUrl"],
                 extra_index_urls=tuple(spec["extraIndexUrls"]),
                 image=spec["image"],
+                repository_credentials=spec.get("repositoryCredentials"),
             ),
             spec_hash=item["specHash"],
             status=EnvironmentStatus(item["status"]),
@@ -83,6 +86,7 @@ def environment_from_item(item: dict[str, Any]) -> Environment:
             hash=item.get("hash"),
             packages=tuple(Package(name, version) for name, version in json.loads(item["packages"])),
             size_bytes=int(item.get("sizeBytes", 0)),
+            image_digest=item.get("imageDigest"),
             created_at=from_sortable(item["createdAt"]),
             ready_at=ready_at,
             log_stream_name=item["logStreamName"],
@@ -157,22 +161,23 @@ class DynamoEnvironmentStore:
 
     # -- writes -----------------------------------------------------------------------------------------
     def create_environment(self, environment: Environment, max_building: int) -> None:
-        """Put the environment (only if the name is free) and count it Building (only while fewer than
-        ``max_building`` are), in one transaction. Raises ``ConditionFailed`` when either does not hold
+        """Put the environment (only if the name is free) and, when it is Building, count it (only
+        while fewer than ``max_building`` are), in one transaction; an environment final at once (an
+        image environment) counts nothing. Raises ``ConditionFailed`` when either does not hold
         (nothing written: the caller re-reads to tell which)."""
+        items: list[TransactWriteItemTypeDef] = [
+            {
+                "Put": {
+                    "TableName": self._table,
+                    "Item": serialize_item(environment_to_item(environment)),
+                    "ConditionExpression": "attribute_not_exists(accountId)",
+                }
+            }
+        ]
+        if environment.status is EnvironmentStatus.BUILDING:
+            items.append(self._counter(environment.account_id, 1, max_building))
         with store_errors("TransactWriteItems"):
-            self._db.transact_write_items(
-                TransactItems=[
-                    {
-                        "Put": {
-                            "TableName": self._table,
-                            "Item": serialize_item(environment_to_item(environment)),
-                            "ConditionExpression": "attribute_not_exists(accountId)",
-                        }
-                    },
-                    self._counter(environment.account_id, 1, max_building),
-                ]
-            )
+            self._db.transact_write_items(TransactItems=items)
 
     def save_environment(self, before: Environment, after: Environment) -> Environment:
         """Store ``after`` at version ``before.version + 1``; when it leaves Building, uncount it in the
