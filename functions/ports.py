@@ -884,8 +884,6 @@ class EnvironmentBuilder(Protocol):
 
     #: The geo zone whose log group holds build logs (and whose bucket, deployed, the builds).
     zone: GeoZone
-    #: Whether it can run jobs in an environment's own container image (``image``).
-    runs_images: bool
 
     def start_build(self, request: BuildRequest) -> None:
         """Begin the build and return; its outcome is reported later. A build of a hash already built

@@ -102,8 +102,8 @@ def put_environment(
     check_name(name)
     if spec.image is not None:
         return _create_image(services, account_id, name, spec, now)
-    builder = _builder(services)
     check_spec(spec, services.python, allow_http=services.allow_http_indexes)
+    builder = _builder(services)
     store = _store(services)
     existing = store.get_environment(account_id, name)
     if existing is not None:
@@ -139,13 +139,13 @@ def _create_image(
     """``put_environment`` of an image environment: checked, resolved (``ImageRegistry.resolve``: a
     tag to its digest, a digest as is), then written final in one conditional put (it is never
     Building, so it takes no build from the account's quota)."""
-    check_spec(spec, services.python, allow_http=services.allow_http_indexes)
     if services.images is None:
         raise ValidationFailed(
             "This deployment runs no container images of its own (the local stack has no container "
             "runtime); leave image null to run in the service's worker image.",
             field="image",
         )
+    check_spec(spec, services.python, allow_http=services.allow_http_indexes)
     image = check_image_source(spec.image or "", spec.repository_credentials, services.images.policy)
     store = _store(services)
     existing = store.get_environment(account_id, name)

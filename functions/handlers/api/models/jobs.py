@@ -217,11 +217,13 @@ class NotificationRecordView(ApiModel):
 
 
 class JobEnvironmentView(ApiModel):
-    """The environment a job runs in: its name, its build's hash and its Python."""
+    """The environment a job runs in: its name, its build's hash and its Python; for an image
+    environment the image pinned by digest (null otherwise)."""
 
     name: str
     hash: str
     python: str
+    image: str | None = None
 
 
 class JobView(ApiModel):
@@ -322,7 +324,10 @@ def job_view(job: Job) -> JobView:
         pythonVersion=job.python_version,
         environment=(
             JobEnvironmentView(
-                name=job.environment.name, hash=job.environment.hash, python=job.environment.python
+                name=job.environment.name,
+                hash=job.environment.hash,
+                python=job.environment.python,
+                image=job.environment.image,
             )
             if job.environment
             else None
