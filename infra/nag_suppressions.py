@@ -27,8 +27,9 @@ Finding = tuple[str, str]
 _XRAY_DESCRIBE_SMS = (
     "Resource '*' only for actions that have no resource-level permissions: xray:PutTraceSegments and "
     "xray:PutTelemetryRecords (active tracing), batch:DescribeJobs, batch:ListJobs, batch:DescribeJobQueues, "
-    "batch:DescribeComputeEnvironments, batch:DescribeJobDefinitions, and sns:Publish to a phone number (SMS has no ARN). Data actions "
-    "and batch:UpdateJobQueue/UpdateComputeEnvironment are all scoped to the service's own resources."
+    "batch:DescribeComputeEnvironments, batch:DescribeJobDefinitions, and sns:Publish to a phone number "
+    "(SMS has no ARN). Data actions and batch:UpdateJobQueue/UpdateComputeEnvironment are all scoped to "
+    "the service's own resources."
 )
 _S3_GRANT = (
     "s3:GetObject/PutObject/DeleteObject on the geo zones' data buckets' objects: the function presigns "

@@ -20,10 +20,10 @@ import linecache
 import os
 import re
 import selectors
+import shutil
 import signal
 import subprocess
 import sys
-import shutil
 import tempfile
 import time
 import traceback

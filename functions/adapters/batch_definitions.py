@@ -212,13 +212,17 @@ class CachedJobDefinitions:
         return arn
 
     def _base(self, name: str) -> dict[str, Any]:
-        """The latest ACTIVE revision of the class's own definition (name, or ARN with a revision)."""
+        """The class's own definition: the latest ACTIVE revision of a name, or exactly the revision a
+        ``name:revision`` or an ARN names (as SubmitJob would run it)."""
         with translated_errors("describe the job definition", "the dispatcher retries."):
-            response = self._batch.describe_job_definitions(jobDefinitionName=name, status="ACTIVE")
-        definitions = response.get("jobDefinitions", [])
+            if ":" in name:
+                response = self._batch.describe_job_definitions(jobDefinitions=[name])
+            else:
+                response = self._batch.describe_job_definitions(jobDefinitionName=name, status="ACTIVE")
+        definitions: list[dict[str, Any]] = [dict(d) for d in response.get("jobDefinitions", [])]
         if not definitions:
             raise BatchRefused(f"AWS Batch has no job definition {name}; the dispatcher retries.")
-        return dict(max(definitions, key=lambda d: int(d.get("revision", 0))))
+        return max(definitions, key=lambda d: int(d.get("revision", 0)))
 
     def _cached(self, key: dict[str, str]) -> str | None:
         with store_errors("GetItem"):

@@ -22,7 +22,7 @@ import json
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
@@ -404,7 +404,7 @@ def accept_ecs_properties(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any
     def register(self: Any) -> str:
         ecs = self._get_param("ecsProperties")
         if not ecs:
-            return original(self)  # type: ignore[no-any-return]
+            return original(self)
         registered.append(json.loads(self.body))
         first = ecs["taskProperties"][0]["containers"][0]
         definition = self.batch_backend.register_job_definition(
@@ -550,8 +550,9 @@ def _image_environment(lambdas: Lambdas, enforcer: IamEnforcer, store: DynamoJob
         with unenforced(enforcer):
             stored = store.get_job(job["jobId"]) if isinstance(job, dict) and "jobId" in job else None
         if stored is not None and stored.batch_job_id:
-            backend = batch_backends[MOTO_ACCOUNT_ID]["us-east-1"]
-            run.submitted_definitions.append(backend.get_job_by_id(stored.batch_job_id).job_definition.arn)
+            batch_job = batch_backends[MOTO_ACCOUNT_ID]["us-east-1"].get_job_by_id(stored.batch_job_id)
+            assert batch_job is not None
+            run.submitted_definitions.append(batch_job.job_definition.arn)
 
 
 @contextmanager
@@ -883,7 +884,7 @@ def test_the_execution_role_pulls_only_the_deployments_image_repositories_and_re
     from tests.infra.iam_authorizer import is_allowed
 
     roles = deployment.zone_roles["UnitedStates"]
-    documents = [p.document for p in roles.execution_policies]
+    documents: list[Mapping[str, Any]] = [p.document for p in roles.execution_policies]
     names = app_synth.zones["UnitedStates"].stack.names
     ours = f"arn:aws:ecr:us-east-1:{MOTO_ACCOUNT_ID}:repository/{names.image_repository_prefix}ml"
     theirs = f"arn:aws:ecr:us-east-1:{MOTO_ACCOUNT_ID}:repository/somebody-else"

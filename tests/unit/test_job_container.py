@@ -10,6 +10,7 @@ import io
 import json
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from functions.domain.images import CONTAINER_LAUNCHER
 from functions.logic.batch_submission import IMAGE_PYTHON_VARIABLE
 from worker import job_container
 from worker.runner import CodeInput
+from worker.supervisor import JobRun
 
 RUNNING = f"{sys.version_info[0]}.{sys.version_info[1]}"
 
@@ -28,7 +30,7 @@ def _launch(exchange: Path) -> subprocess.Popen[bytes]:
     return subprocess.Popen([sys.executable, "-I", "-c", CONTAINER_LAUNCHER, str(exchange)])
 
 
-def _run(exchange: Path, source: str, environ: dict[str, str]) -> tuple[job_container.JobRun, bytes, int]:
+def _run(exchange: Path, source: str, environ: dict[str, str]) -> tuple[JobRun, bytes, int]:
     launcher = _launch(exchange)
     sink = io.BytesIO()
     run = job_container.run_in_job_container(
@@ -42,7 +44,9 @@ def _run(exchange: Path, source: str, environ: dict[str, str]) -> tuple[job_cont
     return run, sink.getvalue(), launcher.wait(timeout=60)
 
 
-def test_the_job_runs_in_the_job_container_and_its_console_reaches_the_supervisors_log(tmp_path: Path) -> None:
+def test_the_job_runs_in_the_job_container_and_its_console_reaches_the_supervisors_log(
+    tmp_path: Path,
+) -> None:
     environ = {"REMOTE_BATCH_JOB_ID": "job-1", IMAGE_PYTHON_VARIABLE: RUNNING, "AWS_SECRET_ACCESS_KEY": "x"}
     source = (
         "import os, sys\n"
@@ -106,7 +110,7 @@ def test_the_metadata_state_reads_the_job_containers_exit_code(monkeypatch: pyte
         asked.append(url)
         return contextlib.nullcontext(io.BytesIO(json.dumps(task).encode()))
 
-    monkeypatch.setattr(job_container.urllib.request, "urlopen", urlopen)
+    monkeypatch.setattr(urllib.request, "urlopen", urlopen)
     endpoint = "http://169.254.170.2/v4/abc"
     assert job_container.metadata_state({job_container.METADATA_VARIABLE: endpoint})() is None
     task["Containers"][1] = {"Name": "job", "KnownStatus": "STOPPED", "ExitCode": 137}
