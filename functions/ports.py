@@ -849,8 +849,12 @@ class EnvironmentRepository(Protocol):
     def get_environment(self, account_id: str, name: str) -> Environment | None:
         """The environment (strongly consistent), or None."""
 
-    def list_environments(self, account_id: str) -> list[Environment]:
-        """The account's environments, by name."""
+    def list_environments(
+        self, account_id: str, limit: int, next_token: str | None
+    ) -> tuple[list[Environment], str | None]:
+        """A page of at most ``limit`` of the account's environments by name, and the next page's
+        token (None on the last). Raises ``ValidationFailed`` (``nextToken``) for a token it did not
+        issue for this account."""
 
     def save_environment(self, before: Environment, after: Environment) -> Environment:
         """Store ``after`` if the stored version is ``before.version`` (uncounting a build that ended);

@@ -49,6 +49,9 @@ BUILD_SIZE_LIMIT_BYTES = 10 * 1024**3
 #: The worker's variable naming the build (:func:`build_hash`) of the job's environment: the job side
 #: runs with that build's packages and none of the image's.
 ENVIRONMENT_HASH_VARIABLE = "REMOTE_BATCH_ENVIRONMENT_HASH"
+#: Most packages a lock may resolve to (the record and ``GET /environments/{name}`` list each one); a
+#: build resolving to more fails saying so.
+MAX_PACKAGES = 2000
 #: Builds one account may have in progress at once; one more is refused (a quota, ``QuotaExceeded``).
 MAX_CONCURRENT_BUILDS = 3
 
@@ -399,9 +402,16 @@ def same_or_conflict(existing: Environment, spec: EnvironmentSpec) -> Environmen
 def finish(environment: Environment, outcome: BuildOutcome, now: datetime) -> Environment:
     """The environment once its build ended: ``Ready`` with the lock and size, or ``Failed`` with
     ``Environment <name> failed: <first error line>``. A final environment is returned unchanged (a
-    report delivered twice)."""
+    report delivered twice). A lock of more than :data:`MAX_PACKAGES` packages fails it."""
     if environment.status is not EnvironmentStatus.BUILDING:
         return environment
+    if outcome.error is None and len(outcome.packages) > MAX_PACKAGES:
+        outcome = replace(
+            outcome,
+            packages=(),
+            error=f"the requirements resolve to {len(outcome.packages)} packages, more than the "
+            f"{MAX_PACKAGES} an environment may hold",
+        )
     if outcome.error is not None:
         return replace(
             environment,

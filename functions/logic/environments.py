@@ -68,9 +68,12 @@ def get_environment(services: Services, account_id: str, name: str) -> Environme
     return environment
 
 
-def list_environments(services: Services, account_id: str) -> list[Environment]:
-    """``GET /environments``: the account's environments by name."""
-    return _store(services).list_environments(account_id)
+def list_environments(
+    services: Services, account_id: str, limit: int, next_token: str | None
+) -> tuple[list[Environment], str | None]:
+    """``GET /environments``: a page of at most ``limit`` of the account's environments by name, and
+    the next page's token. Raises ``ValidationFailed`` (``nextToken``)."""
+    return _store(services).list_environments(account_id, limit, next_token)
 
 
 def put_environment(

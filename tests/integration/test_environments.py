@@ -11,7 +11,7 @@ import boto3
 import pytest
 
 from functions import bootstrap
-from functions.domain.environments import MAX_CONCURRENT_BUILDS, BuildOutcome, Package
+from functions.domain.environments import MAX_CONCURRENT_BUILDS, MAX_PACKAGES, BuildOutcome, Package
 from functions.domain.machine_classes import GeoZone
 from functions.logic import environments
 from functions.ports import BuildRequest
@@ -122,6 +122,44 @@ def test_an_account_builds_a_few_at_once(stack: Stack, builder: RecordingEnviron
     assert stack.api("PUT", "/environments/one-more", body=SPEC, account_id="other")[0] == 201
     _finish(stack, builder.requests[0], BuildOutcome("b" * 64))
     assert stack.api("PUT", "/environments/one-more", body=SPEC)[0] == 201
+
+
+def test_the_list_is_paged_by_name_without_the_lists(
+    stack: Stack, builder: RecordingEnvironmentBuilder
+) -> None:
+    for name in ("cc", "aa", "bb"):
+        stack.api("PUT", f"/environments/{name}", body=SPEC)
+        _finish(stack, builder.requests[-1], BuildOutcome(name * 32, (Package("six", "1.16.0"),), 1))
+    names, token, pages = [], None, 0
+    while True:
+        query = {"limit": "2", **({"nextToken": token} if token else {})}
+        status, page = stack.api("GET", "/environments", query=query)
+        assert status == 200 and len(page["environments"]) <= 2
+        names += [e["name"] for e in page["environments"]]
+        pages += 1
+        token = page["nextToken"]
+        if token is None:
+            break
+    assert names == ["aa", "bb", "cc"] and pages == 2
+    first = stack.api("GET", "/environments", query={"limit": "1"})[1]
+    assert set(first["environments"][0]) == {
+        "name", "python", "image", "status", "statusReason", "hash", "sizeBytes", "createdAt", "readyAt"
+    }  # fmt: skip
+    # A token is the caller's own: another account's use of it, or a forged one, is a 400.
+    for account, forged in (("other", first["nextToken"]), ("acct", "bm90LWEta2V5"), ("acct", "!")):
+        status, error = stack.api("GET", "/environments", query={"nextToken": forged}, account_id=account)
+        assert (status, error["error"]["field"]) == (400, "nextToken")
+
+
+def test_a_lock_past_the_package_limit_fails_the_build(
+    stack: Stack, builder: RecordingEnvironmentBuilder
+) -> None:
+    stack.api("PUT", "/environments/ml", body=SPEC)
+    lock = tuple(Package(f"p{i}", "1.0") for i in range(MAX_PACKAGES + 1))
+    _finish(stack, builder.requests[0], BuildOutcome("c" * 64, lock, 10))
+    failed = stack.api("GET", "/environments/ml")[1]
+    assert (failed["status"], failed["packages"]) == ("Failed", [])
+    assert f"more than the {MAX_PACKAGES}" in failed["statusReason"]
 
 
 def test_delete_frees_the_name_and_a_late_report_is_ignored(

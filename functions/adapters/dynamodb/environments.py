@@ -12,15 +12,15 @@ Items of one account:
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from functions.adapters.dynamodb.base import store_errors
 from functions.adapters.dynamodb.items import deserialize_item, serialize_item, serialize_value
+from functions.adapters.dynamodb.page_tokens import decode_token, encode_token
 from functions.domain.environments import Environment, EnvironmentSpec, EnvironmentStatus, Package
-from functions.domain.errors import UnreadableRecord
+from functions.domain.errors import UnreadableRecord, ValidationFailed
 from functions.domain.timefmt import from_sortable, to_sortable
 
 if TYPE_CHECKING:  # the stubs are a dev dependency; the Lambda runtime has no need of them
@@ -28,6 +28,8 @@ if TYPE_CHECKING:  # the stubs are a dev dependency; the Lambda runtime has no n
     from mypy_boto3_dynamodb.type_defs import TransactWriteItemTypeDef
 
 _BUILDING_ENTRY = "environments#building"
+#: The attributes of a page key of the account's environments (the table's key).
+_PAGE_KEY = frozenset({"accountId", "entry"})
 
 
 def _key(account_id: str, name: str) -> dict[str, Any]:
@@ -135,8 +137,10 @@ class DynamoEnvironmentStore:
         item = response.get("Item")
         return environment_from_item(deserialize_item(item)) if item else None
 
-    def list_environments(self, account_id: str) -> list[Environment]:
-        """The account's environments by name (strongly consistent)."""
+    def list_environments(
+        self, account_id: str, limit: int, next_token: str | None
+    ) -> tuple[list[Environment], str | None]:
+        """A page of the account's environments by name (strongly consistent) and its token."""
         kwargs: dict[str, Any] = {
             "TableName": self._table,
             "KeyConditionExpression": "accountId = :a AND begins_with(#e, :p)",
@@ -146,18 +150,18 @@ class DynamoEnvironmentStore:
                 ":p": serialize_value("environment#"),
             },
             "ConsistentRead": True,
+            "Limit": limit,
         }
-        return [environment_from_item(item) for item in self._query(kwargs)]
-
-    def _query(self, kwargs: dict[str, Any]) -> Iterator[dict[str, Any]]:
-        while True:
-            with store_errors("Query"):
-                page = self._db.query(**kwargs)
-            for item in page.get("Items", []):
-                yield deserialize_item(item)
-            if not page.get("LastEvaluatedKey"):
-                return
-            kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+        if next_token:
+            start = decode_token(next_token, _PAGE_KEY, {"accountId": account_id})
+            if not start["entry"].startswith("environment#"):
+                raise ValidationFailed("nextToken is not one this API issued for this account.", "nextToken")
+            kwargs["ExclusiveStartKey"] = serialize_item(start)
+        with store_errors("Query"):
+            page = self._db.query(**kwargs)
+        found = [environment_from_item(deserialize_item(item)) for item in page.get("Items", [])]
+        last = page.get("LastEvaluatedKey")
+        return found, encode_token(deserialize_item(last)) if last else None
 
     # -- writes -----------------------------------------------------------------------------------------
     def create_environment(self, environment: Environment, max_building: int) -> None:

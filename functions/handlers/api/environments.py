@@ -9,19 +9,21 @@ from typing import Annotated, Any
 from aws_lambda_powertools.event_handler import Depends, Response, content_types
 from aws_lambda_powertools.event_handler.openapi.params import Body, Path, Query
 from aws_lambda_powertools.event_handler.router import APIGatewayRouter
+from pydantic import BeforeValidator
 
 from functions.domain.environments import NAME_PATTERN
 from functions.domain.timefmt import parse_query_time
-from functions.handlers.api.app import Caller, ServicesDep, require
+from functions.handlers.api.app import Caller, ServicesDep, ascii_whole_number, require
 from functions.handlers.api.models.environments import (
     EnvironmentListView,
     EnvironmentLogView,
     EnvironmentSpecBody,
     EnvironmentView,
+    environment_summary_view,
     environment_view,
 )
 from functions.handlers.api.models.job_data import log_event_view
-from functions.handlers.api.openapi import _json, _responses
+from functions.handlers.api.openapi import _TIME, _json, _responses
 from functions.logic import environments
 
 router = APIGatewayRouter()
@@ -38,15 +40,20 @@ def _action(name: str) -> str:
 
 @router.get(
     "/environments",
-    summary="The caller's environments",
-    description=_action("environments/read"),
-    responses=_responses(200, _json(EnvironmentListView)),
+    summary="The caller's environments, by name",
+    description=_action("environments/read")
+    + " Each without its requirement and package lists (`GET /environments/{name}` has them). A page "
+    "holds at most `limit` environments; follow `nextToken` until it is null.",
+    responses=_responses(200, _json(EnvironmentListView), 400),
 )
 def list_environments(
-    services: ServicesDep, caller: Annotated[Caller, Depends(require("environments/read"))]
+    services: ServicesDep,
+    caller: Annotated[Caller, Depends(require("environments/read"))],
+    limit: Annotated[int, BeforeValidator(ascii_whole_number), Query(ge=1, le=100)] = 50,
+    nextToken: Annotated[str | None, Query()] = None,
 ) -> EnvironmentListView:
-    found = environments.list_environments(services, caller.account_id)
-    return EnvironmentListView(environments=[environment_view(e) for e in found])
+    found, token = environments.list_environments(services, caller.account_id, limit, nextToken)
+    return EnvironmentListView(environments=[environment_summary_view(e) for e in found], nextToken=token)
 
 
 @router.get(
@@ -105,7 +112,7 @@ def get_build_log(
     *,
     services: ServicesDep,
     caller: Annotated[Caller, Depends(require("environments/read"))],
-    since: Annotated[str | None, Query(description="ISO 8601 time")] = None,
+    since: Annotated[str | None, Query(description="ISO 8601 time", json_schema_extra=_TIME)] = None,
     nextToken: Annotated[str | None, Query(description="From the previous page")] = None,
 ) -> EnvironmentLogView:
     start = max(parse_query_time(since, "since"), _EPOCH) if since is not None else None

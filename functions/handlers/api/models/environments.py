@@ -109,10 +109,26 @@ class EnvironmentView(ApiModel):
     readyAt: str | None
 
 
-class EnvironmentListView(ApiModel):
-    """``GET /environments``."""
+class EnvironmentSummaryView(ApiModel):
+    """An environment in ``GET /environments``: its state without the requirement and package lists
+    (``GET /environments/{name}`` has them)."""
 
-    environments: list[EnvironmentView]
+    name: str
+    python: str
+    image: str | None
+    status: EnvironmentStatusName
+    statusReason: str | None
+    hash: str | None
+    sizeBytes: int
+    createdAt: str
+    readyAt: str | None
+
+
+class EnvironmentListView(ApiModel):
+    """``GET /environments``: a page of the account's environments by name."""
+
+    environments: list[EnvironmentSummaryView]
+    nextToken: str | None = Field(description="Pass back for the next page; null on the last.")
 
 
 class EnvironmentLogView(ApiModel):
@@ -139,6 +155,21 @@ def environment_view(environment: Environment) -> EnvironmentView:
         statusReason=environment.status_reason,
         hash=environment.hash,
         packages=[PackageView(name=p.name, version=p.version) for p in environment.packages],
+        sizeBytes=environment.size_bytes,
+        createdAt=to_api_time(environment.created_at) or "",
+        readyAt=to_api_time(environment.ready_at) if environment.ready_at else None,
+    )
+
+
+def environment_summary_view(environment: Environment) -> EnvironmentSummaryView:
+    """Map an environment for the list."""
+    return EnvironmentSummaryView(
+        name=environment.name,
+        python=environment.spec.python,
+        image=environment.spec.image,
+        status=environment.status.value,
+        statusReason=environment.status_reason,
+        hash=environment.hash,
         sizeBytes=environment.size_bytes,
         createdAt=to_api_time(environment.created_at) or "",
         readyAt=to_api_time(environment.ready_at) if environment.ready_at else None,
