@@ -116,6 +116,7 @@ class EnvironmentSummaryView(ApiModel):
     name: str
     python: str
     image: str | None
+    imageDigest: str | None
     status: EnvironmentStatusName
     statusReason: str | None
     hash: str | None
@@ -167,6 +168,7 @@ def environment_summary_view(environment: Environment) -> EnvironmentSummaryView
         name=environment.name,
         python=environment.spec.python,
         image=environment.spec.image,
+        imageDigest=environment.image_digest,
         status=environment.status.value,
         statusReason=environment.status_reason,
         hash=environment.hash,
