@@ -143,7 +143,8 @@ def test_the_list_is_paged_by_name_without_the_lists(
     assert names == ["aa", "bb", "cc"] and pages == 2
     first = stack.api("GET", "/environments", query={"limit": "1"})[1]
     assert set(first["environments"][0]) == {
-        "name", "python", "image", "imageDigest", "status", "statusReason", "hash", "sizeBytes", "createdAt", "readyAt"
+        "name", "python", "image", "imageDigest", "status", "statusReason", "hash", "sizeBytes",
+        "createdAt", "readyAt",
     }  # fmt: skip
     # A token is the caller's own: another account's use of it, or a forged one, is a 400.
     for account, forged in (("other", first["nextToken"]), ("acct", "bm90LWEta2V5"), ("acct", "!")):
