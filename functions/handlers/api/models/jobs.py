@@ -1,4 +1,4 @@
-"""Models of the job routes (API.md ``Job``, ``EvaluationResult``, uploads, logs, outputs)."""
+"""Models of the job routes (docs/http-api.md ``Job``, ``EvaluationResult``, uploads, logs, outputs)."""
 
 from __future__ import annotations
 
@@ -102,7 +102,7 @@ class SubmitJobBody(ApiModel):
     )
     notifications: Any = Field(
         default="Automatic",
-        description="See API.md Notifications.",
+        description="See docs/http-api.md Notifications.",
         json_schema_extra=notifications_json_schema(),
     )
     arrayItems: list[Any] | None = Field(
@@ -173,7 +173,7 @@ class SubmitJobBody(ApiModel):
 
 
 class UploadBody(ApiModel):
-    """``POST /jobs/uploads`` body: what will be uploaded (API.md version 2 additions)."""
+    """``POST /jobs/uploads`` body: what will be uploaded (docs/http-api.md version 2 additions)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -227,7 +227,7 @@ class JobEnvironmentView(ApiModel):
 
 
 class JobView(ApiModel):
-    """``Job`` of API.md, what every job route returns."""
+    """``Job`` of docs/http-api.md, what every job route returns."""
 
     jobId: str
     name: str | None
