@@ -64,7 +64,7 @@ def test_a_job_sees_exactly_the_environments_packages_and_the_build_is_shared(
             "environment": "six116",
         }
     )
-    assert job["environment"] == {"name": "six116", "hash": ready["hash"], "python": "3.12"}
+    assert job["environment"] == {"name": "six116", "hash": ready["hash"], "python": "3.12", "image": None}
     done = dev.wait_status(job["jobId"], timeout=60)
     assert done["status"] == "Succeeded", done
     assert dev.get(f"/jobs/{job['jobId']}/result").json()["result"] == {"six": "1.16.0", "python": [3, 12]}
