@@ -82,6 +82,7 @@ class ComputeStack(Stack):
             build_role=self.compute.build_role,
             replicas=replicas,
             job_log_group_name=names.job_log_group_name,
+            names=self.names,
         )
 
     def _build_forwarding(self, home_region: str) -> None:
