@@ -605,6 +605,7 @@ def _environment_builder(
             spec_hash=request.spec_hash,
             outcome=outcome,
             now=utc_now(),
+            log_stream_name=request.log_stream_name,
         )
 
     uv = shutil.which("uv", path=str(Path(sys.executable).parent)) or shutil.which("uv") or "uv"

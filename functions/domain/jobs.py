@@ -29,7 +29,7 @@ from functions.domain.charged_time import (
     final_attempt_times,
     running_start,
 )
-from functions.domain.credits import ZERO
+from functions.domain.credits import ZERO, credits_text
 from functions.domain.dependencies import Dependency, InputsFrom
 from functions.domain.environments import JobEnvironment
 from functions.domain.machine_classes import GeoZone, MachineClass, machine_class
@@ -53,7 +53,7 @@ OUT_OF_CREDITS = "Account out of credits"
 
 def credit_constraint_reason(credit_constraint: Decimal) -> str:
     """``CreditConstraint of 0.05 credits reached`` (the cap as the user wrote it, no trailing zeros)."""
-    return f"CreditConstraint of {credit_constraint.normalize():f} credits reached"
+    return f"CreditConstraint of {credits_text(credit_constraint)} credits reached"
 
 
 def time_constraint_reason(time_constraint: int) -> str:
@@ -341,7 +341,7 @@ class Account:
 
 
 class LedgerKind(StrEnum):
-    """Kinds of ledger entries (API.md ``/account/usage``)."""
+    """Kinds of ledger entries (docs/http-api.md ``/account/usage``)."""
 
     CHARGE = "charge"
     GRANT = "grant"
@@ -549,7 +549,7 @@ def is_infrastructure_loss(
     job: Job, batch_reason: str | Sequence[str] | None, error_summary: str | None
 ) -> bool:
     """True when the final attempt was lost to infrastructure (the machine went away, the service's
-    container could not start): such an attempt is free (DESIGN.md "Credits"). The service's own
+    container could not start): such an attempt is free (docs/architecture.md "Credits"). The service's own
     termination and an error of the user's code are never infrastructure."""
     if job.termination_reason or (error_summary and error_summary.strip()):
         return False

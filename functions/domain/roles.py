@@ -71,7 +71,7 @@ _ORDER = {Role.READER: 0, Role.CONTRIBUTOR: 1, Role.OWNER: 2, Role.ADMIN: 3}
 _R, _C, _O, _A = Role.READER, Role.CONTRIBUTOR, Role.OWNER, Role.ADMIN
 _ACC, _ADM = Scope.ACCOUNT, Scope.ADMIN
 
-# THE table. A route names one of these; `GET /roles` serves it; API.md lists each route's action.
+# THE table. A route names one of these; `GET /roles` serves it; docs/http-api.md lists each route's action.
 ACTIONS: Mapping[str, Action] = {
     a.name: a
     for a in (

@@ -22,7 +22,7 @@ from functions.domain.runtime import DEFAULT_PYTHON_VERSION, job_definition_name
 from functions.ports import BatchSubmission, Services, ZoneServices
 
 # A creditConstraint also sets a Batch timeout (cap ÷ rate plus a margin) so a job stops even if
-# the meter is down (DESIGN.md "Credits"); the meter normally stops it first.
+# the meter is down (docs/architecture.md "Credits"); the meter normally stops it first.
 CREDIT_TIMEOUT_MARGIN_SECONDS = 120
 #: Environment variable of a span's container: the global index of the span's first item.
 ARRAY_OFFSET_VARIABLE = "REMOTE_BATCH_ARRAY_OFFSET"

@@ -134,6 +134,12 @@ def delete_environment(services: Services, account_id: str, name: str, now: date
     raise DependencyFailed(f"environment {name} kept changing while it was deleted")
 
 
+def _same_build(environment: Environment, log_stream_name: str | None) -> bool:
+    """Whether a report naming ``log_stream_name`` (None: not said) is of ``environment``'s own build
+    (each creation names its own stream: ``domain.environments.new_environment``)."""
+    return log_stream_name is None or log_stream_name == environment.log_stream_name
+
+
 def _settle_waiters(services: Services, environment: Environment, now: datetime) -> None:
     """Release or end the jobs waiting for ``environment`` (it left Building, or is gone). A failure is
     logged: the meter's backstop settles them later."""
@@ -164,17 +170,24 @@ def record_build(
     spec_hash: str,
     outcome: BuildOutcome,
     now: datetime,
+    log_stream_name: str | None = None,
 ) -> Environment | None:
     """The builder's report: the environment becomes Ready or Failed, then the jobs waiting for it are
     released (Ready) or end ``Terminated``, free, with its reason (Failed), each once
     (``waits.prerequisite_settled``). Returns it, or None when it is gone or now holds another spec
     (deleted and asked again: its waiting jobs ended then); a report delivered twice changes nothing
     but settles any job a lost Query left waiting. ``name`` is None for an unnamed environment (found
-    by ``spec_hash``)."""
+    by ``spec_hash``); ``log_stream_name``, the request's, tells the build the record was made for from
+    a later one under the same name and spec (an unnamed environment asked for again): a report of an
+    earlier build is ignored."""
     store = environment_store(services)
     for _ in range(SAVE_ATTEMPTS):
         environment = stored_environment(services, account_id, name, spec_hash)
-        if environment is None or environment.spec_hash != spec_hash:
+        if (
+            environment is None
+            or environment.spec_hash != spec_hash
+            or not _same_build(environment, log_stream_name)
+        ):
             logger.info("build report for no environment", account_id=account_id, environment=name)
             return None
         if environment.status is not EnvironmentStatus.BUILDING:

@@ -358,11 +358,15 @@ def submit_job(services: Services, account_id: str, request: JobRequest, now: da
     admitted at once (``_submit_to_compute``). AWS Batch is not called here: a burst of submits is
     absorbed by the dispatch queue.
 
+    A job whose environment builds (named, or an inline spec's unnamed one, asked for here once every
+    other check passed) is written waiting for it instead (``waits.submit_waiting``): it takes no quota
+    until the build is Ready, then goes this same way; a failed build ends it, free.
+
     Returns
     -------
     Job
-        The job, Queued: admitted (waiting for the dispatcher) or held with ``statusReason``
-        ``Waiting for quota: ...``.
+        The job, Queued: admitted (waiting for the dispatcher), held with ``statusReason``
+        ``Waiting for quota: ...``, or waiting with ``Building environment ml (...)``.
 
     Raises
     ------

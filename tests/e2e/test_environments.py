@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import time
+from decimal import Decimal
 from typing import Any
 
 import pytest
@@ -94,3 +95,30 @@ def test_a_requirement_that_does_not_exist_fails_with_the_resolvers_message(dev:
     assert any("remote-batch-no-such-pkg" in line for line in _log(dev, "nothing"))
     refused = dev.post("/jobs", json={"code": "1", "environment": "nothing"})
     assert refused.status_code == 400 and refused.json()["error"]["field"] == "environment"
+
+
+def test_jobs_submitted_while_their_environment_builds_wait_then_run_or_end_free(
+    stack: LocalStackProcess, dev: Client
+) -> None:
+    # A job submitted right after its environment was asked for waits for the build, then runs in it.
+    spec = {"python": "3.12", "requirements": ["six==1.15.0"]}
+    assert dev.request("PUT", "/environments/six115", json=spec).status_code == 201
+    waiting = dev.submit({"code": "import six\nsix.__version__", "environment": "six115"})
+    assert waiting["status"] == "Queued"
+    assert waiting["statusReason"] == "Building environment six115 (Python 3.12, 1 package)", waiting
+    assert waiting["environment"] == {"name": "six115", "hash": None, "python": "3.12"}
+    done = dev.wait_status(waiting["jobId"], timeout=180)
+    assert done["status"] == "Succeeded", done
+    assert done["environment"]["hash"] == _ready(dev, "six115")["hash"]
+    assert dev.get(f"/jobs/{waiting['jobId']}/result").json()["result"] == "1.15.0"
+
+    # A job given an inline spec that cannot resolve waits, then ends Terminated with 0 credits.
+    broken = {"python": "3.12", "requirements": ["remote-batch-no-such-pkg-2==1.0"]}
+    doomed = dev.submit({"code": "1", "environment": broken})
+    assert doomed["statusReason"] == "Building the inline environment (Python 3.12, 1 package)", doomed
+    ended = dev.wait_status(doomed["jobId"], timeout=180)
+    print(f"\n{ended['statusReason']}")
+    assert ended["status"] == "Terminated"
+    assert ended["statusReason"].startswith("The inline environment failed: No solution found")
+    assert Decimal(str(ended["creditsSpent"])) == Decimal("0")
+    assert ended["startedAt"] is None

@@ -51,11 +51,13 @@ def _cases() -> list[Any]:
     for wrong, change, field in BAD_SPECS:
         spec = {**SPEC, **change}
         cases.append(pytest.param("PUT", "/environments/ml", spec, field, id=f"put-{wrong}"))
-        body = {"code": "1", "environment": spec}
-        cases.append(pytest.param("POST", "/jobs", body, f"environment.{field}", id=f"inline-{wrong}"))
+        inline: dict[str, Any] = {"code": "1", "environment": spec}
+        cases.append(pytest.param("POST", "/jobs", inline, f"environment.{field}", id=f"inline-{wrong}"))
     cases.append(pytest.param("PUT", "/environments/9lives", SPEC, "name", id="put-name over the pattern"))
-    body = {"code": "1", "environment": "9lives"}
-    cases.append(pytest.param("POST", "/jobs", body, "environment", id="job-name over the pattern"))
+    named: dict[str, Any] = {"code": "1", "environment": "9lives"}
+    cases.append(pytest.param("POST", "/jobs", named, "environment", id="job-name over the pattern"))
+    neither: dict[str, Any] = {"code": "1", "environment": 5}
+    cases.append(pytest.param("POST", "/jobs", neither, "environment", id="job-neither name nor spec"))
     return cases
 
 

@@ -46,6 +46,7 @@ def _report(stack: Stack, request: BuildRequest, outcome: BuildOutcome) -> None:
         spec_hash=request.spec_hash,
         outcome=outcome,
         now=stack.clock(),
+        log_stream_name=request.log_stream_name,
     )
 
 
@@ -278,5 +279,8 @@ def test_a_failed_inline_environment_refuses_jobs_for_a_while_then_builds_again(
     stack.clock.advance(timedelta(minutes=11).total_seconds())
     again = _submit(stack, environment=SPEC)
     assert again["status"] == "Queued" and len(builder.requests) == 2
+    # The first build's report delivered again names the earlier build: the new one is not touched.
+    _report(stack, builder.requests[0], BROKEN)
+    assert stack.api("GET", f"/jobs/{again['jobId']}")[1]["status"] == "Queued"
     _report(stack, builder.requests[1], READY)
     assert stack.api("GET", f"/jobs/{again['jobId']}")[1]["environment"]["hash"] == "f" * 64

@@ -1,16 +1,19 @@
-"""The waiting rule (``functions.domain.prerequisites.judge``) and the environment as a prerequisite
-(``functions.domain.environments.prerequisite_state``)."""
+"""The waiting rule (``functions.domain.prerequisites.judge``), the environment as a prerequisite
+(``functions.domain.environments.prerequisite_state``), an unnamed environment's retention
+(``reusable``) and the build limits' reasons."""
 
 from __future__ import annotations
 
 from dataclasses import replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from functions.domain.environments import (
     BUILD_SIZE_LIMIT_BYTES,
     BUILD_TIME_LIMIT_SECONDS,
+    UNNAMED_RETENTION,
+    UNNAMED_RETRY_AFTER,
     BuildOutcome,
     EnvironmentSpec,
     environment_prerequisite,
@@ -18,6 +21,7 @@ from functions.domain.environments import (
     new_environment,
     parse_environment_prerequisite,
     prerequisite_state,
+    reusable,
     size_limit_reason,
     time_limit_reason,
 )
@@ -131,3 +135,14 @@ def test_the_size_limit_names_itself() -> None:
         "the installed packages take 13.0 GiB, over the size limit of 10 GiB unpacked"
     )
     assert BUILD_TIME_LIMIT_SECONDS == 30 * 60
+
+
+def test_an_unnamed_environment_is_taken_until_its_retention_and_a_failure_for_ten_minutes() -> None:
+    inline = new_environment("dev", None, SPEC, NOW)
+    assert reusable(inline, NOW + timedelta(days=365))  # Building: always taken
+    ready = finish(inline, BuildOutcome("a" * 64), NOW)
+    assert reusable(ready, NOW + UNNAMED_RETENTION - timedelta(seconds=1))
+    assert not reusable(ready, NOW + UNNAMED_RETENTION)
+    failed = finish(inline, BuildOutcome(None, error="No solution"), NOW)
+    assert reusable(failed, NOW + UNNAMED_RETRY_AFTER - timedelta(seconds=1))
+    assert not reusable(failed, NOW + UNNAMED_RETRY_AFTER)

@@ -1,26 +1,22 @@
 """``nextToken``: a DynamoDB ``LastEvaluatedKey`` handed to the caller and taken back.
 
-A token is the key's string attributes as JSON, URL-safe base64. Taking one back checks that it is
-one this API could have issued: valid base64 (``b64decode`` silently drops characters outside the
-alphabet, so they are refused first), a JSON object with exactly the key's attributes, every value a
-string that encodes as UTF-8 (a lone surrogate cannot reach DynamoDB), and the attributes the route
-binds (the caller's account) equal to the caller's. Anything else is a 400 on ``nextToken``.
+A token is the key's string attributes, written by the service's one page-token codec
+(``functions.domain.page_tokens``: JSON, URL-safe base64, characters outside the alphabet refused).
+Taking one back also checks what a DynamoDB key needs: every value a string that encodes as UTF-8
+(a lone surrogate cannot reach DynamoDB), and the attributes the route binds (the caller's account)
+equal to the caller's. Anything else is a 400 on ``nextToken``.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
-import json
 from collections.abc import Mapping
 
-from functions.domain.errors import ValidationFailed
-from functions.domain.text import URLSAFE_BASE64_PATTERN, full_match
+from functions.domain.page_tokens import decode_page_token, encode_page_token, token_refused
 
 
 def encode_token(key: Mapping[str, str]) -> str:
     """The token of a (deserialized) key whose attributes are all strings."""
-    return base64.urlsafe_b64encode(json.dumps(dict(key), sort_keys=True).encode()).decode()
+    return encode_page_token(key)
 
 
 def decode_token(
@@ -46,21 +42,10 @@ def decode_token(
     ValidationFailed
         On ``nextToken``, for any token this API did not issue (for this caller).
     """
-    try:
-        if not full_match(URLSAFE_BASE64_PATTERN, token):
-            raise ValueError(token)
-        key = json.loads(base64.urlsafe_b64decode(token.encode()))
-        valid = (
-            isinstance(key, dict)
-            and set(key) == attributes
-            and all(isinstance(value, str) and _is_utf8(value) for value in key.values())
-            and all(key[name] == value for name, value in (bound or {}).items())
-        )
-    except (ValueError, binascii.Error):
-        valid = False
-    if not valid:
-        whose = " for this account" if for_account else ""
-        raise ValidationFailed(f"nextToken is not one this API issued{whose}.", field="nextToken")
+    scope = "account" if for_account else ""
+    key = decode_page_token(token, attributes, issued_for=bound, scope=scope)
+    if not all(isinstance(value, str) and _is_utf8(value) for value in key.values()):
+        raise token_refused(scope)
     return {name: str(value) for name, value in key.items()}
 
 

@@ -1,4 +1,4 @@
-"""Models of the job routes (API.md ``Job``, ``EvaluationResult``, uploads, logs, outputs)."""
+"""Models of the job routes (docs/http-api.md ``Job``, ``EvaluationResult``, uploads, logs, outputs)."""
 
 from __future__ import annotations
 
@@ -134,7 +134,7 @@ class SubmitJobBody(ApiModel):
     )
     notifications: Any = Field(
         default="Automatic",
-        description="See API.md Notifications.",
+        description="See docs/http-api.md Notifications.",
         json_schema_extra=notifications_json_schema(),
     )
     dependsOn: list[DependsOnBody] | None = Field(
@@ -191,7 +191,10 @@ class SubmitJobBody(ApiModel):
         "pythonVersions (the SDK sends its own, so a pickled function runs in the version that made it); "
         "default GET /runtime's pythonVersion. Another version is refused (400, field pythonVersion).",
     )
-    environment: str | dict[str, Any] | None = Field(
+    # A name or an inline spec (read as EnvironmentSpecBody by the route, naming its bad fields
+    # ``environment.<field>``): typed here only by the schema below, so a value of another type is
+    # one error on ``environment``.
+    environment: Any = Field(
         default=None,
         description="Extension: the environment to run in: its Python and packages, and nothing of the "
         "worker image's. The name of one of the account's environments (PUT /environments/{name}), or "
@@ -208,6 +211,13 @@ class SubmitJobBody(ApiModel):
             ]
         },
     )
+
+    @field_validator("environment")
+    @classmethod
+    def _name_or_spec(cls, value: Any) -> str | dict[str, Any] | None:
+        if value is not None and not isinstance(value, str | dict):
+            raise ValueError("give an environment's name or an inline spec object")
+        return value
 
     @field_validator("arrayItemsKey")
     @classmethod
@@ -231,7 +241,7 @@ class SubmitJobBody(ApiModel):
 
 
 class UploadBody(ApiModel):
-    """``POST /jobs/uploads`` body: what will be uploaded (API.md version 2 additions)."""
+    """``POST /jobs/uploads`` body: what will be uploaded (docs/http-api.md version 2 additions)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -286,7 +296,7 @@ class JobEnvironmentView(ApiModel):
 
 
 class JobView(ApiModel):
-    """``Job`` of API.md, what every job route returns."""
+    """``Job`` of docs/http-api.md, what every job route returns."""
 
     jobId: str
     name: str | None
