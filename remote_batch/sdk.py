@@ -85,7 +85,8 @@ def _pickled_by_value(modules: Iterable[ModuleType]) -> Iterator[None]:
 def dumps_call(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, Any]) -> bytes:
     """``cloudpickle.dumps((fn, args, kwargs))``, ``fn``'s own module pickled by value when the job's
     container could not import it."""
-    with _pickled_by_value(_by_value_modules(fn)):
+    # A wrapper (``with_parent_results``) ships the user's function: its module decides.
+    with _pickled_by_value(_by_value_modules(getattr(fn, "__wrapped__", fn))):
         return bytes(cloudpickle.dumps((fn, tuple(args), dict(kwargs))))
 
 
@@ -255,6 +256,7 @@ def with_parent_results(
 
         return target(*(load(a) for a in call_args), **{k: load(v) for k, v in call_kwargs.items()})
 
+    call_with_parent_results.__wrapped__ = fn  # type: ignore[attr-defined]
     return call_with_parent_results, marked_args, marked_kwargs, parents
 
 

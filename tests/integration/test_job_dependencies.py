@@ -6,6 +6,7 @@ backstop settles what a lost release missed; bad input is a 400 on its field."""
 
 from __future__ import annotations
 
+from collections import Counter
 from datetime import timedelta
 from decimal import Decimal
 from typing import Any
@@ -14,6 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from benchmarks.capacity import RequestRecorder
 from functions.domain.jobs import DispatchState
 from functions.domain.machine_classes import GeoZone
 from tests.events import batch_event
@@ -363,3 +365,41 @@ def test_replayed_duplicated_and_reversed_events_release_every_child_once(
     assert _basic_quota(stack)["queued"] == 0
     for child in children:  # their quota back for the next example
         finish(stack, child)
+
+
+def _dynamodb_requests(call: Any) -> Counter[str]:
+    with RequestRecorder() as recorder:
+        call()
+    return Counter(
+        {k.split(":", 1)[1]: v for k, v in recorder.usage.requests.items() if k.startswith("dynamodb:")}
+    )
+
+
+def test_the_requests_an_edge_costs_at_the_childs_submit_and_at_its_parents_end(stack: Stack) -> None:
+    # A parent nobody depends on ends as before: no Query of waiters (test_request_counts pins it)
+    lone = _submit(stack, notifications="None")["jobId"]
+    alone = _dynamodb_requests(lambda: finish(stack, lone))
+    assert "Query" not in alone
+    assert alone == Counter({"GetItem": 3, "TransactWriteItems": 1})
+    parent = _submit(stack, notifications="None")["jobId"]
+    # At the child's submit, the edge costs the parent's mark (1 UpdateItem), the wait item (in the
+    # BatchWriteItem of the child's wait items) and the child's judgement (1 BatchGetItem)
+    counts = _dynamodb_requests(lambda: _submit(stack, dependsOn=_after(parent), notifications="None"))
+    # (the rest: the account and quota read, the caller's read, the waiting job's transaction)
+    assert counts == Counter(
+        {"UpdateItem": 1, "BatchWriteItem": 1, "BatchGetItem": 2, "GetItem": 1, "TransactWriteItems": 1}
+    )
+    # At the parent's end, over a lone parent's: the edge's 1 Query of waiters, 1 GetItem of the
+    # child, 1 BatchGetItem judging it and 1 BatchWriteItem deleting its wait item; the rest is the
+    # child's own release and admission into the quota and its dispatch (what any submit costs).
+    ended = _dynamodb_requests(lambda: finish(stack, parent))
+    assert ended == Counter(
+        {
+            "GetItem": 5,
+            "TransactWriteItems": 3,
+            "Query": 4,
+            "BatchGetItem": 2,
+            "UpdateItem": 2,
+            "BatchWriteItem": 1,
+        }
+    )
