@@ -151,8 +151,6 @@ UPDATES = {
     "claim_span": lambda s, job, now: s.claim_span(job.job_id, 0, now),
     "release_span": lambda s, job, now: s.release_span(job.job_id, 0),
     "record_span": lambda s, job, now: s.record_span(job.job_id, 0, "batch-1"),
-    # Jobs waiting for prerequisites (functions/adapters/dynamodb/waits.py).
-    "set_wait_reason": lambda s, job, now: s.set_wait_reason(job.job_id, "Waiting for job-x (Running)"),
 }
 
 
