@@ -37,4 +37,6 @@ def test_a_local_job_with_inputs_from_reads_and_lists_its_parents_outputs_only()
     assert listing["Resource"] == "arn:aws:s3:::b"
     assert listing["Condition"] == {"StringLike": {"s3:prefix": ["outputs/job-p/*"]}}
     # The shared cloud role is unchanged by parents: it reads no job's outputs.
-    assert job_policy_statements("arn:aws:s3:::b", parents=("job-p",)) == job_policy_statements("arn:aws:s3:::b")
+    assert job_policy_statements("arn:aws:s3:::b", parents=("job-p",)) == job_policy_statements(
+        "arn:aws:s3:::b"
+    )
