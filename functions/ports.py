@@ -341,6 +341,10 @@ class JobRepository(Protocol):
     def set_wait_reason(self, job_id: str, reason: str) -> None:
         """Set a waiting job's ``statusReason`` (no-op once it no longer waits)."""
 
+    def mark_has_dependents(self, parent_id: str, account_id: str) -> Job | None:
+        """Mark job ``parent_id`` of ``account_id`` as some child's parent (``hasDependents``) unless
+        it is final; the job as it stands either way, None when the account has no such live job."""
+
     def list_waiting_job_ids(self, machine_class: str, geo_zone: GeoZone) -> tuple[list[str], list[str]]:
         """(single jobs still ``Queued``, unfinished arrays) of ``machine_class`` in ``geo_zone``: their
         ids, from the sparse ``unfinished`` index (cost grows with the jobs in flight)."""

@@ -143,6 +143,10 @@ def _show_job(job: Job) -> None:
                 "expiresAt", "arraySize", "childStatusCounts"):  # fmt: skip
         if data.get(key) is not None:
             table.add_row(key, cell(data[key]))
+    for parent in data.get("dependsOn") or []:
+        table.add_row("dependsOn", cell(f"{parent.get('jobId')} ({parent.get('condition')})"))
+    for waited in data.get("waitingFor") or []:
+        table.add_row("waitingFor", cell(waited))
     if data.get("pythonVersion") is not None:
         table.add_row("pythonVersion", cell(data["pythonVersion"]))
     environment = job.environment
@@ -214,6 +218,17 @@ def submit(  # noqa: PLR0917 (typer maps each parameter to an option)
         bool, typer.Option("--wait", "-w", help="Wait until it is final; exit 2 if Terminated.")
     ] = False,
     follow: Annotated[bool, typer.Option("--follow", "-f", help="With --wait: stream its log.")] = False,
+    after: Annotated[
+        list[str] | None,
+        typer.Option("--after", help="JOB[:Succeeded|Completed|Terminated]: wait for that job (repeatable)."),
+    ] = None,
+    inputs_from: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--inputs-from",
+            help="JOB[:GLOB]: start with that parent's outputs under inputs/JOB/ (repeatable).",
+        ),
+    ] = None,
     json_output: JsonOption = False,
 ) -> None:
     """Submit a job: --code CODE, a FILE.py (its code), or -- CMD ARGS... (a command)."""
@@ -254,6 +269,8 @@ def submit(  # noqa: PLR0917 (typer maps each parameter to an option)
         time_constraint=time_constraint,
         notifications=rules,
         name=name,
+        depends_on=[_parent_and(value) for value in after or []] or None,
+        inputs_from=_inputs_from(inputs_from or []) or None,
         environment=env,
     )
     if json_output and not wait:
@@ -267,6 +284,28 @@ def submit(  # noqa: PLR0917 (typer maps each parameter to an option)
     if json_output:
         print_json(job.data)
     raise typer.Exit(code_)
+
+
+def _parent_and(value: str) -> tuple[str, str]:
+    """``JOB`` or ``JOB:REST`` (a condition or a glob) split at its first colon; the rest defaults
+    to ``Succeeded`` for ``--after``."""
+    parent, _, rest = value.partition(":")
+    if not parent:
+        raise typer.BadParameter(f"{value!r}: give a job id first (JOB[:...])")
+    return parent, rest or "Succeeded"
+
+
+def _inputs_from(values: list[str]) -> list[tuple[str, list[str]]]:
+    """``--inputs-from`` values as ``(parent, globs)``, a parent's globs gathered in order."""
+    globs: dict[str, list[str]] = {}
+    for value in values:
+        parent, _, pattern = value.partition(":")
+        if not parent:
+            raise typer.BadParameter(f"{value!r}: give a job id first (JOB[:GLOB])")
+        globs.setdefault(parent, [])
+        if pattern:
+            globs[parent].append(pattern)
+    return list(globs.items())
 
 
 def _read_source(path: Path) -> str:

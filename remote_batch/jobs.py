@@ -223,6 +223,17 @@ class Job:
         return self.data.get("submittedBy")
 
     @property
+    def parents(self) -> list[Job]:
+        """The jobs this one depends on (``dependsOn``), each fetched when its fields are read."""
+        return [Job(self._client, {"jobId": d["jobId"]}) for d in self.data.get("dependsOn") or []]
+
+    @property
+    def waiting_for(self) -> list[str]:
+        """What a job waiting ``Queued`` waits for (``job|job-...``, ``environment|...``); empty once
+        released."""
+        return [str(w) for w in self.data.get("waitingFor") or []]
+
+    @property
     def type(self) -> str:
         """``Single``, ``Array`` or ``ArrayChild``."""
         return str(self.data.get("type", "Single"))

@@ -85,7 +85,8 @@ def _pickled_by_value(modules: Iterable[ModuleType]) -> Iterator[None]:
 def dumps_call(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, Any]) -> bytes:
     """``cloudpickle.dumps((fn, args, kwargs))``, ``fn``'s own module pickled by value when the job's
     container could not import it."""
-    with _pickled_by_value(_by_value_modules(fn)):
+    # A wrapper (``with_parent_results``) ships the user's function: its module decides.
+    with _pickled_by_value(_by_value_modules(getattr(fn, "__wrapped__", fn))):
         return bytes(cloudpickle.dumps((fn, tuple(args), dict(kwargs))))
 
 
@@ -149,6 +150,13 @@ class JobOptions(TypedDict, total=False):
     # The job's Python (major.minor, one of GET /runtime's pythonVersions); a function's default is this
     # interpreter's (its pickle only loads there), code's and a command's the service's default.
     python_version: str | None
+    # The jobs it waits for (``dependsOn``): a Job or job id, or a list of them; ``(job, condition)``
+    # pairs name a condition (Succeeded, Completed, Terminated; default Succeeded).
+    depends_on: Any
+    # The parents whose outputs it starts with under ``inputs/<jobId>/`` (``inputsFrom``): a Job or id
+    # (every output), or ``(job, [globs])`` pairs, or a list of them. Each must be in ``depends_on``
+    # (a parent named only here is added to it).
+    inputs_from: Any
     # The environment it runs in: a name, an rb.Environment (created first when this process has not
     # read it) or requirement lines (an inline spec on this interpreter's Python, or python_version's).
     environment: EnvironmentChoice | None
@@ -170,7 +178,86 @@ def _options(options: JobOptions) -> dict[str, Any]:
         "notifications": options.get("notifications"),
         "pythonVersion": options.get("python_version"),
     }
+    inputs = [_input_entry(entry) for entry in _as_list(options.get("inputs_from"))]
+    parents = [_dependency(entry) for entry in _as_list(options.get("depends_on"))]
+    named = {p["jobId"] for p in parents}
+    parents += [{"jobId": i["jobId"]} for i in inputs if i["jobId"] not in named]
+    if parents:
+        fields["dependsOn"] = parents
+    if inputs:
+        fields["inputsFrom"] = inputs
     return {key: value for key, value in fields.items() if value is not None}
+
+
+def _as_list(value: Any) -> list[Any]:
+    if value is None:
+        return []
+    return list(value) if isinstance(value, list) else [value]
+
+
+def _job_id(value: Any) -> str:
+    if isinstance(value, Job):
+        return value.id
+    if isinstance(value, str):
+        return value
+    raise TypeError(f"a parent is a Job or a job id, not {type(value).__name__}")
+
+
+def _dependency(entry: Any) -> dict[str, str]:
+    """``{"jobId", "condition"?}`` of a ``depends_on`` entry: a Job, an id, or ``(job, condition)``."""
+    if isinstance(entry, tuple):
+        parent, condition = entry
+        return {"jobId": _job_id(parent), "condition": str(condition)}
+    return {"jobId": _job_id(entry)}
+
+
+def _input_entry(entry: Any) -> dict[str, Any]:
+    """``{"jobId", "files"}`` of an ``inputs_from`` entry: a Job, an id, or ``(job, globs)``."""
+    if isinstance(entry, tuple):
+        parent, files = entry
+        return {"jobId": _job_id(parent), "files": [files] if isinstance(files, str) else list(files)}
+    return {"jobId": _job_id(entry), "files": []}
+
+
+#: What stands for a parent's result among a function's arguments until the job side loads it.
+PARENT_RESULT_MARK = "remote-batch.parent-result/1"
+
+
+def with_parent_results(
+    fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, Any]
+) -> tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any], list[str]]:
+    """``fn`` and its arguments with each ``Job`` among them standing for its result: the job becomes a
+    mark, and ``fn`` a function (pickled by value: the job's container has no ``remote_batch``) that
+    loads ``inputs/<jobId>/result.pickle`` (``inputsFrom``) in the mark's place before calling ``fn``.
+    Returns them with the parents' ids (empty, and ``fn`` as it is, without any ``Job``)."""
+    parents: list[str] = []
+
+    def mark(value: Any) -> Any:
+        if isinstance(value, Job):
+            if value.id not in parents:
+                parents.append(value.id)
+            return (PARENT_RESULT_MARK, value.id)
+        return value
+
+    marked_args = tuple(mark(a) for a in args)
+    marked_kwargs = {k: mark(v) for k, v in kwargs.items()}
+    if not parents:
+        return fn, tuple(args), dict(kwargs), []
+    target, sign = fn, PARENT_RESULT_MARK
+
+    def call_with_parent_results(*call_args: Any, **call_kwargs: Any) -> Any:
+        import pickle
+
+        def load(value: Any) -> Any:
+            if isinstance(value, tuple) and len(value) == 2 and value[0] == sign:
+                with open(f"inputs/{value[1]}/result.pickle", "rb") as stream:
+                    return pickle.load(stream)  # noqa: S301 - the parent's own result, in its job
+            return value
+
+        return target(*(load(a) for a in call_args), **{k: load(v) for k, v in call_kwargs.items()})
+
+    call_with_parent_results.__wrapped__ = fn  # type: ignore[attr-defined]
+    return call_with_parent_results, marked_args, marked_kwargs, parents
 
 
 def _job_body(
@@ -205,6 +292,10 @@ def submit(
         the service's default (``Basic1x8``, ``Automatic``, no constraint, ``Automatic``
         notifications). Credits are exact (pass a ``Decimal`` or a string); ``time_constraint`` is
         seconds.
+    depends_on, inputs_from
+        The jobs it waits for and those whose outputs it starts with (``JobOptions``). A ``Job``
+        passed among a function's arguments means its result: the job depends on it and the function
+        receives the unpickled result in that position.
     environment : str | Environment | list[str] | None
         The environment it runs in (only its packages, on its Python): an environment's name, an
         ``rb.Environment`` (created first when this process has not read or created it), or
@@ -224,6 +315,12 @@ def submit(
     The request carries an ``Idempotency-Key``: a retry after a lost answer returns the same job.
     """
     api = _client(client)
+    if callable(obj) and not isinstance(obj, str):
+        obj, args, kwargs, parents = with_parent_results(obj, args, kwargs or {})
+        if parents:
+            # Each parent's result (its result.pickle) and nothing of its files.
+            given = _as_list(options.get("inputs_from"))
+            options["inputs_from"] = given + [(p, ["result.pickle"]) for p in parents]
     return Job(api, api.post("/jobs", _job_body(api, obj, args, kwargs, options)))
 
 

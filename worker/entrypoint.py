@@ -30,6 +30,7 @@ from botocore.exceptions import ClientError
 
 from worker.environments import ENVIRONMENT_HASH_VARIABLE, cache_folder, environment_site
 from worker.errors import InputNotFound, InvalidJobInput, StorageError, WorkerError
+from worker.inputs import InputSource, fetch_inputs, input_sources
 from worker.job_container import exchange_of, run_in_job_container
 from worker.job_container import output_dir as container_output_dir
 from worker.job_side import SITE_VARIABLE
@@ -100,7 +101,9 @@ def main(environ: Mapping[str, str] | None = None, s3_client: S3Client | None = 
 
 def _run(settings: WorkerSettings, storage: JobStorage, environ: Mapping[str, str]) -> int:
     try:
-        job = read_job_input(storage, settings.input_key, settings.array_index)
+        job, sources = read_job(storage, settings.input_key, settings.array_index)
+        # A child's inputs from its parents, in the working directory, before its code starts.
+        fetch_inputs(storage, sources, Path.cwd())
     except WorkerError as exc:
         reason = rejection_reason(exc)
         _tell_user(f"{reason} ({exc})" if isinstance(exc, InputNotFound) else reason)
@@ -181,17 +184,29 @@ def read_job_input(storage: JobStorage, key: str, array_index: int | None = None
     InputNotFound, StorageError, InvalidJobInput
         The input or its upload is missing, unreadable, or malformed.
     """
+    return read_job(storage, key, array_index)[0]
+
+
+def read_job(
+    storage: JobStorage, key: str, array_index: int | None = None
+) -> tuple[JobInput, list[InputSource]]:
+    """``read_job_input``, and the parents the job takes inputs from (``worker.inputs``), from the
+    one read of its input object. Raises what ``read_job_input`` raises."""
     raw = storage.read(key)
+    try:
+        sources = input_sources(json.loads(raw))
+    except ValueError:
+        sources = []  # parse_job_input says what is wrong with it
     if array_index is not None:
         raw = with_array_item(storage, raw, array_index)
     upload = payload_key(raw)
     if upload is None:
-        return parse_job_input(raw)
+        return parse_job_input(raw), sources
     with tempfile.TemporaryDirectory(prefix="remote-batch-input-", ignore_cleanup_errors=True) as tmp:
         path = Path(tmp, "payload")
         storage.download(upload, path)
         payload = path.read_bytes()
-    return parse_job_input(raw, payload)
+    return parse_job_input(raw, payload), sources
 
 
 def read_array_item(storage: JobStorage, document: dict[str, Any], index: int) -> Any:

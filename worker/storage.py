@@ -126,6 +126,24 @@ class JobStorage:
             raise StorageError(f"cannot read s3://{self._bucket}/{key}: {exc}") from exc
         return path.stat().st_size
 
+    def list_keys(self, prefix: str) -> list[str]:
+        """The keys of every object under ``prefix`` (ListObjectsV2, every page).
+
+        Raises
+        ------
+        StorageError
+            Any S3 or network failure (access denied included).
+        """
+        keys: list[str] = []
+        try:
+            for page in self._client.get_paginator("list_objects_v2").paginate(
+                Bucket=self._bucket, Prefix=prefix
+            ):
+                keys += [item["Key"] for item in page.get("Contents", [])]
+        except (ClientError, BotoCoreError) as exc:
+            raise StorageError(f"cannot list s3://{self._bucket}/{prefix}: {exc}") from exc
+        return keys
+
     def write(self, key: str, body: bytes, content_type: str) -> None:
         """Write an object, replacing any object at that key (in parts when large, so a body over
         PutObject's 5 GB limit is stored too).

@@ -30,6 +30,7 @@ from functions.domain.charged_time import (
     running_start,
 )
 from functions.domain.credits import ZERO, credits_text
+from functions.domain.dependencies import Dependency, InputsFrom
 from functions.domain.environments import JobEnvironment
 from functions.domain.machine_classes import GeoZone, MachineClass, machine_class
 from functions.domain.notifications import NotificationRule
@@ -215,6 +216,14 @@ class Job:
     waiting_for : tuple[Prerequisite, ...]
         While ``dispatch_state`` is ``Waiting``: what the job waits for, in order
         (``functions.domain.prerequisites``); empty once released.
+    depends_on : tuple[Dependency, ...]
+        The job's parents and the condition each must meet (``functions.domain.dependencies``), as
+        submitted.
+    inputs_from : tuple[InputsFrom, ...]
+        The parents whose outputs the job starts with, and which of them (patterns).
+    has_dependents : bool
+        Some job was submitted depending on this one (set on it before that child is written): its
+        ending settles its children (``functions.logic.dependencies``).
     """
 
     job_id: str
@@ -270,6 +279,9 @@ class Job:
     array_queue: tuple[QueuedSpan, ...] = ()
     array_withdrawn: tuple[WithdrawnSpan, ...] = ()
     waiting_for: tuple[Prerequisite, ...] = ()
+    depends_on: tuple[Dependency, ...] = ()
+    inputs_from: tuple[InputsFrom, ...] = ()
+    has_dependents: bool = False
 
     @property
     def is_waiting(self) -> bool:

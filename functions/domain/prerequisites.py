@@ -34,6 +34,9 @@ class PrerequisiteKind(StrEnum):
     #: An environment's build (``functions.domain.environments``): met when Ready, broken when Failed
     #: or deleted.
     ENVIRONMENT = "environment"
+    #: A parent job (``functions.domain.dependencies``, key its id): met when it ended as the child's
+    #: condition asks, broken when it ended the other way or is gone.
+    JOB = "job"
 
 
 @dataclass(frozen=True, slots=True)

@@ -40,6 +40,7 @@ from functions.domain.jobs import (
     is_credit_constraint_reason,
 )
 from functions.domain.status import JobStatus
+from functions.logic import waits
 from functions.logic.array_results import finish_array
 from functions.logic.dispatch_requests import request_admission
 from functions.logic.endings import terminate
@@ -95,7 +96,7 @@ def apply_array_event(services: Services, parent: Job, state: BatchJobState, now
     if located is None or located.index is None:
         # The span's array job: its status follows its children's, which decide the parent.
         logger.info("array job event noted", job_id=parent.job_id, batch_status=state.status)
-        return finish_array(services, parent, now)
+        return _finish(services, parent, now)
     index = located.index
     if not 0 <= index < (parent.array_size or 0):
         logger.warning("event for a child outside its array ignored", job_id=parent.job_id, index=index)
@@ -181,7 +182,15 @@ def _advance_parent(services: Services, parent: Job, child: Job, now: datetime) 
         held = fresh.dispatch_state == DispatchState.HELD
         services.store.start_array(fresh.job_id, child.started_at or now, now, keep_reason=held)
         fresh = services.store.get_job(parent.job_id) or fresh
-    finish_array(services, fresh, now)
+    _finish(services, fresh, now)
+
+
+def _finish(services: Services, parent: Job, now: datetime) -> Job:
+    """Settle the array once every child is final (``array_results.finish_array``), then the jobs
+    waiting for it (``waits.settle_dependents``: again on a replay, which heals a cut-short one)."""
+    finished = finish_array(services, parent, now)
+    waits.settle_dependents(services, finished, now)
+    return finished
 
 
 def _stop_at_cap(services: Services, parent: Job, now: datetime) -> None:

@@ -4,6 +4,7 @@ released when it is Ready, taking its build's hash, and ends when it Failed or w
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 
 from functions.domain.environments import (
@@ -33,8 +34,13 @@ def stored_environment(
 class EnvironmentChecker:
     """``waits.PrerequisiteChecker`` of ``PrerequisiteKind.ENVIRONMENT``."""
 
-    def state(self, services: Services, prerequisite: Prerequisite) -> PrerequisiteState:
-        """The environment's standing as stored now (``domain.environments.prerequisite_state``)."""
+    def states(
+        self, services: Services, job: Job, prerequisites: Sequence[Prerequisite]
+    ) -> list[PrerequisiteState]:
+        """Each environment's standing as stored now (``domain.environments.prerequisite_state``)."""
+        return [self._state(services, p) for p in prerequisites]
+
+    def _state(self, services: Services, prerequisite: Prerequisite) -> PrerequisiteState:
         account_id, name, digest = parse_environment_prerequisite(prerequisite)
         return prerequisite_state(prerequisite, stored_environment(services, account_id, name, digest))
 

@@ -33,6 +33,7 @@ from functions.domain.jobs import (
 )
 from functions.domain.presumed import presume_transition
 from functions.domain.status import FINAL_BATCH_STATUSES, is_known_batch_status
+from functions.logic import waits
 from functions.logic.array_events import apply_array_event
 from functions.logic.dispatch_requests import admit_after_end
 from functions.logic.job_outcomes import discard_outputs, final_charge, final_outcome, log_corrections
@@ -153,7 +154,12 @@ def apply_job_state_change(services: Services, state: BatchJobState, now: dateti
             return _after_write(services, state, written, now)
     # The presumed write, when tried, was the first of the attempts.
     attempts = MAX_WRITE_ATTEMPTS - 1 if presumed is not None else MAX_WRITE_ATTEMPTS
-    return _apply_from_read(services, state, job_id, known, now, attempts=attempts)
+    job = _apply_from_read(services, state, job_id, known, now, attempts=attempts)
+    if job is not None:
+        # A final job (an array: once the array is) releases or ends the children waiting for it;
+        # a final event delivered again does it again, which heals one a failure cut short.
+        waits.settle_dependents(services, job, now)
+    return job
 
 
 def _apply_from_read(

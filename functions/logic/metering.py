@@ -438,6 +438,9 @@ def _reconcile_array(services: Services, parent: Job, now: datetime) -> None:
         # Spans not in AWS Batch yet (held, admitted, or claimed by a dispatcher that died).
         nudge_array(services, fresh, now)
         fresh = services.store.get_job(parent.job_id)
-    if fresh is not None and not finish_array(services, fresh, now).is_final:
-        services.store.mark_reconciled(parent.job_id, now)
+    if fresh is not None:
+        finished = finish_array(services, fresh, now)
+        waits.settle_dependents(services, finished, now)
+        if not finished.is_final:
+            services.store.mark_reconciled(parent.job_id, now)
     logger.info("array reconciled", job_id=parent.job_id)

@@ -20,6 +20,7 @@ from typing import Any
 from aws_lambda_powertools import Logger
 
 from functions.domain.arrays import child_template, initial_counts, parse_child_job_id
+from functions.domain.dependencies import Dependency, InputsFrom
 from functions.domain.environments import (
     Environment,
     EnvironmentSpec,
@@ -51,12 +52,13 @@ from functions.domain.prerequisites import Prerequisite
 from functions.domain.quotas import QuotaLimits
 from functions.domain.runtime import DEFAULT_PYTHON_VERSION
 from functions.domain.text import JOB_ID_PATTERN, full_match
-from functions.logic import inline_environments, quotas, waits
+from functions.logic import dependencies, inline_environments, quotas, waits
 from functions.logic.batch_submission import input_key
 from functions.logic.computes import compute_for_job
 from functions.logic.dispatch_requests import enqueue_one, request_admission
 from functions.logic.endings import terminate
 from functions.logic.fleet import ensure_class_available
+from functions.logic.job_outcomes import output_key
 from functions.logic.uploads import uploaded_input
 from functions.ports import Services
 
@@ -97,6 +99,9 @@ class JobRequest:
     machine_class_given: bool = True
     # The user who submits (the token's user id), recorded on the job as ``submittedBy``.
     submitted_by: str | None = None
+    # The job's parents and the outputs it takes from them (``functions.domain.dependencies``; checked).
+    depends_on: tuple[Dependency, ...] = ()
+    inputs_from: tuple[InputsFrom, ...] = ()
 
     @property
     def is_array(self) -> bool:
@@ -112,7 +117,18 @@ def new_job_id(now_ms: int | None = None) -> str:
 
 def _input_document(request: JobRequest, kind: PayloadKind) -> dict[str, Any]:
     """The input object the worker reads (``worker.runner.parse_job_input``): the payload inline,
-    or ``payloadKey``, the key of an uploaded object that is the payload (source text, pickle bytes)."""
+    or ``payloadKey``, the key of an uploaded object that is the payload (source text, pickle bytes);
+    with ``inputsFrom``, the parents whose outputs it fetches first (``[{"jobId", "files"}]``)."""
+    document = _payload_document(request, kind)
+    if request.inputs_from:
+        document["inputsFrom"] = [
+            {"jobId": i.job_id, "files": list(i.files), "prefix": output_key(i.job_id, "")}
+            for i in request.inputs_from
+        ]
+    return document
+
+
+def _payload_document(request: JobRequest, kind: PayloadKind) -> dict[str, Any]:
     if request.input_key is not None:
         return {"kind": kind.value, "payloadKey": request.input_key}
     if kind == PayloadKind.PICKLE:
@@ -189,9 +205,27 @@ def prepare_submission(services: Services, account_id: str, request: JobRequest)
         kind, _ = uploaded_input(services, account_id, request.input_key, zone)
     if kind is None:
         raise ValidationFailed("Give one of code, command, pickle or inputKey.", field="inputKey")
-    environment, waiting_for, waiting_reason = _job_environment(
-        services, account_id, request, services.clock()
+    now = services.clock()
+    environment, waiting_for, waiting_reason = _job_environment(services, account_id, request, now)
+    inline_spec = (
+        request.environment
+        if isinstance(request.environment, EnvironmentSpec)
+        and environment
+        and not waiting_for
+        and environment.hash is None
+        else None
     )
+    if request.depends_on:
+        parents, parents_reason = dependencies.mark_parents(
+            services,
+            account_id,
+            zone,
+            request.depends_on,
+            takes_outputs=frozenset(i.job_id for i in request.inputs_from),
+            now=now,
+        )
+        waiting_for += parents
+        waiting_reason = waiting_reason or parents_reason or "Waiting for its dependencies"
     python_version = environment.python if environment else services.python.choose(request.python_version)
     document = _input_document(request, kind)
     ensure_class_available(services, machine.name, zone)
@@ -213,12 +247,7 @@ def prepare_submission(services: Services, account_id: str, request: JobRequest)
         environment=environment,
         waiting_for=waiting_for,
         waiting_reason=waiting_reason,
-        inline_spec=request.environment
-        if isinstance(request.environment, EnvironmentSpec)
-        and environment
-        and not waiting_for
-        and environment.hash is None
-        else None,
+        inline_spec=inline_spec,
     )
 
 
@@ -275,7 +304,11 @@ def with_inline_environment(
     environment = inline_environments.ask_unnamed_environment(services, account_id, prepared.inline_spec, now)
     chosen, waiting_for, reason = _waiting_on(environment, prepared.python_version)
     return replace(
-        prepared, environment=chosen, waiting_for=waiting_for, waiting_reason=reason, inline_spec=None
+        prepared,
+        environment=chosen,
+        waiting_for=waiting_for + prepared.waiting_for,
+        waiting_reason=reason or prepared.waiting_reason,
+        inline_spec=None,
     )
 
 
@@ -308,6 +341,8 @@ def new_job(
         python_version=prepared.python_version,
         environment=prepared.environment,
         waiting_for=prepared.waiting_for,
+        depends_on=request.depends_on,
+        inputs_from=request.inputs_from,
     )
 
 
@@ -499,4 +534,7 @@ def abort_job(services: Services, account_id: str, job_id: str) -> Job:
     aborted = terminate(services, job, ABORTED_BY_USER)
     if not job.is_final:
         services.events.count("JobsAborted")
+        # Ended here (AWS Batch never had it): the children waiting for it are settled now; one
+        # AWS Batch has ends by its FAILED event, which settles them (``job_events``).
+        waits.settle_dependents(services, aborted, services.clock())
     return aborted

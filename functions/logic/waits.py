@@ -1,6 +1,7 @@
 """Jobs that wait for prerequisites: the shared mechanism (``functions.domain.prerequisites`` holds
-the rule), used by environments (a job submitted while its environment builds, issue 24) and made for
-any other kind (a job's parents, issue 25's ``dependsOn``).
+the rule), used by environments (a job submitted while its environment builds, issue 24) and by a job's
+parents (issue 25's ``dependsOn``: ``logic.parent_waits``; a parent's ending settles its children,
+``settle_dependents``, and a child that ends settles its own, down the chain).
 
 A job that must wait is written ``Queued`` in the dispatch state ``Waiting`` with its prerequisites
 (``submit_waiting``): it takes no quota and no credits and reaches no dispatcher. Whenever a
@@ -37,6 +38,7 @@ from typing import Protocol
 
 from aws_lambda_powertools import Logger
 
+from functions.domain.dependencies import parent_prerequisite
 from functions.domain.errors import DependencyFailed, RecordMissing
 from functions.domain.jobs import DispatchState, Job
 from functions.domain.prerequisites import (
@@ -48,6 +50,7 @@ from functions.domain.prerequisites import (
 )
 from functions.logic.endings import end_waiting
 from functions.logic.environment_waits import EnvironmentChecker
+from functions.logic.parent_waits import ParentChecker
 from functions.logic.quotas import release_into_hold
 from functions.ports import Services
 
@@ -57,8 +60,12 @@ logger = Logger(child=True)
 class PrerequisiteChecker(Protocol):
     """How one kind of prerequisite stands, and what a met one gives the job it releases."""
 
-    def state(self, services: Services, prerequisite: Prerequisite) -> PrerequisiteState:
-        """Its standing now (read strongly consistent). Raises ``DependencyFailed``."""
+    def states(
+        self, services: Services, job: Job, prerequisites: Sequence[Prerequisite]
+    ) -> list[PrerequisiteState]:
+        """The standing now, for the waiting ``job``, of each of its ``prerequisites`` of this kind,
+        in order (read strongly consistent; a kind may read them all in one request). Raises
+        ``DependencyFailed``."""
 
     def give(self, job: Job, state: PrerequisiteState) -> Job:
         """``job`` with what the met prerequisite ``state`` gives it (unchanged when nothing)."""
@@ -66,13 +73,18 @@ class PrerequisiteChecker(Protocol):
 
 #: The checker of each kind of prerequisite.
 CHECKERS: Mapping[PrerequisiteKind, PrerequisiteChecker] = MappingProxyType(
-    {PrerequisiteKind.ENVIRONMENT: EnvironmentChecker()}
+    {PrerequisiteKind.ENVIRONMENT: EnvironmentChecker(), PrerequisiteKind.JOB: ParentChecker()}
 )
 
 
-def states_of(services: Services, prerequisites: Sequence[Prerequisite]) -> list[PrerequisiteState]:
-    """Each prerequisite's standing now, in order. Raises ``DependencyFailed``."""
-    return [CHECKERS[p.kind].state(services, p) for p in prerequisites]
+def states_of(services: Services, job: Job) -> list[PrerequisiteState]:
+    """Each of ``job``'s prerequisites' standing now, in order (each kind's read at once: a child's
+    100 parents are one BatchGetItem). Raises ``DependencyFailed``."""
+    found: dict[Prerequisite, PrerequisiteState] = {}
+    for kind in dict.fromkeys(p.kind for p in job.waiting_for):
+        of_kind = [p for p in job.waiting_for if p.kind is kind]
+        found.update(zip(of_kind, CHECKERS[kind].states(services, job, of_kind), strict=True))
+    return [found[p] for p in job.waiting_for]
 
 
 def submit_waiting(services: Services, job: Job, reason: str, now: datetime) -> Job:
@@ -112,7 +124,7 @@ def settle(services: Services, job: Job, now: datetime) -> Job:
     """
     if not job.is_waiting:
         return job
-    found = states_of(services, job.waiting_for)
+    found = states_of(services, job)
     judgement = judge(found)
     if judgement.verdict is Verdict.WAIT:
         if judgement.reason is not None and judgement.reason != job.status_reason:
@@ -123,6 +135,8 @@ def settle(services: Services, job: Job, now: datetime) -> Job:
         ended = end_waiting(services, job, judgement.reason or "A prerequisite can no longer be met", now)
         logger.info("waiting job ended", job_id=job.job_id, reason=ended.status_reason)
         _forget(services, job)
+        # Its own children may wait for it: down the chain.
+        settle_dependents(services, ended, now)
         return ended
     given = job
     for state in found:
@@ -158,6 +172,23 @@ def prerequisite_settled(services: Services, prerequisite: Prerequisite, now: da
     if moved:
         logger.info("prerequisite settled", prerequisite=prerequisite.id, jobs=moved)
     return moved
+
+
+def settle_dependents(services: Services, job: Job, now: datetime) -> int:
+    """A job's final status is settled: release or end the children waiting for it
+    (``prerequisite_settled`` of its ``job`` prerequisite, ``domain.dependencies``). Only a final job
+    some child marked (``has_dependents``) Queries its waiters; a delivery again heals a Query a
+    crash cut short. A failure is logged (the meter's backstop settles the children later).
+
+    Returns how many children this call released or ended.
+    """
+    if not job.is_final or not job.has_dependents:
+        return 0
+    try:
+        return prerequisite_settled(services, parent_prerequisite(job.job_id), now)
+    except DependencyFailed:
+        logger.exception("children not settled", job_id=job.job_id)
+        return 0
 
 
 def _forget(services: Services, job: Job) -> None:

@@ -143,8 +143,10 @@ SETTLEMENT = {
                     "#creditsSpent = :creditsSpent "
                     "REMOVE #statusReason, #meterPartition, #openPartition, #batchReason, #warnings"
                 ),
-                "ConditionExpression": JOB_ROW_CONDITION,
-                "ExpressionAttributeNames": SETTLED_NAMES,
+                # A settlement of a job no child marked also holds only while none marks it
+                # (issue 25: its ending then settles that child).
+                "ConditionExpression": JOB_ROW_CONDITION + " AND attribute_not_exists(#hasDependents)",
+                "ExpressionAttributeNames": {**SETTLED_NAMES, "#hasDependents": "hasDependents"},
                 "ExpressionAttributeValues": {
                     ":batchJobId": {"S": f"batch-{JOB_ID}"},
                     ":before": {"N": "4"},

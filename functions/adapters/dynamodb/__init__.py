@@ -8,7 +8,8 @@ The store is split by concern: ``items`` (the items' shapes), ``base`` (client, 
 queries, the live-job UpdateItem), ``jobs``, ``notifications`` and ``ledger`` (accounts, grants and
 the settlement), ``members`` (an account's members, on its item), ``arrays`` (array parents,
 children and their roll-up), ``array_spans`` (an array's spans through the quota and the
-dispatcher), ``waits`` (jobs waiting for prerequisites). Calls are made directly on a
+dispatcher), ``waits`` (jobs waiting for prerequisites), ``dependencies`` (the parents of jobs
+waiting for them). Calls are made directly on a
 typed ``DynamoDBClient`` inside
 ``functions.adapters.errors.translate_errors``.
 """
@@ -18,6 +19,7 @@ from __future__ import annotations
 from functions.adapters.dynamodb.array_spans import ArraySpanRecords
 from functions.adapters.dynamodb.arrays import BATCH_GET_KEYS, ArrayRecords
 from functions.adapters.dynamodb.base import STORE_UNAVAILABLE
+from functions.adapters.dynamodb.dependencies import DependencyRecords
 from functions.adapters.dynamodb.items import (
     METER_PARTITION,
     OPEN_PARTITION,
@@ -46,7 +48,14 @@ __all__ = [
 
 
 class DynamoJobStore(
-    ArraySpanRecords, WaitRecords, QuotaRecords, JobRecords, NotificationClaims, ArrayRecords, MemberRecords
+    ArraySpanRecords,
+    WaitRecords,
+    QuotaRecords,
+    JobRecords,
+    NotificationClaims,
+    ArrayRecords,
+    MemberRecords,
+    DependencyRecords,
 ):
     """``JobRepository`` on three DynamoDB tables (see ``functions.adapters.tables``).
 

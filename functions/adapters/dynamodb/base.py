@@ -265,13 +265,17 @@ class StoreBase:
         values[":succeeded"] = serialize_value(JobStatus.SUCCEEDED.value)
         values[":terminated"] = serialize_value(JobStatus.TERMINATED.value)
         values[":liveNow"] = serialize_value(self._now_epoch())
+        condition = f"{LIVE_JOB} AND #eventPosition = :before AND NOT #status IN (:succeeded, :terminated)"
+        if after.is_final and not transition.before.has_dependents:
+            # A child marked the job its parent since it was read: the settlement is computed again
+            # from the job as it is, so its ending settles that child (``dependencies``).
+            condition += " AND attribute_not_exists(#hasDependents)"
+            names["#hasDependents"] = "hasDependents"
         return {
             "TableName": self._jobs,
             "Key": serialize_item({"jobId": after.job_id}),
             "UpdateExpression": expression,
-            "ConditionExpression": (
-                f"{LIVE_JOB} AND #eventPosition = :before AND NOT #status IN (:succeeded, :terminated)"
-            ),
+            "ConditionExpression": condition,
             "ExpressionAttributeNames": names,
             "ExpressionAttributeValues": values,
             "ReturnValuesOnConditionCheckFailure": "ALL_OLD",

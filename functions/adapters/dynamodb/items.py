@@ -11,6 +11,7 @@ from typing import Any
 from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 
 from functions.domain.credits import quantize_credits
+from functions.domain.dependencies import Condition, Dependency, InputsFrom
 from functions.domain.environments import JobEnvironment
 from functions.domain.errors import UnreadableRecord
 from functions.domain.jobs import (
@@ -135,6 +136,9 @@ def job_to_item(job: Job) -> dict[str, Any]:
         "dispatchState": job.dispatch_state.value if job.dispatch_state else None,
         "dispatchClaimedAt": to_sortable(job.dispatch_claimed_at) if job.dispatch_claimed_at else None,
         "waitingFor": [p.id for p in job.waiting_for] or None,
+        "dependsOn": [{"jobId": d.job_id, "condition": d.condition.value} for d in job.depends_on] or None,
+        "inputsFrom": [{"jobId": i.job_id, "files": list(i.files)} for i in job.inputs_from] or None,
+        "hasDependents": True if job.has_dependents else None,
         "ttl": int((job.record_expires_at or job.submitted_at + RECORD_TTL).timestamp()),
     }
     values.update(_array_values(job))
@@ -247,6 +251,14 @@ def _job_from_item(item: dict[str, Any]) -> Job:
             for w in item.get("arrayWithdrawn", [])
         ),
         waiting_for=tuple(Prerequisite.parse(str(p)) for p in item.get("waitingFor", [])),
+        depends_on=tuple(
+            Dependency(str(d["jobId"]), Condition(str(d["condition"]))) for d in item.get("dependsOn", [])
+        ),
+        inputs_from=tuple(
+            InputsFrom(str(i["jobId"]), tuple(str(f) for f in i.get("files", [])))
+            for i in item.get("inputsFrom", [])
+        ),
+        has_dependents=bool(item.get("hasDependents", False)),
     )
 
 

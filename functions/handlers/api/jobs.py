@@ -19,6 +19,13 @@ from pydantic import BeforeValidator
 from pydantic import ValidationError as PydanticValidationError
 
 from functions.bootstrap import get_services
+from functions.domain.dependencies import (
+    Condition,
+    Dependency,
+    InputsFrom,
+    check_dependencies,
+    check_inputs_from,
+)
 from functions.domain.environments import EnvironmentSpec
 from functions.domain.errors import ValidationFailed
 from functions.domain.jobs import PayloadKind
@@ -78,6 +85,9 @@ def _job_request(body: SubmitJobBody, submitted_by: str | None = None) -> submis
         kind, payload = PayloadKind.COMMAND, body.command
     else:
         kind, payload = PayloadKind.PICKLE, body.pickle or ""
+    depends_on = check_dependencies(
+        [Dependency(d.jobId, Condition(d.condition)) for d in body.dependsOn or []]
+    )
     return submission.JobRequest(
         payload_kind=kind,
         payload=payload,
@@ -95,6 +105,10 @@ def _job_request(body: SubmitJobBody, submitted_by: str | None = None) -> submis
         compute=body.compute,
         machine_class_given="machineClass" in body.model_fields_set,
         submitted_by=submitted_by,
+        depends_on=depends_on,
+        inputs_from=check_inputs_from(
+            [InputsFrom(i.jobId, tuple(i.files)) for i in body.inputsFrom or []], depends_on
+        ),
     )
 
 
@@ -129,6 +143,8 @@ def canonical_submit(body: SubmitJobBody) -> dict[str, Any]:
         else request.environment,
         "arrayItems": request.array_items,
         "arrayItemsKey": request.array_items_key,
+        "dependsOn": [[d.job_id, d.condition.value] for d in request.depends_on],
+        "inputsFrom": [[i.job_id, list(i.files)] for i in request.inputs_from],
     }
 
 

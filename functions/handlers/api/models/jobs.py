@@ -16,6 +16,7 @@ from pydantic import (
 from functions.domain.arrays import MAX_INLINE_ITEMS, visible_counts
 from functions.domain.batch_reasons import normalize_reason
 from functions.domain.computes import NAME_PATTERN as COMPUTE_NAME_PATTERN
+from functions.domain.dependencies import MAX_PARENTS, MAX_PATTERNS
 from functions.domain.environments import NAME_PATTERN as ENVIRONMENT_NAME_PATTERN
 from functions.domain.jobs import Job, JobType
 from functions.domain.limits import MAX_UPLOAD_BYTES
@@ -52,6 +53,37 @@ def _program_first(schema: dict[str, Any]) -> None:
 CommandArg = Annotated[str, Field(max_length=MAX_ARG_BYTES, pattern=NO_NUL_PATTERN)]
 
 JobStatusName = Literal["Queued", "Starting", "Running", "Succeeded", "Terminated"]
+
+
+class DependsOnBody(ApiModel):
+    """One parent of ``POST /jobs``' ``dependsOn``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    jobId: str = Field(
+        min_length=1, max_length=64, description="A job of the caller's account in the same zone."
+    )
+    condition: Literal["Succeeded", "Completed", "Terminated"] = Field(
+        default="Succeeded",
+        description="What the parent's final status must be: Succeeded, Terminated, or Completed (either). "
+        "When it ends the other way the job ends Terminated, free ('Dependency job-X ended Succeeded; "
+        "this job needed Terminated').",
+    )
+
+
+class InputsFromBody(ApiModel):
+    """One parent of ``POST /jobs``' ``inputsFrom``: which of its outputs the job starts with."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    jobId: str = Field(min_length=1, max_length=64, description="A parent also listed in dependsOn.")
+    files: list[str] = Field(
+        default_factory=list,
+        max_length=MAX_PATTERNS,
+        description="Glob patterns (fnmatch: *, ?, [..]) over the parent's output names, relative, with "
+        "no '..' part; empty or absent: every output. They land in the job's working folder under "
+        "inputs/<jobId>/, with the parent's result.pickle and result.json when it has them.",
+    )
 
 
 class SubmitJobBody(ApiModel):
@@ -104,6 +136,22 @@ class SubmitJobBody(ApiModel):
         default="Automatic",
         description="See docs/http-api.md Notifications.",
         json_schema_extra=notifications_json_schema(),
+    )
+    dependsOn: list[DependsOnBody] | None = Field(
+        default=None,
+        max_length=MAX_PARENTS,
+        description="Extension: the jobs this one waits for (AWS Batch's dependsOn; at most 100, each "
+        "once): the caller's account's jobs in the same geo zone (another account's or an unknown id: "
+        "404; another zone: 400); an array counts once the whole array is final. The job stays Queued "
+        "('Waiting for job-X (Running) and 2 more'), holding no quota and spending no credits, until "
+        "every condition holds; when one can no longer hold it ends Terminated, free.",
+    )
+    inputsFrom: list[InputsFromBody] | None = Field(
+        default=None,
+        max_length=MAX_PARENTS,
+        description="Extension: parents (each also in dependsOn) whose outputs the job starts with, "
+        "under inputs/<jobId>/ in its working folder. A parent whose data expired (14 days) or was "
+        "deleted ends the job Terminated, free.",
     )
     arrayItems: list[Any] | None = Field(
         default=None,
@@ -300,6 +348,17 @@ class JobView(ApiModel):
     environment: JobEnvironmentView | None = Field(
         default=None, description="Extension: the environment the job runs in (null: the worker image's)."
     )
+    dependsOn: list[DependsOnBody] = Field(
+        default_factory=list, description="Extension: the job's parents and their conditions, as submitted."
+    )
+    inputsFrom: list[InputsFromBody] = Field(
+        default_factory=list, description="Extension: the parents whose outputs the job starts with."
+    )
+    waitingFor: list[str] = Field(
+        default_factory=list,
+        description="Extension: while the job waits Queued, what it waits for ('job|job-...' for a "
+        "parent, 'environment|...' for a build); its statusReason names the first. Empty once released.",
+    )
 
 
 class JobListView(ApiModel):
@@ -355,6 +414,9 @@ def job_view(job: Job) -> JobView:
             if job.environment
             else None
         ),
+        dependsOn=[DependsOnBody(jobId=d.job_id, condition=d.condition.value) for d in job.depends_on],
+        inputsFrom=[InputsFromBody(jobId=i.job_id, files=list(i.files)) for i in job.inputs_from],
+        waitingFor=[p.id for p in job.waiting_for] if job.is_waiting else [],
         notificationLog=[
             NotificationRecordView.model_validate(
                 {

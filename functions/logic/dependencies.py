@@ -1,0 +1,88 @@
+"""A submit's parents (issue 25's ``dependsOn``; ``functions.domain.dependencies`` holds the rules):
+each is checked and marked before the child is written, and becomes one of its prerequisites
+(``functions.logic.waits``), so the child waits ``Queued``, holding no quota and no credits, until
+every parent ended as its condition asks."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+from functions.domain.dependencies import (
+    Dependency,
+    ParentStanding,
+    parent_prerequisite,
+    parent_state,
+)
+from functions.domain.errors import NotFound, ValidationFailed
+from functions.domain.machine_classes import GeoZone
+from functions.domain.prerequisites import Prerequisite, PrerequisiteState, Standing, Verdict, judge
+from functions.domain.text import JOB_ID_PATTERN, full_match
+from functions.ports import Services
+
+
+def mark_parents(
+    services: Services,
+    account_id: str,
+    zone: GeoZone,
+    dependencies: Sequence[Dependency],
+    *,
+    takes_outputs: frozenset[str],
+    now: datetime,
+) -> tuple[tuple[Prerequisite, ...], str | None]:
+    """Check each parent of a submit and mark it as a parent (``JobRepository.mark_has_dependents``:
+    one conditional UpdateItem each, which also reads it), before the child is written, so a parent's
+    ending always finds its children (``waits.settle_dependents``).
+
+    Returns the child's prerequisites on its parents, in order, and the reason it waits with (the
+    first parent not final: ``Waiting for job-X (Running)``, and how many more), None when every
+    parent is final already (the submit's settle releases or ends the child at once).
+
+    Raises
+    ------
+    NotFound
+        A parent that is not a job of ``account_id`` (unknown, another account's, past its record TTL).
+    ValidationFailed
+        ``dependsOn[i].jobId``: an array's child (depend on its array), a parent in another geo zone,
+        or one whose data expired or was deleted while the child takes its outputs.
+    """
+    states: list[PrerequisiteState] = []
+    for index, dependency in enumerate(dependencies):
+        field = f"dependsOn[{index}].jobId"
+        if ":" in dependency.job_id:
+            raise ValidationFailed(
+                f"{dependency.job_id} is an array's child; depend on its array instead.", field=field
+            )
+        parent = (
+            services.store.mark_has_dependents(dependency.job_id, account_id)
+            if full_match(JOB_ID_PATTERN, dependency.job_id)
+            else None
+        )
+        if parent is None:
+            raise NotFound(f"No job {dependency.job_id} in this account.")
+        if parent.geo_zone != zone:
+            raise ValidationFailed(
+                f"{dependency.job_id} runs in {parent.geo_zone.value}; a job depends only on jobs of its own "
+                f"geo zone ({zone.value}).",
+                field=field,
+            )
+        state = parent_state(
+            parent_prerequisite(parent.job_id),
+            dependency.condition,
+            ParentStanding(parent.status, parent.is_final, parent.is_expired(now)),
+            takes_outputs=dependency.job_id in takes_outputs,
+        )
+        if (
+            state.standing is Standing.BROKEN
+            and dependency.job_id in takes_outputs
+            and parent.is_expired(now)
+        ):
+            raise ValidationFailed(
+                f"{dependency.job_id}'s outputs have expired or were deleted; this job cannot take inputs "
+                "from it.",
+                field=field,
+            )
+        states.append(state)
+    judgement = judge(states)
+    reason = judgement.reason if judgement.verdict is Verdict.WAIT else None
+    return tuple(parent_prerequisite(d.job_id) for d in dependencies), reason
