@@ -25,6 +25,7 @@ from functions.adapters.batch_fleet import AwsBatchFleet
 from functions.adapters.dns import SocketResolver
 from functions.adapters.dynamodb import DynamoJobStore
 from functions.adapters.dynamodb.computes import DynamoComputeStore
+from functions.adapters.dynamodb.environments import DynamoEnvironmentStore
 from functions.adapters.dynamodb.operations import DynamoOperationsStore
 from functions.adapters.logs import CloudWatchLogReader
 from functions.adapters.s3 import S3BlobStore
@@ -241,6 +242,7 @@ def build_services(
             settings.quotas_table,
         ),
         compute_prefix=settings.compute_prefix,
+        environment_store=DynamoEnvironmentStore(dynamodb, settings.computes_table),
         dispatch=dispatch,
     )
 

@@ -14,6 +14,7 @@ from typing import Protocol
 
 from functions.domain.computes import Compute
 from functions.domain.credits import Charge
+from functions.domain.environments import Environment, EnvironmentSpec
 from functions.domain.errors import UnreadableRecord
 from functions.domain.fleet import AuditEntry, ClassAvailability
 from functions.domain.jobs import (
@@ -26,6 +27,7 @@ from functions.domain.jobs import (
     Transition,
 )
 from functions.domain.machine_classes import GeoZone, MachineClass
+from functions.domain.prerequisites import Prerequisite
 from functions.domain.presumed import PresumedTransition
 from functions.domain.quotas import Demand, HeldJob, QuotaKey, QuotaLimits, Usage
 from functions.domain.roles import AccountMembers, Member
@@ -318,6 +320,25 @@ class JobRepository(Protocol):
     def record_dispatch(self, job_id: str, batch_job_id: str, *, clear_reason: bool = False) -> Job | None:
         """Record SubmitJob's Batch job id and ``Dispatched`` (``clear_reason``: and remove the
         ``statusReason`` a parked job waited with); the job after the write, or None."""
+
+    # -- jobs waiting for prerequisites (``functions.logic.waits``) ---------------------------------
+    def create_waiting_job(self, job: Job) -> None:
+        """Create a job ``Waiting`` for ``job.waiting_for`` (holding no quota) and one wait item per
+        prerequisite. Raises ``ConditionFailed`` when the id exists (nothing written)."""
+
+    def list_waiters(self, prerequisite: Prerequisite) -> Iterable[str]:
+        """The ids of the jobs with a wait item for ``prerequisite`` (some may no longer wait)."""
+
+    def delete_waits(self, job_id: str, prerequisites: Sequence[Prerequisite]) -> None:
+        """Delete the job's wait items for ``prerequisites``."""
+
+    def release_waiting_job(self, released: Job) -> bool:
+        """Store the release of a ``Waiting`` job as ``released`` has it (``Held``, counted as queued;
+        ``Admitted`` on a dedicated compute), only while it still waits: False, nothing written, when
+        another writer released or ended it first."""
+
+    def set_wait_reason(self, job_id: str, reason: str) -> None:
+        """Set a waiting job's ``statusReason`` (no-op once it no longer waits)."""
 
     def list_waiting_job_ids(self, machine_class: str, geo_zone: GeoZone) -> tuple[list[str], list[str]]:
         """(single jobs still ``Queued``, unfinished arrays) of ``machine_class`` in ``geo_zone``: their
@@ -709,6 +730,11 @@ class Services:
     # How long one minute of a compute's ``idleStopMinutes`` lasts: a minute, but on a local stack
     # given ``REMOTE_BATCH_IDLE_STOP_MINUTE_SECONDS`` (its end-to-end tests).
     idle_stop_minute: timedelta = timedelta(minutes=1)
+    # Environments (None: the deployment has none) and what builds them (None: nothing builds yet,
+    # an environment is refused); index URLs may be http where packages come from a local mirror.
+    environment_store: EnvironmentRepository | None = None
+    environment_builder: EnvironmentBuilder | None = None
+    allow_http_indexes: bool = False
 
     def __post_init__(self) -> None:
         if isinstance(self.dispatch, InlineDispatch) and self.dispatch.services is not self:
@@ -817,3 +843,76 @@ class ComputeEnvironments(Protocol):
 
     def delete_queue(self, name: str) -> None:
         """DeleteJobQueue."""
+
+
+# -- environments (``functions.domain.environments``) --------------------------------------------------
+class EnvironmentRepository(Protocol):
+    """The accounts' environments and how many of each account's are Building.
+
+    Every write is conditional on the ``version`` the caller read; a lost race raises
+    ``ConditionFailed`` (re-read, retry). Nothing here returns a DynamoDB item.
+    """
+
+    def create_environment(
+        self, environment: Environment, max_building: int, replacing: Environment | None = None
+    ) -> None:
+        """Write a new, Building environment (with ``replacing``: over that stored record, at its
+        version), counted among the account's builds only while fewer than ``max_building`` are, in
+        one transaction. Raises ``ConditionFailed`` when the name is taken (the record changed) or the
+        count is full (nothing written)."""
+
+    def get_environment(self, account_id: str, name: str) -> Environment | None:
+        """The environment (strongly consistent), or None."""
+
+    def get_unnamed_environment(self, account_id: str, digest: str) -> Environment | None:
+        """The account's unnamed environment (asked for inline by a job) of spec hash ``digest``, or None."""
+
+    def list_environments(
+        self, account_id: str, limit: int, next_token: str | None
+    ) -> tuple[list[Environment], str | None]:
+        """A page of at most ``limit`` of the account's named environments by name, and the next page's
+        token (None on the last). Raises ``ValidationFailed`` (``nextToken``) for a token it did not
+        issue for this account."""
+
+    def save_environment(self, before: Environment, after: Environment) -> Environment:
+        """Store ``after`` if the stored version is ``before.version`` (uncounting a build that ended);
+        returns it with the new version."""
+
+    def delete_environment(self, before: Environment) -> None:
+        """Delete the environment at ``before.version`` (uncounting it while Building)."""
+
+
+@dataclass(frozen=True, slots=True)
+class BuildRequest:
+    """One environment's build, as the builder takes it.
+
+    ``log_stream_name`` is where the build's output goes (the home zone's log group); the outcome is
+    reported with ``account_id``, ``name`` and ``spec_hash`` (``functions.logic.environments.record_build``),
+    so a report for an environment deleted and asked again with another spec is ignored.
+    """
+
+    account_id: str
+    name: str | None
+    spec: EnvironmentSpec
+    spec_hash: str
+    log_stream_name: str
+
+
+class EnvironmentBuilder(Protocol):
+    """Resolves an environment's requirements to a lock and installs it once per build hash
+    (``functions.domain.environments.build_hash``): locally a thread of the stack writing under its
+    home (``remote_batch_local.environments``). The cloud deployment wires none yet: its
+    ``PUT /environments/{name}`` answers 501 ``NotSupported``."""
+
+    #: The geo zone whose log group holds build logs (and whose bucket, deployed, the builds).
+    zone: GeoZone
+    #: Whether it can run jobs in an environment's own container image (``image``).
+    runs_images: bool
+
+    def start_build(self, request: BuildRequest) -> None:
+        """Begin the build and return; its outcome is reported later. A build of a hash already built
+        (or building) reuses it. Raises ``DependencyFailed`` when the build could not be started."""
+
+    def site_packages(self, build_hash: str) -> str | None:
+        """Where a Ready build's packages are (a directory path the job side puts first on its
+        ``sys.path``), or None when this builder has no such build."""

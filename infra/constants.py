@@ -27,7 +27,7 @@ DEFAULT_WORKER_IMAGE_DIR = "worker"
 # queue-name prefix never matches another's), short enough for S3's 63-character bucket names.
 STAGE_PATTERN = r"^[a-z][a-z0-9]{0,11}$"
 
-# Retention: inputs/, outputs/ and job logs live 14 days (DESIGN.md "Retention").
+# Retention: inputs/, outputs/ and job logs live 14 days (docs/architecture.md "Retention").
 DATA_RETENTION_DAYS = 14
 DATA_PREFIXES = ("inputs/", "outputs/")
 INPUTS_PREFIX = "inputs/"

@@ -329,7 +329,7 @@ def _acknowledge_api(rest_api: IConstruct, health_method: IConstruct) -> None:
         (
             "AwsSolutions-APIG2",
             "Requests are validated in the api Lambda (Powertools enable_validation), which answers "
-            "API.md's 400 ValidationError body with the offending field; API Gateway's validator "
+            "docs/http-api.md's 400 ValidationError body with the offending field; API Gateway's validator "
             "cannot produce that body.",
         ),
     )
@@ -348,12 +348,13 @@ def _acknowledge_api(rest_api: IConstruct, health_method: IConstruct) -> None:
         health_method,
         (
             "AwsSolutions-APIG4",
-            "GET /health is public by contract (API.md): a load balancer or a person checks readiness "
-            "without a token; it returns no data.",
+            "GET /health is public by contract (docs/http-api.md): a load balancer or a person checks "
+            "readiness without a token; it returns no data.",
         ),
         (
             "AwsSolutions-COG4",
-            "GET /health is public by contract (API.md); every other method uses the Cognito authorizer.",
+            "GET /health is public by contract (docs/http-api.md); every other method uses the Cognito "
+            "authorizer.",
         ),
     )
 

@@ -7,18 +7,23 @@ Quick start (against ``make dev``'s local stack, or after ``remote-batch login``
     rb.submit("2 + 2").result()                                 # 4
     rb.submit(lambda n: sum(range(n)), 10**6).result()           # 499999500000
     rb.map(lambda x: x * x, range(10)).result()                  # [0, 1, 4, ..., 81]
+    env = rb.Environment("ml", requirements=["scikit-learn==1.9.1"]).create().wait()
+    rb.submit(train, environment=env).result()                   # with exactly those packages
 
-The SDK speaks only the HTTP API (shared/API.md): no AWS credentials, no boto3.
+The SDK speaks only the HTTP API (docs/http-api.md): no AWS credentials, no boto3.
 """
 
 from remote_batch.client import Client
 from remote_batch.config import Profile
+from remote_batch.connection import connect
+from remote_batch.environments import Environment, Package, environment, environments
 from remote_batch.errors import (
     ApiError,
     ClassUnavailable,
     ConfigurationError,
     Conflict,
     ConnectionFailed,
+    EnvironmentFailed,
     Expired,
     Forbidden,
     InsufficientCredits,
@@ -27,6 +32,7 @@ from remote_batch.errors import (
     LoginFailed,
     NoOutput,
     NotFound,
+    NotSupported,
     PayloadTooLarge,
     QuotaExceeded,
     RateLimited,
@@ -35,7 +41,8 @@ from remote_batch.errors import (
     Unauthorized,
     ValidationError,
 )
-from remote_batch.jobs import Job, OutputFile, Outputs
+from remote_batch.jobs import Job, JobEnvironment, OutputFile, Outputs
+from remote_batch.requirements_file import RequirementsFileError
 from remote_batch.sdk import (
     Account,
     Estimate,
@@ -43,7 +50,6 @@ from remote_batch.sdk import (
     Member,
     Quota,
     account,
-    connect,
     create_account,
     estimate,
     grant_credits,
@@ -71,20 +77,25 @@ __all__ = [
     "ConfigurationError",
     "Conflict",
     "ConnectionFailed",
+    "Environment",
+    "EnvironmentFailed",
     "Estimate",
     "Expired",
     "Forbidden",
     "InsufficientCredits",
     "InternalError",
     "Job",
+    "JobEnvironment",
     "JobNotFinished",
     "LoginFailed",
     "MachineClass",
     "Member",
     "NoOutput",
     "NotFound",
+    "NotSupported",
     "OutputFile",
     "Outputs",
+    "Package",
     "PayloadTooLarge",
     "Profile",
     "Quota",
@@ -92,6 +103,7 @@ __all__ = [
     "RateLimited",
     "RemoteBatchError",
     "RemoteJobError",
+    "RequirementsFileError",
     "Unauthorized",
     "Usage",
     "UsageEntry",
@@ -99,6 +111,8 @@ __all__ = [
     "account",
     "connect",
     "create_account",
+    "environment",
+    "environments",
     "estimate",
     "grant_credits",
     "job",

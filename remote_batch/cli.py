@@ -2,10 +2,11 @@
 
 Every read command takes ``--json`` (the API's JSON, for scripts). Errors print the API's message
 and field (``Error: ValidationError: ... (field: machineClass)``) and exit 1, never a traceback;
-``submit --wait`` and ``wait`` exit 2 when the job ends Terminated. Text a job or another user
-controls is printed through ``remote_batch.terminal`` (control characters escaped), except the log
-``logs`` prints to a pipe or with ``--raw``. Piped into a reader that stops early (``| head``), a
-command ends quietly with status 141, as coreutils' do when SIGPIPE ends them.
+``submit --wait`` and ``wait`` exit 2 when the job ends Terminated, ``env create --wait`` when the build
+fails; a bad option value (a requirements file's bad line) is a usage error, exit 2. Text a job or
+another user controls is printed through ``remote_batch.terminal`` (control characters escaped),
+except the log ``logs`` prints to a pipe or with ``--raw``. Piped into a reader that stops early
+(``| head``), a command ends quietly with status 141, as coreutils' do when SIGPIPE ends them.
 """
 
 from __future__ import annotations
@@ -24,48 +25,26 @@ from typing import Annotated, Any
 import typer
 from rich import box
 from rich.table import Table
-from typer.core import TyperGroup
 
 import remote_batch as rb
 from remote_batch import auth, config
+from remote_batch.cli_environments import env_app
+from remote_batch.cli_output import (
+    EXIT_TERMINATED,
+    Group,
+    JsonOption,
+    err,
+    out,
+    print_json,
+    stdout_is_terminal,
+)
 from remote_batch.client import Client
-from remote_batch.errors import ApiError, RemoteBatchError
 from remote_batch.jobs import POLL_MAX_SECONDS, Job, LogTail
 from remote_batch.json_codec import to_json_number
 from remote_batch.progress import watch
-from remote_batch.terminal import PipeConsole, cell, end_on_broken_pipe, json_text, visible
+from remote_batch.terminal import cell, end_on_broken_pipe, int_digits_shown, json_text, result_repr, visible
 
-#: Exit codes: 1 an error (the API's, a connection, a bad option); 2 the job ended Terminated.
-EXIT_ERROR = 1
-EXIT_TERMINATED = 2
 FOLLOW_SECONDS = 1.0
-
-#: Off a terminal (a pipe, a file) tables are not squeezed into 80 columns (scripts should use --json).
-PIPE_WIDTH = 160
-out = PipeConsole(highlight=False, width=None if sys.stdout.isatty() else PIPE_WIDTH)
-err = PipeConsole(stderr=True, highlight=False)
-
-
-def error_text(exc: BaseException) -> str:
-    """What a failed command prints: API.md's code, message and field for an API error."""
-    if isinstance(exc, ApiError):
-        field = f" (field: {exc.field})" if exc.field else ""
-        return f"Error: {exc.code}: {exc.message}{field}"
-    return f"Error: {exc}"
-
-
-class Group(TyperGroup):
-    """Typer's group, printing the SDK's errors as one line and exiting 1 instead of a traceback, and
-    ending quietly when stdout's reader is gone (``end_on_broken_pipe``)."""
-
-    def invoke(self, ctx: Any) -> Any:  # click's Context (typer vendors click: its class moves)
-        try:
-            return super().invoke(ctx)
-        except BrokenPipeError:
-            end_on_broken_pipe()
-        except (RemoteBatchError, ImportError, TimeoutError, ValueError, TypeError, OSError) as exc:
-            err.print(cell(error_text(exc)), soft_wrap=True)
-            raise typer.Exit(EXIT_ERROR) from None
 
 
 app = typer.Typer(
@@ -86,8 +65,8 @@ members_app = typer.Typer(
 app.add_typer(contacts_app, name="contacts")
 app.add_typer(admin_app, name="admin")
 app.add_typer(members_app, name="members")
+app.add_typer(env_app, name="env")
 
-JsonOption = Annotated[bool, typer.Option("--json", help="Print the API's JSON.")]
 JobId = Annotated[str, typer.Argument(help="The job id (job-...).")]
 
 
@@ -108,10 +87,6 @@ def _connection(
 ) -> None:
     if profile is not None or account is not None:
         rb.connect(profile=profile, account=account)
-
-
-def _print_json(value: Any) -> None:
-    sys.stdout.write(json_text(value, default=to_json_number, indent=2) + "\n")
 
 
 #: Widths of the jobs table's columns but the reason, which takes what the terminal has left.
@@ -168,6 +143,14 @@ def _show_job(job: Job) -> None:
                 "expiresAt", "arraySize", "childStatusCounts"):  # fmt: skip
         if data.get(key) is not None:
             table.add_row(key, cell(data[key]))
+    if data.get("pythonVersion") is not None:
+        table.add_row("pythonVersion", cell(data["pythonVersion"]))
+    environment = job.environment
+    if environment is not None:
+        build = f", build {environment.hash}" if environment.hash else ""
+        table.add_row(
+            "environment", cell(f"{environment.name or '(inline)'} (Python {environment.python}{build})")
+        )
     out.print(table)
 
 
@@ -202,8 +185,9 @@ def _wait(job: Job, follow: bool, timeout: float | None) -> int:
 # -- jobs ------------------------------------------------------------------------------------------
 @app.command(context_settings={"allow_interspersed_args": False})
 def submit(  # noqa: PLR0917 (typer maps each parameter to an option)
+    # Text, not a Path: typer would read an empty argument as "." (this folder).
     file: Annotated[
-        Path | None, typer.Argument(help="A .py file to run as code; `-- CMD ARGS...` runs a command.")
+        str | None, typer.Argument(help="A .py file to run as code; `-- CMD ARGS...` runs a command.")
     ] = None,
     command: Annotated[list[str] | None, typer.Argument(hidden=True)] = None,
     code: Annotated[str | None, typer.Option("--code", "-c", help="Python code to run.")] = None,
@@ -222,6 +206,10 @@ def submit(  # noqa: PLR0917 (typer maps each parameter to an option)
         typer.Option(help="Automatic, None, an event name (JobCompleted), or a JSON list of rules."),
     ] = None,
     name: Annotated[str | None, typer.Option("--name", "-n")] = None,
+    env: Annotated[
+        str | None,
+        typer.Option("--env", help="Run in this environment (`env list`): its packages, its Python."),
+    ] = None,
     wait: Annotated[
         bool, typer.Option("--wait", "-w", help="Wait until it is final; exit 2 if Terminated.")
     ] = False,
@@ -229,10 +217,20 @@ def submit(  # noqa: PLR0917 (typer maps each parameter to an option)
     json_output: JsonOption = False,
 ) -> None:
     """Submit a job: --code CODE, a FILE.py (its code), or -- CMD ARGS... (a command)."""
-    words = ([str(file)] if file is not None else []) + list(command or [])
+    words = ([file] if file is not None else []) + list(command or [])
     is_code_file = len(words) == 1 and words[0].endswith(".py")
     if (code is not None) == bool(words):
         raise typer.BadParameter("give exactly one of --code CODE, FILE.py, or -- CMD ARGS...")
+    if code is not None and not code.strip():
+        raise typer.BadParameter(f"--code {code!r} is empty: give the Python code to run")
+    if words and not words[0]:
+        # The service refuses it too (400 on command[0]); refused here before anything is sent.
+        raise typer.BadParameter("the command's program is empty (''): give -- CMD ARGS... or a FILE.py")
+    if words and Path(words[0]).is_dir():
+        raise typer.BadParameter(
+            f"{words[0]!r} is a directory, not a FILE.py or a program: give --code CODE, FILE.py, "
+            "or -- CMD ARGS..."
+        )
     payload: Any
     if code is not None:
         payload = code
@@ -256,9 +254,10 @@ def submit(  # noqa: PLR0917 (typer maps each parameter to an option)
         time_constraint=time_constraint,
         notifications=rules,
         name=name,
+        environment=env,
     )
     if json_output and not wait:
-        _print_json(job.data)
+        print_json(job.data)
         return
     err.print(cell(f"submitted {job.id}"))
     if not wait:
@@ -266,7 +265,7 @@ def submit(  # noqa: PLR0917 (typer maps each parameter to an option)
         return
     code_ = _wait(job, follow, None)
     if json_output:
-        _print_json(job.data)
+        print_json(job.data)
     raise typer.Exit(code_)
 
 
@@ -275,7 +274,11 @@ def _read_source(path: Path) -> str:
     declaration, any line endings); ``typer.BadParameter`` for a file CPython would refuse to read
     (UTF-16, as Windows PowerShell 5's ``>`` writes, or bytes not in the declared encoding)."""
     try:
-        return importlib.util.decode_source(path.read_bytes())
+        source = path.read_bytes()
+    except OSError as exc:
+        raise typer.BadParameter(f"{str(path)!r} cannot be read: {exc.strerror}") from None
+    try:
+        return importlib.util.decode_source(source)
     except (SyntaxError, UnicodeDecodeError) as exc:
         raise typer.BadParameter(
             f"{path} is not Python source as python reads it ({exc}); save it as UTF-8"
@@ -287,7 +290,7 @@ def status(job_id: JobId, json_output: JsonOption = False) -> None:
     """A job's status, credits and times."""
     job = rb.job(job_id)
     if json_output:
-        _print_json(job.data)
+        print_json(job.data)
     else:
         _show_job(job)
 
@@ -303,7 +306,7 @@ def wait_command(
     job = rb.job(job_id)
     code = _wait(job, follow, timeout)
     if json_output:
-        _print_json(job.data)
+        print_json(job.data)
     raise typer.Exit(code)
 
 
@@ -351,11 +354,6 @@ def logs(
         job.refresh()
 
 
-def stdout_is_terminal() -> bool:
-    """Whether stdout is a terminal (``logs`` then escapes the job's control characters)."""
-    return sys.stdout.isatty()
-
-
 def _print_line(stamp: datetime, message: str, fmt: str, as_written: bool) -> None:
     text = stamp.strftime("%Y-%m-%dT%H:%M:%S.") + f"{stamp.microsecond // 1000:03d}Z"
     if fmt == "json":
@@ -381,6 +379,11 @@ def result(
 ) -> None:
     """A job's result (waits for it); exit 2 with the remote error when it ended Terminated (an array
     job's children that succeeded are still printed: null for the others, their reasons in errors)."""
+    with int_digits_shown():  # a result may hold integers past Python's 4,300-digit default
+        _show_result(job_id, output, timeout, json_output)
+
+
+def _show_result(job_id: str, output: Path | None, timeout: float | None, json_output: bool) -> None:
     job = rb.job(job_id)
     try:
         job.wait(timeout, progress=False)
@@ -398,9 +401,9 @@ def result(
         err.print(cell(f"wrote {output}"))
         return
     if json_output:
-        _print_json(document)
+        print_json(document)
         return
-    out.print(cell(repr(job.result()), multiline=True))
+    out.print(cell(result_repr(job.result()), multiline=True))
 
 
 def _print_partial_array_result(job: Job, output: Path | None) -> None:
@@ -417,7 +420,7 @@ def _print_partial_array_result(job: Job, output: Path | None) -> None:
         output.write_text(json.dumps(partial, default=to_json_number, indent=2) + "\n")
         err.print(cell(f"wrote the children's partial results to {output}"))
     else:
-        _print_json(partial)
+        print_json(partial)
 
 
 @app.command()
@@ -425,7 +428,7 @@ def abort(job_id: JobId, json_output: JsonOption = False) -> None:
     """Abort a job that is not final (an array job: all its children)."""
     job = rb.job(job_id).abort()
     if json_output:
-        _print_json(job.data)
+        print_json(job.data)
     else:
         out.print(cell(_final_line(job)))
 
@@ -446,7 +449,7 @@ def jobs_command(
     """This account's jobs, newest first, as a table."""
     found = rb.jobs(status=status_, limit=limit)
     if json_output:
-        _print_json([j.data for j in found])
+        print_json([j.data for j in found])
     else:
         out.print(_job_table(found))
 
@@ -460,7 +463,7 @@ def children(
     """An array job's children in index order."""
     found = rb.job(job_id).children(status=status_)
     if json_output:
-        _print_json([j.data for j in found])
+        print_json([j.data for j in found])
     else:
         out.print(_job_table(found, indexed=True))
 
@@ -477,7 +480,7 @@ def outputs(
         for path in files.download(download):
             err.print(cell(f"wrote {path}"))
     if json_output:
-        _print_json([{"name": f.name, "size": f.size, "url": f.url} for f in files])
+        print_json([{"name": f.name, "size": f.size, "url": f.url} for f in files])
     elif download is None:
         table = Table()
         table.add_column("name")
@@ -503,7 +506,7 @@ def account_command(json_output: JsonOption = False) -> None:
     """The account: id, credit balance, contacts, roles."""
     found = rb.account()
     if json_output:
-        _print_json(found.data)
+        print_json(found.data)
         return
     table = Table(show_header=False, box=None)
     for key, value in found.data.items():
@@ -525,7 +528,7 @@ def members_list(json_output: JsonOption = False) -> None:
     """The account's members and their roles, owners first."""
     found = rb.members()
     if json_output:
-        _print_json([m.data for m in found])
+        print_json([m.data for m in found])
         return
     table = Table(box=box.SIMPLE)
     for column in ("user", "role", "set by", "set at"):
@@ -551,7 +554,7 @@ def members_set(
     """Add a user to the account with a role, or change their role (owners)."""
     member = rb.set_member(user_id, role)
     if json_output:
-        _print_json(member.data)
+        print_json(member.data)
     else:
         out.print(cell(f"{member.user_id}: {member.role}"))
 
@@ -568,7 +571,7 @@ def roles_command(json_output: JsonOption = False) -> None:
     """The roles and the action each route checks (GET /roles)."""
     table_json = rb.roles()
     if json_output:
-        _print_json(table_json)
+        print_json(table_json)
         return
     table = Table(box=box.SIMPLE)
     for column in ("action", "scope", "roles"):
@@ -593,7 +596,7 @@ def usage_command(
         found.plot().savefig(chart, dpi=100)
         err.print(cell(f"wrote {chart}"))
     if json_output:
-        _print_json(
+        print_json(
             {
                 "entries": [
                     {
@@ -635,8 +638,8 @@ def quotas_command(
     computes reserve, what held jobs wait for and what is free; then the total (vCPUs)."""
     found = rb.quotas()
     if json_output:
-        # API.md's document of GET /account/quotas: the lines, then the total apart.
-        _print_json(
+        # docs/http-api.md's document of GET /account/quotas: the lines, then the total apart.
+        print_json(
             {
                 "quotas": [q.data for q in found if q.family != "total"],
                 "total": next((q.data for q in found if q.family == "total"), None),
@@ -673,7 +676,7 @@ def machine_classes_command(json_output: JsonOption = False) -> None:
     """The machine classes and their prices."""
     classes = rb.machine_classes()
     if json_output:
-        _print_json([m.data for m in classes])
+        print_json([m.data for m in classes])
         return
     table = Table()
     for column in ("name", "vCPUs", "memory GiB", "GPUs", "credits/hour"):
@@ -693,7 +696,7 @@ def estimate_command(
     """Credits a run would cost (the service's prices and 60-second minimum)."""
     found = rb.estimate(machine_class, seconds)
     if json_output:
-        _print_json(found.data)
+        print_json(found.data)
     else:
         out.print(
             cell(
@@ -716,7 +719,7 @@ def contacts_set(
         email=... if email is None else (email or None), phone=... if phone is None else (phone or None)
     )
     if json_output:
-        _print_json(found.data)
+        print_json(found.data)
     else:
         out.print(cell(f"email: {found.email}  phone: {found.phone}"))
 
@@ -752,7 +755,7 @@ def admin_grant(
         account_id, _credits(credits, "CREDITS"), reason, idempotency_key=idempotency_key
     )
     if json_output:
-        _print_json(found.data)
+        print_json(found.data)
     else:
         out.print(cell(f"{found.account_id}: balance {found.credit_balance}"))
 

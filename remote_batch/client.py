@@ -1,10 +1,11 @@
-"""The HTTP client of the SDK: API.md's routes over ``requests``, with urllib3's ``Retry``.
+"""The HTTP client of the SDK: docs/http-api.md's routes over ``requests``, with urllib3's ``Retry``.
 
 Transient failures are retried by urllib3's ``Retry`` mounted on the session, never by a loop of ours:
 connection errors, reads that broke after the request was sent, 429 (waiting as ``Retry-After`` says)
 and 502/503/504, with exponential backoff. A request that may have been received before it failed is
 only repeated when repeating it is harmless: GET, PUT and DELETE are idempotent, and every POST the SDK
-sends carries an ``Idempotency-Key`` (API.md, "Submit": the same key and body within 24 h returns the
+sends carries an ``Idempotency-Key`` (docs/http-api.md, "Submit": the same key and body within 24 h returns
+the
 same job and starts nothing new). The one POST the service does not deduplicate (an admin's credit
 grant) is retried only when it never reached the service (connect errors) or was throttled (429).
 """
@@ -38,7 +39,7 @@ RETRY_STATUSES = (429, 502, 503, 504)
 #: A token is refreshed this many seconds before it expires.
 REFRESH_MARGIN_SECONDS = 60.0
 USER_AGENT = "remote-batch-python"
-#: The header naming the account a request acts in (API.md extension; absent: the token's own).
+#: The header naming the account a request acts in (docs/http-api.md extension; absent: the token's own).
 ACCOUNT_HEADER = "X-Account-Id"
 
 

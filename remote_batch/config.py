@@ -141,7 +141,8 @@ def save_profile(name: str, profile: Profile) -> Path:
 def local_stack_profile(cwd: Path, environ: Mapping[str, str]) -> Profile | None:
     """The local stack's ``credentials.json`` (``make dev`` writes it) as a profile, or None.
 
-    ``{"endpoint": "http://127.0.0.1:8787", "tokens": {"dev": "...", "admin": "..."}}`` (API.md, "Local
+    ``{"endpoint": "http://127.0.0.1:8787", "tokens": {"dev": "...", "admin": "..."}}`` (docs/http-api.md,
+    "Local
     stack"); the ``dev`` account unless ``REMOTE_BATCH_LOCAL_ACCOUNT`` names another.
     """
     home = environ.get("REMOTE_BATCH_HOME") or LOCAL_HOME

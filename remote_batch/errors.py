@@ -1,6 +1,6 @@
-"""The SDK's errors: one class per error code of API.md's error table, and ``RemoteJobError``.
+"""The SDK's errors: one class per error code of docs/http-api.md's error table, and ``RemoteJobError``.
 
-Every failure of the HTTP API comes back as ``{"error": {"code", "message", "field"}}`` (API.md,
+Every failure of the HTTP API comes back as ``{"error": {"code", "message", "field"}}`` (docs/http-api.md,
 "Conventions"); ``raise_for_error`` turns such a response into the ``ApiError`` subclass named by its
 code, so callers catch ``rb.NotFound`` or ``rb.ValidationError`` instead of reading status codes.
 """
@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from remote_batch.environments import Environment
     from remote_batch.jobs import Job
 
 
@@ -30,14 +31,14 @@ class LoginFailed(RemoteBatchError):
 
 
 class ApiError(RemoteBatchError):
-    """An error answer of the API (API.md's error body).
+    """An error answer of the API (docs/http-api.md's error body).
 
     Attributes
     ----------
     status : int
         The HTTP status (400, 401, ...).
     code : str
-        API.md's error code (``ValidationError``, ``NotFound``, ...).
+        docs/http-api.md's error code (``ValidationError``, ``NotFound``, ...).
     message : str
         The API's sentence a person can act on.
     field : str | None
@@ -108,11 +109,15 @@ class ClassUnavailable(ApiError):
     """503 ``ClassUnavailable``: the machine class is disabled in that zone."""
 
 
+class NotSupported(ApiError):
+    """501 ``NotSupported``: a feature this deployment does not offer (the message says which)."""
+
+
 class InternalError(ApiError):
     """500 (or an unexpected answer): a bug of the service; the message never carries its stack trace."""
 
 
-#: API.md's error codes → classes. ``Throttled`` is version 1's name of ``RateLimited``.
+#: docs/http-api.md's error codes → classes. ``Throttled`` is version 1's name of ``RateLimited``.
 ERROR_CLASSES: dict[str, type[ApiError]] = {
     "ValidationError": ValidationError,
     "Unauthorized": Unauthorized,
@@ -128,6 +133,7 @@ ERROR_CLASSES: dict[str, type[ApiError]] = {
     "RateLimited": RateLimited,
     "QuotaExceeded": QuotaExceeded,
     "ClassUnavailable": ClassUnavailable,
+    "NotSupported": NotSupported,
     "InternalError": InternalError,
 }
 
@@ -141,6 +147,7 @@ _BY_STATUS: dict[int, type[ApiError]] = {
     410: Expired,
     413: PayloadTooLarge,
     429: RateLimited,
+    501: NotSupported,
 }
 
 
@@ -187,3 +194,21 @@ class RemoteJobError(RemoteBatchError):
     def __str__(self) -> str:
         text = str(self.args[0])
         return f"{text}\n\nRemote traceback:\n{self.traceback.rstrip()}" if self.traceback else text
+
+
+class EnvironmentFailed(RemoteBatchError):
+    """An environment's build ended ``Failed``: its requirements did not resolve or install, or the
+    build reached its time or size limit.
+
+    Attributes
+    ----------
+    environment : Environment
+        The environment (``environment.log()`` holds the resolver's and installer's whole output).
+    reason : str
+        Its ``statusReason``: ``Environment ml failed: <the first error line>``, or the limit reached.
+    """
+
+    def __init__(self, environment: Environment, reason: str) -> None:
+        super().__init__(reason)
+        self.environment = environment
+        self.reason = reason

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import cloudpickle
 
@@ -58,6 +58,11 @@ def parse_time(text: str | None) -> datetime | None:
     return None if text is None else datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
+def api_time(moment: datetime) -> str:
+    """An aware datetime as the API's query parameters take it (ISO 8601, ``Z`` for UTC)."""
+    return moment.isoformat().replace("+00:00", "Z")
+
+
 def optional_import(module: str, purpose: str) -> Any:
     """Import an optional package (pandas, PIL, matplotlib) when a feature needs it.
 
@@ -70,6 +75,26 @@ def optional_import(module: str, purpose: str) -> Any:
     except ImportError as exc:
         package = {"PIL": "pillow"}.get(module.split(".", maxsplit=1)[0], module.split(".", maxsplit=1)[0])
         raise ImportError(f"{purpose} needs {package}: pip install {package}") from exc
+
+
+@dataclass(frozen=True)
+class JobEnvironment:
+    """The environment a job runs in, as it was at submit (docs/http-api.md ``Job.environment``).
+
+    Attributes
+    ----------
+    name : str | None
+        The environment's name; None for an inline spec (an unnamed environment, known by its hash).
+    hash : str | None
+        Its build's identity (64 hex): what the job runs with, even if the environment is deleted
+        later; None while the environment it waits for is still resolving.
+    python : str
+        Its Python, ``major.minor``.
+    """
+
+    name: str | None
+    hash: str | None
+    python: str
 
 
 @dataclass(frozen=True)
@@ -134,19 +159,27 @@ class Outputs(Sequence[OutputFile]):
         return written
 
 
-class LogTail:
-    """The lines of a job's log not returned yet, call after call (``remote-batch logs -f``, ``submit
-    --follow``), as ``aws logs tail --follow`` does: each call asks for the lines since the last one's
-    time and drops those of that millisecond already returned."""
+class LogSource(Protocol):
+    """What has a log paged as a job's (``GET .../log?since=&nextToken=``): a job, an environment."""
 
-    def __init__(self, job: Job) -> None:
-        self._job = job
+    def log_events(self, since: datetime | None = None) -> Iterator[tuple[datetime, str]]:
+        """Its lines from ``since`` (inclusive) on, as ``(time, text)``, oldest first."""
+        ...
+
+
+class LogTail:
+    """The lines of a log not returned yet, call after call (``remote-batch logs -f``, ``submit
+    --follow``, an environment's build), as ``aws logs tail --follow`` does: each call asks for the
+    lines since the last one's time and drops those of that millisecond already returned."""
+
+    def __init__(self, source: LogSource) -> None:
+        self._source = source
         self._last: datetime | None = None
         self._seen_at_last = 0
 
     def new_lines(self) -> list[tuple[datetime, str]]:
         """The lines written since the previous call (all of them the first time), oldest first."""
-        lines = list(self._job.log_events(since=self._last))
+        lines = list(self._source.log_events(since=self._last))
         skip = self._seen_at_last
         fresh = []
         for stamp, message in lines:
@@ -248,6 +281,15 @@ class Job:
     def expires_at(self) -> datetime | None:
         """When its inputs, outputs and log are deleted (submission + 14 days)."""
         return parse_time(self.data.get("expiresAt"))
+
+    @property
+    def environment(self) -> JobEnvironment | None:
+        """The environment it runs in (name, build hash, Python), or None for a job in the worker
+        image's own packages."""
+        found = self.data.get("environment")
+        if not found:
+            return None
+        return JobEnvironment(found.get("name"), found.get("hash"), str(found.get("python")))
 
     @property
     def child_status_counts(self) -> dict[str, int] | None:
@@ -383,7 +425,7 @@ class Job:
         """The job's console lines as ``(time, text)``, oldest first, page after page."""
         params: dict[str, Any] = {"format": "json"}
         if since is not None:
-            params["since"] = since.isoformat().replace("+00:00", "Z")
+            params["since"] = api_time(since)
         for event in self._client.pages(f"/jobs/{path_segment(self.id, 'job id')}/log", "events", **params):
             stamp = parse_time(str(event["timestamp"]))
             assert stamp is not None

@@ -1,5 +1,6 @@
-"""``Job.wait(progress=True)``'s display: a live rich line (or bar, for an array) on a terminal, plain
-lines when the output is not one (a log file, CI), nothing when disabled."""
+"""``Job.wait(progress=True)``'s and ``Environment.wait(progress=True)``'s display: a live rich line (or
+bar, for an array) on a terminal, plain lines when the output is not one (a log file, CI), nothing when
+disabled."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, Any, Generic, TextIO, TypeVar
 
 from rich.console import Console
 from rich.progress import (
@@ -22,14 +23,19 @@ from rich.progress import (
 from remote_batch.terminal import cell, visible
 
 if TYPE_CHECKING:
+    from remote_batch.environments import Environment
     from remote_batch.jobs import Job
 
+Watched = TypeVar("Watched")
 
-class Display:
+
+class Display(Generic[Watched]):
     """What ``watch`` yields: ``show(job)`` after each refresh, ``echo(text)`` for a line (a log line)
     printed above the live status."""
 
-    def __init__(self, show: Callable[[Job], None], echo: Callable[[str], None], live: bool = False) -> None:
+    def __init__(
+        self, show: Callable[[Watched], None], echo: Callable[[str], None], live: bool = False
+    ) -> None:
         self.show = show
         self.echo = echo
         self.live = live
@@ -50,7 +56,7 @@ def describe(job: Job, elapsed: float) -> str:
 
 
 @contextmanager
-def watch(job: Job, enabled: bool, stream: TextIO | None = None) -> Iterator[Display]:
+def watch(job: Job, enabled: bool, stream: TextIO | None = None) -> Iterator[Display[Job]]:
     """A ``Display`` to call after each refresh of ``job`` while waiting for it (``stream``: stderr
     unless given).
 
@@ -104,6 +110,74 @@ def watch(job: Job, enabled: bool, stream: TextIO | None = None) -> Iterator[Dis
             if status in ("Succeeded", "Terminated"):
                 size = data.get("arraySize") or 1
                 bar.update(task, total=size, completed=size)
+
+        def echo(text: str) -> None:
+            bar.console.print(cell(text), markup=True, highlight=False, soft_wrap=True)
+
+        yield Display(live, echo, live=True)
+
+
+def describe_build(environment: Environment, elapsed: float) -> str:
+    """One line of a build's progress: ``environment ml Building 12 s (Python 3.12, 3 requirements)``,
+    then the packages and size once Ready or the reason once Failed, shown as ``terminal.visible``
+    shows it."""
+    data = environment.data or {}
+    status = data.get("status")
+    count = len(environment.requirements)
+    text = (
+        f"environment {environment.name} {status} {elapsed:.0f} s "
+        f"(Python {environment.python}, {count} requirement{'' if count == 1 else 's'})"
+    )
+    if status == "Ready":
+        packages = len(data.get("packages") or [])
+        mib = (data.get("sizeBytes") or 0) / 2**20
+        text += f": {packages} package{'' if packages == 1 else 's'}, {mib:.1f} MiB"
+    if data.get("statusReason"):
+        text += f": {data['statusReason']}"
+    return visible(text)
+
+
+@contextmanager
+def watch_build(
+    environment: Environment, enabled: bool, stream: TextIO | None = None
+) -> Iterator[Display[Environment]]:
+    """A ``Display`` to call after each refresh of ``environment`` while its build runs (``stream``:
+    stderr unless given): on a terminal a spinner line updated in place with the build log printed
+    above it (control characters escaped); elsewhere a plain line each time the status changes and
+    the log lines as written; nothing when ``enabled`` is False."""
+    out = stream or sys.stderr
+    console = Console(file=out, highlight=False)
+
+    def plain_echo(text: str) -> None:
+        print(visible(text) if console.is_terminal else text, file=out, flush=True)
+
+    if not enabled:
+        yield Display(lambda _environment: None, lambda _text: None)
+        return
+    start = time.monotonic()
+    if not console.is_terminal:
+        last: list[object] = [None]
+
+        def plain(current: Environment) -> None:
+            status = (current.data or {}).get("status")
+            if status != last[0]:
+                last[0] = status
+                plain_echo(describe_build(current, time.monotonic() - start))
+
+        yield Display(plain, plain_echo)
+        return
+    with Progress(
+        SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=console
+    ) as bar:
+        task = bar.add_task(cell(f"environment {environment.name}"), total=None)
+
+        def live(current: Environment) -> None:
+            status = str((current.data or {}).get("status"))
+            mark = {"Ready": "[green]✔[/green] ", "Failed": "[red]✘[/red] "}.get(status, "")
+            line = cell(describe_build(current, time.monotonic() - start))
+            bar.update(task, description=f"{mark}{line}")
+            if status != "Building":
+                bar.update(task, total=1, completed=1)
 
         def echo(text: str) -> None:
             bar.console.print(cell(text), markup=True, highlight=False, soft_wrap=True)

@@ -1,19 +1,17 @@
-"""The SDK's functions: ``rb.connect``, ``rb.submit``, ``rb.map``, ``rb.job``, ``rb.jobs``, ``rb.account``,
+"""The SDK's functions: ``rb.submit``, ``rb.map``, ``rb.job``, ``rb.jobs``, ``rb.account``,
 ``rb.usage``, ``rb.machine_classes``, ``rb.estimate``, ``rb.runtime``, ``rb.members``, ``rb.set_member``,
 ``rb.remove_member``, ``rb.roles``, ``rb.create_account``.
 
 Each takes an optional ``client=``; without it they use the process's default client, made on first
-use by the lookup order of ``remote_batch.config`` (or set by ``rb.connect``).
+use by the lookup order of ``remote_batch.config`` (or set by ``rb.connect``, ``remote_batch.connection``).
 """
 
 from __future__ import annotations
 
 import base64
 import json
-import os
 import sys
 import sysconfig
-import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -25,78 +23,23 @@ from typing import Any, TypedDict, Unpack
 
 import cloudpickle
 
-from remote_batch import config
 from remote_batch.client import Client, path_segment
-from remote_batch.config import Profile
-from remote_batch.errors import ConfigurationError
+from remote_batch.connection import resolve as _client
+from remote_batch.environments import EnvironmentChoice, job_environment
+from remote_batch.interpreter import python_version
 from remote_batch.jobs import Job
 from remote_batch.json_codec import decode, to_json_number
 from remote_batch.usage import Usage
 
-#: API.md: an inline body is at most 5 MiB; payloads above this many bytes go through an upload.
+#: docs/http-api.md: an inline body is at most 5 MiB; payloads above this many bytes go through an upload.
 INLINE_PAYLOAD_BYTES = 4 * 1024 * 1024
-#: API.md: ``arrayItems`` takes 1..10,000 values inline; more (up to 100,000) go as a JSON Lines upload.
+#: docs/http-api.md: ``arrayItems`` takes 1..10,000 values inline; more (up to 100,000) go as a JSON Lines
+#: upload.
 INLINE_ARRAY_ITEMS = 10_000
 #: The content type of an ``arrayItemsKey`` upload (one JSON value a line).
 JSON_LINES = "application/jsonl"
 PICKLE_TYPE = "application/x-python-pickle"
 CODE_TYPE = "text/x-python"
-
-#: The environment variable naming the account requests act in (``connect(account=...)`` wins).
-ACCOUNT_ENV = "REMOTE_BATCH_ACCOUNT"
-
-_lock = threading.Lock()
-_default: Client | None = None
-
-
-def connect(
-    endpoint: str | None = None,
-    token: str | None = None,
-    *,
-    profile: str | None = None,
-    account: str | None = None,
-) -> Client:
-    """Set (and return) the process's default client.
-
-    ``connect(endpoint, token)`` uses those; ``connect(profile="name")`` a stored profile;
-    ``connect()`` looks up as ``remote_batch.config`` says (environment, profile, local stack).
-    ``account`` (else ``REMOTE_BATCH_ACCOUNT``) is the account every request acts in (``X-Account-Id``);
-    neither: the token's own.
-
-    Raises ``ConfigurationError`` when nothing is found or only one of ``endpoint``/``token`` is given.
-    """
-    global _default  # noqa: PLW0603 (the one default connection of the process, as requests' module API)
-    if (endpoint is None) != (token is None):
-        raise ConfigurationError("Give both endpoint and token, or neither.")
-    acting = account if account is not None else (os.environ.get(ACCOUNT_ENV) or None)
-    if endpoint is not None and token is not None:
-        client = Client(Profile(endpoint=endpoint, token=token, source="connect()"), account=acting)
-    elif profile is not None:
-        found = config.load_profile(profile)
-        if found is None:
-            raise ConfigurationError(
-                f"No profile {profile!r} in {config.profiles_path()}; "
-                f"run `remote-batch login --profile {profile}`."
-            )
-        client = Client(found, profile, account=acting)
-    else:
-        found = config.find_profile()
-        name = found.source.removeprefix("profile ") if found.source.startswith("profile ") else None
-        client = Client(found, name, account=acting)
-    with _lock:
-        _default = client
-    return client
-
-
-def default_client() -> Client:
-    """The process's default client, connecting (``connect()``) on first use."""
-    with _lock:
-        client = _default
-    return client if client is not None else connect()
-
-
-def _client(client: Client | None) -> Client:
-    return client if client is not None else default_client()
 
 
 # -- payloads ----------------------------------------------------------------------------------------
@@ -137,11 +80,6 @@ def _pickled_by_value(modules: Iterable[ModuleType]) -> Iterator[None]:
     finally:
         for module in registered:
             cloudpickle.unregister_pickle_by_value(module)
-
-
-def python_version() -> str:
-    """This interpreter's ``major.minor`` (``3.11``): what a pickle is made with."""
-    return f"{sys.version_info.major}.{sys.version_info.minor}"
 
 
 def dumps_call(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, Any]) -> bytes:
@@ -197,7 +135,8 @@ def payload(
 
 
 class JobOptions(TypedDict, total=False):
-    """API.md's submit options, as ``submit`` and ``map`` take them (keywords); an absent or None one
+    """docs/http-api.md's submit options, as ``submit`` and ``map`` take them (keywords); an absent or None
+    one
     leaves the service's default (``Basic1x8``, ``Automatic``, no constraint, ``Automatic``
     notifications). Credits are exact (pass a ``Decimal`` or a string); ``time_constraint`` is seconds."""
 
@@ -210,6 +149,9 @@ class JobOptions(TypedDict, total=False):
     # The job's Python (major.minor, one of GET /runtime's pythonVersions); a function's default is this
     # interpreter's (its pickle only loads there), code's and a command's the service's default.
     python_version: str | None
+    # The environment it runs in: a name, an rb.Environment (created first when this process has not
+    # read it) or requirement lines (an inline spec on this interpreter's Python, or python_version's).
+    environment: EnvironmentChoice | None
 
 
 def _options(options: JobOptions) -> dict[str, Any]:
@@ -236,6 +178,9 @@ def _job_body(
 ) -> dict[str, Any]:
     """The ``POST /jobs`` body of ``obj`` (``payload``) with ``options`` (checked before any upload)."""
     fields = _options(options)
+    choice = options.get("environment")
+    if choice is not None:
+        fields["environment"] = job_environment(choice, options.get("python_version"), client)
     return {**payload(client, obj, args, kwargs, options.get("geo_zone")), **fields}
 
 
@@ -256,10 +201,15 @@ def submit(
         ``obj(*args, **kwargs)`` (cloudpickled; one defined in ``__main__``, a notebook or a module
         of yours is shipped by value).
     machine_class, geo_zone, credit_constraint, time_constraint, notifications, name
-        API.md's submit options (``machineClass`` ...), as keywords (``JobOptions``); None leaves
+        docs/http-api.md's submit options (``machineClass`` ...), as keywords (``JobOptions``); None leaves
         the service's default (``Basic1x8``, ``Automatic``, no constraint, ``Automatic``
         notifications). Credits are exact (pass a ``Decimal`` or a string); ``time_constraint`` is
         seconds.
+    environment : str | Environment | list[str] | None
+        The environment it runs in (only its packages, on its Python): an environment's name, an
+        ``rb.Environment`` (created first when this process has not read or created it), or
+        requirement lines, sent as an inline spec on this interpreter's Python (``python_version``'s
+        when given). None: the worker image's packages.
 
     Raises
     ------
@@ -288,7 +238,8 @@ def map(
     client: Client | None = None,
     **options: Unpack[JobOptions],
 ) -> Job:
-    """One array job with a child per item (API.md ``arrayItems``); ``job.result()`` is the list of the
+    """One array job with a child per item (docs/http-api.md ``arrayItems``); ``job.result()`` is the list of
+    the
     children's results in ``items``' order.
 
     ``fn_or_code`` is a function (called as ``fn(item)``) or code (run with the name ``item`` bound).

@@ -17,6 +17,7 @@ import json
 import os
 import re
 import sys
+from collections.abc import Iterator
 from typing import Any, NoReturn
 
 from rich.console import Console
@@ -36,6 +37,35 @@ _CONTROL = re.compile(f"[\x00-\x1f{_BEYOND_C0}]")
 _CONTROL_BUT_LAYOUT = re.compile(f"[\x00-\x08\x0b-\x1f{_BEYOND_C0}]")
 #: What ``json.dumps`` leaves unescaped of them (it escapes every C0 control in a string itself).
 _JSON_UNSAFE = re.compile(f"[{_BEYOND_C0}]")
+
+
+#: Most digits of an integer the CLI converts to show a result: past Python's own limit (4,300,
+#: ``sys.get_int_max_str_digits``, a guard against the quadratic time of converting untrusted
+#: text), up to what converts in milliseconds.
+SHOWN_INT_DIGITS = 100_000
+
+
+@contextlib.contextmanager
+def int_digits_shown() -> Iterator[None]:
+    """Within the block, integers of up to ``SHOWN_INT_DIGITS`` digits convert to and from text (a
+    result's ``repr``, its JSON); Python's limit is restored after."""
+    previous = sys.get_int_max_str_digits()
+    if previous and previous < SHOWN_INT_DIGITS:
+        sys.set_int_max_str_digits(SHOWN_INT_DIGITS)
+    try:
+        yield
+    finally:
+        sys.set_int_max_str_digits(previous)
+
+
+def result_repr(value: Any) -> str:
+    """``repr`` of a job's result, its integers whole up to ``SHOWN_INT_DIGITS`` digits; a result
+    that cannot be written out (a larger integer) is one line saying why, not a crash."""
+    with int_digits_shown():
+        try:
+            return repr(value)
+        except ValueError as exc:
+            return f"<the {type(value).__name__} result is not shown: {exc}>"
 
 
 def _escaped(match: re.Match[str]) -> str:

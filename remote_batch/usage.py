@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class UsageEntry:
-    """One ledger entry (API.md, ``GET /account/usage``).
+    """One ledger entry (docs/http-api.md, ``GET /account/usage``).
 
     Attributes
     ----------

@@ -5,7 +5,7 @@ lookup of the local bearer tokens instead of Cognito's JWT check: ``/health`` is
 route needs a known token), the payload limits (API Gateway's 10 MiB, and the deployed WAF rule's
 5 MiB and no chunked bodies, ``infra.constructs.api``), the proxy event with the caller's claims in
 ``requestContext.authorizer.claims``, and the proxy response back to HTTP. It also serves the
-local-only routes of API.md (admin token): ``GET``/``POST /local/batch-events`` and
+local-only routes of docs/http-api.md (admin token): ``GET``/``POST /local/batch-events`` and
 ``POST /admin/accounts``.
 """
 
@@ -26,10 +26,12 @@ from werkzeug.exceptions import ClientDisconnected
 from werkzeug.wrappers import Request, Response
 
 from functions.domain.errors import Forbidden, PayloadTooLarge, ServiceError, Unauthorized, ValidationFailed
+from functions.domain.headers import check_single_valued
 from functions.domain.limits import BODY_TOO_LARGE_MESSAGE, BODY_WITHOUT_LENGTH_MESSAGE, MAX_BODY_BYTES
 from functions.domain.rate_limits import RATE_LIMITED_CODE, RATE_LIMITED_MESSAGE, retry_after_header
 from functions.domain.roles import Role, denial_message, holds
 from remote_batch_local.accounts import LocalAccounts, parse_new_account
+from remote_batch_local.http_errors import HEADER_LINES
 from remote_batch_local.lambda_context import LOCAL_ACCOUNT_ID
 from remote_batch_local.rate_limit import AccountRateLimiter
 from remote_batch_local.state_disk import RETRY_AFTER_SECONDS, DiskStatus, StateDisk, StateDiskUnavailable
@@ -37,7 +39,7 @@ from remote_batch_local.tokens import Principal, TokenStore
 
 logger = logging.getLogger(__name__)
 
-# API Gateway's own limit (10 MiB); the deployed WAF web ACL refuses above API.md's 5 MiB first.
+# API Gateway's own limit (10 MiB); the deployed WAF web ACL refuses above docs/http-api.md's 5 MiB first.
 MAX_GATEWAY_BODY_BYTES = 10 * 1024 * 1024
 # One read of a request body (bytes); a body arrives in as many reads as the network splits it into.
 BODY_READ_BYTES = 64 * 1024
@@ -65,7 +67,7 @@ class BatchEventLog(Protocol):
 
 
 def error_response(status: int, code: str, message: str, field: str | None = None) -> Response:
-    """API.md's error body with ``status``."""
+    """docs/http-api.md's error body with ``status``."""
     body = {"error": {"code": code, "message": message, "field": field}}
     return Response(json.dumps(body), status=status, content_type="application/json")
 
@@ -280,6 +282,10 @@ class ApiGateway:
             status = self._disk.status()
             if status is not None:
                 return disk_unavailable_response(status)
+        # Before the token is read: which of two Authorization headers counts is not for us to guess.
+        check_single_valued(
+            request.environ.get(HEADER_LINES) or [name for name, _ in request.headers.items()]
+        )
         principal = None if request.path == HEALTH_PATH else self._authorize(request)
         if principal is not None and self._limiter is not None:
             wait = self._limiter.take(principal.account_id)

@@ -62,6 +62,7 @@ from werkzeug.wsgi import get_input_stream
 
 from remote_batch_local.lambda_context import LOCAL_ACCOUNT_ID
 from remote_batch_local.state_disk import StateDisk, StateDiskUnavailable
+from remote_batch_local.wsgi_calls import call_app
 
 logger = logging.getLogger(__name__)
 
@@ -431,27 +432,15 @@ class JournalingApp:
     ) -> Any:
         if self._disk is not None:
             self._disk.check()
-        captured: dict[str, Any] = {}
-
-        def capture(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Callable[..., Any]:
-            captured["status"], captured["headers"] = status, headers
-            return lambda data: None
-
         seq = 0
         with self._journal.applying(service):
-            result = self.app(environ, capture)
-            try:
-                answer = b"".join(result)
-            finally:
-                close = getattr(result, "close", None)
-                if close is not None:
-                    close()
-            if captured["status"][:1] == "2":
-                seq = self._journal.append(_record(service, environ, body, answer))
+            answer = call_app(self.app, environ)
+            if answer.status[:1] == "2":
+                seq = self._journal.append(_record(service, environ, body, answer.body))
         if seq:
             self._journal.wait_durable(seq)
-        start_response(captured["status"], captured["headers"])
-        return [answer]
+        start_response(answer.status, answer.headers)
+        return [answer.body]
 
 
 def _unavailable(service: str, message: str) -> tuple[str, list[tuple[str, str]], bytes]:
@@ -549,21 +538,8 @@ def _apply(app: Callable[..., Any], record: Mapping[str, Any]) -> tuple[str, byt
         data=base64.b64decode(record["body"]),
         base_url=f"http://{host}/",
     )
-    environ = builder.get_environ()
-    captured: dict[str, Any] = {}
-
-    def capture(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Callable[..., Any]:
-        captured["status"] = status
-        return lambda data: None
-
-    result = app(environ, capture)
-    try:
-        answer = b"".join(result)
-    finally:
-        close = getattr(result, "close", None)
-        if close is not None:
-            close()
-    return str(captured.get("status", "500")), answer
+    answer = call_app(app, builder.get_environ())
+    return answer.status, answer.body
 
 
 def _keep_ids(record: Mapping[str, Any], original: bytes, answer: bytes) -> None:

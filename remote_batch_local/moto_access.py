@@ -36,6 +36,8 @@ from urllib.parse import parse_qs, unquote
 
 from werkzeug.wsgi import get_input_stream
 
+from remote_batch_local.wsgi_calls import call_app
+
 logger = logging.getLogger(__name__)
 
 DYNAMODB = "dynamodb"
@@ -330,17 +332,12 @@ class MotoAccess:
             environ["wsgi.input_terminated"] = False
         service, operation = request_service(environ, body)
         with self.holding(service, operation):
-            result = self.app(environ, start_response)
-            try:
-                # moto computes its answer as the body is read: read it under the lock too.
-                answer = b"".join(result)
-            finally:
-                close = getattr(result, "close", None)
-                if close is not None:
-                    close()
+            # moto computes its answer as the body is read: read it under the lock too.
+            answer = call_app(self.app, environ)
             if service == DYNAMODB and body is not None and not is_read(service, operation):
                 self._note(operation, body)
-        return [answer]
+        start_response(answer.status, answer.headers)
+        return [answer.body]
 
     def _note(self, operation: str, body: bytes) -> None:
         try:

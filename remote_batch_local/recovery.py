@@ -21,10 +21,12 @@ the job's own times:
 3. An array job (its parent is unfinished) is settled child by child by these two rules, from the
    events the executor emitted for it, then its AWS Batch parent gets its final event
    (``recovery_arrays``).
-4. A job AWS Batch was never given (held for quota, admitted, or claimed by the dispatcher with no
-   Batch job id recorded) is not stopped: it is what the deployed dispatch queue (SQS, durable) would
-   still hold, so it is resumed (``resume_undispatched``): a claim is given back, admitted jobs are
-   enqueued again and their accounts' held jobs admitted. Only the in-memory queue's messages died.
+4. A job AWS Batch was never given (waiting for its environment's build, held for quota, admitted, or
+   claimed by the dispatcher with no Batch job id recorded) is not stopped: it is what the deployed
+   dispatch queue (SQS, durable) would still hold, so it is resumed (``resume_undispatched``): a
+   claim is given back, admitted jobs are enqueued again and their accounts' held jobs admitted, a
+   waiting one judged again against its prerequisites (``waits.settle``). Only the in-memory queue's
+   messages died.
    An array admitted span by span is resumed likewise, span by span (``array_dispatch.resume_array``):
    its claimed spans given back, its admitted spans enqueued, its held children admitted; the spans
    AWS Batch had are settled by rule 3.
@@ -47,6 +49,7 @@ from functions.domain.charged_time import ended_attempt
 from functions.domain.jobs import DispatchState, Job, JobType
 from functions.domain.machine_classes import machine_class
 from functions.domain.status import JobStatus
+from functions.logic import waits
 from functions.logic.array_dispatch import resume_array
 from functions.logic.dispatch_requests import enqueue, request_admission
 from functions.ports import Services
@@ -246,9 +249,10 @@ def remove_leftover_jobs(registry: ProcessRegistry) -> Leftovers:
 
 
 def never_given_to_batch(job: Job) -> bool:
-    """Whether ``job`` waits for quota or for the dispatcher: held, admitted, or claimed with no Batch
-    job id recorded (rule 4 of this module's docstring)."""
+    """Whether ``job`` waits for its prerequisites, for quota or for the dispatcher: waiting, held,
+    admitted, or claimed with no Batch job id recorded (rule 4 of this module's docstring)."""
     return job.batch_job_id is None and job.dispatch_state in (
+        DispatchState.WAITING,
         DispatchState.HELD,
         DispatchState.ADMITTED,
         DispatchState.DISPATCHING,
@@ -266,6 +270,12 @@ def resume_undispatched(dynamodb: Any, settings: Settings, services: Services) -
     to_enqueue: list[str] = []
     accounts: set[str] = set()
     for job in unfinished_jobs(dynamodb, settings.jobs_table):
+        if job.is_waiting:
+            # Waiting for its prerequisites: judged again (a build reported while the stack was down
+            # is seen now; one still Building goes on, resumed by the builder).
+            waits.settle(services, job, services.clock())
+            resumed.append(job.job_id)
+            continue
         if job.type == JobType.ARRAY:
             # Admitted span by span: its spans not in AWS Batch resume (those it has are rule 3's).
             if job.dispatch_state is not None and (

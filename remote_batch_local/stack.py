@@ -11,7 +11,9 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
+import shutil
 import socket
+import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -26,14 +28,17 @@ from functions.adapters.sns import SnsNotifier
 from functions.adapters.tables import ALL_TABLES
 from functions.adapters.webhook import WebhookSender
 from functions.bootstrap import build_services, get_services, install, utc_now
+from functions.domain.environments import BuildOutcome
 from functions.domain.machine_classes import GeoZone
 from functions.domain.runtime import PYTHON_VERSIONS
-from functions.ports import Services
+from functions.logic import environments
+from functions.ports import BuildRequest, Services
 from functions.settings import Settings
 from remote_batch_local.accounts import LocalAccounts
 from remote_batch_local.bus import DELIVERY_WORKERS, EventBus, matches_rule
 from remote_batch_local.config import LocalConfig
 from remote_batch_local.dispatch_queue import LocalDispatchQueue
+from remote_batch_local.environments import LocalEnvironmentBuilder
 from remote_batch_local.executor import AcceptedJobs, LocalBatchExecutor, LocalBatchGateway
 from remote_batch_local.executor.computes import restore_dedicated_computes
 from remote_batch_local.files import write_bytes_atomic
@@ -117,6 +122,7 @@ class LocalStack:
         self._server_thread: threading.Thread | None = None
         self._tickers: list[Ticker] = []
         self._executor: LocalBatchExecutor | None = None
+        self._builder: LocalEnvironmentBuilder | None = None
         self._bus: EventBus | None = None
         self._dispatch_queue: LocalDispatchQueue | None = None
         self._lambdas: LocalLambdas | None = None
@@ -212,6 +218,7 @@ class LocalStack:
             accepted=AcceptedJobs(config.state_dir / ACCEPTED_JOBS_FILE, self._disk),
             disk=self._disk,
             pythons=pythons,
+            environments=config.home / "environments",
         )
         self._executor = executor
         self._dispatch_queue = dispatch_queue = LocalDispatchQueue(
@@ -231,8 +238,12 @@ class LocalStack:
                 dispatch=dispatch_queue,
             ),
             idle_stop_minute=timedelta(seconds=config.idle_stop_minute),
+            environment_builder=self._new_builder(config, settings, clients, pythons),
+            # The local stack's packages may come from a mirror on this machine.
+            allow_http_indexes=True,
         )
         install(services)
+        self._resume_builds()
         restore_dedicated_computes(services, executor, last_alive)
         lambdas = LocalLambdas(settings.home_region)
         self._lambdas = lambdas
@@ -290,6 +301,19 @@ class LocalStack:
             recovered_jobs=tuple(recovered),
         )
 
+    def _new_builder(
+        self, config: LocalConfig, settings: Settings, clients: AwsClients, pythons: LocalPythons
+    ) -> LocalEnvironmentBuilder:
+        self._builder = _environment_builder(config, settings, clients, pythons)
+        return self._builder
+
+    def _resume_builds(self) -> None:
+        """Build again what a previous run took but did not report (once the services are installed:
+        a build's report goes through them)."""
+        resumed = self._builder.resume() if self._builder is not None else 0
+        if resumed:
+            logger.info("environment builds resumed count=%d", resumed)
+
     def stop(self) -> None:
         """Stop serving, end every job (settled through its FAILED event), drain the bus, take the
         last snapshot, stop moto. Safe to call twice and after a partial start."""
@@ -307,6 +331,8 @@ class LocalStack:
                 self._dispatch_queue.stop(timeout=DISPATCH_STOP_SECONDS)
             if self._executor is not None:
                 self._executor.shutdown(timeout=EXECUTOR_STOP_SECONDS)
+            if self._builder is not None:
+                self._builder.close()
             if self._bus is not None:
                 self._bus.stop(drain=True, timeout=BUS_DRAIN_SECONDS)
             if self._snapshots is not None:
@@ -558,6 +584,39 @@ def _snapshot_scope(settings: Settings) -> SnapshotScope:
         log_groups=tuple(sorted({(zone.region, zone.log_group) for zone in settings.zones.values()})),
         topic_arn_prefix=settings.email_topic_arn_prefix,
         home_region=settings.home_region,
+    )
+
+
+def _environment_builder(
+    config: LocalConfig, settings: Settings, clients: AwsClients, pythons: LocalPythons
+) -> LocalEnvironmentBuilder:
+    """The builder of environments under ``<home>/environments``, logging to the home region's zone
+    (the first zone otherwise) and reporting each build's end to ``environments.record_build``."""
+    zone, zone_settings = next(
+        ((z, s) for z, s in settings.zones.items() if s.region == settings.home_region),
+        next(iter(settings.zones.items())),
+    )
+
+    def report(request: BuildRequest, outcome: BuildOutcome) -> None:
+        environments.record_build(
+            get_services(),
+            request.account_id,
+            request.name,
+            spec_hash=request.spec_hash,
+            outcome=outcome,
+            now=utc_now(),
+            log_stream_name=request.log_stream_name,
+        )
+
+    uv = shutil.which("uv", path=str(Path(sys.executable).parent)) or shutil.which("uv") or "uv"
+    return LocalEnvironmentBuilder(
+        config.home / "environments",
+        pythons=pythons,
+        logs=clients.client("logs", zone_settings.region),
+        log_group=zone_settings.log_group,
+        zone=zone,
+        report=report,
+        uv=uv,
     )
 
 

@@ -25,6 +25,7 @@ from moto.core.botocore_stubber import MockRawResponse
 from werkzeug.test import EnvironBuilder
 
 from remote_batch_local.journal import IN_PROCESS
+from remote_batch_local.wsgi_calls import call_app
 
 logger = logging.getLogger(__name__)
 
@@ -76,21 +77,8 @@ class InProcessTransport:
         environ["REMOTE_ADDR"] = "127.0.0.1"
         # A write the state disk refuses raises to this process's caller (journal.IN_PROCESS).
         environ[IN_PROCESS] = True
-        captured: dict[str, Any] = {}
-
-        def start_response(status: str, response_headers: list[tuple[str, str]], exc_info: Any = None) -> Any:
-            captured["status"], captured["headers"] = status, response_headers
-            return lambda data: None
-
-        result = self._app(environ, start_response)
-        try:
-            answer = b"".join(result)
-        finally:
-            close = getattr(result, "close", None)
-            if close is not None:
-                close()
-        status = int(str(captured.get("status", "500"))[:3])
+        answer = call_app(self._app, environ)
         response_headers = HTTPHeaders()
-        for name, value in captured.get("headers", []):
+        for name, value in answer.headers:
             response_headers[name] = value
-        return AWSResponse(request.url, status, response_headers, MockRawResponse(answer))
+        return AWSResponse(request.url, answer.status_code, response_headers, MockRawResponse(answer.body))

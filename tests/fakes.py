@@ -12,7 +12,8 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from functions.domain.errors import DependencyFailed
 from functions.domain.jobs import BatchJobState
-from functions.ports import BatchSubmission, EnvironmentState, OutgoingNotification, QueueState
+from functions.domain.machine_classes import GeoZone
+from functions.ports import BatchSubmission, BuildRequest, EnvironmentState, OutgoingNotification, QueueState
 
 
 class FakeLambdaContext(LambdaContext):
@@ -195,3 +196,18 @@ class FakeComputeEnvironments:
         self._call("delete_queue", name)
         assert self.queues[name]["state"] == "DISABLED", "AWS deletes only a DISABLED queue"
         self.queues[name]["status"] = "DELETING"
+
+
+@dataclass
+class RecordingEnvironmentBuilder:
+    """An ``EnvironmentBuilder`` that records what it was asked to build (the test reports outcomes)."""
+
+    zone: GeoZone = GeoZone.UNITED_STATES
+    runs_images: bool = False
+    requests: list[BuildRequest] = field(default_factory=list)
+
+    def start_build(self, request: BuildRequest) -> None:
+        self.requests.append(request)
+
+    def site_packages(self, build_hash: str) -> str | None:
+        return None

@@ -175,7 +175,8 @@ def messages_document(messages: list[str], error: JobError | None) -> bytes:
     Returns
     -------
     bytes
-        ``{"messages": [...], "error": null | {"type", "message", "traceback"[, "reason"]}}`` as UTF-8.
+        ``{"messages": [...], "error": null | {"type", "message", "traceback"[, "reason"][, "signal"]}}`` as
+        UTF-8.
     """
     document: dict[str, Any] = {"messages": [_cut(str(m), MESSAGE_LIMIT) for m in messages], "error": None}
     if error is not None:
@@ -186,6 +187,8 @@ def messages_document(messages: list[str], error: JobError | None) -> bytes:
         }
         if error.reason:
             document["error"]["reason"] = _cut(" ".join(error.reason.split()), 1000)
+        if error.signal is not None:
+            document["error"]["signal"] = error.signal
     return dumps_document(document)
 
 
@@ -543,7 +546,7 @@ def default_interpreter_limits() -> Iterator[None]:
 
 
 def render_preview(value: Any) -> bytes | None:
-    """Draw the result as PNG (API.md ``OutputPreviewImage``): a matplotlib Figure or a PIL image as
+    """Draw the result as PNG (docs/http-api.md ``OutputPreviewImage``): a matplotlib Figure or a PIL image as
     drawn, anything else but None as its repr, rendered as text.
 
     Parameters

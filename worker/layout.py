@@ -13,7 +13,9 @@ child's is ``outputs/<arrayId>/<index>/``):
   ``messages``
       ``[str, ...]``: the warnings, notes and error text (``EvaluationMessagesText``).
   ``error``
-      ``null`` or ``{"type", "message", "traceback"[, "reason"]}``: why the code failed.
+      ``null`` or ``{"type", "message", "traceback"[, "reason"][, "signal"]}``: why the code failed;
+      ``signal`` (an int) when the job's process was killed by a signal, whose ``statusReason`` the
+      service words.
   ``resultRepr``
       ``str``, the result's repr. Present exactly when the job's code ran; absent when the input was
       refused or the worker itself failed (the document then only says why).

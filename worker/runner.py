@@ -137,12 +137,17 @@ class JobError:
     reason : str or None
         A sentence for the job's ``statusReason`` that replaces ``"type: message"`` (e.g. ``Memory
         limit of 8 GiB exceeded``, ``Exited with code 5``), or None to use ``"type: message"``.
+    signal : int or None
+        The signal that killed the process, for a death by signal; the service words its
+        ``statusReason`` (``Killed by signal SIGSEGV (segmentation fault)``), as for a container that
+        exits 128 + N, so the sentence has one home (``functions.domain.batch_reasons``).
     """
 
     type: str
     message: str
     traceback: str
     reason: str | None = None
+    signal: int | None = None
 
     def as_message(self) -> str:
         """Return ``"Type: message"`` (just ``"Type"`` when the message is empty)."""
@@ -550,19 +555,13 @@ def run_command(
         return _failed(exc, None, [], None)
     if returncode == 0:
         return Outcome()
-    exit_code = returncode if returncode > 0 else 128 - returncode
+    exit_code = exit_code_of(returncode)
     oom_killed = bool(_increase(oom_kills_before, oom_kill_count()))
     if oom_killed or ran_out_of_memory(tail):
         reason = memory_reason(memory_gib)
         error = JobError(type="MemoryError", message=reason, traceback="", reason=reason)
     elif returncode < 0:
-        name = _signal_name(-returncode)
-        error = JobError(
-            type="CalledProcessError",
-            message=f"Command {program!r} was killed by signal {name}.",
-            traceback="",
-            reason=f"Killed by signal {name}",
-        )
+        error = killed_by_signal("CalledProcessError", f"Command {program!r}", -returncode)
     else:
         error = JobError(
             type="CalledProcessError",
@@ -597,11 +596,23 @@ def ran_out_of_memory(output_tail: bytes) -> bool:
     return bool(_PYTHON_MEMORY_ERROR.match(lines[-1])) or any(_NATIVE_MEMORY_ERROR.search(x) for x in lines)
 
 
-def _signal_name(number: int) -> str:
+def exit_code_of(returncode: int) -> int:
+    """A process's exit code as a container reports it: ``subprocess``'s ``-N`` for a death by
+    signal N is 128 + N (the shell's and Docker's convention, which AWS Batch passes on)."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def killed_by_signal(error_type: str, what: str, number: int) -> JobError:
+    """The failure of ``what`` (``"Command 'x'"``, ``"The job's Python"``) killed by signal
+    ``number``: the message names the signal for the log; the ``statusReason`` is the service's
+    (``JobError.signal``)."""
     try:
-        return f"{signal.Signals(number).name} ({number})"
+        name = f"{signal.Signals(number).name} ({number})"
     except ValueError:
-        return str(number)
+        name = str(number)
+    return JobError(
+        type=error_type, message=f"{what} was killed by signal {name}.", traceback="", signal=number
+    )
 
 
 def _relay_output(process: subprocess.Popen[bytes]) -> bytes:

@@ -33,6 +33,8 @@ from worker.runner import (
     JobError,
     JobInput,
     Outcome,
+    exit_code_of,
+    killed_by_signal,
     memory_reason,
     oom_kill_count,
     parent_death_signal_hook,
@@ -162,18 +164,12 @@ def _ended_without_outcome(returncode: int, memory_gib: int | None, *, oom_kille
     if returncode == 0:
         note = "The job's Python exited before its result was recorded (os._exit(0)): no result"
         return JobRun([note], None, None, 0)
-    exit_code = returncode if returncode > 0 else 128 - returncode
+    exit_code = exit_code_of(returncode)
     if oom_killed:
         reason = memory_reason(memory_gib)
         error = JobError(type="MemoryError", message=reason, traceback="", reason=reason)
     elif returncode < 0:
-        name = _signal_name(-returncode)
-        error = JobError(
-            type="Killed",
-            message=f"The job's Python was killed by signal {name}.",
-            traceback="",
-            reason=f"Killed by signal {name}",
-        )
+        error = killed_by_signal("Killed", "The job's Python", -returncode)
     else:
         error = JobError(
             type="SystemExit",
@@ -183,13 +179,6 @@ def _ended_without_outcome(returncode: int, memory_gib: int | None, *, oom_kille
         )
     _report(error.as_message())
     return JobRun([error.as_message()], error, None, exit_code or EXIT_USER_ERROR)
-
-
-def _signal_name(number: int) -> str:
-    try:
-        return f"{signal.Signals(number).name} ({number})"
-    except ValueError:
-        return str(number)
 
 
 def _report(text: str) -> None:

@@ -2,7 +2,8 @@
 rule (``infra/constructs/events.py``) and the local stack's bus (``remote_batch_local/bus.py``).
 
 A PENDING or RUNNABLE event of a Single job's first attempt finds the job ``Queued`` (its status since
-submit; DESIGN.md "Status machine": SUBMITTED, PENDING, RUNNABLE → Queued) and changes nothing a user
+submit; docs/architecture.md "Status machine": SUBMITTED, PENDING, RUNNABLE → Queued) and changes nothing a
+user
 or the meter reads, so it need not cost a Lambda call and two DynamoDB requests. Kept are:
 
 - every other status (STARTING, RUNNING, SUCCEEDED, FAILED; SUBMITTED is not emitted);

@@ -148,11 +148,14 @@ OPERATIONS = TableSpec(logical_name="Operations", partition_key="pk", sort_key="
 # Dedicated computes (``functions.adapters.dynamodb.computes``): per account, one ``compute#<name>`` item
 # per compute (the quota computes reserve is on the Quotas table's usage counters). The sparse
 # ``allComputes`` index (only compute items carry ``computePartition``) lists every compute for the meter.
+# Environments live here too (``functions.adapters.dynamodb.environments``); an unnamed one (a job's
+# inline spec) carries ``ttl``, so DynamoDB removes it 30 days after it was asked for.
 COMPUTES = TableSpec(
     logical_name="Computes",
     partition_key="accountId",
     sort_key="entry",
     indexes=(Index("allComputes", partition_key="computePartition", sort_key="computeKey"),),
+    ttl_attribute="ttl",
 )
 
 ALL_TABLES = (JOBS, ACCOUNTS, LEDGER, IDEMPOTENCY, QUOTAS, OPERATIONS, COMPUTES)

@@ -13,8 +13,11 @@ headers (standardwebhooks.com; signed with the ``standardwebhooks`` package):
 For one release it also carries the earlier headers, for receivers that check them:
 ``X-RemoteBatch-Timestamp`` and ``X-RemoteBatch-Signature: sha256=<hex>``, the HMAC-SHA256 of
 ``"{timestamp}.{body}"`` under the secret's text (deprecated: they go in the next release).
-Retries with exponential backoff come from urllib3's ``Retry`` (urllib3 ships with botocore). Only
-public addresses are posted to, checked at every delivery (``WebhookSender``).
+Retries with exponential backoff come from urllib3's ``Retry`` (urllib3 ships with botocore); a POST
+the receiver may have got (no answer within the read timeout) is not re-sent at once (``RETRY``).
+Delivery is at least once: a notification that got no answer is sent again by the schedule with
+the same ``webhook-id``, which Standard Webhooks tells receivers to deduplicate by. Only public
+addresses are posted to, checked at every delivery (``WebhookSender``).
 """
 
 from __future__ import annotations
@@ -44,15 +47,25 @@ STANDARD_SIGNATURE_HEADER = "webhook-signature"
 # The earlier headers, kept for one release (deprecated).
 SIGNATURE_HEADER = "X-RemoteBatch-Signature"
 TIMESTAMP_HEADER = "X-RemoteBatch-Timestamp"
-# 2 retries, 0.5 s then 1 s apart (urllib3's backoff), on connection errors and these statuses; a
-# send that still fails is retried by the meter's next tick, so a Lambda never waits long on it.
+# Retried at once: a connection that could not be made (nothing was sent), twice, and an answer of
+# these statuses, twice, 0.5 s then 1 s apart (urllib3's backoff). Never re-sent at once: a POST whose
+# answer did not come within the read timeout or whose connection broke after sending (``read=0``):
+# the receiver may have it, and its next attempt is the schedule's (1, 2, 4, 8 minutes later, same
+# ``webhook-id``). A receiver's ``Retry-After`` is not obeyed, so no answer can hold the sender longer
+# than these waits.
 RETRY = Retry(
     total=2,
+    connect=2,
+    read=0,
+    status=2,
+    other=0,
     backoff_factor=0.5,
     status_forcelist=(408, 429, 500, 502, 503, 504),
     allowed_methods=frozenset({"POST"}),
     raise_on_status=False,
+    respect_retry_after_header=False,
 )
+# Seconds to connect, and to wait for the answer once the POST is sent.
 TIMEOUT = urllib3.Timeout(connect=2.0, read=3.0)
 
 
@@ -114,11 +127,16 @@ class WebhookSender:
         Default: the C library's resolver.
     local : bool
         The local stack's rule: this machine only.
+    timeout : urllib3.Timeout
+        Seconds to connect and to wait for the answer (default ``TIMEOUT``: 2 and 3).
     """
 
-    def __init__(self, resolver: HostResolver | None = None, local: bool = False) -> None:
+    def __init__(
+        self, resolver: HostResolver | None = None, local: bool = False, timeout: urllib3.Timeout = TIMEOUT
+    ) -> None:
         self._resolver = resolver or SocketResolver()
         self._local = local
+        self._timeout = timeout
 
     def _checked_address(self, host: str, port: int) -> str:
         addresses = self._resolver.resolve(host, port)
@@ -143,7 +161,8 @@ class WebhookSender:
             The host resolves to a non-public address, or the endpoint answered a 4xx other than
             408/429: sending again cannot help.
         DependencyFailed
-            No answer, a 5xx, 408 or 429 after the retries, or a host that does not resolve now.
+            No answer within the timeout (sent once), no connection, a 5xx, 408 or 429 after the
+            retries, or a host that does not resolve now.
         """
         parsed = urlsplit(notification.to)
         host = (parsed.hostname or "").rstrip(".")
@@ -171,10 +190,10 @@ class WebhookSender:
                 assert_hostname=host,
                 cert_reqs="CERT_REQUIRED",
                 retries=RETRY,
-                timeout=TIMEOUT,
+                timeout=self._timeout,
             )
         else:
-            pool = urllib3.HTTPConnectionPool(address, port, retries=RETRY, timeout=TIMEOUT)
+            pool = urllib3.HTTPConnectionPool(address, port, retries=RETRY, timeout=self._timeout)
         target = parsed.path or "/"
         if parsed.query:
             target += f"?{parsed.query}"

@@ -35,9 +35,9 @@ from functions.domain.status import JobStatus
 MAX_BATCH_ARRAY_SIZE = 10_000
 #: AWS Batch's smallest array job: a span of one item is submitted as a plain job.
 MIN_BATCH_ARRAY_SIZE = 2
-#: Most items inline in ``POST /jobs`` (``arrayItems``), API.md.
+#: Most items inline in ``POST /jobs`` (``arrayItems``), docs/http-api.md.
 MAX_INLINE_ITEMS = 10_000
-#: Most items of an uploaded JSON Lines object (``arrayItemsKey``), API.md version 2.
+#: Most items of an uploaded JSON Lines object (``arrayItemsKey``), docs/http-api.md version 2.
 MAX_UPLOADED_ITEMS = 100_000
 #: The items and their index, under ``inputs/<parent>/`` (``encode_items``).
 ITEMS_OBJECT = "items.jsonl"

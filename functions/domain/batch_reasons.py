@@ -9,7 +9,7 @@ lost host shows); Amazon ECS developer guide "Stopped task error codes",
 "CannotPullContainerError", "CannotStartContainerError", "ResourceInitializationError"; container
 exit codes are 128 + the signal number, POSIX ``signal(7)``).
 
-Every sentence here is a ``statusReason``: no trailing period (API.md's examples have none), so a
+Every sentence here is a ``statusReason``: no trailing period (docs/http-api.md's examples have none), so a
 message that adds one never ends in "..".
 """
 
@@ -89,7 +89,7 @@ _FAMILIES: tuple[tuple[ReasonFamily, re.Pattern[str]], ...] = (
     (ReasonFamily.CONTAINER_EXITED, re.compile(r"Essential container in task exited", re.I)),
 )
 
-# Attempts lost to infrastructure are free (DESIGN.md "Credits"): the machine went away, or the
+# Attempts lost to infrastructure are free (docs/architecture.md "Credits"): the machine went away, or the
 # service's own container could not be pulled, created, started or watched (the user supplies code,
 # never an image, so none of these is the user's doing).
 INFRASTRUCTURE_FAMILIES = frozenset(
@@ -144,23 +144,46 @@ def raw_batch_reason(reasons: Sequence[str]) -> str | None:
 
 
 def memory_sentence(memory_gib: int) -> str:
-    """``Memory limit of 8 GiB exceeded`` (API.md's example)."""
+    """``Memory limit of 8 GiB exceeded`` (docs/http-api.md's example)."""
     return f"Memory limit of {memory_gib} GiB exceeded"
 
 
+#: What the signals a job commonly dies of mean, in a few words (POSIX ``signal(7)``).
+_SIGNAL_MEANINGS = {
+    signal.SIGSEGV: "segmentation fault",
+    signal.SIGKILL: "stopped from outside, often for using too much memory",
+    signal.SIGABRT: "aborted",
+    signal.SIGBUS: "bus error",
+    signal.SIGFPE: "arithmetic error",
+    signal.SIGILL: "illegal instruction",
+    signal.SIGTERM: "asked to stop",
+    signal.SIGINT: "interrupted",
+    signal.SIGHUP: "hang-up",
+    signal.SIGPIPE: "broken pipe",
+    signal.SIGXCPU: "CPU time limit exceeded",
+}
+
+
+def signal_sentence(number: int) -> str | None:
+    """``Killed by signal SIGSEGV (segmentation fault)``, ``Killed by signal SIGUSR1``: what a
+    process killed by signal ``number`` ended with; None for a number that is no signal here. The
+    one wording of a death by signal, whether the worker saw it (the outcome's ``error.signal``) or
+    only the container's exit code says it (128 + N)."""
+    try:
+        name = signal.Signals(number)
+    except ValueError:
+        return None
+    meaning = _SIGNAL_MEANINGS.get(name)
+    return f"Killed by signal {name.name} ({meaning})" if meaning else f"Killed by signal {name.name}"
+
+
 def exit_code_sentence(exit_code: int) -> str:
-    """What a container's exit code says: 137 → killed (SIGKILL), 139 → segmentation fault, any other
-    128 + n → the signal n; below 128 the program's own ``Exited with code N``."""
-    if exit_code == 137:
-        return "Killed (SIGKILL, exit code 137): stopped from outside, often for using too much memory"
-    if exit_code == 139:
-        return "Segmentation fault (SIGSEGV, exit code 139)"
+    """What a container's exit code says: 128 + n → killed by the signal n (``signal_sentence``:
+    137 SIGKILL, 139 SIGSEGV); otherwise the program's own ``Exited with code N``."""
     if 128 < exit_code < 128 + 65:
-        try:
-            name = signal.Signals(exit_code - 128).name
-        except ValueError:
-            return f"Exited with code {exit_code}"
-        return f"Killed by signal {name} (exit code {exit_code})"
+        sentence = signal_sentence(exit_code - 128)
+        if sentence is not None:
+            return sentence
     return f"Exited with code {exit_code}"
 
 

@@ -1,4 +1,4 @@
-"""The credit charge rule (DESIGN.md "Credits").
+"""The credit charge rule (docs/architecture.md "Credits").
 
 A job is charged for its Running time: ``ceil(seconds) × creditsPerHour / 3600``, with a minimum of
 60 seconds, rounded half-up to 4 decimal places, then capped by the job's ``creditConstraint`` and
@@ -26,19 +26,32 @@ def quantize_credits(amount: Decimal) -> Decimal:
     return amount.quantize(CREDIT_QUANTUM, rounding=ROUND_HALF_UP)
 
 
+def credits_text(amount: Decimal | int) -> str:
+    """An amount as the service's messages write it: plain digits, no exponent, no trailing zeros
+    (``Decimal("1E+2")`` → ``100``, ``Decimal("0.5000")`` → ``0.5``)."""
+    return f"{Decimal(amount).normalize():f}"
+
+
 def parse_credits(value: Decimal | int | str, field: str) -> Decimal:
-    """Validate a credits amount from a request: positive, at most 4 decimal places.
+    """Validate a credits amount from a request: positive, below ``MAX_CREDITS``, at most 4 decimal
+    places.
 
     Raises
     ------
     ValidationFailed
-        When the amount is not a finite positive number with at most 4 decimal places.
+        When the amount is not a finite positive number below ``MAX_CREDITS`` with at most 4
+        decimal places; the message shows the amount as credits (text as sent).
     """
-    problem = ValidationFailed(f"{field} must be a positive number of credits, got {value!r}.", field=field)
+    shown = repr(value) if isinstance(value, str) else credits_text(value)
+    problem = ValidationFailed(f"{field} must be a positive number of credits, got {shown}.", field=field)
     try:
         amount = Decimal(str(value))
-        if not amount.is_finite() or amount <= 0 or amount >= MAX_CREDITS:
+        if not amount.is_finite() or amount <= 0:
             raise problem
+        if amount >= MAX_CREDITS:
+            raise ValidationFailed(
+                f"{field} must be less than {MAX_CREDITS:,} credits, got {shown}.", field=field
+            )
         exact = amount == amount.quantize(CREDIT_QUANTUM)
     except InvalidOperation:
         raise problem from None

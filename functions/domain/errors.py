@@ -1,6 +1,6 @@
-"""Domain errors. Each carries the HTTP status and API.md error code it maps to.
+"""Domain errors. Each carries the HTTP status and docs/http-api.md error code it maps to.
 
-The api handler maps every ``ServiceError`` to API.md's error body in one place; adapters turn
+The api handler maps every ``ServiceError`` to docs/http-api.md's error body in one place; adapters turn
 ``ClientError`` codes into these (``raise ... from exc``).
 """
 
@@ -15,7 +15,7 @@ class ServiceError(Exception):
     status : int
         HTTP status code.
     code : str
-        API.md error code.
+        docs/http-api.md error code.
     field : str | None
         JSON path of the offending field, when one is to blame.
     shown_to_client : bool
@@ -122,6 +122,15 @@ class Throttled(ServiceError):
 
     status = 429
     code = "Throttled"
+
+
+class NotSupported(ServiceError):
+    """A feature this deployment does not offer (501), e.g. building environments where no builder
+    is wired: the same request cannot succeed here, so the message says so."""
+
+    status = 501
+    code = "NotSupported"
+    shown_to_client = True
 
 
 class DependencyFailed(ServiceError):

@@ -22,7 +22,8 @@ from typing import Any
 from functions.domain.errors import ServiceError, ValidationFailed
 from functions.domain.machine_classes import MACHINE_CLASSES, GeoZone
 
-# Audit entries are kept as long as job records (DESIGN.md "Retention": 400 days), then DynamoDB TTL
+# Audit entries are kept as long as job records (docs/architecture.md "Retention": 400 days), then DynamoDB
+# TTL
 # removes them.
 AUDIT_RETENTION = timedelta(days=400)
 MAX_REASON_CHARS = 500
@@ -150,13 +151,13 @@ def request_digest(*parts: str) -> str:
 
 def machine_family(name: str) -> str:
     """A machine class's family, the letters before its first digit: ``Basic2x8`` → ``Basic``,
-    ``GPU4xL4`` → ``GPU`` (API.md's families: Basic, Memory, Compute, GPU)."""
+    ``GPU4xL4`` → ``GPU`` (docs/http-api.md's families: Basic, Memory, Compute, GPU)."""
     found = FAMILY_PATTERN.match(name)
     return found.group(1) if found else name
 
 
 def check_machine_class(name: str) -> str:
-    """``name`` if it is one of API.md's machine classes.
+    """``name`` if it is one of docs/http-api.md's machine classes.
 
     Raises ``ValidationFailed`` (``field="machineClass"``, a path parameter) naming the valid ones.
     """

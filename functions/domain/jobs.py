@@ -29,9 +29,11 @@ from functions.domain.charged_time import (
     final_attempt_times,
     running_start,
 )
-from functions.domain.credits import ZERO
+from functions.domain.credits import ZERO, credits_text
+from functions.domain.environments import JobEnvironment
 from functions.domain.machine_classes import GeoZone, MachineClass, machine_class
 from functions.domain.notifications import NotificationRule
+from functions.domain.prerequisites import Prerequisite
 from functions.domain.queue_limits import describe_queue_limit
 from functions.domain.status import (
     BATCH_TO_JOB_STATUS,
@@ -50,7 +52,7 @@ OUT_OF_CREDITS = "Account out of credits"
 
 def credit_constraint_reason(credit_constraint: Decimal) -> str:
     """``CreditConstraint of 0.05 credits reached`` (the cap as the user wrote it, no trailing zeros)."""
-    return f"CreditConstraint of {credit_constraint.normalize():f} credits reached"
+    return f"CreditConstraint of {credits_text(credit_constraint)} credits reached"
 
 
 def time_constraint_reason(time_constraint: int) -> str:
@@ -82,11 +84,14 @@ class PayloadKind(StrEnum):
 class DispatchState(StrEnum):
     """Where a job stands between ``POST /jobs`` and AWS Batch.
 
+    ``Waiting``: a prerequisite does not hold yet (its environment builds; ``waiting_for``): it holds
+    no quota and is counted nowhere until released into ``Held`` (``functions.logic.waits``).
     ``Held``: over its account's quota, waiting (counted as queued). ``Admitted``: holds its quota,
     waiting for the dispatcher. ``Dispatching``: a dispatcher claimed it and is calling SubmitJob.
     ``Dispatched``: AWS Batch took it (``batch_job_id`` set).
     """
 
+    WAITING = "Waiting"
     HELD = "Held"
     ADMITTED = "Admitted"
     DISPATCHING = "Dispatching"
@@ -207,6 +212,9 @@ class Job:
         Such a parent's spans admitted but not yet taken by AWS Batch, by offset.
     array_withdrawn : tuple[WithdrawnSpan, ...]
         Such a parent's children that never reached AWS Batch and ended Terminated, free.
+    waiting_for : tuple[Prerequisite, ...]
+        While ``dispatch_state`` is ``Waiting``: what the job waits for, in order
+        (``functions.domain.prerequisites``); empty once released.
     """
 
     job_id: str
@@ -254,11 +262,19 @@ class Job:
     # The Python (major.minor) the job runs on (``functions.domain.runtime``); None on a record written
     # before jobs chose one (it ran the default).
     python_version: str | None = None
+    # The environment it runs in (``functions.domain.environments``); None: the worker image's packages.
+    environment: JobEnvironment | None = None
     dispatch_state: DispatchState | None = None
     dispatch_claimed_at: datetime | None = None
     array_admitted: int = 0
     array_queue: tuple[QueuedSpan, ...] = ()
     array_withdrawn: tuple[WithdrawnSpan, ...] = ()
+    waiting_for: tuple[Prerequisite, ...] = ()
+
+    @property
+    def is_waiting(self) -> bool:
+        """True while the job waits for a prerequisite (``DispatchState.WAITING``), before any quota."""
+        return self.dispatch_state is DispatchState.WAITING and not self.is_final
 
     @property
     def holds_quota(self) -> bool:
@@ -313,7 +329,7 @@ class Account:
 
 
 class LedgerKind(StrEnum):
-    """Kinds of ledger entries (API.md ``/account/usage``)."""
+    """Kinds of ledger entries (docs/http-api.md ``/account/usage``)."""
 
     CHARGE = "charge"
     GRANT = "grant"
@@ -521,7 +537,7 @@ def is_infrastructure_loss(
     job: Job, batch_reason: str | Sequence[str] | None, error_summary: str | None
 ) -> bool:
     """True when the final attempt was lost to infrastructure (the machine went away, the service's
-    container could not start): such an attempt is free (DESIGN.md "Credits"). The service's own
+    container could not start): such an attempt is free (docs/architecture.md "Credits"). The service's own
     termination and an error of the user's code are never infrastructure."""
     if job.termination_reason or (error_summary and error_summary.strip()):
         return False

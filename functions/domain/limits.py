@@ -2,7 +2,7 @@
 
 Source of the numbers: a Lambda behind API Gateway (REST, proxy integration) can return at most 6 MB
 (the invoke response, i.e. the proxy response *as JSON*, with the body string escaped inside it:
-https://docs.aws.amazon.com/lambda/latest/dg/gettingstarted-limits.html), and API.md promises that
+https://docs.aws.amazon.com/lambda/latest/dg/gettingstarted-limits.html), and docs/http-api.md promises that
 no response body is over 5 MiB. Everything the API inlines is therefore measured as it travels in the
 invoke response and kept under ``RESPONSE_BUDGET_BYTES``; what would not fit is served by a presigned
 URL instead.
@@ -14,7 +14,7 @@ import json
 import math
 from datetime import datetime
 
-#: API.md: no response body over 5 MiB; a request body over it answers 413 PayloadTooLarge.
+#: docs/http-api.md: no response body over 5 MiB; a request body over it answers 413 PayloadTooLarge.
 MAX_BODY_BYTES = 5 * 1024 * 1024
 #: The 413's message, the same from the handler, the local gateway and the deployed WAF rule.
 BODY_TOO_LARGE_MESSAGE = "The request body is over 5 MiB; upload large inputs through an upload URL."
@@ -46,7 +46,7 @@ def base64_bytes(size: int) -> int:
 def presigned_seconds(expires_at: datetime, now: datetime) -> int:
     """``X-Amz-Expires`` of a URL to a job's data: ``min(900, whole seconds until expires_at)``.
 
-    A URL never outlives the data it points at (API.md: "Presigned URLs ... never outlive
+    A URL never outlives the data it points at (docs/http-api.md: "Presigned URLs ... never outlive
     ``expiresAt``"). At least 1 (S3's minimum); callers answer 410 once ``now >= expires_at``.
     """
     left = math.floor((expires_at - now).total_seconds())

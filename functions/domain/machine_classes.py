@@ -1,6 +1,7 @@
 """Machine classes, geo zones and the one pricing table.
 
-The table is API.md's "Machine classes and geo zones" with DESIGN.md's "Credits" prices: a credit is
+The table is docs/http-api.md's "Machine classes and geo zones" with docs/architecture.md's "Credits" prices:
+a credit is
 priced near $0.001 of on-demand compute, so the shortest Basic1x8 job (the 60-second minimum) costs
 exactly 1 credit.
 """

@@ -9,6 +9,7 @@ from datetime import datetime
 from decimal import Decimal
 
 from functions.domain.batch_reasons import as_sentence, normalize_reason
+from functions.domain.credits import credits_text
 from functions.domain.jobs import Job, JobType
 from functions.domain.notifications import DueNotification
 from functions.domain.status import JobStatus
@@ -46,7 +47,7 @@ def _phrase(due: DueNotification) -> str:
         hours = Decimal(parameter) * due.occurrence
         return f"was submitted {hours.normalize():f} h ago"
     if name == "JobCreditsUsed" and parameter:
-        return f"has spent {(Decimal(parameter) * due.occurrence).normalize():f} credits"
+        return f"has spent {credits_text(Decimal(parameter) * due.occurrence)} credits"
     if name == "Hourly":
         return f"has run {due.occurrence} h"
     if name == "Daily":

@@ -1,4 +1,4 @@
-"""What the meter reads off a running job and when it must stop it (DESIGN.md "Credits").
+"""What the meter reads off a running job and when it must stop it (docs/architecture.md "Credits").
 
 Order of enforcement: the job's ``creditConstraint``, then its ``timeConstraint``, then the account's
 balance less what all its running jobs have spent.

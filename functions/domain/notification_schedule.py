@@ -1,5 +1,6 @@
 """Which notifications a job owes at a moment: its status notifications plus the progress ones the
-meter sends (API.md "Notifications"; DESIGN.md's keys), and when a failed publish may be tried again.
+meter sends (docs/http-api.md "Notifications"; docs/architecture.md's keys), and when a failed publish may be
+tried again.
 
 Each owed notification has a key ``{event}#{occurrence}/{method}`` (``HoursElapsed:2#3/SMS``,
 ``JobCreditsUsed:20000#1/Email``, ``Hourly#5/Email``): a job stores the keys it sent, so every

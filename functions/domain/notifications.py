@@ -1,4 +1,4 @@
-"""The ``notifications`` grammar of API.md (RemoteJobNotifications) and which status events are due.
+"""The ``notifications`` grammar of docs/http-api.md (RemoteJobNotifications) and which status events are due.
 
 Accepted forms:
 
@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+from functions.domain.credits import credits_text
 from functions.domain.errors import ValidationFailed
 from functions.domain.status import JobStatus
 from functions.domain.text import ASCII_DECIMAL
@@ -47,7 +48,7 @@ MAX_RULES = 20
 MAX_EVENTS_PER_RULE = 20
 NONE = "None"
 
-# The events a job fires when it enters each status (API.md "Notifications").
+# The events a job fires when it enters each status (docs/http-api.md "Notifications").
 EVENTS_ON_ENTERING: dict[JobStatus, tuple[str, ...]] = {
     JobStatus.QUEUED: ("JobStatusChanged",),
     JobStatus.STARTING: ("JobStarting", "JobStatusChanged"),
@@ -131,12 +132,15 @@ def _parse_event(raw: Any, path: str) -> EventSpec:
                 f"{name} must be a number greater than 0, got {value!r}.", field=field
             ) from None
         if not number.is_finite() or number <= 0:
-            raise ValidationFailed(f"{name} must be a number greater than 0, got {value!r}.", field=field)
+            raise ValidationFailed(
+                f"{name} must be a number greater than 0, got {credits_text(number)}.", field=field
+            )
         # Bound first: quantize raises InvalidOperation once the result needs more digits than the
         # context's precision (28), e.g. 1e24 to 4 places.
         if number >= PARAMETER_LIMIT or number != number.quantize(PARAMETER_QUANTUM):
             raise ValidationFailed(
-                f"{name} takes at most 4 decimal places and less than {PARAMETER_LIMIT:,}, got {value!r}.",
+                f"{name} takes at most 4 decimal places and less than {PARAMETER_LIMIT:,}, "
+                f"got {credits_text(number)}.",
                 field=field,
             )
         return EventSpec(name, number)

@@ -17,6 +17,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from functions.domain.batch_reasons import signal_sentence
+
 #: The outcome document's name, and the only ``format`` read.
 OUTCOME_OBJECT = "outcome.json"
 OUTCOME_FORMAT = "remote-batch.outcome/1"
@@ -49,7 +51,7 @@ class StoredOutcome:
     messages : tuple of str
         The job's messages (``EvaluationMessagesText``).
     error : dict or None
-        ``{"type", "message", "traceback"[, "reason"]}`` when the code failed, else None.
+        ``{"type", "message", "traceback"[, "reason"][, "signal"]}`` when the code failed, else None.
     ran : bool
         The job's code ran, so it has a result (None included); False when the worker refused the
         input or failed itself.
@@ -134,11 +136,15 @@ def parse_outcome(raw: bytes) -> StoredOutcome:
 
 
 def error_summary(error: Any) -> str | None:
-    """The error line of a worker's ``error`` document (either layout): its ``reason`` when the worker
-    gave one (``Memory limit of 8 GiB exceeded``, ``The job's input was rejected: ...``), else
+    """The error line of a worker's ``error`` document (either layout): a death by signal's sentence
+    (``signal``: ``batch_reasons.signal_sentence``), else its ``reason`` when the worker gave one
+    (``Memory limit of 8 GiB exceeded``, ``The job's input was rejected: ...``), else
     ``"Type: message"`` (``"Type"`` alone without a message); None without an error."""
     if not isinstance(error, dict) or not error.get("type"):
         return None
+    number = error.get("signal")
+    if type(number) is int and (sentence := signal_sentence(number)) is not None:
+        return sentence
     reason = error.get("reason")
     if isinstance(reason, str) and reason.strip():
         return " ".join(reason.split())

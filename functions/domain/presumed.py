@@ -1,6 +1,6 @@
 """A Batch event's transition written without reading the job first.
 
-Batch emits one attempt's events in order (STARTING, RUNNING, then the end; DESIGN.md "Status
+Batch emits one attempt's events in order (STARTING, RUNNING, then the end; docs/architecture.md "Status
 machine"), so a STARTING event almost always finds its job ``Queued`` and a RUNNING event finds it
 ``Starting``. For those two, what ``jobs.apply_batch_event`` writes depends only on the event and on
 that presumed status; the store writes it with one conditional UpdateItem whose condition is exactly

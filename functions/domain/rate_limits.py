@@ -5,7 +5,8 @@ One limit, two enforcers:
   the ``Authorization`` header (the caller's Cognito ID token, so per signed-in user of an account),
   ``ACCOUNT_REQUESTS_PER_SECOND`` × 60 requests per 60-second window. Why not API Gateway usage
   plans: a usage plan only identifies a caller by an API key, which comes either from the client's
-  ``X-API-Key`` header (a second secret API.md's Bearer-only contract does not have) or from a Lambda
+  ``X-API-Key`` header (a second secret docs/http-api.md's Bearer-only contract does not have) or from a
+  Lambda
   authorizer's ``usageIdentifierKey`` (a Cognito user-pool authorizer cannot return one), so it
   would take our own JWT-checking authorizer in front of every request plus one API key per account
   created and kept in step with Cognito (10,000 keys per region by default). The WAF rule needs

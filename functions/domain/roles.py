@@ -71,7 +71,7 @@ _ORDER = {Role.READER: 0, Role.CONTRIBUTOR: 1, Role.OWNER: 2, Role.ADMIN: 3}
 _R, _C, _O, _A = Role.READER, Role.CONTRIBUTOR, Role.OWNER, Role.ADMIN
 _ACC, _ADM = Scope.ACCOUNT, Scope.ADMIN
 
-# THE table. A route names one of these; `GET /roles` serves it; API.md lists each route's action.
+# THE table. A route names one of these; `GET /roles` serves it; docs/http-api.md lists each route's action.
 ACTIONS: Mapping[str, Action] = {
     a.name: a
     for a in (
@@ -96,6 +96,8 @@ ACTIONS: Mapping[str, Action] = {
         Action("computes/write", _ACC, _O, "Create dedicated compute."),
         Action("computes/delete", _ACC, _O, "Delete dedicated compute."),
         Action("computes/updateSchedules/action", _ACC, _O, "Set dedicated compute's schedules."),
+        Action("environments/read", _ACC, _R, "Read the account's environments and their build logs."),
+        Action("environments/write", _ACC, _C, "Create and delete environments."),
         Action("members/read", _ACC, _R, "Read the account's members and their roles."),
         Action("members/write", _ACC, _O, "Add members and change their roles."),
         Action("members/delete", _ACC, _O, "Remove members."),

@@ -1,4 +1,4 @@
-"""The job status machine and the AWS Batch status mapping (DESIGN.md "Status machine").
+"""The job status machine and the AWS Batch status mapping (docs/architecture.md "Status machine").
 
 AWS Batch → service: SUBMITTED, PENDING, RUNNABLE → Queued; STARTING → Starting; RUNNING → Running;
 SUCCEEDED → Succeeded; FAILED → Terminated (the AWS Batch job-states documentation lists the Batch

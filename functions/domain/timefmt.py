@@ -1,4 +1,4 @@
-"""Time formats: API.md's ISO 8601 UTC with ``Z``, and the sortable form the store keeps."""
+"""Time formats: docs/http-api.md's ISO 8601 UTC with ``Z``, and the sortable form the store keeps."""
 
 from __future__ import annotations
 

@@ -224,7 +224,9 @@ def grant_credits(
         if account is None:
             raise NotFound(f"No account {account_id}.")
         if account.credit_balance + credits >= MAX_CREDITS:
-            raise ValidationFailed(f"The balance would reach {MAX_CREDITS} credits or more.", field="credits")
+            raise ValidationFailed(
+                f"The balance would reach {MAX_CREDITS:,} credits or more.", field="credits"
+            )
         entry = LedgerEntry(
             entry_id=entry_id,
             account_id=account_id,

@@ -30,7 +30,7 @@ from functions.domain.arrays import (
 from functions.domain.errors import DependencyFailed, ValidationFailed
 from functions.domain.jobs import DispatchState, Job, JobType
 from functions.domain.status import JobStatus
-from functions.logic import quotas
+from functions.logic import quotas, waits
 from functions.logic.batch_submission import input_key
 from functions.logic.dispatch_requests import enqueue, request_admission
 from functions.logic.submission import (
@@ -39,6 +39,7 @@ from functions.logic.submission import (
     new_job,
     prepare_submission,
     submit_job,
+    with_inline_environment,
 )
 from functions.logic.uploads import uploaded_items
 from functions.ports import Services
@@ -70,8 +71,9 @@ def submit_array(services: Services, account_id: str, request: JobRequest, now: 
     -------
     Job
         The ``Array`` parent, Queued, every child counted Queued; held with ``statusReason``
-        ``Waiting for quota: ...`` when no child fits yet. Without a dispatch queue (the admission and
-        SubmitJob then run in this call), as stored after them.
+        ``Waiting for quota: ...`` when no child fits yet; waiting whole for its environment's build
+        (``Building environment ml ...``, ``functions.logic.waits``) while it builds. Without a
+        dispatch queue (the admission and SubmitJob then run in this call), as stored after them.
 
     Raises
     ------
@@ -105,6 +107,7 @@ def submit_array(services: Services, account_id: str, request: JobRequest, now: 
         # One child's demand: an array is admitted a span at a time, so only a child that could never
         # fit is refused.
         quota = quotas.check_submit(services, account_id, prepared.machine, zone)
+    prepared = with_inline_environment(services, account_id, prepared, now)
     parent = new_job(account_id, request, prepared, now, array_size=size)
     zone_services = services.zones[zone]
     inputs = f"inputs/{parent.job_id}/"
@@ -119,7 +122,11 @@ def submit_array(services: Services, account_id: str, request: JobRequest, now: 
         zone_services.blobs.put(inputs + ITEMS_OBJECT, items_data, "application/jsonl")
         zone_services.blobs.put(inputs + ITEMS_INDEX, index_data, "application/octet-stream")
         zone_services.blobs.put(input_key(parent.job_id), json.dumps(document).encode(), "application/json")
-        if quota is None:
+        if prepared.waiting_for:
+            # Its environment builds: the whole array waits, holding nothing, until it is released
+            # into the quota's admission (``waits``) or ends.
+            parent = waits.submit_waiting(services, parent, prepared.waiting_reason or "Waiting", now)
+        elif quota is None:
             spans = queued_spans(parent, services.array_span_size)
             parent = replace(
                 parent, dispatch_state=DispatchState.ADMITTED, array_admitted=size, array_queue=spans
@@ -133,9 +140,14 @@ def submit_array(services: Services, account_id: str, request: JobRequest, now: 
     services.events.count("JobsSubmitted")
     logger.info("array accepted", job_id=parent.job_id, size=size, compute=parent.compute)
     try:
-        if quota is None:
+        # A waiting array goes on when its prerequisites' reports (or its own submit) release it.
+        if quota is None and not prepared.waiting_for:
             enqueue(services, span_ids(parent))
-        elif quotas.room_after_hold(services, account_id, *quota):
+        elif (
+            quota is not None
+            and not prepared.waiting_for
+            and quotas.room_after_hold(services, account_id, *quota)
+        ):
             request_admission(services, account_id)
     except DependencyFailed:
         # Stored and held (or queued): the account's next release or submit, or the meter's backstop

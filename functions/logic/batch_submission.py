@@ -14,6 +14,7 @@ from decimal import Decimal
 
 from functions.domain.arrays import span_job_name
 from functions.domain.computes import resource_name
+from functions.domain.environments import ENVIRONMENT_HASH_VARIABLE
 from functions.domain.fair_share import share_identifier
 from functions.domain.jobs import Job, QueuedSpan, credit_cap_seconds
 from functions.domain.machine_classes import MachineClass, machine_class
@@ -21,7 +22,7 @@ from functions.domain.runtime import DEFAULT_PYTHON_VERSION, job_definition_name
 from functions.ports import BatchSubmission, Services, ZoneServices
 
 # A creditConstraint also sets a Batch timeout (cap ÷ rate plus a margin) so a job stops even if
-# the meter is down (DESIGN.md "Credits"); the meter normally stops it first.
+# the meter is down (docs/architecture.md "Credits"); the meter normally stops it first.
 CREDIT_TIMEOUT_MARGIN_SECONDS = 120
 #: Environment variable of a span's container: the global index of the span's first item.
 ARRAY_OFFSET_VARIABLE = "REMOTE_BATCH_ARRAY_OFFSET"
@@ -60,10 +61,11 @@ def batch_submission(
     job_queue: str | None = None,
 ) -> BatchSubmission:
     """The ``SubmitJob`` of ``job`` (or of one span of an array) on ``machine``'s queue in its zone:
-    the worker's environment (job id, bucket, input key, output prefix, memory in GiB, then
-    ``environment``), the timeout backing its caps (``batch_timeout``), the job and account tags, and
-    on the class's shared queue the account's share identifier (``domain.fair_share``). ``job_queue``
-    (a dedicated compute's, first in, first out: no share identifier) replaces the shared queue."""
+    the worker's environment (job id, bucket, input key, output prefix, memory in GiB, the build hash
+    of the job's environment when it names one, then ``environment``), the timeout backing its caps
+    (``batch_timeout``), the job and account tags, and on the class's shared queue the account's share
+    identifier (``domain.fair_share``). ``job_queue`` (a dedicated compute's, first in, first out: no
+    share identifier) replaces the shared queue."""
     route = zone_services.routes[machine.name]
     return BatchSubmission(
         job_name=job_name,
@@ -80,6 +82,12 @@ def batch_submission(
             "REMOTE_BATCH_INPUT_KEY": input_key(job.job_id),
             "REMOTE_BATCH_OUTPUT_PREFIX": output_prefix(job.job_id),
             "REMOTE_BATCH_MEMORY_GIB": str(machine.memory_gib),
+            # Set once the environment is Ready: a job reaches AWS Batch only after (``logic.waits``).
+            **(
+                {ENVIRONMENT_HASH_VARIABLE: job.environment.hash}
+                if job.environment and job.environment.hash
+                else {}
+            ),
             **(environment or {}),
         },
         timeout_seconds=batch_timeout(machine, job.credit_constraint, job.time_constraint),

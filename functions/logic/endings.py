@@ -9,6 +9,8 @@
   free, its quota given back in the settling transaction.
 - ``withdraw_unsent``: an array's children AWS Batch does not have (the held remainder, the spans
   admitted but not claimed) end ``Terminated``, free, in one transaction.
+- ``end_waiting``: a job waiting for its prerequisites (``functions.logic.waits``), one of which can
+  no longer hold, ends ``Terminated``, free, by one of the two above, only while it still waits.
 
 Each then asks, through the dispatch port, for the account's held jobs to be admitted into the units
 given back (``dispatch_requests.request_admission``), unless its caller is an admission pass.
@@ -127,15 +129,39 @@ def _terminate_array(services: Services, parent: Job, reason: str, now: datetime
     return replace(parent, termination_requested_at=now, termination_attempts=parent.termination_attempts + 1)
 
 
+def end_waiting(services: Services, job: Job, reason: str, now: datetime) -> Job:
+    """End a job that waits for its prerequisites (``functions.logic.waits``: one can no longer hold)
+    ``Terminated`` with ``reason``, free, with no ledger entry, its notifications sent: a single job by
+    ``end_undispatched``, an array's children by ``withdraw_unsent`` (its reason recorded first, so the
+    array ends with it rather than a count of its children). Only while it still waits: one released
+    (or ended) by another writer meanwhile is returned as stored, unchanged.
+
+    Raises ``DependencyFailed`` (DynamoDB kept failing or the job kept changing).
+    """
+    if job.type == JobType.ARRAY:
+        if not job.is_waiting:
+            return job
+        recorded = services.store.set_termination_reason(job.job_id, reason) or job
+        return withdraw_unsent(services, recorded, reason, now, admit_next=False, only_waiting=True)
+    return end_undispatched(services, job, reason, now, admit_next=False, only_waiting=True)
+
+
 def end_undispatched(
-    services: Services, job: Job, reason: str, now: datetime, *, admit_next: bool = True
+    services: Services,
+    job: Job,
+    reason: str,
+    now: datetime,
+    *,
+    admit_next: bool = True,
+    only_waiting: bool = False,
 ) -> Job:
     """End a job that AWS Batch never ran (held, admitted, or refused): ``Terminated`` with ``reason``,
     nothing charged, its quota given back in the same transaction (``JobRepository.settle``), then the
     account's next held jobs admitted and the job's notifications sent.
 
     With ``admit_next`` False the account's held jobs are not asked to be admitted (the caller is an
-    admission pass, which goes on by itself).
+    admission pass, which goes on by itself). With ``only_waiting`` only a job still waiting for its
+    prerequisites is ended (``end_waiting``): one released meanwhile is returned as stored.
 
     Returns the job as stored after (as it was when it turned out final already).
 
@@ -148,7 +174,7 @@ def end_undispatched(
     """
     current = job
     for _ in range(MAX_END_ATTEMPTS):
-        if current.is_final:
+        if current.is_final or (only_waiting and not current.is_waiting):
             return current
         after = replace(
             current,
@@ -186,13 +212,15 @@ def withdraw_unsent(
     *,
     claimed_offset: int | None = None,
     admit_next: bool = True,
+    only_waiting: bool = False,
 ) -> Job:
     """End every child of ``parent`` that AWS Batch does not have and no dispatcher is submitting
     (the held remainder, the ``Admitted`` spans; with ``claimed_offset``, that span too, whose claim
     is the caller's) ``Terminated`` with ``reason``, free, in one transaction
     (``JobRepository.withdraw_spans``), then have the account's held jobs admitted into the units
     given back (not with ``admit_next`` False: the caller is an admission pass, which goes on by
-    itself) and settle the parent if every child is final now (``array_results.finish_array``).
+    itself) and settle the parent if every child is final now (``array_results.finish_array``). With
+    ``only_waiting``, only while the parent still waits for its prerequisites (``end_waiting``).
 
     Returns the parent as stored after.
 
@@ -206,6 +234,8 @@ def withdraw_unsent(
     for _ in range(MAX_WITHDRAW_ATTEMPTS):
         if current is None or current.is_final:
             return current or parent
+        if only_waiting and not current.is_waiting:
+            return current
         spans = [
             s for s in current.array_queue if s.state == DispatchState.ADMITTED or s.offset == claimed_offset
         ]

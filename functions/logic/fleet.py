@@ -157,7 +157,7 @@ def locate(services: Services, machine_class: str, zone: str) -> tuple[str, GeoZ
 
 
 def list_machine_classes(services: Services) -> list[MachineClassStatus]:
-    """Every class in every deployed zone, in API.md's order per zone: the operators' state, the
+    """Every class in every deployed zone, in docs/http-api.md's order per zone: the operators' state, the
     queue's Batch state, jobs not final, the compute environments' ``maxvCpus``.
 
     Costs per zone one DescribeJobQueues and one DescribeComputeEnvironments, plus one Query of

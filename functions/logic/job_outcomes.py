@@ -103,7 +103,7 @@ def read_error_summary(services: Services, job: Job) -> str | None:
 
 
 def discard_outputs(services: Services, job: Job) -> None:
-    """Delete what the worker uploaded for a job stopped at its CreditConstraint (API.md: "its
+    """Delete what the worker uploaded for a job stopped at its CreditConstraint (docs/http-api.md: "its
     output discarded"). The result route refuses such a job whatever is left, so a failure here
     only delays the deletion until the bucket's lifecycle rule."""
     try:

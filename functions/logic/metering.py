@@ -31,6 +31,7 @@ from functions.domain.jobs import OUT_OF_CREDITS, BatchJobState, DispatchState, 
 from functions.domain.machine_classes import GeoZone
 from functions.domain.metering import MeterReading, balance_exhausted, read_array_meter, read_meter
 from functions.domain.notification_schedule import due_notifications
+from functions.logic import waits
 from functions.logic.array_dispatch import nudge_array
 from functions.logic.array_results import finish_array
 from functions.logic.compute_jobs import end_stray_jobs
@@ -360,7 +361,13 @@ def _nudge_undispatched(services: Services, job: Job, now: datetime) -> None:
     A job in ``Dispatching`` is left to its dispatcher for ``dispatch_rules.CLAIM_TIMEOUT``; past it, its
     dispatcher died mid-way, and ``dispatch.recover_claim`` records the Batch job AWS Batch has under
     its name, or gives the claim back and enqueues it again (never a second SubmitJob). An array
-    admitted span by span: ``array_dispatch.nudge_array``, for its spans."""
+    admitted span by span: ``array_dispatch.nudge_array``, for its spans. A job waiting for its
+    prerequisites is judged against them again (``waits.settle``: released or ended when a report of
+    theirs was lost)."""
+    if job.is_waiting:
+        if waits.settle(services, job, now).is_waiting:
+            services.store.mark_reconciled(job.job_id, now)
+        return
     if job.type == JobType.ARRAY:
         nudge_array(services, job, now)
         services.store.mark_reconciled(job.job_id, now)

@@ -1,7 +1,7 @@
 """Sending what a job owes, each (job, event occurrence, method) at most once.
 
 A key per notification is added to the job by a conditional update before publishing; only the
-writer that added it publishes (DESIGN.md "Notifications"). Every outcome is a line of the job's
+writer that added it publishes (docs/architecture.md "Notifications"). Every outcome is a line of the job's
 ``notificationLog``:
 
 - ``sent``;
@@ -62,6 +62,11 @@ def mask_address(address: str) -> str:
 _COUNTED_OUTCOMES = {"sent": "NotificationsSent", "failed": "NotificationsFailed"}
 
 
+def _sentence(text: str) -> str:
+    """``text`` ending as a sentence (a provider's reason is written into a log line before more)."""
+    return text if text.endswith((".", "!", "?")) else f"{text}."
+
+
 def contact_for(account: Account | None, method: str) -> str | None:
     """The account's address for ``method`` (email, E.164 phone or webhook URL), or None."""
     if account is None:
@@ -107,7 +112,7 @@ def _drop_abandoned(services: Services, job: Job, now: datetime) -> None:
 
 def status_claims(job: Job, now: datetime) -> frozenset[str]:
     """Keys of the status notifications ``job`` (as about to be written) owes at ``now``, for the
-    write that makes them due to claim (DESIGN.md "Notifications": only the writer that added a key
+    write that makes them due to claim (docs/architecture.md "Notifications": only the writer that added a key
     publishes it; a status write conditional on the job's event position has one writer). Progress
     notifications are claimed on their own (only while the job is open); none when more are owed
     than one delivery sends (those go out over the meter's ticks)."""
@@ -171,6 +176,10 @@ def deliver_due_notifications(
     attempts = publish_attempts(job)
     sent = 0
     failure: DependencyFailed | None = None
+    # A contact that failed transiently in this delivery (a webhook receiver that did not answer in
+    # time) is not tried again in it: its other notifications wait for their next attempt, so one
+    # slow receiver costs a delivery one timeout, not one per notification.
+    unanswered: dict[tuple[str, str], DependencyFailed] = {}
     for due in pending:
         if due.key not in claimed and not services.store.claim_notification(
             job.job_id, due.key, while_open=is_progress(due.event)
@@ -188,11 +197,20 @@ def deliver_due_notifications(
             _record(services, job=job, due=due, outcome="skipped", to=address, detail=detail, now=now)
             logger.warning("sms ceiling reached", job_id=job.job_id, key=due.key, account_id=job.account_id)
             continue
+        earlier = unanswered.get((due.method, address))
         outcome = _publish(
-            services, job, due=due, account=account, address=address, attempts=attempts, now=now
+            services,
+            job,
+            due=due,
+            account=account,
+            address=address,
+            attempts=attempts,
+            now=now,
+            earlier=earlier,
         )
         if isinstance(outcome, DependencyFailed):
             failure = outcome
+            unanswered.setdefault((due.method, address), outcome)
         elif outcome:
             sent += 1
     if failure is not None and raise_on_failure:
@@ -216,9 +234,12 @@ def _publish(
     address: str,
     attempts: Mapping[str, PublishAttempts],
     now: datetime,
+    earlier: DependencyFailed | None = None,
 ) -> bool | DependencyFailed:
     """Send one claimed notification and record the outcome: True when sent, False when refused or
-    given up (the key stays claimed), the failure when it will be tried again (the key released)."""
+    given up (the key stays claimed), the failure when it will be tried again (the key released).
+    ``earlier``: the transient failure of this contact earlier in the same delivery; the
+    notification is then not sent now but counted and rescheduled as failed with it."""
     subject, message = compose_message(job, due, now)
     notification = OutgoingNotification(
         job_id=job.job_id,
@@ -233,10 +254,12 @@ def _publish(
         delivery_id=delivery_id(job.job_id, due.key),
     )
     try:
+        if earlier is not None:
+            raise DependencyFailed(f"{earlier.message.rstrip('.')}, not tried again in this delivery.")
         services.notifier.send(notification)
     except DeliveryRefused as exc:
         # The key stays claimed: the same message can never succeed.
-        detail = f"{due.method} failed: {exc.message} Not retried."
+        detail = f"{due.method} failed: {_sentence(exc.message)} Not retried."
         _record(services, job=job, due=due, outcome="failed", to=address, detail=detail, now=now)
         logger.warning("notification refused", job_id=job.job_id, key=due.key, to=mask_address(address))
         return False
@@ -245,13 +268,16 @@ def _publish(
         failures = (previous.failures if previous else 0) + 1
         retry_at = next_attempt_at(failures, now)
         if retry_at is None:
-            detail = f"{due.method} failed: {exc.message} Gave up after {MAX_PUBLISH_ATTEMPTS} attempts."
+            detail = (
+                f"{due.method} failed: {_sentence(exc.message)} "
+                f"Gave up after {MAX_PUBLISH_ATTEMPTS} attempts."
+            )
             _record(services, job=job, due=due, outcome="failed", to=address, detail=detail, now=now)
             logger.error("notification given up", job_id=job.job_id, key=due.key, attempts=failures)
             return False
         services.store.release_notification(job.job_id, due.key, failure_record(due.key, failures, retry_at))
         detail = (
-            f"{due.method} failed: {exc.message} Attempt {failures} of {MAX_PUBLISH_ATTEMPTS}; "
+            f"{due.method} failed: {_sentence(exc.message)} Attempt {failures} of {MAX_PUBLISH_ATTEMPTS}; "
             f"next at {retry_at.strftime('%Y-%m-%dT%H:%M:%SZ')}."
         )
         _record(services, job=job, due=due, outcome="failed", to=address, detail=detail, now=now)

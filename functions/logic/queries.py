@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import base64
-import binascii
+import hashlib
 import json
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -35,11 +35,12 @@ from functions.domain.outcomes import (
     OutcomeUnreadable,
     StoredOutcome,
 )
+from functions.domain.page_tokens import decode_page_token, encode_page_token, token_refused
 from functions.domain.status import JobStatus
 from functions.logic.array_results import RESULT_DOCUMENT, store_array_result
 from functions.logic.job_outcomes import output_key, read_outcome
 from functions.logic.submission import get_owned_job
-from functions.ports import BlobStore, LogEvent, Services
+from functions.ports import BlobStore, LogEvent, LogReader, Services
 
 MAX_LOG_EVENTS = 10_000
 #: Log streams deleted at once by ``DELETE`` of an array (one per child that ran).
@@ -138,7 +139,7 @@ def get_result(services: Services, account_id: str, job_id: str, now: datetime, 
     Raises
     ------
     NotFound, JobNotFinished, Expired
-        As API.md says.
+        As docs/http-api.md says.
     NoOutput
         The job ended Terminated without output (e.g. never ran, or its CreditConstraint discarded it).
     DependencyFailed
@@ -347,20 +348,26 @@ MAX_DROPPED_PARTS = 64
 _MAX_TOKEN_SKIP = 10**9
 
 
-def _encode_log_token(after_ms: int, skip: int, dropping: bool) -> str:
-    data = {"after": after_ms, "skip": skip, **({"cut": 1} if dropping else {})}
-    return base64.urlsafe_b64encode(json.dumps(data).encode()).decode()
+_LOG_TOKEN = frozenset({"log", "after", "skip", "cut"})
 
 
-def _decode_log_token(token: str) -> tuple[int, int, bool]:
-    try:
-        data = json.loads(base64.urlsafe_b64decode(token.encode()))
-        after, skip, dropping = int(data["after"]), int(data["skip"]), bool(data.get("cut", 0))
-    except (ValueError, KeyError, TypeError, AttributeError, binascii.Error):
-        raise ValidationFailed("nextToken is not one this API issued.", field="nextToken") from None
-    if after < 0 or not 0 <= skip <= _MAX_TOKEN_SKIP:
-        raise ValidationFailed("nextToken is not one this API issued.", field="nextToken")
-    return after, skip, dropping
+def _log_tag(stream: str) -> str:
+    """A short tag of a log stream, so a log's token is refused on another log."""
+    return hashlib.sha256(stream.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+def _encode_log_token(stream: str, after_ms: int, skip: int, dropping: bool) -> str:
+    return encode_page_token({"log": _log_tag(stream), "after": after_ms, "skip": skip, "cut": int(dropping)})
+
+
+def _decode_log_token(token: str, stream: str) -> tuple[int, int, bool]:
+    position = decode_page_token(token, _LOG_TOKEN, issued_for={"log": _log_tag(stream)}, scope="log")
+    after, skip, cut = position["after"], position["skip"], position["cut"]
+    if not all(type(value) is int for value in (after, skip, cut)):
+        raise token_refused("log")
+    if after < 0 or not 0 <= skip <= _MAX_TOKEN_SKIP or cut not in (0, 1):
+        raise token_refused("log")
+    return after, skip, bool(cut)
 
 
 def _ms(stamp: datetime) -> int:
@@ -402,31 +409,39 @@ def get_log(
         raise expired(job_id)
     if not job.log_stream_name:
         return LogPage([], None)
+    return read_log_page(services.zones[job.geo_zone].logs, job.log_stream_name, since, next_token)
+
+
+def read_log_page(logs: LogReader, stream: str, since: datetime | None, next_token: str | None) -> LogPage:
+    """One page of a log stream from ``since`` (or after ``next_token``), as :func:`get_log` describes
+    it (a job's console log; an environment's build log). Raises ``ValidationFailed`` for a bad token."""
     skip, dropping, position_ms = 0, False, -1
     if next_token:
-        position_ms, skip, dropping = _decode_log_token(next_token)
+        position_ms, skip, dropping = _decode_log_token(next_token, stream)
         since = datetime.fromtimestamp(position_ms / 1000, tz=UTC)
-    events = services.zones[job.geo_zone].logs.events(job.log_stream_name, since)
+    events = logs.events(stream, since)
     for _ in zip(range(skip), events, strict=False):
         pass
     joiner = PartJoiner(events, dropping=dropping)
     position_skip = skip
     if not joiner.drop_continuation(MAX_DROPPED_PARTS):
-        return LogPage([], _encode_log_token(position_ms, skip + joiner.consumed, True))
+        return LogPage([], _encode_log_token(stream, position_ms, skip + joiner.consumed, True))
     position_skip += joiner.consumed
     lines: list[LogEvent] = []
     cost = 0
     while True:
         if len(lines) == MAX_LOG_EVENTS:
-            more = joiner.has_more()
-            return LogPage(lines, _encode_log_token(position_ms, position_skip, False) if more else None)
+            token = (
+                _encode_log_token(stream, position_ms, position_skip, False) if joiner.has_more() else None
+            )
+            return LogPage(lines, token)
         consumed = joiner.consumed
         line = joiner.next_line(MAX_DROPPED_PARTS)
         if line is None:
             return LogPage(lines, None)
         line_cost = event_cost(line.message)
         if lines and cost + line_cost > LOG_PAGE_BYTES:
-            return LogPage(lines, _encode_log_token(position_ms, position_skip, False))
+            return LogPage(lines, _encode_log_token(stream, position_ms, position_skip, False))
         lines.append(LogEvent(line.timestamp, line.message))
         cost += line_cost
         read = joiner.consumed - consumed
@@ -434,7 +449,7 @@ def get_log(
         position_skip = position_skip + read if line_ms == position_ms else read
         position_ms = line_ms
         if joiner.dropping:
-            return LogPage(lines, _encode_log_token(position_ms, position_skip, True))
+            return LogPage(lines, _encode_log_token(stream, position_ms, position_skip, True))
 
 
 def get_or_create_account(
@@ -479,17 +494,17 @@ OUTPUTS_PAGE_BYTES = RESPONSE_BUDGET_BYTES
 _OUTPUT_FRAME_BYTES = 48
 
 
-def _encode_outputs_token(after: str) -> str:
-    return base64.urlsafe_b64encode(json.dumps({"after": after}).encode()).decode()
+_OUTPUTS_TOKEN = frozenset({"jobId", "after"})
 
 
-def _decode_outputs_token(token: str) -> str:
-    try:
-        after = json.loads(base64.urlsafe_b64decode(token.encode()))["after"]
-    except (ValueError, KeyError, TypeError, binascii.Error):
-        raise ValidationFailed("nextToken is not one this API issued.", field="nextToken") from None
+def _encode_outputs_token(job_id: str, after: str) -> str:
+    return encode_page_token({"jobId": job_id, "after": after})
+
+
+def _decode_outputs_token(token: str, job_id: str) -> str:
+    after = decode_page_token(token, _OUTPUTS_TOKEN, issued_for={"jobId": job_id}, scope="job")["after"]
     if not isinstance(after, str) or not after or not is_key_text(after):
-        raise ValidationFailed("nextToken is not one this API issued.", field="nextToken")
+        raise token_refused("job")
     return after
 
 
@@ -532,7 +547,7 @@ def list_outputs(
     job = get_owned_job(services, account_id, job_id)
     if job.is_expired(now):
         raise expired(job_id)
-    after = _decode_outputs_token(next_token) if next_token else None
+    after = _decode_outputs_token(next_token, job_id) if next_token else None
     if job.status_reason and is_credit_constraint_reason(job.status_reason):
         return OutputPage([], None)
     blobs = services.zones[job.geo_zone].blobs
@@ -546,10 +561,10 @@ def list_outputs(
             name=stored.key[len(prefix) :], size=stored.size, url=blobs.presigned_get(stored.key, seconds)
         )
         if files and cost + output_cost(file) > OUTPUTS_PAGE_BYTES:
-            return OutputPage(files, _encode_outputs_token(files[-1].name))
+            return OutputPage(files, _encode_outputs_token(job_id, files[-1].name))
         files.append(file)
         cost += output_cost(file)
-    return OutputPage(files, _encode_outputs_token(files[-1].name) if more and files else None)
+    return OutputPage(files, _encode_outputs_token(job_id, files[-1].name) if more and files else None)
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 from aws_lambda_powertools import Logger
 
+from functions.domain.arrays import queued_spans, span_ids
 from functions.domain.errors import (
     ConditionFailed,
     Conflict,
@@ -35,7 +36,7 @@ from functions.domain.errors import (
 )
 from functions.domain.fleet import AuditAction, AuditEntry, account_target
 from functions.domain.jobs import OUT_OF_CREDITS, Account, DispatchState, Job, JobType
-from functions.domain.machine_classes import GeoZone, MachineClass
+from functions.domain.machine_classes import GeoZone, MachineClass, machine_class
 from functions.domain.quotas import (
     AdmissionPlan,
     Demand,
@@ -128,6 +129,46 @@ def hold(services: Services, job: Job, demand: Demand, limits: QuotaLimits) -> t
     )
     services.store.hold_job(held)
     return held, not waits
+
+
+def release_into_hold(services: Services, job: Job) -> Job | None:
+    """Release a job that waited for its prerequisites (``functions.logic.waits``) into the admission,
+    as a submit of it now would go: held for quota (counted as queued, with ``statusReason`` when the
+    account's usage or older held jobs stand in its way, as ``hold`` gives it) and the account's
+    admission asked for; on a dedicated compute, admitted at once and handed to the dispatcher (an
+    array: all its spans). ``job`` is the job as it waited, with what its prerequisites gave it.
+
+    Returns the job as released, or None when it no longer waited (another writer released or ended
+    it first: nothing written).
+
+    Raises ``DependencyFailed`` (DynamoDB or the dispatch queue failed; a release written stands and
+    the meter's backstop admits or enqueues it).
+    """
+    store = services.store
+    if job.compute is not None:
+        released = replace(job, dispatch_state=DispatchState.ADMITTED, status_reason=None, waiting_for=())
+        if job.type == JobType.ARRAY:
+            spans = queued_spans(released, services.array_span_size)
+            released = replace(released, array_admitted=job.array_size or 0, array_queue=spans)
+        if not store.release_waiting_job(released):
+            return None
+        enqueue(services, span_ids(released) if job.type == JobType.ARRAY else [job.job_id])
+        return released
+    # One job's demand (an array's: one child's, as its submit checks and holds it).
+    demand = demand_of(machine_class(job.machine_class), job.geo_zone)
+    limits = store.get_quota_limits(job.account_id)
+    usage = store.get_quota_usage(job.account_id)
+    waits = usage.waiting(demand.key) > 0 or not fits(demand, usage, limits)
+    released = replace(
+        job,
+        dispatch_state=DispatchState.HELD,
+        status_reason=waiting_reason(demand, usage, limits) if waits else None,
+        waiting_for=(),
+    )
+    if not store.release_waiting_job(released):
+        return None
+    request_admission(services, job.account_id)
+    return released
 
 
 def room_after_hold(services: Services, account_id: str, demand: Demand, limits: QuotaLimits) -> bool:

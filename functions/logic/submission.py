@@ -20,6 +20,15 @@ from typing import Any
 from aws_lambda_powertools import Logger
 
 from functions.domain.arrays import child_template, initial_counts, parse_child_job_id
+from functions.domain.environments import (
+    Environment,
+    EnvironmentSpec,
+    JobEnvironment,
+    check_name,
+    environment_prerequisite,
+    for_job,
+    for_job_spec,
+)
 from functions.domain.errors import (
     Conflict,
     DependencyFailed,
@@ -38,10 +47,11 @@ from functions.domain.jobs import (
 )
 from functions.domain.machine_classes import GeoZone, MachineClass, machine_class, resolve_geo_zone
 from functions.domain.notifications import NotificationRule, normalize_notifications
+from functions.domain.prerequisites import Prerequisite
 from functions.domain.quotas import QuotaLimits
 from functions.domain.runtime import DEFAULT_PYTHON_VERSION
 from functions.domain.text import JOB_ID_PATTERN, full_match
-from functions.logic import quotas
+from functions.logic import inline_environments, quotas, waits
 from functions.logic.batch_submission import input_key
 from functions.logic.computes import compute_for_job
 from functions.logic.dispatch_requests import enqueue_one, request_admission
@@ -76,6 +86,9 @@ class JobRequest:
     input_key: str | None = None
     # The ``major.minor`` a pickle was made with (``pythonVersion``), None when the client did not say.
     python_version: str | None = None
+    # The caller's environment to run in (``functions.domain.environments``): a name, or an inline
+    # spec (an unnamed environment, found again by its spec's hash).
+    environment: str | EnvironmentSpec | None = None
     array_items: list[Any] | None = None
     array_items_key: str | None = None
     # The caller's dedicated compute to run on (``functions.logic.computes.compute_for_job``), and
@@ -129,6 +142,15 @@ class PreparedSubmission:
     limits: QuotaLimits | None = None
     # The Python (major.minor) the job runs on: the request's, or the deployment's default.
     python_version: str = DEFAULT_PYTHON_VERSION
+    # The environment the job runs in (None: the worker image's packages).
+    environment: JobEnvironment | None = None
+    # What the job waits for before it takes quota (``functions.logic.waits``; empty: nothing) and
+    # what it says meanwhile.
+    waiting_for: tuple[Prerequisite, ...] = ()
+    waiting_reason: str | None = None
+    # An inline spec whose unnamed environment is still to be asked for (``with_inline_environment``,
+    # once every other check passed, so a refused job starts no build).
+    inline_spec: EnvironmentSpec | None = None
 
 
 def prepare_submission(services: Services, account_id: str, request: JobRequest) -> PreparedSubmission:
@@ -167,7 +189,10 @@ def prepare_submission(services: Services, account_id: str, request: JobRequest)
         kind, _ = uploaded_input(services, account_id, request.input_key, zone)
     if kind is None:
         raise ValidationFailed("Give one of code, command, pickle or inputKey.", field="inputKey")
-    python_version = services.python.choose(request.python_version)
+    environment, waiting_for, waiting_reason = _job_environment(
+        services, account_id, request, services.clock()
+    )
+    python_version = environment.python if environment else services.python.choose(request.python_version)
     document = _input_document(request, kind)
     ensure_class_available(services, machine.name, zone)
     # The account and its quota limits in one read (a job on a dedicated compute needs no limits).
@@ -185,6 +210,72 @@ def prepare_submission(services: Services, account_id: str, request: JobRequest)
         job_queue=job_queue,
         limits=limits,
         python_version=python_version,
+        environment=environment,
+        waiting_for=waiting_for,
+        waiting_reason=waiting_reason,
+        inline_spec=request.environment
+        if isinstance(request.environment, EnvironmentSpec)
+        and environment
+        and not waiting_for
+        and environment.hash is None
+        else None,
+    )
+
+
+def _job_environment(
+    services: Services, account_id: str, request: JobRequest, now: datetime
+) -> tuple[JobEnvironment | None, tuple[Prerequisite, ...], str | None]:
+    """The environment ``request`` names or gives inline, as the job records it (None when it gives
+    none), and, while it builds, the job's prerequisite on it and its waiting reason (``Building
+    environment ml ...``). An inline spec with no unnamed environment to take yet gives its Python and
+    no hash (``PreparedSubmission.inline_spec``: asked for once every check passed).
+
+    Raises ``ValidationFailed`` (``environment``, or ``environment.<field>`` of an inline spec) for a
+    bad name or spec, one the account lacks or one that failed; ``NotSupported`` for an inline spec
+    where no builder is wired.
+    """
+    wanted = request.environment
+    if wanted is None:
+        return None, (), None
+    if isinstance(wanted, EnvironmentSpec):
+        found = inline_environments.find_unnamed_environment(
+            services, account_id, inline_environments.check_inline_spec(services, wanted), now
+        )
+        if found is None:
+            return for_job_spec(wanted, request.python_version), (), None
+    else:
+        check_name(wanted, "environment")
+        found = None
+        if services.environment_store is not None:
+            found = services.environment_store.get_environment(account_id, wanted)
+        if found is None:
+            raise ValidationFailed(f"No environment {wanted} in this account.", field="environment")
+    return _waiting_on(found, request.python_version)
+
+
+def _waiting_on(
+    environment: Environment, python_version: str | None
+) -> tuple[JobEnvironment, tuple[Prerequisite, ...], str | None]:
+    """``environment`` as a job records it, and its prerequisite and reason while it builds."""
+    chosen = for_job(environment, python_version)
+    if chosen.hash is not None:
+        return chosen, (), None
+    return chosen, (environment_prerequisite(environment),), environment.waiting_reason
+
+
+def with_inline_environment(
+    services: Services, account_id: str, prepared: PreparedSubmission, now: datetime
+) -> PreparedSubmission:
+    """``prepared`` with its inline spec's unnamed environment asked for (created Building and its
+    build started, or the one another job asked for meanwhile): what the job records of it and what
+    it waits for. Unchanged without a pending inline spec. Raises ``QuotaExceeded`` (``environment``:
+    the account's builds are full) and what ``domain.environments.for_job`` raises."""
+    if prepared.inline_spec is None:
+        return prepared
+    environment = inline_environments.ask_unnamed_environment(services, account_id, prepared.inline_spec, now)
+    chosen, waiting_for, reason = _waiting_on(environment, prepared.python_version)
+    return replace(
+        prepared, environment=chosen, waiting_for=waiting_for, waiting_reason=reason, inline_spec=None
     )
 
 
@@ -215,6 +306,8 @@ def new_job(
         compute=prepared.compute,
         submitted_by=request.submitted_by,
         python_version=prepared.python_version,
+        environment=prepared.environment,
+        waiting_for=prepared.waiting_for,
     )
 
 
@@ -230,11 +323,15 @@ def submit_job(services: Services, account_id: str, request: JobRequest, now: da
     admitted at once (``_submit_to_compute``). AWS Batch is not called here: a burst of submits is
     absorbed by the dispatch queue.
 
+    A job whose environment builds (named, or an inline spec's unnamed one, asked for here once every
+    other check passed) is written waiting for it instead (``waits.submit_waiting``): it takes no quota
+    until the build is Ready, then goes this same way; a failed build ends it, free.
+
     Returns
     -------
     Job
-        The job, Queued: admitted (waiting for the dispatcher) or held with ``statusReason``
-        ``Waiting for quota: ...``.
+        The job, Queued: admitted (waiting for the dispatcher), held with ``statusReason``
+        ``Waiting for quota: ...``, or waiting with ``Building environment ml (...)``.
 
     Raises
     ------
@@ -249,6 +346,12 @@ def submit_job(services: Services, account_id: str, request: JobRequest, now: da
         S3 or DynamoDB failed; nothing is left behind.
     """
     prepared = prepare_submission(services, account_id, request)
+    if prepared.inline_spec is not None or prepared.waiting_for:
+        if prepared.compute is None:
+            quotas.check_submit(services, account_id, prepared.machine, prepared.zone, limits=prepared.limits)
+        prepared = with_inline_environment(services, account_id, prepared, now)
+    if prepared.waiting_for:
+        return _submit_waiting(services, new_job(account_id, request, prepared, now), prepared, now)
     if prepared.compute is not None:
         return _submit_to_compute(services, account_id, request, prepared, now)
     demand, limits = quotas.check_submit(
@@ -287,6 +390,28 @@ def submit_job(services: Services, account_id: str, request: JobRequest, now: da
         return job  # held as written: the dispatcher admits it later
     # Without a queue the admission ran here and may have sent (or ended) it: read it.
     return services.store.get_job(job.job_id) or job
+
+
+def _submit_waiting(services: Services, job: Job, prepared: PreparedSubmission, now: datetime) -> Job:
+    """Create a job that waits for its prerequisites (its environment builds): its input goes to S3,
+    the job is written ``Waiting``, holding no quota (``waits.submit_waiting``), and is released into
+    the quota's admission once they hold (or ends ``Terminated``, free, when one cannot).
+
+    Raises ``DependencyFailed`` (S3 or DynamoDB failed; nothing is left behind).
+    """
+    zone_services = services.zones[prepared.zone]
+    zone_services.blobs.put(input_key(job.job_id), json.dumps(prepared.document).encode(), "application/json")
+    try:
+        stored = waits.submit_waiting(services, job, prepared.waiting_reason or "Waiting", now)
+    except Exception:
+        zone_services.blobs.delete_prefix(f"inputs/{job.job_id}/")
+        raise
+    services.events.count("JobsSubmitted")
+    logger.info("job accepted", job_id=job.job_id, machine_class=prepared.machine.name, waiting=True)
+    if services.dispatch.inline and not stored.is_waiting:
+        # Released (or ended) at once, and without a queue admitted here: read what that wrote.
+        return services.store.get_job(job.job_id) or stored
+    return stored
 
 
 def _submit_to_compute(

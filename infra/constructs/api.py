@@ -2,9 +2,9 @@
 
 Routing lives in the Lambda (Powertools resolver); API Gateway has one ``{proxy+}`` resource that
 requires a Cognito ID token, plus ``GET /health`` without auth. Errors that API Gateway answers
-itself (bad token, throttling, its own 5XX) use API.md's error body through gateway responses.
+itself (bad token, throttling, its own 5XX) use docs/http-api.md's error body through gateway responses.
 
-A WAF web ACL on the stage answers API.md's 413 to bodies the api Lambda could not even receive:
+A WAF web ACL on the stage answers docs/http-api.md's 413 to bodies the api Lambda could not even receive:
 Lambda's invoke payload is at most 6 MB, so a 6–10 MB body (under API Gateway's own 10 MiB) would
 otherwise fail the invoke and reach the client as a 502. The rule reads the ``Content-Length``
 header (WAF sees only the first 8–64 KB of a body, but every header), and a chunked body, whose size
@@ -43,11 +43,12 @@ _JSON = "application/json"
 
 
 def error_body(code: str, message: str) -> str:
-    """API.md's error body as a mapping template; ``message`` may be a VTL expression (already quoted)."""
+    """docs/http-api.md's error body as a mapping template; ``message`` may be a VTL expression (already
+    quoted)."""
     return f'{{"error": {{"code": "{code}", "message": {message}, "field": null}}}}'
 
 
-# (response type, status code or None to keep API Gateway's, API.md code, message as a JSON string).
+# (response type, status code or None to keep API Gateway's, docs/http-api.md code, message as a JSON string).
 _GATEWAY_RESPONSES: tuple[tuple[apigw.ResponseType, str | None, str, str], ...] = (
     (
         apigw.ResponseType.UNAUTHORIZED,
@@ -148,7 +149,7 @@ class Api(Construct):
             self,
             "RestApi",
             rest_api_name=constants.SERVICE_NAME,
-            description=f"{constants.SERVICE_NAME} HTTP API, version 1 (API.md)",
+            description=f"{constants.SERVICE_NAME} HTTP API, version 1 (docs/http-api.md)",
             endpoint_types=[apigw.EndpointType.REGIONAL],
             # No binary media types: no route answers bytes (preview.png is a 303 to S3), so no
             # response depends on the client's Accept header being exactly a binary type.
@@ -213,7 +214,7 @@ class Api(Construct):
             )
 
     def _build_body_size_guard(self) -> wafv2.CfnWebACL:
-        """The regional web ACL on the stage: 413 with API.md's body for a Content-Length over 5 MiB
+        """The regional web ACL on the stage: 413 with docs/http-api.md's body for a Content-Length over 5 MiB
         and for a chunked body; everything else goes on to API Gateway."""
         bodies = {
             "PayloadTooLarge": error_body("PayloadTooLarge", json.dumps(BODY_TOO_LARGE_MESSAGE)),

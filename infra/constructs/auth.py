@@ -1,4 +1,5 @@
-"""The Cognito user pool whose ID tokens the API accepts (API.md: the account id is the ``sub`` claim)."""
+"""The Cognito user pool whose ID tokens the API accepts (docs/http-api.md: the account id is the ``sub``
+claim)."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ class Auth(Construct):
         Public client (no secret): SRP, password (``aws cognito-idp initiate-auth``) and refresh-token
         flows.
     admin_group : cognito.UserPoolGroup
-        Members get the ``admin`` role (API.md "Admin").
+        Members get the ``admin`` role (docs/http-api.md "Admin").
     """
 
     def __init__(self, scope: Construct, construct_id: str) -> None:

@@ -122,6 +122,9 @@ class LocalBatchExecutor:
     disk : StateDisk | None
         The local stack's state disk (``ExecutorSettings.disk``): while it refuses writes, queued jobs
         stay RUNNABLE and a job's log stream waits for it; default: never checked.
+    environments : Path or None
+        Where environments are built (``ExecutorSettings.environment_builds``): a job whose submission
+        names a build (``REMOTE_BATCH_ENVIRONMENT_HASH``) runs with ``<environments>/<hash>/site``.
     pythons : LocalPythons or None
         The interpreter of each Python version (``remote_batch_local.job_pythons``): a job's
         definition (``...-py312``) picks the one its job side runs in, as a definition's image would;
@@ -153,6 +156,7 @@ class LocalBatchExecutor:
         accepted: AcceptedJobs | None = None,
         disk: StateDisk | None = None,
         pythons: LocalPythons | None = None,
+        environments: Path | None = None,
     ) -> None:
         cpu_ids = sorted(os.sched_getaffinity(0))
         host_vcpus = max(1, vcpus if vcpus is not None else len(cpu_ids))
@@ -183,6 +187,7 @@ class LocalBatchExecutor:
             credentials=credentials,
             disk=disk,
             pythons=pythons or LocalPythons(),
+            environment_builds=environments,
         )
         self.vcpus = host_vcpus
         self.memory_mib = memory_mib

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import re
 import resource
 import shutil
 import subprocess
@@ -15,6 +16,7 @@ from pathlib import Path
 
 import psutil
 
+from functions.domain.environments import ENVIRONMENT_HASH_VARIABLE
 from remote_batch_local.batch_arrays import child_environment
 from remote_batch_local.executor.constants import (
     MIB,
@@ -34,6 +36,9 @@ from remote_batch_local.sandbox import (
     pid_namespace,
     sandbox_path,
 )
+from worker.job_side import SITE_VARIABLE
+
+_HASH = re.compile(r"^[0-9a-f]{64}$")
 
 
 def new_workdir() -> Path:
@@ -53,16 +58,21 @@ class Launcher:
         self._settings = settings
 
     def environment(self, job: BatchJob, workdir: Path) -> dict[str, str]:
-        """The worker's environment for ``job`` in ``workdir``: the base one, the submission's, an
-        array child's index and size, the zone's region, the Batch variables (``AWS_BATCH_JOB_ID``,
-        ``AWS_BATCH_JOB_ATTEMPT``, ``AWS_BATCH_JQ_NAME``), the thread counts (its vCPUs) and the box's
-        (``box_environment``)."""
+        """The worker's environment for ``job`` in ``workdir``: the base one, the submission's, the
+        job side's site folder when the submission names an environment build, an array child's index
+        and size, the zone's region, the Batch variables (``AWS_BATCH_JOB_ID``, ``AWS_BATCH_JOB_ATTEMPT``,
+        ``AWS_BATCH_JQ_NAME``), the thread counts (its vCPUs) and the box's (``box_environment``)."""
         env = dict(self._settings.worker_environment)
         env.update(job.submission.environment)
         # The job definition's "image": the interpreter of its Python version runs the job side.
         python = self._settings.pythons.for_job_definition(job.submission.job_definition)
         if python is not None:
             env.update(python.environment())
+        build = env.get(ENVIRONMENT_HASH_VARIABLE)
+        builds = self._settings.environment_builds
+        if build is not None and builds is not None and _HASH.fullmatch(build):
+            # The environment's packages, and nothing of the interpreter's or the image's (``-S``).
+            env[SITE_VARIABLE] = str(builds / build / "site")
         if job.array is not None and job.index is not None:
             env.update(child_environment({}, job.index, job.array.size))
         threads = str(job.vcpus)
@@ -167,10 +177,13 @@ class Launcher:
 
     def _read_only_paths(self) -> list[Path]:
         """What a sandboxed job sees read-only besides the system directories: the interpreter's
-        installation and virtualenv, the worker command's own installation, the worker package, and
-        every job Python's installation (a warm worker's box is made before its job is known)."""
+        installation and virtualenv, the worker command's own installation, the worker package, every
+        job Python's installation and the environment builds (a warm worker's box is made before its
+        job is known)."""
         paths = [Path(sys.base_prefix), Path(sys.prefix), self._settings.import_root / "worker"]
         paths += self._settings.pythons.read_only_paths()
+        if self._settings.environment_builds is not None:
+            paths.append(self._settings.environment_builds)
         program = Path(self._settings.command[0])
         if program.is_absolute() and not str(program).startswith(("/usr/", "/bin/", "/sbin/")):
             paths.append(program.parent.parent)

@@ -34,11 +34,7 @@ from remote_batch_local.executor.volumes import OutputWatch
 from remote_batch_local.executor.warm import WarmPool
 from remote_batch_local.sandbox import kill_marked_processes
 from remote_batch_local.state_disk import StateDiskUnavailable
-
-
-def _exit_code(returncode: int) -> int:
-    """A container's exit code: a signal N shows as 128 + N, as Docker reports it."""
-    return 128 - returncode if returncode < 0 else returncode
+from worker.runner import exit_code_of
 
 
 class JobRunner:
@@ -256,7 +252,7 @@ class JobRunner:
         self._finish_log(job, readers, shipper, logs_ready)
         log_operator_report(job)
 
-        exit_code = _exit_code(returncode)
+        exit_code = exit_code_of(returncode)
         with self._state.cond:
             if job.termination_reason is not None:
                 status, reason = "FAILED", job.termination_reason

@@ -56,6 +56,10 @@ class ExecutorSettings:
     pythons : LocalPythons
         The interpreter of each Python version (``remote_batch_local.job_pythons``): a job's definition
         (``...-py312``) picks the one its job side runs in, as a definition's image would.
+    environment_builds : Path | None
+        Where environments are built (``remote_batch_local.environments``): a job whose submission
+        names a build (``REMOTE_BATCH_ENVIRONMENT_HASH``) runs with ``<environment_builds>/<hash>/site``
+        as its only site-packages; None: jobs run with the interpreter's packages only.
     """
 
     account: str
@@ -77,3 +81,4 @@ class ExecutorSettings:
     credentials: CredentialIssuer | None
     disk: StateDisk | None = None
     pythons: LocalPythons = field(default_factory=LocalPythons)
+    environment_builds: Path | None = None

@@ -19,7 +19,7 @@ import pytest
 
 from tests.e2e.conftest import Client, LocalStackProcess, _free_port, wait_for
 
-RATE = Decimal(60)  # Basic1x8's credits per hour (DESIGN.md), count 1
+RATE = Decimal(60)  # Basic1x8's credits per hour (docs/architecture.md), count 1
 IDLE_MINUTE = 5  # seconds one minute of idleStopMinutes lasts on this module's stack
 # Seconds the stack stays dead after its kill -9: well past the 1 s "alive" stamp and the 2 s slack of
 # the billing check, so billing any of the outage fails it.

@@ -15,8 +15,9 @@ import requests
 from tests.e2e.conftest import Client, LocalStackProcess, wait_for
 
 SLEEPER = "import time; time.sleep(600)"
-# API.md's fields, and `unbilled` (this service's extension, CHANGELOG.md).
-# API.md's fields, plus the extensions: unbilled (issue 4), compute and note (dedicated compute, issue 16).
+# docs/http-api.md's fields, and `unbilled` (this service's extension, CHANGELOG.md).
+# docs/http-api.md's fields, plus the extensions: unbilled (issue 4), compute and note (dedicated compute,
+# issue 16).
 LEDGER_FIELDS = {"at", "kind", "credits", "jobId", "balanceAfter", "unbilled", "compute", "note"}
 
 
@@ -193,7 +194,7 @@ def test_dev_usage_newest_first_with_total(dev: Client) -> None:
     for job in (first, second):
         assert dev.wait_status(job["jobId"], timeout=30)["status"] == "Succeeded"
 
-    # Then the usage lists their charges, newest first, each entry per API.md
+    # Then the usage lists their charges, newest first, each entry per docs/http-api.md
     usage = _usage(dev)
     # nextToken: the usage is paged (docs/http-api.md); these two charges fit one page.
     assert set(usage) == {"entries", "totalCharged", "nextToken"}, usage

@@ -1,4 +1,4 @@
-"""Issue 2 acceptance: bad requests answer API.md's error body and write nothing."""
+"""Issue 2 acceptance: bad requests answer docs/http-api.md's error body and write nothing."""
 
 from __future__ import annotations
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+import requests
 from nbclient import NotebookClient
 
 from tests.e2e.conftest import REPO_ROOT, LocalStackProcess
@@ -64,6 +65,22 @@ def test_mapped_function(example_env: dict[str, str], tmp_path: Path) -> None:
     output = run_example("mapped_function.py", example_env, tmp_path)
     assert "steps: [0, 1, 7, 2, 5, 8, 16, 3, 19, 6, 14, 9, 9, 17, 17, 4, 12, 20, 20, 7]" in output
     assert "longest: 19 takes 20 steps (checked locally: 20)" in output
+
+
+@pytest.mark.slow
+def test_environment_model(example_env: dict[str, str], tmp_path: Path) -> None:
+    try:  # the environment's scikit-learn comes from the package index the machine reaches
+        requests.head("https://pypi.org/simple/scikit-learn/", timeout=10)
+    except requests.RequestException as exc:
+        pytest.skip(f"the package index cannot be reached from here: {exc}")
+    output = run_example("environment_model.py", example_env, tmp_path)
+    assert re.search(r"^environment digits-sklearn: (created|found)$", output, re.M), output
+    assert re.search(r"^ready: \d+ packages, build [0-9a-f]{64}$", output, re.M), output
+    assert "trained with scikit-learn 1.9.1 on 1700 digits" in output
+    assert re.search(r"^outputs: model\.joblib \(\d+ bytes\)$", output, re.M), output
+    assert "predicted with scikit-learn 1.9.1: first digits [" in output
+    match = re.search(r"accuracy (0\.\d{3}|1\.000) on 97 held-out digits", output)
+    assert match and float(match.group(1)) >= 0.9, output
 
 
 def test_command_outputs(example_env: dict[str, str], tmp_path: Path) -> None:

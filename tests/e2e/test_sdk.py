@@ -20,7 +20,7 @@ from PIL import Image
 from typer.testing import CliRunner
 
 import remote_batch as rb
-from remote_batch import sdk
+from remote_batch import connection, sdk
 from remote_batch.cli import app
 from tests.e2e.conftest import REPO_ROOT, LocalStackProcess
 
@@ -32,8 +32,8 @@ def dev_sdk(stack: LocalStackProcess, monkeypatch: pytest.MonkeyPatch) -> rb.Cli
     """The ``dev`` account as the SDK's default connection (through the environment, as a user sets it)."""
     monkeypatch.setenv("REMOTE_BATCH_ENDPOINT", stack.endpoint)
     monkeypatch.setenv("REMOTE_BATCH_TOKEN", stack.tokens["dev"])
-    monkeypatch.setattr(sdk, "_default", None)
-    return sdk.default_client()
+    monkeypatch.setattr(connection, "_default", None)
+    return connection.default_client()
 
 
 def test_code_a_function_and_an_error(dev_sdk: rb.Client) -> None:

@@ -1,4 +1,4 @@
-"""API Gateway: Cognito on every method but GET /health, API.md's error body on gateway errors."""
+"""API Gateway: Cognito on every method but GET /health, docs/http-api.md's error body on gateway errors."""
 
 from __future__ import annotations
 

@@ -63,7 +63,7 @@ def test_job_definition_has_the_api_figures(compute: Synth, machine_class: Machi
         ]
         requirements = definition["ContainerProperties"]["ResourceRequirements"]
 
-        # API.md: vCPUs, memory (GiB, as MiB for Batch) and GPUs of the class.
+        # docs/http-api.md: vCPUs, memory (GiB, as MiB for Batch) and GPUs of the class.
         assert sorted(requirements, key=lambda r: r["Type"]) == _requirements(machine_class)
 
 

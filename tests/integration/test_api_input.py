@@ -330,3 +330,29 @@ def test_array_items_given_twice_names_the_key(stack):
     assert (status, error["error"]["field"]) == (400, "arrayItemsKey"), error
     assert error["error"]["message"] == "arrayItemsKey: Give arrayItems or arrayItemsKey, not both."
     assert stack.count_items("test-jobs") == 0
+
+
+@pytest.mark.parametrize(
+    ("multi", "field"),
+    [
+        ({"Authorization": ["Bearer a", "Bearer b"]}, "Authorization"),
+        ({"Authorization": ["Bearer a"], "authorization": ["Bearer b"]}, "Authorization"),
+        ({"Idempotency-Key": ["k1", "k2"]}, "Idempotency-Key"),
+    ],
+)
+def test_a_header_that_must_come_once_sent_twice_is_refused_naming_it(stack, multi, field) -> None:
+    from functions.handlers import api
+
+    event = api_event("POST", "/jobs", body={"code": "1"})
+    event["multiValueHeaders"] = {**event["multiValueHeaders"], **multi}
+    event["headers"] = {**event["headers"], **{name: values[-1] for name, values in multi.items()}}
+
+    response = api.handler(event, FakeLambdaContext())
+
+    assert response["statusCode"] == 400
+    assert json.loads(response["body"])["error"] == {
+        "code": "ValidationError",
+        "message": f"The {field} header is sent 2 times; send it once.",
+        "field": field,
+    }
+    assert stack.count_items(stack.settings.jobs_table) == 0

@@ -26,7 +26,7 @@ def _nothing_written(stack) -> None:
 def test_submit_code_writes_job_input_and_batch_submission(stack):
     # When
     status, job = stack.api("POST", "/jobs", body={"code": "2 + 2", "name": "sum"})
-    # Then: 202 with API.md's Job, Queued, normalized notifications
+    # Then: 202 with docs/http-api.md's Job, Queued, normalized notifications
     assert status == 202
     assert job["jobId"].startswith("job-")
     assert job["status"] == "Queued"

@@ -541,7 +541,10 @@ def test_exit_137_without_a_reason_is_reported_as_killed(stack):
         status_reason=ESSENTIAL,
     )
     job = run_then(stack, job_id, batch_id, final)
-    assert job["statusReason"].startswith("Killed (SIGKILL, exit code 137)")
+    assert (
+        job["statusReason"]
+        == "Killed by signal SIGKILL (stopped from outside, often for using too much memory)"
+    )
     assert job["exitCode"] == 137
 
 

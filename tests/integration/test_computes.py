@@ -430,14 +430,17 @@ def test_a_start_sent_right_after_the_create_starts_it_once_ready_billed_from_th
     # When the user starts it at once (issue 22 item 9: this was 409 "Compute lab is Creating")
     status, started = stack.api("POST", "/account/computes/lab/start")
 
-    # Then the start is accepted and kept; nothing is billed while it is created
+    # Then the start is accepted and kept, and the compute's view says so; nothing is billed while
+    # it is created
     assert status == 202, started
-    assert started["status"] == "Creating"
+    assert (started["status"], started["startPending"]) == ("Creating", True)
+    assert (_get(stack)["status"], _get(stack)["startPending"]) == ("Creating", True)
     stack.clock.advance(600)
     for _ in range(4):
         stack.tick()
     ready = _get(stack)
     assert ready["status"] in ("Starting", "Running")
+    assert ready["startPending"] is False
     assert [c[0] for c in computes.calls][:3] == ["create_environment", "create_queue", "set_capacity"]
     for _ in range(3):
         stack.tick()
@@ -460,6 +463,9 @@ def test_a_start_sent_while_it_stops_starts_it_again_once_stopped(
     status, body = stack.api("POST", "/account/computes/lab/start")
 
     assert status == 202, body
+    assert (body["status"], body["startPending"]) == ("Stopping", True)
+    assert _get(stack)["startPending"] is True
     for _ in range(4):
         stack.tick()
     assert _get(stack)["status"] in ("Starting", "Running")
+    assert _get(stack)["startPending"] is False

@@ -1,4 +1,4 @@
-"""50 jobs of one account settling at once, from 8 threads, with duplicates (DESIGN.md "Credits").
+"""50 jobs of one account settling at once, from 8 threads, with duplicates (docs/architecture.md "Credits").
 
 Each settlement is a transaction conditional on the exact balance it read, so concurrent settlements
 of one account make all but one fail; the logic re-reads and retries (``MAX_WRITE_ATTEMPTS``, with
@@ -31,7 +31,7 @@ from tests.events import job_lifecycle
 
 THREADS = 8
 JOBS = 50
-RATE = Decimal(60)  # Basic1x8, credits per hour (DESIGN.md)
+RATE = Decimal(60)  # Basic1x8, credits per hour (docs/architecture.md)
 
 
 def cost_of(run_ms: int) -> Decimal:

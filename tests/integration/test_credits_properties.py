@@ -1,9 +1,10 @@
-"""The one charge of a job, whatever EventBridge, the meter and the user do meanwhile (DESIGN.md "Credits").
+"""The one charge of a job, whatever EventBridge, the meter and the user do meanwhile (docs/architecture.md
+"Credits").
 
 One property: however a job's Batch events arrive (duplicated, in any order), interleaved with meter
 ticks at any running time and an abort at any point, the ledger ends with one charge for the job (none
 when it is 0), equal to the job's ``creditsSpent`` and to the rule computed here with ``Decimal`` from
-the pricing table of DESIGN.md; the balance is grants − charges; the status never goes back.
+the pricing table of docs/architecture.md; the balance is grants − charges; the status never goes back.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from functions.domain.jobs import BatchJobState, LedgerKind
 from functions.domain.machine_classes import GeoZone
 from tests.events import batch_event, job_lifecycle
 
-# DESIGN.md "Credits", copied rather than imported so the test checks the code against the design.
+# docs/architecture.md "Credits", copied rather than imported so the test checks the code against the design.
 CREDITS_PER_HOUR = {
     "Basic1x8": Decimal(60),
     "Basic2x8": Decimal(90),

@@ -143,6 +143,7 @@ UPDATES = {
     "finish_array": lambda s, job, now: s.finish_array(replace(job, status=JobStatus.SUCCEEDED), now),
     # Quotas and the dispatcher (functions/adapters/dynamodb/quotas.py).
     "set_waiting_reason": lambda s, job, now: s.set_waiting_reason(job.job_id, "Waiting for quota"),
+    "set_wait_reason": lambda s, job, now: s.set_wait_reason(job.job_id, "Building environment ml"),
     "claim_dispatch": lambda s, job, now: s.claim_dispatch(job.job_id, now),
     "release_dispatch": lambda s, job, now: s.release_dispatch(job.job_id),
     "record_dispatch": lambda s, job, now: s.record_dispatch(job.job_id, "batch-1"),

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from functions.domain.environments import MAX_EXTRA_INDEXES, MAX_PACKAGES, MAX_REQUIREMENTS
 from functions.domain.notifications import MAX_RULES
 from functions.domain.roles import MAX_MEMBERS
 from functions.domain.runtime import PYTHON_VERSIONS
@@ -27,6 +28,12 @@ BOUNDED = {
     ("/roles", "actions"): "the service's fixed action table",
     ("/roles", "roles"): "the roles the service defines",
     ("/runtime", "pythonVersions"): f"the Python versions jobs may run on: at most {len(PYTHON_VERSIONS)}",
+    ("/environments/{name}", "requirements"): f"at most MAX_REQUIREMENTS ({MAX_REQUIREMENTS}) lines",
+    ("/environments/{name}", "extraIndexUrls"): f"at most MAX_EXTRA_INDEXES ({MAX_EXTRA_INDEXES}) URLs",
+    (
+        "/environments/{name}",
+        "packages",
+    ): f"a lock of more than MAX_PACKAGES ({MAX_PACKAGES}) fails the build",
     ("/jobs/{jobId}", "notifications"): f"at most MAX_RULES ({MAX_RULES}) rules",
     ("/jobs/{jobId}", "notificationLog"): "the store keeps the last NOTIFICATION_LOG_LIMIT records",
     ("/jobs/{jobId}", "warnings"): "the service's own warnings about the submit",
@@ -66,5 +73,5 @@ def test_every_list_in_an_answer_is_paged_or_bounded():
                 unpaged.add((path, name))
 
     assert unpaged == set(BOUNDED)
-    assert {"/jobs", "/jobs/{jobId}/children", "/jobs/{jobId}/log", "/jobs/{jobId}/outputs",
-            "/account/usage", "/admin/audit"} == paged  # fmt: skip
+    assert {"/jobs", "/jobs/{jobId}/children", "/jobs/{jobId}/log", "/jobs/{jobId}/outputs", "/account/usage",
+            "/admin/audit", "/environments", "/environments/{name}/log"} == paged  # fmt: skip

@@ -1,5 +1,5 @@
 """The local API gateway reads a request's whole body before it invokes anything: a body that ends
-before its Content-Length is refused (400, API.md's error body), never passed on cut short."""
+before its Content-Length is refused (400, docs/http-api.md's error body), never passed on cut short."""
 
 from __future__ import annotations
 
@@ -80,7 +80,7 @@ def test_a_body_shorter_than_its_content_length_is_refused_and_nothing_is_invoke
     # When a client announces 100 bytes, sends the 12 of a valid job and closes
     status, body = gateway.post(Trickle(BODY, 64), content_length=100)
 
-    # Then the gateway answers 400 with API.md's error body, and the api Lambda never ran
+    # Then the gateway answers 400 with docs/http-api.md's error body, and the api Lambda never ran
     assert status == 400
     assert body == {
         "error": {
@@ -153,3 +153,69 @@ def test_the_servers_own_refusals_answer_the_json_error_body(
     assert error["field"] is None
     assert error["message"].endswith(".")
     assert gateway.invoked == []
+
+
+def _exchange(gateway: Gateway, request_bytes: bytes) -> tuple[int, bytes]:
+    """Send raw request bytes to the gateway behind the local stack's server; (status, body)."""
+    import socket
+    import threading
+
+    from werkzeug.serving import make_server
+
+    from remote_batch_local.http_errors import JsonErrorRequestHandler
+
+    server = make_server("127.0.0.1", 0, gateway.app, threaded=True, request_handler=JsonErrorRequestHandler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        with socket.create_connection(("127.0.0.1", server.server_port), timeout=10) as sock:
+            sock.sendall(request_bytes)
+            answer = b""
+            while chunk := sock.recv(65_536):
+                answer += chunk
+    finally:
+        server.shutdown()
+        thread.join(timeout=10)
+    head, _, body = answer.partition(b"\r\n\r\n")
+    return int(head.split(b"\r\n")[0].split()[1]), body
+
+
+@pytest.mark.parametrize(
+    ("lines", "field"),
+    [
+        (["Authorization: Bearer {token}", "Authorization: Bearer {token}"], "Authorization"),
+        (["Authorization: Bearer {token}", "authorization: Bearer other"], "Authorization"),
+        (["Authorization: Bearer {token}", "Idempotency-Key: a", "Idempotency-Key: b"], "Idempotency-Key"),
+    ],
+)
+def test_a_header_that_must_come_once_sent_twice_is_refused_naming_it(
+    gateway: Gateway, lines: list[str], field: str
+) -> None:
+    headers = "".join(f"{line.format(token=gateway.token)}\r\n" for line in lines)
+    request = (
+        f"POST /jobs HTTP/1.1\r\nHost: x\r\nConnection: close\r\n{headers}"
+        f"Content-Type: application/json\r\nContent-Length: {len(BODY)}\r\n\r\n"
+    ).encode() + BODY
+
+    status, body = _exchange(gateway, request)
+
+    assert status == 400
+    assert json.loads(body)["error"] == {
+        "code": "ValidationError",
+        "message": f"The {field} header is sent 2 times; send it once.",
+        "field": field,
+    }
+    assert gateway.invoked == []
+
+
+def test_each_header_once_is_passed_on(gateway: Gateway) -> None:
+    request = (
+        f"POST /jobs HTTP/1.1\r\nHost: x\r\nConnection: close\r\nAuthorization: Bearer {gateway.token}\r\n"
+        f"Idempotency-Key: a\r\nX-Trace: 1\r\nX-Trace: 2\r\nContent-Length: {len(BODY)}\r\n\r\n"
+    ).encode() + BODY
+
+    status, _ = _exchange(gateway, request)
+
+    assert status == 202
+    (event,) = gateway.invoked
+    assert event["headers"]["Idempotency-Key"] == "a"

@@ -135,11 +135,11 @@ def test_a_transient_failure_is_retried_with_backoff_at_most_five_times_then_fai
     log = log_of(stack, job_id)
     assert len(log) == MAX_PUBLISH_ATTEMPTS == 5
     assert [detail.split(": ", 1)[1] for *_, detail in log] == [
-        "SNS refused Attempt 1 of 5; next at 2026-11-29T17:21:00Z.",
-        "SNS refused Attempt 2 of 5; next at 2026-11-29T17:23:00Z.",
-        "SNS refused Attempt 3 of 5; next at 2026-11-29T17:27:00Z.",
-        "SNS refused Attempt 4 of 5; next at 2026-11-29T17:35:00Z.",
-        "SNS refused Gave up after 5 attempts.",
+        "SNS refused. Attempt 1 of 5; next at 2026-11-29T17:21:00Z.",
+        "SNS refused. Attempt 2 of 5; next at 2026-11-29T17:23:00Z.",
+        "SNS refused. Attempt 3 of 5; next at 2026-11-29T17:27:00Z.",
+        "SNS refused. Attempt 4 of 5; next at 2026-11-29T17:35:00Z.",
+        "SNS refused. Gave up after 5 attempts.",
     ]
     # 1, 2, 4, then 8 minutes apart
     assert [int((b - a).total_seconds()) for a, b in pairwise(failed_at)] == [

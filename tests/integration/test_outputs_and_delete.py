@@ -1,4 +1,4 @@
-"""Output files, the preview image and deleting a job's data (API.md job routes)."""
+"""Output files, the preview image and deleting a job's data (docs/http-api.md job routes)."""
 
 from __future__ import annotations
 
@@ -138,3 +138,31 @@ def test_an_outputs_token_not_issued_by_the_api_is_a_400_naming_it(stack):
         status, body = stack.api("GET", f"/jobs/{job_id}/outputs", query={"nextToken": token})
         assert status == 400, token
         assert body["error"]["field"] == "nextToken"
+
+
+def test_an_outputs_token_changed_or_issued_for_another_job_is_a_400_naming_it(stack):
+    # Given a token the API issued for one job's outputs
+    first = finished(stack, {"files/a.txt": b"a", "files/b.txt": b"b"})
+    second = finished(stack, {"files/a.txt": b"a", "files/b.txt": b"b"})
+    status, page = stack.api("GET", f"/jobs/{first}/outputs", query={"limit": "1"})
+    assert status == 200 and page["nextToken"]
+    token = page["nextToken"]
+    forged = base64.urlsafe_b64encode(json.dumps({"after": "a.txt"}).encode()).decode()
+
+    # When it is used for another job, changed, or forged without the job, Then each is refused
+    for job_id, sent in [
+        (second, token),
+        (first, token + "\n"),
+        (first, token[:4] + "é" + token[4:]),
+        (first, forged),
+    ]:
+        status, body = stack.api("GET", f"/jobs/{job_id}/outputs", query={"nextToken": sent})
+        assert status == 400, (job_id, sent, body)
+        assert body["error"] == {
+            "code": "ValidationError",
+            "message": "nextToken is not one this API issued for this job.",
+            "field": "nextToken",
+        }
+    # and the token still pages the job it was issued for
+    status, page = stack.api("GET", f"/jobs/{first}/outputs", query={"nextToken": token})
+    assert status == 200 and [f["name"] for f in page["files"]] == ["b.txt"]

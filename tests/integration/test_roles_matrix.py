@@ -12,12 +12,15 @@ the request passed its authorization.
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
+from functions import bootstrap
 from functions.domain.roles import ACTIONS, Role, Scope, holds
 from functions.handlers.api.openapi import route_actions
+from tests.fakes import RecordingEnvironmentBuilder
 from tests.integration.conftest import Stack
 
 ACCOUNT = "lab"
@@ -76,6 +79,11 @@ REQUESTS: dict[tuple[str, str], dict[str, Any]] = {
         "path": "/account/computes/lab/schedules",
         "body": {"idleStopMinutes": 30},
     },
+    ("GET", "/environments"): {},
+    ("GET", "/environments/{name}"): {"path": "/environments/ml"},
+    ("GET", "/environments/{name}/log"): {"path": "/environments/ml/log"},
+    ("PUT", "/environments/{name}"): {"path": "/environments/ml", "body": {"python": "3.12"}},
+    ("DELETE", "/environments/{name}"): {"path": "/environments/ml"},
     ("POST", "/admin/accounts/{accountId}/credits"): {
         "path": f"/admin/accounts/{ACCOUNT}/credits",
         "body": {"credits": 1, "reason": "matrix"},
@@ -143,6 +151,8 @@ def test_every_route_declares_exactly_one_known_action() -> None:
 
 def test_role_matrix(fleet_stack: Stack, capsys: pytest.CaptureFixture[str]) -> None:
     stack = fleet_stack  # the service's job queues exist in moto: fleet routes switch them
+    stack.services = replace(stack.services, environment_builder=RecordingEnvironmentBuilder())
+    bootstrap.install(stack.services)
     job_id = _lab(stack)
     actions = route_actions()
     counts: Counter[tuple[str, str]] = Counter()

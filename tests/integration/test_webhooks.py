@@ -8,10 +8,12 @@ import hashlib
 import hmac
 import json
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import boto3
 import pytest
+import urllib3
 from standardwebhooks import Webhook
 
 from functions import bootstrap
@@ -29,19 +31,25 @@ from tests.integration.conftest import Clock
 
 
 class Receiver:
-    """A webhook endpoint on 127.0.0.1 that records requests and answers the given statuses."""
+    """A webhook endpoint on 127.0.0.1 that records requests and answers the given statuses (with
+    ``headers``); while ``hold`` is set, it records each request and answers nothing until released."""
 
-    def __init__(self, statuses):
+    def __init__(self, statuses, headers=None):
         self.requests: list[tuple[dict[str, str], bytes]] = []
         self.statuses = list(statuses)
+        self.hold: threading.Event | None = None
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self):
                 body = self.rfile.read(int(self.headers["Content-Length"]))
                 receiver.requests.append((dict(self.headers), body))
+                if receiver.hold is not None:
+                    receiver.hold.wait(10)
                 status = receiver.statuses.pop(0) if receiver.statuses else 200
                 self.send_response(status)
+                for name, value in (headers or {}).items():
+                    self.send_header(name, value)
                 self.send_header("Content-Length", "0")
                 self.end_headers()
 
@@ -53,6 +61,8 @@ class Receiver:
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     def close(self):
+        if self.hold is not None:
+            self.hold.set()
         self.server.shutdown()
 
 
@@ -60,8 +70,8 @@ class Receiver:
 def receiver():
     made = []
 
-    def make(*statuses):
-        made.append(Receiver(statuses))
+    def make(*statuses, headers=None):
+        made.append(Receiver(statuses, headers))
         return made[-1]
 
     yield make
@@ -160,6 +170,41 @@ def test_the_meters_retry_of_a_failed_webhook_sends_the_same_delivery_id(stack):
     assert len(stack.notifier.sent) == 1
 
 
+def test_a_receiver_that_does_not_answer_costs_the_final_event_one_try_after_its_status(stack):
+    # Given a job that notifies a webhook of three events its end makes due, and a receiver that
+    # never answers in time
+    stack.api("PUT", "/account/contacts", body={"webhookUrl": "https://hooks.example.com/rb"})
+    events = ["JobCompleted", "JobSucceeded", "JobStatusChanged"]
+    job_id, batch_id, started = stack.start_running(
+        {"code": "1", "notifications": [{"events": events, "methods": ["Webhook"]}]}
+    )
+    stack.notifier.sent.clear()
+    seen: list[tuple[str, str]] = []
+
+    def time_out(sent: OutgoingNotification) -> None:
+        stored = stack.services.store.get_job(job_id)
+        seen.append((sent.event, stored.status.value))
+        raise DependencyFailed("the webhook endpoint did not answer")
+
+    stack.notifier.send = time_out
+
+    # When the job's final event is delivered
+    stack.deliver(batch_event(job_id, batch_id, "SUCCEEDED", started_at=started, stopped_at=started + 1000))
+
+    # Then the status was written before the one POST tried, and the other two wait for their
+    # next attempt without a try of their own
+    assert len(seen) == 1 and seen[0][1] == "Succeeded"
+    log = stack.services.store.get_job(job_id).notification_log
+    failed = [r for r in log if r.outcome == "failed"]
+    assert len(failed) == 3
+    assert [r.detail.split(" Attempt ")[0] for r in failed] == [
+        "Webhook failed: the webhook endpoint did not answer.",
+        "Webhook failed: the webhook endpoint did not answer, not tried again in this delivery.",
+        "Webhook failed: the webhook endpoint did not answer, not tried again in this delivery.",
+    ]
+    assert all(" Attempt 1 of 5; next at " in r.detail for r in failed)
+
+
 def test_signature_is_hmac_sha256_of_timestamp_and_body(receiver):
     endpoint = receiver()
     WebhookSender(local=True).send(notification(endpoint.url), "whsec_test")
@@ -186,6 +231,35 @@ def test_server_errors_are_retried_with_backoff_then_reported(receiver):
     with pytest.raises(DependencyFailed, match="503"):
         WebhookSender(local=True).send(notification(broken.url), "whsec_test")
     assert len(broken.requests) == 3  # the first try and 2 retries; the meter's next tick tries again
+
+
+def test_a_post_unanswered_within_the_read_timeout_is_not_sent_again_at_once(receiver):
+    # Given a receiver that takes the POST and answers later than the sender waits
+    slow = receiver()
+    slow.hold = threading.Event()
+    sender = WebhookSender(local=True, timeout=urllib3.Timeout(connect=2.0, read=0.2))
+
+    # When a notification is sent, Then it fails transiently (the schedule sends it again later)
+    with pytest.raises(DependencyFailed, match="did not answer"):
+        sender.send(notification(slow.url), "whsec_test")
+
+    # and the receiver, which has the POST, got it once: no duplicate under its webhook-id
+    slow.hold.set()
+    assert [headers["webhook-id"] for headers, _ in slow.requests] == [
+        delivery_id("job-1", "JobCompleted#3/Webhook")
+    ]
+
+
+def test_a_receivers_retry_after_does_not_hold_the_sender(receiver):
+    # Given a receiver that answers 503 asking for an hour's pause, then 200
+    busy = receiver(503, headers={"Retry-After": "3600"})
+    started = time.monotonic()
+
+    WebhookSender(local=True).send(notification(busy.url), "whsec_test")
+
+    # Then the retry came after the sender's own backoff, not the receiver's hour
+    assert len(busy.requests) == 2
+    assert time.monotonic() - started < 10
 
 
 def test_a_client_error_is_not_retried(receiver):
@@ -345,7 +419,7 @@ def test_a_refused_webhook_is_recorded_failed_and_not_retried(stack):
             "Webhook",
             "failed",
             "Webhook failed: the webhook host hooks.example.com resolves to a non-public address "
-            "(10.0.0.9 is private) Not retried.",
+            "(10.0.0.9 is private). Not retried.",
         )
     ]
 

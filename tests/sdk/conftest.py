@@ -15,7 +15,7 @@ from werkzeug import Request, Response
 
 import remote_batch as rb
 from remote_batch import client as client_module
-from remote_batch import sdk
+from remote_batch import connection
 
 TOKEN = "rb_test-token"
 
@@ -44,12 +44,12 @@ JOB: dict[str, Any] = {
 
 
 def job(**changes: Any) -> dict[str, Any]:
-    """A ``Job`` body of API.md with ``changes``."""
+    """A ``Job`` body of docs/http-api.md with ``changes``."""
     return {**JOB, **changes}
 
 
 def error(status: int, code: str, message: str, field: str | None = None) -> Response:
-    """API.md's error body."""
+    """docs/http-api.md's error body."""
     body = {"error": {"code": code, "message": message, "field": field}}
     return Response(json.dumps(body), status=status, content_type="application/json")
 
@@ -106,7 +106,7 @@ def _isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     work = tmp_path / "work"
     work.mkdir()
     monkeypatch.chdir(work)
-    monkeypatch.setattr(sdk, "_default", None)
+    monkeypatch.setattr(connection, "_default", None)
     monkeypatch.setattr(client_module, "BACKOFF_FACTOR", 0.01)
 
 

@@ -1,5 +1,5 @@
 """The CLI's output conventions against a fake server: every read command's ``--json`` is the API's
-JSON (camelCase, as API.md names it), tables show what a person needs to tell rows apart, and bad
+JSON (camelCase, as docs/http-api.md names it), tables show what a person needs to tell rows apart, and bad
 option values are refused naming the value."""
 
 from __future__ import annotations
@@ -140,3 +140,61 @@ def test_a_bad_number_or_json_option_is_refused_naming_it_before_any_request(
     assert done.exit_code == 2, done.output
     assert named in " ".join(done.output.split())  # rich wraps the message in a box
     assert httpserver.log == []
+
+
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        (["submit", "--", ""], "the command's program is empty ('')"),
+        (["submit", "--code", " \n"], "--code ' \\n' is empty"),
+        (["submit", "", "--wait"], "the command's program is empty ('')"),
+        (["submit", "/tmp"], "'/tmp' is a directory"),
+        (["submit", "--", "/tmp", "x"], "'/tmp' is a directory"),
+        (["submit", "/no/such/job.py"], "'/no/such/job.py' cannot be read: No such file or directory"),
+    ],
+)
+def test_an_empty_command_or_a_directory_is_refused_before_any_request(
+    httpserver: HTTPServer, api: rb.Client, args: list[str], named: str
+) -> None:
+    done = CliRunner().invoke(app, args)
+    assert done.exit_code == 2, done.output
+    assert named in " ".join(done.output.split())
+    assert httpserver.log == []
+
+
+def test_a_result_past_pythons_digit_limit_is_shown_whole(httpserver: HTTPServer, api: rb.Client) -> None:
+    # Given a job whose result is an int of 5,001 digits (Python converts at most 4,300 by default)
+    import base64
+    import sys
+
+    import cloudpickle
+    from werkzeug import Response
+
+    digits = "1" + "0" * 5000
+    httpserver.expect_request("/jobs/job-01TEST").respond_with_json(job())
+    pickled = base64.b64encode(cloudpickle.dumps(10**5000)).decode()
+    httpserver.expect_request("/jobs/job-01TEST/result", query_string="format=pickle").respond_with_json(
+        {"jobId": "job-01TEST", "pickle": pickled}
+    )
+    httpserver.expect_request("/jobs/job-01TEST/result", query_string="format=json").respond_with_response(
+        Response(f'{{"jobId": "job-01TEST", "result": {digits}}}', content_type="application/json")
+    )
+    limit = sys.get_int_max_str_digits()
+
+    # When it is shown, as Python's repr and as JSON, Then all its digits are printed
+    shown = CliRunner().invoke(app, ["result", "job-01TEST"], terminal_width=200)
+    assert shown.exit_code == 0, shown.output
+    assert "".join(shown.stdout.split()) == digits
+    as_json = CliRunner().invoke(app, ["result", "job-01TEST", "--json"])
+    assert as_json.exit_code == 0, as_json.output
+    assert '"result": ' + digits in as_json.stdout
+    # and the process's own limit is back
+    assert sys.get_int_max_str_digits() == limit
+
+
+def test_a_result_too_large_to_convert_says_so() -> None:
+    from remote_batch.terminal import SHOWN_INT_DIGITS, result_repr
+
+    shown = result_repr([10**SHOWN_INT_DIGITS])
+
+    assert shown.startswith("<the list result is not shown: Exceeds the limit (100000 digits)")

@@ -20,7 +20,7 @@ import pytest
 from pytest_httpserver import HTTPServer
 from typer.testing import CliRunner
 
-from remote_batch import cli
+from remote_batch import cli, cli_environments
 from remote_batch.cli import app
 from remote_batch.terminal import EXIT_BROKEN_PIPE, json_text, visible
 from tests.sdk.conftest import TOKEN, error, job
@@ -33,7 +33,13 @@ SHOWN = "\\x1b]0;pwned\\x07\\x1b[2J\\x9b6n\\u202e[red]x[/red]"
 RAW_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 
 JOB_ID = "job-01TEST"
-HOSTILE_JOB = job(name=HOSTILE, statusReason=HOSTILE, status="Terminated", machineClass=HOSTILE)
+HOSTILE_JOB = job(
+    name=HOSTILE,
+    statusReason=HOSTILE,
+    status="Terminated",
+    machineClass=HOSTILE,
+    environment={"name": HOSTILE, "hash": HOSTILE, "python": HOSTILE},
+)
 ARRAY = job(
     type="Array", arraySize=1, childStatusCounts={"Terminated": 1}, status="Terminated", statusReason=HOSTILE
 )
@@ -56,6 +62,23 @@ LOG = {
     "events": [{"timestamp": "2026-11-29T17:20:01.000Z", "message": HOSTILE}],
     "nextToken": None,
 }
+
+HOSTILE_ENVIRONMENT = {
+    "name": HOSTILE,
+    "python": HOSTILE,
+    "requirements": [HOSTILE],
+    "indexUrl": HOSTILE,
+    "extraIndexUrls": [HOSTILE],
+    "image": None,
+    "status": "Failed",
+    "statusReason": HOSTILE,
+    "hash": HOSTILE,
+    "packages": [{"name": HOSTILE, "version": HOSTILE}],
+    "sizeBytes": 0,
+    "createdAt": "2026-12-01T10:00:00Z",
+    "readyAt": None,
+}
+BUILD_LOG = {"name": "ml", "events": LOG["events"], "nextToken": None}
 
 #: Each command that prints job text: its arguments, and the answers of the routes it reads.
 COMMANDS: dict[str, tuple[list[str], dict[tuple[str, str], Any]]] = {
@@ -101,6 +124,22 @@ COMMANDS: dict[str, tuple[list[str], dict[tuple[str, str], Any]]] = {
     "logs --json on a terminal": (
         ["logs", JOB_ID, "--json"],
         {("GET", f"/jobs/{JOB_ID}"): job(), ("GET", f"/jobs/{JOB_ID}/log"): LOG},
+    ),
+    "env list": (
+        ["env", "list"],
+        {
+            ("GET", "/environments"): {
+                "environments": [{**HOSTILE_ENVIRONMENT, "hash": HOSTILE, "name": HOSTILE}]
+            }
+        },
+    ),
+    "env show": (["env", "show", "ml"], {("GET", "/environments/ml"): {**HOSTILE_ENVIRONMENT, "name": "ml"}}),
+    "env log on a terminal": (
+        ["env", "log", "ml"],
+        {
+            ("GET", "/environments/ml"): {**HOSTILE_ENVIRONMENT, "name": "ml"},
+            ("GET", "/environments/ml/log"): BUILD_LOG,
+        },
     ),
     "account": (
         ["account"],
@@ -152,6 +191,7 @@ def _answer(httpserver: HTTPServer, routes: dict[tuple[str, str], Any]) -> None:
 def test_no_command_prints_a_jobs_control_characters_raw(httpserver, api, monkeypatch, args, routes):
     _answer(httpserver, routes)
     monkeypatch.setattr(cli, "stdout_is_terminal", lambda: True)
+    monkeypatch.setattr(cli_environments, "stdout_is_terminal", lambda: True)
 
     done = CliRunner().invoke(app, args, terminal_width=400)
 

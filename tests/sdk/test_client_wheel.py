@@ -132,8 +132,10 @@ def test_the_wheel_requires_none_of_the_service_packages(installed: InstalledWhe
 
     assert metadata["Name"] == ["remote-batch"]
     required = {_distribution(r) for r in metadata["Requires-Dist"] if "extra ==" not in r}
-    # standardwebhooks: remote_batch.webhooks.verify (pure Python, no dependencies of its own).
-    assert required == {"requests", "platformdirs", "typer", "rich", "cloudpickle", "standardwebhooks"}
+    # standardwebhooks: remote_batch.webhooks.verify (pure Python, no dependencies of its own);
+    # pip-requirements-parser: `remote-batch env create -r FILE` (pip's own requirements-file parser).
+    assert required == {"requests", "platformdirs", "typer", "rich", "cloudpickle", "standardwebhooks",
+                        "pip-requirements-parser"}  # fmt: skip
     everything = {_distribution(r) for r in metadata["Requires-Dist"]}
     assert not everything & SERVER_REQUIREMENTS
     assert metadata["Provides-Extra"] == ["client"]

@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 from werkzeug import Response
 
 import remote_batch as rb
-from remote_batch import sdk
+from remote_batch import interpreter, sdk
 from remote_batch.cli import app
 from remote_batch.client import path_segment
 from remote_batch.progress import watch
@@ -165,7 +165,7 @@ def test_a_pickle_carries_the_python_version(httpserver: HTTPServer, api: rb.Cli
     httpserver.expect_request("/jobs", method="POST").respond_with_handler(recorder)
     rb.submit(square_plus, 2, kwargs={"offset": 3}, name="sq")
     body = json.loads(recorder.requests[0]["body"])
-    assert body["pythonVersion"] == sdk.python_version() and body["name"] == "sq"
+    assert body["pythonVersion"] == interpreter.python_version() and body["name"] == "sq"
     fn, args, kwargs = cloudpickle.loads(base64.b64decode(body["pickle"]))
     assert fn(*args, **kwargs) == 7
 

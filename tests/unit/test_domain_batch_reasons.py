@@ -139,10 +139,11 @@ def test_classify_knows_the_aws_batch_families(reason, family):
     [
         (1, "Exited with code 1"),
         (2, "Exited with code 2"),
-        (137, "Killed (SIGKILL, exit code 137): stopped from outside, often for using too much memory"),
-        (139, "Segmentation fault (SIGSEGV, exit code 139)"),
-        (134, "Killed by signal SIGABRT (exit code 134)"),
-        (143, "Killed by signal SIGTERM (exit code 143)"),
+        (137, "Killed by signal SIGKILL (stopped from outside, often for using too much memory)"),
+        (139, "Killed by signal SIGSEGV (segmentation fault)"),
+        (134, "Killed by signal SIGABRT (aborted)"),
+        (143, "Killed by signal SIGTERM (asked to stop)"),
+        (138, "Killed by signal SIGUSR1"),
         (255, "Exited with code 255"),
     ],
 )
@@ -196,7 +197,7 @@ def test_exit_code_sentences(code, expected):
         # Exit codes without a reason that says more.
         (BASIC, (ESSENTIAL,), 137, exit_code_sentence(137)),
         (BASIC, (), 137, exit_code_sentence(137)),
-        (BASIC, (ESSENTIAL,), 139, "Segmentation fault (SIGSEGV, exit code 139)"),
+        (BASIC, (ESSENTIAL,), 139, "Killed by signal SIGSEGV (segmentation fault)"),
         (BASIC, (ESSENTIAL,), 3, "Exited with code 3"),
     ],
 )
@@ -412,9 +413,39 @@ def test_a_final_start_after_its_stop_gives_way_to_the_start_the_running_event_g
     [
         (("Local stack stopped while the job ran",), 143, "Local stack stopped while the job ran"),
         (("Terminated by the user.", ESSENTIAL), 143, "Terminated by the user"),
-        ((ESSENTIAL,), 143, "Killed by signal SIGTERM (exit code 143)"),
+        ((ESSENTIAL,), 143, "Killed by signal SIGTERM (asked to stop)"),
         ((ESSENTIAL,), None, ESSENTIAL),
     ],
 )
 def test_a_reason_the_service_does_not_know_says_more_than_an_exit_code(reasons, exit_code, expected):
     assert describe_failure(make_job(), BASIC, reasons, exit_code, None) == expected
+
+
+@pytest.mark.parametrize(
+    ("what", "error_type"), [("The job's Python", "Killed"), ("Command 'a.out'", "CalledProcessError")]
+)
+def test_a_death_by_sigsegv_reads_the_same_from_the_worker_and_from_the_exit_code(what, error_type):
+    # Given the worker's outcome of a process killed by SIGSEGV (the job side, or a command), and a
+    # container that exited 139 with no outcome (the local executor and AWS Batch report that)
+    import json
+
+    from functions.domain.outcomes import error_summary
+    from worker.encoding import messages_document
+    from worker.runner import exit_code_of, killed_by_signal
+
+    document = json.loads(messages_document([], killed_by_signal(error_type, what, 11)))
+
+    # Then both say it in the one sentence, and the exit code is 128 + 11 either way
+    expected = "Killed by signal SIGSEGV (segmentation fault)"
+    assert error_summary(document["error"]) == expected
+    assert exit_code_sentence(exit_code_of(-11)) == expected
+    assert document["error"]["message"] == f"{what} was killed by signal SIGSEGV (11)."
+
+
+def test_an_earlier_workers_signal_reason_is_kept_and_a_bad_signal_field_ignored():
+    from functions.domain.outcomes import error_summary
+
+    earlier = {"type": "Killed", "message": "m", "traceback": "", "reason": "Killed by signal SIGSEGV (11)"}
+    assert error_summary(earlier) == "Killed by signal SIGSEGV (11)"
+    assert error_summary({**earlier, "signal": "11"}) == "Killed by signal SIGSEGV (11)"
+    assert error_summary({**earlier, "signal": 999}) == "Killed by signal SIGSEGV (11)"

@@ -1,4 +1,4 @@
-"""The credit charge rule (DESIGN.md "Credits"): exact Decimal money, half-up to 4 places."""
+"""The credit charge rule (docs/architecture.md "Credits"): exact Decimal money, half-up to 4 places."""
 
 import math
 from decimal import ROUND_HALF_UP, Decimal

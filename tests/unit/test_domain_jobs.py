@@ -453,13 +453,15 @@ def test_describe_failure_timeout_without_time_constraint_is_not_called_a_time_c
     ],
 )
 def test_describe_failure_batch_timeout_set_by_a_credit_constraint(credit_constraint, time_constraint):
-    # Given a creditConstraint, which also sets the Batch timeout (DESIGN.md "Credits"), and the meter
+    # Given a creditConstraint, which also sets the Batch timeout (docs/architecture.md "Credits"), and the
+    # meter
     # down, so Batch's timeout is what stops the job
     job = make_job(credit_constraint=credit_constraint, time_constraint=time_constraint)
 
     reason = describe_failure(job, BASIC, TIMEOUT, None, None)
 
-    # Then the reason is API.md's CreditConstraint sentence, not a TimeConstraint that was not reached
+    # Then the reason is docs/http-api.md's CreditConstraint sentence, not a TimeConstraint that was not
+    # reached
     assert reason == f"CreditConstraint of {credit_constraint} credits reached"
 
 

@@ -1,4 +1,5 @@
-"""Machine classes, the pricing table and geo zones (API.md "Machine classes", DESIGN.md "Credits")."""
+"""Machine classes, the pricing table and geo zones (docs/http-api.md "Machine classes", docs/architecture.md
+"Credits")."""
 
 from decimal import Decimal
 
@@ -13,7 +14,8 @@ from functions.domain.machine_classes import (
     resolve_geo_zone,
 )
 
-# name: (vcpus, memoryGiB, gpus, gpuType) from API.md, credits/hour from DESIGN.md, in API.md's order.
+# name: (vcpus, memoryGiB, gpus, gpuType) from docs/http-api.md, credits/hour from docs/architecture.md, in
+# docs/http-api.md's order.
 EXPECTED = {
     "Basic1x8": (1, 8, 0, None, Decimal(60)),
     "Basic2x8": (2, 8, 0, None, Decimal(90)),

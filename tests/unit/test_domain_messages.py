@@ -1,4 +1,4 @@
-"""What a status notification says (DESIGN.md "Notifications"); SMS within 140 characters."""
+"""What a status notification says (docs/architecture.md "Notifications"); SMS within 140 characters."""
 
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -147,7 +147,7 @@ def test_sms_with_a_1000_character_reason_stays_within_140_and_keeps_the_credits
 
     assert len(body) <= 140
     assert "factor" in body
-    # DESIGN.md: messages say the credits spent; a long reason must not push them out.
+    # docs/architecture.md: messages say the credits spent; a long reason must not push them out.
     assert "1.0167" in body
 
 

@@ -1,4 +1,4 @@
-"""The ``notifications`` grammar (API.md "Notifications") and which status notifications are due."""
+"""The ``notifications`` grammar (docs/http-api.md "Notifications") and which status notifications are due."""
 
 from decimal import Decimal
 

@@ -21,7 +21,15 @@ from functions.domain.roles import (
     roles_holding,
 )
 
-READER_ACTIONS = {"jobs/read", "usage/read", "account/read", "members/read", "computes/read", "quotas/read"}
+READER_ACTIONS = {
+    "jobs/read",
+    "usage/read",
+    "account/read",
+    "members/read",
+    "computes/read",
+    "quotas/read",
+    "environments/read",
+}
 CONTRIBUTOR_ADDS = {
     "jobs/write",
     "jobs/abort/action",
@@ -29,6 +37,7 @@ CONTRIBUTOR_ADDS = {
     "computes/start/action",
     "computes/stop/action",
     "computes/restart/action",
+    "environments/write",
 }
 OWNER_ADDS = {
     "members/write",

@@ -1,4 +1,5 @@
-"""The status machine: AWS Batch mapping, event ordering, statuses entered (DESIGN.md "Status machine")."""
+"""The status machine: AWS Batch mapping, event ordering, statuses entered (docs/architecture.md "Status
+machine")."""
 
 import itertools
 

@@ -1,4 +1,5 @@
-"""Powertools' idempotency errors become API.md's 409s, and a key still in progress says when to retry."""
+"""Powertools' idempotency errors become docs/http-api.md's 409s, and a key still in progress says when to
+retry."""
 
 from __future__ import annotations
 

@@ -138,7 +138,7 @@ def _interpreter_limits_restored():
 
 
 def _strict_json(body: bytes):
-    """Parse as RFC 8259 JSON: UTF-8, and no NaN or Infinity (API.md's result fields are JSON)."""
+    """Parse as RFC 8259 JSON: UTF-8, and no NaN or Infinity (docs/http-api.md's result fields are JSON)."""
 
     def refuse(constant: str):
         raise AssertionError(f"{constant} is not JSON")

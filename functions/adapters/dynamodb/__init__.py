@@ -8,7 +8,7 @@ The store is split by concern: ``items`` (the items' shapes), ``base`` (client, 
 queries, the live-job UpdateItem), ``jobs``, ``notifications`` and ``ledger`` (accounts, grants and
 the settlement), ``members`` (an account's members, on its item), ``arrays`` (array parents,
 children and their roll-up), ``array_spans`` (an array's spans through the quota and the
-dispatcher). Calls are made directly on a
+dispatcher), ``waits`` (jobs waiting for prerequisites). Calls are made directly on a
 typed ``DynamoDBClient`` inside
 ``functions.adapters.errors.translate_errors``.
 """
@@ -29,6 +29,7 @@ from functions.adapters.dynamodb.jobs import MAX_LIST_QUERIES, JobRecords
 from functions.adapters.dynamodb.members import MemberRecords
 from functions.adapters.dynamodb.notifications import NOTIFICATION_LOG_LIMIT, NotificationClaims
 from functions.adapters.dynamodb.quotas import QuotaRecords
+from functions.adapters.dynamodb.waits import WaitRecords
 
 __all__ = [
     "BATCH_GET_KEYS",
@@ -45,7 +46,7 @@ __all__ = [
 
 
 class DynamoJobStore(
-    ArraySpanRecords, QuotaRecords, JobRecords, NotificationClaims, ArrayRecords, MemberRecords
+    ArraySpanRecords, WaitRecords, QuotaRecords, JobRecords, NotificationClaims, ArrayRecords, MemberRecords
 ):
     """``JobRepository`` on three DynamoDB tables (see ``functions.adapters.tables``).
 

@@ -270,7 +270,10 @@ class ArraySpanRecords(QuotaRecords):
             "ExpressionAttributeValues": {k: serialize_value(v) for k, v in values.items()},
         }
         items: list[TransactWriteItemTypeDef] = [{"Update": parent_update}]  # type: ignore[typeddict-item]
-        if parent.compute is None and self._quotas:
+        if parent.dispatch_state == DispatchState.WAITING and self._quotas:
+            # Waiting for a prerequisite, it holds no units: only its guard goes.
+            items.append(self.waiting_guard_delete(parent))
+        elif parent.compute is None and self._quotas:
             child = child_demand(parent)
             in_use = sum(s.count for s in spans)
             account = parent.account_id

@@ -11,6 +11,7 @@ from typing import Any
 from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 
 from functions.domain.credits import quantize_credits
+from functions.domain.environments import JobEnvironment
 from functions.domain.errors import UnreadableRecord
 from functions.domain.jobs import (
     RECORD_TTL,
@@ -27,6 +28,7 @@ from functions.domain.jobs import (
 )
 from functions.domain.machine_classes import GeoZone
 from functions.domain.notifications import rules_from_json, rules_to_json
+from functions.domain.prerequisites import Prerequisite
 from functions.domain.status import METERED_STATUSES, JobStatus
 from functions.domain.timefmt import from_sortable, to_sortable
 
@@ -123,6 +125,11 @@ def job_to_item(job: Job) -> dict[str, Any]:
         "batchReason": job.batch_reason,
         "submittedBy": job.submitted_by,
         "pythonVersion": job.python_version,
+        "environment": (
+            {"name": job.environment.name, "hash": job.environment.hash, "python": job.environment.python}
+            if job.environment
+            else None
+        ),
         "warnings": list(job.warnings) or None,
         "compute": job.compute,
         "terminationRequestedAt": (
@@ -131,6 +138,7 @@ def job_to_item(job: Job) -> dict[str, Any]:
         "terminationAttempts": job.termination_attempts or None,
         "dispatchState": job.dispatch_state.value if job.dispatch_state else None,
         "dispatchClaimedAt": to_sortable(job.dispatch_claimed_at) if job.dispatch_claimed_at else None,
+        "waitingFor": [p.id for p in job.waiting_for] or None,
         "ttl": int((job.record_expires_at or job.submitted_at + RECORD_TTL).timestamp()),
     }
     values.update(_array_values(job))
@@ -141,6 +149,17 @@ def job_to_item(job: Job) -> dict[str, Any]:
     if not job.is_final:
         values["openPartition"] = OPEN_PARTITION
     return values
+
+
+def _environment(value: Any) -> JobEnvironment | None:
+    if not value:
+        return None
+    name, digest = value.get("name"), value.get("hash")
+    return JobEnvironment(
+        str(name) if name is not None else None,
+        str(digest) if digest is not None else None,
+        str(value["python"]),
+    )
 
 
 def job_from_item(item: dict[str, Any]) -> Job:
@@ -204,6 +223,7 @@ def _job_from_item(item: dict[str, Any]) -> Job:
         compute=item.get("compute"),
         submitted_by=item.get("submittedBy"),
         python_version=item.get("pythonVersion"),
+        environment=_environment(item.get("environment")),
         dispatch_state=DispatchState(item["dispatchState"]) if item.get("dispatchState") else None,
         dispatch_claimed_at=_opt_time(item.get("dispatchClaimedAt")),
         array_admitted=int(item.get("arrayAdmitted", 0)),
@@ -212,6 +232,7 @@ def _job_from_item(item: dict[str, Any]) -> Job:
             WithdrawnSpan(int(w["offset"]), int(w["count"]), str(w["reason"]))
             for w in item.get("arrayWithdrawn", [])
         ),
+        waiting_for=tuple(Prerequisite.parse(str(p)) for p in item.get("waitingFor", [])),
     )
 
 

@@ -3,9 +3,6 @@ the meter's sparse indexes (``metered``, ``unfinished``)."""
 
 from __future__ import annotations
 
-import base64
-import binascii
-import json
 import re
 from collections.abc import Callable, Iterator
 from datetime import datetime
@@ -24,12 +21,12 @@ from functions.adapters.dynamodb.items import (
     serialize_item,
     serialize_value,
 )
-from functions.domain.errors import ConditionFailed, RecordMissing, UnreadableRecord, ValidationFailed
+from functions.adapters.dynamodb.page_tokens import decode_token, encode_token
+from functions.domain.errors import ConditionFailed, RecordMissing, UnreadableRecord
 from functions.domain.jobs import MAX_TERMINATE_ATTEMPTS, Job, JobType, Transition, ms_to_datetime
 from functions.domain.machine_classes import GeoZone
 from functions.domain.presumed import PresumedTransition
 from functions.domain.status import METERED_STATUSES, JobStatus
-from functions.domain.text import URLSAFE_BASE64_PATTERN, full_match
 from functions.domain.timefmt import to_sortable
 
 # GET /jobs reads at most this many index pages per request: a span of expired or filtered-out jobs
@@ -37,6 +34,10 @@ from functions.domain.timefmt import to_sortable
 MAX_LIST_QUERIES = 20
 # BatchGetItem takes at most 100 keys (DynamoDB API reference, BatchGetItem).
 BATCH_GET_LIMIT = 100
+
+
+#: The attributes of a page key of the jobs list (the ``byAccount`` index's and the table's).
+_JOBS_PAGE_KEY = frozenset({"jobId", "accountId", "listKey"})
 
 
 class JobRecords(StoreBase):
@@ -65,7 +66,11 @@ class JobRecords(StoreBase):
         it reads them, so a page may hold fewer than ``limit`` jobs while its token is set: at most
         ``MAX_LIST_QUERIES`` index pages are read per call. Unreadable items are logged and skipped.
         """
-        start_key = self._decode_token(next_token, account_id) if next_token else None
+        start_key = (
+            serialize_item(decode_token(next_token, _JOBS_PAGE_KEY, {"accountId": account_id}))
+            if next_token
+            else None
+        )
         jobs: list[Job] = []
         last_key: dict[str, Any] | None = None
         for _ in range(MAX_LIST_QUERIES):
@@ -91,28 +96,7 @@ class JobRecords(StoreBase):
             if not last_key or len(jobs) >= limit:
                 break
             start_key = last_key
-        return jobs, self._encode_token(last_key) if last_key else None
-
-    @staticmethod
-    def _encode_token(key: dict[str, Any]) -> str:
-        return base64.urlsafe_b64encode(json.dumps(deserialize_item(key)).encode()).decode()
-
-    @staticmethod
-    def _decode_token(token: str, account_id: str) -> dict[str, Any]:
-        try:
-            # b64decode drops characters outside the alphabet (a trailing newline, any Unicode)
-            # unless they are refused first.
-            if not full_match(URLSAFE_BASE64_PATTERN, token):
-                raise ValueError(token)
-            key = json.loads(base64.urlsafe_b64decode(token.encode()))
-            valid = isinstance(key, dict) and set(key) == {"jobId", "accountId", "listKey"}
-        except (ValueError, binascii.Error):
-            valid = False
-        if not valid or key["accountId"] != account_id:
-            raise ValidationFailed(
-                "nextToken is not one this API issued for this account.", field="nextToken"
-            )
-        return serialize_item(key)
+        return jobs, encode_token(deserialize_item(last_key)) if last_key else None
 
     def set_batch_job_id(self, job_id: str, batch_job_id: str) -> None:
         """Record the Batch job id unless an event already did; ``RecordMissing`` if the job is gone."""

@@ -4,9 +4,6 @@ settlement adds the job's final transition, conditional on the position it was c
 
 from __future__ import annotations
 
-import base64
-import binascii
-import json
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import datetime
@@ -22,10 +19,10 @@ from functions.adapters.dynamodb.items import (
     serialize_item,
     serialize_value,
 )
+from functions.adapters.dynamodb.page_tokens import decode_token, encode_token
 from functions.domain.credits import Charge, quantize_credits
-from functions.domain.errors import ConditionFailed, DependencyFailed, RecordMissing, ValidationFailed
+from functions.domain.errors import ConditionFailed, DependencyFailed, RecordMissing
 from functions.domain.jobs import Account, Job, LedgerEntry, LedgerKind, Transition
-from functions.domain.text import URLSAFE_BASE64_PATTERN, full_match
 from functions.domain.timefmt import to_sortable
 
 if TYPE_CHECKING:  # the stubs are a dev dependency; the Lambda runtime has no need of them
@@ -331,12 +328,14 @@ class AccountsAndLedger(StoreBase):
         kwargs = _ledger_query(self._ledger, account_id, start, end)
         kwargs["Limit"] = limit
         if next_token:
-            kwargs["ExclusiveStartKey"] = serialize_item(_decode_ledger_token(next_token, account_id))
+            kwargs["ExclusiveStartKey"] = serialize_item(
+                decode_token(next_token, _LEDGER_KEY, {"accountId": account_id})
+            )
         with store_errors("Query"):
             page = self._db.query(**kwargs)
         entries = [entry_from_item(deserialize_item(item)) for item in page.get("Items", [])]
         last_key = page.get("LastEvaluatedKey")
-        token = _encode_ledger_token(deserialize_item(last_key)) if last_key else None
+        token = encode_token(deserialize_item(last_key)) if last_key else None
         return [e for e in entries if end is None or e.at < end], token
 
 
@@ -360,34 +359,3 @@ def _ledger_query(
 
 #: The attributes of a ``byTime`` key (the index's and the table's), all strings.
 _LEDGER_KEY = frozenset({"accountId", "entryId", "at"})
-
-
-def _encode_ledger_token(key: dict[str, Any]) -> str:
-    return base64.urlsafe_b64encode(json.dumps(key).encode()).decode()
-
-
-def _decode_ledger_token(token: str, account_id: str) -> dict[str, str]:
-    try:
-        # b64decode drops characters outside the alphabet unless they are refused first.
-        if not full_match(URLSAFE_BASE64_PATTERN, token):
-            raise ValueError(token)
-        key = json.loads(base64.urlsafe_b64decode(token.encode()))
-        valid = (
-            isinstance(key, dict)
-            and set(key) == _LEDGER_KEY
-            and all(isinstance(value, str) and _is_utf8(value) for value in key.values())
-            and key["accountId"] == account_id
-        )
-    except (ValueError, binascii.Error):
-        valid = False
-    if not valid:
-        raise ValidationFailed("nextToken is not one this API issued for this account.", field="nextToken")
-    return {name: str(value) for name, value in key.items()}
-
-
-def _is_utf8(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True

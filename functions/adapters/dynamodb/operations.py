@@ -14,8 +14,6 @@ An operator's change of an account's quota limits is written to the Quotas table
 
 from __future__ import annotations
 
-import base64
-import binascii
 import json
 import threading
 import time
@@ -33,15 +31,15 @@ from functions.adapters.dynamodb.items import (
     serialize_item,
     serialize_value,
 )
+from functions.adapters.dynamodb.page_tokens import decode_token, encode_token
 from functions.adapters.dynamodb.quotas import limits_put
 from functions.adapters.errors import cancellation_reasons
 from functions.domain.credits import quantize_credits
-from functions.domain.errors import ConditionFailed, ValidationFailed
+from functions.domain.errors import ConditionFailed
 from functions.domain.fleet import AuditAction, AuditEntry, ClassAvailability
 from functions.domain.jobs import LedgerEntry
 from functions.domain.machine_classes import GeoZone
 from functions.domain.quotas import QuotaLimits
-from functions.domain.text import URLSAFE_BASE64_PATTERN, full_match
 from functions.domain.timefmt import from_sortable, to_sortable
 from functions.ports import ClassLoad
 
@@ -99,6 +97,10 @@ def _audit_from_item(item: dict[str, Any]) -> AuditEntry:
         after=json.loads(item.get("after") or "{}"),
         reason=item.get("reason"),
     )
+
+
+#: The attribute of an audit page's token: the sort key (the partition is the audit's one).
+_AUDIT_PAGE_KEY = frozenset({"sk"})
 
 
 class DynamoOperationsStore:
@@ -238,13 +240,16 @@ class DynamoOperationsStore:
         }
         if next_token:
             kwargs["ExclusiveStartKey"] = serialize_item(
-                {"pk": AUDIT_PARTITION, "sk": _decode_token(next_token)}
+                {
+                    "pk": AUDIT_PARTITION,
+                    "sk": decode_token(next_token, _AUDIT_PAGE_KEY, for_account=False)["sk"],
+                }
             )
         with store_errors("Query"):
             page = self._db.query(**kwargs)
         entries = [_audit_from_item(deserialize_item(item)) for item in page.get("Items", [])]
         last = page.get("LastEvaluatedKey")
-        token = _encode_token(str(deserialize_item(last)["sk"])) if last else None
+        token = encode_token({"sk": str(deserialize_item(last)["sk"])}) if last else None
         return entries, token
 
     # -- credit grants -----------------------------------------------------------------------------
@@ -328,25 +333,6 @@ class DynamoOperationsStore:
             if not page.get("LastEvaluatedKey"):
                 return items
             kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
-
-
-def _encode_token(sort_key: str) -> str:
-    return base64.urlsafe_b64encode(json.dumps({"sk": sort_key}).encode()).decode()
-
-
-def _decode_token(token: str) -> str:
-    """The sort key of a token ``_encode_token`` made. Raises ``ValidationFailed`` (``nextToken``)."""
-    try:
-        if not full_match(URLSAFE_BASE64_PATTERN, token):
-            raise ValueError(token)
-        key = json.loads(base64.urlsafe_b64decode(token.encode()))
-        valid = isinstance(key, dict) and set(key) == {"sk"} and isinstance(key["sk"], str)
-    except (ValueError, binascii.Error):
-        valid = False
-    if not valid:
-        raise ValidationFailed("nextToken is not one this API issued.", field="nextToken")
-    sort_key: str = key["sk"]
-    return sort_key
 
 
 __all__ = ["AUDIT_PARTITION", "CLASS_PARTITION", "DynamoOperationsStore"]

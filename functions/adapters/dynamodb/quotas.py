@@ -6,6 +6,9 @@ One item per account and entry in the quotas table (``functions.adapters.tables.
   ``version``, written with the operator's audit entry by ``limits_put``);
 - ``usage#<Family>#<Zone>``: ``inUse``, ``queued`` and ``reserved`` units; ``usage#total``: the same in
   vCPUs;
+- ``waiting#<jobId>``, in the account's held partition: a job waiting for prerequisites
+  (``functions.adapters.dynamodb.waits``), deleted by whichever of its release and its ending
+  comes first (each conditional on it), as a ``held#`` item is by its admission or its ending;
 - ``held#<Family>#<Zone>#<jobId>``, in the account's held partition ``<accountId>#held``
   (``held_partition``): a job waiting for quota (``key``, ``units``, ``vcpus``, and ``reason``: the
   ``statusReason`` it was last given). Each family and zone is a range of its own,
@@ -69,6 +72,7 @@ LIMITS_ENTRY = "limits"
 TOTAL_ENTRY = "usage#total"
 USAGE_PREFIX = "usage#"
 HELD_PREFIX = "held#"
+WAITING_PREFIX = "waiting#"
 # Held items live in a partition of their own per account (``held_partition``): the counters' Query
 # (``get_quota_usage``, on every submit and ending) then never reads past them. DynamoDB would read
 # only the ``usage#`` range anyway, but moto walks a partition's every item per Query: with 2,000 held
@@ -91,6 +95,11 @@ def held_prefix(key: QuotaKey) -> str:
 def held_entry(key: QuotaKey, job_id: str) -> str:
     """``held#Basic#UnitedStates#<jobId>``."""
     return held_prefix(key) + job_id
+
+
+def waiting_entry(job_id: str) -> str:
+    """``waiting#<jobId>``: the guard of a job waiting for prerequisites (``waits.WaitRecords``)."""
+    return f"{WAITING_PREFIX}{job_id}"
 
 
 def held_partition(account_id: str) -> str:
@@ -351,6 +360,22 @@ class QuotaRecords(StoreBase):
     def hold_job(self, job: Job) -> None:
         """Create ``job`` (``dispatchState`` ``Held``) with its ``held#`` item and its units counted as
         queued, in one transaction. ``ConditionFailed`` when the job id exists."""
+        items: list[TransactWriteItemTypeDef] = [
+            {
+                "Put": {
+                    "TableName": self._jobs,
+                    "Item": serialize_item(job_to_item(job)),
+                    "ConditionExpression": "attribute_not_exists(jobId)",
+                }
+            },
+            *self.hold_items(job),
+        ]
+        with store_errors("TransactWriteItems"):
+            self._db.transact_write_items(TransactItems=items)
+
+    def hold_items(self, job: Job) -> list[TransactWriteItemTypeDef]:
+        """The transaction items that hold ``job`` for quota beside its own write: its ``held#`` item
+        and its units counted as queued."""
         demand = job_demand(job)
         held = {
             "accountId": held_partition(job.account_id),
@@ -364,20 +389,11 @@ class QuotaRecords(StoreBase):
             # Admitted a span at a time (``array_spans.ArraySpanRecords.admit_span``): one child's units.
             child = demand_of(machine_class(job.machine_class), job.geo_zone)
             held.update(childUnits=child.units, childVcpus=child.vcpus)
-        items: list[TransactWriteItemTypeDef] = [
-            {
-                "Put": {
-                    "TableName": self._jobs,
-                    "Item": serialize_item(job_to_item(job)),
-                    "ConditionExpression": "attribute_not_exists(jobId)",
-                }
-            },
+        return [
             {"Put": {"TableName": self._quota_table, "Item": serialize_item(held)}},
             self._counter_update(job.account_id, usage_entry(demand.key), 0, demand.units),
             self._counter_update(job.account_id, TOTAL_ENTRY, 0, demand.vcpus),
         ]
-        with store_errors("TransactWriteItems"):
-            self._db.transact_write_items(TransactItems=items)
 
     def create_admitted_job(self, job: Job, limits: QuotaLimits) -> bool:
         """Create ``job`` admitted at once (``dispatchState`` ``Admitted``) with its units added to in
@@ -466,8 +482,14 @@ class QuotaRecords(StoreBase):
         outside this release (an array or its child: ``array_spans`` releases theirs; one on a dedicated
         compute, one submitted before quotas) or a store without them.
 
+        A job still ``Waiting`` holds no units: its release is the delete of its ``waiting#`` guard
+        (``waits.WaitRecords``), only while it exists, so a job released since it was read cancels the
+        settlement likewise.
+
         With ``unless_queued``, an admitted job's release of the account's total holds only while the
         total has no units queued (``QUEUED_NONE``): its success proves no held job waits for them."""
+        if self._quotas and job.dispatch_state == DispatchState.WAITING:
+            return [self.waiting_guard_delete(job)]
         if (
             not self._quotas
             or job.dispatch_state is None
@@ -493,6 +515,19 @@ class QuotaRecords(StoreBase):
         if unless_queued:
             _unless_queued(total)
         return [self._counter_update(account, usage_entry(demand.key), -demand.units, 0), total]
+
+    def waiting_guard_delete(self, job: Job) -> TransactWriteItemTypeDef:
+        """The Delete of a ``Waiting`` job's ``waiting#<jobId>`` guard (in its account's held partition),
+        only while it exists: whichever of the job's release and its ending comes second is cancelled."""
+        return {
+            "Delete": {
+                "TableName": self._quota_table,
+                "Key": serialize_item(
+                    {"accountId": held_partition(job.account_id), "entry": waiting_entry(job.job_id)}
+                ),
+                "ConditionExpression": "attribute_exists(accountId)",
+            }
+        }
 
     def set_waiting_reason(self, job_id: str, reason: str) -> None:
         """Set a held job's ``statusReason`` (no-op once it is no longer held), and record it on its

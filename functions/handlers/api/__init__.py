@@ -1,4 +1,4 @@
-"""api Lambda: the HTTP API of API.md behind API Gateway (REST, proxy integration).
+"""api Lambda: the HTTP API of docs/http-api.md behind API Gateway (REST, proxy integration).
 
 A package of powertools Routers, one per resource (``meta``, ``jobs``, ``job_data``, ``account``,
 ``admin``; the local stack has no routes of its own: it serves these same ones). The resolver, its

@@ -104,7 +104,7 @@ def run_once(
 
 @contextmanager
 def idempotency_conflicts() -> Iterator[None]:
-    """Powertools' idempotency errors as API.md's 409s: a key used with another body is ``Conflict``
+    """Powertools' idempotency errors as docs/http-api.md's 409s: a key used with another body is ``Conflict``
     (``field="Idempotency-Key"``); a key whose first request still runs is ``StillInProgress``
     (``Retry-After: 1``). Used by every route that takes an ``Idempotency-Key``."""
     try:

@@ -1,5 +1,5 @@
 """The api's resolver in one place: the app, the constants of its contract, the exception handlers
-that turn every failure into API.md's one error body, and the dependencies routes take (the caller,
+that turn every failure into docs/http-api.md's one error body, and the dependencies routes take (the caller,
 the services).
 
 Routes parse and validate (powertools ``APIGatewayRestResolver`` with pydantic models), call one
@@ -25,6 +25,7 @@ from aws_lambda_powertools.event_handler.openapi.exceptions import (
 from functions.bootstrap import get_services
 from functions.domain import roles
 from functions.domain.computes import NAME_PATTERN as COMPUTE_NAME_PATTERN
+from functions.domain.environments import NAME_PATTERN as ENVIRONMENT_NAME_PATTERN
 from functions.domain.errors import (
     Forbidden,
     ServiceError,
@@ -60,7 +61,7 @@ ACCOUNT_HEADER = "X-Account-Id"
 
 # -- errors: one body for every failure ---------------------------------------------------------------
 def error_response(status: int, code: str, message: str, field: str | None = None) -> Response[str]:
-    """API.md's error body ``{"error": {"code", "message", "field"}}`` with ``status``."""
+    """docs/http-api.md's error body ``{"error": {"code", "message", "field"}}`` with ``status``."""
     body = ErrorBody(error=ErrorDetail(code=code, message=message, field=field))
     return Response(status, content_types.APPLICATION_JSON, body.model_dump_json())
 
@@ -115,6 +116,7 @@ _PATTERN_RULES = {
 # field name, e.g. "name", is a job's label in one route and a compute's name in another).
 _PATTERN_RULES_BY_PATTERN = {
     COMPUTE_NAME_PATTERN: "must be 2 to 32 letters, digits or hyphens, starting with a letter",
+    ENVIRONMENT_NAME_PATTERN: "must be 2 to 64 letters, digits, '.', '_' or '-', starting with a letter",
     CLOCK_PATTERN: "must be a 24-hour time HH:MM, such as 08:00 or 18:30",
     NO_NUL_PATTERN: "holds a character this field does not take (a NUL)",
 }
@@ -132,7 +134,10 @@ def _validation_message(error: dict[str, Any], field: str | None) -> str:
         )
         return f"{field} {rule}; got {error.get('input')!r}."
     if kind == "extra_forbidden":
-        return f"Unknown field {field!r}; see API.md for the fields this route takes."
+        return (
+            f"Unknown field {field!r}; GET /openapi.json (or docs/http-api.md) lists the fields this "
+            "route takes."
+        )
     if kind == "missing":
         return f"{field} is required." if field else "A JSON body is required."
     message = str(error.get("msg", "invalid value"))
@@ -294,7 +299,7 @@ def require(name: str) -> Callable[..., Caller | None]:
         At import, for an action ``functions.domain.roles.ACTIONS`` does not have.
 
     The dependency raises ``Unauthorized`` (no token), ``NotFound`` (no member of the account: the
-    same whether it exists, API.md's tenant isolation), ``Forbidden`` naming the missing action, and
+    same whether it exists, docs/http-api.md's tenant isolation), ``Forbidden`` naming the missing action, and
     ``ValidationFailed`` for a malformed ``X-Account-Id``.
     """
     wanted = roles.action(name)

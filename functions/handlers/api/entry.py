@@ -15,10 +15,23 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from functions.domain.errors import (
     PayloadTooLarge,
+    ValidationFailed,
 )
+from functions.domain.headers import check_single_valued
 from functions.domain.limits import BODY_TOO_LARGE_MESSAGE
 from functions.domain.text import first_surrogate_path
-from functions.handlers.api import account, admin, computes, fleet, job_data, jobs, members, meta, quotas
+from functions.handlers.api import (
+    account,
+    admin,
+    computes,
+    environments,
+    fleet,
+    job_data,
+    jobs,
+    members,
+    meta,
+    quotas,
+)
 from functions.handlers.api.app import (
     MAX_INLINE_BODY_BYTES,
     app,
@@ -36,6 +49,7 @@ for _router in (
     account.router,
     quotas.router,
     computes.router,
+    environments.router,
     members.router,
     admin.router,
     fleet.router,
@@ -60,10 +74,25 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         # trailing newline and serve /jobs/<id>%0A as /jobs/<id>.
         body = ErrorBody(error=ErrorDetail(code="NotFound", message="No route for this path.", field=None))
         return _proxy_error(404, body)
+    try:
+        check_single_valued(_header_lines(event))
+    except ValidationFailed as exc:
+        return _proxy_error(
+            exc.status, ErrorBody(error=ErrorDetail(code=exc.code, message=exc.message, field=exc.field))
+        )
     resolved = _json_body(single_valued(event))
     if isinstance(resolved, ErrorBody):
         return _proxy_error(400, resolved)
     return app.resolve(resolved, context)
+
+
+def _header_lines(event: dict[str, Any]) -> list[str]:
+    """The name of each header line the request sent (``multiValueHeaders``: one per value), or
+    each name of ``headers`` when the event has no multi-valued view."""
+    multi = event.get("multiValueHeaders")
+    if multi:
+        return [name for name, values in multi.items() for _ in values or ()]
+    return list(event.get("headers") or {})
 
 
 def single_valued(event: dict[str, Any]) -> dict[str, Any]:

@@ -4,6 +4,7 @@ get, abort.
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import Annotated, Any, Protocol
 
 from aws_lambda_powertools.event_handler import Depends, Response, content_types
@@ -15,8 +16,11 @@ from aws_lambda_powertools.utilities.idempotency import (
     idempotent_function,
 )
 from pydantic import BeforeValidator
+from pydantic import ValidationError as PydanticValidationError
 
 from functions.bootstrap import get_services
+from functions.domain.environments import EnvironmentSpec
+from functions.domain.errors import ValidationFailed
 from functions.domain.jobs import PayloadKind
 from functions.domain.machine_classes import machine_class, resolve_geo_zone
 from functions.domain.notifications import normalize_notifications, rules_to_json
@@ -40,11 +44,26 @@ from functions.handlers.api.models import (
     UploadView,
     job_view,
 )
+from functions.handlers.api.models.environments import EnvironmentSpecBody
 from functions.handlers.api.openapi import _json, _responses
 from functions.logic import arrays, submission, uploads
 from functions.ports import Services
 
 router: APIGatewayRouter = APIGatewayRouter()
+
+
+def _environment(value: str | dict[str, Any] | None) -> str | EnvironmentSpec | None:
+    """``environment`` as the request gives it: a name, or an inline spec read as ``PUT
+    /environments/{name}``'s body (its bad fields are 400s on ``environment.<field>``)."""
+    if not isinstance(value, dict):
+        return value
+    try:
+        return EnvironmentSpecBody.model_validate(value).to_spec()
+    except PydanticValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first.get("loc", ()))
+        field = f"environment.{where}" if where else "environment"
+        raise ValidationFailed(f"{field}: {first.get('msg', 'invalid')}", field=field) from None
 
 
 def _job_request(body: SubmitJobBody, submitted_by: str | None = None) -> submission.JobRequest:
@@ -70,6 +89,7 @@ def _job_request(body: SubmitJobBody, submitted_by: str | None = None) -> submis
         notifications=body.notifications,
         input_key=body.inputKey,
         python_version=body.pythonVersion,
+        environment=_environment(body.environment),
         array_items=body.arrayItems,
         array_items_key=body.arrayItemsKey,
         compute=body.compute,
@@ -103,6 +123,10 @@ def canonical_submit(body: SubmitJobBody) -> dict[str, Any]:
         "timeConstraint": request.time_constraint,
         "notifications": rules_to_json(normalize_notifications(request.notifications)),
         "pythonVersion": request.python_version,
+        # An inline spec as given (its lines are checked by the submit, not here).
+        "environment": asdict(request.environment)
+        if isinstance(request.environment, EnvironmentSpec)
+        else request.environment,
         "arrayItems": request.array_items,
         "arrayItemsKey": request.array_items_key,
     }

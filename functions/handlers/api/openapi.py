@@ -1,4 +1,4 @@
-"""The OpenAPI document's parts: each route's declared responses (API.md's error body at each
+"""The OpenAPI document's parts: each route's declared responses (docs/http-api.md's error body at each
 error status) and the served document, rewritten where powertools' default says something else.
 """
 
@@ -29,6 +29,7 @@ _ERROR_WHEN = {
     413: "PayloadTooLarge: the body is over 5 MiB",
     429: "RateLimited (this account's request rate) or Throttled (the service's); retry after Retry-After",
     500: "InternalError: a bug or a failed dependency; no details",
+    501: "NotSupported: this deployment does not offer the feature (environments are built locally only)",
     503: "ClassUnavailable: an operator took the machine class out of service in the zone; message says why",
 }
 # Every route that needs a token can answer these (the authorizer, the throttle, a bug).
@@ -43,7 +44,7 @@ def _responses(
     status: int, success: dict[str, Any] | None, *errors: int, auth: bool = True
 ) -> dict[int, Any]:
     """Responses of one route for ``responses=``: ``success`` at ``status`` (None: no body), and
-    API.md's error body at each error status, plus 401/429/500 when the route needs a token."""
+    docs/http-api.md's error body at each error status, plus 401/429/500 when the route needs a token."""
     declared: dict[int, Any] = {status: success or {"description": "No content"}}
     for code in sorted({*errors, *(_ALWAYS if auth else (500,))}):
         declared[code] = {"description": _ERROR_WHEN[code], "content": _ERROR_CONTENT}
@@ -109,7 +110,7 @@ def openapi_json() -> str:
                 responses["204"].pop("content", None)  # powertools adds the return annotation's
             if responses.pop("422", None) is not None and "400" not in responses:
                 responses["400"] = {
-                    "description": "ValidationError (or another API.md error) in the one error body",
+                    "description": "ValidationError (or another error of docs/http-api.md) in the error body",
                     "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}},
                 }
     document["paths"]["/health"]["get"]["security"] = []

@@ -1,4 +1,4 @@
-"""The HTTP API's models (API.md), by resource, and their mapping from domain objects.
+"""The HTTP API's models (docs/http-api.md), by resource, and their mapping from domain objects.
 
 One model per layer: these are what clients see; domain objects never leave the handler unmapped.
 The OpenAPI document at ``GET /openapi.json`` is generated from these same models.

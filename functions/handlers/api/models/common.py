@@ -57,7 +57,7 @@ def _json_integer(value: Any) -> Any:
     return value
 
 
-# Credits in a request: a JSON number > 0, < MAX_CREDITS, at most 4 decimal places (API.md).
+# Credits in a request: a JSON number > 0, < MAX_CREDITS, at most 4 decimal places (docs/http-api.md).
 CreditsIn = Annotated[
     Decimal,
     BeforeValidator(_json_number),

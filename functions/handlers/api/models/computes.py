@@ -67,7 +67,7 @@ class SchedulesBody(ApiModel):
 
 
 class ComputeView(ApiModel):
-    """API.md's ``Compute``."""
+    """docs/http-api.md's ``Compute``."""
 
     name: str
     machineClass: str
@@ -83,6 +83,10 @@ class ComputeView(ApiModel):
     runningSince: str | None = Field(
         description="Extension: when the current billed run began: its start request (null unless "
         "Starting or Running)."
+    )
+    startPending: bool = Field(
+        description="Extension: a start waits: a Creating compute starts once it is ready, a Stopping "
+        "one once it has stopped; a stop cancels it."
     )
     createdAt: str
 
@@ -123,5 +127,6 @@ def compute_view(compute: Compute) -> ComputeView:
         creditsSpent=compute.credits_spent,
         runningSeconds=compute.running_seconds,
         runningSince=to_api_time(compute.running_since),
+        startPending=compute.start_pending,
         createdAt=to_api_time(compute.created_at) or "",
     )

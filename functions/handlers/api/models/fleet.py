@@ -1,4 +1,4 @@
-"""Fleet control and audit models (API.md version 2 "Quotas and fleet", admin role)."""
+"""Fleet control and audit models (docs/http-api.md version 2 "Quotas and fleet", admin role)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Models of the job routes (API.md ``Job``, ``EvaluationResult``, uploads, logs, outputs)."""
+"""Models of the job routes (docs/http-api.md ``Job``, ``EvaluationResult``, uploads, logs, outputs)."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from pydantic import (
 from functions.domain.arrays import MAX_INLINE_ITEMS, visible_counts
 from functions.domain.batch_reasons import normalize_reason
 from functions.domain.computes import NAME_PATTERN as COMPUTE_NAME_PATTERN
+from functions.domain.environments import NAME_PATTERN as ENVIRONMENT_NAME_PATTERN
 from functions.domain.jobs import Job, JobType
 from functions.domain.limits import MAX_UPLOAD_BYTES
 from functions.domain.notifications import notifications_json_schema, rules_to_json
@@ -101,7 +102,7 @@ class SubmitJobBody(ApiModel):
     )
     notifications: Any = Field(
         default="Automatic",
-        description="See API.md Notifications.",
+        description="See docs/http-api.md Notifications.",
         json_schema_extra=notifications_json_schema(),
     )
     arrayItems: list[Any] | None = Field(
@@ -142,6 +143,33 @@ class SubmitJobBody(ApiModel):
         "pythonVersions (the SDK sends its own, so a pickled function runs in the version that made it); "
         "default GET /runtime's pythonVersion. Another version is refused (400, field pythonVersion).",
     )
+    # A name or an inline spec (read as EnvironmentSpecBody by the route, naming its bad fields
+    # ``environment.<field>``): typed here only by the schema below, so a value of another type is
+    # one error on ``environment``.
+    environment: Any = Field(
+        default=None,
+        description="Extension: the environment to run in: its Python and packages, and nothing of the "
+        "worker image's. The name of one of the account's environments (PUT /environments/{name}), or "
+        "an inline spec (PUT /environments/{name}'s body: an unnamed environment, found again by the "
+        "spec's hash, so the same spec twice is one build). A job submitted while it builds waits "
+        "Queued ('Building environment ml (Python 3.12, 14 packages)'), neither admitted nor charged, "
+        "and ends Terminated, free, if the build fails; a Failed environment is refused (400, field "
+        "environment).",
+        json_schema_extra={
+            "anyOf": [
+                {"type": "string", "pattern": ENVIRONMENT_NAME_PATTERN, "minLength": 2, "maxLength": 64},
+                {"$ref": "#/components/schemas/EnvironmentSpecBody"},
+                {"type": "null"},
+            ]
+        },
+    )
+
+    @field_validator("environment")
+    @classmethod
+    def _name_or_spec(cls, value: Any) -> str | dict[str, Any] | None:
+        if value is not None and not isinstance(value, str | dict):
+            raise ValueError("give an environment's name or an inline spec object")
+        return value
 
     @field_validator("arrayItemsKey")
     @classmethod
@@ -165,7 +193,7 @@ class SubmitJobBody(ApiModel):
 
 
 class UploadBody(ApiModel):
-    """``POST /jobs/uploads`` body: what will be uploaded (API.md version 2 additions)."""
+    """``POST /jobs/uploads`` body: what will be uploaded (docs/http-api.md version 2 additions)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -208,8 +236,19 @@ class NotificationRecordView(ApiModel):
     detail: str
 
 
+class JobEnvironmentView(ApiModel):
+    """The environment a job runs in: its name, its build's hash and its Python."""
+
+    name: str | None = Field(description="The environment's name; null for one given inline (a spec).")
+    hash: str | None = Field(
+        description="Its build's identity (GET /environments/{name}'s hash); null while the job waits "
+        "for the build."
+    )
+    python: str
+
+
 class JobView(ApiModel):
-    """``Job`` of API.md, what every job route returns."""
+    """``Job`` of docs/http-api.md, what every job route returns."""
 
     jobId: str
     name: str | None
@@ -256,6 +295,9 @@ class JobView(ApiModel):
         description="Extension: the Python (major.minor) the job runs on (null for jobs submitted before "
         "jobs chose one: they ran GET /runtime's default).",
     )
+    environment: JobEnvironmentView | None = Field(
+        default=None, description="Extension: the environment the job runs in (null: the worker image's)."
+    )
 
 
 class JobListView(ApiModel):
@@ -301,6 +343,13 @@ def job_view(job: Job) -> JobView:
         compute=job.compute,
         submittedBy=job.submitted_by,
         pythonVersion=job.python_version,
+        environment=(
+            JobEnvironmentView(
+                name=job.environment.name, hash=job.environment.hash, python=job.environment.python
+            )
+            if job.environment
+            else None
+        ),
         notificationLog=[
             NotificationRecordView.model_validate(
                 {

@@ -1,0 +1,169 @@
+"""Jobs that wait for prerequisites: the shared mechanism (``functions.domain.prerequisites`` holds
+the rule), used by environments (a job submitted while its environment builds, issue 24) and made for
+any other kind (a job's parents, issue 25's ``dependsOn``).
+
+A job that must wait is written ``Queued`` in the dispatch state ``Waiting`` with its prerequisites
+(``submit_waiting``): it takes no quota and no credits and reaches no dispatcher. Whenever a
+prerequisite's standing may have changed (a build reported, an environment deleted; later a parent
+settled), ``prerequisite_settled`` finds the jobs that wait for it with one Query of its wait items
+and judges each against all of its prerequisites (``settle``):
+
+- all met: the job is released into the quota's admission as a new submit would be
+  (``quotas.release_into_hold``: held, counted as queued, the account's admission asked for), taking
+  what its prerequisites give it (an environment: its build's hash);
+- one broken: the job ends ``Terminated``, free, with that prerequisite's reason, through the one
+  module that ends jobs (``endings.end_waiting``: no charge, no ledger entry, its notifications sent);
+- else it goes on waiting, its ``statusReason`` the first pending prerequisite's.
+
+Exactly once, whatever the duplication or order of the reports: the release and the ending are each
+a transaction conditional on the job's ``waiting#`` guard (``adapters.dynamodb.waits``), which the
+first of them deletes. No report is lost to a race with the submit: the submit writes the waiting job
+and then reads its prerequisites again (``submit_waiting`` ends in ``settle``), the reporter writes the
+prerequisite's new standing and then queries its waiters, so one of the two sees the other. A report
+lost altogether (a crash between the write and the Query) is made good by the meter's backstop, which
+settles every waiting job that had no change for a while (``metering._nudge_undispatched``).
+
+Each kind has a checker (:class:`PrerequisiteChecker`) that reads its standing and says what a met one
+gives the job; :data:`CHECKERS` maps kinds to them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from datetime import datetime
+from types import MappingProxyType
+from typing import Protocol
+
+from aws_lambda_powertools import Logger
+
+from functions.domain.errors import DependencyFailed, RecordMissing
+from functions.domain.jobs import DispatchState, Job
+from functions.domain.prerequisites import (
+    Prerequisite,
+    PrerequisiteKind,
+    PrerequisiteState,
+    Verdict,
+    judge,
+)
+from functions.logic.endings import end_waiting
+from functions.logic.environment_waits import EnvironmentChecker
+from functions.logic.quotas import release_into_hold
+from functions.ports import Services
+
+logger = Logger(child=True)
+
+
+class PrerequisiteChecker(Protocol):
+    """How one kind of prerequisite stands, and what a met one gives the job it releases."""
+
+    def state(self, services: Services, prerequisite: Prerequisite) -> PrerequisiteState:
+        """Its standing now (read strongly consistent). Raises ``DependencyFailed``."""
+
+    def give(self, job: Job, state: PrerequisiteState) -> Job:
+        """``job`` with what the met prerequisite ``state`` gives it (unchanged when nothing)."""
+
+
+#: The checker of each kind of prerequisite.
+CHECKERS: Mapping[PrerequisiteKind, PrerequisiteChecker] = MappingProxyType(
+    {PrerequisiteKind.ENVIRONMENT: EnvironmentChecker()}
+)
+
+
+def states_of(services: Services, prerequisites: Sequence[Prerequisite]) -> list[PrerequisiteState]:
+    """Each prerequisite's standing now, in order. Raises ``DependencyFailed``."""
+    return [CHECKERS[p.kind].state(services, p) for p in prerequisites]
+
+
+def submit_waiting(services: Services, job: Job, reason: str, now: datetime) -> Job:
+    """Write the new ``job`` waiting for ``job.waiting_for`` (``statusReason`` ``reason``: what the
+    submit found it waits for), then judge it once against its prerequisites as they stand after that
+    write (``settle``), so a prerequisite settled meanwhile releases or ends it here.
+
+    Returns the job as it stands: waiting, or already released or ended.
+
+    Raises ``ConditionFailed`` (the id exists) or ``DependencyFailed`` when the job could not be
+    written (nothing of it stands). A failure after the write is logged: the job is stored waiting and
+    the next report or the meter's backstop settles it.
+    """
+    waiting = replace(job, dispatch_state=DispatchState.WAITING, status_reason=reason)
+    services.store.create_waiting_job(waiting)
+    logger.info(
+        "job waits for prerequisites",
+        job_id=job.job_id,
+        prerequisites=[p.id for p in job.waiting_for],
+    )
+    try:
+        return settle(services, waiting, now)
+    except DependencyFailed:
+        logger.exception("waiting job not judged after its submit", job_id=job.job_id)
+        return waiting
+
+
+def settle(services: Services, job: Job, now: datetime) -> Job:
+    """Judge a waiting job against every one of its prerequisites now (``prerequisites.judge``):
+    release it (``quotas.release_into_hold``), end it ``Terminated`` and free (``endings.end_waiting``),
+    or leave it waiting with the first pending prerequisite's reason. A job that no longer waits is
+    returned as it is. Safe to run any number of times, concurrently: the release and the ending are
+    conditional writes and only the first of them happens.
+
+    Returns the job as this call left it. Raises ``DependencyFailed`` (the job stays waiting: a later
+    report or the backstop settles it).
+    """
+    if not job.is_waiting:
+        return job
+    found = states_of(services, job.waiting_for)
+    judgement = judge(found)
+    if judgement.verdict is Verdict.WAIT:
+        if judgement.reason is not None and judgement.reason != job.status_reason:
+            services.store.set_wait_reason(job.job_id, judgement.reason)
+            return replace(job, status_reason=judgement.reason)
+        return job
+    if judgement.verdict is Verdict.END:
+        ended = end_waiting(services, job, judgement.reason or "A prerequisite can no longer be met", now)
+        logger.info("waiting job ended", job_id=job.job_id, reason=ended.status_reason)
+        _forget(services, job)
+        return ended
+    given = job
+    for state in found:
+        given = CHECKERS[state.prerequisite.kind].give(given, state)
+    released = release_into_hold(services, given)
+    if released is None:
+        # Another writer released or ended it first.
+        return services.store.get_job(job.job_id) or job
+    logger.info("waiting job released", job_id=job.job_id, dispatch_state=str(released.dispatch_state))
+    _forget(services, job)
+    return released
+
+
+def prerequisite_settled(services: Services, prerequisite: Prerequisite, now: datetime) -> int:
+    """``prerequisite``'s standing may have changed (a build reported, an environment deleted): settle
+    every job waiting for it (``settle``), and delete the wait items of jobs that no longer wait.
+    Idempotent; one job's failure is logged and the others go on (the backstop settles it later).
+
+    Returns how many jobs this call released or ended.
+    """
+    store = services.store
+    moved = 0
+    for job_id in list(store.list_waiters(prerequisite)):
+        try:
+            job = store.get_job(job_id)
+            if job is None or not job.is_waiting or prerequisite not in job.waiting_for:
+                store.delete_waits(job_id, [prerequisite])
+                continue
+            if not settle(services, job, now).is_waiting:
+                moved += 1
+        except (DependencyFailed, RecordMissing):
+            logger.exception("waiting job not settled", job_id=job_id, prerequisite=prerequisite.id)
+    if moved:
+        logger.info("prerequisite settled", prerequisite=prerequisite.id, jobs=moved)
+    return moved
+
+
+def _forget(services: Services, job: Job) -> None:
+    """Delete a released or ended job's wait items (a failure leaves them for the next Query of their
+    prerequisite, which deletes them then)."""
+    try:
+        services.store.delete_waits(job.job_id, job.waiting_for)
+    except DependencyFailed:
+        logger.exception("wait items left behind", job_id=job.job_id)
