@@ -83,9 +83,9 @@ PYTEST_WORKERS ?= auto
 PARALLEL := -n $(PYTEST_WORKERS) --dist loadgroup
 
 # Lint runs beside the tests (make -j): mypy's minute of one core fits in the time the e2e tests spend
-# waiting on their jobs. Either one failing fails the target (make waits for the other, then exits 2);
-# --output-sync=line keeps each line whole.
-SIDE_BY_SIDE := $(MAKE) --no-print-directory -j4 --output-sync=line
+# waiting on their jobs. Either one failing fails the target (make waits for the other, then exits 2).
+# No --output-sync: it would hold pytest's progress until pytest ends; lint prints a few lines at its end.
+SIDE_BY_SIDE := $(MAKE) --no-print-directory -j4
 
 ## Lint and type-check beside every test tier: unit, sdk, integration (moto), infra (CDK), e2e (local stack).
 test: $(STAMP) sandbox-tools
