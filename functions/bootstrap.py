@@ -21,12 +21,14 @@ from botocore.config import Config
 
 from functions.adapters.batch import AwsBatchGateway
 from functions.adapters.batch_computes import AwsComputeEnvironments, SsmComputeTemplate
+from functions.adapters.batch_definitions import CachedJobDefinitions
 from functions.adapters.batch_fleet import AwsBatchFleet
 from functions.adapters.dns import SocketResolver
 from functions.adapters.dynamodb import DynamoJobStore
 from functions.adapters.dynamodb.computes import DynamoComputeStore
 from functions.adapters.dynamodb.environments import DynamoEnvironmentStore
 from functions.adapters.dynamodb.operations import DynamoOperationsStore
+from functions.adapters.images import RegistryImages
 from functions.adapters.logs import CloudWatchLogReader
 from functions.adapters.s3 import S3BlobStore
 from functions.adapters.sns import SnsEmailSubscriptions, SnsNotifier
@@ -189,7 +191,13 @@ def build_services(
         if batch_gateways is not None and zone in batch_gateways:
             gateway = batch_gateways[zone]
         else:
-            gateway = AwsBatchGateway(batch_client)
+            # Image environments' jobs get their definitions registered per image and class.
+            definitions = (
+                CachedJobDefinitions(batch_client, dynamodb, settings.computes_table, region)
+                if settings.images is not None
+                else None
+            )
+            gateway = AwsBatchGateway(batch_client, definitions)
         fleet = fleets[zone] if fleets is not None and zone in fleets else AwsBatchFleet(batch_client)
         computes: ComputeEnvironments | None = None
         if compute_environments is not None and zone in compute_environments:
@@ -243,6 +251,11 @@ def build_services(
         ),
         compute_prefix=settings.compute_prefix,
         environment_store=DynamoEnvironmentStore(dynamodb, settings.computes_table),
+        images=(
+            RegistryImages(settings.images.policy, lambda region: client("ecr", region))
+            if settings.images is not None
+            else None
+        ),
         dispatch=dispatch,
     )
 

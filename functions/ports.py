@@ -17,6 +17,7 @@ from functions.domain.credits import Charge
 from functions.domain.environments import Environment, EnvironmentSpec
 from functions.domain.errors import UnreadableRecord
 from functions.domain.fleet import AuditEntry, ClassAvailability
+from functions.domain.images import ImagePolicy, ImageReference
 from functions.domain.jobs import (
     Account,
     BatchJobState,
@@ -407,6 +408,9 @@ class BatchSubmission:
     (``arrayProperties.size``) whose children are ``<batch job id>:<index>``. ``share_identifier``
     (``shareIdentifier``) is the account's share on a shared queue, which has a fair-share scheduling
     policy; None on a dedicated compute's queue, which has none (``functions.domain.fair_share``).
+    ``image`` (a job in an image environment): the job runs with the definition registered for that
+    image on ``job_definition``'s class (``JobDefinitions``), a multi-container job whose supervisor
+    container takes ``environment``; the resources are the definition's.
     """
 
     job_name: str
@@ -420,6 +424,7 @@ class BatchSubmission:
     tags: Mapping[str, str] = field(default_factory=dict)
     array_size: int | None = None
     share_identifier: str | None = None
+    image: ImageJob | None = None
 
 
 class BatchGateway(Protocol):
@@ -735,6 +740,9 @@ class Services:
     environment_store: EnvironmentRepository | None = None
     environment_builder: EnvironmentBuilder | None = None
     allow_http_indexes: bool = False
+    # Resolves environments' own images to digests (None: jobs here run no images of their own, as on
+    # the local stack, which has no container runtime).
+    images: ImageRegistry | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.dispatch, InlineDispatch) and self.dispatch.services is not self:
@@ -906,8 +914,6 @@ class EnvironmentBuilder(Protocol):
 
     #: The geo zone whose log group holds build logs (and whose bucket, deployed, the builds).
     zone: GeoZone
-    #: Whether it can run jobs in an environment's own container image (``image``).
-    runs_images: bool
 
     def start_build(self, request: BuildRequest) -> None:
         """Begin the build and return; its outcome is reported later. A build of a hash already built
@@ -916,3 +922,38 @@ class EnvironmentBuilder(Protocol):
     def site_packages(self, build_hash: str) -> str | None:
         """Where a Ready build's packages are (a directory path the job side puts first on its
         ``sys.path``), or None when this builder has no such build."""
+
+
+# -- environments' own images (``functions.domain.images``) ---------------------------------------------
+class ImageRegistry(Protocol):
+    """Resolves an image reference's tag to the digest jobs run it by (ECR's ``DescribeImages`` for
+    ECR repositories, the registry's HTTP API for public ones), under the deployment's ``policy``."""
+
+    #: Where this deployment's jobs may take images from.
+    policy: ImagePolicy
+
+    def resolve(self, image: ImageReference) -> str:
+        """The image's digest (``sha256:<64 hex>``): its own when the reference carries one, else its
+        tag's. Raises ``ImageNotFound`` (the message names the repository or tag that is missing),
+        ``DependencyFailed`` when the registry fails or cannot be reached (nothing is written)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ImageJob:
+    """The job definition a job in an image environment runs with: ``image`` pinned by digest, pulled
+    with ``repository_credentials`` (a secret ARN) when given, on the machine class and Python of
+    ``base_definition`` (the service's own definition, whose worker image runs the supervisor)."""
+
+    image: str
+    base_definition: str
+    repository_credentials: str | None = None
+
+
+class JobDefinitions(Protocol):
+    """A zone's AWS Batch job definitions of image environments: one per (image digest, machine class),
+    registered on first use and cached (``functions.adapters.batch_definitions``); the Batch gateway
+    asks it when it submits a ``BatchSubmission`` with an ``image``."""
+
+    def definition_for(self, job: ImageJob) -> str:
+        """The ARN of the definition for ``job``, registering it if none is cached. Raises
+        ``DependencyFailed`` (``BatchRefused`` when AWS Batch refuses the definition)."""

@@ -30,6 +30,7 @@ from pydantic import (
     model_validator,
 )
 
+from functions.domain.images import ImagePolicy
 from functions.domain.machine_classes import MACHINE_CLASSES, GeoZone
 from functions.domain.runtime import (
     DEFAULT_PYTHON_VERSION,
@@ -74,6 +75,23 @@ class ComputeTemplateSettings(BaseModel):
     instance_types: dict[str, tuple[str, ...]] = Field(alias="instanceTypes")
     launch_templates: dict[str, str] = Field(default_factory=dict, alias="launchTemplates")
     image_types: dict[str, str] = Field(default_factory=dict, alias="imageTypes")
+
+
+class ImageSettings(BaseModel):
+    """Where jobs may take environments' own images from (``functions.domain.images.ImagePolicy``):
+    the deployment's account, the ECR repository name prefix its job execution roles may pull, and
+    the Secrets Manager secret name prefix they may read registry credentials from."""
+
+    model_config = ConfigDict(frozen=True, populate_by_name=True)
+
+    account: str = Field(pattern=r"^[0-9]{12}$")
+    repository_prefix: str = Field(alias="repositoryPrefix", min_length=1, max_length=200)
+    secret_prefix: str = Field(alias="secretPrefix", min_length=1, max_length=200)
+
+    @property
+    def policy(self) -> ImagePolicy:
+        """The domain's policy of these settings."""
+        return ImagePolicy(self.account, self.repository_prefix, self.secret_prefix)
 
 
 class ZoneSettings(BaseModel):
@@ -122,7 +140,9 @@ class Settings(BaseModel):
     on, comma-separated, default ``3.11,3.12,3.13``: one worker image each), ``REMOTE_BATCH_DEFAULT_PYTHON``
     (optional, what a job naming none runs, default 3.12), ``REMOTE_BATCH_PYTHON_INTERPRETERS``
     (optional JSON ``{"3.12": "CPython 3.12.1 (/path)"}``, the local stack's interpreters, shown by
-    ``GET /runtime``) and ``AWS_REGION`` (the home region).
+    ``GET /runtime``), ``REMOTE_BATCH_IMAGES`` (optional JSON ``{"account", "repositoryPrefix",
+    "secretPrefix"}``: environments may name their own images, ``ImageSettings``) and ``AWS_REGION``
+    (the home region).
 
     Built from the environment by ``load_settings`` only; ``Settings(jobs_table=..., ...)`` (by field
     name, as the local stack and tests do) reads nothing but its arguments.
@@ -187,6 +207,8 @@ class Settings(BaseModel):
     array_span_size: int = Field(
         default=10_000, validation_alias="REMOTE_BATCH_ARRAY_SPAN_SIZE", ge=1, le=10_000
     )
+    # Environments' own images (None: jobs run none, as on the local stack, which has no container runtime).
+    images: ImageSettings | None = Field(default=None, validation_alias="REMOTE_BATCH_IMAGES")
     # Webhooks must be HTTPS; only the local stack allows http:// (to a receiver on this machine).
     allow_http_webhooks: StrictEnvBool = Field(
         default=False, validation_alias="REMOTE_BATCH_ALLOW_HTTP_WEBHOOKS"
@@ -219,7 +241,7 @@ class Settings(BaseModel):
             interpreters=dict(self.python_interpreters),
         )
 
-    @field_validator("zones", "python_interpreters", mode="before")
+    @field_validator("zones", "python_interpreters", "images", mode="before")
     @classmethod
     def _json_fields(cls, value: Any) -> Any:
         """The variable holds JSON (parsed here, so its error names the variable, not the value)."""
@@ -261,6 +283,11 @@ class Settings(BaseModel):
             ),
             "REMOTE_BATCH_ZONES": json.dumps(
                 {zone.value: z.model_dump(by_alias=True) for zone, z in self.zones.items()}
+            ),
+            **(
+                {"REMOTE_BATCH_IMAGES": json.dumps(self.images.model_dump(by_alias=True))}
+                if self.images is not None
+                else {}
             ),
         }
 

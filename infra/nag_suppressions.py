@@ -27,8 +27,9 @@ Finding = tuple[str, str]
 _XRAY_DESCRIBE_SMS = (
     "Resource '*' only for actions that have no resource-level permissions: xray:PutTraceSegments and "
     "xray:PutTelemetryRecords (active tracing), batch:DescribeJobs, batch:ListJobs, batch:DescribeJobQueues, "
-    "batch:DescribeComputeEnvironments, and sns:Publish to a phone number (SMS has no ARN). Data actions "
-    "and batch:UpdateJobQueue/UpdateComputeEnvironment are all scoped to the service's own resources."
+    "batch:DescribeComputeEnvironments, batch:DescribeJobDefinitions, and sns:Publish to a phone number "
+    "(SMS has no ARN). Data actions and batch:UpdateJobQueue/UpdateComputeEnvironment are all scoped to "
+    "the service's own resources."
 )
 _S3_GRANT = (
     "s3:GetObject/PutObject/DeleteObject on the geo zones' data buckets' objects: the function presigns "
@@ -67,6 +68,21 @@ _EMAIL_TOPICS = (
 _COMPUTES = (
     "Dedicated computes' compute environments and job queues are created at run time, one per compute, "
     "named '<stage prefix>-cmp-<account digest>-<name>': the grant covers that name prefix only."
+)
+_IMAGE_REPOSITORIES = (
+    "Environments name their own images in ECR repositories created by the operator at run time under "
+    "the stage's prefix '<stage prefix>images/' (docs/deploy.md), in any region: the api resolves their "
+    "tags (ecr:DescribeImages) and the execution role pulls them, in those repositories only."
+)
+_REGISTRY_SECRETS = (
+    "A private registry's credentials are Secrets Manager secrets the operator creates under "
+    "'remote-batch/<stage>/registry/' (docs/deploy.md); the execution role reads those only, never any "
+    "other secret."
+)
+_IMAGE_JOB_DEFINITIONS = (
+    "An image environment's job definitions are registered at run time, one per (image digest, machine "
+    "class), named '<class definition>-py3XY-img-<hash>': RegisterJobDefinition is allowed on those "
+    "names only."
 )
 _LAMBDA_RUNTIME = (
     "Python 3.12 is pinned on purpose: the public Powertools v3 layer (with pydantic) is built per "
@@ -117,11 +133,26 @@ def acknowledge_compute(
     execution_role: IConstruct,
     dedicated_roles: tuple[IConstruct, IConstruct],
     dead_letter_queue: IConstruct | None,
+    names: ZoneNames,
 ) -> None:
     """Attach the accepted findings to a geo zone's compute stack's constructs: its data ``bucket``,
     its Batch roles, the dedicated computes' (instance, Batch service) roles, and the dead-letter
-    queue of its event forwarder (None in the home region)."""
+    queue of its event forwarder (None in the home region); ``names`` are the zone's."""
     _acknowledge_compute(stack, bucket, instance_role, job_role, execution_role)
+    partition = _partition(stack)
+    _acknowledge(
+        execution_role,
+        (
+            f"AwsSolutions-IAM5[Resource::arn:{partition}:ecr:*:<AWS::AccountId>:repository/"
+            f"{names.image_repository_prefix}*]",
+            _IMAGE_REPOSITORIES,
+        ),
+        (
+            f"AwsSolutions-IAM5[Resource::arn:{partition}:secretsmanager:*:<AWS::AccountId>:secret:"
+            f"{names.registry_secret_prefix}*]",
+            _REGISTRY_SECRETS,
+        ),
+    )
     dedicated_instance, batch_service = dedicated_roles
     _acknowledge(
         dedicated_instance,
@@ -197,8 +228,9 @@ def _acknowledge_compute(
         execution_role,
         (
             "AwsSolutions-IAM5[Resource::*]",
-            "ecr:GetAuthorizationToken (pull the worker image) has no resource-level permissions; the "
-            "image pull and log writes are scoped to the asset repository and the job log group.",
+            "ecr:GetAuthorizationToken (pull the worker image, and an environment's own ECR image) has no "
+            "resource-level permissions (AWS's design: the token is per registry, not per repository); "
+            "the image pulls and log writes are scoped to the repositories and the job log group.",
         ),
     )
 
@@ -251,6 +283,25 @@ def _acknowledge_functions(scopes: ControlPlaneFindings) -> None:
         for zone in zones
         for kind in ("compute-environment", "job-queue")
     ]
+    image_repositories = sorted(
+        {
+            (
+                f"AwsSolutions-IAM5[Resource::arn:{partition}:ecr:*:<AWS::AccountId>:repository/"
+                f"{zone.image_repository_prefix}*]",
+                _IMAGE_REPOSITORIES,
+            )
+            for zone in zones
+        }
+    )
+    image_job_definitions = [
+        (
+            f"AwsSolutions-IAM5[Resource::{_batch_arn(partition, zone, 'job-definition/')}"
+            f"{zone.image_job_definition_pattern(machine_class)}]",
+            _IMAGE_JOB_DEFINITIONS,
+        )
+        for zone in zones
+        for machine_class in MACHINE_CLASSES
+    ]
     email_topics = (
         f"AwsSolutions-IAM5[Resource::arn:{partition}:sns:{_home_region(stack)}:<AWS::AccountId>:"
         f"{scopes.email_topic_prefix}*]",
@@ -266,6 +317,7 @@ def _acknowledge_functions(scopes: ControlPlaneFindings) -> None:
         *bucket_objects,
         *table_indexes,
         *dedicated,
+        *image_repositories,
     )
     _acknowledge(
         scopes.batch_events_function.role,
@@ -300,6 +352,7 @@ def _acknowledge_functions(scopes: ControlPlaneFindings) -> None:
         *job_definitions,
         *table_indexes,
         *dedicated,
+        *image_job_definitions,
     )
     functions = (
         scopes.api_function,

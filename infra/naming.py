@@ -57,6 +57,34 @@ class ZoneNames:
         return f"{constants.SERVICE_NAME}-{self.stage}-{self.region}-dedicated-instance"
 
     @property
+    def job_role_name(self) -> str:
+        """The role every job of the zone runs with (a fixed name: the dispatcher passes exactly it
+        when it registers an image environment's job definition)."""
+        return f"{constants.SERVICE_NAME}-{self.stage}-{self.region}-job"
+
+    @property
+    def execution_role_name(self) -> str:
+        """The role ECS starts the zone's jobs with (pulls, the job log, a registry's secret)."""
+        return f"{constants.SERVICE_NAME}-{self.stage}-{self.region}-job-execution"
+
+    @property
+    def image_repository_prefix(self) -> str:
+        """The ECR repositories (of the deployment's account) environments' images may come from:
+        the execution roles may pull exactly these (``functions.domain.images``)."""
+        return f"{self.prefix}images/"
+
+    @property
+    def registry_secret_prefix(self) -> str:
+        """The Secrets Manager secret names a private registry's credentials may be under: the
+        execution roles may read exactly these."""
+        return f"{constants.SERVICE_NAME}/{self.stage}/registry/"
+
+    def image_job_definition_pattern(self, machine_class: str) -> str:
+        """The image environments' definitions of a class (``<class definition>-py3XY-img-<hash>``,
+        ``functions.adapters.batch_definitions.definition_name``)."""
+        return f"{self.job_definition_base(machine_class)}-py3*-img-*"
+
+    @property
     def batch_service_role_name(self) -> str:
         """The Batch service role the zone's dedicated compute environments are created with."""
         return f"{constants.SERVICE_NAME}-{self.stage}-{self.region}-batch-service"

@@ -135,8 +135,6 @@ class LocalEnvironmentBuilder:
         Seconds a build may take; bytes its installed files may take.
     """
 
-    runs_images = False
-
     def __init__(
         self,
         root: Path,

@@ -203,7 +203,6 @@ class RecordingEnvironmentBuilder:
     """An ``EnvironmentBuilder`` that records what it was asked to build (the test reports outcomes)."""
 
     zone: GeoZone = GeoZone.UNITED_STATES
-    runs_images: bool = False
     requests: list[BuildRequest] = field(default_factory=list)
 
     def start_build(self, request: BuildRequest) -> None:

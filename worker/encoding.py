@@ -298,7 +298,7 @@ def _to_json(value: Any, open_containers: set[int], budget: list[int]) -> Any:
     if value is None or type(value) is bool:
         _spend(budget, 4)
         return value
-    if isinstance(value, str | int | float):
+    if isinstance(value, (str, int, float)):
         number = _number_or_string(value)
         if isinstance(number, str):
             _spend(budget, len(number) + 2)
@@ -307,7 +307,7 @@ def _to_json(value: Any, open_containers: set[int], budget: list[int]) -> Any:
         else:
             _spend(budget, 3)
         return number
-    if isinstance(value, list | tuple | dict):
+    if isinstance(value, (list, tuple, dict)):
         if id(value) in open_containers:
             raise NotJSONError("a container that contains itself is not JSON")
         open_containers.add(id(value))
@@ -533,15 +533,20 @@ def _repr_failed(value: Any, exc: BaseException) -> str:
 def default_interpreter_limits() -> Iterator[None]:
     """Run a block under CPython's default int → str digit limit and recursion limit, then restore
     what the user's code set (it runs in this process and may have changed either)."""
-    digits = sys.get_int_max_str_digits()
+    # An image's Python 3.9 before 3.9.14 has no digit limit at all (nothing to set or restore).
+    get_digits = getattr(sys, "get_int_max_str_digits", None)
+    set_digits = getattr(sys, "set_int_max_str_digits", None)
+    digits = get_digits() if get_digits is not None else None
     recursion = sys.getrecursionlimit()
-    sys.set_int_max_str_digits(INT_MAX_STR_DIGITS)
+    if set_digits is not None:
+        set_digits(INT_MAX_STR_DIGITS)
     with contextlib.suppress(RecursionError):  # only when the stack is already deeper than the limit
         sys.setrecursionlimit(RECURSION_LIMIT)
     try:
         yield
     finally:
-        sys.set_int_max_str_digits(digits)
+        if set_digits is not None and digits is not None:
+            set_digits(digits)
         sys.setrecursionlimit(recursion)
 
 

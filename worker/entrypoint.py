@@ -1,7 +1,8 @@
 """The worker's whole run: settings → input → run (in the job's Python) → outputs → exit code.
 
 This is the supervisor (``worker.job_side`` describes the split): it runs in the service's Python and
-hands the job to the job side (``worker.supervisor.run_in_job_python``), which runs it in the job's.
+hands the job to the job side (``worker.supervisor.run_in_job_python``), which runs it in the job's; in
+an environment's own image, to the job container (``worker.job_container.run_in_job_container``).
 
 What the user sees of the worker's own failures is one line in the job log (``remote-batch worker:
 ...``) and, when the job's bucket can be written, ``outcome.json`` with an ``error`` whose ``reason``
@@ -28,6 +29,8 @@ import boto3
 from botocore.exceptions import ClientError
 
 from worker.errors import InputNotFound, InvalidJobInput, StorageError, WorkerError
+from worker.job_container import exchange_of, run_in_job_container
+from worker.job_container import output_dir as container_output_dir
 from worker.layout import failure_outcome, outcome_objects
 from worker.runner import JobError, JobInput, parse_job_input, payload_key
 from worker.settings import JOB_ID, WorkerSettings
@@ -102,9 +105,18 @@ def _run(settings: WorkerSettings, storage: JobStorage, environ: Mapping[str, st
         _tell_operator(environ, storage, settings, reason, exc)
         _record_failure(storage, settings, type(exc).__name__, reason)
         return EXIT_WORKER_ERROR
+    exchange = exchange_of(environ)
     with tempfile.TemporaryDirectory(prefix="remote-batch-output-", ignore_cleanup_errors=True) as tmp:
-        output_dir = Path(tmp)
-        run = run_in_job_python(job, output_dir=output_dir, memory_gib=settings.memory_gib, environ=environ)
+        if exchange is None:
+            output_dir = Path(tmp)
+            run = run_in_job_python(
+                job, output_dir=output_dir, memory_gib=settings.memory_gib, environ=environ
+            )
+        else:  # an environment's own image: the job side runs in the job container (worker.job_container)
+            output_dir = container_output_dir(exchange)
+            run = run_in_job_container(
+                job, exchange=exchange, memory_gib=settings.memory_gib, environ=environ
+            )
         try:
             publish(storage, settings.job_output_prefix, run, output_dir)
         except WorkerError as exc:

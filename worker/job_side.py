@@ -18,6 +18,19 @@ result parts, then ``outcome/outcome.json`` last: its presence means the others 
 user's output goes straight to the job log (the job side inherits the supervisor's stdout and stderr).
 
 ``python -I -c BOOTSTRAP ROOT FOLDER OUTPUT_DIR [MEMORY_GIB]`` (:func:`main`); exit code the job's.
+
+**In an environment's own image** the job side runs in another container of the same AWS Batch job
+(``functions.adapters.batch_definitions``): the supervisor's container and the job container share a
+volume (:data:`EXCHANGE_PATH`). The supervisor fills it (``lib/``: these modules and cloudpickle;
+``job/input/``; ``args.json``: the output folder, memory, the job's ``REMOTE_BATCH_*`` variables and
+the Python the environment names), then writes ``ready``. The job container's ``python3`` (the image's,
+>= 3.9: this module and its siblings keep to 3.9's syntax and library) waits for it, then runs
+:func:`container_main`: the same job side as a child process with its console in ``console`` (the
+supervisor relays that file to its own log stream, so the job keeps one log), the signals forwarded to
+it, and ``exit.json`` (its return code) written when it ends.
+
+This module runs on Python 3.9 to 3.13: no ``match``, no ``X | Y`` outside annotations
+(``tests/unit/test_job_side_python39.py`` checks it).
 """
 
 from __future__ import annotations
@@ -33,7 +46,6 @@ from typing import Any
 from worker.encoding import EncodedResult, encode_result
 from worker.runner import (
     CodeInput,
-    CommandInput,
     JobError,
     JobInput,
     Outcome,
@@ -52,6 +64,19 @@ OUTCOME_DOCUMENT = "outcome.json"
 RESULT_JSON = "result.json"
 RESULT_PICKLE = "result.pickle"
 PREVIEW_PNG = "preview.png"
+# The job container's side of an image job (the names match ``functions.domain.images``).
+#: Where the shared volume is mounted in both containers.
+EXCHANGE_PATH = "/remote-batch/exchange"
+#: Files of that folder: the supervisor's ``ready`` mark, ``args.json``, the job's folder (``job/``:
+#: input and outcome), the job's console, and the launcher's ``exit.json``.
+READY_FILE = "ready"
+ARGS_FILE = "args.json"
+JOB_FOLDER = "job"
+CONSOLE_FILE = "console"
+EXIT_FILE = "exit.json"
+#: The signals the launcher passes on to the job side (AWS Batch's terminate is SIGTERM to every
+#: container of the job, then SIGKILL).
+_FORWARDED_SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP")
 #: Variable naming site folders (``os.pathsep``-separated) the job side adds to its path when its
 #: interpreter was started without its own site-packages (``-S``).
 SITE_VARIABLE = "REMOTE_BATCH_JOB_SITE"
@@ -72,15 +97,14 @@ def write_input(folder: Path, job: JobInput) -> None:
     target = folder / INPUT_DIR
     target.mkdir(parents=True, exist_ok=True)
     document: dict[str, Any]
-    match job:
-        case CodeInput():
-            document = {"kind": "code", "payloadKey": INPUT_PAYLOAD}
-            (target / INPUT_PAYLOAD).write_bytes(job.source.encode("utf-8", "surrogatepass"))
-        case PickleInput():
-            document = {"kind": "pickle", "payloadKey": INPUT_PAYLOAD}
-            (target / INPUT_PAYLOAD).write_bytes(job.payload)
-        case CommandInput():
-            document = {"kind": "command", "command": list(job.argv)}
+    if isinstance(job, CodeInput):
+        document = {"kind": "code", "payloadKey": INPUT_PAYLOAD}
+        (target / INPUT_PAYLOAD).write_bytes(job.source.encode("utf-8", "surrogatepass"))
+    elif isinstance(job, PickleInput):
+        document = {"kind": "pickle", "payloadKey": INPUT_PAYLOAD}
+        (target / INPUT_PAYLOAD).write_bytes(job.payload)
+    else:
+        document = {"kind": "command", "command": list(job.argv)}
     if job.array_item is not None:
         document.update(arrayItem=job.array_item.value, arrayIndex=job.array_item.index)
     (target / INPUT_DOCUMENT).write_text(json.dumps(document), encoding="utf-8")
@@ -173,3 +197,68 @@ def main(argv: list[str]) -> None:
         with contextlib.suppress(ValueError, OSError):
             stream.flush()
     os._exit(outcome.exit_code & 0xFF)
+
+
+def container_main(exchange: str) -> None:
+    """The job container's program (after ``ready``): run the job side of ``exchange/job`` in this
+    interpreter (the image's python3, with the image's own site-packages) as a child process whose
+    console goes to ``exchange/console``; forward SIGTERM, SIGINT and SIGHUP to it; write
+    ``exchange/exit.json`` (``{"returncode": N}``, negative for a signal) when it ends; exit with its
+    code. A Python other than the environment's (``args.json`` ``python``) records an outcome saying
+    so instead (a pickled call only loads in the version that made it)."""
+    import signal
+    import subprocess
+
+    folder = Path(exchange)
+    args = json.loads((folder / ARGS_FILE).read_text(encoding="utf-8"))
+    job_folder = folder / JOB_FOLDER
+    expected = str(args.get("python") or "")
+    running = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    if expected and expected != running:
+        reason = f"The image's python3 is Python {running}, not the environment's {expected}"
+        message = (
+            f"{reason}: build the image on Python {expected}, "
+            f"or create the environment with python {running}."
+        )
+        error = JobError(type="EnvironmentError", message=message, traceback="", reason=reason)
+        write_outcome(job_folder, Outcome(messages=[message], error=error, exit_code=2))
+        _write_exit(folder, 2)
+        os._exit(2)
+    environ = dict(os.environ)
+    environ.update({str(k): str(v) for k, v in dict(args.get("environment") or {}).items()})
+    memory = "" if args.get("memoryGib") is None else str(args["memoryGib"])
+    argv = [
+        sys.executable,
+        "-I",
+        "-c",
+        BOOTSTRAP,
+        str(folder / "lib"),
+        str(job_folder),
+        str(args["outputDir"]),
+    ]
+    with open(folder / CONSOLE_FILE, "ab", buffering=0) as console:
+        process = subprocess.Popen([*argv, memory], env=environ, stdout=console, stderr=console)  # noqa: S603
+
+        def forward(signum: int, _frame: Any) -> None:
+            with contextlib.suppress(OSError):
+                process.send_signal(signum)
+
+        for name in _FORWARDED_SIGNALS:
+            signal.signal(getattr(signal, name), forward)
+        returncode = process.wait()
+    _write_exit(folder, returncode)
+    os._exit(returncode & 0xFF if returncode >= 0 else 128 - returncode)
+
+
+def _write_exit(folder: Path, returncode: int) -> None:
+    partial = folder / (EXIT_FILE + ".partial")
+    partial.write_text(json.dumps({"returncode": returncode}), encoding="utf-8")
+    partial.replace(folder / EXIT_FILE)
+
+
+def read_exit(exchange: Path) -> int | None:
+    """The job side's return code :func:`container_main` wrote, or None while it has not."""
+    try:
+        return int(json.loads((exchange / EXIT_FILE).read_text(encoding="utf-8"))["returncode"])
+    except FileNotFoundError:
+        return None

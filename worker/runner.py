@@ -20,6 +20,7 @@ import linecache
 import os
 import re
 import selectors
+import shutil
 import signal
 import subprocess
 import sys
@@ -32,7 +33,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import CodeType, TracebackType
-from typing import Any, TextIO
+from typing import Any, TextIO, Union
 
 import cloudpickle
 
@@ -119,7 +120,8 @@ class PickleInput:
     array_item: ArrayItem | None = None
 
 
-JobInput = CodeInput | CommandInput | PickleInput
+# Union, not |: this module runs on an image's python3 >= 3.9 too (worker.job_side).
+JobInput = Union[CodeInput, CommandInput, PickleInput]  # noqa: UP007
 
 
 @dataclass(frozen=True)
@@ -221,45 +223,42 @@ def parse_job_input(raw: bytes, payload: bytes | None = None) -> JobInput:
     kind = document.get("kind")
     if "payloadKey" in document:
         return _uploaded_input(kind, payload, array_item)
-    match kind:
-        case "code":
-            source = document.get("code")
-            if not isinstance(source, str):
-                raise InvalidJobInput("'code' must be a string of Python source")
-            return CodeInput(source=source_text(source), array_item=array_item)
-        case "command":
-            argv = document.get("command")
-            if not (isinstance(argv, list) and argv and all(isinstance(arg, str) for arg in argv)):
-                raise InvalidJobInput("'command' must be a non-empty list of strings")
-            for index, arg in enumerate(argv):
-                _check_argument(index, arg)
-            return CommandInput(argv=tuple(argv), array_item=array_item)
-        case "pickle":
-            text = document.get("pickle")
-            if not isinstance(text, str):
-                raise InvalidJobInput("'pickle' must be a base64 string")
-            try:
-                payload = base64.b64decode(text, validate=True)
-            except binascii.Error as exc:
-                raise InvalidJobInput(f"'pickle' is not valid base64 ({exc})") from exc
-            return PickleInput(payload=payload, array_item=array_item)
-        case _:
-            raise InvalidJobInput(f"unknown input kind {kind!r}: expected 'code', 'command' or 'pickle'")
+    # if/elif, not match: the job side runs on an image's python3 >= 3.9 (worker.job_side).
+    if kind == "code":
+        source = document.get("code")
+        if not isinstance(source, str):
+            raise InvalidJobInput("'code' must be a string of Python source")
+        return CodeInput(source=source_text(source), array_item=array_item)
+    if kind == "command":
+        argv = document.get("command")
+        if not (isinstance(argv, list) and argv and all(isinstance(arg, str) for arg in argv)):
+            raise InvalidJobInput("'command' must be a non-empty list of strings")
+        for index, arg in enumerate(argv):
+            _check_argument(index, arg)
+        return CommandInput(argv=tuple(argv), array_item=array_item)
+    if kind == "pickle":
+        text = document.get("pickle")
+        if not isinstance(text, str):
+            raise InvalidJobInput("'pickle' must be a base64 string")
+        try:
+            payload = base64.b64decode(text, validate=True)
+        except binascii.Error as exc:
+            raise InvalidJobInput(f"'pickle' is not valid base64 ({exc})") from exc
+        return PickleInput(payload=payload, array_item=array_item)
+    raise InvalidJobInput(f"unknown input kind {kind!r}: expected 'code', 'command' or 'pickle'")
 
 
 def _uploaded_input(kind: Any, payload: bytes | None, array_item: ArrayItem | None) -> JobInput:
     if payload is None:
         raise InvalidJobInput("the input names a 'payloadKey' but its object was not read")
-    match kind:
-        case "code":
-            try:
-                return CodeInput(source=source_text(payload), array_item=array_item)
-            except (SyntaxError, UnicodeDecodeError) as exc:
-                raise InvalidJobInput(f"the uploaded code cannot be read as Python source ({exc})") from exc
-        case "pickle":
-            return PickleInput(payload=payload, array_item=array_item)
-        case _:
-            raise InvalidJobInput(f"an uploaded input must be of kind 'code' or 'pickle', not {kind!r}")
+    if kind == "code":
+        try:
+            return CodeInput(source=source_text(payload), array_item=array_item)
+        except (SyntaxError, UnicodeDecodeError) as exc:
+            raise InvalidJobInput(f"the uploaded code cannot be read as Python source ({exc})") from exc
+    if kind == "pickle":
+        return PickleInput(payload=payload, array_item=array_item)
+    raise InvalidJobInput(f"an uploaded input must be of kind 'code' or 'pickle', not {kind!r}")
 
 
 def _check_argument(index: int, arg: str) -> None:
@@ -303,18 +302,15 @@ def run_job(job: JobInput, *, output_dir: Path, memory_gib: int | None = None) -
         job still ended otherwise (e.g. a subprocess of the code), a message says so.
     """
     oom_kills_before = oom_kill_count()
-    match job:
-        case CodeInput():
-            with _output_dir_in_environ(output_dir):
-                outcome = run_code(job.source, array_item=job.array_item, memory_gib=memory_gib)
-        case PickleInput():
-            with _output_dir_in_environ(output_dir):
-                outcome = run_pickle(job.payload, array_item=job.array_item, memory_gib=memory_gib)
-        case CommandInput():
-            with _item_environment(job.array_item) as item_env:
-                outcome = run_command(
-                    job.argv, output_dir=output_dir, memory_gib=memory_gib, extra_env=item_env
-                )
+    if isinstance(job, CodeInput):
+        with _output_dir_in_environ(output_dir):
+            outcome = run_code(job.source, array_item=job.array_item, memory_gib=memory_gib)
+    elif isinstance(job, PickleInput):
+        with _output_dir_in_environ(output_dir):
+            outcome = run_pickle(job.payload, array_item=job.array_item, memory_gib=memory_gib)
+    else:
+        with _item_environment(job.array_item) as item_env:
+            outcome = run_command(job.argv, output_dir=output_dir, memory_gib=memory_gib, extra_env=item_env)
     oom_kills = _increase(oom_kills_before, oom_kill_count())
     if oom_kills and (outcome.error is None or outcome.error.type != "MemoryError"):
         note = (
@@ -479,7 +475,7 @@ def _load_call(payload: bytes) -> tuple[Callable[..., Any], tuple[Any, ...], dic
     if not (isinstance(loaded, tuple) and len(loaded) == 3):
         raise PickleNotLoaded(f"it holds {type(loaded).__name__}, not a (function, args, kwargs) tuple")
     fn, args, kwargs = loaded
-    if not callable(fn) or not isinstance(args, tuple | list) or not isinstance(kwargs, dict):
+    if not callable(fn) or not isinstance(args, (tuple, list)) or not isinstance(kwargs, dict):
         raise PickleNotLoaded("it must hold (function, args tuple, kwargs dict)")
     return fn, tuple(args), kwargs
 
@@ -915,10 +911,14 @@ def _item_environment(array_item: ArrayItem | None) -> Iterator[dict[str, str]]:
     if array_item is None:
         yield {}
         return
-    with tempfile.TemporaryDirectory(prefix="remote-batch-item-", ignore_cleanup_errors=True) as tmp:
+    # mkdtemp and rmtree, not TemporaryDirectory(ignore_cleanup_errors=...): that is Python 3.10's.
+    tmp = tempfile.mkdtemp(prefix="remote-batch-item-")
+    try:
         path = Path(tmp, "item.json")
         path.write_text(json.dumps(array_item.value, ensure_ascii=False), encoding="utf-8")
         yield {ITEM_FILE_VARIABLE: str(path), ARRAY_INDEX_VARIABLE: str(array_item.index)}
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 @contextmanager

@@ -12,8 +12,9 @@ from pydantic import ValidationError
 from functions.adapters.batch_detail import BatchJobDetail, to_state
 from functions.adapters.errors import translate_errors
 from functions.domain.errors import BatchRefused
+from functions.domain.images import SUPERVISOR_CONTAINER
 from functions.domain.jobs import BatchJobState
-from functions.ports import BatchSubmission
+from functions.ports import BatchSubmission, JobDefinitions
 
 if TYPE_CHECKING:  # the stubs are a dev dependency; the Lambda runtime has no need of them
     from mypy_boto3_batch import BatchClient
@@ -41,12 +42,18 @@ JOB_NAME_FILTER = "JOB_NAME"
 MIN_TIMEOUT_SECONDS = 60
 
 
-def submit_job_request(submission: BatchSubmission) -> SubmitJobRequestTypeDef:
+def submit_job_request(
+    submission: BatchSubmission, job_definition: str | None = None
+) -> SubmitJobRequestTypeDef:
     """The SubmitJob parameters for a submission: resource requirements per machine class as
     ``containerOverrides`` (vCPUs, MiB of memory, GPUs when asked), the worker's environment sorted by
     name, ``propagateTags`` (the job's tags reach its ECS task), the tags, the share identifier on a
     fair-share queue, and the timeout (``attemptDurationSeconds``, raised to AWS Batch's 60-second
-    minimum)."""
+    minimum).
+
+    ``job_definition`` (an image job's, ``batch_definitions``) replaces the submission's: a
+    multi-container job, whose overrides are ``ecsPropertiesOverride`` for its supervisor container
+    (the environment; the resources are the definition's)."""
     requirements: list[ResourceRequirementTypeDef] = [
         {"type": "VCPU", "value": str(submission.vcpus)},
         {"type": "MEMORY", "value": str(submission.memory_mib)},
@@ -59,13 +66,15 @@ def submit_job_request(submission: BatchSubmission) -> SubmitJobRequestTypeDef:
     request: SubmitJobRequestTypeDef = {
         "jobName": submission.job_name,
         "jobQueue": submission.job_queue,
-        "jobDefinition": submission.job_definition,
-        "containerOverrides": {
-            "environment": environment,
-            "resourceRequirements": requirements,
-        },
+        "jobDefinition": job_definition or submission.job_definition,
         "propagateTags": True,
     }
+    if job_definition is None:
+        request["containerOverrides"] = {"environment": environment, "resourceRequirements": requirements}
+    else:
+        request["ecsPropertiesOverride"] = {
+            "taskProperties": [{"containers": [{"name": SUPERVISOR_CONTAINER, "environment": environment}]}]
+        }
     if submission.tags:
         request["tags"] = dict(submission.tags)
     if submission.share_identifier is not None:
@@ -115,18 +124,27 @@ def translated_errors(action: str, consequence: str) -> Iterator[None]:
 
 
 class AwsBatchGateway:
-    """``BatchGateway`` on the AWS Batch API of one region (a typed boto3 ``batch`` client)."""
+    """``BatchGateway`` on the AWS Batch API of one region (a typed boto3 ``batch`` client);
+    ``definitions`` gives image jobs their job definitions (None: the zone runs no images of its own,
+    and a submission with an image is refused)."""
 
-    def __init__(self, client: BatchClient) -> None:
+    def __init__(self, client: BatchClient, definitions: JobDefinitions | None = None) -> None:
         self._batch = client
+        self._definitions = definitions
 
     def submit_job(self, submission: BatchSubmission) -> str:
-        """SubmitJob (``submit_job_request``); returns the Batch job id.
+        """SubmitJob (``submit_job_request``), an image job with its image's definition
+        (``JobDefinitions.definition_for``, registered on first use); returns the Batch job id.
 
         Raises ``DependencyFailed`` when Batch refuses, throttles or cannot be reached.
         """
+        definition: str | None = None
+        if submission.image is not None:
+            if self._definitions is None:
+                raise BatchRefused("AWS Batch here runs no images of their own; nothing was charged.")
+            definition = self._definitions.definition_for(submission.image)
         with translated_errors("accept the job", "nothing was charged. Try again."):
-            response = self._batch.submit_job(**submit_job_request(submission))
+            response = self._batch.submit_job(**submit_job_request(submission, definition))
         return response["jobId"]
 
     def terminate_job(self, batch_job_id: str, reason: str) -> None:

@@ -15,6 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from functions.domain.images import SUPERVISOR_CONTAINER
 from functions.domain.jobs import BatchJobState
 
 FINAL_BATCH_STATUSES = ("SUCCEEDED", "FAILED")
@@ -55,6 +56,7 @@ class BatchJobDetail(BaseModel):
     stopped_at: int | None = Field(default=None, alias="stoppedAt")
     attempts: list[dict[str, Any]] = Field(default_factory=list)
     container: BatchContainerDetail | None = None
+    ecs_properties: dict[str, Any] | None = Field(default=None, alias="ecsProperties")
     array_properties: BatchArrayProperties | None = Field(default=None, alias="arrayProperties")
     tags: dict[str, Any] = Field(default_factory=dict)
 
@@ -69,6 +71,21 @@ def _text(value: Any) -> str | None:
 
 def _int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _task_containers(detail: BatchJobDetail) -> tuple[BatchContainerDetail | None, list[str]]:
+    """A multi-container job's (an image environment's, ``batch_definitions``) supervisor container,
+    whose exit code, log stream and reason are the job's, and the other containers' reasons (the job
+    container's ``OutOfMemoryError``); (None, []) for a single-container job."""
+    tasks = (detail.ecs_properties or {}).get("taskProperties")
+    if not isinstance(tasks, list) or not tasks or not isinstance(tasks[0], dict):
+        return None, []
+    containers = [c for c in tasks[0].get("containers", []) if isinstance(c, dict)]
+    supervisor = next((c for c in containers if c.get("name") == SUPERVISOR_CONTAINER), None)
+    reasons = [r for c in containers if c is not supervisor and (r := _text(c.get("reason")))]
+    if supervisor is None:
+        return None, reasons
+    return BatchContainerDetail.model_validate(supervisor), reasons
 
 
 def to_state(detail: BatchJobDetail, observed_at_ms: int) -> BatchJobState:
@@ -89,7 +106,8 @@ def to_state(detail: BatchJobDetail, observed_at_ms: int) -> BatchJobState:
         When it was observed (the event's time, or the DescribeJobs call's): stands in for a final
         detail's missing ``stoppedAt``.
     """
-    container = detail.container or BatchContainerDetail()
+    task_container, task_reasons = _task_containers(detail)
+    container = detail.container or task_container or BatchContainerDetail()
     last: dict[str, Any] = (
         detail.attempts[-1] if detail.attempts and isinstance(detail.attempts[-1], dict) else {}
     )
@@ -108,7 +126,12 @@ def to_state(detail: BatchJobDetail, observed_at_ms: int) -> BatchJobState:
         stopped_at = attempt_stop
     if stopped_at is None and final and started_at is not None:
         stopped_at = observed_at_ms
-    reasons = [container.reason, _text(last_container.get("reason")), _text(last.get("statusReason"))]
+    reasons = [
+        container.reason,
+        *task_reasons,
+        _text(last_container.get("reason")),
+        _text(last.get("statusReason")),
+    ]
     exit_code = (
         container.exit_code if container.exit_code is not None else _int(last_container.get("exitCode"))
     )

@@ -29,6 +29,7 @@ from urllib.parse import urlsplit
 from packaging.requirements import InvalidRequirement, Requirement
 
 from functions.domain.errors import Conflict, ValidationFailed
+from functions.domain.images import image_hash, parse_image
 from functions.domain.prerequisites import Prerequisite, PrerequisiteKind, PrerequisiteState, Standing
 from functions.domain.runtime import PythonRuntime
 
@@ -95,7 +96,10 @@ class EnvironmentSpec:
     extra_index_urls : tuple[str, ...]
         More indexes to resolve from.
     image : str | None
-        A container image reference the job runs in instead of the service's worker image.
+        A container image reference the job runs in instead of the service's worker image
+        (``functions.domain.images``).
+    repository_credentials : str | None
+        The Secrets Manager secret ARN a private registry's ``image`` is pulled with.
     """
 
     python: str
@@ -103,17 +107,22 @@ class EnvironmentSpec:
     index_url: str | None = None
     extra_index_urls: tuple[str, ...] = ()
     image: str | None = None
+    repository_credentials: str | None = None
 
     def canonical(self) -> dict[str, object]:
         """The spec as the hash sees it: each requirement normalized by ``packaging`` (so ``Six ==
-        1.16.0`` and ``six==1.16.0`` are one spec), in the user's order."""
-        return {
+        1.16.0`` and ``six==1.16.0`` are one spec), in the user's order; ``repositoryCredentials`` only
+        when given (a spec without it hashes as before the field existed)."""
+        canonical: dict[str, object] = {
             "python": self.python,
             "requirements": [str(Requirement(line)) for line in self.requirements],
             "indexUrl": self.index_url,
             "extraIndexUrls": list(self.extra_index_urls),
             "image": self.image,
         }
+        if self.repository_credentials is not None:
+            canonical["repositoryCredentials"] = self.repository_credentials
+        return canonical
 
 
 def _amount(value: float, unit: str) -> str:
@@ -216,7 +225,9 @@ def check_spec(spec: EnvironmentSpec, runtime: PythonRuntime, *, allow_http: boo
     ValidationFailed
         ``python``; ``requirements`` (over :data:`MAX_REQUIREMENTS`); ``requirements[i]`` (a line
         ``packaging`` cannot parse, or over :data:`MAX_REQUIREMENT_CHARS`); ``indexUrl``;
-        ``extraIndexUrls[i]``; ``image``.
+        ``extraIndexUrls[i]``; ``image``; ``requirements`` with an ``image`` (an image environment
+        runs the image's own packages: requirements on top of an image are not built yet);
+        ``repositoryCredentials`` without an ``image``.
     """
     if spec.python not in runtime.versions:
         raise ValidationFailed(
@@ -248,6 +259,18 @@ def check_spec(spec: EnvironmentSpec, runtime: PythonRuntime, *, allow_http: boo
         _check_index(url, f"extraIndexUrls[{index}]", allow_http)
     if spec.image is not None:
         check_image(spec.image)
+        if spec.requirements or spec.index_url is not None or spec.extra_index_urls:
+            raise ValidationFailed(
+                "An environment with an image runs the image's own packages: requirements (and package "
+                "indexes) on top of an image are not supported yet; install them into the image, or "
+                "leave image null.",
+                field="requirements",
+            )
+    elif spec.repository_credentials is not None:
+        raise ValidationFailed(
+            "repositoryCredentials is the pull secret of an image; give image too, or leave it null.",
+            field="repositoryCredentials",
+        )
     return spec
 
 
@@ -296,6 +319,9 @@ class Environment:
         The resolved lock (empty until Ready).
     size_bytes : int
         What the installed files take, unpacked (bytes; 0 until Ready).
+    image_digest : str | None
+        The digest (``sha256:...``) the spec's ``image`` resolved to (None without an image, or when
+        it did not resolve); jobs run in ``repository@digest``.
     created_at, ready_at : datetime, datetime | None
         When it was asked for; when it became Ready or Failed.
     log_stream_name : str
@@ -317,6 +343,7 @@ class Environment:
     size_bytes: int = 0
     ready_at: datetime | None = None
     version: int = 0
+    image_digest: str | None = None
 
     @property
     def label(self) -> str:
@@ -331,16 +358,26 @@ class Environment:
         noun = "package" if count == 1 else "packages"
         return f"Building {self.label} (Python {self.spec.python}, {count} {noun})"
 
+    @property
+    def pinned_image(self) -> str | None:
+        """The image jobs run in, by digest (``registry/repository@sha256:...``); None without one."""
+        if self.spec.image is None or self.image_digest is None:
+            return None
+        return parse_image(self.spec.image).pinned(self.image_digest)
+
 
 @dataclass(frozen=True, slots=True)
 class JobEnvironment:
     """What a job records of the environment it runs in (``environment`` on ``GET /jobs/{jobId}``):
     its name (None: an inline spec), its build's hash (what the worker runs with; None while the job
-    waits for the build) and its Python."""
+    waits for the build) and its Python; for an image environment the image pinned by digest
+    (``registry/repository@sha256:...``) and the pull secret's ARN."""
 
     name: str | None
     hash: str | None
     python: str
+    image: str | None = None
+    repository_credentials: str | None = None
 
 
 def for_job(environment: Environment, python_version: str | None) -> JobEnvironment:
@@ -364,7 +401,13 @@ def for_job(environment: Environment, python_version: str | None) -> JobEnvironm
             field="pythonVersion",
         )
     ready = environment.status is EnvironmentStatus.READY
-    return JobEnvironment(environment.name, environment.hash if ready else None, environment.spec.python)
+    return JobEnvironment(
+        environment.name,
+        environment.hash if ready else None,
+        environment.spec.python,
+        image=environment.pinned_image,
+        repository_credentials=environment.spec.repository_credentials,
+    )
 
 
 def for_job_spec(spec: EnvironmentSpec, python_version: str | None) -> JobEnvironment:
@@ -494,5 +537,33 @@ def finish(environment: Environment, outcome: BuildOutcome, now: datetime) -> En
         hash=outcome.hash,
         packages=outcome.packages,
         size_bytes=outcome.size_bytes,
+        ready_at=now,
+    )
+
+
+def image_environment(
+    account_id: str, name: str, spec: EnvironmentSpec, now: datetime, *, digest: str | None, error: str | None
+) -> Environment:
+    """A new image environment, final at once (nothing to build: its packages are the image's):
+    ``Ready`` with the digest its image resolved to (``hash``: ``functions.domain.images.image_hash``),
+    or ``Failed`` with ``Environment <name> failed: <error>`` when it did not resolve."""
+    environment = new_environment(account_id, name, spec, now)
+    if digest is None:
+        reason = error or "its image did not resolve"
+        return replace(
+            environment,
+            status=EnvironmentStatus.FAILED,
+            status_reason=f"Environment {name} failed: {reason}",
+            ready_at=now,
+        )
+    resolved = replace(environment, image_digest=digest)
+    pinned = resolved.pinned_image
+    if pinned is None:  # pragma: no cover - an image spec with a digest always pins
+        raise ValueError("an image environment without an image")
+    return replace(
+        resolved,
+        status=EnvironmentStatus.READY,
+        status_reason=None,
+        hash=image_hash(spec.python, pinned, spec.repository_credentials),
         ready_at=now,
     )

@@ -176,3 +176,9 @@ class UnreadableRecord(DependencyFailed):
     def __init__(self, message: str, key: str) -> None:
         super().__init__(message)
         self.key = key
+
+
+class ImageNotFound(Exception):
+    """An environment's image does not exist where its reference points (no such repository, tag or
+    digest, or the registry refuses it to anonymous pulls). Not a client error: the environment is
+    created ``Failed`` with the message, which names the image and what is missing."""

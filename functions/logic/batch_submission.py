@@ -19,11 +19,13 @@ from functions.domain.fair_share import share_identifier
 from functions.domain.jobs import Job, QueuedSpan, credit_cap_seconds
 from functions.domain.machine_classes import MachineClass, machine_class
 from functions.domain.runtime import DEFAULT_PYTHON_VERSION, job_definition_name
-from functions.ports import BatchSubmission, Services, ZoneServices
+from functions.ports import BatchSubmission, ImageJob, Services, ZoneServices
 
 # A creditConstraint also sets a Batch timeout (cap ÷ rate plus a margin) so a job stops even if
 # the meter is down (docs/architecture.md "Credits"); the meter normally stops it first.
 CREDIT_TIMEOUT_MARGIN_SECONDS = 120
+#: Environment variable of an image job's supervisor: the Python the image's ``python3`` must be.
+IMAGE_PYTHON_VARIABLE = "REMOTE_BATCH_IMAGE_PYTHON"
 #: Environment variable of a span's container: the global index of the span's first item.
 ARRAY_OFFSET_VARIABLE = "REMOTE_BATCH_ARRAY_OFFSET"
 
@@ -65,14 +67,23 @@ def batch_submission(
     of the job's environment when it names one, then ``environment``), the timeout backing its caps
     (``batch_timeout``), the job and account tags, and on the class's shared queue the account's share
     identifier (``domain.fair_share``). ``job_queue`` (a dedicated compute's, first in, first out: no
-    share identifier) replaces the shared queue."""
+    share identifier) replaces the shared queue. A job in an image environment carries the image
+    (``BatchSubmission.image``: its definition is registered per image and class from the class's
+    own) and the Python the image must run instead of a build hash: the image's packages are its
+    environment."""
     route = zone_services.routes[machine.name]
+    definition = job_definition_name(route.job_definition, job.python_version or DEFAULT_PYTHON_VERSION)
+    image = job.environment.image if job.environment else None
+    build: dict[str, str] = {}
+    if image is not None:
+        build = {IMAGE_PYTHON_VARIABLE: job.environment.python} if job.environment else {}
+    elif job.environment is not None and job.environment.hash:
+        # Set once the environment is Ready: a job reaches AWS Batch only after (``logic.waits``).
+        build = {ENVIRONMENT_HASH_VARIABLE: job.environment.hash}
     return BatchSubmission(
         job_name=job_name,
         job_queue=job_queue or route.job_queue,
-        job_definition=job_definition_name(
-            route.job_definition, job.python_version or DEFAULT_PYTHON_VERSION
-        ),
+        job_definition=definition,
         vcpus=machine.vcpus,
         memory_mib=machine.memory_mib,
         gpus=machine.gpus,
@@ -82,18 +93,18 @@ def batch_submission(
             "REMOTE_BATCH_INPUT_KEY": input_key(job.job_id),
             "REMOTE_BATCH_OUTPUT_PREFIX": output_prefix(job.job_id),
             "REMOTE_BATCH_MEMORY_GIB": str(machine.memory_gib),
-            # Set once the environment is Ready: a job reaches AWS Batch only after (``logic.waits``).
-            **(
-                {ENVIRONMENT_HASH_VARIABLE: job.environment.hash}
-                if job.environment and job.environment.hash
-                else {}
-            ),
+            **build,
             **(environment or {}),
         },
         timeout_seconds=batch_timeout(machine, job.credit_constraint, job.time_constraint),
         tags={"remote-batch:jobId": job.job_id, "remote-batch:accountId": job.account_id},
         array_size=array_size,
         share_identifier=None if job_queue else share_identifier(job.account_id),
+        image=(
+            None
+            if image is None or job.environment is None
+            else ImageJob(image, definition, job.environment.repository_credentials)
+        ),
     )
 
 

@@ -18,16 +18,19 @@ from functions.domain.environments import (
     check_spec,
     environment_prerequisite,
     finish,
+    image_environment,
     new_environment,
     same_or_conflict,
 )
 from functions.domain.errors import (
     ConditionFailed,
     DependencyFailed,
+    ImageNotFound,
     NotFound,
     QuotaExceeded,
     ValidationFailed,
 )
+from functions.domain.images import check_image_source
 from functions.logic import waits
 from functions.logic.environment_waits import stored_environment
 from functions.logic.inline_environments import SAVE_ATTEMPTS, environment_builder, environment_store
@@ -63,30 +66,32 @@ def put_environment(
 ) -> tuple[Environment, bool]:
     """``PUT /environments/{name}``: the environment and whether this call created it.
 
-    A new one is written Building (counted among the account's builds) and its build started; the
+    A new one is written Building (counted among the account's builds) and its build started; an
+    image environment (``image``) has nothing to build: its image is resolved to a digest first and
+    it is written Ready (or Failed, naming the missing image or tag) at once (``_create_image``). The
     same spec again returns the stored one (any status); another spec is a conflict.
 
     Raises
     ------
     NotSupported
-        The deployment has no environment builder (501); nothing is written.
+        The deployment has no environment builder (501), for a spec with requirements; nothing is
+        written.
     ValidationFailed
-        A bad name or spec field (``functions.domain.environments.check_spec``), or an ``image`` where
-        the builder runs no images; nothing is written.
+        A bad name or spec field (``functions.domain.environments.check_spec``), an ``image`` where the
+        deployment runs no images (the local stack), or one it may not pull
+        (``functions.domain.images.check_image_source``); nothing is written.
     Conflict
         The name holds another spec.
     QuotaExceeded
         The account already has ``MAX_CONCURRENT_BUILDS`` environments Building.
+    DependencyFailed
+        The image's registry failed or could not be reached; nothing is written.
     """
-    builder = environment_builder(services)
     check_name(name)
+    if spec.image is not None:
+        return _create_image(services, account_id, name, spec, now)
     check_spec(spec, services.python, allow_http=services.allow_http_indexes)
-    if spec.image is not None and not builder.runs_images:
-        raise ValidationFailed(
-            "This deployment runs no container images of its own (the local stack has no container "
-            "runtime); leave image null to run in the service's worker image.",
-            field="image",
-        )
+    builder = environment_builder(services)
     store = environment_store(services)
     existing = store.get_environment(account_id, name)
     if existing is not None:
@@ -113,6 +118,47 @@ def put_environment(
         )
     )
     logger.info("environment build started", account_id=account_id, environment=name)
+    return environment, True
+
+
+def _create_image(
+    services: Services, account_id: str, name: str, spec: EnvironmentSpec, now: datetime
+) -> tuple[Environment, bool]:
+    """``put_environment`` of an image environment: checked, resolved (``ImageRegistry.resolve``: a
+    tag to its digest, a digest as is), then written final in one conditional put (it is never
+    Building, so it takes no build from the account's quota)."""
+    if services.images is None:
+        raise ValidationFailed(
+            "This deployment runs no container images of its own (the local stack has no container "
+            "runtime); leave image null to run in the service's worker image.",
+            field="image",
+        )
+    check_spec(spec, services.python, allow_http=services.allow_http_indexes)
+    image = check_image_source(spec.image or "", spec.repository_credentials, services.images.policy)
+    store = environment_store(services)
+    existing = store.get_environment(account_id, name)
+    if existing is not None:
+        return same_or_conflict(existing, spec), False
+    digest: str | None
+    try:
+        digest, error = services.images.resolve(image), None
+    except ImageNotFound as exc:
+        digest, error = None, str(exc)
+    environment = image_environment(account_id, name, spec, now, digest=digest, error=error)
+    try:
+        store.create_environment(environment, MAX_CONCURRENT_BUILDS)
+    except ConditionFailed:
+        existing = store.get_environment(account_id, name)
+        if existing is None:  # pragma: no cover - a final environment counts no build
+            raise DependencyFailed(f"environment {name} could not be written") from None
+        return same_or_conflict(existing, spec), False
+    logger.info(
+        "image environment created",
+        account_id=account_id,
+        environment=name,
+        status=environment.status.value,
+        digest=digest,
+    )
     return environment, True
 
 

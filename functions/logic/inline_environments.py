@@ -63,13 +63,13 @@ def check_inline_spec(services: Services, spec: EnvironmentSpec) -> EnvironmentS
     ValidationFailed
         ``environment.python``, ``environment.requirements[i]``, ``environment.indexUrl``, ...
     """
-    builder = environment_builder(services)
+    environment_builder(services)
     try:
         check_spec(spec, services.python, allow_http=services.allow_http_indexes)
-        if spec.image is not None and not builder.runs_images:
+        if spec.image is not None:
             raise ValidationFailed(
-                "This deployment runs no container images of its own (the local stack has no container "
-                "runtime); leave image null to run in the service's worker image.",
+                "An inline environment takes no image: create an image environment with "
+                "PUT /environments/{name} and name it.",
                 field="image",
             )
     except ValidationFailed as exc:

@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from aws_cdk import Duration, RemovalPolicy, Size, Stack
+from aws_cdk import ArnFormat, Duration, RemovalPolicy, Size, Stack
 from aws_cdk import aws_batch as batch
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_ecr_assets as ecr_assets
@@ -347,6 +347,7 @@ class BatchCompute(Construct):
         role = iam.Role(
             self,
             "JobRole",
+            role_name=self.names.job_role_name,
             assumed_by=iam.ServicePrincipal("ecs-tasks.amazonaws.com"),
             description=f"{constants.SERVICE_NAME} {self.names.zone} job: reads inputs/, writes outputs/",
         )
@@ -359,11 +360,51 @@ class BatchCompute(Construct):
     def _build_execution_role(self) -> iam.Role:
         # One for every job definition (the image pull and log writes are the same for all classes);
         # the image asset and the awslogs driver grant it what they need.
-        return iam.Role(
+        role = iam.Role(
             self,
             "ExecutionRole",
+            role_name=self.names.execution_role_name,
             assumed_by=iam.ServicePrincipal("ecs-tasks.amazonaws.com"),
             description=f"{constants.SERVICE_NAME} {self.names.zone} job start: image pull, job log",
+        )
+        self._grant_environment_images(role)
+        return role
+
+    def _grant_environment_images(self, role: iam.Role) -> None:
+        """What starting a job in an environment's own image takes (``functions.domain.images``):
+        pulling from the deployment's ECR repositories named ``<prefix>images/*`` (in any region),
+        and reading a private registry's credentials from secrets named ``remote-batch/<stage>/registry/*``
+        (ECS's private registry authentication), nothing else. ``ecr:GetAuthorizationToken``, which
+        every ECR pull needs, supports no resource-level permissions (Service Authorization
+        Reference, Amazon ECR: no resource type), so it is granted on "*", as the worker image's
+        asset grant already does."""
+        stack = Stack.of(self)
+        repositories = stack.format_arn(
+            service="ecr",
+            region="*",
+            resource="repository",
+            resource_name=f"{self.names.image_repository_prefix}*",
+        )
+        role.add_to_policy(
+            iam.PolicyStatement(
+                actions=[
+                    "ecr:BatchCheckLayerAvailability",
+                    "ecr:BatchGetImage",
+                    "ecr:GetDownloadUrlForLayer",
+                ],
+                resources=[repositories],
+            )
+        )
+        role.add_to_policy(iam.PolicyStatement(actions=["ecr:GetAuthorizationToken"], resources=["*"]))
+        secrets = stack.format_arn(
+            service="secretsmanager",
+            region="*",  # a secret in another region is named by its full ARN (ECS allows it)
+            resource="secret",
+            resource_name=f"{self.names.registry_secret_prefix}*",
+            arn_format=ArnFormat.COLON_RESOURCE_NAME,
+        )
+        role.add_to_policy(
+            iam.PolicyStatement(actions=["secretsmanager:GetSecretValue"], resources=[secrets])
         )
 
     def _build_worker_image(self, worker_image_dir: Path, kind: str, version: str) -> ecs.ContainerImage:

@@ -152,7 +152,20 @@ class Functions(Construct):
             "REMOTE_BATCH_ZONES": self._zones_json(),
             "REMOTE_BATCH_PYTHON_VERSIONS": ",".join(PYTHON_VERSIONS),
             "REMOTE_BATCH_DEFAULT_PYTHON": DEFAULT_PYTHON_VERSION,
+            "REMOTE_BATCH_IMAGES": self._images_json(),
         }
+
+    def _images_json(self) -> str:
+        """Where environments' images may come from (``functions.settings.ImageSettings``): the
+        deployment's account, its ECR repository prefix and registry secret prefix (one stage: the
+        zones agree)."""
+        zone = self._zones[0]
+        images = {
+            "account": Stack.of(self).account,
+            "repositoryPrefix": zone.image_repository_prefix,
+            "secretPrefix": zone.registry_secret_prefix,
+        }
+        return Stack.of(self).to_json_string(images)
 
     def _compute_prefix(self) -> str:
         prefixes = {zone.compute_prefix for zone in self._zones}
@@ -241,6 +254,18 @@ class Functions(Construct):
         self._grant_fleet_control(role)
         self._grant_job_logs(role)
         self._grant_dedicated_computes(role)
+        # An image environment's tag is resolved to its digest (ECR DescribeImages) when it is created,
+        # in the repositories jobs may pull only (``<prefix>images/*``, any region).
+        role.add_to_principal_policy(
+            iam.PolicyStatement(actions=["ecr:DescribeImages"], resources=self._image_repository_arns())
+        )
+
+    def _image_repository_arns(self) -> list[str]:
+        prefixes = sorted({zone.image_repository_prefix for zone in self._zones})
+        return [
+            Stack.of(self).format_arn(service="ecr", region="*", resource="repository", resource_name=f"{p}*")
+            for p in prefixes
+        ]
 
     def _grant_batch_events(self, role: iam.IRole) -> None:
         """Apply status changes, settle charges (giving quota back), admit held jobs onto the dispatch
@@ -349,8 +374,10 @@ class Functions(Construct):
         self._dispatch.queue.grant_send_messages(role)
         self._grant_batch(role, submit=True)
         self._grant_notify(role)
-        # A job sent to a dedicated compute restarts its idle timer (``computes.note_job_submitted``).
+        # A job sent to a dedicated compute restarts its idle timer (``computes.note_job_submitted``);
+        # image environments' job definitions are cached there too.
         self._data.computes_table.grant_read_write_data(role)
+        self._grant_image_job_definitions(role)
         # A job whose class an operator took out of service waits (``dispatch._parked``): the class
         # states are read (Query; GetItem after AWS Batch refuses), never written.
         role.add_to_principal_policy(
@@ -359,6 +386,32 @@ class Functions(Construct):
                 resources=[self._data.operations_table.table_arn],
             )
         )
+
+    def _grant_image_job_definitions(self, role: iam.IRole) -> None:
+        """A job in an image environment runs with a definition registered for its image and class on
+        first use (``functions.adapters.batch_definitions``): RegisterJobDefinition of the classes'
+        ``-img-`` definitions only, made from the class's own definition (DescribeJobDefinitions, which
+        supports no resource-level permissions: "*"), passing exactly the zone's job role and
+        execution role (a definition naming roles needs iam:PassRole on each; both trust only
+        ecs-tasks.amazonaws.com)."""
+        definitions = [
+            self._batch_arn(zone, "job-definition", zone.image_job_definition_pattern(machine_class))
+            for zone in self._zones
+            for machine_class in MACHINE_CLASSES
+        ]
+        role.add_to_principal_policy(
+            iam.PolicyStatement(actions=["batch:RegisterJobDefinition"], resources=definitions)
+        )
+        role.add_to_principal_policy(
+            iam.PolicyStatement(actions=["batch:DescribeJobDefinitions"], resources=["*"])
+        )
+        stack = Stack.of(self)
+        roles = [
+            stack.format_arn(service="iam", region="", resource="role", resource_name=name)
+            for zone in self._zones
+            for name in (zone.job_role_name, zone.execution_role_name)
+        ]
+        role.add_to_principal_policy(iam.PolicyStatement(actions=["iam:PassRole"], resources=roles))
 
     def _state_tables(self) -> tuple[dynamodb.ITable, ...]:
         """The tables jobs, money and quotas live in (not the api's idempotency records)."""

@@ -75,6 +75,7 @@ class ComputeStack(Stack):
             execution_role=self.compute.execution_role,
             dedicated_roles=(self.compute.dedicated_instance_role, self.compute.batch_service_role),
             dead_letter_queue=None if self.forwarder is None else self.forwarder.dead_letter_queue,
+            names=self.names,
         )
 
     def _build_forwarding(self, home_region: str) -> None:

@@ -64,7 +64,7 @@ def test_a_job_sees_exactly_the_environments_packages_and_the_build_is_shared(
             "environment": "six116",
         }
     )
-    assert job["environment"] == {"name": "six116", "hash": ready["hash"], "python": "3.12"}
+    assert job["environment"] == {"name": "six116", "hash": ready["hash"], "python": "3.12", "image": None}
     done = dev.wait_status(job["jobId"], timeout=60)
     assert done["status"] == "Succeeded", done
     assert dev.get(f"/jobs/{job['jobId']}/result").json()["result"] == {"six": "1.16.0", "python": [3, 12]}
@@ -106,7 +106,7 @@ def test_jobs_submitted_while_their_environment_builds_wait_then_run_or_end_free
     waiting = dev.submit({"code": "import six\nsix.__version__", "environment": "six115"})
     assert waiting["status"] == "Queued"
     assert waiting["statusReason"] == "Building environment six115 (Python 3.12, 1 package)", waiting
-    assert waiting["environment"] == {"name": "six115", "hash": None, "python": "3.12"}
+    assert waiting["environment"] == {"name": "six115", "hash": None, "python": "3.12", "image": None}
     done = dev.wait_status(waiting["jobId"], timeout=180)
     assert done["status"] == "Succeeded", done
     assert done["environment"]["hash"] == _ready(dev, "six115")["hash"]

@@ -177,9 +177,42 @@ def _batch(
         return requests
     if operation in ("TerminateJob", "CancelJob"):
         return [AuthorizationRequest(f"batch:{operation}", _arn("batch", region, f"job/{params['jobId']}"))]
-    if operation in ("DescribeJobs", "ListJobs"):
-        # Neither supports resource-level permissions (no resource type in the Actions table).
+    if operation in ("DescribeJobs", "ListJobs", "DescribeJobDefinitions"):
+        # None supports resource-level permissions (no resource type in the Actions table).
         return [AuthorizationRequest(f"batch:{operation}", "*")]
+    if operation == "RegisterJobDefinition":
+        # On the definition (type job-definition), and iam:PassRole on each role it names (AWS Batch
+        # user guide, "IAM policies": a job definition's job role and execution role are passed).
+        name = params["jobDefinitionName"]
+        requests = [
+            AuthorizationRequest(
+                "batch:RegisterJobDefinition", _arn("batch", region, f"job-definition/{name}")
+            )
+        ]
+        tasks = (params.get("ecsProperties") or {}).get("taskProperties", [])
+        container = params.get("containerProperties") or {}
+        roles = [r for t in tasks for r in (t.get("executionRoleArn"), t.get("taskRoleArn"))]
+        roles += [container.get("jobRoleArn"), container.get("executionRoleArn")]
+        requests += [AuthorizationRequest("iam:PassRole", role) for role in dict.fromkeys(roles) if role]
+        return requests
+    raise LookupError(operation)
+
+
+# -- Amazon ECR (image reads on the repository: arn:aws:ecr:<region>:<registry>:repository/<name>) -------
+
+
+def _ecr(operation: str, region: str, params: Mapping[str, Any]) -> list[AuthorizationRequest]:
+    if operation in (
+        "DescribeImages",
+        "BatchGetImage",
+        "GetDownloadUrlForLayer",
+        "BatchCheckLayerAvailability",
+    ):
+        account = params.get("registryId") or MOTO_ACCOUNT_ID
+        repository = _arn("ecr", region, f"repository/{params['repositoryName']}", account=account)
+        return [AuthorizationRequest(f"ecr:{operation}", repository)]
+    if operation == "GetAuthorizationToken":
+        return [AuthorizationRequest("ecr:GetAuthorizationToken", "*")]
     raise LookupError(operation)
 
 
@@ -347,6 +380,8 @@ class IamEnforcer:
             return _logs(operation, region, params)
         if service == "sqs":
             return _sqs(operation, region, params)
+        if service == "ecr":
+            return _ecr(operation, region, params)
         if service == "sts" and operation == "GetCallerIdentity":
             return []
         raise LookupError(f"{service}:{operation}")

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from functions.domain.images import ImagePolicy
 from functions.domain.machine_classes import MACHINE_CLASSES, GeoZone
 from functions.domain.runtime import PythonRuntime
 from functions.settings import load_settings
@@ -39,6 +40,8 @@ ENVIRONMENT = {
     # The Python versions jobs run on (one worker image each) and the default, served by GET /runtime.
     "REMOTE_BATCH_PYTHON_VERSIONS",
     "REMOTE_BATCH_DEFAULT_PYTHON",
+    # Where environments' own images may come from (functions/domain/images.py).
+    "REMOTE_BATCH_IMAGES",
 }
 
 
@@ -124,6 +127,10 @@ def test_function_settings_load(synth: Synth, name: str) -> None:
         assert zone_settings.bucket == f"remote-batch-dev-data-{ACCOUNT_ID}-{region}"
         assert zone_settings.log_group == "/remote-batch/dev/jobs"
     assert settings.python_runtime == PythonRuntime(versions=("3.11", "3.12", "3.13"), default="3.12")
+    assert settings.images is not None
+    assert settings.images.policy == ImagePolicy(
+        ACCOUNT_ID, "remote-batch-dev-images/", "remote-batch/dev/registry/"
+    )
 
 
 @pytest.mark.parametrize("name", HANDLERS)

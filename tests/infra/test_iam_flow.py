@@ -22,9 +22,9 @@ import json
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from functools import partial
@@ -62,11 +62,22 @@ class DeployedFunction:
 
 
 @dataclass(frozen=True)
+class ZoneRoles:
+    """A zone's job role and execution role (the compute stack's, by their fixed names) and the
+    execution role's policies as synthesized (what pulls an environment's image)."""
+
+    job_role_arn: str
+    execution_role_arn: str
+    execution_policies: list[ResolvedPolicy]
+
+
+@dataclass(frozen=True)
 class Deployment:
     """The control plane's three functions and the resources they name, resolved."""
 
     functions: dict[str, DeployedFunction]
     topic_keys: dict[str, str]
+    zone_roles: dict[str, ZoneRoles] = field(default_factory=dict)
 
 
 def deployment_of(synth: Synth) -> Deployment:
@@ -90,9 +101,23 @@ def deployment_of(synth: Synth) -> Deployment:
     return Deployment(functions, topic_keys)
 
 
+def zone_roles_of(app_synth: SynthApp) -> dict[str, ZoneRoles]:
+    """Each zone's job and execution roles, from its compute stack."""
+    roles = {}
+    for zone, synth in app_synth.zones.items():
+        names, compute = synth.stack.names, synth.stack.compute
+        policies = resolver_of(synth).role_policies(synth.logical_id(compute.execution_role))
+        roles[zone] = ZoneRoles(
+            job_role_arn=f"arn:aws:iam::{MOTO_ACCOUNT_ID}:role/{names.job_role_name}",
+            execution_role_arn=f"arn:aws:iam::{MOTO_ACCOUNT_ID}:role/{names.execution_role_name}",
+            execution_policies=policies,
+        )
+    return roles
+
+
 @pytest.fixture(scope="module")
 def deployment(app_synth: SynthApp) -> Deployment:
-    return deployment_of(app_synth.control_plane)
+    return replace(deployment_of(app_synth.control_plane), zone_roles=zone_roles_of(app_synth))
 
 
 # -- moto: the resources the templates create, the roles, enforcement --------------------------------
@@ -103,10 +128,10 @@ def _admin(service: str, region: str) -> Any:
     return make(service, region_name=region, aws_access_key_id="admin", aws_secret_access_key="admin")
 
 
-def create_resources(env: dict[str, str]) -> None:
+def create_resources(env: dict[str, str], zone_roles: dict[str, ZoneRoles] | None = None) -> None:
     """What the control plane and zone stacks create, under the names the functions' environment
-    carries: tables, each zone's bucket, job log group, Batch queues and definitions (the accounts'
-    email topics are the api's to create)."""
+    carries: tables, each zone's bucket, job log group, Batch queues and definitions with the zone's
+    job and execution roles (the accounts' email topics are the api's to create)."""
     region = env["AWS_REGION"]
     dynamodb = _admin("dynamodb", region)
     names = {
@@ -131,8 +156,12 @@ def create_resources(env: dict[str, str]) -> None:
     service_role = _admin("iam", region).create_role(
         RoleName="remote-batch-iam-test-batch", AssumeRolePolicyDocument=json.dumps(batch_trust)
     )["Role"]["Arn"]
-    for zone in json.loads(env["REMOTE_BATCH_ZONES"]).values():
+    for zone_name, zone in json.loads(env["REMOTE_BATCH_ZONES"]).items():
         zone_region = zone["region"]
+        roles = (zone_roles or {}).get(zone_name)
+        role_properties = (
+            {"jobRoleArn": roles.job_role_arn, "executionRoleArn": roles.execution_role_arn} if roles else {}
+        )
         s3 = _admin("s3", zone_region)
         location = (
             {}
@@ -159,7 +188,12 @@ def create_resources(env: dict[str, str]) -> None:
                 batch.register_job_definition(
                     jobDefinitionName=job_definition_name(route["jobDefinition"], version),
                     type="container",
-                    containerProperties={"image": "remote-batch-worker", "vcpus": 1, "memory": 512},
+                    containerProperties={
+                        "image": "remote-batch-worker",
+                        "vcpus": 1,
+                        "memory": 2048,
+                        **role_properties,
+                    },
                 )
 
 
@@ -336,6 +370,18 @@ class Lambdas:
 
 
 @dataclass
+class ImageRun:
+    """The image environment's part of the flow: what was registered and submitted."""
+
+    digest: str = ""
+    pinned: str = ""
+    statuses: dict[str, int] = field(default_factory=dict)
+    environment: dict[str, Any] = field(default_factory=dict)
+    registered: list[dict[str, Any]] = field(default_factory=list)
+    submitted_definitions: list[str] = field(default_factory=list)
+
+
+@dataclass
 class FlowRun:
     enforcer: IamEnforcer
     statuses: dict[str, int]
@@ -343,16 +389,60 @@ class FlowRun:
     webhook_bodies: list[bytes]
     sms: list[Any]
     emails: list[Any]
+    image: ImageRun = field(default_factory=ImageRun)
+
+
+def accept_ecs_properties(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
+    """moto 5.2 registers only ``containerProperties``/``eksProperties`` definitions: a multi-container
+    one (``ecsProperties``) is kept here as it was sent (returned list) and registered in moto as a
+    single container of its first image, so SubmitJob finds it by name and revision."""
+    from moto.batch.responses import BatchResponse
+
+    registered: list[dict[str, Any]] = []
+    original = BatchResponse.registerjobdefinition
+
+    def register(self: Any) -> str:
+        ecs = self._get_param("ecsProperties")
+        if not ecs:
+            return original(self)
+        registered.append(json.loads(self.body))
+        first = ecs["taskProperties"][0]["containers"][0]
+        definition = self.batch_backend.register_job_definition(
+            def_name=self._get_param("jobDefinitionName"),
+            parameters=None,
+            _type="container",
+            tags=None,
+            retry_strategy=self._get_param("retryStrategy"),
+            container_properties={"image": first["image"], "vcpus": 1, "memory": 512},
+            node_properties=None,
+            eks_properties=None,
+            timeout=None,
+            platform_capabilities=self._get_param("platformCapabilities"),
+            propagate_tags=None,
+        )
+        return json.dumps(
+            {
+                "jobDefinitionArn": definition.arn,
+                "jobDefinitionName": definition.name,
+                "revision": definition.revision,
+            }
+        )
+
+    monkeypatch.setattr(BatchResponse, "registerjobdefinition", register)
+    return registered
 
 
 def run_flow(
     deployment: Deployment,
     monkeypatch: pytest.MonkeyPatch,
     drop: Callable[[str, dict[str, Any]], bool] | None = None,
+    *,
+    images: bool = True,
 ) -> FlowRun:
     """Submit (with tags) → Starting/Running/Succeeded → settlement → notifications (email: the
     account's topic created and subscribed, the replaced address's topic deleted; SMS; webhook) →
-    meter tick → outputs → result → log → delete."""
+    meter tick → outputs → result → log → delete; with ``images``, an image environment and two jobs
+    in it (``_image_environment``)."""
     from moto import mock_aws, settings
     from moto.sns.models import sns_backends
 
@@ -360,8 +450,9 @@ def run_flow(
     statuses: dict[str, int] = {}
     receiver = Receiver()
     enforcer = IamEnforcer(deployment.topic_keys, _revision_of)
+    image_run = ImageRun(registered=accept_ecs_properties(monkeypatch))
     with mock_aws(config={"batch": {"use_docker": False}}):
-        create_resources(env)
+        create_resources(env, deployment.zone_roles)
         credentials = {
             name: create_role(function, partial(drop, name) if drop else None)
             for name, function in deployment.functions.items()
@@ -421,12 +512,47 @@ def run_flow(
                     stored = store.get_job(job_id) if job_id else None
                 if stored is not None and stored.batch_job_id:
                     _finish(lambdas, enforcer, store, us, job_id, statuses)
+                if images:
+                    _image_environment(lambdas, enforcer, store, image_run)
         finally:
             receiver.server.shutdown()
         backend = sns_backends[MOTO_ACCOUNT_ID]["us-east-1"]
         emails = [n for topic in backend.topics.values() for n in topic.sent_notifications]
         sms = list(backend.sms_messages.values())
-    return FlowRun(enforcer, statuses, job_id, receiver.bodies, sms, emails)
+    return FlowRun(enforcer, statuses, job_id, receiver.bodies, sms, emails, image_run)
+
+
+def _image_environment(lambdas: Lambdas, enforcer: IamEnforcer, store: DynamoJobStore, run: ImageRun) -> None:
+    """An environment of an ECR image (a repository under the deployment's prefix, an image put on
+    moto): created Ready with the tag's digest (the api's DescribeImages); two jobs in it, each
+    dispatched: the first registers the image's job definition (the dispatcher's DescribeJobDefinitions,
+    RegisterJobDefinition passing the zone's roles, the cache's PutItem), the second finds it cached;
+    both are submitted with it."""
+    from moto.batch.models import batch_backends
+
+    images = json.loads(lambdas.environment("api")["REMOTE_BATCH_IMAGES"])
+    repository = f"{images['repositoryPrefix']}ml"
+    manifest = {"schemaVersion": 2, "mediaType": "application/vnd.docker.distribution.manifest.v2+json"}
+    with unenforced(enforcer):
+        ecr = _admin("ecr", "us-east-1")
+        ecr.create_repository(repositoryName=repository)
+        pushed = ecr.put_image(repositoryName=repository, imageManifest=json.dumps(manifest), imageTag="v1")
+    run.digest = pushed["image"]["imageId"]["imageDigest"]
+    image = f"{MOTO_ACCOUNT_ID}.dkr.ecr.us-east-1.amazonaws.com/{repository}"
+    run.pinned = f"{image}@{run.digest}"
+    run.statuses["put image environment"], run.environment = lambdas.api(
+        "PUT", "/environments/ml", body={"python": "3.12", "image": f"{image}:v1"}
+    )
+    for index in (1, 2):
+        body = {"code": "1", "geoZone": "UnitedStates", "environment": "ml", "notifications": "None"}
+        run.statuses[f"submit image job {index}"], job = lambdas.api("POST", "/jobs", body=body)
+        lambdas.dispatch()
+        with unenforced(enforcer):
+            stored = store.get_job(job["jobId"]) if isinstance(job, dict) and "jobId" in job else None
+        if stored is not None and stored.batch_job_id:
+            batch_job = batch_backends[MOTO_ACCOUNT_ID]["us-east-1"].get_job_by_id(stored.batch_job_id)
+            assert batch_job is not None
+            run.submitted_definitions.append(batch_job.job_definition.arn)
 
 
 @contextmanager
@@ -659,7 +785,7 @@ def test_removing_one_statement_fails_the_flow_with_access_denied(
         return function == "dispatcher" and "batch:TagResource" in statement.get("Action", [])
 
     monkeypatch.setattr(dispatch_rules, "backoff_seconds", lambda attempt: 0.0)
-    run = run_flow(deployment, monkeypatch, drop)
+    run = run_flow(deployment, monkeypatch, drop, images=False)
     denied = run.enforcer.denials()
     message = "\n".join(
         f"{c.function} {c.operation}: {c.message}\n  refused: {[(r.action, r.resource) for r in c.denied]}"
@@ -696,3 +822,79 @@ def test_each_authorization_names_a_resource_type_and_condition_keys_the_action_
         ),
     ]
     assert len(aws_data_mismatches(wrong)) == 2
+
+
+def test_an_image_environments_jobs_run_with_a_definition_registered_once_for_its_digest(
+    flow: FlowRun, deployment: Deployment
+) -> None:
+    """RegisterJobDefinition with the digest (the injection's containers and volume, the zone's roles),
+    cached for the second job, SubmitJob with it; every call under the deployed roles' policies."""
+    run = flow.image
+    enforcer = flow.enforcer
+
+    assert run.statuses == {
+        "put image environment": 201,
+        "submit image job 1": 202,
+        "submit image job 2": 202,
+    }
+    assert (run.environment["status"], run.environment["imageDigest"]) == ("Ready", run.digest)
+    assert ("api", "ecr:DescribeImages") in {(c.function, c.operation) for c in enforcer.calls}
+    # One registration for both jobs: the second found the cached definition.
+    registrations = [c for c in enforcer.calls if c.operation == "batch:RegisterJobDefinition"]
+    assert [c.function for c in registrations] == ["dispatcher"] and len(run.registered) == 1
+    assert {r.action for r in registrations[0].requests} == {"batch:RegisterJobDefinition", "iam:PassRole"}
+    assert [c.function for c in enforcer.calls if c.operation == "batch:DescribeJobDefinitions"] == [
+        "dispatcher",
+        "dispatcher",
+    ]
+    request = run.registered[0]
+    (task,) = request["ecsProperties"]["taskProperties"]
+    roles = deployment.zone_roles["UnitedStates"]
+    assert (task["executionRoleArn"], task["taskRoleArn"]) == (roles.execution_role_arn, roles.job_role_arn)
+    supervisor, job = task["containers"]
+    assert task["volumes"] == [{"name": "remote-batch-exchange"}]
+    assert (supervisor["name"], supervisor["image"], supervisor["essential"]) == (
+        "supervisor",
+        "remote-batch-worker",
+        True,
+    )
+    assert (job["name"], job["image"], job["essential"]) == ("job", run.pinned, False)
+    assert job["command"][:3] == ["python3", "-I", "-c"]
+    assert job["dependsOn"] == [{"containerName": "supervisor", "condition": "START"}]
+    mount = {
+        "sourceVolume": "remote-batch-exchange",
+        "containerPath": "/remote-batch/exchange",
+        "readOnly": False,
+    }
+    assert supervisor["mountPoints"] == job["mountPoints"] == [mount]
+    assert {"name": "REMOTE_BATCH_EXCHANGE_DIR", "value": "/remote-batch/exchange"} in supervisor[
+        "environment"
+    ]
+    # Both jobs were submitted with the registered definition.
+    assert len(run.submitted_definitions) == 2 and len(set(run.submitted_definitions)) == 1
+    assert "-py312-img-" in run.submitted_definitions[0]
+    assert not [c for c in enforcer.denials() if c.function != "setup"]
+
+
+def test_the_execution_role_pulls_only_the_deployments_image_repositories_and_registry_secrets(
+    deployment: Deployment, app_synth: SynthApp
+) -> None:
+    """The pull role as synthesized, evaluated: ECR reads on ``<prefix>images/*`` only, the token on
+    "*" (no resource type), registry secrets under the stage's prefix only."""
+    from tests.infra.iam_authorizer import is_allowed
+
+    roles = deployment.zone_roles["UnitedStates"]
+    documents: list[Mapping[str, Any]] = [p.document for p in roles.execution_policies]
+    names = app_synth.zones["UnitedStates"].stack.names
+    ours = f"arn:aws:ecr:us-east-1:{MOTO_ACCOUNT_ID}:repository/{names.image_repository_prefix}ml"
+    theirs = f"arn:aws:ecr:us-east-1:{MOTO_ACCOUNT_ID}:repository/somebody-else"
+    secret = (
+        f"arn:aws:secretsmanager:us-east-1:{MOTO_ACCOUNT_ID}:secret:{names.registry_secret_prefix}acme-Ab12"
+    )
+    other_secret = f"arn:aws:secretsmanager:us-east-1:{MOTO_ACCOUNT_ID}:secret:prod/database-Ab12"
+    for action in ("ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer"):
+        assert is_allowed(documents, AuthorizationRequest(action, ours))
+        assert not is_allowed(documents, AuthorizationRequest(action, theirs))
+    assert is_allowed(documents, AuthorizationRequest("ecr:GetAuthorizationToken", "*"))
+    assert is_allowed(documents, AuthorizationRequest("secretsmanager:GetSecretValue", secret))
+    assert not is_allowed(documents, AuthorizationRequest("secretsmanager:GetSecretValue", other_secret))

@@ -78,7 +78,7 @@ def test_a_job_waits_while_its_environment_builds_then_runs_with_the_build(
     job = _submit(stack, environment="ml")
     # Then it waits: Queued with the build's reason, no hash yet, no quota taken, nothing sent
     assert (job["status"], job["statusReason"]) == ("Queued", BUILDING)
-    assert job["environment"] == {"name": "ml", "hash": None, "python": "3.12"}
+    assert job["environment"] == {"name": "ml", "hash": None, "python": "3.12", "image": None}
     quota = _basic_quota(stack)
     assert (quota["inUse"], quota["queued"]) == (0, 0)
     assert _submissions(stack) == []
@@ -88,7 +88,7 @@ def test_a_job_waits_while_its_environment_builds_then_runs_with_the_build(
     # Then it is admitted and sent with the build's hash, its reason gone
     released = stack.api("GET", f"/jobs/{job['jobId']}")[1]
     assert released["status"] == "Queued" and released["statusReason"] is None
-    assert released["environment"] == {"name": "ml", "hash": "f" * 64, "python": "3.12"}
+    assert released["environment"] == {"name": "ml", "hash": "f" * 64, "python": "3.12", "image": None}
     [submission] = _submissions(stack)
     assert submission.environment["REMOTE_BATCH_ENVIRONMENT_HASH"] == "f" * 64
     assert _basic_quota(stack)["inUse"] > 0
@@ -246,7 +246,7 @@ def test_the_same_inline_spec_twice_is_one_environment_and_one_build(
     second = _submit(stack, environment={**SPEC, "requirements": ["six == 1.16.0", "numpy==2.1.*"]})
     inline = "Building the inline environment (Python 3.12, 2 packages)"
     assert (first["statusReason"], second["statusReason"]) == (inline, inline)
-    assert first["environment"] == {"name": None, "hash": None, "python": "3.12"}
+    assert first["environment"] == {"name": None, "hash": None, "python": "3.12", "image": None}
     [request] = builder.requests
     assert request.name is None
     # Unnamed: not listed among the account's environments.
@@ -254,7 +254,7 @@ def test_the_same_inline_spec_twice_is_one_environment_and_one_build(
     _report(stack, request, READY)
     for job in (first, second):
         released = stack.api("GET", f"/jobs/{job['jobId']}")[1]
-        assert released["environment"] == {"name": None, "hash": "f" * 64, "python": "3.12"}
+        assert released["environment"] == {"name": None, "hash": "f" * 64, "python": "3.12", "image": None}
     assert len(_submissions(stack)) == 2
     # Once Ready, a job with that spec runs at once, without a build.
     third = _submit(stack, environment=SPEC)

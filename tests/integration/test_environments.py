@@ -90,8 +90,9 @@ def test_a_failed_build_says_why(stack: Stack, builder: RecordingEnvironmentBuil
         ({**SPEC, "indexUrl": "http://pypi.example.com/simple"}, "indexUrl"),
         ({**SPEC, "extraIndexUrls": ["ftp://x.example"]}, "extraIndexUrls[0]"),
         ({**SPEC, "image": "Not An Image"}, "image"),
-        # A well-formed image: the builder here runs none (the local stack has no container runtime).
+        # A well-formed image: this deployment runs none (the local stack has no container runtime).
         ({**SPEC, "image": "python:3.12-slim"}, "image"),
+        ({"python": "3.12", "image": "python:3.12-slim"}, "image"),
         ({**SPEC, "extra": 1}, "extra"),
     ],
 )
@@ -142,7 +143,8 @@ def test_the_list_is_paged_by_name_without_the_lists(
     assert names == ["aa", "bb", "cc"] and pages == 2
     first = stack.api("GET", "/environments", query={"limit": "1"})[1]
     assert set(first["environments"][0]) == {
-        "name", "python", "image", "status", "statusReason", "hash", "sizeBytes", "createdAt", "readyAt"
+        "name", "python", "image", "imageDigest", "status", "statusReason", "hash", "sizeBytes",
+        "createdAt", "readyAt",
     }  # fmt: skip
     # A token is the caller's own: another account's use of it, or a forged one, is a 400.
     for account, forged in (("other", first["nextToken"]), ("acct", "bm90LWEta2V5"), ("acct", "!")):
@@ -201,7 +203,7 @@ def test_a_job_in_a_ready_environment_records_it_and_its_build(
     _finish(stack, builder.requests[0], BuildOutcome("d" * 64, (Package("six", "1.16.0"),), 10))
     status, job = stack.api("POST", "/jobs", body={"code": "import six", "environment": "ml"})
     assert status == 202, job
-    assert job["environment"] == {"name": "ml", "hash": "d" * 64, "python": "3.13"}
+    assert job["environment"] == {"name": "ml", "hash": "d" * 64, "python": "3.13", "image": None}
     assert job["pythonVersion"] == "3.13"
     assert stack.api("GET", f"/jobs/{job['jobId']}")[1]["environment"] == job["environment"]
     submission = stack.batch[GeoZone.UNITED_STATES].submissions[-1]

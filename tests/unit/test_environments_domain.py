@@ -33,15 +33,20 @@ def test_a_good_spec_passes_unchanged() -> None:
         ("numpy==2.1.*", "six==1.16.0", "requests[socks]>=2; python_version>='3.8'"),
         index_url="https://pypi.example.com/simple",
         extra_index_urls=("https://download.pytorch.org/whl/cpu",),
-        image="123456789012.dkr.ecr.eu-west-1.amazonaws.com/repo:tag",
     )
+    image = EnvironmentSpec("3.12", image="123456789012.dkr.ecr.eu-west-1.amazonaws.com/repo:tag")
     assert check_spec(spec, RUNTIME) is spec
+    assert check_spec(image, RUNTIME) is image
 
 
 @pytest.mark.parametrize(
     ("spec", "field"),
     [
         (EnvironmentSpec("3.9"), "python"),
+        # An image's packages are the image's: requirements on top of one are refused for now.
+        (EnvironmentSpec("3.12", ("six==1.16.0",), image="python:3.12-slim"), "requirements"),
+        (EnvironmentSpec("3.12", index_url="https://p.example/simple", image="python:3.12"), "requirements"),
+        (EnvironmentSpec("3.12", repository_credentials="arn:aws:secretsmanager:x"), "repositoryCredentials"),
         (EnvironmentSpec("3.12", ("six==1.16.0", "numpy==>2")), "requirements[1]"),
         (EnvironmentSpec("3.12", ("six",) * (MAX_REQUIREMENTS + 1)), "requirements"),
         (EnvironmentSpec("3.12", index_url="http://pypi.example.com/simple"), "indexUrl"),

@@ -69,6 +69,7 @@ def environment_to_item(environment: Environment) -> dict[str, Any]:
                 "indexUrl": spec.index_url,
                 "extraIndexUrls": list(spec.extra_index_urls),
                 "image": spec.image,
+                "repositoryCredentials": spec.repository_credentials,
             }
         ),
         "specHash": environment.spec_hash,
@@ -77,6 +78,7 @@ def environment_to_item(environment: Environment) -> dict[str, Any]:
         "hash": environment.hash,
         "packages": json.dumps([[p.name, p.version] for p in environment.packages]),
         "sizeBytes": environment.size_bytes,
+        "imageDigest": environment.image_digest,
         "createdAt": to_sortable(environment.created_at),
         "readyAt": to_sortable(environment.ready_at) if environment.ready_at else None,
         "logStreamName": environment.log_stream_name,
@@ -101,6 +103,7 @@ def environment_from_item(item: dict[str, Any]) -> Environment:
                 index_url=spec["indexUrl"],
                 extra_index_urls=tuple(spec["extraIndexUrls"]),
                 image=spec["image"],
+                repository_credentials=spec.get("repositoryCredentials"),
             ),
             spec_hash=item["specHash"],
             status=EnvironmentStatus(item["status"]),
@@ -108,6 +111,7 @@ def environment_from_item(item: dict[str, Any]) -> Environment:
             hash=item.get("hash"),
             packages=tuple(Package(name, version) for name, version in json.loads(item["packages"])),
             size_bytes=int(item.get("sizeBytes", 0)),
+            image_digest=item.get("imageDigest"),
             created_at=from_sortable(item["createdAt"]),
             ready_at=ready_at,
             log_stream_name=item["logStreamName"],
@@ -198,9 +202,10 @@ class DynamoEnvironmentStore:
         self, environment: Environment, max_building: int, replacing: Environment | None = None
     ) -> None:
         """Put the environment (only if the name is free, or with ``replacing`` only over that record
-        at its version: an unnamed one past its use, not Building) and count it Building (only while
-        fewer than ``max_building`` are), in one transaction. Raises ``ConditionFailed`` when either
-        does not hold (nothing written: the caller re-reads to tell which)."""
+        at its version: an unnamed one past its use, not Building) and, when it is Building, count it
+        (only while fewer than ``max_building`` are), in one transaction; an environment final at once
+        (an image environment) counts nothing. Raises ``ConditionFailed`` when either does not hold
+        (nothing written: the caller re-reads to tell which)."""
         put: dict[str, Any] = {
             "TableName": self._table,
             "Item": serialize_item(environment_to_item(environment)),
@@ -210,10 +215,11 @@ class DynamoEnvironmentStore:
             put["ConditionExpression"] = "#v = :v"
             put["ExpressionAttributeNames"] = {"#v": "version"}
             put["ExpressionAttributeValues"] = {":v": serialize_value(replacing.version)}
+        items: list[TransactWriteItemTypeDef] = [{"Put": put}]  # type: ignore[typeddict-item]
+        if environment.status is EnvironmentStatus.BUILDING:
+            items.append(self._counter(environment.account_id, 1, max_building))
         with store_errors("TransactWriteItems"):
-            self._db.transact_write_items(
-                TransactItems=[{"Put": put}, self._counter(environment.account_id, 1, max_building)]  # type: ignore[typeddict-item]
-            )
+            self._db.transact_write_items(TransactItems=items)
 
     def save_environment(self, before: Environment, after: Environment) -> Environment:
         """Store ``after`` at version ``before.version + 1``; when it leaves Building, uncount it in the

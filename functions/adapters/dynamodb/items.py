@@ -125,11 +125,7 @@ def job_to_item(job: Job) -> dict[str, Any]:
         "batchReason": job.batch_reason,
         "submittedBy": job.submitted_by,
         "pythonVersion": job.python_version,
-        "environment": (
-            {"name": job.environment.name, "hash": job.environment.hash, "python": job.environment.python}
-            if job.environment
-            else None
-        ),
+        "environment": _environment_item(job.environment),
         "warnings": list(job.warnings) or None,
         "compute": job.compute,
         "terminationRequestedAt": (
@@ -151,6 +147,22 @@ def job_to_item(job: Job) -> dict[str, Any]:
     return values
 
 
+def _environment_item(environment: JobEnvironment | None) -> dict[str, str | None] | None:
+    """A job's environment as its item's map (the image and its pull secret only when it has them)."""
+    if environment is None:
+        return None
+    item: dict[str, str | None] = {
+        "name": environment.name,
+        "hash": environment.hash,
+        "python": environment.python,
+    }
+    if environment.image is not None:
+        item["image"] = environment.image
+    if environment.repository_credentials is not None:
+        item["repositoryCredentials"] = environment.repository_credentials
+    return item
+
+
 def _environment(value: Any) -> JobEnvironment | None:
     if not value:
         return None
@@ -159,6 +171,8 @@ def _environment(value: Any) -> JobEnvironment | None:
         str(name) if name is not None else None,
         str(digest) if digest is not None else None,
         str(value["python"]),
+        image=value.get("image"),
+        repository_credentials=value.get("repositoryCredentials"),
     )
 
 

@@ -53,7 +53,17 @@ class EnvironmentSpecBody(ApiModel):
     image: str | None = Field(
         default=None,
         max_length=MAX_URL_CHARS + 1,
-        description="A container image reference to run in instead of the service's worker image.",
+        description="A container image to run in instead of the service's worker image: an ECR "
+        "repository of this deployment (<account>.dkr.ecr.<region>.amazonaws.com/<repo>:<tag>) or a "
+        "public image (python:3.12-slim, public.ecr.aws/..., ghcr.io/...); it needs python3 >= 3.9 of "
+        "the environment's python version. Resolved to its digest at creation; a private registry's "
+        "is named by digest (repo@sha256:...). Not with requirements.",
+    )
+    repositoryCredentials: str | None = Field(
+        default=None,
+        max_length=MAX_URL_CHARS + 1,
+        description="A private registry's pull secret: the ARN of a Secrets Manager secret under the "
+        "deployment's registry prefix (docs/deploy.md).",
     )
 
     def to_spec(self) -> EnvironmentSpec:
@@ -64,6 +74,7 @@ class EnvironmentSpecBody(ApiModel):
             index_url=self.indexUrl,
             extra_index_urls=tuple(self.extraIndexUrls),
             image=self.image,
+            repository_credentials=self.repositoryCredentials,
         )
 
 
@@ -83,6 +94,10 @@ class EnvironmentView(ApiModel):
     indexUrl: str | None
     extraIndexUrls: list[str]
     image: str | None
+    repositoryCredentials: str | None
+    imageDigest: str | None = Field(
+        description="The digest (sha256:...) the image resolved to at creation; jobs run it by digest."
+    )
     status: EnvironmentStatusName
     statusReason: str | None
     hash: str | None = Field(
@@ -101,6 +116,7 @@ class EnvironmentSummaryView(ApiModel):
     name: str
     python: str
     image: str | None
+    imageDigest: str | None
     status: EnvironmentStatusName
     statusReason: str | None
     hash: str | None
@@ -135,6 +151,8 @@ def environment_view(environment: Environment) -> EnvironmentView:
         indexUrl=spec.index_url,
         extraIndexUrls=list(spec.extra_index_urls),
         image=spec.image,
+        repositoryCredentials=spec.repository_credentials,
+        imageDigest=environment.image_digest,
         status=environment.status.value,
         statusReason=environment.status_reason,
         hash=environment.hash,
@@ -151,6 +169,7 @@ def environment_summary_view(environment: Environment) -> EnvironmentSummaryView
         name=environment.name or "",  # the list holds named environments only
         python=environment.spec.python,
         image=environment.spec.image,
+        imageDigest=environment.image_digest,
         status=environment.status.value,
         statusReason=environment.status_reason,
         hash=environment.hash,

@@ -237,7 +237,8 @@ class NotificationRecordView(ApiModel):
 
 
 class JobEnvironmentView(ApiModel):
-    """The environment a job runs in: its name, its build's hash and its Python."""
+    """The environment a job runs in: its name, its build's hash and its Python; for an image
+    environment the image pinned by digest (null otherwise)."""
 
     name: str | None = Field(description="The environment's name; null for one given inline (a spec).")
     hash: str | None = Field(
@@ -245,6 +246,7 @@ class JobEnvironmentView(ApiModel):
         "for the build."
     )
     python: str
+    image: str | None = None
 
 
 class JobView(ApiModel):
@@ -345,7 +347,10 @@ def job_view(job: Job) -> JobView:
         pythonVersion=job.python_version,
         environment=(
             JobEnvironmentView(
-                name=job.environment.name, hash=job.environment.hash, python=job.environment.python
+                name=job.environment.name,
+                hash=job.environment.hash,
+                python=job.environment.python,
+                image=job.environment.image,
             )
             if job.environment
             else None
