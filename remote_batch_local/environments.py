@@ -20,7 +20,6 @@ installed; what was installed is removed. Each failure's reason names the limit
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
@@ -49,7 +48,7 @@ from functions.domain.environments import (
 from functions.domain.machine_classes import GeoZone
 from functions.ports import BuildRequest
 from remote_batch_local.job_pythons import LocalPythons
-from worker.build import first_error_line, folder_bytes
+from worker.build import BuildLog, first_error_line, folder_bytes
 from worker.build import parse_lock as parse_lock_lines
 from worker.environments import PLATFORM
 
@@ -168,7 +167,7 @@ class LocalEnvironmentBuilder:
 
     # -- one build --------------------------------------------------------------------------------------
     def _run(self, request: BuildRequest, path: Path) -> None:
-        lines = _StreamWriter(self._logs, self._log_group, request.log_stream_name)
+        lines = BuildLog(self._logs, self._log_group, request.log_stream_name, echo=False)
         try:
             outcome = self._build(request, lines, time.monotonic() + self._time_limit)
         except BuildFailed as exc:
@@ -177,7 +176,10 @@ class LocalEnvironmentBuilder:
         except Exception as exc:  # a fault of the builder itself: the environment must not stay Building
             log.exception("environment build crashed name=%s", request.name)
             outcome = BuildOutcome(hash=None, error=f"the builder failed: {type(exc).__name__}")
-        lines.flush()
+        try:
+            lines.flush()
+        except Exception:  # the log is lost, not the outcome: the environment must not stay Building
+            log.exception("environment build log not written name=%s", request.name)
         try:
             self._report(request, outcome)
         except Exception:  # kept for the next start's resume: the environment stays Building until then
@@ -185,7 +187,7 @@ class LocalEnvironmentBuilder:
             return
         path.unlink(missing_ok=True)
 
-    def _build(self, request: BuildRequest, lines: _StreamWriter, deadline: float) -> BuildOutcome:
+    def _build(self, request: BuildRequest, lines: BuildLog, deadline: float) -> BuildOutcome:
         spec = request.spec
         python = self._pythons.by_version.get(spec.python)
         if python is None:
@@ -227,7 +229,7 @@ class LocalEnvironmentBuilder:
         lock: str,
         folder: Path,
         *,
-        lines: _StreamWriter,
+        lines: BuildLog,
         deadline: float,
     ) -> int:
         partial = self._root / f".{folder.name}.partial-{uuid.uuid4().hex[:8]}"
@@ -265,7 +267,7 @@ class LocalEnvironmentBuilder:
     def _uv_run(
         self,
         arguments: Sequence[str],
-        lines: _StreamWriter,
+        lines: BuildLog,
         deadline: float,
         stdin: str = "",
         watch: Callable[[], str | None] | None = None,
@@ -316,29 +318,3 @@ class LocalEnvironmentBuilder:
             lock = self._locks.setdefault(digest, threading.Lock())
         with lock:
             yield
-
-
-class _StreamWriter:
-    """A build's lines, sent to its log stream at each :meth:`flush` and every 50 lines."""
-
-    def __init__(self, logs: Any, group: str, stream: str) -> None:
-        self._logs, self._group, self._stream = logs, group, stream
-        self._pending: list[dict[str, Any]] = []
-        self._created = False
-
-    def write(self, line: str) -> None:
-        self._pending.append({"timestamp": int(time.time() * 1000), "message": line})
-        if len(self._pending) >= 50:
-            self.flush()
-
-    def flush(self) -> None:
-        if not self._pending:
-            return
-        if not self._created:
-            with contextlib.suppress(self._logs.exceptions.ResourceAlreadyExistsException):
-                self._logs.create_log_stream(logGroupName=self._group, logStreamName=self._stream)
-            self._created = True
-        self._logs.put_log_events(
-            logGroupName=self._group, logStreamName=self._stream, logEvents=self._pending
-        )
-        self._pending = []

@@ -146,17 +146,19 @@ class BuildRequest:
 
 class BuildLog:
     """The build's lines, sent to its log stream at each :meth:`flush` and every 50 lines (and
-    echoed to stderr, the build job's own console log, for the operator)."""
+    with ``echo``, to stderr, the build job's own console log, for the operator). An empty line is
+    sent as one space (CloudWatch Logs refuses an empty message)."""
 
-    def __init__(self, logs: CloudWatchLogsClient, group: str, stream: str) -> None:
-        self._logs, self._group, self._stream = logs, group, stream
+    def __init__(self, logs: CloudWatchLogsClient, group: str, stream: str, *, echo: bool = True) -> None:
+        self._logs, self._group, self._stream, self._echo = logs, group, stream, echo
         self._pending: list[InputLogEventTypeDef] = []
         self._created = False
 
     def write(self, line: str) -> None:
         text = line[:MAX_LOG_LINE_CHARS] or " "
-        with contextlib.suppress(ValueError, OSError):
-            print(text, file=sys.stderr, flush=True)
+        if self._echo:
+            with contextlib.suppress(ValueError, OSError):
+                print(text, file=sys.stderr, flush=True)
         self._pending.append({"timestamp": int(time.time() * 1000), "message": text})
         if len(self._pending) >= 50:
             self.flush()

@@ -31,6 +31,12 @@ if args[:2] == ["pip", "compile"]:
         cause = "Because missing was not found in the package registry, we can conclude ..."
         print(f"  cause: {cause}", file=sys.stderr)
         sys.exit(1)
+    if "corrupt" in text:  # uv's answer to a wheel that is not a zip: a blank line before its hint
+        print("error: No solution found when resolving dependencies", file=sys.stderr)
+        print("  cause: Because corrupt==1.0 has an invalid package format ...", file=sys.stderr)
+        print("", file=sys.stderr)
+        print("hint: The structure of `corrupt` (v1.0) was invalid:", file=sys.stderr)
+        sys.exit(1)
     if "slow" in text:
         time.sleep(30)
     print(text.strip().lower())
@@ -53,14 +59,19 @@ elif args[:2] == ["pip", "install"]:
 
 
 class Logs:
-    """A CloudWatch Logs client in memory."""
+    """A CloudWatch Logs client in memory; like CloudWatch Logs it refuses an empty message, and with
+    ``broken`` it refuses every write."""
 
     class exceptions:
         class ResourceAlreadyExistsException(Exception):
             pass
 
-    def __init__(self) -> None:
+        class InvalidParameterException(Exception):
+            pass
+
+    def __init__(self, *, broken: bool = False) -> None:
         self.streams: dict[str, list[str]] = {}
+        self.broken = broken
 
     def create_log_stream(self, *, logGroupName: str, logStreamName: str) -> None:
         if logStreamName in self.streams:
@@ -70,6 +81,8 @@ class Logs:
     def put_log_events(
         self, *, logGroupName: str, logStreamName: str, logEvents: list[dict[str, Any]]
     ) -> None:
+        if self.broken or any(not e["message"] for e in logEvents):
+            raise self.exceptions.InvalidParameterException("message must be at least 1 character")
         self.streams[logStreamName] += [e["message"] for e in logEvents]
 
 
@@ -153,6 +166,33 @@ def test_a_failed_resolution_reports_its_first_error_line(tmp_path: Path, uv: st
     assert outcome.hash is None
     assert any("Because missing was not found" in line for line in logs.streams["environments/dev/bad"])
     builder.close()
+
+
+def test_a_corrupt_wheel_fails_the_build_with_uvs_message_and_its_whole_output(
+    tmp_path: Path, uv: str
+) -> None:
+    reports, logs = Reports(), Logs()
+    builder = _builder(tmp_path, uv, reports, logs)
+    builder.start_build(_request("bad", "corrupt==1.0"))
+    reports.wait()
+    assert reports.outcomes["bad"].error == (
+        "No solution found when resolving dependencies: "
+        "Because corrupt==1.0 has an invalid package format ..."
+    )
+    lines = logs.streams["environments/dev/bad"]
+    assert " " in lines and "hint: The structure of `corrupt` (v1.0) was invalid:" in lines
+    builder.close()
+
+
+def test_a_log_that_cannot_be_written_still_reports_the_build(tmp_path: Path, uv: str) -> None:
+    reports = Reports()
+    builder = _builder(tmp_path, uv, reports, Logs(broken=True))
+    builder.start_build(_request("ml", "six==1.16.0"))
+    reports.wait()
+    outcome = reports.outcomes["ml"]
+    assert outcome.error is None and [p.name for p in outcome.packages] == ["six"]
+    builder.close(wait=True)
+    assert list((tmp_path / "environments" / ".requests").iterdir()) == []
 
 
 def test_the_time_limit_names_itself(tmp_path: Path, uv: str) -> None:
