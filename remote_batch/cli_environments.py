@@ -89,7 +89,8 @@ def _summary(environment: rb.Environment) -> str:
         f"{count} requirement{'' if count == 1 else 's'}"
     )
     if data.get("status") == "Ready":
-        text += f", {len(data.get('packages') or [])} packages, {_size(data.get('sizeBytes'))}"
+        count = len(data.get("packages") or [])
+        text += f", {count} package{'' if count == 1 else 's'}, {_size(data.get('sizeBytes'))}"
     if data.get("statusReason"):
         text += f" ({data['statusReason']})"
     return text

@@ -391,9 +391,15 @@ def for_job(environment: Environment, python_version: str | None) -> JobEnvironm
         than the environment's.
     """
     if environment.status is EnvironmentStatus.FAILED:
-        raise ValidationFailed(
-            f"{environment.status_reason}; fix its spec and create it again.", "environment"
-        )
+        reason = (environment.status_reason or "").rstrip(".")
+        if environment.name is None:
+            advice = (
+                f"the same inline spec builds again {int(UNNAMED_RETRY_AFTER.total_seconds() // 60)} "
+                "minutes after it failed; change the requirements to try at once"
+            )
+        else:
+            advice = f"delete environment {environment.name} and create it with a spec that builds"
+        raise ValidationFailed(f"{reason}. To use it, {advice}.", "environment")
     if python_version is not None and python_version != environment.spec.python:
         raise ValidationFailed(
             f"{environment.label[0].upper()}{environment.label[1:]} runs Python {environment.spec.python}, "

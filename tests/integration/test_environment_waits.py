@@ -276,6 +276,10 @@ def test_a_failed_inline_environment_refuses_jobs_for_a_while_then_builds_again(
     assert Decimal(ended["creditsSpent"]) == Decimal("0") and _job_entries(stack) == []
     status, refused = stack.api("POST", "/jobs", body={"code": "1", "environment": SPEC})
     assert status == 400 and refused["error"]["field"] == "environment"
+    assert refused["error"]["message"] == (
+        "The inline environment failed: No solution found when resolving dependencies. To use it, the "
+        "same inline spec builds again 10 minutes after it failed; change the requirements to try at once."
+    )
     stack.clock.advance(timedelta(minutes=11).total_seconds())
     again = _submit(stack, environment=SPEC)
     assert again["status"] == "Queued" and len(builder.requests) == 2

@@ -214,7 +214,13 @@ def test_a_job_in_a_ready_environment_records_it_and_its_build(
 @pytest.mark.parametrize(
     ("build", "body", "field", "fragment"),
     [
-        ("fail", {"environment": "ml"}, "environment", "Environment ml failed: No solution found"),
+        (
+            "fail",
+            {"environment": "ml"},
+            "environment",
+            "Environment ml failed: No solution found. To use it, delete environment ml and create it "
+            "with a spec that builds.",
+        ),
         ("ready", {"environment": "ml", "pythonVersion": "3.13"}, "pythonVersion", "runs Python 3.12"),
         ("ready", {"environment": "nope"}, "environment", "No environment nope"),
     ],

@@ -472,7 +472,7 @@ def test_env_create_wait_follows_the_build_and_exits_0_when_ready(httpserver, ap
     assert [line for line in done.stderr.splitlines() if line.startswith("line ")] == [
         f"line {n}" for n in range(6)
     ]
-    assert done.stdout.strip() == "environment ml Ready: Python 3.12, 1 requirement, 1 packages, 0.9 MiB"
+    assert done.stdout.strip() == "environment ml Ready: Python 3.12, 1 requirement, 1 package, 0.9 MiB"
 
 
 def test_env_create_wait_exits_2_with_the_reason_when_the_build_fails(httpserver, api):
