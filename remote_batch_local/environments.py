@@ -132,6 +132,10 @@ class LocalEnvironmentBuilder:
         self._pool = ThreadPoolExecutor(max_workers=BUILD_WORKERS, thread_name_prefix="env-build")
         self._locks: dict[str, threading.Lock] = {}
         self._locks_guard = threading.Lock()
+        # Set by close(): a build it stops is not reported (its request stays for the next resume).
+        self._closing = threading.Event()
+        self._running: set[subprocess.Popen[str]] = set()
+        self._running_guard = threading.Lock()
 
     # -- the port ---------------------------------------------------------------------------------------
     def start_build(self, request: BuildRequest) -> None:
@@ -148,7 +152,10 @@ class LocalEnvironmentBuilder:
 
     # -- the stack's ------------------------------------------------------------------------------------
     def resume(self) -> int:
-        """Queue again every request a previous run took but did not report; returns how many."""
+        """Queue again every request a previous run took but did not report, after removing the
+        half-installed folders a crash left; returns how many."""
+        for partial in self._root.glob(".*.partial-*"):
+            shutil.rmtree(partial, ignore_errors=True)
         count = 0
         for path in sorted(self._requests.glob("*.json")):
             data = json.loads(path.read_text())
@@ -161,12 +168,19 @@ class LocalEnvironmentBuilder:
         return count
 
     def close(self, *, wait: bool = False) -> None:
-        """Stop taking builds (queued ones stay in ``.requests/`` for :meth:`resume`); with ``wait``,
-        until those running have ended."""
+        """Stop taking builds and stop those running (their uv killed): neither is reported, both stay
+        in ``.requests/`` for the next start's :meth:`resume`. With ``wait``, until the threads have
+        ended."""
+        self._closing.set()
+        with self._running_guard:
+            for process in self._running:
+                process.kill()
         self._pool.shutdown(wait=wait, cancel_futures=True)
 
     # -- one build --------------------------------------------------------------------------------------
     def _run(self, request: BuildRequest, path: Path) -> None:
+        if self._closing.is_set():
+            return
         lines = BuildLog(self._logs, self._log_group, request.log_stream_name, echo=False)
         try:
             outcome = self._build(request, lines, time.monotonic() + self._time_limit)
@@ -176,6 +190,9 @@ class LocalEnvironmentBuilder:
         except Exception as exc:  # a fault of the builder itself: the environment must not stay Building
             log.exception("environment build crashed name=%s", request.name)
             outcome = BuildOutcome(hash=None, error=f"the builder failed: {type(exc).__name__}")
+        if self._closing.is_set():  # stopped by the stack's stop, not failed: built again at next start
+            log.info("environment build stopped with the stack name=%s", request.name)
+            return
         try:
             lines.flush()
         except Exception:  # the log is lost, not the outcome: the environment must not stay Building
@@ -278,6 +295,8 @@ class LocalEnvironmentBuilder:
         error line. Returns its stdout."""
         if deadline - time.monotonic() <= 0:
             raise BuildFailed(time_limit_reason(self._time_limit))
+        if self._closing.is_set():
+            raise BuildFailed("the local stack stopped")  # not reported: _run sees the stop
         environ = {**os.environ, "UV_PYTHON_DOWNLOADS": "never", "NO_COLOR": "1"}
         process = subprocess.Popen(  # noqa: S603 - uv with the spec's checked requirements and URLs
             [self._uv, *arguments],
@@ -286,7 +305,28 @@ class LocalEnvironmentBuilder:
             stderr=subprocess.PIPE,
             text=True,
             env=environ,
+            # Its own session: a Ctrl-C at the stack's terminal stops the stack, which stops the build
+            # (close()), rather than killing uv under a build that would then read as failed.
+            start_new_session=True,
         )
+        with self._running_guard:
+            self._running.add(process)
+            if self._closing.is_set():  # close() ran between the check above and this start
+                process.kill()
+        try:
+            return self._wait_uv(process, lines, deadline, stdin, watch)
+        finally:
+            with self._running_guard:
+                self._running.discard(process)
+
+    def _wait_uv(
+        self,
+        process: subprocess.Popen[str],
+        lines: BuildLog,
+        deadline: float,
+        stdin: str,
+        watch: Callable[[], str | None] | None,
+    ) -> str:
         given: str | None = stdin
         while True:
             remaining = deadline - time.monotonic()

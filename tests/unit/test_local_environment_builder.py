@@ -195,6 +195,26 @@ def test_a_log_that_cannot_be_written_still_reports_the_build(tmp_path: Path, uv
     assert list((tmp_path / "environments" / ".requests").iterdir()) == []
 
 
+def test_a_build_the_stack_stops_is_not_failed_but_built_at_the_next_start(tmp_path: Path, uv: str) -> None:
+    reports, logs = Reports(), Logs()
+    builder = _builder(tmp_path, uv, reports, logs)
+    builder.start_build(_request("ml", "slow==1.0"))
+    time.sleep(0.5)  # uv is running (the fake sleeps 30 s in compile)
+    (tmp_path / "environments" / ".abc.partial-12345678").mkdir()  # what a crash mid-install leaves
+    started = time.monotonic()
+    builder.close(wait=True)
+    assert time.monotonic() - started < 10  # uv was killed, not waited for
+    assert reports.outcomes == {}
+    assert len(list((tmp_path / "environments" / ".requests").iterdir())) == 1
+    # The next start builds it (the fake's "slow" is in the requirement, so it sleeps again: a stop
+    # again leaves it again) and removes the crash's half-installed folder.
+    again = _builder(tmp_path, uv, reports, logs)
+    assert again.resume() == 1
+    assert not (tmp_path / "environments" / ".abc.partial-12345678").exists()
+    again.close(wait=True)
+    assert reports.outcomes == {}
+
+
 def test_the_time_limit_names_itself(tmp_path: Path, uv: str) -> None:
     reports = Reports()
     builder = _builder(tmp_path, uv, reports, Logs(), time_limit=0.5)
