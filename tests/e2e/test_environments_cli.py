@@ -8,6 +8,7 @@ import base64
 import hashlib
 import http.server
 import json
+import sys
 import threading
 import zipfile
 from collections.abc import Iterator
@@ -135,11 +136,13 @@ def test_env_create_wait_then_submit_env_runs_with_the_environments_package(
 def test_a_job_sees_its_environments_own_cloudpickle_and_none_of_the_services_modules(
     dev_cli: CliRunner, local_index: str, tmp_path: Path
 ) -> None:
-    # Given an environment pinning a cloudpickle of its own (the job side vendors another)
+    # Given an environment pinning a cloudpickle of its own (the job side vendors another), on this
+    # Python (a function is submitted to it below)
+    python = f"{sys.version_info[0]}.{sys.version_info[1]}"
     requirements = tmp_path / "requirements.txt"
     requirements.write_text(f"--index-url {local_index}\ncloudpickle==0.0.1\n")
     created = dev_cli.invoke(
-        app, ["env", "create", "cp001", "--python", "3.12", "-r", str(requirements), "--wait"]
+        app, ["env", "create", "cp001", "--python", python, "-r", str(requirements), "--wait"]
     )
     assert created.exit_code == 0, created.output
 
