@@ -27,7 +27,7 @@ from typing import Any, Literal
 
 import cloudpickle
 
-from worker.runner import JobError, Outcome, describe_exception
+from worker.runner import JobError, Outcome, describe_exception, job_side_pickler
 
 #: Longest ``resultRepr``, in characters.
 REPR_LIMIT = 10_000
@@ -194,7 +194,8 @@ def messages_document(messages: list[str], error: JobError | None) -> bytes:
 
 def _pickle_result(value: Any, messages: list[str]) -> bytes | None:
     try:
-        pickled: bytes = cloudpickle.dumps(value)  # cloudpickle ships no type information
+        with job_side_pickler():
+            pickled: bytes = cloudpickle.dumps(value)  # cloudpickle ships no type information
         return pickled
     except BaseException as exc:  # user __reduce__/__getstate__ may raise anything, even SystemExit
         messages.append(

@@ -9,8 +9,12 @@ The worker is two processes (``worker.supervisor`` starts this one):
   the image's packages; locally the interpreter found for that version): it imports the standard
   library, this module's siblings ``worker.errors``, ``worker.runner`` and ``worker.encoding``, and
   cloudpickle, all copied into a folder of their own (:data:`MODULES`, ``cloudpickle/``), never the
-  service's site-packages. It runs the code, command or pickled call and encodes the result (numpy,
-  pandas and PIL are used only when the job's interpreter has them).
+  service's site-packages. Once imported they are hidden from the user's code (out of ``sys.modules``,
+  the folder off ``sys.path``: ``runner.hide_job_side_modules``), which sees exactly its environment's
+  packages (its own ``cloudpickle``; no ``worker``); the job side's cloudpickle is named
+  ``cloudpickle`` again only while it pickles or unpickles (``runner.job_side_pickler``). It runs the
+  code, command or pickled call and encodes the result (numpy, pandas and PIL are used only when the
+  job's interpreter has them).
 
 They talk through files in the job's folder: the supervisor writes ``input/input.json`` (and
 ``input/payload``: the code or pickle of an upload), the job side writes ``outcome/`` (the encoded
@@ -81,13 +85,17 @@ _FORWARDED_SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP")
 #: interpreter was started without its own site-packages (``-S``).
 SITE_VARIABLE = "REMOTE_BATCH_JOB_SITE"
 #: The ``python -c`` program that starts the job side: the copied modules first on the path, then the
-#: site folders of ``SITE_VARIABLE``, then :func:`main`.
+#: site folders of ``SITE_VARIABLE``; once the job side is imported, its modules and folder are hidden
+#: (``runner.hide_job_side_modules``: the user's code sees only its environment's packages), then
+#: :func:`main`.
 BOOTSTRAP = (
     "import os, sys\n"
     "sys.path.insert(0, sys.argv[1])\n"
     f"for folder in filter(None, os.environ.pop({SITE_VARIABLE!r}, '').split(os.pathsep)):\n"
     "    import site; site.addsitedir(folder)\n"
     "from worker.job_side import main\n"
+    "from worker.runner import hide_job_side_modules\n"
+    "hide_job_side_modules(sys.argv[1])\n"
     "main(sys.argv[2:])\n"
 )
 

@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import CodeType, TracebackType
+from types import CodeType, ModuleType, TracebackType
 from typing import Any, TextIO, Union
 
 import cloudpickle
@@ -118,6 +118,51 @@ class PickleInput:
 
     payload: bytes
     array_item: ArrayItem | None = None
+
+
+#: The top-level packages of the job side's own modules (``worker.job_side`` and what it imports, its
+#: copy of cloudpickle): hidden from the user's code, which imports only its environment's packages.
+JOB_SIDE_PACKAGES = ("worker", "cloudpickle")
+#: The job side's own modules while hidden (:func:`hide_job_side_modules`), by name; empty in the
+#: supervisor's process, where ``worker`` and cloudpickle are the service's and stay importable.
+_HIDDEN_MODULES: dict[str, ModuleType] = {}
+
+
+def _of_packages(name: str, packages: tuple[str, ...]) -> bool:
+    return name.partition(".")[0] in packages
+
+
+def hide_job_side_modules(folder: str) -> None:
+    """Take the job side's own modules out of ``sys.modules`` and ``folder`` (where they were imported
+    from) off ``sys.path``, before the user's code runs: its ``import cloudpickle`` then finds its
+    environment's (or fails), and ``import worker`` fails. The job side's code keeps its references."""
+    for name in list(sys.modules):
+        if _of_packages(name, JOB_SIDE_PACKAGES):
+            _HIDDEN_MODULES[name] = sys.modules.pop(name)
+    sys.path[:] = [entry for entry in sys.path if entry != folder]
+
+
+@contextmanager
+def job_side_pickler() -> Iterator[None]:
+    """While the job side pickles or unpickles: ``sys.modules`` names its own cloudpickle under
+    ``cloudpickle`` (a pickle refers to ``cloudpickle.cloudpickle`` functions by module name, e.g. a
+    lambda's ``_make_function``; pickling checks the name leads back to the same function), and the
+    user's cloudpickle modules, if imported, are set aside; afterwards they are as they were. A no-op
+    unless :func:`hide_job_side_modules` ran."""
+    own = {name: module for name, module in _HIDDEN_MODULES.items() if _of_packages(name, ("cloudpickle",))}
+    if not own:
+        yield
+        return
+    users = {
+        name: sys.modules.pop(name) for name in list(sys.modules) if _of_packages(name, ("cloudpickle",))
+    }
+    sys.modules.update(own)
+    try:
+        yield
+    finally:
+        for name in [name for name in sys.modules if _of_packages(name, ("cloudpickle",))]:
+            _HIDDEN_MODULES[name] = sys.modules.pop(name)  # a submodule imported meanwhile is the job side's
+        sys.modules.update(users)
 
 
 # Union, not |: this module runs on an image's python3 >= 3.9 too (worker.job_side).
@@ -471,7 +516,8 @@ class PickleNotLoaded(Exception):
 
 
 def _load_call(payload: bytes) -> tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]:
-    loaded = cloudpickle.loads(payload)
+    with job_side_pickler():
+        loaded = cloudpickle.loads(payload)
     if not (isinstance(loaded, tuple) and len(loaded) == 3):
         raise PickleNotLoaded(f"it holds {type(loaded).__name__}, not a (function, args, kwargs) tuple")
     fn, args, kwargs = loaded

@@ -8,6 +8,7 @@ import base64
 import hashlib
 import http.server
 import json
+import sys
 import threading
 import zipfile
 from collections.abc import Iterator
@@ -57,12 +58,18 @@ class QuietHandler(http.server.SimpleHTTPRequestHandler):
 
 @pytest.fixture(scope="module")
 def local_index(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A package index on 127.0.0.1 holding one wheel; its simple API's URL."""
+    """A package index on 127.0.0.1 holding two wheels (``rbtiny``, a fake ``cloudpickle``); its simple
+    API's URL."""
     root = tmp_path_factory.mktemp("index")
-    wheel = build_wheel(root, PACKAGE, VERSION, f'VERSION = "{VERSION}"\n')
-    page = root / "simple" / PACKAGE / "index.html"
-    page.parent.mkdir(parents=True)
-    page.write_text(f'<html><body><a href="../../{wheel.name}">{wheel.name}</a></body></html>\n')
+    for name, version, source in [
+        (PACKAGE, VERSION, f'VERSION = "{VERSION}"\n'),
+        # A package of the user's own named as the job side's vendored one (issue 24).
+        ("cloudpickle", "0.0.1", '__version__ = "0.0.1"\n'),
+    ]:
+        wheel = build_wheel(root, name, version, source)
+        page = root / "simple" / name / "index.html"
+        page.parent.mkdir(parents=True)
+        page.write_text(f'<html><body><a href="../../{wheel.name}">{wheel.name}</a></body></html>\n')
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), partial(QuietHandler, directory=str(root)))
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -124,3 +131,38 @@ def test_env_create_wait_then_submit_env_runs_with_the_environments_package(
     deleted = dev_cli.invoke(app, ["env", "delete", "tiny"])
     assert deleted.exit_code == 0 and deleted.stdout.strip() == "deleted environment tiny"
     assert dev_cli.invoke(app, ["env", "show", "tiny"]).exit_code == 1
+
+
+def test_a_job_sees_its_environments_own_cloudpickle_and_none_of_the_services_modules(
+    dev_cli: CliRunner, local_index: str, tmp_path: Path
+) -> None:
+    # Given an environment pinning a cloudpickle of its own (the job side vendors another), on this
+    # Python (a function is submitted to it below)
+    python = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    requirements = tmp_path / "requirements.txt"
+    requirements.write_text(f"--index-url {local_index}\ncloudpickle==0.0.1\n")
+    created = dev_cli.invoke(
+        app, ["env", "create", "cp001", "--python", python, "-r", str(requirements), "--wait"]
+    )
+    assert created.exit_code == 0, created.output
+
+    # When code runs in it
+    code = (
+        "import importlib.util, cloudpickle\n"
+        "{'cloudpickle': cloudpickle.__version__, 'worker': importlib.util.find_spec('worker') is not None}"
+    )
+    submitted = dev_cli.invoke(app, ["submit", "--env", "cp001", "--wait", "--code", code])
+
+    # Then it sees the environment's cloudpickle, and the service's worker package is not importable
+    assert submitted.exit_code == 0, submitted.output
+    assert rb.job(submitted.stderr.split()[1]).result(timeout=60) == {"cloudpickle": "0.0.1", "worker": False}
+
+    # And a closure pickled by this client still loads (with the job side's own cloudpickle)
+    offset = 40
+
+    def add(x: int) -> tuple[int, str]:
+        import cloudpickle as theirs
+
+        return x + offset, theirs.__version__
+
+    assert tuple(rb.submit(add, 2, environment="cp001").result(timeout=60)) == (42, "0.0.1")

@@ -117,3 +117,19 @@ def test_the_metadata_state_reads_the_job_containers_exit_code(monkeypatch: pyte
     assert job_container.metadata_state({job_container.METADATA_VARIABLE: endpoint})() == 137
     assert asked == [f"{endpoint}/task"] * 2
     assert job_container.metadata_state({})() is None
+
+
+def test_the_job_in_the_job_container_cannot_import_the_job_sides_modules(tmp_path: Path) -> None:
+    # (This test's python3 is the service's venv, whose own worker package is on its path: the job
+    # side's copy must not be what the job sees.)
+    source = (
+        "import sys\n"
+        "[[name for name in sys.modules if name.partition('.')[0] in ('worker', 'cloudpickle')],\n"
+        " any(p.endswith('lib') for p in sys.path)]\n"
+    )
+
+    run, _console, launcher_code = _run(tmp_path, source, {})
+
+    assert run.error is None, run.messages
+    assert run.outputs is not None and json.loads(run.outputs.result_json)["result"] == [[], False]
+    assert launcher_code == 0
