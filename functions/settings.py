@@ -95,9 +95,27 @@ class ImageSettings(BaseModel):
 
 
 class ZoneSettings(BaseModel):
-    """One geo zone's region, bucket, job log group and (machine class → queue, definition) routes."""
+    """One geo zone's region, bucket, job log group and (machine class → queue, definition) routes.
+
+    ``routes`` may be given as ``routePrefix`` instead: every class's job queue and definition base
+    are then ``<routePrefix><class>`` (the deployed names, ``infra/naming.py``), which keeps
+    ``REMOTE_BATCH_ZONES`` well under Lambda's 4 KB for a function's whole environment.
+    """
 
     model_config = ConfigDict(frozen=True, populate_by_name=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _routes_from_prefix(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "routePrefix" in data and "routes" not in data:
+            prefix = data["routePrefix"]
+            if not isinstance(prefix, str) or not prefix:
+                raise ValueError("routePrefix must be a non-empty string")
+            routes = {
+                name: {"jobQueue": prefix + name, "jobDefinition": prefix + name} for name in MACHINE_CLASSES
+            }
+            data = {key: value for key, value in data.items() if key != "routePrefix"} | {"routes": routes}
+        return data
 
     region: str = Field(min_length=1)
     bucket: str = Field(min_length=3)

@@ -183,14 +183,9 @@ class Functions(Construct):
                 "bucket": zone.bucket_name,
                 "logGroup": zone.job_log_group_name,
                 "computeTemplateParameter": zone.compute_template_parameter_name,
-                "routes": {
-                    machine_class: {
-                        "jobQueue": zone.job_queue_name(machine_class),
-                        # The base name: the api adds the job's Python (job_definition_name).
-                        "jobDefinition": zone.job_definition_base(machine_class),
-                    }
-                    for machine_class in MACHINE_CLASSES
-                },
+                # Every class's job queue and definition base is <prefix><class>
+                # (functions.settings.ZoneSettings; the api adds the job's Python to the definition).
+                "routePrefix": zone.prefix,
                 # The environments' build queue (functions.adapters.batch_builder).
                 "build": {
                     "jobQueue": zone.build_queue_name,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from functions.domain.dependencies import MAX_PARENTS, MAX_PATTERNS
 from functions.domain.environments import MAX_EXTRA_INDEXES, MAX_PACKAGES, MAX_REQUIREMENTS
 from functions.domain.notifications import MAX_RULES
 from functions.domain.roles import MAX_MEMBERS
@@ -34,6 +35,15 @@ BOUNDED = {
         "/environments/{name}",
         "packages",
     ): f"a lock of more than MAX_PACKAGES ({MAX_PACKAGES}) fails the build",
+    ("/jobs/{jobId}", "dependsOn"): f"at most MAX_PARENTS ({MAX_PARENTS}) parents",
+    (
+        "/jobs/{jobId}",
+        "inputsFrom",
+    ): f"parents of dependsOn (at most {MAX_PARENTS}), {MAX_PATTERNS} patterns each",
+    (
+        "/jobs/{jobId}",
+        "waitingFor",
+    ): f"the job's prerequisites: its environment and at most {MAX_PARENTS} parents",
     ("/jobs/{jobId}", "notifications"): f"at most MAX_RULES ({MAX_RULES}) rules",
     ("/jobs/{jobId}", "notificationLog"): "the store keeps the last NOTIFICATION_LOG_LIMIT records",
     ("/jobs/{jobId}", "warnings"): "the service's own warnings about the submit",
