@@ -104,7 +104,7 @@ def test_env_create_wait_then_submit_env_runs_with_the_environments_package(
     assert created.exit_code == 0, created.output
     assert "created environment tiny Building: Python 3.12, 1 requirement" in created.stderr
     assert "resolving 1 requirements" in created.stderr  # the builder's log, followed
-    assert created.stdout.startswith("environment tiny Ready: Python 3.12, 1 requirement, 1 packages")
+    assert created.stdout.startswith("environment tiny Ready: Python 3.12, 1 requirement, 1 package")
     shown = json.loads(dev_cli.invoke(app, ["env", "show", "tiny", "--json"]).stdout)
     assert shown["packages"] == [{"name": PACKAGE, "version": VERSION}]
     assert shown["indexUrl"] == local_index and shown["requirements"] == [f"{PACKAGE}=={VERSION}"]

@@ -42,6 +42,7 @@ from functions.adapters.tables import ALL_TABLES, create_table_request
 from functions.domain.jobs import Account
 from functions.domain.runtime import PYTHON_VERSIONS, job_definition_name
 from functions.logic import dispatch_rules
+from functions.settings import ZoneSettings
 from infra import constants
 from tests.events import api_event, job_lifecycle, scheduled_event
 from tests.fakes import FakeLambdaContext
@@ -186,7 +187,9 @@ def create_resources(
             state="ENABLED",
             serviceRole=service_role,
         )["computeEnvironmentArn"]
-        for route in zone["routes"].values():
+        # The deployed variable names a route prefix; the settings derive every class's route from it.
+        routes = ZoneSettings.model_validate(zone).routes.values()
+        for route in ({"jobQueue": r.job_queue, "jobDefinition": r.job_definition} for r in routes):
             batch.create_job_queue(
                 jobQueueName=route["jobQueue"],
                 state="ENABLED",
@@ -1072,11 +1075,8 @@ def test_an_environment_builds_in_the_cloud_and_a_job_runs_in_it_under_each_role
     assert ready["status"] == "Ready" and ready["hash"] == digest
     assert ready["packages"] == [{"name": "six", "version": "1.16.0"}] and ready["sizeBytes"] > 0
     assert any(f"build {digest}" in event["message"] for event in log["events"])
-    assert (
-        submitted["jobDefinition"]
-        .split("/")[-1]
-        .startswith(f"{job_definition_name(us['routes']['Basic1x8']['jobDefinition'], python)}:")
-    )
+    basic = ZoneSettings.model_validate(us).routes["Basic1x8"].job_definition
+    assert submitted["jobDefinition"].split("/")[-1].startswith(f"{job_definition_name(basic, python)}:")
     assert job_env["REMOTE_BATCH_ENVIRONMENT_HASH"] == digest
     assert result["result"] == "1.16.0" and result["error"] is None
     assert (cache / digest / "site" / "six" / "__init__.py").is_file()
