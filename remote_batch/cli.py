@@ -30,7 +30,6 @@ from rich.table import Table
 import remote_batch as rb
 from remote_batch import auth, config
 from remote_batch.cli_environments import (
-    RequirementFiles,
     checked_name,
     checked_python,
     env_app,
@@ -234,7 +233,16 @@ def submit(  # noqa: PLR0917 (typer maps each parameter to an option)
             help="Run in an unnamed environment with this requirement (PEP 508); repeatable.",
         ),
     ] = None,
-    requirement_files: RequirementFiles = None,
+    requirement_files: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--requirement",
+            "-r",
+            metavar="FILE",
+            help="Run in an unnamed environment with a pip requirements file's requirements (no index "
+            "URLs: those take `env create`); repeatable.",
+        ),
+    ] = None,
     python: Annotated[
         str | None,
         typer.Option(
@@ -263,8 +271,7 @@ def submit(  # noqa: PLR0917 (typer maps each parameter to an option)
 ) -> None:
     """Submit a job: --code CODE, a FILE.py (its code), or -- CMD ARGS... (a command).
 
-    It runs in the worker image's packages, in an environment (--env NAME), or in an unnamed one of
-    requirements (--with REQUIREMENT, -r FILE; on --python's version, else this interpreter's).
+    It runs with the worker image's packages, an environment's (--env), or inline ones (--with, -r).
     """
     payload = _payload(file, command, code)
     rules: Any = notifications

@@ -97,15 +97,6 @@ EnvName = Annotated[
         help="The environment's name (a letter, then letters, digits, . _ -).", callback=checked_name
     ),
 ]
-RequirementFiles = Annotated[
-    list[Path] | None,
-    typer.Option(
-        "--requirement",
-        "-r",
-        metavar="FILE",
-        help="A pip requirements file (comments, -r includes, --index-url lines); repeatable.",
-    ),
-]
 
 
 def _read_files(files: list[Path]) -> Requirements:
@@ -193,7 +184,15 @@ def create(  # noqa: PLR0917 (typer maps each parameter to an option)
         list[str] | None,
         typer.Argument(metavar="REQUIREMENT", help="Requirement lines (PEP 508), as pip install takes."),
     ] = None,
-    requirement_files: RequirementFiles = None,
+    requirement_files: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--requirement",
+            "-r",
+            metavar="FILE",
+            help="A pip requirements file (comments, -r includes, --index-url lines); repeatable.",
+        ),
+    ] = None,
     python: Annotated[
         str | None,
         typer.Option(
