@@ -16,8 +16,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from benchmarks.capacity import RequestRecorder
+from functions.domain.errors import BatchRefused
 from functions.domain.jobs import DispatchState
 from functions.domain.machine_classes import GeoZone
+from functions.logic.dispatch_rules import REFUSED_REASON
+from functions.ports import BatchSubmission
 from tests.events import batch_event
 from tests.integration.conftest import Stack, finish
 
@@ -239,6 +242,43 @@ def test_aborting_a_queued_parent_ends_its_waiting_children_by_their_condition(s
     # The cleanup child is released into the quota's admission (held behind the running job)
     stored = stack.services.store.get_job(cleanup)
     assert stored is not None and stored.dispatch_state is DispatchState.HELD
+
+
+@pytest.mark.parametrize("parent_body", [{}, {"arrayItems": [1, 2]}], ids=["single", "array"])
+def test_a_parent_aws_batch_refuses_ends_its_children_at_once_not_at_the_backstop(
+    stack: Stack, monkeypatch: pytest.MonkeyPatch, parent_body: dict[str, Any]
+) -> None:
+    # Given a parent held for quota behind a running job, and a child waiting for it
+    status, body = stack.api(
+        "PUT",
+        "/admin/accounts/dev/quotas",
+        body={"quotas": [{"family": "Basic", "geoZone": "UnitedStates", "limit": 1}]},
+        account_id="admin",
+        groups="admin",
+    )
+    assert status == 200, body
+    running = _submit(stack)["jobId"]
+    parent = _submit(stack, **parent_body)["jobId"]
+    child = _submit(stack, dependsOn=_after(parent))["jobId"]
+
+    # When the running job ends and AWS Batch refuses the parent the admission sends
+    def refuse(submission: BatchSubmission) -> str:
+        raise BatchRefused("AWS Batch refused to accept the job")
+
+    monkeypatch.setattr(stack.batch[GeoZone.UNITED_STATES], "submit_job", refuse)
+    finish(stack, running)
+
+    # Then the dispatcher's ending settles the child in the same call: Terminated, free, saying why
+    ended_parent = _job(stack, parent)
+    assert ended_parent["status"] == "Terminated"
+    if not parent_body:
+        assert ended_parent["statusReason"] == REFUSED_REASON
+    ended = _job(stack, child)
+    assert (ended["status"], ended["statusReason"]) == (
+        "Terminated",
+        NEEDED.format(parent=parent, ended="Terminated", needed="Succeeded"),
+    )
+    assert Decimal(str(ended["creditsSpent"])) == Decimal("0") and _job_entries(stack, child) == []
 
 
 def test_aborting_a_waiting_child_ends_it_and_its_parents_end_leaves_it(stack: Stack) -> None:
