@@ -22,7 +22,7 @@ from functions.domain.machine_classes import GeoZone
 from functions.logic.dispatch_rules import REFUSED_REASON
 from functions.ports import BatchSubmission
 from tests.events import batch_event
-from tests.integration.conftest import Stack, finish
+from tests.integration.conftest import Stack, finish, limit_basic_us
 
 NEEDED = "Dependency {parent} ended {ended}; this job needed {needed}"
 
@@ -223,14 +223,7 @@ def test_an_array_parent_counts_once_the_whole_array_is_final(stack: Stack) -> N
 
 def test_aborting_a_queued_parent_ends_its_waiting_children_by_their_condition(stack: Stack) -> None:
     # Given a parent held for quota (AWS Batch never had it)
-    status, body = stack.api(
-        "PUT",
-        "/admin/accounts/dev/quotas",
-        body={"quotas": [{"family": "Basic", "geoZone": "UnitedStates", "limit": 1}]},
-        account_id="admin",
-        groups="admin",
-    )
-    assert status == 200, body
+    limit_basic_us(stack, 1)
     _submit(stack)
     parent = _submit(stack)["jobId"]
     child = _submit(stack, dependsOn=_after(parent))["jobId"]
@@ -249,14 +242,7 @@ def test_a_parent_aws_batch_refuses_ends_its_children_at_once_not_at_the_backsto
     stack: Stack, monkeypatch: pytest.MonkeyPatch, parent_body: dict[str, Any]
 ) -> None:
     # Given a parent held for quota behind a running job, and a child waiting for it
-    status, body = stack.api(
-        "PUT",
-        "/admin/accounts/dev/quotas",
-        body={"quotas": [{"family": "Basic", "geoZone": "UnitedStates", "limit": 1}]},
-        account_id="admin",
-        groups="admin",
-    )
-    assert status == 200, body
+    limit_basic_us(stack, 1)
     running = _submit(stack)["jobId"]
     parent = _submit(stack, **parent_body)["jobId"]
     child = _submit(stack, dependsOn=_after(parent))["jobId"]
