@@ -18,10 +18,13 @@ from hypothesis import strategies as st
 
 from benchmarks.capacity import RequestRecorder
 from functions.domain.dependencies import data_gone_reason
+from functions.domain.errors import BatchRefused
 from functions.domain.jobs import DispatchState
 from functions.domain.machine_classes import GeoZone
+from functions.logic.dispatch_rules import REFUSED_REASON
+from functions.ports import BatchSubmission
 from tests.events import batch_event
-from tests.integration.conftest import Stack, finish
+from tests.integration.conftest import Stack, finish, limit_basic_us
 
 NEEDED = "Dependency {parent} ended {ended}; this job needed {needed}"
 
@@ -222,14 +225,7 @@ def test_an_array_parent_counts_once_the_whole_array_is_final(stack: Stack) -> N
 
 def test_aborting_a_queued_parent_ends_its_waiting_children_by_their_condition(stack: Stack) -> None:
     # Given a parent held for quota (AWS Batch never had it)
-    status, body = stack.api(
-        "PUT",
-        "/admin/accounts/dev/quotas",
-        body={"quotas": [{"family": "Basic", "geoZone": "UnitedStates", "limit": 1}]},
-        account_id="admin",
-        groups="admin",
-    )
-    assert status == 200, body
+    limit_basic_us(stack, 1)
     _submit(stack)
     parent = _submit(stack)["jobId"]
     child = _submit(stack, dependsOn=_after(parent))["jobId"]
@@ -241,6 +237,36 @@ def test_aborting_a_queued_parent_ends_its_waiting_children_by_their_condition(s
     # The cleanup child is released into the quota's admission (held behind the running job)
     stored = stack.services.store.get_job(cleanup)
     assert stored is not None and stored.dispatch_state is DispatchState.HELD
+
+
+@pytest.mark.parametrize("parent_body", [{}, {"arrayItems": [1, 2]}], ids=["single", "array"])
+def test_a_parent_aws_batch_refuses_ends_its_children_at_once_not_at_the_backstop(
+    stack: Stack, monkeypatch: pytest.MonkeyPatch, parent_body: dict[str, Any]
+) -> None:
+    # Given a parent held for quota behind a running job, and a child waiting for it
+    limit_basic_us(stack, 1)
+    running = _submit(stack)["jobId"]
+    parent = _submit(stack, **parent_body)["jobId"]
+    child = _submit(stack, dependsOn=_after(parent))["jobId"]
+
+    # When the running job ends and AWS Batch refuses the parent the admission sends
+    def refuse(submission: BatchSubmission) -> str:
+        raise BatchRefused("AWS Batch refused to accept the job")
+
+    monkeypatch.setattr(stack.batch[GeoZone.UNITED_STATES], "submit_job", refuse)
+    finish(stack, running)
+
+    # Then the dispatcher's ending settles the child in the same call: Terminated, free, saying why
+    ended_parent = _job(stack, parent)
+    assert ended_parent["status"] == "Terminated"
+    if not parent_body:
+        assert ended_parent["statusReason"] == REFUSED_REASON
+    ended = _job(stack, child)
+    assert (ended["status"], ended["statusReason"]) == (
+        "Terminated",
+        NEEDED.format(parent=parent, ended="Terminated", needed="Succeeded"),
+    )
+    assert Decimal(str(ended["creditsSpent"])) == Decimal("0") and _job_entries(stack, child) == []
 
 
 def test_aborting_a_waiting_child_ends_it_and_its_parents_end_leaves_it(stack: Stack) -> None:
