@@ -287,7 +287,7 @@ def show(name: EnvName, json_output: JsonOption = False) -> None:
         return
     table = Table(show_header=False, box=None)
     for key in ("name", "python", "status", "statusReason", "hash", "indexUrl", "extraIndexUrls", "image",
-                "sizeBytes", "createdAt", "readyAt"):  # fmt: skip
+                "sizeBytes", "createdAt", "readyAt", "failedAt"):  # fmt: skip
         value = data.get(key)
         if value not in (None, []):
             shown = ", ".join(map(str, value)) if isinstance(value, list) else value

@@ -107,9 +107,9 @@ class Environment:
         The connection; None: the process's default (``rb.connect``).
 
     Nothing is sent until ``create()`` (or ``refresh()``, which reads the stored one). ``status``,
-    ``status_reason``, ``hash``, ``packages``, ``size_bytes`` and ``ready_at`` read the environment
-    again while it is ``Building``, as a job's ``status`` does while it is not final (and not after
-    ``delete()``).
+    ``status_reason``, ``hash``, ``packages``, ``size_bytes``, ``ready_at`` and ``failed_at`` read the
+    environment again while it is ``Building``, as a job's ``status`` does while it is not final (and
+    not after ``delete()``).
 
     Raises ``ValueError`` naming ``name`` or ``python`` when it is no name (``a/b``, ``..``) or no
     Python version (``""``, ``3``), before anything is sent.
@@ -345,6 +345,11 @@ class Environment:
     def ready_at(self) -> datetime | None:
         """When its build was Ready (UTC), or None."""
         return parse_time(self._live().get("readyAt"))
+
+    @property
+    def failed_at(self) -> datetime | None:
+        """When its build Failed (UTC), or None."""
+        return parse_time(self._live().get("failedAt"))
 
     # -- the build log and waiting ----------------------------------------------------------------
     def log_events(self, since: datetime | None = None) -> Iterator[tuple[datetime, str]]:

@@ -38,10 +38,11 @@ ENV: dict[str, Any] = {
     "sizeBytes": 987654,
     "createdAt": "2026-12-01T10:00:00Z",
     "readyAt": "2026-12-01T10:00:41Z",
+    "failedAt": None,
 }
 BUILDING = {**ENV, "status": "Building", "hash": None, "packages": [], "sizeBytes": 0, "readyAt": None}
 FAILED_REASON = "Environment ml failed: No solution found when resolving dependencies: six==9 is unavailable"
-FAILED = {**BUILDING, "status": "Failed", "statusReason": FAILED_REASON}
+FAILED = {**BUILDING, "status": "Failed", "statusReason": FAILED_REASON, "failedAt": "2026-12-01T10:00:09Z"}
 
 
 def environment(**changes: Any) -> dict[str, Any]:
@@ -205,6 +206,7 @@ def test_attributes_read_again_while_building_and_not_once_ready(httpserver, api
     assert env.status_reason is None
     assert env.created_at == datetime(2026, 12, 1, 10, 0, tzinfo=UTC)
     assert env.ready_at == datetime(2026, 12, 1, 10, 0, 41, tzinfo=UTC)
+    assert env.failed_at is None
     assert recorder.count == 2  # Ready: nothing changes any more, nothing read again
     assert env.refresh() is env and recorder.count == 3
 
@@ -260,6 +262,8 @@ def test_wait_raises_on_failed_with_the_first_error_line(httpserver, api, capsys
     assert caught.value.reason == FAILED_REASON
     assert str(caught.value) == FAILED_REASON
     assert caught.value.environment.status == "Failed"
+    assert caught.value.environment.failed_at == datetime(2026, 12, 1, 10, 0, 9, tzinfo=UTC)
+    assert caught.value.environment.ready_at is None
     assert capsys.readouterr().err == ""  # progress=False: silent
 
 
