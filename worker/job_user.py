@@ -2,12 +2,12 @@
 
 In the worker images (``worker/Dockerfile``, ``worker/Dockerfile.gpu``) the supervisor, ``python -m
 worker``, runs as root (the images' default user) and starts the job side as the images' ``worker``
-user (``REMOTE_BATCH_JOB_UID``: 10001, its own group 10001, no supplementary groups, ``HOME`` its
-home ``/home/worker``), so the user's code reads and imports the host's cache of environments but can
-never change a build that a later job of another account on that instance imports
-(``worker.environments``). Only a root supervisor with that setting switches (:func:`job_user`): the
-local stack's worker (the invoking user, in its sandbox) and tests calling the supervisor in their
-own process run the job side as themselves.
+user (``REMOTE_BATCH_JOB_UID``: 10001, its own group 10001, no supplementary groups, ``HOME`` its home
+``/home/worker``), so the user's code reads and imports the host's cache of environments but can never
+change a build that a later job of another account on that instance imports (``worker.environments``),
+nor kill, trace or read the memory of the supervisor that writes it. Only a root supervisor with that
+setting switches (:func:`job_user`): the local stack's worker (the invoking user, in its sandbox) and
+tests calling the supervisor in their own process run the job side as themselves.
 
 Who owns what while a job runs, when the supervisor switches:
 
