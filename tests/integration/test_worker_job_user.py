@@ -8,6 +8,7 @@ They need root (the user switch, ``chown``): skipped otherwise (CI runs as root)
 
 from __future__ import annotations
 
+import json
 import os
 import pwd
 import shutil
@@ -24,6 +25,7 @@ import pytest
 from tests.integration.test_worker import BUCKET, Job, s3  # noqa: F401 - the fixture
 from worker.entrypoint import main
 from worker.environments import archive_key, environment_site, pack
+from worker.inputs import COPIES_FOLDER, MANIFEST_FORMAT, MANIFEST_OBJECT
 from worker.storage import JobStorage
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="switching the job side's user needs root")
@@ -117,9 +119,13 @@ def _store_build(s3: Any, tmp: Path) -> None:  # noqa: F811 - the fixture's clie
     s3.put_object(Bucket=BUCKET, Key=archive_key(DIGEST), Body=archive.read_bytes())
 
 
-def _parent_output(s3: Any) -> dict[str, Any]:  # noqa: F811
-    s3.put_object(Bucket=BUCKET, Key=f"outputs/{PARENT}/files/data.txt", Body=b"from the parent")
-    return {"jobId": PARENT, "files": [], "prefix": f"outputs/{PARENT}/"}
+def _parent_output(s3: Any, job: Job) -> dict[str, Any]:  # noqa: F811
+    """A parent's output ``data.txt``, as the service copied it for ``job`` (``worker.inputs``)."""
+    copies = f"{job.input_key.rpartition('/')[0]}/{COPIES_FOLDER}/{PARENT}/"
+    manifest = {"format": MANIFEST_FORMAT, "objects": ["files/data.txt"]}
+    s3.put_object(Bucket=BUCKET, Key=f"{copies}files/data.txt", Body=b"from the parent")
+    s3.put_object(Bucket=BUCKET, Key=copies + MANIFEST_OBJECT, Body=json.dumps(manifest).encode())
+    return {"jobId": PARENT, "files": []}
 
 
 def test_the_job_runs_as_its_own_user_and_reads_but_cannot_change_the_hosts_builds(
@@ -146,7 +152,7 @@ def test_the_job_runs_as_its_own_user_and_reads_but_cannot_change_the_hosts_buil
         REMOTE_BATCH_JOB_UID=str(NOBODY),
         REMOTE_BATCH_JOB_PYTHON=python,
     )
-    job.put_input({"kind": "code", "code": PROBE, "inputsFrom": [_parent_output(s3)]})
+    job.put_input({"kind": "code", "code": PROBE, "inputsFrom": [_parent_output(s3, job)]})
 
     # When the worker runs it
     assert main(job.env, s3) == 0, job.messages_document()
