@@ -2,7 +2,9 @@
 
 This is the supervisor (``worker.job_side`` describes the split): it runs in the service's Python and
 hands the job to the job side (``worker.supervisor.run_in_job_python``), which runs it in the job's; in
-an environment's own image, to the job container (``worker.job_container.run_in_job_container``).
+an environment's own image, to the job container (``worker.job_container.run_in_job_container``). In
+the worker image it runs as root and the job side as the image's user (``worker.job_user`` says who
+owns which folder then); elsewhere (the local stack, tests) both run as the caller.
 
 What the user sees of the worker's own failures is one line in the job log (``remote-batch worker:
 ...``) and, when the job's bucket can be written, ``outcome.json`` with an ``error`` whose ``reason``
@@ -30,10 +32,11 @@ from botocore.exceptions import ClientError
 
 from worker.environments import ENVIRONMENT_HASH_VARIABLE, cache_folder, environment_site
 from worker.errors import InputNotFound, InvalidJobInput, StorageError, WorkerError
-from worker.inputs import InputSource, fetch_inputs, input_sources
+from worker.inputs import INPUTS_FOLDER, InputSource, fetch_inputs, input_sources
 from worker.job_container import exchange_of, run_in_job_container
 from worker.job_container import output_dir as container_output_dir
 from worker.job_side import SITE_VARIABLE
+from worker.job_user import job_user, share_read_only
 from worker.layout import failure_outcome, outcome_objects
 from worker.runner import JobError, JobInput, parse_job_input, payload_key
 from worker.settings import JOB_ID, WorkerSettings
@@ -100,10 +103,14 @@ def main(environ: Mapping[str, str] | None = None, s3_client: S3Client | None = 
 
 
 def _run(settings: WorkerSettings, storage: JobStorage, environ: Mapping[str, str]) -> int:
+    # Root in the worker image: the job side runs as the image's user (worker.job_user), else as this.
+    user = job_user(settings.job_uid)
     try:
         job, sources = read_job(storage, settings.input_key, settings.array_index)
         # A child's inputs from its parents, in the working directory, before its code starts.
         fetch_inputs(storage, sources, Path.cwd())
+        if user is not None and sources:
+            user.give(Path.cwd() / INPUTS_FOLDER)  # the job's to change, as the rest of its folder
     except WorkerError as exc:
         reason = rejection_reason(exc)
         _tell_user(f"{reason} ({exc})" if isinstance(exc, InputNotFound) else reason)
@@ -117,6 +124,9 @@ def _run(settings: WorkerSettings, storage: JobStorage, environ: Mapping[str, st
     ):
         if exchange is None:
             output_dir = Path(tmp)
+            if user is not None:
+                user.own_folder(output_dir)
+                share_read_only(Path(own))  # a build unpacked here is read as the cache's is
             try:
                 environ = with_environment_site(storage, environ, Path(own))
             except WorkerError as exc:
@@ -126,7 +136,7 @@ def _run(settings: WorkerSettings, storage: JobStorage, environ: Mapping[str, st
                 _record_failure(storage, settings, type(exc).__name__, reason)
                 return EXIT_WORKER_ERROR
             run = run_in_job_python(
-                job, output_dir=output_dir, memory_gib=settings.memory_gib, environ=environ
+                job, output_dir=output_dir, memory_gib=settings.memory_gib, environ=environ, user=user
             )
         else:  # an environment's own image: the job side runs in the job container (worker.job_container)
             output_dir = container_output_dir(exchange)

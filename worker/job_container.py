@@ -31,6 +31,7 @@ from typing import Any, BinaryIO
 
 from worker import job_side
 from worker.runner import JobError, JobInput
+from worker.settings import JOB_UID
 from worker.supervisor import JobRun, _end_as_terminated, _ended_without_outcome, _report, job_side_root
 
 #: The supervisor's variable naming the exchange folder (``functions.domain.images.EXCHANGE_VARIABLE``).
@@ -58,8 +59,11 @@ def output_dir(exchange: Path) -> Path:
 
 
 def _shared(folder: Path) -> Path:
-    """Make ``folder`` (and its parents up to the exchange) writable by the job container's user,
-    whichever the image runs as (the supervisor runs as root in its own image)."""
+    """Make ``folder`` writable by the job container's user, whichever the image runs as (the
+    supervisor runs as root in its own image): 0777, as the console file is 0666. The exchange is this
+    job's own task volume, shared with no other job and no host folder; ``lib/`` stays root's (0755,
+    read only unless the image runs as root), and the supervisor reads what the job container writes
+    there (``console``, ``exit.json``, ``job/outcome/``) following no link (``job_side.open_regular``)."""
     folder.mkdir(parents=True, exist_ok=True)
     folder.chmod(0o777)
     return folder
@@ -78,7 +82,7 @@ def prepare(exchange: Path, job: JobInput, *, memory_gib: int | None, environ: M
     variables = {
         k: v
         for k, v in environ.items()
-        if k.startswith(("REMOTE_BATCH_", "AWS_BATCH_")) and k != EXCHANGE_VARIABLE
+        if k.startswith(("REMOTE_BATCH_", "AWS_BATCH_")) and k not in (EXCHANGE_VARIABLE, JOB_UID)
     }
     variables["REMOTE_BATCH_OUTPUT_DIR"] = str(outputs)
     args = {
@@ -164,7 +168,7 @@ def run_in_job_container(
     out = sink or sys.stdout.buffer
     prepare(exchange, job, memory_gib=memory_gib, environ=environ)
     stopped: int | None = None
-    with _dying_of_termination(), open(exchange / job_side.CONSOLE_FILE, "rb") as console:
+    with _dying_of_termination(), job_side.open_regular(exchange / job_side.CONSOLE_FILE) as console:
         while True:
             relay(console, out)
             returncode = job_side.read_exit(exchange)
