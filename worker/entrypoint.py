@@ -33,8 +33,9 @@ from botocore.exceptions import ClientError
 from worker.environments import ENVIRONMENT_HASH_VARIABLE, cache_folder, environment_site
 from worker.errors import InputNotFound, InvalidJobInput, StorageError, WorkerError
 from worker.inputs import INPUTS_FOLDER, InputSource, fetch_inputs, input_sources
-from worker.job_container import exchange_of, run_in_job_container
+from worker.job_container import exchange_of, run_in_job_container, share_tree
 from worker.job_container import output_dir as container_output_dir
+from worker.job_container import work_dir as container_work_dir
 from worker.job_side import SITE_VARIABLE
 from worker.job_user import job_user, share_read_only
 from worker.layout import failure_outcome, outcome_objects
@@ -105,19 +106,23 @@ def main(environ: Mapping[str, str] | None = None, s3_client: S3Client | None = 
 def _run(settings: WorkerSettings, storage: JobStorage, environ: Mapping[str, str]) -> int:
     # Root in the worker image: the job side runs as the image's user (worker.job_user), else as this.
     user = job_user(settings.job_uid)
+    exchange = exchange_of(environ)
+    # The folder the job's code starts in: this one, or an image job's in the shared volume.
+    work = Path.cwd() if exchange is None else container_work_dir(exchange)
     try:
         job, sources = read_job(storage, settings.input_key, settings.array_index)
         # A child's inputs from its parents, in the working directory, before its code starts.
-        fetch_inputs(storage, sources, Path.cwd())
-        if user is not None and sources:
-            user.give(Path.cwd() / INPUTS_FOLDER)  # the job's to change, as the rest of its folder
+        fetch_inputs(storage, sources, work)
+        if sources and exchange is not None:
+            share_tree(work / INPUTS_FOLDER)  # the image's user may be any uid
+        elif user is not None and sources:
+            user.give(work / INPUTS_FOLDER)  # the job's to change, as the rest of its folder
     except WorkerError as exc:
         reason = rejection_reason(exc)
         _tell_user(f"{reason} ({exc})" if isinstance(exc, InputNotFound) else reason)
         _tell_operator(environ, storage, settings, reason, exc)
         _record_failure(storage, settings, type(exc).__name__, reason)
         return EXIT_WORKER_ERROR
-    exchange = exchange_of(environ)
     with (
         tempfile.TemporaryDirectory(prefix="remote-batch-output-", ignore_cleanup_errors=True) as tmp,
         tempfile.TemporaryDirectory(prefix="remote-batch-environment-", ignore_cleanup_errors=True) as own,

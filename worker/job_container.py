@@ -58,6 +58,21 @@ def output_dir(exchange: Path) -> Path:
     return exchange / "outputs"
 
 
+def work_dir(exchange: Path) -> Path:
+    """The working folder an image job's code starts in (``exchange/work``, made here, writable by
+    the job container's user): the supervisor puts the parents' ``inputs/`` in it first."""
+    return _shared(exchange / job_side.WORK_FOLDER)
+
+
+def share_tree(folder: Path) -> None:
+    """Make what the supervisor wrote under ``folder`` (the parents' inputs) the job container's to
+    change, whichever user its image runs as: folders 0777, files 0666, links left as they are."""
+    for path in [folder, *folder.rglob("*")]:
+        if path.is_symlink():
+            continue
+        path.chmod(0o777 if path.is_dir() else 0o666)
+
+
 def _shared(folder: Path) -> Path:
     """Make ``folder`` writable by the job container's user, whichever the image runs as (the
     supervisor runs as root in its own image): 0777, as the console file is 0666. The exchange is this

@@ -74,10 +74,12 @@ PREVIEW_PNG = "preview.png"
 #: Where the shared volume is mounted in both containers.
 EXCHANGE_PATH = "/remote-batch/exchange"
 #: Files of that folder: the supervisor's ``ready`` mark, ``args.json``, the job's folder (``job/``:
-#: input and outcome), the job's console, and the launcher's ``exit.json``.
+#: input and outcome), the working folder its code starts in (``work/``: the parents' ``inputs/``),
+#: the job's console, and the launcher's ``exit.json``.
 READY_FILE = "ready"
 ARGS_FILE = "args.json"
 JOB_FOLDER = "job"
+WORK_FOLDER = "work"
 CONSOLE_FILE = "console"
 EXIT_FILE = "exit.json"
 #: The signals the launcher passes on to the job side (AWS Batch's terminate is SIGTERM to every
@@ -241,8 +243,9 @@ def container_main(exchange: str) -> None:
     interpreter (the image's python3, with the image's own site-packages) as a child process whose
     console goes to ``exchange/console``; forward SIGTERM, SIGINT and SIGHUP to it; write
     ``exchange/exit.json`` (``{"returncode": N}``, negative for a signal) when it ends; exit with its
-    code. A Python other than the environment's (``args.json`` ``python``) records an outcome saying
-    so instead (a pickled call only loads in the version that made it)."""
+    code. The job side starts in ``exchange/work`` (the image's working directory when the supervisor
+    made none). A Python other than the environment's (``args.json`` ``python``) records an outcome
+    saying so instead (a pickled call only loads in the version that made it)."""
     import signal
     import subprocess
 
@@ -274,7 +277,14 @@ def container_main(exchange: str) -> None:
         str(args["outputDir"]),
     ]
     with open(folder / CONSOLE_FILE, "ab", buffering=0) as console:
-        process = subprocess.Popen([*argv, memory], env=environ, stdout=console, stderr=console)  # noqa: S603
+        work = folder / WORK_FOLDER
+        process = subprocess.Popen(  # noqa: S603
+            [*argv, memory],
+            env=environ,
+            stdout=console,
+            stderr=console,
+            cwd=str(work) if work.is_dir() else None,
+        )
 
         def forward(signum: int, _frame: Any) -> None:
             with contextlib.suppress(OSError):
