@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 
 from benchmarks.capacity import RequestRecorder
 from functions.domain.jobs import DispatchState
-from functions.logic import waits
 from functions.domain.machine_classes import GeoZone
+from functions.logic import waits
 from tests.events import batch_event
 from tests.integration.conftest import Stack, finish
 
