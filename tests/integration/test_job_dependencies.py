@@ -334,6 +334,62 @@ def test_a_parent_that_settles_as_a_child_marks_it_is_settled_again_and_finds_th
     assert _sent(stack).count(child[0]) == 1
 
 
+def test_children_waiting_lists_the_jobs_submitted_on_a_running_parent_until_it_ends(stack: Stack) -> None:
+    # Given a parent and two children submitted on it
+    parent = _submit(stack)["jobId"]
+    children = [_submit(stack, dependsOn=_after(parent))["jobId"] for _ in range(2)]
+    # Then the parent lists them while it runs, and none once it ended (they were released)
+    assert _job(stack, parent)["childrenWaiting"] == children
+    assert _job(stack, children[0])["childrenWaiting"] == []
+    finish(stack, parent)
+    assert _job(stack, parent)["childrenWaiting"] == []
+    assert [_sent(stack).count(c) for c in children] == [1, 1]
+
+
+def test_a_settlement_a_crash_cut_short_is_judged_again_when_its_event_comes_again(
+    stack: Stack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from functions.domain.errors import DependencyFailed
+
+    # Given a child whose parent's settlement was counted on it, then DynamoDB failed before its release
+    parent = _submit(stack)["jobId"]
+    child = _submit(stack, dependsOn=_after(parent))["jobId"]
+
+    def failing(*args: Any, **kwargs: Any) -> Any:
+        raise DependencyFailed("DynamoDB is unavailable")
+
+    monkeypatch.setattr(waits, "settle", failing)
+    finish(stack, parent)
+    monkeypatch.undo()
+    stored = stack.services.store.get_job(child)
+    assert stored is not None and stored.is_waiting and stored.settled_parents == {parent}
+    # When the parent's final event is delivered again
+    finish(stack, parent)
+    # Then the child (already counted) is judged again and released, once
+    assert _sent(stack).count(child) == 1
+    finish(stack, parent)
+    assert _sent(stack).count(child) == 1
+
+
+def test_a_parent_that_the_most_jobs_wait_for_already_is_a_400_on_its_field(
+    stack: Stack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from functions.adapters.dynamodb import dependencies as records
+
+    # Given a parent two jobs wait for, the most allowed (lowered from 1,000 for the test)
+    monkeypatch.setattr(records, "MAX_DEPENDENTS", 2)
+    parent = _submit(stack)["jobId"]
+    for _ in range(2):
+        _submit(stack, dependsOn=_after(parent))
+    # When a third is submitted on it
+    status, refused = stack.api("POST", "/jobs", body={"code": "1", "dependsOn": _after(parent)})
+    # Then it is refused on its field and nothing of it is written
+    assert status == 400, refused
+    assert refused["error"]["field"] == "dependsOn[0].jobId"
+    assert len(_job(stack, parent)["childrenWaiting"]) == 2
+    assert len(stack.api("GET", "/jobs")[1]["jobs"]) == 3
+
+
 @pytest.mark.parametrize(
     ("body", "field"),
     [
