@@ -401,6 +401,10 @@ class BlobStore(Protocol):
     def delete_prefix(self, prefix: str) -> int:
         """Delete every object under ``prefix``; returns how many."""
 
+    def copy(self, copies: Sequence[tuple[str, str]]) -> tuple[str, ...]:
+        """Copy each ``(source, target)`` key within the bucket (each object up to 5 GiB; a target is
+        overwritten); returns the sources that do not exist, in order. Raises ``DependencyFailed``."""
+
     def presigned_get(self, key: str, expires_seconds: int) -> str:
         """A presigned GET URL for ``key``, valid ``expires_seconds``."""
 

@@ -194,7 +194,7 @@ def read_job(
     one read of its input object. Raises what ``read_job_input`` raises."""
     raw = storage.read(key)
     try:
-        sources = input_sources(json.loads(raw))
+        sources = input_sources(json.loads(raw), key)
     except ValueError:
         sources = []  # parse_job_input says what is wrong with it
     if array_index is not None:

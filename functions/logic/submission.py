@@ -58,7 +58,6 @@ from functions.logic.computes import compute_for_job
 from functions.logic.dispatch_requests import enqueue_one, request_admission
 from functions.logic.endings import terminate
 from functions.logic.fleet import ensure_class_available
-from functions.logic.job_outcomes import output_key
 from functions.logic.uploads import uploaded_input
 from functions.ports import Services
 
@@ -118,13 +117,11 @@ def new_job_id(now_ms: int | None = None) -> str:
 def _input_document(request: JobRequest, kind: PayloadKind) -> dict[str, Any]:
     """The input object the worker reads (``worker.runner.parse_job_input``): the payload inline,
     or ``payloadKey``, the key of an uploaded object that is the payload (source text, pickle bytes);
-    with ``inputsFrom``, the parents whose outputs it fetches first (``[{"jobId", "files"}]``)."""
+    with ``inputsFrom``, the parents whose outputs it starts with (``[{"jobId", "files"}]``: the
+    service copies them under the job's inputs at its release, ``logic.parent_inputs``)."""
     document = _payload_document(request, kind)
     if request.inputs_from:
-        document["inputsFrom"] = [
-            {"jobId": i.job_id, "files": list(i.files), "prefix": output_key(i.job_id, "")}
-            for i in request.inputs_from
-        ]
+        document["inputsFrom"] = [{"jobId": i.job_id, "files": list(i.files)} for i in request.inputs_from]
     return document
 
 

@@ -11,16 +11,19 @@ and judges each against all of its prerequisites (``settle``):
 
 - all met: the job is released into the quota's admission as a new submit would be
   (``quotas.release_into_hold``: held, counted as queued, the account's admission asked for), taking
-  what its prerequisites give it (an environment: its build's hash);
+  what its prerequisites give it (an environment: its build's hash), once its parents' outputs it
+  takes (``inputsFrom``) are copied under its own inputs (``logic.parent_inputs``; over a limit, or
+  with a parent's outputs gone, it ends as below instead);
 - one broken: the job ends ``Terminated``, free, with that prerequisite's reason, through the one
   module that ends jobs (``endings.end_waiting``: no charge, no ledger entry, its notifications sent);
 - else it goes on waiting, its ``statusReason`` the first pending prerequisite's.
 
-Exactly once, whatever the duplication or order of the reports: the release and the ending are each
-a transaction conditional on the job's ``waiting#`` guard (``adapters.dynamodb.waits``), which the
-first of them deletes. No report is lost to a race with the submit: the submit writes the waiting job
-and then reads its prerequisites again (``submit_waiting`` ends in ``settle``), the reporter writes the
-prerequisite's new standing and then queries its waiters, so one of the two sees the other. A report
+Exactly once, whatever the duplication or order of the reports: the release and the ending are each a
+transaction conditional on the job's ``waiting#`` guard (``adapters.dynamodb.waits``), which the first
+of them deletes (the input copies before a release may be made more than once: they overwrite the same
+keys with the same bytes). No report is lost to a race with the submit: the submit writes the waiting
+job and then reads its prerequisites again (``submit_waiting`` ends in ``settle``), the reporter writes
+the prerequisite's new standing and then queries its waiters, so one of the two sees the other. A report
 lost altogether (a crash between the write and the Query) is made good by the meter's backstop, which
 settles every waiting job that had no change for a while (``metering._nudge_undispatched``).
 
@@ -51,6 +54,7 @@ from functions.domain.prerequisites import (
 )
 from functions.logic.endings import end_waiting
 from functions.logic.environment_waits import EnvironmentChecker
+from functions.logic.parent_inputs import copy_parent_inputs
 from functions.logic.parent_waits import ParentChecker
 from functions.logic.quotas import release_into_hold
 from functions.ports import Services
@@ -142,6 +146,16 @@ def settle(services: Services, job: Job, now: datetime) -> Job:
         return job
     if judgement.verdict is Verdict.END:
         return _end(services, job, judgement.reason or "A prerequisite can no longer be met", now)
+    # Its parents' outputs copied under its own inputs first (a limit passed or outputs gone: it ends).
+    refused = copy_parent_inputs(services, job)
+    if refused is not None:
+        return _end(services, job, refused, now)
+    return _release(services, job, found)
+
+
+def _release(services: Services, job: Job, found: Sequence[PrerequisiteState]) -> Job:
+    """Release ``job``, every prerequisite met (``found``), with what each gives it; the job as stored
+    when another writer released or ended it first."""
     given = job
     for state in found:
         given = CHECKERS[state.prerequisite.kind].give(given, state)
@@ -240,8 +254,8 @@ def parent_settled(services: Services, parent: Job, child_id: str, now: datetime
 
 
 def _end(services: Services, job: Job, reason: str, now: datetime) -> Job:
-    """End the waiting ``job`` ``Terminated`` with ``reason``, free (``endings.end_waiting``), then its own
-    waiting children by their conditions: down the chain."""
+    """End the waiting ``job`` ``Terminated``, free, with ``reason`` (``endings.end_waiting``), forget
+    its wait items and settle its own children, down the chain."""
     ended = end_waiting(services, job, reason, now)
     logger.info("waiting job ended", job_id=job.job_id, reason=ended.status_reason)
     _forget(services, job)

@@ -6,6 +6,7 @@ backstop settles what a lost release missed; bad input is a 400 on its field."""
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from datetime import timedelta
 from decimal import Decimal
@@ -16,11 +17,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from benchmarks.capacity import RequestRecorder
+from functions.domain.dependencies import data_gone_reason
+from functions.domain.errors import BatchRefused
 from functions.domain.jobs import DispatchState
 from functions.domain.machine_classes import GeoZone
 from functions.logic import waits
+from functions.logic.dispatch_rules import REFUSED_REASON
+from functions.ports import BatchSubmission
 from tests.events import batch_event
-from tests.integration.conftest import Stack, finish
+from tests.integration.conftest import Stack, finish, limit_basic_us
 
 NEEDED = "Dependency {parent} ended {ended}; this job needed {needed}"
 
@@ -257,14 +262,7 @@ def test_an_array_parent_counts_once_the_whole_array_is_final(stack: Stack) -> N
 
 def test_aborting_a_queued_parent_ends_its_waiting_children_by_their_condition(stack: Stack) -> None:
     # Given a parent held for quota (AWS Batch never had it)
-    status, body = stack.api(
-        "PUT",
-        "/admin/accounts/dev/quotas",
-        body={"quotas": [{"family": "Basic", "geoZone": "UnitedStates", "limit": 1}]},
-        account_id="admin",
-        groups="admin",
-    )
-    assert status == 200, body
+    limit_basic_us(stack, 1)
     _submit(stack)
     parent = _submit(stack)["jobId"]
     child = _submit(stack, dependsOn=_after(parent))["jobId"]
@@ -276,6 +274,36 @@ def test_aborting_a_queued_parent_ends_its_waiting_children_by_their_condition(s
     # The cleanup child is released into the quota's admission (held behind the running job)
     stored = stack.services.store.get_job(cleanup)
     assert stored is not None and stored.dispatch_state is DispatchState.HELD
+
+
+@pytest.mark.parametrize("parent_body", [{}, {"arrayItems": [1, 2]}], ids=["single", "array"])
+def test_a_parent_aws_batch_refuses_ends_its_children_at_once_not_at_the_backstop(
+    stack: Stack, monkeypatch: pytest.MonkeyPatch, parent_body: dict[str, Any]
+) -> None:
+    # Given a parent held for quota behind a running job, and a child waiting for it
+    limit_basic_us(stack, 1)
+    running = _submit(stack)["jobId"]
+    parent = _submit(stack, **parent_body)["jobId"]
+    child = _submit(stack, dependsOn=_after(parent))["jobId"]
+
+    # When the running job ends and AWS Batch refuses the parent the admission sends
+    def refuse(submission: BatchSubmission) -> str:
+        raise BatchRefused("AWS Batch refused to accept the job")
+
+    monkeypatch.setattr(stack.batch[GeoZone.UNITED_STATES], "submit_job", refuse)
+    finish(stack, running)
+
+    # Then the dispatcher's ending settles the child in the same call: Terminated, free, saying why
+    ended_parent = _job(stack, parent)
+    assert ended_parent["status"] == "Terminated"
+    if not parent_body:
+        assert ended_parent["statusReason"] == REFUSED_REASON
+    ended = _job(stack, child)
+    assert (ended["status"], ended["statusReason"]) == (
+        "Terminated",
+        NEEDED.format(parent=parent, ended="Terminated", needed="Succeeded"),
+    )
+    assert Decimal(str(ended["creditsSpent"])) == Decimal("0") and _job_entries(stack, child) == []
 
 
 def test_aborting_a_waiting_child_ends_it_and_its_parents_end_leaves_it(stack: Stack) -> None:
@@ -488,3 +516,127 @@ def test_the_requests_an_edge_costs_at_the_childs_submit_and_at_its_parents_end(
     assert ended == Counter(
         {"GetItem": 4, "TransactWriteItems": 3, "Query": 3, "BatchGetItem": 2, "UpdateItem": 3}
     )
+
+
+def _outputs(stack: Stack, job_id: str, objects: dict[str, bytes]) -> None:
+    """What a parent's worker left in its zone's bucket."""
+    blobs = stack.services.zones[GeoZone.UNITED_STATES].blobs
+    for name, body in objects.items():
+        blobs.put(f"outputs/{job_id}/{name}", body, "application/octet-stream")
+
+
+def _inputs(stack: Stack, job_id: str) -> dict[str, bytes]:
+    blobs = stack.services.zones[GeoZone.UNITED_STATES].blobs
+    prefix = f"inputs/{job_id}/"
+    return {o.key.removeprefix(prefix): blobs.get(o.key) or b"" for o in blobs.list(prefix)}
+
+
+def test_a_childs_release_copies_its_parents_matching_outputs_under_its_own_inputs(stack: Stack) -> None:
+    # Given a running parent and a child taking its *.csv outputs
+    parent = _submit(stack, notifications="None")["jobId"]
+    child = _submit(
+        stack,
+        dependsOn=_after(parent),
+        inputsFrom=[{"jobId": parent, "files": ["*.csv"]}],
+        notifications="None",
+    )["jobId"]
+    outcome = b'{"format": "remote-batch.outcome/1", "result": 4}'
+    _outputs(stack, parent, {"files/a.csv": b"x,y", "files/notes.txt": b"no", "outcome.json": outcome})
+    # Then nothing is copied while it waits, and its input document names the parent, no prefix
+    assert set(_inputs(stack, child)) == {"input.json"}
+    document = json.loads(_inputs(stack, child)["input.json"])
+    assert document["inputsFrom"] == [{"jobId": parent, "files": ["*.csv"]}]
+
+    # When the parent succeeds (batch_events releases the child)
+    finish(stack, parent)
+
+    # Then the matching output and the outcome were copied, with the manifest, before its dispatch
+    assert _sent(stack).count(child) == 1
+    copied = _inputs(stack, child)
+    base = f"from/{parent}/"
+    assert sorted(copied) == [
+        f"{base}files/a.csv",
+        f"{base}manifest.json",
+        f"{base}outcome.json",
+        "input.json",
+    ]
+    assert (copied[f"{base}files/a.csv"], copied[f"{base}outcome.json"]) == (b"x,y", outcome)
+    assert json.loads(copied[f"{base}manifest.json"])["objects"] == ["files/a.csv", "outcome.json"]
+    # And a replayed final event of the parent neither copies into a released child nor sends it again
+    finish(stack, parent)
+    assert _inputs(stack, child) == copied and _sent(stack).count(child) == 1
+
+
+def test_a_child_over_the_copy_limit_ends_terminated_free_naming_the_limit(
+    stack: Stack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from functions.domain import parent_inputs as layout
+    from functions.logic import parent_inputs
+
+    # Given a limit of 1 object a child copies, and a parent that leaves 2 matching outputs
+    monkeypatch.setattr(layout, "MAX_INPUT_OBJECTS", 1)
+    monkeypatch.setattr(parent_inputs, "MAX_INPUT_OBJECTS", 1)
+    parent = _submit(stack, notifications="None")["jobId"]
+    child = _submit(stack, dependsOn=_after(parent), inputsFrom=[{"jobId": parent}], notifications="None")
+    _outputs(stack, parent, {"files/a": b"1", "files/b": b"2"})
+
+    # When the parent succeeds
+    finish(stack, parent)
+
+    # Then the child ends Terminated, free, saying which limit, never sent, nothing copied
+    ended = _job(stack, child["jobId"])
+    assert (ended["status"], ended["statusReason"]) == (
+        "Terminated",
+        "The inputs from this job's dependencies are more than 1 objects (the most a job copies); "
+        "narrow inputsFrom's files patterns",
+    )
+    assert Decimal(ended["creditsSpent"]) == Decimal("0") and _job_entries(stack, child["jobId"]) == []
+    assert child["jobId"] not in _sent(stack)
+    assert set(_inputs(stack, child["jobId"])) == {"input.json"}
+
+
+def test_a_child_whose_parents_data_was_deleted_while_it_waited_ends_terminated_free_saying_so(
+    stack: Stack,
+) -> None:
+    # Given a child taking the outputs of a parent, and waiting for a second one
+    parent, other = (_submit(stack, notifications="None")["jobId"] for _ in range(2))
+    child = _submit(
+        stack, dependsOn=_after(parent, other), inputsFrom=[{"jobId": parent}], notifications="None"
+    )["jobId"]
+    _outputs(stack, parent, {"files/a": b"1"})
+    # And the first parent succeeded, then its owner deleted its data
+    finish(stack, parent)
+    status, _ = stack.api("DELETE", f"/jobs/{parent}")
+    assert status == 204
+
+    # When the second parent succeeds
+    finish(stack, other)
+
+    # Then the child ends Terminated, free, saying the parent's outputs are gone, nothing copied
+    ended = _job(stack, child)
+    assert (ended["status"], ended["statusReason"]) == ("Terminated", data_gone_reason(parent))
+    assert Decimal(ended["creditsSpent"]) == Decimal("0") and child not in _sent(stack)
+    assert set(_inputs(stack, child)) == {"input.json"}
+
+
+def test_the_meter_backstop_copies_the_inputs_of_a_child_whose_release_was_lost(
+    stack: Stack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from functions.logic import waits
+
+    # Given a child taking a parent's outputs, whose release at the parent's end was lost
+    parent = _submit(stack, notifications="None")["jobId"]
+    child = _submit(stack, dependsOn=_after(parent), inputsFrom=[{"jobId": parent}], notifications="None")
+    _outputs(stack, parent, {"files/model.pt": b"w"})
+    monkeypatch.setattr(waits, "settle_dependents", lambda *args, **kwargs: 0)
+    finish(stack, parent)
+    monkeypatch.undo()
+    assert set(_inputs(stack, child["jobId"])) == {"input.json"}
+
+    # When the meter's backstop runs a while later
+    stack.clock.advance(timedelta(minutes=11).total_seconds())
+    stack.tick()
+
+    # Then it copied the outputs and released the child, once
+    assert _inputs(stack, child["jobId"])[f"from/{parent}/files/model.pt"] == b"w"
+    assert _sent(stack).count(child["jobId"]) == 1

@@ -21,6 +21,7 @@ from functions.domain.environments import NAME_PATTERN as ENVIRONMENT_NAME_PATTE
 from functions.domain.jobs import Job, JobType
 from functions.domain.limits import MAX_UPLOAD_BYTES
 from functions.domain.notifications import notifications_json_schema, rules_to_json
+from functions.domain.parent_inputs import MAX_INPUT_BYTES, MAX_INPUT_OBJECTS
 from functions.domain.runtime import PYTHON_VERSION_PATTERN
 from functions.domain.text import (
     BASE64_PATTERN,
@@ -150,8 +151,10 @@ class SubmitJobBody(ApiModel):
         default=None,
         max_length=MAX_PARENTS,
         description="Extension: parents (each also in dependsOn) whose outputs the job starts with, "
-        "under inputs/<jobId>/ in its working folder. A parent whose data expired (14 days) or was "
-        "deleted ends the job Terminated, free.",
+        "under inputs/<jobId>/ in its working folder, copied within the zone's bucket when the job is "
+        f"released: at most {MAX_INPUT_OBJECTS} objects and {MAX_INPUT_BYTES // 1024**3} GiB from all its "
+        "parents. A parent whose data expired (14 "
+        "days) or was deleted, or inputs past a limit, end the job Terminated, free.",
     )
     arrayItems: list[Any] | None = Field(
         default=None,
