@@ -335,13 +335,15 @@ def test_the_meter_backstop_releases_a_child_whose_release_was_lost(
     assert _sent(stack).count(child) == 1
 
 
+@pytest.mark.parametrize("children_before", [0, 1])
 def test_a_parent_that_settles_as_a_child_marks_it_is_settled_again_and_finds_the_child(
-    stack: Stack, monkeypatch: pytest.MonkeyPatch
+    stack: Stack, monkeypatch: pytest.MonkeyPatch, children_before: int
 ) -> None:
+    # Given a parent with no child or one already (the settlement then holds on its list's size)
     parent = _submit(stack)["jobId"]
     store = stack.services.store
     read = store.get_job
-    child: list[str] = []
+    child: list[str] = [_submit(stack, dependsOn=_after(parent))["jobId"] for _ in range(children_before)]
     started: list[bool] = []
 
     def read_then_submit(job_id: str) -> Any:
@@ -356,10 +358,11 @@ def test_a_parent_that_settles_as_a_child_marks_it_is_settled_again_and_finds_th
     monkeypatch.setattr(store, "get_job", read_then_submit)
     finish(stack, parent)
     monkeypatch.undo()
-    # The settlement lost its condition to the mark, was computed again, and released the child.
+    # The settlement lost its condition to the mark, was computed again, and released every child.
     after = store.get_job(parent)
-    assert after is not None and after.status.value == "Succeeded" and after.dependents == (child[0],)
-    assert _sent(stack).count(child[0]) == 1
+    assert after is not None and after.status.value == "Succeeded" and after.dependents == tuple(child)
+    assert len(child) == children_before + 1
+    assert [_sent(stack).count(c) for c in child] == [1] * len(child)
 
 
 def test_children_waiting_lists_the_jobs_submitted_on_a_running_parent_until_it_ends(stack: Stack) -> None:
