@@ -4,10 +4,13 @@ parents (issue 25's ``dependsOn``: ``logic.parent_waits``; a parent's ending set
 ``settle_dependents``, and a child that ends settles its own, down the chain).
 
 A job that must wait is written ``Queued`` in the dispatch state ``Waiting`` with its prerequisites
-(``submit_waiting``): it takes no quota and no credits and reaches no dispatcher. Whenever a
-prerequisite's standing may have changed (a build reported, an environment deleted; later a parent
-settled), ``prerequisite_settled`` finds the jobs that wait for it with one Query of its wait items
-and judges each against all of its prerequisites (``settle``):
+(``submit_waiting``): it takes no quota and no credits and reaches no dispatcher. Whenever an
+environment's standing may have changed (a build reported, an environment deleted),
+``prerequisite_settled`` finds the jobs that wait for it with one Query of its wait items and judges
+each against all of its prerequisites (``settle``). A parent that settled finds its children on its
+own record and counts itself on each (``parent_settled``: one UpdateItem, no read of the other
+parents), which judges the child only once every parent is settled, or ends it at once when this one
+ended the other way: a dependency costs two requests per edge (the mark, the count).
 
 - all met: the job is released into the quota's admission as a new submit would be
   (``quotas.release_into_hold``: held, counted as queued, the account's admission asked for), taking
@@ -23,7 +26,8 @@ transaction conditional on the job's ``waiting#`` guard (``adapters.dynamodb.wai
 of them deletes (the input copies before a release may be made more than once: they overwrite the same
 keys with the same bytes). No report is lost to a race with the submit: the submit writes the waiting
 job and then reads its prerequisites again (``submit_waiting`` ends in ``settle``), the reporter writes
-the prerequisite's new standing and then queries its waiters, so one of the two sees the other. A report
+the prerequisite's new standing and then queries its waiters (a parent: reads its list), so one of the
+two sees the other. A report
 lost altogether (a crash between the write and the Query) is made good by the meter's backstop, which
 settles every waiting job that had no change for a while (``metering._nudge_undispatched``).
 
