@@ -153,6 +153,8 @@ def _show_job(job: Job) -> None:
         table.add_row("dependsOn", cell(f"{parent.get('jobId')} ({parent.get('condition')})"))
     for waited in data.get("waitingFor") or []:
         table.add_row("waitingFor", cell(waited))
+    for child in data.get("childrenWaiting") or []:
+        table.add_row("childrenWaiting", cell(child))
     if data.get("pythonVersion") is not None:
         table.add_row("pythonVersion", cell(data["pythonVersion"]))
     environment = job.environment

@@ -58,6 +58,8 @@ def test_the_seeds_chain_train_predict_report(dev_sdk: rb.Client) -> None:
         f"Waiting for {train.id}"
     )
     assert [p.id for p in report_job.parents] == [train.id, predict_job.id]
+    # The prediction (it cannot end before the training did) lists the report as waiting for it
+    assert [c.id for c in predict_job.children_waiting] == [report_job.id]
 
     report_job.wait(timeout=180, progress=False)
     for job in (train, predict_job):

@@ -362,6 +362,12 @@ class JobView(ApiModel):
         description="Extension: while the job waits Queued, what it waits for ('job|job-...' for a "
         "parent, 'environment|...' for a build); its statusReason names the first. Empty once released.",
     )
+    childrenWaiting: list[str] = Field(
+        default_factory=list,
+        description="Extension: while the job is not final, the ids of the jobs submitted depending on "
+        "it (they wait for it, unless aborted or ended by another parent since), oldest first, at most "
+        "1,000. Empty once the job is final.",
+    )
 
 
 class JobListView(ApiModel):
@@ -420,6 +426,7 @@ def job_view(job: Job) -> JobView:
         dependsOn=[DependsOnBody(jobId=d.job_id, condition=d.condition.value) for d in job.depends_on],
         inputsFrom=[InputsFromBody(jobId=i.job_id, files=list(i.files)) for i in job.inputs_from],
         waitingFor=[p.id for p in job.waiting_for] if job.is_waiting else [],
+        childrenWaiting=[] if job.is_final else list(job.dependents),
         notificationLog=[
             NotificationRecordView.model_validate(
                 {
