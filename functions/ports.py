@@ -250,6 +250,20 @@ class JobRepository(Protocol):
         ``limits``, in one conditional transaction; False (nothing written) when a limit or the parent
         moved."""
 
+    def admit_item(self, account_id: str, held: HeldJob, parent: Job, limits: QuotaLimits) -> bool:
+        """Admit the next released item of the held ``perItem`` array ``parent`` (as read) as a span of
+        one at its own index, its units from queued to in use within ``limits``, in one conditional
+        transaction; False (nothing written) when a limit or the array moved."""
+
+    def release_item(self, child: Job, index: int, reason: str) -> bool:
+        """Release item ``index`` of the held ``perItem`` array ``child`` (once), its units counted as
+        queued on its ``held#`` item, ``statusReason`` ``reason``; False when it was released or ended
+        before, or the array no longer takes releases."""
+
+    def end_items(self, child: Job, indices: Sequence[int], now: datetime) -> bool:
+        """End items ``indices`` of the held ``perItem`` array ``child`` (as read) ``Terminated``, free;
+        False (nothing written) when the array moved since it was read."""
+
     def claim_span(self, parent_id: str, offset: int, now: datetime) -> Job | None:
         """A span ``Admitted`` → ``Dispatching`` while the array is not ending; the parent, or None."""
 
@@ -343,8 +357,11 @@ class JobRepository(Protocol):
         """Set a waiting job's ``statusReason`` and add ``settled`` to its ``settled_parents`` (no-op
         once it no longer waits)."""
 
-    def mark_has_dependents(self, parent_id: str, account_id: str, child_id: str) -> Job | None:
-        """Append ``child_id`` to the ``dependents`` of job ``parent_id`` of ``account_id`` unless it is
+    def mark_has_dependents(
+        self, parent_id: str, account_id: str, child_id: str, *, per_item: bool = False
+    ) -> Job | None:
+        """Append ``child_id`` to the ``dependents`` (``per_item``: ``itemDependents``) of job
+        ``parent_id`` of ``account_id`` unless it is
         final, or holds ``MAX_DEPENDENTS`` ids, or holds it already; the job as it stands either way,
         None when the account has no such live job."""
 

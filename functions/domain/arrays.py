@@ -27,6 +27,7 @@ from decimal import Decimal
 from typing import Any
 
 from functions.domain.credits import ZERO, quantize_credits
+from functions.domain.dependencies import item_unmet_reason
 from functions.domain.errors import ValidationFailed
 from functions.domain.jobs import DispatchState, Job, JobType, QueuedSpan
 from functions.domain.status import JobStatus
@@ -134,11 +135,33 @@ def span_ids(parent: Job) -> list[str]:
 
 def withdrawn_reason(parent: Job, index: int) -> str | None:
     """The reason a child of ``parent`` ended without ever reaching AWS Batch (``Job.array_withdrawn``:
-    an abort, a cap, a span AWS Batch refused), or None when it was not withdrawn."""
+    an abort, a cap, a span AWS Batch refused; ``Job.array_ended_items``: its ``perItem`` parent's
+    item did not succeed), or None when it was not withdrawn."""
+    if index in parent.array_ended_items and parent.per_item_parent is not None:
+        return item_unmet_reason(child_job_id(parent.per_item_parent, index), JobStatus.TERMINATED)
     for withdrawn in parent.array_withdrawn:
         if withdrawn.offset <= index < withdrawn.offset + withdrawn.count:
             return withdrawn.reason
     return None
+
+
+def unsent_runs(parent: Job) -> list[tuple[int, int]]:
+    """(offset, count) runs of the children of ``parent`` not in a span yet, in order: from
+    ``array_admitted`` on for an array admitted from the front; for a ``perItem`` array every item
+    neither admitted (the first ``array_admitted`` of ``array_released``) nor ended."""
+    size = parent.array_size or 0
+    if parent.per_item_parent is None:
+        return [(parent.array_admitted, size - parent.array_admitted)] if parent.array_admitted < size else []
+    sent = set(parent.array_released[: parent.array_admitted]) | parent.array_ended_items
+    runs: list[tuple[int, int]] = []
+    for index in range(size):
+        if index in sent:
+            continue
+        if runs and runs[-1][0] + runs[-1][1] == index:
+            runs[-1] = (runs[-1][0], runs[-1][1] + 1)
+        else:
+            runs.append((index, 1))
+    return runs
 
 
 def child_job_id(parent_job_id: str, index: int) -> str:

@@ -28,6 +28,9 @@ MAX_PARENTS = 100
 #: The most jobs that may wait for one job (its ``dependents``, kept on its record: 1,000 ids are
 #: about 31 KB of the item's 400 KB).
 MAX_DEPENDENTS = 1000
+#: The most items of an array that depends on another per item (each runs as a span of one, whose
+#: AWS Batch id its record keeps: 1,000 are about 40 KB of the item's 400 KB).
+MAX_PER_ITEM_SIZE = 1000
 #: The most glob patterns one ``inputsFrom`` entry may give, and the longest one (characters).
 MAX_PATTERNS = 20
 MAX_PATTERN_LENGTH = 256
@@ -48,12 +51,22 @@ class Condition(StrEnum):
         return self is Condition.COMPLETED or status.value == self.value
 
 
+class DependencyMode(StrEnum):
+    """How a child counts its parent: ``whole`` (the parent, an array once the whole array is final)
+    or ``perItem`` (between two arrays of one size: child item i goes once parent item i succeeded,
+    AWS Batch's ``N_TO_N``; ``functions.logic.item_dependencies``)."""
+
+    WHOLE = "whole"
+    PER_ITEM = "perItem"
+
+
 @dataclass(frozen=True, slots=True)
 class Dependency:
-    """One parent of a job: its id and the condition its final status must meet."""
+    """One parent of a job: its id, the condition its final status must meet and how it counts."""
 
     job_id: str
     condition: Condition = Condition.SUCCEEDED
+    mode: DependencyMode = DependencyMode.WHOLE
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +108,16 @@ def settled_reason(waiting_for: Sequence[Prerequisite], settled: frozenset[str])
         else "Waiting for its environment's build"
     )
     return f"{reason} and {len(pending) - 1} more" if len(pending) > 1 else reason
+
+
+def item_unmet_reason(parent_item_id: str, status: JobStatus) -> str:
+    """Why a perItem child's item ends when its parent's item (``job-X:3``) ended the other way."""
+    return f"Dependency {parent_item_id} ended {status.value}; this item needed Succeeded"
+
+
+def per_item_waiting_reason(parent_id: str, released: int, size: int) -> str:
+    """A perItem child array's ``statusReason`` while items wait for their parent's items."""
+    return f"Waiting for {parent_id}'s items ({released} of {size} released)"
 
 
 def gone_reason(parent_id: str) -> str:
@@ -140,10 +163,31 @@ def parent_state(
     return PrerequisiteState(prerequisite, Standing.MET)
 
 
-def check_dependencies(dependencies: Sequence[Dependency]) -> tuple[Dependency, ...]:
-    """``dependsOn`` as given, checked: at most ``MAX_PARENTS``, each parent once.
+def check_dependencies(
+    dependencies: Sequence[Dependency], *, is_array: bool = False
+) -> tuple[Dependency, ...]:
+    """``dependsOn`` as given, checked: at most ``MAX_PARENTS``, each parent once; ``perItem`` only
+    with ``Succeeded``, on an array (``is_array``), as its only entry (its parent's kind and size are
+    checked once it is read: ``check_per_item_parent``).
 
-    Raises ``ValidationFailed`` (``dependsOn``, or ``dependsOn[i].jobId`` for a duplicate)."""
+    Raises ``ValidationFailed`` (``dependsOn``, ``dependsOn[i].jobId`` for a duplicate,
+    ``dependsOn[i].mode``)."""
+    for index, dependency in enumerate(dependencies):
+        if dependency.mode is not DependencyMode.PER_ITEM:
+            continue
+        field = f"dependsOn[{index}].mode"
+        if dependency.condition is not Condition.SUCCEEDED:
+            raise ValidationFailed(
+                f"mode perItem takes condition Succeeded, not {dependency.condition.value}.", field=field
+            )
+        if not is_array:
+            raise ValidationFailed(
+                "mode perItem is for an array (arrayItems or arrayItemsKey) depending on an array of the "
+                "same size.",
+                field=field,
+            )
+        if len(dependencies) > 1:
+            raise ValidationFailed("A perItem dependency is its array's only dependsOn entry.", field=field)
     if len(dependencies) > MAX_PARENTS:
         raise ValidationFailed(
             f"dependsOn names {len(dependencies)} jobs; at most {MAX_PARENTS} are allowed.", field="dependsOn"
@@ -156,6 +200,23 @@ def check_dependencies(dependencies: Sequence[Dependency]) -> tuple[Dependency, 
             )
         seen.add(dependency.job_id)
     return tuple(dependencies)
+
+
+def check_per_item_parent(
+    index: int, parent_id: str, parent_size: int | None, size: int | None = None
+) -> None:
+    """A perItem parent (``dependsOn[index]``) is an array (``parent_size``: its size, None for a job
+    that is none) of the child's ``size`` (None: not known yet). Raises ``ValidationFailed``
+    (``dependsOn[i].mode``)."""
+    field = f"dependsOn[{index}].mode"
+    if parent_size is None:
+        raise ValidationFailed(f"{parent_id} is no array; mode perItem pairs two arrays' items.", field=field)
+    if size is not None and parent_size != size:
+        raise ValidationFailed(
+            f"{parent_id} has {parent_size} items and this array {size}; mode perItem pairs arrays of one "
+            "size.",
+            field=field,
+        )
 
 
 def check_pattern(pattern: str, field: str) -> str:
@@ -175,13 +236,19 @@ def check_pattern(pattern: str, field: str) -> str:
 def check_inputs_from(
     inputs_from: Sequence[InputsFrom], dependencies: Sequence[Dependency]
 ) -> tuple[InputsFrom, ...]:
-    """``inputsFrom`` as given, checked: each parent once and also in ``dependsOn``, its patterns
-    relative without ``..`` (``check_pattern``), at most ``MAX_PATTERNS`` each.
+    """``inputsFrom`` as given, checked: each parent once and also in ``dependsOn`` (not ``perItem``),
+    its patterns relative without ``..`` (``check_pattern``), at most ``MAX_PATTERNS`` each.
 
     Raises ``ValidationFailed`` naming the field (``inputsFrom[i].jobId``, ``inputsFrom[i].files[j]``)."""
     parents = {d.job_id for d in dependencies}
+    per_item = {d.job_id for d in dependencies if d.mode is DependencyMode.PER_ITEM}
     seen: set[str] = set()
     for index, entry in enumerate(inputs_from):
+        if entry.job_id in per_item:
+            raise ValidationFailed(
+                f"inputsFrom names {entry.job_id}, a perItem parent; its items' outputs are not passed on.",
+                field=f"inputsFrom[{index}].jobId",
+            )
         if entry.job_id not in parents:
             raise ValidationFailed(
                 f"inputsFrom names {entry.job_id}, which is not in dependsOn; a job takes inputs only "

@@ -30,7 +30,7 @@ from functions.domain.charged_time import (
     running_start,
 )
 from functions.domain.credits import ZERO, credits_text
-from functions.domain.dependencies import Dependency, InputsFrom
+from functions.domain.dependencies import Dependency, DependencyMode, InputsFrom
 from functions.domain.environments import JobEnvironment
 from functions.domain.machine_classes import GeoZone, MachineClass, machine_class
 from functions.domain.notifications import NotificationRule
@@ -227,6 +227,16 @@ class Job:
     dependents : tuple[str, ...]
         The ids of the jobs submitted depending on this one while it was not final (appended before
         each child is written, at most ``dependencies.MAX_DEPENDENTS``): its ending settles each.
+    item_dependents : tuple[str, ...]
+        An ``Array``'s children arrays submitted with ``mode`` ``perItem`` on it (appended like
+        ``dependents``): each of its items' ends releases or ends the same item of each
+        (``functions.logic.item_dependencies``).
+    array_released : tuple[int, ...]
+        A ``perItem`` child array: the items released so far, in release order (each once its parent's
+        item succeeded); its first ``array_admitted`` are in spans of one, each at its own index.
+    array_ended_items : frozenset[int]
+        Such an array's items ended because their parent's item did not succeed (each also in
+        ``array_withdrawn``).
     settled_parents : frozenset[str]
         While the job waits: the parents whose final status it has taken account of (each counted
         once, ``functions.logic.waits.parent_settled``); it is judged against all of them once this
@@ -291,6 +301,14 @@ class Job:
     has_dependents: bool = False
     dependents: tuple[str, ...] = ()
     settled_parents: frozenset[str] = frozenset()
+    item_dependents: tuple[str, ...] = ()
+    array_released: tuple[int, ...] = ()
+    array_ended_items: frozenset[int] = frozenset()
+
+    @property
+    def per_item_parent(self) -> str | None:
+        """The array whose items release this array's items one by one (``dependsOn`` ``perItem``)."""
+        return next((d.job_id for d in self.depends_on if d.mode is DependencyMode.PER_ITEM), None)
 
     @property
     def is_waiting(self) -> bool:

@@ -44,7 +44,7 @@ from enum import StrEnum
 from aws_lambda_powertools import Logger
 
 from functions.domain.arrays import span_dispatch_id
-from functions.domain.jobs import DispatchState
+from functions.domain.jobs import DispatchState, Job
 from functions.domain.quotas import AdmissionPlan, Demand, HeldJob, QuotaLimits
 from functions.ports import Services
 
@@ -60,7 +60,7 @@ class SpanAdmission(StrEnum):
     RACED = "raced"  # a write lost a race or the array moved: the admission re-reads
 
 
-def admit_spans(
+def admit_spans(  # noqa: PLR0911 - one return per SpanAdmission outcome and path
     services: Services,
     account_id: str,
     held: HeldJob,
@@ -85,6 +85,8 @@ def admit_spans(
         return SpanAdmission.GONE
     if parent.is_final or parent.dispatch_state != DispatchState.HELD:
         return SpanAdmission.RACED
+    if parent.per_item_parent is not None:
+        return _admit_items(services, account_id, held, parent, plan, limits, admitted, refresh_reason)
     size = parent.array_size or 0
     if size - parent.array_admitted != held.children:
         return SpanAdmission.RACED  # read before another writer's span
@@ -108,3 +110,39 @@ def admit_spans(
             current,
             demand=Demand(demand.key, demand.units - child.units * count, demand.vcpus - child.vcpus * count),
         )
+
+
+def _admit_items(  # noqa: PLR0917 - admit_spans' own arguments, passed on
+    services: Services,
+    account_id: str,
+    held: HeldJob,
+    parent: Job,
+    plan: AdmissionPlan,
+    limits: QuotaLimits,
+    admitted: list[str],
+    refresh_reason: Callable[[HeldJob], None],
+) -> SpanAdmission:
+    """``admit_spans`` for a ``perItem`` array (``logic.item_dependencies``): its released items not
+    admitted yet (``array_released`` from ``array_admitted`` on, the children its ``held#`` item
+    counts) go in release order, each a span of one at its own index (``JobRepository.admit_item``)."""
+    if len(parent.array_released) - parent.array_admitted != held.children:
+        return SpanAdmission.RACED  # read before another writer's release or admission
+    current = held
+    while True:
+        if plan.admit_span(current, 1) == 0:
+            refresh_reason(current)
+            return SpanAdmission.BLOCKED
+        if not services.store.admit_item(account_id, current, parent, limits):
+            return SpanAdmission.RACED
+        offset = parent.array_released[parent.array_admitted]
+        admitted.append(span_dispatch_id(current.job_id, offset))
+        logger.info("array item admitted", job_id=current.job_id, offset=offset)
+        if current.children == 1:
+            return SpanAdmission.DONE
+        child = current.child
+        assert child is not None  # admit_item refuses a job that is no array
+        demand = current.demand
+        current = replace(
+            current, demand=Demand(demand.key, demand.units - child.units, demand.vcpus - child.vcpus)
+        )
+        parent = replace(parent, array_admitted=parent.array_admitted + 1)

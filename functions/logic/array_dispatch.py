@@ -24,7 +24,7 @@ from functions.domain.arrays import span_ids
 from functions.domain.errors import BatchRefused, DependencyFailed
 from functions.domain.jobs import ABORTED_BY_USER, DispatchState, Job, QueuedSpan
 from functions.logic import dispatch_rules as rules
-from functions.logic import waits
+from functions.logic import item_dependencies, waits
 from functions.logic.batch_submission import span_submission
 from functions.logic.dispatch_requests import enqueue, request_admission
 from functions.logic.dispatch_rules import DispatchOutcome, Pacer
@@ -160,7 +160,8 @@ def refuse(services: Services, parent_id: str, offset: int, reason: str) -> Job 
 
 def nudge_array(services: Services, parent: Job, now: datetime) -> None:
     """The meter's backstop (and the local stack's resume after a crash) for an array not wholly in
-    AWS Batch: withdraw what is left of one that is ending; recover each span claimed longer ago than
+    AWS Batch: withdraw what is left of one that is ending; bring a ``perItem`` array up to date with
+    its parent's items (``item_dependencies.reconcile``); recover each span claimed longer ago than
     ``rules.CLAIM_TIMEOUT`` (its dispatcher died: the span is looked up in AWS Batch by its name
     first, recorded if there, else its claim given back); enqueue every ``Admitted`` span again (the
     claim makes a repeat harmless); and admit what the account's quota lets go while children are held.
@@ -171,6 +172,11 @@ def nudge_array(services: Services, parent: Job, now: datetime) -> None:
         return
     if parent.termination_reason:
         parent = withdraw_unsent(services, parent, parent.termination_reason, now)
+    elif item_dependencies.takes_items(parent):
+        # Its parent's items that ended while a report was lost release or end their items now.
+        for ended in item_dependencies.reconcile(services, parent, now):
+            waits.settle_dependents(services, ended, now)
+        parent = services.store.get_job(parent.job_id) or parent
     for span in parent.array_queue:
         if span.state != DispatchState.DISPATCHING:
             continue

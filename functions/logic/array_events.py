@@ -40,7 +40,7 @@ from functions.domain.jobs import (
     is_credit_constraint_reason,
 )
 from functions.domain.status import JobStatus
-from functions.logic import waits
+from functions.logic import item_dependencies, waits
 from functions.logic.array_results import finish_array
 from functions.logic.dispatch_requests import request_admission
 from functions.logic.endings import terminate
@@ -171,9 +171,15 @@ def _after_child_end(services: Services, parent: Job, child: Job) -> None:
 
 
 def _advance_parent(services: Services, parent: Job, child: Job, now: datetime) -> None:
-    """After a child's event: stop the array at its cap, start it when a child started, end it when
-    every child is final (each an idempotent conditional write, safe to repeat on a replay)."""
+    """After a child's event: settle the same item of the arrays depending on this one per item (a
+    final child: ``item_dependencies.item_ended``), stop the array at its cap, start it when a child
+    started, end it when every child is final (each an idempotent conditional write, safe to repeat
+    on a replay)."""
     fresh = services.store.get_job(parent.job_id) or parent
+    if child.is_final and child.array_index is not None and fresh.item_dependents:
+        # The same item of each array depending on this one per item goes, or ends (once).
+        for ended in item_dependencies.item_ended(services, fresh, child.array_index, child.status, now):
+            waits.settle_dependents(services, ended, now)
     _stop_at_cap(services, fresh, now)
     if fresh.status == JobStatus.QUEUED and (
         child.started_at is not None or child.status in (JobStatus.STARTING, JobStatus.RUNNING)

@@ -127,6 +127,8 @@ def _children(services: Services, parent: Job) -> list[Job]:
     for withdrawn in parent.array_withdrawn:
         for index in range(withdrawn.offset, withdrawn.offset + withdrawn.count):
             stored.setdefault(index, child_template(parent, index))
+    for index in parent.array_ended_items:
+        stored.setdefault(index, child_template(parent, index))
     return [stored[i] for i in sorted(i for i in stored if i is not None)]
 
 

@@ -27,14 +27,22 @@ from functions.domain.arrays import (
     queued_spans,
     span_ids,
 )
+from functions.domain.dependencies import (
+    MAX_PER_ITEM_SIZE,
+    DependencyMode,
+    check_per_item_parent,
+    per_item_waiting_reason,
+)
 from functions.domain.errors import DependencyFailed, ValidationFailed
 from functions.domain.jobs import DispatchState, Job, JobType
+from functions.domain.quotas import Demand, QuotaLimits
 from functions.domain.status import JobStatus
-from functions.logic import quotas, waits
+from functions.logic import item_dependencies, quotas, waits
 from functions.logic.batch_submission import input_key
 from functions.logic.dispatch_requests import enqueue, request_admission
 from functions.logic.submission import (
     JobRequest,
+    PreparedSubmission,
     get_owned_job,
     new_job,
     prepare_submission,
@@ -102,6 +110,8 @@ def submit_array(services: Services, account_id: str, request: JobRequest, now: 
         )
     size = len(items)
     zone = prepared.zone
+    if prepared.per_item_size is not None:
+        _check_per_item(request, prepared, size)
     quota = None
     if prepared.compute is None:
         # One child's demand: an array is admitted a span at a time, so only a child that could never
@@ -122,41 +132,102 @@ def submit_array(services: Services, account_id: str, request: JobRequest, now: 
         zone_services.blobs.put(inputs + ITEMS_OBJECT, items_data, "application/jsonl")
         zone_services.blobs.put(inputs + ITEMS_INDEX, index_data, "application/octet-stream")
         zone_services.blobs.put(input_key(parent.job_id), json.dumps(document).encode(), "application/json")
-        if prepared.waiting_for:
-            # Its environment builds: the whole array waits, holding nothing, until it is released
-            # into the quota's admission (``waits``) or ends.
-            parent = waits.submit_waiting(services, parent, prepared.waiting_reason or "Waiting", now)
-        elif quota is None:
-            spans = queued_spans(parent, services.array_span_size)
-            parent = replace(
-                parent, dispatch_state=DispatchState.ADMITTED, array_admitted=size, array_queue=spans
-            )
-            services.store.create_job(parent)
-        else:
-            parent, _ = quotas.hold(services, parent, *quota)
+        parent = _store_array(services, parent, prepared, quota, now)
     except Exception:
         zone_services.blobs.delete_prefix(inputs)
         raise
     services.events.count("JobsSubmitted")
     logger.info("array accepted", job_id=parent.job_id, size=size, compute=parent.compute)
-    try:
-        # A waiting array goes on when its prerequisites' reports (or its own submit) release it.
-        if quota is None and not prepared.waiting_for:
-            enqueue(services, span_ids(parent))
-        elif (
-            quota is not None
-            and not prepared.waiting_for
-            and quotas.room_after_hold(services, account_id, *quota)
-        ):
-            request_admission(services, account_id)
-    except DependencyFailed:
-        # Stored and held (or queued): the account's next release or submit, or the meter's backstop
-        # (``array_dispatch.nudge_array``), goes on with it.
-        logger.exception("array admission deferred", job_id=parent.job_id)
+    _go_on(services, parent, prepared, quota, now)
     if not services.dispatch.inline:
         return parent
     # Without a queue the admission and SubmitJob ran here: read what they wrote.
     return services.store.get_job(parent.job_id) or parent
+
+
+def _store_array(
+    services: Services,
+    parent: Job,
+    prepared: PreparedSubmission,
+    quota: tuple[Demand, QuotaLimits] | None,
+    now: datetime,
+) -> Job:
+    """Write the new array ``parent``: held with nothing counted (depending on another per item),
+    waiting (its environment builds), admitted whole (on a dedicated compute: ``quota`` None) or held
+    for quota (``quotas.hold``). Returns it as written."""
+    size = parent.array_size or 0
+    if prepared.per_item_size is not None:
+        # Held with nothing counted: its items are released one by one (``item_dependencies``).
+        held = replace(
+            parent,
+            dispatch_state=DispatchState.HELD,
+            status_reason=per_item_waiting_reason(parent.per_item_parent or "", 0, size),
+        )
+        services.store.create_job(held)
+        return held
+    if prepared.waiting_for:
+        # Its environment builds: the whole array waits, holding nothing, until it is released
+        # into the quota's admission (``waits``) or ends.
+        return waits.submit_waiting(services, parent, prepared.waiting_reason or "Waiting", now)
+    if quota is None:
+        spans = queued_spans(parent, services.array_span_size)
+        admitted = replace(
+            parent, dispatch_state=DispatchState.ADMITTED, array_admitted=size, array_queue=spans
+        )
+        services.store.create_job(admitted)
+        return admitted
+    held, _ = quotas.hold(services, parent, *quota)
+    return held
+
+
+def _go_on(
+    services: Services,
+    parent: Job,
+    prepared: PreparedSubmission,
+    quota: tuple[Demand, QuotaLimits] | None,
+    now: datetime,
+) -> None:
+    """After the array's write: settle the items of one depending per item whose parent items ended
+    already, send a compute's spans, or ask for the account's admission when there is room."""
+    try:
+        if prepared.per_item_size is not None:
+            # Items whose parent items ended before the mark (and all of a final parent) settle now.
+            for ended in item_dependencies.reconcile(services, parent, now):
+                waits.settle_dependents(services, ended, now)
+        # A waiting array goes on when its prerequisites' reports (or its own submit) release it.
+        elif quota is None and not prepared.waiting_for:
+            enqueue(services, span_ids(parent))
+        elif (
+            quota is not None
+            and not prepared.waiting_for
+            and quotas.room_after_hold(services, parent.account_id, *quota)
+        ):
+            request_admission(services, parent.account_id)
+    except DependencyFailed:
+        # Stored and held (or queued): the account's next release or submit, or the meter's backstop
+        # (``array_dispatch.nudge_array``), goes on with it.
+        logger.exception("array admission deferred", job_id=parent.job_id)
+
+
+def _check_per_item(request: JobRequest, prepared: PreparedSubmission, size: int) -> None:
+    """An array depending on another per item: of its parent's size, at most ``MAX_PER_ITEM_SIZE``
+    items (each runs as its own span, whose Batch id the array keeps), through the quota (not on a
+    dedicated compute) and with its environment ready. Raises ``ValidationFailed``
+    (``dependsOn[i].mode``)."""
+    index = next(i for i, d in enumerate(request.depends_on) if d.mode is DependencyMode.PER_ITEM)
+    dependency = request.depends_on[index]
+    field = f"dependsOn[{index}].mode"
+    check_per_item_parent(index, dependency.job_id, prepared.per_item_size, size)
+    if size > MAX_PER_ITEM_SIZE:
+        raise ValidationFailed(
+            f"An array depending per item has at most {MAX_PER_ITEM_SIZE} items, not {size}.", field=field
+        )
+    if prepared.compute is not None:
+        raise ValidationFailed("mode perItem is not available on a dedicated compute.", field=field)
+    if prepared.waiting_for:
+        raise ValidationFailed(
+            "mode perItem needs the array's environment Ready; submit once its build is done.", field=field
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,11 +12,14 @@ from datetime import datetime
 from functions.domain.dependencies import (
     MAX_DEPENDENTS,
     Dependency,
+    DependencyMode,
     ParentStanding,
+    check_per_item_parent,
     parent_prerequisite,
     parent_state,
 )
 from functions.domain.errors import NotFound, ValidationFailed
+from functions.domain.jobs import JobType
 from functions.domain.machine_classes import GeoZone
 from functions.domain.prerequisites import Prerequisite, PrerequisiteState, Standing, Verdict, judge
 from functions.domain.text import JOB_ID_PATTERN, full_match
@@ -33,6 +36,9 @@ class MarkedParents:
     prerequisites: tuple[Prerequisite, ...]
     reason: str | None
     settled: frozenset[str]
+    #: The size of the parent an array depends on per item (None without one); the parent is no
+    #: prerequisite of the array as a whole (``logic.item_dependencies`` releases its items).
+    per_item_size: int | None = None
 
 
 def mark_parents(
@@ -57,18 +63,21 @@ def mark_parents(
     ValidationFailed
         ``dependsOn[i].jobId``: an array's child (depend on its array), a parent in another geo zone,
         one whose data expired or was deleted while the child takes its outputs, or one that
-        ``MAX_DEPENDENTS`` jobs wait for already.
+        ``MAX_DEPENDENTS`` jobs wait for already; ``dependsOn[i].mode``: a ``perItem`` parent that is
+        no array (its size is the child's to match: ``MarkedParents.per_item_size``).
     """
     states: list[PrerequisiteState] = []
     settled: set[str] = set()
+    per_item_size: int | None = None
     for index, dependency in enumerate(dependencies):
         field = f"dependsOn[{index}].jobId"
         if ":" in dependency.job_id:
             raise ValidationFailed(
                 f"{dependency.job_id} is an array's child; depend on its array instead.", field=field
             )
+        per_item = dependency.mode is DependencyMode.PER_ITEM
         parent = (
-            services.store.mark_has_dependents(dependency.job_id, account_id, child_id)
+            services.store.mark_has_dependents(dependency.job_id, account_id, child_id, per_item=per_item)
             if full_match(JOB_ID_PATTERN, dependency.job_id)
             else None
         )
@@ -80,9 +89,16 @@ def mark_parents(
                 f"geo zone ({zone.value}).",
                 field=field,
             )
-        if parent.is_final:
+        if per_item:
+            check_per_item_parent(
+                index, dependency.job_id, parent.array_size if parent.type is JobType.ARRAY else None
+            )
+            per_item_size = parent.array_size
+        elif parent.is_final:
             settled.add(parent.job_id)
-        elif child_id not in parent.dependents:
+        if not parent.is_final and child_id not in (
+            parent.item_dependents if per_item else parent.dependents
+        ):
             raise ValidationFailed(
                 f"{MAX_DEPENDENTS} jobs wait for {dependency.job_id} already; at most {MAX_DEPENDENTS} may "
                 "wait for one job (map one job over many items with an array instead).",
@@ -104,9 +120,13 @@ def mark_parents(
                 "from it.",
                 field=field,
             )
-        states.append(state)
+        if not per_item:
+            states.append(state)
     judgement = judge(states)
     reason = judgement.reason if judgement.verdict is Verdict.WAIT else None
     return MarkedParents(
-        tuple(parent_prerequisite(d.job_id) for d in dependencies), reason, frozenset(settled)
+        tuple(parent_prerequisite(d.job_id) for d in dependencies if d.mode is DependencyMode.WHOLE),
+        reason,
+        frozenset(settled),
+        per_item_size,
     )

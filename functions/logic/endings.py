@@ -23,6 +23,7 @@ from datetime import datetime
 
 from aws_lambda_powertools import Logger
 
+from functions.domain.arrays import unsent_runs
 from functions.domain.errors import ConditionFailed, DependencyFailed, RecordMissing
 from functions.domain.jobs import DispatchState, Job, JobType, Transition
 from functions.domain.machine_classes import GeoZone
@@ -239,7 +240,7 @@ def withdraw_unsent(
         spans = [
             s for s in current.array_queue if s.state == DispatchState.ADMITTED or s.offset == claimed_offset
         ]
-        remaining = (current.array_size or 0) - current.array_admitted
+        remaining = sum(count for _, count in unsent_runs(current))
         if not spans and remaining == 0:
             break
         if store.withdraw_spans(current, spans, reason, now):

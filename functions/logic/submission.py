@@ -165,6 +165,8 @@ class PreparedSubmission:
     waiting_reason: str | None = None
     # The parents final already when the submit marked them (``Job.settled_parents``).
     settled_parents: frozenset[str] = frozenset()
+    # The size of the array a submitted array depends on per item (``MarkedParents.per_item_size``).
+    per_item_size: int | None = None
     # An inline spec whose unnamed environment is still to be asked for (``with_inline_environment``,
     # once every other check passed, so a refused job starts no build).
     inline_spec: EnvironmentSpec | None = None
@@ -218,6 +220,7 @@ def prepare_submission(services: Services, account_id: str, request: JobRequest)
     )
     job_id = new_job_id()
     settled_parents: frozenset[str] = frozenset()
+    per_item_size: int | None = None
     if request.depends_on:
         marked = dependencies.mark_parents(
             services,
@@ -229,8 +232,10 @@ def prepare_submission(services: Services, account_id: str, request: JobRequest)
             now=now,
         )
         waiting_for += marked.prerequisites
-        waiting_reason = waiting_reason or marked.reason or "Waiting for its dependencies"
+        if marked.prerequisites:
+            waiting_reason = waiting_reason or marked.reason or "Waiting for its dependencies"
         settled_parents = marked.settled
+        per_item_size = marked.per_item_size
     python_version = environment.python if environment else services.python.choose(request.python_version)
     document = _input_document(request, kind)
     ensure_class_available(services, machine.name, zone)
@@ -254,6 +259,7 @@ def prepare_submission(services: Services, account_id: str, request: JobRequest)
         waiting_for=waiting_for,
         waiting_reason=waiting_reason,
         settled_parents=settled_parents,
+        per_item_size=per_item_size,
         inline_spec=inline_spec,
     )
 

@@ -56,6 +56,7 @@ from functions.domain.prerequisites import (
     Verdict,
     judge,
 )
+from functions.logic import item_dependencies
 from functions.logic.endings import end_waiting
 from functions.logic.environment_waits import EnvironmentChecker
 from functions.logic.parent_inputs import copy_parent_inputs
@@ -199,15 +200,22 @@ def prerequisite_settled(services: Services, prerequisite: Prerequisite, now: da
 def settle_dependents(services: Services, job: Job, now: datetime) -> int:
     """A job's final status is settled: count it on each child that waits for it (``parent_settled``:
     its ``dependents``, listed on its record, so no Query), which releases or ends the child when
-    that decides it; a parent from before the list (``has_dependents``) Queries its waiters
-    (``prerequisite_settled``). A delivery again heals one a crash cut short. One child's failure is
-    logged and the others go on (the meter's backstop settles it later).
+    that decides it; an array's ``itemDependents`` are reconciled with it
+    (``item_dependencies.parent_ended``: their items never released end); a parent from before the
+    list (``has_dependents``) Queries its waiters (``prerequisite_settled``). A delivery again heals
+    one a crash cut short. One child's failure is logged and the others go on (the meter's backstop
+    settles it later).
 
     Returns how many children this call released or ended.
     """
-    if not job.is_final or not (job.dependents or job.has_dependents):
+    if not job.is_final or not (job.dependents or job.has_dependents or job.item_dependents):
         return 0
     moved = 0
+    if job.item_dependents:
+        # Arrays depending on it per item: their items not released yet end now.
+        for ended in item_dependencies.parent_ended(services, job, now):
+            moved += 1
+            settle_dependents(services, ended, now)
     for child_id in job.dependents:
         try:
             moved += parent_settled(services, job, child_id, now)

@@ -42,6 +42,7 @@ from functions.adapters.dynamodb.quotas import (
     usage_counter_update,
     usage_entry,
 )
+from functions.domain.arrays import unsent_runs
 from functions.domain.jobs import DispatchState, Job, QueuedSpan
 from functions.domain.machine_classes import machine_class
 from functions.domain.quotas import Demand, HeldJob, QuotaLimits, demand_of
@@ -221,12 +222,17 @@ class ArraySpanRecords(QuotaRecords):
         ``RecordMissing`` is not raised: a gone parent is False too.
         """
         size = parent.array_size or 0
-        remaining = size - parent.array_admitted
+        unsent = unsent_runs(parent)
         ranges: list[dict[str, Any]] = [
             {"offset": s.offset, "count": s.count, "reason": reason} for s in spans
         ]
-        if remaining > 0:
-            ranges.append({"offset": parent.array_admitted, "count": remaining, "reason": reason})
+        ranges += [{"offset": offset, "count": count, "reason": reason} for offset, count in unsent]
+        # The children counted queued on its ``held#`` item (a ``perItem`` array's released, not admitted).
+        remaining = (
+            size - parent.array_admitted
+            if parent.per_item_parent is None
+            else len(parent.array_released) - parent.array_admitted
+        )
         ended = sum(int(r["count"]) for r in ranges)
         if ended == 0:
             return True
@@ -250,6 +256,8 @@ class ArraySpanRecords(QuotaRecords):
             **_FINAL,
         }
         conditions = [LIVE_JOB, "arrayAdmitted = :read", _NOT_FINAL]
+        if parent.per_item_parent is not None:
+            conditions += _size_is("arrayReleased", len(parent.array_released), values, ":released")
         removes = ["statusReason"]
         for i, span in enumerate(spans):
             names[f"#o{i}"] = str(span.offset)
@@ -304,3 +312,198 @@ class ArraySpanRecords(QuotaRecords):
                 ),
             ]
         return self._transact_if(items)
+
+    # -- a ``perItem`` child array: items released one by one (``logic.item_dependencies``) ----------
+    def release_item(self, child: Job, index: int, reason: str) -> bool:
+        """Release item ``index`` of the ``perItem`` array ``child`` (its parent's item succeeded): the
+        index appended to ``arrayReleased`` (``statusReason`` set to ``reason``) while the array is
+        ``Held`` and the index neither released nor ended yet; one child's units added to its ``held#``
+        item (created by the first) and counted as queued. One transaction. False, writing nothing,
+        when the condition fails (released before, ended, aborted, gone)."""
+        demand = child_demand(child)
+        account = child.account_id
+        job_update: dict[str, Any] = {
+            "TableName": self._jobs,
+            "Key": serialize_item({"jobId": child.job_id}),
+            "UpdateExpression": "SET arrayReleased = list_append(if_not_exists(arrayReleased, :none), :i), "
+            "statusReason = :reason",
+            "ConditionExpression": f"{LIVE_JOB} AND dispatchState = :held AND {_NOT_FINAL} "
+            "AND attribute_not_exists(terminationReason) AND NOT contains(arrayReleased, :index) "
+            "AND NOT contains(arrayEndedItems, :index)",
+            "ExpressionAttributeNames": {"#ttl": "ttl", "#status": "status"},
+            "ExpressionAttributeValues": {
+                k: serialize_value(v)
+                for k, v in {
+                    ":none": [],
+                    ":i": [index],
+                    ":index": index,
+                    ":reason": reason,
+                    ":held": DispatchState.HELD.value,
+                    ":liveNow": self._now_epoch(),
+                    **_FINAL,
+                }.items()
+            },
+        }
+        held_update: dict[str, Any] = {
+            "TableName": self._quota_table,
+            "Key": self._held_item_key(child, account, demand),
+            "UpdateExpression": "SET #key = :key, childUnits = :cu, childVcpus = :cv "
+            "ADD units :cu, vcpus :cv",
+            "ExpressionAttributeNames": {"#key": "key"},
+            "ExpressionAttributeValues": {
+                ":key": serialize_value(demand.key.name),
+                ":cu": serialize_value(demand.units),
+                ":cv": serialize_value(demand.vcpus),
+            },
+        }
+        items: list[TransactWriteItemTypeDef] = [
+            {"Update": job_update},  # type: ignore[typeddict-item]
+            {"Update": held_update},  # type: ignore[typeddict-item]
+            self._counter_update(account, usage_entry(demand.key), 0, demand.units),
+            self._counter_update(account, TOTAL_ENTRY, 0, demand.vcpus),
+        ]
+        return self._transact_if(items)
+
+    def end_items(self, child: Job, indices: Sequence[int], now: datetime) -> bool:
+        """End items ``indices`` of the ``perItem`` array ``child`` (as read) ``Terminated``, free (their
+        parent's items did not succeed; they never held units): added to ``arrayEndedItems``, the counts
+        moved ``Queued`` → ``Terminated``, and, when every item is then admitted or ended, the array no
+        longer ``Held``. One UpdateItem conditional on the array as read (its released, admitted and
+        ended items). False, writing nothing, when it moved meanwhile (the caller re-reads)."""
+        if not indices:
+            return True
+        size = child.array_size or 0
+        names: dict[str, str] = {
+            "#status": "status",
+            "#c": "childStatusCounts",
+            "#queued": JobStatus.QUEUED.value,
+            "#terminated": JobStatus.TERMINATED.value,
+        }
+        values: dict[str, Any] = {
+            ":ended": len(indices),
+            ":zero": 0,
+            ":now": to_sortable(now),
+            ":held": DispatchState.HELD.value,
+            ":read": child.array_admitted,
+            **_FINAL,
+        }
+        conditions = [
+            "dispatchState = :held",
+            _NOT_FINAL,
+            "attribute_not_exists(terminationReason)",
+            "arrayAdmitted = :read",
+            *_size_is("arrayReleased", len(child.array_released), values, ":released"),
+            *_size_is("arrayEndedItems", len(child.array_ended_items), values, ":endedRead"),
+        ]
+        update = (
+            "SET #c.#queued = #c.#queued - :ended, "
+            "#c.#terminated = if_not_exists(#c.#terminated, :zero) + :ended, lastEventAt = :now"
+        )
+        complete = len(child.array_ended_items) + len(indices) + len(
+            child.array_released
+        ) == size and child.array_admitted == len(child.array_released)
+        if complete:
+            update += ", dispatchState = :admitted"
+            values[":admitted"] = DispatchState.ADMITTED.value
+        update += " ADD arrayEndedItems :items"
+        if complete:
+            update += " REMOVE statusReason"
+        response = self._update_job(
+            child.job_id,
+            update,
+            condition=" AND ".join(conditions),
+            names=names,
+            values={**values, ":items": set(indices)},
+        )
+        return response is not None
+
+    def admit_item(self, account_id: str, held: HeldJob, parent: Job, limits: QuotaLimits) -> bool:
+        """Admit the next released item of the held ``perItem`` array ``parent`` (as read: its
+        ``arrayReleased[arrayAdmitted]``) as a span of one at its own index, in one transaction: the
+        parent's ``arrayAdmitted`` moves on by one and the span enters ``arrayQueue``; its ``held#``
+        item shrinks by one child (goes with the last released one, while no release came meanwhile);
+        the child's units move from queued to in use within ``limits``. The array stops being ``Held``
+        when every item is then admitted or ended. False, changing nothing, when a limit would be
+        exceeded or the array moved."""
+        child = held.child
+        read = parent.array_admitted
+        if child is None or read >= len(parent.array_released):
+            raise ValueError(f"no released item to admit for job {held.job_id}")
+        offset = parent.array_released[read]
+        family_room = limits.limit(child.key) - child.units
+        total_room = limits.total_limit - child.vcpus
+        if family_room < 0 or total_room < 0:
+            return False
+        last = read + 1 == len(parent.array_released)
+        values: dict[str, Any] = {
+            ":next": read + 1,
+            ":read": read,
+            ":span": span_queue_entry(QueuedSpan(offset, 1, DispatchState.ADMITTED)),
+            ":held": DispatchState.HELD.value,
+            ":liveNow": self._now_epoch(),
+            **_FINAL,
+        }
+        conditions = [
+            LIVE_JOB,
+            "dispatchState = :held",
+            "arrayAdmitted = :read",
+            "attribute_not_exists(terminationReason)",
+            _NOT_FINAL,
+            *_size_is("arrayReleased", len(parent.array_released), values, ":released"),
+        ]
+        update = "SET arrayAdmitted = :next, arrayQueue.#offset = :span"
+        if last and len(parent.array_released) + len(parent.array_ended_items) == parent.array_size:
+            conditions += _size_is("arrayEndedItems", len(parent.array_ended_items), values, ":endedRead")
+            update += ", dispatchState = :admitted REMOVE statusReason"
+            values[":admitted"] = DispatchState.ADMITTED.value
+        parent_update: dict[str, Any] = {
+            "TableName": self._jobs,
+            "Key": serialize_item({"jobId": held.job_id}),
+            "UpdateExpression": update,
+            "ConditionExpression": " AND ".join(conditions),
+            "ExpressionAttributeNames": {"#ttl": "ttl", "#offset": str(offset), "#status": "status"},
+            "ExpressionAttributeValues": {k: serialize_value(v) for k, v in values.items()},
+        }
+        held_key = self._held_item_key(held, account_id, child)
+        held_item: TransactWriteItemTypeDef = (
+            {
+                "Delete": {
+                    "TableName": self._quota_table,
+                    "Key": held_key,
+                    "ConditionExpression": "units = :units",
+                    "ExpressionAttributeValues": {":units": serialize_value(child.units)},
+                }
+            }
+            if last
+            else {
+                "Update": {
+                    "TableName": self._quota_table,
+                    "Key": held_key,
+                    "UpdateExpression": "ADD units :du, vcpus :dv",
+                    "ConditionExpression": "units = :units",
+                    "ExpressionAttributeValues": {
+                        ":du": serialize_value(-child.units),
+                        ":dv": serialize_value(-child.vcpus),
+                        ":units": serialize_value(held.demand.units),
+                    },
+                }
+            }
+        )
+        items: list[TransactWriteItemTypeDef] = [
+            {"Update": parent_update},  # type: ignore[typeddict-item]
+            held_item,
+            self._counter_update(
+                account_id, usage_entry(child.key), child.units, -child.units, at_most=family_room
+            ),
+            self._counter_update(account_id, TOTAL_ENTRY, child.vcpus, -child.vcpus, at_most=total_room),
+        ]
+        return self._transact_if(items)
+
+
+def _size_is(attribute: str, size: int, values: dict[str, Any], name: str) -> list[str]:
+    """A condition that the list or set ``attribute`` holds ``size`` entries (absent for 0), its value
+    added to ``values`` as ``name``."""
+    if size == 0:
+        return [f"attribute_not_exists({attribute})"]
+    values[name] = size
+    return [f"size({attribute}) = {name}"]

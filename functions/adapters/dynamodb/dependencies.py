@@ -27,8 +27,11 @@ from functions.domain.status import JobStatus
 class DependencyRecords(StoreBase):
     """The dependency part of ``DynamoJobStore``."""
 
-    def mark_has_dependents(self, parent_id: str, account_id: str, child_id: str) -> Job | None:
-        """Append ``child_id`` to the ``dependents`` of job ``parent_id`` of ``account_id`` unless it is
+    def mark_has_dependents(
+        self, parent_id: str, account_id: str, child_id: str, *, per_item: bool = False
+    ) -> Job | None:
+        """Append ``child_id`` to the ``dependents`` of job ``parent_id`` of ``account_id`` (with
+        ``per_item``: to its ``itemDependents``, the arrays its items release one by one) unless it is
         final, holds ``MAX_DEPENDENTS`` ids or holds ``child_id`` already, in one conditional
         UpdateItem that answers the job as it stands either way: after the write, or (nothing
         written) as it was. None when there is no such live job of the account (another account's is
@@ -40,7 +43,7 @@ class DependencyRecords(StoreBase):
             "AND (attribute_not_exists(#dependents) OR (size(#dependents) < :most "
             "AND NOT contains(#dependents, :childId)))",
             ExpressionAttributeNames={
-                "#dependents": "dependents",
+                "#dependents": "itemDependents" if per_item else "dependents",
                 "#accountId": "accountId",
                 "#status": "status",
                 "#ttl": "ttl",

@@ -11,7 +11,7 @@ from typing import Any
 from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 
 from functions.domain.credits import quantize_credits
-from functions.domain.dependencies import Condition, Dependency, InputsFrom, settled_reason
+from functions.domain.dependencies import Condition, Dependency, DependencyMode, InputsFrom, settled_reason
 from functions.domain.environments import JobEnvironment
 from functions.domain.errors import UnreadableRecord
 from functions.domain.jobs import (
@@ -136,11 +136,14 @@ def job_to_item(job: Job) -> dict[str, Any]:
         "dispatchState": job.dispatch_state.value if job.dispatch_state else None,
         "dispatchClaimedAt": to_sortable(job.dispatch_claimed_at) if job.dispatch_claimed_at else None,
         "waitingFor": [p.id for p in job.waiting_for] or None,
-        "dependsOn": [{"jobId": d.job_id, "condition": d.condition.value} for d in job.depends_on] or None,
+        "dependsOn": [_dependency_item(d) for d in job.depends_on] or None,
         "inputsFrom": [{"jobId": i.job_id, "files": list(i.files)} for i in job.inputs_from] or None,
         "hasDependents": True if job.has_dependents else None,
         "dependents": list(job.dependents) or None,
         "settledParents": set(job.settled_parents) or None,
+        "itemDependents": list(job.item_dependents) or None,
+        "arrayReleased": list(job.array_released) or None,
+        "arrayEndedItems": set(job.array_ended_items) or None,
         "ttl": int((job.record_expires_at or job.submitted_at + RECORD_TTL).timestamp()),
     }
     values.update(_array_values(job))
@@ -253,7 +256,10 @@ def _job_from_item(item: dict[str, Any]) -> Job:
         ),
         waiting_for=tuple(Prerequisite.parse(str(p)) for p in item.get("waitingFor", [])),
         depends_on=tuple(
-            Dependency(str(d["jobId"]), Condition(str(d["condition"]))) for d in item.get("dependsOn", [])
+            Dependency(
+                str(d["jobId"]), Condition(str(d["condition"])), DependencyMode(str(d.get("mode", "whole")))
+            )
+            for d in item.get("dependsOn", [])
         ),
         inputs_from=tuple(
             InputsFrom(str(i["jobId"]), tuple(str(f) for f in i.get("files", [])))
@@ -262,8 +268,19 @@ def _job_from_item(item: dict[str, Any]) -> Job:
         has_dependents=bool(item.get("hasDependents", False)),
         dependents=tuple(str(d) for d in item.get("dependents", [])),
         settled_parents=frozenset(str(p) for p in item.get("settledParents", set())),
+        item_dependents=tuple(str(d) for d in item.get("itemDependents", [])),
+        array_released=tuple(int(i) for i in item.get("arrayReleased", [])),
+        array_ended_items=frozenset(int(i) for i in item.get("arrayEndedItems", set())),
         status_reason=_status_reason(item),
     )
+
+
+def _dependency_item(dependency: Dependency) -> dict[str, Any]:
+    """One ``dependsOn`` entry as stored (``mode`` only when not ``whole``, as records before it)."""
+    item: dict[str, Any] = {"jobId": dependency.job_id, "condition": dependency.condition.value}
+    if dependency.mode is not DependencyMode.WHOLE:
+        item["mode"] = dependency.mode.value
+    return item
 
 
 def _status_reason(item: dict[str, Any]) -> str | None:

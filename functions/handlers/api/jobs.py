@@ -22,6 +22,7 @@ from functions.bootstrap import get_services
 from functions.domain.dependencies import (
     Condition,
     Dependency,
+    DependencyMode,
     InputsFrom,
     check_dependencies,
     check_inputs_from,
@@ -86,7 +87,8 @@ def _job_request(body: SubmitJobBody, submitted_by: str | None = None) -> submis
     else:
         kind, payload = PayloadKind.PICKLE, body.pickle or ""
     depends_on = check_dependencies(
-        [Dependency(d.jobId, Condition(d.condition)) for d in body.dependsOn or []]
+        [Dependency(d.jobId, Condition(d.condition), DependencyMode(d.mode)) for d in body.dependsOn or []],
+        is_array=body.arrayItems is not None or body.arrayItemsKey is not None,
     )
     return submission.JobRequest(
         payload_kind=kind,
@@ -143,7 +145,7 @@ def canonical_submit(body: SubmitJobBody) -> dict[str, Any]:
         else request.environment,
         "arrayItems": request.array_items,
         "arrayItemsKey": request.array_items_key,
-        "dependsOn": [[d.job_id, d.condition.value] for d in request.depends_on],
+        "dependsOn": [[d.job_id, d.condition.value, d.mode.value] for d in request.depends_on],
         "inputsFrom": [[i.job_id, list(i.files)] for i in request.inputs_from],
     }
 

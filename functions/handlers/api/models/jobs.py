@@ -70,6 +70,12 @@ class DependsOnBody(ApiModel):
         "When it ends the other way the job ends Terminated, free ('Dependency job-X ended Succeeded; "
         "this job needed Terminated').",
     )
+    mode: Literal["whole", "perItem"] = Field(
+        default="whole",
+        description="How the parent counts: whole (an array parent once the whole array is final), or "
+        "perItem (condition Succeeded, between two arrays of one size: item i goes once the parent's "
+        "item i succeeded; a parent item that ended Terminated ends item i Terminated, free).",
+    )
 
 
 class InputsFromBody(ApiModel):
@@ -423,7 +429,10 @@ def job_view(job: Job) -> JobView:
             if job.environment
             else None
         ),
-        dependsOn=[DependsOnBody(jobId=d.job_id, condition=d.condition.value) for d in job.depends_on],
+        dependsOn=[
+            DependsOnBody(jobId=d.job_id, condition=d.condition.value, mode=d.mode.value)
+            for d in job.depends_on
+        ],
         inputsFrom=[InputsFromBody(jobId=i.job_id, files=list(i.files)) for i in job.inputs_from],
         waitingFor=[p.id for p in job.waiting_for] if job.is_waiting else [],
         childrenWaiting=[] if job.is_final else list(job.dependents),
