@@ -82,7 +82,7 @@ def test_a_child_waits_for_its_running_parent_then_runs_once_it_succeeded(stack:
     child = _submit(stack, dependsOn=_after(parent["jobId"]))
     # Then it waits Queued with the parent's status, holding no quota, not sent
     assert (child["status"], child["statusReason"]) == ("Queued", f"Waiting for {parent['jobId']} (Queued)")
-    assert child["dependsOn"] == [{"jobId": parent["jobId"], "condition": "Succeeded"}]
+    assert child["dependsOn"] == [{"jobId": parent["jobId"], "condition": "Succeeded", "mode": "whole"}]
     assert child["waitingFor"] == [f"job|{parent['jobId']}"]
     assert _sent(stack) == [parent["jobId"]]
     stored = stack.services.store.get_job(child["jobId"])
@@ -94,7 +94,7 @@ def test_a_child_waits_for_its_running_parent_then_runs_once_it_succeeded(stack:
     assert _sent(stack) == [parent["jobId"], child["jobId"]]
     released = _job(stack, child["jobId"])
     assert released["statusReason"] is None and released["waitingFor"] == []
-    assert released["dependsOn"] == [{"jobId": parent["jobId"], "condition": "Succeeded"}]
+    assert released["dependsOn"] == [{"jobId": parent["jobId"], "condition": "Succeeded", "mode": "whole"}]
     # And it pays only for its own running time
     finish(stack, child["jobId"])
     [entry] = _job_entries(stack, child["jobId"])
