@@ -150,7 +150,8 @@ def _show_job(job: Job) -> None:
         if data.get(key) is not None:
             table.add_row(key, cell(data[key]))
     for parent in data.get("dependsOn") or []:
-        table.add_row("dependsOn", cell(f"{parent.get('jobId')} ({parent.get('condition')})"))
+        mode = "" if parent.get("mode", "whole") == "whole" else f", {parent['mode']}"
+        table.add_row("dependsOn", cell(f"{parent.get('jobId')} ({parent.get('condition')}{mode})"))
     for waited in data.get("waitingFor") or []:
         table.add_row("waitingFor", cell(waited))
     for child in data.get("childrenWaiting") or []:
@@ -260,7 +261,11 @@ def submit(  # noqa: PLR0917 (typer maps each parameter to an option)
     follow: Annotated[bool, typer.Option("--follow", "-f", help="With --wait: stream its log.")] = False,
     after: Annotated[
         list[str] | None,
-        typer.Option("--after", help="JOB[:Succeeded|Completed|Terminated]: wait for that job (repeatable)."),
+        typer.Option(
+            "--after",
+            help="JOB[:Succeeded|Completed|Terminated[:whole|perItem]]: wait for that job (repeatable; "
+            "perItem, with Succeeded, pairs two arrays' items).",
+        ),
     ] = None,
     inputs_from: Annotated[
         list[str] | None,
@@ -293,7 +298,7 @@ def submit(  # noqa: PLR0917 (typer maps each parameter to an option)
         time_constraint=time_constraint,
         notifications=rules,
         name=name,
-        depends_on=[_parent_and(value) for value in after or []] or None,
+        depends_on=[_after(value) for value in after or []] or None,
         inputs_from=_inputs_from(inputs_from or []) or None,
         python_version=python,
         environment=environment,
@@ -355,6 +360,17 @@ def _parent_and(value: str) -> tuple[str, str]:
     if not parent:
         raise typer.BadParameter(f"{value!r}: give a job id first (JOB[:...])")
     return parent, rest or "Succeeded"
+
+
+def _after(value: str) -> tuple[str, ...]:
+    """An ``--after`` value, ``JOB[:CONDITION[:MODE]]``, as ``depends_on`` takes it: ``(job, condition)``
+    or ``(job, condition, mode)``; the condition defaults to ``Succeeded``. ``typer.BadParameter`` for
+    no job id or an empty condition before a mode."""
+    parent, rest = _parent_and(value)
+    condition, colon, mode = rest.partition(":")
+    if colon and not (condition and mode):
+        raise typer.BadParameter(f"{value!r}: give JOB[:CONDITION[:MODE]], e.g. JOB:Succeeded:perItem")
+    return (parent, condition, mode) if colon else (parent, condition)
 
 
 def _inputs_from(values: list[str]) -> list[tuple[str, list[str]]]:

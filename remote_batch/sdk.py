@@ -151,7 +151,8 @@ class JobOptions(TypedDict, total=False):
     # interpreter's (its pickle only loads there), code's and a command's the service's default.
     python_version: str | None
     # The jobs it waits for (``dependsOn``): a Job or job id, or a list of them; ``(job, condition)``
-    # pairs name a condition (Succeeded, Completed, Terminated; default Succeeded).
+    # pairs name a condition (Succeeded, Completed, Terminated; default Succeeded), and
+    # ``(array, "Succeeded", "perItem")`` makes ``map``'s item i wait for that array's item i only.
     depends_on: Any
     # The parents whose outputs it starts with under ``inputs/<jobId>/`` (``inputsFrom``): a Job or id
     # (every output), or ``(job, [globs])`` pairs, or a list of them. Each must be in ``depends_on``
@@ -204,10 +205,15 @@ def _job_id(value: Any) -> str:
 
 
 def _dependency(entry: Any) -> dict[str, str]:
-    """``{"jobId", "condition"?}`` of a ``depends_on`` entry: a Job, an id, or ``(job, condition)``."""
+    """``{"jobId", "condition"?, "mode"?}`` of a ``depends_on`` entry: a Job, an id, ``(job, condition)``
+    or ``(job, condition, mode)`` (``whole`` or ``perItem``). Raises ``TypeError`` for another tuple."""
     if isinstance(entry, tuple):
-        parent, condition = entry
-        return {"jobId": _job_id(parent), "condition": str(condition)}
+        if len(entry) not in (2, 3):
+            raise TypeError("a depends_on tuple is (job, condition) or (job, condition, mode)")
+        fields = {"jobId": _job_id(entry[0]), "condition": str(entry[1])}
+        if len(entry) == 3:
+            fields["mode"] = str(entry[2])
+        return fields
     return {"jobId": _job_id(entry)}
 
 

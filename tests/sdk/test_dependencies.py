@@ -108,3 +108,37 @@ def test_cli_submit_after_and_inputs_from(httpserver: HTTPServer, api: rb.Client
         {"jobId": "job-b", "condition": "Succeeded"},
     ]
     assert body["inputsFrom"] == [{"jobId": "job-b", "files": ["model/*", "*.json"]}]
+
+
+def test_map_depends_on_an_array_per_item(httpserver: HTTPServer, api: rb.Client) -> None:
+    # Given an array job
+    recorder = Recorder(ok(job(), 202))
+    httpserver.expect_request("/jobs", method="POST").respond_with_handler(recorder)
+    first = rb.Job(api, {"jobId": TRAIN, "type": "Array"})
+    # When another array is mapped on it per item
+    rb.map("item", [1, 2], depends_on=(first, "Succeeded", "perItem"))
+    # Then the entry carries the mode
+    body = json.loads(recorder.requests[0]["body"])
+    assert body["dependsOn"] == [{"jobId": TRAIN, "condition": "Succeeded", "mode": "perItem"}]
+    assert body["arrayItems"] == [1, 2]
+    with pytest.raises(TypeError, match=r"\(job, condition, mode\)"):
+        rb.map("item", [1], depends_on=(first, "Succeeded", "perItem", "x"))
+
+
+def test_cli_after_takes_a_condition_and_a_mode(httpserver: HTTPServer, api: rb.Client) -> None:
+    recorder = Recorder(ok(job(), 202))
+    httpserver.expect_request("/jobs", method="POST").respond_with_handler(recorder)
+    env = {**os.environ, "COLUMNS": "200"}
+    # When --after names a condition and a mode
+    result = CliRunner().invoke(
+        app, ["submit", "--code", "1", "--after", f"{TRAIN}:Succeeded:perItem"], env=env
+    )
+    # Then the entry carries both (the service answers 400 on dependsOn[0].mode for a job no array)
+    assert result.exit_code == 0, result.output
+    body = json.loads(recorder.requests[0]["body"])
+    assert body["dependsOn"] == [{"jobId": TRAIN, "condition": "Succeeded", "mode": "perItem"}]
+    # And a mode without its condition is refused before any request
+    refused = CliRunner().invoke(app, ["submit", "--code", "1", "--after", f"{TRAIN}::perItem"], env=env)
+    assert refused.exit_code == 2
+    assert "JOB[:CONDITION[:MODE]]" in refused.output
+    assert len(recorder.requests) == 1
