@@ -88,3 +88,19 @@ def test_a_failed_parent_ends_its_child_free_and_runs_its_cleanup(dev_sdk: rb.Cl
     assert child.status == "Terminated"
     assert child.status_reason == f"Dependency {failing.id} ended Terminated; this job needed Succeeded"
     assert child.credits_spent == Decimal("0")
+
+
+def test_an_array_on_an_array_per_item_runs_each_item_after_its_own_parent_item(dev_sdk: rb.Client) -> None:
+    # Given an array whose item 1 fails, and an array on it per item
+    parent = rb.map("10 // (item - 1)", [0, 1, 2], notifications="None")
+    child = rb.map("item + 100", [0, 1, 2], depends_on=(parent, "Succeeded", "perItem"), notifications="None")
+    # When both have ended
+    child.wait(timeout=120, progress=False)
+    # Then items 0 and 2 ran, item 1 ended free naming its parent item
+    assert child.status == "Terminated"
+    assert child.data["childStatusCounts"] == {"Succeeded": 2, "Terminated": 1}
+    assert child.status_reason == (
+        f"1 of 3 children terminated (first: index 1, Dependency {parent.id}:1 ended Terminated; this item "
+        "needed Succeeded)"
+    )
+    assert child.credits_spent > Decimal("0")

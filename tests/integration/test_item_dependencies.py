@@ -89,6 +89,7 @@ def test_each_item_goes_once_its_parent_item_succeeded_and_a_failed_parent_item_
     submission = stack.batch[US].submissions[-1]
     assert submission.job_name == span_job_name(child, 3)
     assert (submission.array_size, submission.environment["REMOTE_BATCH_ARRAY_OFFSET"]) == (None, "3")
+    assert job_of(stack, child).status_reason == f"Waiting for {parent}'s items (1 of 4 released)"
     _run(stack, sent[3])
     assert _item(stack, child, 3)["status"] == "Succeeded"
     assert _item(stack, parent, 0)["status"] == "Queued"

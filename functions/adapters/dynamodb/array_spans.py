@@ -43,6 +43,7 @@ from functions.adapters.dynamodb.quotas import (
     usage_entry,
 )
 from functions.domain.arrays import unsent_runs
+from functions.domain.dependencies import per_item_waiting_reason
 from functions.domain.jobs import DispatchState, Job, QueuedSpan
 from functions.domain.machine_classes import machine_class
 from functions.domain.quotas import Demand, HeldJob, QuotaLimits, demand_of
@@ -456,6 +457,12 @@ class ArraySpanRecords(QuotaRecords):
             conditions += _size_is("arrayEndedItems", len(parent.array_ended_items), values, ":endedRead")
             update += ", dispatchState = :admitted REMOVE statusReason"
             values[":admitted"] = DispatchState.ADMITTED.value
+        elif last:
+            # Nothing released waits for quota now: the array waits for its parent's items again.
+            update += ", statusReason = :reason"
+            values[":reason"] = per_item_waiting_reason(
+                parent.per_item_parent or "", len(parent.array_released), parent.array_size or 0
+            )
         parent_update: dict[str, Any] = {
             "TableName": self._jobs,
             "Key": serialize_item({"jobId": held.job_id}),
