@@ -9,10 +9,12 @@ from functions.domain.dependencies import (
     MAX_PARENTS,
     Condition,
     Dependency,
+    DependencyMode,
     InputsFrom,
     ParentStanding,
     check_dependencies,
     check_inputs_from,
+    check_per_item_parent,
     parent_prerequisite,
     parent_state,
     settled_reason,
@@ -143,3 +145,36 @@ def test_a_reason_after_settlements_names_the_first_parent_not_settled_and_count
         == "Waiting for its environment's build and 1 more"
     )
     assert settled_reason([a, b], frozenset({"job-a", "job-b"})) == "Waiting for its dependencies"
+
+
+PER_ITEM = Dependency(PARENT, Condition.SUCCEEDED, DependencyMode.PER_ITEM)
+
+
+def test_a_per_item_parent_is_an_arrays_only_entry_needing_succeeded() -> None:
+    # An array's one perItem entry passes
+    assert check_dependencies([PER_ITEM], is_array=True) == (PER_ITEM,)
+    # Each other case is refused on the entry's mode
+    refused = [
+        ([PER_ITEM], False),
+        ([Dependency(PARENT, Condition.COMPLETED, DependencyMode.PER_ITEM)], True),
+        ([PER_ITEM, Dependency("job-b")], True),
+    ]
+    for dependencies, is_array in refused:
+        with pytest.raises(ValidationFailed) as raised:
+            check_dependencies(dependencies, is_array=is_array)
+        assert raised.value.field == "dependsOn[0].mode"
+
+
+def test_a_per_item_parent_is_an_array_of_the_childs_size() -> None:
+    check_per_item_parent(0, PARENT, 3, 3)
+    check_per_item_parent(0, PARENT, 3)  # the child's size not known yet
+    for parent_size, size, message in [(None, 3, "is no array"), (2, 3, "has 2 items and this array 3")]:
+        with pytest.raises(ValidationFailed, match=message) as raised:
+            check_per_item_parent(1, PARENT, parent_size, size)
+        assert raised.value.field == "dependsOn[1].mode"
+
+
+def test_inputs_from_a_per_item_parent_is_refused() -> None:
+    with pytest.raises(ValidationFailed) as raised:
+        check_inputs_from([InputsFrom(PARENT)], [PER_ITEM])
+    assert raised.value.field == "inputsFrom[0].jobId"

@@ -359,3 +359,25 @@ def test_any_order_and_duplication_of_child_and_span_events_ends_as_one_in_order
         assert delivered.parent.credits_settled == min(uncapped, cap)
         assert sum(delivered.ledger.values(), Decimal(0)) == delivered.parent.credits_settled
         assert delivered.balance == Decimal(10_000) - delivered.parent.credits_settled
+
+
+def test_unsent_runs_are_from_the_front_or_a_per_item_arrays_neither_admitted_nor_ended() -> None:
+    from functions.domain.arrays import unsent_runs, withdrawn_reason
+    from functions.domain.dependencies import Condition, Dependency, DependencyMode, item_unmet_reason
+
+    # An array admitted from the front: what follows arrayAdmitted
+    assert unsent_runs(replace(parent_job(10), array_admitted=4)) == [(4, 6)]
+    assert unsent_runs(replace(parent_job(10), array_admitted=10)) == []
+    # A perItem array: items 5 and 1 released (only 5 admitted), 3 ended: the others, in runs
+    other = "job-01JBBBBBBBBBBBBBBBBBBBBBBB"
+    per_item = replace(
+        parent_job(7),
+        depends_on=(Dependency(other, Condition.SUCCEEDED, DependencyMode.PER_ITEM),),
+        array_released=(5, 1),
+        array_admitted=1,
+        array_ended_items=frozenset({3}),
+    )
+    assert unsent_runs(per_item) == [(0, 3), (4, 1), (6, 1)]
+    # An ended item shows its parent item's reason
+    assert withdrawn_reason(per_item, 3) == item_unmet_reason(f"{other}:3", JobStatus.TERMINATED)
+    assert withdrawn_reason(per_item, 4) is None
