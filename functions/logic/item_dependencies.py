@@ -145,24 +145,26 @@ def _settle(services: Services, child: Job, statuses: dict[int, JobStatus], now:
             logger.exception("admission after an item's release deferred", job_id=child.job_id)
     if not failed:
         return []
-    return _end_items(services, child.job_id, failed, now)
+    return _end_items(services, child, failed, now)
 
 
-def _end_items(services: Services, child_id: str, indices: Iterable[int], now: datetime) -> list[Job]:
-    """End items ``indices`` of the array ``child_id`` (those not settled meanwhile), re-reading it
-    when a concurrent write moved it; finish it when nothing of it is left."""
+def _end_items(services: Services, child: Job, indices: Iterable[int], now: datetime) -> list[Job]:
+    """End items ``indices`` of the array ``child`` (as read; those not settled meanwhile), re-reading
+    it when a concurrent write moved it; finish it when nothing of it is left."""
     store = services.store
+    child_id = child.job_id
     wanted = set(indices)
+    current: Job | None = child
     for _ in range(MAX_WRITE_ATTEMPTS):
-        child = store.get_job(child_id)
-        if child is None or not takes_items(child):
+        if current is None or not takes_items(current):
             return []
-        todo = sorted(wanted - set(child.array_released) - child.array_ended_items)
+        todo = sorted(wanted - set(current.array_released) - current.array_ended_items)
         if not todo:
             return []
-        if store.end_items(child, todo, now):
+        if store.end_items(current, todo, now):
             logger.info("array items ended by their dependency", job_id=child_id, items=len(todo))
             break
+        current = store.get_job(child_id)
     else:
         raise DependencyFailed(f"job {child_id} kept changing; its items are settled later")
     fresh = store.get_job(child_id)

@@ -7,6 +7,7 @@ item once; the parent array's end withdraws the items never released; bad input 
 
 from __future__ import annotations
 
+from collections import Counter
 from decimal import Decimal
 from typing import Any
 
@@ -325,3 +326,25 @@ def test_bad_per_item_input_is_a_400_on_the_mode(
     if message is not None:
         assert message in refused["error"]["message"]
     assert len(stack.api("GET", "/jobs")[1]["jobs"]) == jobs_before
+
+
+def test_a_pair_costs_its_childs_read_and_one_write_at_its_parent_items_end(stack: Stack) -> None:
+    from tests.integration.test_job_dependencies import _dynamodb_requests
+
+    # Given two parent arrays of 2 in AWS Batch, an array on the first per item, none on the second
+    set_quota(stack, "Basic", 8)
+    lone = _array(stack, 2, notifications="None")
+    lone_items, seen = _children_of(stack, lone, 0)
+    parent = _array(stack, 2, notifications="None")
+    parent_items, seen = _children_of(stack, parent, seen)
+    _array(stack, 2, dependsOn=_per_item(parent), notifications="None")
+    # When item 0 of each fails (every event but the final one delivered first)
+    costs = []
+    for item in (lone_items[0], parent_items[0]):
+        events = child_events(item, succeeded=False)
+        for event in events[:-1]:
+            stack.deliver(event)
+        costs.append(_dynamodb_requests(lambda final=events[-1]: stack.deliver(final)))
+    # Then the pair cost the child's read, its one conditional write and the read that may finish it
+    assert costs[1] - costs[0] == Counter({"GetItem": 2, "UpdateItem": 1})
+    assert not costs[0] - costs[1]
