@@ -151,7 +151,7 @@ class JobOptions(TypedDict, total=False):
     # interpreter's (its pickle only loads there), code's and a command's the service's default.
     python_version: str | None
     # The jobs it waits for (``dependsOn``): a Job or job id, or a list of them; ``(job, condition)``
-    # pairs name a condition (Succeeded, Completed, Terminated; default Succeeded).
+    # pairs name a condition (DEPENDENCY_CONDITIONS: Succeeded, Completed, Terminated; default Succeeded).
     depends_on: Any
     # The parents whose outputs it starts with under ``inputs/<jobId>/`` (``inputsFrom``): a Job or id
     # (every output), or ``(job, [globs])`` pairs, or a list of them. Each must be in ``depends_on``
@@ -203,11 +203,27 @@ def _job_id(value: Any) -> str:
     raise TypeError(f"a parent is a Job or a job id, not {type(value).__name__}")
 
 
+#: docs/http-api.md's ``dependsOn[i].condition``: the final status a parent must end in (``Completed``:
+#: either).
+DEPENDENCY_CONDITIONS = ("Succeeded", "Completed", "Terminated")
+
+
+def check_condition(condition: str) -> str:
+    """``condition`` if it is one of ``DEPENDENCY_CONDITIONS``; else ``ValueError`` naming it (before
+    any request: the service would refuse it with a 400)."""
+    if condition not in DEPENDENCY_CONDITIONS:
+        raise ValueError(
+            f"{condition!r} is not a dependency condition: give {', '.join(DEPENDENCY_CONDITIONS)}"
+        )
+    return condition
+
+
 def _dependency(entry: Any) -> dict[str, str]:
-    """``{"jobId", "condition"?}`` of a ``depends_on`` entry: a Job, an id, or ``(job, condition)``."""
+    """``{"jobId", "condition"?}`` of a ``depends_on`` entry: a Job, an id, or ``(job, condition)``;
+    ``ValueError`` for a condition that is none (``check_condition``)."""
     if isinstance(entry, tuple):
         parent, condition = entry
-        return {"jobId": _job_id(parent), "condition": str(condition)}
+        return {"jobId": _job_id(parent), "condition": check_condition(str(condition))}
     return {"jobId": _job_id(entry)}
 
 
