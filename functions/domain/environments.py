@@ -63,6 +63,10 @@ ENVIRONMENT_HASH_VARIABLE = "REMOTE_BATCH_ENVIRONMENT_HASH"
 MAX_PACKAGES = 2000
 #: Builds one account may have in progress at once; one more is refused (a quota, ``QuotaExceeded``).
 MAX_CONCURRENT_BUILDS = 3
+#: A build whose environment was deleted while it ran counts among the account's builds until it
+#: reports; one not reported this long after the deletion (every build ends within its 30-minute limit:
+#: its report was lost) no longer counts.
+RETIRED_BUILD_GRACE = timedelta(hours=1)
 
 # An image reference as the OCI distribution spec and Docker's reference grammar spell it:
 # [registry[:port]/]path[:tag][@digest] (docker/distribution reference/regexp.go, simplified to its
