@@ -42,7 +42,7 @@ def mark_parents(
     zone: GeoZone,
     dependencies: Sequence[Dependency],
     *,
-    takes_outputs: frozenset[str],
+    takes_outputs: Sequence[str],
     now: datetime,
 ) -> MarkedParents:
     """Check each parent of a submit and append the child ``child_id`` to its ``dependents``
@@ -53,11 +53,12 @@ def mark_parents(
     Raises
     ------
     NotFound
-        A parent that is not a job of ``account_id`` (unknown, another account's, past its record TTL).
+        ``dependsOn[i].jobId``: a parent that is not a job of ``account_id`` (unknown, another
+        account's, past its record TTL).
     ValidationFailed
         ``dependsOn[i].jobId``: an array's child (depend on its array), a parent in another geo zone,
-        one whose data expired or was deleted while the child takes its outputs, or one that
-        ``MAX_DEPENDENTS`` jobs wait for already.
+        or one that ``MAX_DEPENDENTS`` jobs wait for already; ``inputsFrom[i].jobId``: one whose data
+        expired or was deleted while the child takes its outputs.
     """
     states: list[PrerequisiteState] = []
     settled: set[str] = set()
@@ -73,7 +74,7 @@ def mark_parents(
             else None
         )
         if parent is None:
-            raise NotFound(f"No job {dependency.job_id} in this account.")
+            raise NotFound(f"No job {dependency.job_id} in this account.", field=field)
         if parent.geo_zone != zone:
             raise ValidationFailed(
                 f"{dependency.job_id} runs in {parent.geo_zone.value}; a job depends only on jobs of its own "
@@ -102,7 +103,7 @@ def mark_parents(
             raise ValidationFailed(
                 f"{dependency.job_id}'s outputs have expired or were deleted; this job cannot take inputs "
                 "from it.",
-                field=field,
+                field=f"inputsFrom[{list(takes_outputs).index(dependency.job_id)}].jobId",
             )
         states.append(state)
     judgement = judge(states)
