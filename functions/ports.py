@@ -918,8 +918,17 @@ class EnvironmentRepository(Protocol):
         """Store ``after`` if the stored version is ``before.version`` (uncounting a build that ended);
         returns it with the new version."""
 
-    def delete_environment(self, before: Environment) -> None:
-        """Delete the environment at ``before.version`` (uncounting it while Building)."""
+    def delete_environment(self, before: Environment, now: datetime, *, build_started: bool = True) -> None:
+        """Delete the environment at ``before.version``; one Building stays counted among the
+        account's builds, as retired, until its build reports (``retire_build``), unless its build
+        never started (``build_started`` False: uncounted at once)."""
+
+    def retire_build(self, account_id: str, log_stream_name: str) -> bool:
+        """Uncount the build (named by its log stream) of an environment deleted while Building, once;
+        False when there is no such retired build."""
+
+    def retired_builds(self, account_id: str, before: datetime) -> list[str]:
+        """The log stream names of the account's retired builds still counted, retired before ``before``."""
 
 
 @dataclass(frozen=True, slots=True)

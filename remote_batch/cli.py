@@ -1,6 +1,8 @@
 """``remote-batch``: the command line of the SDK (typer + rich).
 
-Every read command takes ``--json`` (the API's JSON, for scripts). Errors print the API's message
+Every read command takes ``--json`` (the API's JSON, for scripts; a list command's, one JSON list of
+the API's objects). ``submit`` reads options before and after a ``FILE.py``; after ``--`` every word is
+the command's (``SubmitCommand``). Errors print the API's message
 and field (``Error: ValidationError: ... (field: machineClass)``) and exit 1, never a traceback;
 ``submit --wait`` and ``wait`` exit 2 when the job ends Terminated, ``env create --wait`` when the build
 fails; a bad option value (a requirements file's bad line) is a usage error, exit 2 too (typer's code),
@@ -26,6 +28,7 @@ from typing import Annotated, Any
 import typer
 from rich import box
 from rich.table import Table
+from typer.core import TyperCommand, TyperOption
 
 import remote_batch as rb
 from remote_batch import auth, config
@@ -38,6 +41,7 @@ from remote_batch.cli_environments import (
 from remote_batch.cli_output import (
     EXIT_TERMINATED,
     Group,
+    JsonListOption,
     JsonOption,
     err,
     out,
@@ -48,6 +52,7 @@ from remote_batch.client import Client
 from remote_batch.jobs import POLL_MAX_SECONDS, Job, LogTail
 from remote_batch.json_codec import to_json_number
 from remote_batch.progress import watch
+from remote_batch.sdk import check_condition, check_mode
 from remote_batch.terminal import cell, end_on_broken_pipe, int_digits_shown, json_text, result_repr, visible
 
 FOLLOW_SECONDS = 1.0
@@ -152,6 +157,9 @@ def _show_job(job: Job) -> None:
     for parent in data.get("dependsOn") or []:
         mode = "" if parent.get("mode", "whole") == "whole" else f", {parent['mode']}"
         table.add_row("dependsOn", cell(f"{parent.get('jobId')} ({parent.get('condition')}{mode})"))
+    for source in data.get("inputsFrom") or []:
+        files = ", ".join(str(f) for f in source.get("files") or []) or "every output"
+        table.add_row("inputsFrom", cell(f"{source.get('jobId')} ({files})"))
     for waited in data.get("waitingFor") or []:
         table.add_row("waitingFor", cell(waited))
     for child in data.get("childrenWaiting") or []:
@@ -196,13 +204,61 @@ def _wait(job: Job, follow: bool, timeout: float | None) -> int:
 
 
 # -- jobs ------------------------------------------------------------------------------------------
-@app.command(context_settings={"allow_interspersed_args": False})
+#: ``ctx.meta`` key of ``SubmitCommand``: how many of ``submit``'s positional words followed ``--``.
+_AFTER_DOUBLE_DASH = "remote_batch.submit.after_double_dash"
+
+
+class SubmitCommand(TyperCommand):
+    """``submit``'s parsing: options anywhere around a ``FILE.py`` (``submit job.py --wait``), and a
+    ``--`` that ends them, every word after it the command's argv (``submit -- prog --flag``).
+
+    Click reads both (interspersed options, ``--``) but hands the command one list of positional
+    words; this records how many of them came after the ``--`` (``ctx.meta[_AFTER_DOUBLE_DASH]``,
+    None without one), finding the ``--`` as click's parser does: not one that is an option's value
+    (``--name --``)."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:  # click's Context (typer vendors it)
+        takes_value = {
+            name
+            for param in self.get_params(ctx)
+            if isinstance(param, TyperOption) and not param.is_flag and not param.count
+            for name in param.opts
+        }
+        ctx.meta[_AFTER_DOUBLE_DASH] = _words_after_double_dash(args, takes_value)
+        return super().parse_args(ctx, args)
+
+
+def _words_after_double_dash(args: list[str], takes_value: set[str]) -> int | None:
+    """How many of ``args`` follow the ``--`` that ends the options, or None without one. An option
+    in ``takes_value`` (``--name``, ``-m``) takes the next word unless its value is attached
+    (``--name=x``, ``-mBasic2x8``, ``-wmBasic2x8``)."""
+    index = 0
+    while index < len(args):
+        arg = args[index]
+        if arg == "--":
+            return len(args) - index - 1
+        if arg.startswith("--"):
+            index += 2 if arg in takes_value else 1
+            continue
+        if arg.startswith("-") and len(arg) > 1:  # short options, perhaps clustered (-wf, -wm X)
+            for position, char in enumerate(arg[1:], start=1):
+                if f"-{char}" in takes_value:
+                    if position == len(arg) - 1:
+                        index += 1  # its value is the next word
+                    break
+        index += 1
+    return None
+
+
+@app.command(cls=SubmitCommand)
 def submit(  # noqa: PLR0917 (typer maps each parameter to an option)
+    ctx: typer.Context,
     # Text, not a Path: typer would read an empty argument as "." (this folder).
     file: Annotated[
-        str | None, typer.Argument(help="A .py file to run as code; `-- CMD ARGS...` runs a command.")
+        str | None,
+        typer.Argument(metavar="FILE.py", help="A .py file to run as code; `-- CMD ARGS...` runs a command."),
     ] = None,
-    command: Annotated[list[str] | None, typer.Argument(hidden=True)] = None,
+    command: Annotated[list[str] | None, typer.Argument(metavar="-- CMD ARGS", hidden=True)] = None,
     code: Annotated[str | None, typer.Option("--code", "-c", help="Python code to run.")] = None,
     machine_class: Annotated[str | None, typer.Option("--machine-class", "-m")] = None,
     geo_zone: Annotated[
@@ -263,8 +319,9 @@ def submit(  # noqa: PLR0917 (typer maps each parameter to an option)
         list[str] | None,
         typer.Option(
             "--after",
-            help="JOB[:Succeeded|Completed|Terminated[:whole|perItem]]: wait for that job (repeatable; "
-            "perItem, with Succeeded, pairs two arrays' items).",
+            help="JOB[:Succeeded|Completed|Terminated[:whole|perItem]]: wait until that job ends so "
+            "(Completed: either; default Succeeded; perItem, with Succeeded, pairs two arrays' items; "
+            "repeatable).",
         ),
     ] = None,
     inputs_from: Annotated[
@@ -278,9 +335,14 @@ def submit(  # noqa: PLR0917 (typer maps each parameter to an option)
 ) -> None:
     """Submit a job: --code CODE, a FILE.py (its code), or -- CMD ARGS... (a command).
 
+    Options go before or after the FILE.py; after `--` every word is the command's argv.
+
     It runs with the worker image's packages, an environment's (--env), or inline ones (--with, -r).
     """
-    payload = _payload(file, command, code)
+    words = ([file] if file is not None else []) + list(command or [])
+    after_dash = ctx.meta.get(_AFTER_DOUBLE_DASH)
+    split = len(words) - after_dash if after_dash is not None else len(words)
+    payload = _payload(words[:split], None if after_dash is None else words[split:], code)
     rules: Any = notifications
     if notifications is not None and notifications.lstrip().startswith("["):
         try:
@@ -298,7 +360,7 @@ def submit(  # noqa: PLR0917 (typer maps each parameter to an option)
         time_constraint=time_constraint,
         notifications=rules,
         name=name,
-        depends_on=[_after(value) for value in after or []] or None,
+        depends_on=[_parent_and(value) for value in after or []] or None,
         inputs_from=_inputs_from(inputs_from or []) or None,
         python_version=python,
         environment=environment,
@@ -316,28 +378,36 @@ def submit(  # noqa: PLR0917 (typer maps each parameter to an option)
     raise typer.Exit(code_)
 
 
-def _payload(file: str | None, command: list[str] | None, code: str | None) -> Any:
-    """What ``submit`` runs: the ``--code``, a ``FILE.py``'s source, or the command's words;
-    ``typer.BadParameter`` for none or several of them, an empty one, or a directory."""
-    words = ([file] if file is not None else []) + list(command or [])
-    is_code_file = len(words) == 1 and words[0].endswith(".py")
-    if (code is not None) == bool(words):
+def _payload(positional: list[str], command: list[str] | None, code: str | None) -> Any:
+    """What ``submit`` runs: the ``--code``, a ``FILE.py``'s source (the one word before any ``--``),
+    or the command's words (those after ``--``; None when there was none). ``typer.BadParameter`` for
+    none or several of them, an empty program, a directory, a word that is no ``.py`` file outside
+    ``--``, or more than one."""
+    command = command or None  # a `--` with nothing after it gives no command
+    words = command or positional
+    if (code is not None) + bool(positional) + bool(command) != 1:
         raise typer.BadParameter("give exactly one of --code CODE, FILE.py, or -- CMD ARGS...")
     if code is not None and not code.strip():
         raise typer.BadParameter(f"--code {code!r} is empty: give the Python code to run")
-    if words and not words[0]:
+    if code is not None:
+        return code
+    if not words[0]:
         # The service refuses it too (400 on command[0]); refused here before anything is sent.
         raise typer.BadParameter("the command's program is empty (''): give -- CMD ARGS... or a FILE.py")
-    if words and Path(words[0]).is_dir():
+    if Path(words[0]).is_dir():
         raise typer.BadParameter(
             f"{words[0]!r} is a directory, not a FILE.py or a program: give --code CODE, FILE.py, "
             "or -- CMD ARGS..."
         )
-    if code is not None:
-        return code
-    if is_code_file:
-        return _read_source(Path(words[0]))
-    return words
+    if command:
+        return command
+    if len(positional) > 1 or not positional[0].endswith(".py"):
+        shown = " ".join(positional)
+        raise typer.BadParameter(
+            f"{shown!r} is not one FILE.py: a .py file runs as code; to run a command put it after "
+            f"--: submit [OPTIONS] -- {shown}"
+        )
+    return _read_source(Path(positional[0]))
 
 
 def _environment(env: str | None, lines: list[str], files: list[Path]) -> str | list[str] | None:
@@ -353,33 +423,38 @@ def _environment(env: str | None, lines: list[str], files: list[Path]) -> str | 
     return inline_requirements(lines, files)
 
 
-def _parent_and(value: str) -> tuple[str, str]:
-    """``JOB`` or ``JOB:REST`` (a condition or a glob) split at its first colon; the rest defaults
-    to ``Succeeded`` for ``--after``."""
+def _parent_and(value: str) -> tuple[str, ...]:
+    """An ``--after`` value, ``JOB``, ``JOB:CONDITION`` or ``JOB:CONDITION:MODE``, as ``depends_on``
+    takes it: ``(job, condition)`` (``Succeeded`` unless given) or ``(job, condition, mode)``;
+    ``typer.BadParameter`` naming the value for an empty job id, a mode without its condition, or a
+    condition or mode that is none (``sdk.check_condition``, ``sdk.check_mode``), before any request."""
     parent, _, rest = value.partition(":")
-    if not parent:
-        raise typer.BadParameter(f"{value!r}: give a job id first (JOB[:...])")
-    return parent, rest or "Succeeded"
-
-
-def _after(value: str) -> tuple[str, ...]:
-    """An ``--after`` value, ``JOB[:CONDITION[:MODE]]``, as ``depends_on`` takes it: ``(job, condition)``
-    or ``(job, condition, mode)``; the condition defaults to ``Succeeded``. ``typer.BadParameter`` for
-    no job id or an empty condition before a mode."""
-    parent, rest = _parent_and(value)
     condition, colon, mode = rest.partition(":")
+    if not parent.strip():
+        raise typer.BadParameter(
+            f"{value!r}: give a job id first (JOB[:CONDITION[:MODE]])", param_hint="'--after'"
+        )
     if colon and not (condition and mode):
-        raise typer.BadParameter(f"{value!r}: give JOB[:CONDITION[:MODE]], e.g. JOB:Succeeded:perItem")
-    return (parent, condition, mode) if colon else (parent, condition)
+        raise typer.BadParameter(
+            f"{value!r}: give JOB[:CONDITION[:MODE]], e.g. JOB:Succeeded:perItem", param_hint="'--after'"
+        )
+    try:
+        checked = check_condition(condition or "Succeeded")
+        return (parent, checked, check_mode(mode)) if colon else (parent, checked)
+    except ValueError as exc:
+        raise typer.BadParameter(f"{value!r}: {exc}", param_hint="'--after'") from None
 
 
 def _inputs_from(values: list[str]) -> list[tuple[str, list[str]]]:
-    """``--inputs-from`` values as ``(parent, globs)``, a parent's globs gathered in order."""
+    """``--inputs-from`` values (``JOB`` or ``JOB:GLOB``) as ``(parent, globs)``, a parent's globs
+    gathered in order; ``typer.BadParameter`` naming the value for an empty job id."""
     globs: dict[str, list[str]] = {}
     for value in values:
         parent, _, pattern = value.partition(":")
-        if not parent:
-            raise typer.BadParameter(f"{value!r}: give a job id first (JOB[:GLOB])")
+        if not parent.strip():
+            raise typer.BadParameter(
+                f"{value!r}: give a job id first (JOB[:GLOB])", param_hint="'--inputs-from'"
+            )
         globs.setdefault(parent, [])
         if pattern:
             globs[parent].append(pattern)
@@ -561,7 +636,7 @@ def delete(job_id: JobId) -> None:
 def jobs_command(
     status_: Annotated[str | None, typer.Option("--status", help="Only jobs of this status.")] = None,
     limit: Annotated[int, typer.Option(min=1, help="At most this many (newest first).")] = 20,
-    json_output: JsonOption = False,
+    json_output: JsonListOption = False,
 ) -> None:
     """This account's jobs, newest first, as a table."""
     found = rb.jobs(status=status_, limit=limit)
@@ -575,7 +650,7 @@ def jobs_command(
 def children(
     job_id: JobId,
     status_: Annotated[str | None, typer.Option("--status", help="Only children of this status.")] = None,
-    json_output: JsonOption = False,
+    json_output: JsonListOption = False,
 ) -> None:
     """An array job's children in index order."""
     found = rb.job(job_id).children(status=status_)
@@ -589,7 +664,7 @@ def children(
 def outputs(
     job_id: JobId,
     download: Annotated[Path | None, typer.Option(help="Download every file into this folder.")] = None,
-    json_output: JsonOption = False,
+    json_output: JsonListOption = False,
 ) -> None:
     """A job's output files (and --download DIR)."""
     files = rb.job(job_id).outputs
@@ -641,7 +716,7 @@ def _account_value(value: Any) -> str:
 
 
 @members_app.command("list")
-def members_list(json_output: JsonOption = False) -> None:
+def members_list(json_output: JsonListOption = False) -> None:
     """The account's members and their roles, owners first."""
     found = rb.members()
     if json_output:
@@ -789,7 +864,7 @@ def quotas_command(
 
 
 @app.command("machine-classes")
-def machine_classes_command(json_output: JsonOption = False) -> None:
+def machine_classes_command(json_output: JsonListOption = False) -> None:
     """The machine classes and their prices."""
     classes = rb.machine_classes()
     if json_output:

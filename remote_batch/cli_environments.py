@@ -17,7 +17,7 @@ import re
 import sys
 import time
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 from rich import box
@@ -25,8 +25,10 @@ from rich.table import Table
 
 import remote_batch as rb
 from remote_batch.cli_output import (
+    EXIT_ERROR,
     EXIT_TERMINATED,
     Group,
+    JsonListOption,
     JsonOption,
     err,
     out,
@@ -37,7 +39,7 @@ from remote_batch.cli_output import (
 from remote_batch.environments import check_name, check_python
 from remote_batch.jobs import LogTail
 from remote_batch.requirements_file import Requirements, RequirementsFileError, read_requirements
-from remote_batch.terminal import cell, visible
+from remote_batch.terminal import cell, size_text, visible
 
 #: Seconds between reads of the build log while ``env log --follow`` follows it.
 FOLLOW_SECONDS = 1.0
@@ -167,14 +169,10 @@ def _summary(environment: rb.Environment) -> str:
     )
     if data.get("status") == "Ready":
         count = len(data.get("packages") or [])
-        text += f", {count} package{'' if count == 1 else 's'}, {_size(data.get('sizeBytes'))}"
+        text += f", {count} package{'' if count == 1 else 's'}, {size_text(data.get('sizeBytes'))}"
     if data.get("statusReason"):
         text += f" ({data['statusReason']})"
     return text
-
-
-def _size(size: Any) -> str:
-    return f"{(size or 0) / 2**20:.1f} MiB"
 
 
 @env_app.command("create")
@@ -254,8 +252,8 @@ def create(  # noqa: PLR0917 (typer maps each parameter to an option)
 
 
 @env_app.command("list")
-def list_command(json_output: JsonOption = False) -> None:
-    """The account's environments, by name."""
+def list_command(json_output: JsonListOption = False) -> None:
+    """The account's environments, by name (--json: a list of the API's environments, as `jobs --json`)."""
     found = rb.environments()
     if json_output:
         print_json([e.data for e in found])
@@ -270,7 +268,7 @@ def list_command(json_output: JsonOption = False) -> None:
             cell(environment.python),
             cell(data.get("status")),
             cell(str(data.get("hash") or "-")[:12]),
-            cell(_size(data.get("sizeBytes"))),
+            cell(size_text(data.get("sizeBytes")) if data.get("status") == "Ready" else "-"),
             cell(str(data.get("createdAt") or "")[:19].replace("T", " ")),
             cell(data.get("statusReason") or ""),
         )
@@ -311,21 +309,26 @@ def log(
 ) -> None:
     """An environment's build log: the resolver's and installer's output.
 
+    Exit 1 with `Environment NAME was deleted` when it is deleted while its log is read or followed.
     To a pipe or a file the lines are as the build wrote them; on a terminal their control characters
     are shown escaped unless --raw.
     """
     as_written = raw or not stdout_is_terminal()
     environment = rb.environment(name)
     tail = LogTail(environment)
-    while True:
-        building = (environment.data or {}).get("status") == "Building"
-        for _, message in tail.new_lines():
-            sys.stdout.write((message if as_written else visible(message)) + "\n")
-        sys.stdout.flush()
-        if not (follow and building):
-            return
-        time.sleep(FOLLOW_SECONDS)
-        environment.refresh()
+    try:
+        while True:
+            building = (environment.data or {}).get("status") == "Building"
+            for _, message in tail.new_lines():
+                sys.stdout.write((message if as_written else visible(message)) + "\n")
+            sys.stdout.flush()
+            if not (follow and building):
+                return
+            time.sleep(FOLLOW_SECONDS)
+            environment.refresh()
+    except rb.NotFound:  # read once above: it was deleted since (by another command, another user)
+        err.print(cell(f"Error: Environment {name} was deleted"), soft_wrap=True)
+        raise typer.Exit(EXIT_ERROR) from None
 
 
 @env_app.command("delete")

@@ -58,6 +58,15 @@ class Group(TyperGroup):
 
 
 JsonOption = Annotated[bool, typer.Option("--json", help="Print the API's JSON.")]
+#: A list command's ``--json`` (``jobs``, ``children``, ``outputs``, ``env list``, ``members list``,
+#: ``machine-classes``): one JSON list of the API's objects, every page's, not the paged response.
+JsonListOption = Annotated[
+    bool,
+    typer.Option(
+        "--json",
+        help="Print a JSON list of the API's objects (every page), as every list command's --json does.",
+    ),
+]
 
 
 def print_json(value: Any) -> None:

@@ -528,8 +528,18 @@ class Job:
         ]
 
     # -- display -----------------------------------------------------------------------------------
+    @property
+    def _read(self) -> bool:
+        """Whether ``data`` is a job as the service returned it, not only the id this Job was made from
+        (a parent in ``parents``, a child in ``children_waiting``, until one of its fields is read)."""
+        return "status" in self.data
+
     def __repr__(self) -> str:
+        """``<Job job-... 'name' Running Basic1x8 credits=0.5>``, or ``<Job job-... (not read)>`` for a
+        Job known only by its id (nothing is fetched to show it)."""
         data = self.data
+        if not self._read:
+            return f"<Job {self.id} (not read)>"
         label = f" {data['name']!r}" if data.get("name") else ""
         counts = data.get("childStatusCounts")
         children = f" children={counts}" if counts else ""
@@ -545,19 +555,21 @@ class Job:
         return hash(self.id)
 
     def _repr_html_(self) -> str:
-        """Jupyter's rendering: a status badge, credits, times, the preview as a thumbnail."""
+        """Jupyter's rendering: a status badge, credits, times, the preview as a thumbnail; for a Job
+        known only by its id, its id and a ``not read`` badge (nothing is fetched to show it)."""
         data = self.data
-        status = str(data.get("status"))
+        status = str(data.get("status")) if self._read else "not read"
         colour = STATUS_COLOURS.get(status, "#6c757d")
-        rows = [
-            ("Job", self.id),
-            ("Name", data.get("name") or ""),
-            ("Machine class", data.get("machineClass")),
-            ("Credits spent", data.get("creditsSpent")),
-            ("Submitted", data.get("submittedAt")),
-            ("Started", data.get("startedAt") or ""),
-            ("Completed", data.get("completedAt") or ""),
-        ]
+        rows: list[tuple[str, Any]] = [("Job", self.id)]
+        if self._read:
+            rows += [
+                ("Name", data.get("name") or ""),
+                ("Machine class", data.get("machineClass")),
+                ("Credits spent", data.get("creditsSpent")),
+                ("Submitted", data.get("submittedAt")),
+                ("Started", data.get("startedAt") or ""),
+                ("Completed", data.get("completedAt") or ""),
+            ]
         if data.get("statusReason"):
             rows.append(("Reason", data["statusReason"]))
         if data.get("childStatusCounts"):

@@ -20,7 +20,7 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 
-from remote_batch.terminal import cell, visible
+from remote_batch.terminal import cell, size_text, visible
 
 if TYPE_CHECKING:
     from remote_batch.environments import Environment
@@ -130,8 +130,8 @@ def describe_build(environment: Environment, elapsed: float) -> str:
     )
     if status == "Ready":
         packages = len(data.get("packages") or [])
-        mib = (data.get("sizeBytes") or 0) / 2**20
-        text += f": {packages} package{'' if packages == 1 else 's'}, {mib:.1f} MiB"
+        size = size_text(data.get("sizeBytes"))
+        text += f": {packages} package{'' if packages == 1 else 's'}, {size}"
     if data.get("statusReason"):
         text += f": {data['statusReason']}"
     return visible(text)

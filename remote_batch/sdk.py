@@ -151,8 +151,8 @@ class JobOptions(TypedDict, total=False):
     # interpreter's (its pickle only loads there), code's and a command's the service's default.
     python_version: str | None
     # The jobs it waits for (``dependsOn``): a Job or job id, or a list of them; ``(job, condition)``
-    # pairs name a condition (Succeeded, Completed, Terminated; default Succeeded), and
-    # ``(array, "Succeeded", "perItem")`` makes ``map``'s item i wait for that array's item i only.
+    # pairs name a condition (DEPENDENCY_CONDITIONS: Succeeded, Completed, Terminated; default Succeeded),
+    # and ``(array, "Succeeded", "perItem")`` makes ``map``'s item i wait for that array's item i only.
     depends_on: Any
     # The parents whose outputs it starts with under ``inputs/<jobId>/`` (``inputsFrom``): a Job or id
     # (every output), or ``(job, [globs])`` pairs, or a list of them. Each must be in ``depends_on``
@@ -204,15 +204,44 @@ def _job_id(value: Any) -> str:
     raise TypeError(f"a parent is a Job or a job id, not {type(value).__name__}")
 
 
+#: docs/http-api.md's ``dependsOn[i].condition``: the final status a parent must end in (``Completed``:
+#: either).
+DEPENDENCY_CONDITIONS = ("Succeeded", "Completed", "Terminated")
+
+
+def check_condition(condition: str) -> str:
+    """``condition`` if it is one of ``DEPENDENCY_CONDITIONS``; else ``ValueError`` naming it (before
+    any request: the service would refuse it with a 400)."""
+    if condition not in DEPENDENCY_CONDITIONS:
+        raise ValueError(
+            f"{condition!r} is not a dependency condition: give {', '.join(DEPENDENCY_CONDITIONS)}"
+        )
+    return condition
+
+
+#: docs/http-api.md's ``dependsOn[i].mode``: ``whole`` (the default) or ``perItem`` (two arrays' items
+#: paired, item i after item i).
+DEPENDENCY_MODES = ("whole", "perItem")
+
+
+def check_mode(mode: str) -> str:
+    """``mode`` if it is one of ``DEPENDENCY_MODES``; else ``ValueError`` naming it (before any
+    request: the service would refuse it with a 400)."""
+    if mode not in DEPENDENCY_MODES:
+        raise ValueError(f"{mode!r} is not a dependency mode: give {', '.join(DEPENDENCY_MODES)}")
+    return mode
+
+
 def _dependency(entry: Any) -> dict[str, str]:
     """``{"jobId", "condition"?, "mode"?}`` of a ``depends_on`` entry: a Job, an id, ``(job, condition)``
-    or ``(job, condition, mode)`` (``whole`` or ``perItem``). Raises ``TypeError`` for another tuple."""
+    or ``(job, condition, mode)``. Raises ``TypeError`` for another tuple, ``ValueError`` for a
+    condition or a mode that is none (``check_condition``, ``check_mode``)."""
     if isinstance(entry, tuple):
         if len(entry) not in (2, 3):
             raise TypeError("a depends_on tuple is (job, condition) or (job, condition, mode)")
-        fields = {"jobId": _job_id(entry[0]), "condition": str(entry[1])}
+        fields = {"jobId": _job_id(entry[0]), "condition": check_condition(str(entry[1]))}
         if len(entry) == 3:
-            fields["mode"] = str(entry[2])
+            fields["mode"] = check_mode(str(entry[2]))
         return fields
     return {"jobId": _job_id(entry)}
 

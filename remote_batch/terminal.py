@@ -99,6 +99,26 @@ def cell(value: Any, *, multiline: bool = False) -> str:
     return escape(visible(value, multiline=multiline))
 
 
+#: The units ``size_text`` steps through, each 1024 of the one before.
+_SIZE_UNITS = ("KiB", "MiB", "GiB", "TiB")
+
+
+def size_text(size: float | None) -> str:
+    """``size`` bytes as a person reads it: ``812 bytes``, ``48.8 KiB``, ``3.3 MiB``, ``5.0 GiB``
+    (binary units, the largest that keeps the value under 1024 as shown, one decimal); ``-`` for
+    None (not known yet)."""
+    if size is None:
+        return "-"
+    if size < 1024:
+        return "1 byte" if size == 1 else f"{size:.0f} bytes"
+    value = float(size)
+    for unit in _SIZE_UNITS:
+        value /= 1024
+        if round(value, 1) < 1024 or unit == _SIZE_UNITS[-1]:
+            break
+    return f"{value:.1f} {unit}"
+
+
 def json_text(value: Any, **dumps: Any) -> str:
     """``json.dumps(value, ensure_ascii=False, **dumps)`` with the characters ``visible`` escapes
     written as JSON ``\\uNNNN`` escapes (C0 controls are escaped by ``json`` already): still the same

@@ -73,8 +73,8 @@ class BuildFailed(Exception):
 
 
 def parse_lock(lock: str) -> tuple[Package, ...]:
-    """The ``name==version`` lines of a ``uv pip compile --no-annotate`` lock (``worker.build.parse_lock``,
-    the cloud build's reading of the same lock)."""
+    """The packages of a ``uv pip compile --no-annotate`` lock (``worker.build.parse_lock``, the cloud
+    build's reading of the same lock: ``name==version`` lines and direct wheel references)."""
     return tuple(Package(p["name"], p["version"]) for p in parse_lock_lines(lock))
 
 

@@ -37,6 +37,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote, urlsplit
 
 import boto3
 
@@ -191,15 +192,24 @@ def first_error_line(output: str) -> str:
 
 
 def parse_lock(lock: str) -> list[dict[str, str]]:
-    """The ``name==version`` lines of a ``uv pip compile --no-annotate`` lock, as ``{name, version}``."""
+    """The packages of a ``uv pip compile --no-annotate`` lock, as ``{name, version}``: its
+    ``name==version`` lines, and its direct references (``name @ https://.../name-1.0-py3-none-any.whl``),
+    whose version is the wheel file name's (PEP 427: ``{name}-{version}-...``; ``""`` for another file)."""
     packages = []
     for line in lock.splitlines():
-        text = line.split("#", 1)[0].strip()
-        if "==" in text and not text.startswith("-"):
+        text = line.split(" #", 1)[0].strip() if not line.lstrip().startswith("#") else ""
+        if not text or text.startswith("-"):
+            continue
+        text = text.split(";", 1)[0].strip()
+        if " @ " in text:
+            name, _, url = text.partition(" @ ")
+            file_name = unquote(urlsplit(url.strip()).path.rsplit("/", 1)[-1])
+            parts = file_name.removesuffix(".whl").split("-")
+            version = parts[1] if file_name.endswith(".whl") and len(parts) >= 5 else ""
+            packages.append({"name": name.split("[", 1)[0].strip(), "version": version})
+        elif "==" in text:
             name, _, version = text.partition("==")
-            packages.append(
-                {"name": name.split("[", 1)[0].strip(), "version": version.split(";", 1)[0].strip()}
-            )
+            packages.append({"name": name.split("[", 1)[0].strip(), "version": version.strip()})
     return packages
 
 

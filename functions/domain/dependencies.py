@@ -22,6 +22,7 @@ from pathlib import PurePosixPath
 from functions.domain.errors import ValidationFailed
 from functions.domain.prerequisites import Prerequisite, PrerequisiteKind, PrerequisiteState, Standing
 from functions.domain.status import JobStatus
+from functions.domain.text import LABEL_PATTERN, full_match
 
 #: The most parents one job may name (AWS Batch allows 20).
 MAX_PARENTS = 100
@@ -220,10 +221,16 @@ def check_per_item_parent(
 
 
 def check_pattern(pattern: str, field: str) -> str:
-    """One ``inputsFrom`` glob: relative, no ``..`` part, not empty. Raises ``ValidationFailed``."""
+    """One ``inputsFrom`` glob: relative, no ``..`` part, not empty, no character
+    ``functions.domain.text.LABEL_PATTERN`` refuses. Raises ``ValidationFailed``."""
     path = PurePosixPath(pattern)
     if not pattern or len(pattern) > MAX_PATTERN_LENGTH:
         raise ValidationFailed(f"A pattern has 1 to {MAX_PATTERN_LENGTH} characters.", field=field)
+    if not full_match(LABEL_PATTERN, pattern):
+        raise ValidationFailed(
+            f"Pattern {pattern!a} holds a control, line-break or bidirectional formatting character.",
+            field=field,
+        )
     if path.is_absolute() or pattern.startswith("\\"):
         raise ValidationFailed(
             f"Pattern {pattern!r} is absolute; give one relative to the outputs.", field=field

@@ -27,6 +27,7 @@ from enum import StrEnum
 from urllib.parse import urlsplit
 
 from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
 
 from functions.domain.errors import Conflict, ValidationFailed
 from functions.domain.images import image_hash, parse_image
@@ -62,6 +63,10 @@ ENVIRONMENT_HASH_VARIABLE = "REMOTE_BATCH_ENVIRONMENT_HASH"
 MAX_PACKAGES = 2000
 #: Builds one account may have in progress at once; one more is refused (a quota, ``QuotaExceeded``).
 MAX_CONCURRENT_BUILDS = 3
+#: A build whose environment was deleted while it ran counts among the account's builds until it
+#: reports; one not reported this long after the deletion (every build ends within its 30-minute limit:
+#: its report was lost) no longer counts.
+RETIRED_BUILD_GRACE = timedelta(hours=1)
 
 # An image reference as the OCI distribution spec and Docker's reference grammar spell it:
 # [registry[:port]/]path[:tag][@digest] (docker/distribution reference/regexp.go, simplified to its
@@ -111,12 +116,13 @@ class EnvironmentSpec:
     repository_credentials: str | None = None
 
     def canonical(self) -> dict[str, object]:
-        """The spec as the hash sees it: each requirement normalized by ``packaging`` (so ``Six ==
-        1.16.0`` and ``six==1.16.0`` are one spec), in the user's order; ``repositoryCredentials`` only
-        when given (a spec without it hashes as before the field existed)."""
+        """The spec as the hash sees it: each requirement normalized by ``packaging``, its name as PEP
+        503 normalizes it (so ``Six == 1.16.0``, ``SIX==1.16.0`` and ``six==1.16.0`` are one spec), in
+        the user's order; ``repositoryCredentials`` only when given (a spec without it hashes as
+        before the field existed)."""
         canonical: dict[str, object] = {
             "python": self.python,
-            "requirements": [str(Requirement(line)) for line in self.requirements],
+            "requirements": [_canonical_requirement(line) for line in self.requirements],
             "indexUrl": self.index_url,
             "extraIndexUrls": list(self.extra_index_urls),
             "image": self.image,
@@ -124,6 +130,12 @@ class EnvironmentSpec:
         if self.repository_credentials is not None:
             canonical["repositoryCredentials"] = self.repository_credentials
         return canonical
+
+
+def _canonical_requirement(line: str) -> str:
+    requirement = Requirement(line)
+    requirement.name = canonicalize_name(requirement.name)
+    return str(requirement)
 
 
 def _amount(value: float, unit: str) -> str:
@@ -214,6 +226,37 @@ def check_image(reference: str) -> str:
     return reference
 
 
+def _check_requirement(line: str, where: str, allow_http: bool) -> None:
+    """One requirement line of a spec (``check_spec``); ``ValidationFailed`` on ``where``."""
+    if len(line) > MAX_REQUIREMENT_CHARS:
+        raise ValidationFailed(f"{where} is over {MAX_REQUIREMENT_CHARS} characters.", field=where)
+    if not full_match(LABEL_PATTERN, line):
+        raise ValidationFailed(
+            f"{where} {line[:200]!a} holds a control, line-break or bidirectional formatting "
+            "character, or only spaces.",
+            field=where,
+        )
+    try:
+        requirement = Requirement(line)
+    except InvalidRequirement as exc:
+        first = str(exc).splitlines()[0] if str(exc) else "not a PEP 508 requirement"
+        raise ValidationFailed(f"{where} {line[:200]!r} is not a requirement: {first}", field=where) from None
+    if requirement.url is not None:
+        # A direct reference is fetched by the builder: from the network only, as an index is.
+        scheme = urlsplit(requirement.url).scheme
+        named = f"a {scheme} URL" if scheme else "no URL scheme"
+        if (
+            scheme not in (("https", "http") if allow_http else ("https",))
+            or not urlsplit(requirement.url).hostname
+        ):
+            raise ValidationFailed(
+                f"{where} {line[:200]!r} names {named}: a direct reference must be "
+                f"an {'https (or http)' if allow_http else 'https'} URL with a host (the builder "
+                "reads no file of its own machine).",
+                field=where,
+            )
+
+
 def check_spec(spec: EnvironmentSpec, runtime: PythonRuntime, *, allow_http: bool = False) -> EnvironmentSpec:
     """The spec, each field checked; the first bad one raises ``ValidationFailed`` naming it.
 
@@ -250,22 +293,7 @@ def check_spec(spec: EnvironmentSpec, runtime: PythonRuntime, *, allow_http: boo
             field="requirements",
         )
     for index, line in enumerate(spec.requirements):
-        where = f"requirements[{index}]"
-        if len(line) > MAX_REQUIREMENT_CHARS:
-            raise ValidationFailed(f"{where} is over {MAX_REQUIREMENT_CHARS} characters.", field=where)
-        if not full_match(LABEL_PATTERN, line):
-            raise ValidationFailed(
-                f"{where} {line[:200]!a} holds a control, line-break or bidirectional formatting "
-                "character, or only spaces.",
-                field=where,
-            )
-        try:
-            Requirement(line)
-        except InvalidRequirement as exc:
-            first = str(exc).splitlines()[0] if str(exc) else "not a PEP 508 requirement"
-            raise ValidationFailed(
-                f"{where} {line[:200]!r} is not a requirement: {first}", field=where
-            ) from None
+        _check_requirement(line, f"requirements[{index}]", allow_http)
     if spec.index_url is not None:
         _check_index(spec.index_url, "indexUrl", allow_http)
     if len(spec.extra_index_urls) > MAX_EXTRA_INDEXES:
@@ -520,10 +548,17 @@ def reusable(environment: Environment, now: datetime) -> bool:
 
 
 def same_or_conflict(existing: Environment, spec: EnvironmentSpec) -> Environment:
-    """``existing`` when it was asked with this spec (an idempotent ``PUT``); ``Conflict`` otherwise."""
-    if existing.spec_hash != spec_hash(spec):
+    """``existing`` when it was asked with this spec (an idempotent ``PUT``; compared as the hash sees
+    them now, whatever normalization its stored ``spec_hash`` was made with); ``Conflict`` naming the
+    fields that differ otherwise."""
+    stored, asked = existing.spec.canonical(), spec.canonical()
+    if stored != asked:
+        differing = ", ".join(
+            k for k in sorted(stored.keys() | asked.keys()) if stored.get(k) != asked.get(k)
+        )
         raise Conflict(
-            f"Environment {existing.name} exists with another spec; delete it first or choose another name.",
+            f"Environment {existing.name} exists with another spec ({differing} differ); delete it first "
+            "or choose another name.",
             field="name",
         )
     return existing

@@ -48,7 +48,7 @@ def mark_parents(
     zone: GeoZone,
     dependencies: Sequence[Dependency],
     *,
-    takes_outputs: frozenset[str],
+    takes_outputs: Sequence[str],
     now: datetime,
 ) -> MarkedParents:
     """Check each parent of a submit and append the child ``child_id`` to its ``dependents``
@@ -59,12 +59,14 @@ def mark_parents(
     Raises
     ------
     NotFound
-        A parent that is not a job of ``account_id`` (unknown, another account's, past its record TTL).
+        ``dependsOn[i].jobId``: a parent that is not a job of ``account_id`` (unknown, another
+        account's, past its record TTL).
     ValidationFailed
         ``dependsOn[i].jobId``: an array's child (depend on its array), a parent in another geo zone,
-        one whose data expired or was deleted while the child takes its outputs, or one that
-        ``MAX_DEPENDENTS`` jobs wait for already; ``dependsOn[i].mode``: a ``perItem`` parent that is
-        no array (its size is the child's to match: ``MarkedParents.per_item_size``).
+        or one that ``MAX_DEPENDENTS`` jobs wait for already; ``inputsFrom[i].jobId``: one whose data
+        expired or was deleted while the child takes its outputs; ``dependsOn[i].mode``: a
+        ``perItem`` parent that is no array (its size is the child's to match:
+        ``MarkedParents.per_item_size``).
     """
     states: list[PrerequisiteState] = []
     settled: set[str] = set()
@@ -82,7 +84,7 @@ def mark_parents(
             else None
         )
         if parent is None:
-            raise NotFound(f"No job {dependency.job_id} in this account.")
+            raise NotFound(f"No job {dependency.job_id} in this account.", field=field)
         if parent.geo_zone != zone:
             raise ValidationFailed(
                 f"{dependency.job_id} runs in {parent.geo_zone.value}; a job depends only on jobs of its own "
@@ -118,7 +120,7 @@ def mark_parents(
             raise ValidationFailed(
                 f"{dependency.job_id}'s outputs have expired or were deleted; this job cannot take inputs "
                 "from it.",
-                field=field,
+                field=f"inputsFrom[{list(takes_outputs).index(dependency.job_id)}].jobId",
             )
         if not per_item:
             states.append(state)

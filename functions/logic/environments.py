@@ -34,7 +34,12 @@ from functions.domain.errors import (
 from functions.domain.images import check_image_source
 from functions.logic import waits
 from functions.logic.environment_waits import stored_environment
-from functions.logic.inline_environments import SAVE_ATTEMPTS, environment_builder, environment_store
+from functions.logic.inline_environments import (
+    SAVE_ATTEMPTS,
+    environment_builder,
+    environment_store,
+    retire_stale_builds,
+)
 from functions.logic.queries import LogPage, read_log_page
 from functions.ports import BuildRequest, Services
 
@@ -100,7 +105,14 @@ def put_environment(
         return same_or_conflict(existing, spec), False
     environment = new_environment(account_id, name, spec, now)
     try:
-        store.create_environment(environment, MAX_CONCURRENT_BUILDS)
+        try:
+            store.create_environment(environment, MAX_CONCURRENT_BUILDS)
+        except ConditionFailed:
+            if store.get_environment(account_id, name) is not None or not retire_stale_builds(
+                store, account_id, now
+            ):
+                raise
+            store.create_environment(environment, MAX_CONCURRENT_BUILDS)  # a lost report's place
     except ConditionFailed:
         existing = store.get_environment(account_id, name)
         if existing is not None:
@@ -123,7 +135,7 @@ def put_environment(
         # Nothing builds it: take the record back (and its place among the account's builds), so the
         # same PUT asked again starts afresh instead of finding an environment Building forever.
         with contextlib.suppress(ConditionFailed):
-            store.delete_environment(environment)
+            store.delete_environment(environment, now, build_started=False)
         raise
     logger.info("environment build started", account_id=account_id, environment=name)
     return environment, True
@@ -172,14 +184,16 @@ def _create_image(
 
 def delete_environment(services: Services, account_id: str, name: str, now: datetime) -> Environment:
     """``DELETE /environments/{name}``: the environment as it was. A build in progress goes on (another
-    environment may share it) but its report finds nothing; the jobs that waited for it end
+    environment may share it) and stays counted among the account's builds until it reports (so
+    deleting and asking again cannot run more than ``MAX_CONCURRENT_BUILDS`` at once); the jobs that
+    waited for it end
     ``Terminated``, free, saying it was deleted (``waits.prerequisite_settled``). Jobs released before
     keep the build they were given. Raises ``NotFound``."""
     store = environment_store(services)
     for _ in range(SAVE_ATTEMPTS):
         environment = get_environment(services, account_id, name)
         try:
-            store.delete_environment(environment)
+            store.delete_environment(environment, now)
         except ConditionFailed:
             continue
         if environment.status is EnvironmentStatus.BUILDING:
@@ -242,7 +256,11 @@ def record_build(
             or environment.spec_hash != spec_hash
             or not _same_build(environment, log_stream_name)
         ):
-            logger.info("build report for no environment", account_id=account_id, environment=name)
+            # The environment was deleted while it built: its build leaves the account's count now.
+            retired = log_stream_name is not None and store.retire_build(account_id, log_stream_name)
+            logger.info(
+                "build report for no environment", account_id=account_id, environment=name, retired=retired
+            )
             return None
         if environment.status is not EnvironmentStatus.BUILDING:
             # A report delivered again: the jobs it released or ended are settled; any a lost Query

@@ -13,6 +13,7 @@ from aws_lambda_powertools import Logger
 
 from functions.domain.environments import (
     MAX_CONCURRENT_BUILDS,
+    RETIRED_BUILD_GRACE,
     Environment,
     EnvironmentSpec,
     check_spec,
@@ -39,6 +40,20 @@ def environment_store(services: Services) -> EnvironmentRepository:
     if services.environment_store is None:
         raise DependencyFailed("environments are not configured in this deployment")
     return services.environment_store
+
+
+def retire_stale_builds(store: EnvironmentRepository, account_id: str, now: datetime) -> bool:
+    """Uncount the account's retired builds (environments deleted while they built) whose report is
+    later than ``RETIRED_BUILD_GRACE`` (lost): called when the account's count is full. Returns whether
+    any was uncounted (the caller asks again, once)."""
+    retired = [
+        stream
+        for stream in store.retired_builds(account_id, now - RETIRED_BUILD_GRACE)
+        if store.retire_build(account_id, stream)
+    ]
+    if retired:
+        logger.warning("lost build reports uncounted", account_id=account_id, builds=len(retired))
+    return bool(retired)
 
 
 def environment_builder(services: Services) -> EnvironmentBuilder:
@@ -116,8 +131,8 @@ def ask_unnamed_environment(
             store.create_environment(environment, MAX_CONCURRENT_BUILDS, replacing=existing)
         except ConditionFailed:
             again = store.get_unnamed_environment(account_id, digest)
-            if again != existing:
-                continue  # another job asked for it first
+            if again != existing or retire_stale_builds(store, account_id, now):
+                continue  # another job asked for it first, or a lost report's place is free again
             raise QuotaExceeded(
                 f"The account already builds {MAX_CONCURRENT_BUILDS} environments at once, the most it "
                 "may; submit again once one is Ready or Failed.",

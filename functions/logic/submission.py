@@ -228,7 +228,7 @@ def prepare_submission(services: Services, account_id: str, request: JobRequest)
             job_id,
             zone,
             request.depends_on,
-            takes_outputs=frozenset(i.job_id for i in request.inputs_from),
+            takes_outputs=tuple(i.job_id for i in request.inputs_from),
             now=now,
         )
         waiting_for += marked.prerequisites

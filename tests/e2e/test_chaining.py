@@ -14,7 +14,8 @@ from remote_batch import connection
 from tests.e2e.conftest import LocalStackProcess
 
 TRAIN = """
-import json, os, pathlib
+import json, os, pathlib, time
+time.sleep(2)  # still running when its children are submitted, however fast the machine
 out = pathlib.Path(os.environ["REMOTE_BATCH_OUTPUT_DIR"])
 (out / "model").mkdir()
 (out / "model" / "weights.json").write_text(json.dumps({"w": 3, "b": 1}))

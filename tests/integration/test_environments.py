@@ -128,6 +128,40 @@ def test_an_account_builds_a_few_at_once(stack: Stack, builder: RecordingEnviron
     assert stack.api("PUT", "/environments/one-more", body=SPEC)[0] == 201
 
 
+def test_a_build_whose_environment_was_deleted_counts_until_it_reports_once(
+    stack: Stack, builder: RecordingEnvironmentBuilder
+) -> None:
+    # Given the account's builds all started, then their environments deleted while they build
+    for index in range(MAX_CONCURRENT_BUILDS):
+        assert stack.api("PUT", f"/environments/env{index}", body=SPEC)[0] == 201
+        assert stack.api("DELETE", f"/environments/env{index}")[0] == 200
+    assert stack.api("GET", "/environments")[1]["environments"] == []
+
+    # When another is asked for, the builds still count: deleting and asking again runs no more
+    status, refused = stack.api("PUT", "/environments/again", body=SPEC)
+    assert status == 400 and refused["error"]["code"] == "QuotaExceeded"
+
+    # Then a deleted environment's build reporting (twice: a duplicate) frees exactly one place
+    for _ in range(2):
+        environments.record_build(
+            stack.services,
+            "dev",
+            "env0",
+            spec_hash=builder.requests[0].spec_hash,
+            outcome=BuildOutcome("b" * 64),
+            now=stack.clock(),
+            log_stream_name=builder.requests[0].log_stream_name,
+        )
+    assert stack.api("PUT", "/environments/again", body=SPEC)[0] == 201
+    assert stack.api("PUT", "/environments/and-again", body=SPEC)[1]["error"]["code"] == "QuotaExceeded"
+    # and a build whose report was lost stops counting an hour after its environment was deleted
+    stack.clock.advance(3601)
+    assert stack.api("PUT", "/environments/and-again", body=SPEC)[0] == 201
+    status, refused = stack.api("PUT", "/environments/third", body=SPEC)
+    assert status == 201, refused  # env2's lost report freed a place too
+    assert stack.api("PUT", "/environments/fourth", body=SPEC)[1]["error"]["code"] == "QuotaExceeded"
+
+
 def test_the_list_is_paged_by_name_without_the_lists(
     stack: Stack, builder: RecordingEnvironmentBuilder
 ) -> None:

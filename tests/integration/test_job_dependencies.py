@@ -454,14 +454,34 @@ def test_bad_dependencies_are_a_400_on_their_field_and_write_no_job(
     assert [j["jobId"] for j in stack.api("GET", "/jobs")[1]["jobs"]] == [parent]
 
 
+def test_a_parent_whose_data_was_deleted_is_a_400_on_its_inputs_from_entry(stack: Stack) -> None:
+    # Given two finished parents, the second's data deleted
+    kept, gone = _submit(stack)["jobId"], _submit(stack)["jobId"]
+    for parent in (kept, gone):
+        finish(stack, parent)
+    assert stack.api("DELETE", f"/jobs/{gone}")[0] == 204
+    # When a child takes inputs from it
+    status, refused = stack.api(
+        "POST",
+        "/jobs",
+        body={"code": "1", "dependsOn": _after(kept, gone), "inputsFrom": [{"jobId": gone}]},
+    )
+    # Then the entry that takes them is named, and no job is written
+    assert status == 400, refused
+    assert refused["error"]["field"] == "inputsFrom[0].jobId"
+    assert len(stack.api("GET", "/jobs")[1]["jobs"]) == 2
+
+
 def test_a_parent_of_another_account_or_unknown_is_a_404(stack: Stack) -> None:
     stack.add_account("other", "100")
     theirs = stack.api("POST", "/jobs", body={"code": "1"}, account_id="other")
     assert theirs[0] == 202, theirs
+    mine = _submit(stack)["jobId"]
     for parent in (theirs[1]["jobId"], "job-01JAAAAAAAAAAAAAAAAAAAAAAA"):
-        status, refused = stack.api("POST", "/jobs", body={"code": "1", "dependsOn": _after(parent)})
+        # (named second, so the field says which one it is)
+        status, refused = stack.api("POST", "/jobs", body={"code": "1", "dependsOn": _after(mine, parent)})
         assert status == 404, refused
-        assert refused["error"]["code"] == "NotFound"
+        assert (refused["error"]["code"], refused["error"]["field"]) == ("NotFound", "dependsOn[1].jobId")
 
 
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

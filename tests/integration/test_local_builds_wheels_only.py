@@ -73,13 +73,18 @@ def test_a_source_only_requirement_fails_like_in_the_cloud_and_its_build_code_ne
     outcomes: list[BuildOutcome] = []
     done = threading.Semaphore(0)
     logs = _Logs()
+
+    def report(request: BuildRequest, outcome: BuildOutcome) -> None:
+        outcomes.append(outcome)
+        done.release()
+
     builder = LocalEnvironmentBuilder(
         tmp_path / "environments",
         pythons=LocalPythons({version: LocalPython(interpreter)}),
         logs=logs,
         log_group="/aws/batch/job",
         zone=GeoZone.UNITED_STATES,
-        report=lambda request, outcome: (outcomes.append(outcome), done.release()),
+        report=report,
         uv=str(UV),
     )
 

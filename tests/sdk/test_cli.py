@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pytest_httpserver import HTTPServer
@@ -13,7 +14,7 @@ from typer.testing import CliRunner
 
 import remote_batch as rb
 from remote_batch.cli import app
-from tests.sdk.conftest import job
+from tests.sdk.conftest import Recorder, job, ok
 
 MACHINE_CLASS = {
     "name": "Basic1x8",
@@ -23,6 +24,15 @@ MACHINE_CLASS = {
     "gpuType": None,
     "creditsPerHour": 60.0,
 }
+
+ENVIRONMENT = {
+    "name": "ml",
+    "python": "3.12",
+    "status": "Ready",
+    "sizeBytes": 1,
+    "createdAt": "2026-12-01T10:00:00Z",
+}
+MEMBER = {"userId": "u", "role": "owner", "updatedBy": None, "updatedAt": None}
 
 
 def test_machine_classes_json_is_the_apis_document(httpserver: HTTPServer, api: rb.Client) -> None:
@@ -160,6 +170,108 @@ def test_an_empty_command_or_a_directory_is_refused_before_any_request(
     assert done.exit_code == 2, done.output
     assert named in " ".join(done.output.split())
     assert httpserver.log == []
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["job.py", "--wait", "-m", "Basic2x8", "--json"],  # options after the file
+        ["--wait", "job.py", "-m", "Basic2x8", "--json"],  # around it
+        ["-wmBasic2x8", "--json", "job.py"],  # clustered short options, the value attached, before it
+    ],
+)
+def test_submit_runs_a_py_file_as_code_with_its_options_before_or_after_it(
+    httpserver: HTTPServer, api: rb.Client, args: list[str]
+) -> None:
+    # Given a file of code
+    Path("job.py").write_text("6 * 7\n")
+    recorder = Recorder(ok(job(status="Queued"), 202))
+    httpserver.expect_request("/jobs", method="POST").respond_with_handler(recorder)
+    httpserver.expect_request("/jobs/job-01TEST", method="GET").respond_with_json(
+        job(machineClass="Basic2x8")
+    )
+
+    # When it is submitted with --wait, -m and --json wherever they are
+    done = CliRunner().invoke(app, ["submit", *args])
+
+    # Then it runs as code, on the class asked, is waited for (its final status read), printed as JSON
+    assert done.exit_code == 0, done.output
+    body = json.loads(recorder.requests[0]["body"])
+    assert body["code"] == "6 * 7\n" and "command" not in body
+    assert body["machineClass"] == "Basic2x8"
+    assert [r.path for r, _ in httpserver.log] == ["/jobs", "/jobs/job-01TEST"]
+    assert json.loads(done.stdout[done.stdout.index("{") :])["machineClass"] == "Basic2x8"
+
+
+@pytest.mark.parametrize(
+    ("args", "command", "name"),
+    [
+        (["--", "prog", "--flag", "-m", "x"], ["prog", "--flag", "-m", "x"], None),
+        (["--name", "n", "--", "prog", "--", "--wait"], ["prog", "--", "--wait"], "n"),
+        (["--name", "--", "--", "job.py"], ["job.py"], "--"),  # an option's value is no end of options
+        (["-n", "--", "--", "job.py", "-w"], ["job.py", "-w"], "--"),
+    ],
+)
+def test_submit_after_a_double_dash_sends_every_word_as_the_commands(
+    httpserver: HTTPServer, api: rb.Client, args: list[str], command: list[str], name: str | None
+) -> None:
+    # Given a job.py here too (after --, a .py word is a program like any other)
+    Path("job.py").write_text("6 * 7\n")
+    recorder = Recorder(ok(job(status="Queued"), 202))
+    httpserver.expect_request("/jobs", method="POST").respond_with_handler(recorder)
+
+    done = CliRunner().invoke(app, ["submit", *args])
+
+    # Then the words after the -- are the command's argv, options among them included, and not waited for
+    assert done.exit_code == 0, done.output
+    body = json.loads(recorder.requests[0]["body"])
+    assert body["command"] == command and "code" not in body
+    assert body.get("name") == name
+    assert [r.path for r, _ in httpserver.log] == ["/jobs"]
+
+
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        (["prog"], "'prog' is not one FILE.py: a .py file runs as code; to run a command put it after --"),
+        (["prog", "arg"], "'prog arg' is not one FILE.py"),
+        (["job.py", "other.py"], "'job.py other.py' is not one FILE.py"),
+        (["job.py", "--", "prog"], "give exactly one of --code CODE, FILE.py, or -- CMD ARGS..."),
+        (["--code", "1", "job.py"], "give exactly one of --code CODE, FILE.py, or -- CMD ARGS..."),
+        (["--"], "give exactly one of --code CODE, FILE.py, or -- CMD ARGS..."),
+        (["job.py", "--bogus"], "No such option: --bogus"),
+    ],
+)
+def test_submit_refuses_words_that_are_no_file_of_code_outside_a_double_dash(
+    httpserver: HTTPServer, api: rb.Client, args: list[str], named: str
+) -> None:
+    Path("job.py").write_text("1\n")
+    done = CliRunner().invoke(app, ["submit", *args], env={"COLUMNS": "400"})
+    assert done.exit_code == 2, done.output
+    assert named in " ".join(done.output.replace("│", " ").split())
+    assert httpserver.log == []
+
+
+@pytest.mark.parametrize(
+    ("args", "routes"),
+    [
+        (["jobs", "--json"], {"/jobs": {"jobs": [job()], "nextToken": None}}),
+        (["env", "list", "--json"], {"/environments": {"environments": [ENVIRONMENT], "nextToken": None}}),
+        (["members", "list", "--json"], {"/account/members": {"accountId": "a", "members": [MEMBER]}}),
+    ],
+)
+def test_every_list_commands_json_is_a_list_of_the_apis_objects(
+    httpserver: HTTPServer, api: rb.Client, args: list[str], routes: dict[str, Any]
+) -> None:
+    for path, answer in routes.items():
+        httpserver.expect_request(path).respond_with_json(answer)
+    done = CliRunner().invoke(app, args)
+    assert done.exit_code == 0, done.output
+    # The objects of the page's one list, not the page (no nextToken, no wrapper)
+    (listed,) = [value for value in next(iter(routes.values())).values() if isinstance(value, list)]
+    assert json.loads(done.stdout) == listed
+    help_text = " ".join(CliRunner().invoke(app, [*args[:-1], "--help"]).output.replace("│", " ").split())
+    assert "Print a JSON list of the API's objects (every page)" in help_text
 
 
 def test_a_result_past_pythons_digit_limit_is_shown_whole(httpserver: HTTPServer, api: rb.Client) -> None:

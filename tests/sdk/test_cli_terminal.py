@@ -22,7 +22,7 @@ from typer.testing import CliRunner
 
 from remote_batch import cli, cli_environments
 from remote_batch.cli import app
-from remote_batch.terminal import EXIT_BROKEN_PIPE, json_text, visible
+from remote_batch.terminal import EXIT_BROKEN_PIPE, json_text, size_text, visible
 from tests.sdk.conftest import TOKEN, error, job
 
 #: What a hostile job puts in its text: retitle the window, clear the screen, an 8-bit CSI, a
@@ -84,6 +84,10 @@ BUILD_LOG = {"name": "ml", "events": LOG["events"], "nextToken": None}
 COMMANDS: dict[str, tuple[list[str], dict[tuple[str, str], Any]]] = {
     "status": (["status", JOB_ID], {("GET", f"/jobs/{JOB_ID}"): HOSTILE_JOB}),
     "status --json": (["status", JOB_ID, "--json"], {("GET", f"/jobs/{JOB_ID}"): HOSTILE_JOB}),
+    "status of a job taking a parent's outputs": (
+        ["status", JOB_ID],
+        {("GET", f"/jobs/{JOB_ID}"): job(inputsFrom=[{"jobId": "job-p", "files": [HOSTILE]}])},
+    ),
     "jobs": (["jobs"], {("GET", "/jobs"): {"jobs": [HOSTILE_JOB], "nextToken": None}}),
     "jobs --json": (["jobs", "--json"], {("GET", "/jobs"): {"jobs": [HOSTILE_JOB], "nextToken": None}}),
     "children": (
@@ -232,6 +236,25 @@ def test_json_output_stays_the_same_json_document():
     assert json.loads(text) == value
     assert RAW_CONTROL.search(text) is None
     assert "café ☕ 日本" in text  # what is no control character stays readable
+
+
+@pytest.mark.parametrize(
+    ("size", "shown"),
+    [
+        (None, "-"),
+        (0, "0 bytes"),
+        (1, "1 byte"),
+        (1023, "1023 bytes"),
+        (1024, "1.0 KiB"),
+        (50_000, "48.8 KiB"),
+        (1024 * 1024 - 40, "1.0 MiB"),  # 1023.96 KiB would show as 1024.0 KiB: the next unit instead
+        (int(3.3 * 2**20), "3.3 MiB"),
+        (10 * 2**30, "10.0 GiB"),
+        (3 * 2**50, "3072.0 TiB"),  # past the last unit it stays in it
+    ],
+)
+def test_a_size_is_shown_in_the_unit_that_reads_best(size, shown):
+    assert size_text(size) == shown
 
 
 @pytest.mark.parametrize("code", [*range(0x20), *range(0x7F, 0xA0), 0x2028, 0x2029, 0x202E, 0x2066, 0xD800])

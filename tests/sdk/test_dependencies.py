@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 
 import remote_batch as rb
 from remote_batch.cli import app
+from remote_batch.sdk import DEPENDENCY_CONDITIONS, DEPENDENCY_MODES
 from tests.sdk.conftest import Recorder, job, ok
 
 TRAIN = "job-01JAAAAAAAAAAAAAAAAAAAAAAA"
@@ -123,6 +124,8 @@ def test_map_depends_on_an_array_per_item(httpserver: HTTPServer, api: rb.Client
     assert body["arrayItems"] == [1, 2]
     with pytest.raises(TypeError, match=r"\(job, condition, mode\)"):
         rb.map("item", [1], depends_on=(first, "Succeeded", "perItem", "x"))
+    with pytest.raises(ValueError, match="'eachItem' is not a dependency mode: give whole, perItem"):
+        rb.map("item", [1], depends_on=(first, "Succeeded", "eachItem"))
 
 
 def test_cli_after_takes_a_condition_and_a_mode(httpserver: HTTPServer, api: rb.Client) -> None:
@@ -142,3 +145,79 @@ def test_cli_after_takes_a_condition_and_a_mode(httpserver: HTTPServer, api: rb.
     assert refused.exit_code == 2
     assert "JOB[:CONDITION[:MODE]]" in refused.output
     assert len(recorder.requests) == 1
+
+
+def test_the_sdks_conditions_are_the_contracts() -> None:
+    # Given the served contract (docs/openapi.json, generated from the service's models)
+    contract = json.loads((Path(__file__).resolve().parents[2] / "docs" / "openapi.json").read_text())
+    condition = contract["components"]["schemas"]["DependsOnBody"]["properties"]["condition"]
+    # Then the SDK checks the very same conditions, and modes
+    assert sorted(DEPENDENCY_CONDITIONS) == sorted(condition["enum"])
+    mode = contract["components"]["schemas"]["DependsOnBody"]["properties"]["mode"]
+    assert sorted(DEPENDENCY_MODES) == sorted(mode["enum"])
+
+
+def test_an_unknown_condition_is_refused_by_the_sdk_before_any_request(
+    httpserver: HTTPServer, api: rb.Client
+) -> None:
+    with pytest.raises(ValueError, match="'Bogus' is not a dependency condition: give Succeeded"):
+        rb.submit("1", depends_on=[(TRAIN, "Bogus")])
+    assert httpserver.log == []
+
+
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        (["--after", f"{TRAIN}:Bogus"], f"Invalid value for '--after': '{TRAIN}:Bogus': 'Bogus' is not a "
+                                         "dependency condition"),
+        (["--after", f"{TRAIN}:succeeded"], "'succeeded' is not a dependency condition"),
+        (["--after", ":Succeeded"], "Invalid value for '--after': ':Succeeded': give a job id first"),
+        (["--inputs-from", ":model/*"], "Invalid value for '--inputs-from': ':model/*': give a job id first"),
+        (["--inputs-from", " :model/*"], "' :model/*': give a job id first"),
+    ],
+)  # fmt: skip
+def test_cli_refuses_a_bad_after_or_inputs_from_naming_it_before_any_request(
+    httpserver: HTTPServer, api: rb.Client, args: list[str], named: str
+) -> None:
+    done = CliRunner().invoke(app, ["submit", "--code", "1", *args], env={**os.environ, "COLUMNS": "400"})
+    assert done.exit_code == 2, done.output
+    assert named in " ".join(done.output.replace("│", " ").split())
+    assert httpserver.log == []
+
+
+def test_cli_status_shows_the_parents_whose_outputs_a_job_takes(
+    httpserver: HTTPServer, api: rb.Client
+) -> None:
+    # Given a job taking two globs of one parent's outputs and every output of another
+    httpserver.expect_request("/jobs/job-b", method="GET").respond_with_json(
+        job(
+            jobId="job-b",
+            dependsOn=[
+                {"jobId": TRAIN, "condition": "Succeeded"},
+                {"jobId": "job-x", "condition": "Completed"},
+            ],
+            inputsFrom=[{"jobId": TRAIN, "files": ["model/*", "*.json"]}, {"jobId": "job-x", "files": []}],
+        )
+    )
+    done = CliRunner().invoke(app, ["status", "job-b"], env={**os.environ, "COLUMNS": "200"})
+    # Then status lists each, with its globs
+    assert done.exit_code == 0, done.output
+    rows = [line.rstrip().split(maxsplit=1) for line in done.output.splitlines()]
+    assert ["inputsFrom", f"{TRAIN} (model/*, *.json)"] in rows
+    assert ["inputsFrom", "job-x (every output)"] in rows
+    assert ["dependsOn", "job-x (Completed)"] in rows
+
+
+def test_a_parent_not_read_yet_says_so_without_a_request(httpserver: HTTPServer, api: rb.Client) -> None:
+    # Given a job whose parent is known by its id only
+    child = rb.Job(api, job(jobId="job-c", dependsOn=[{"jobId": TRAIN, "condition": "Succeeded"}]))
+    (parent,) = child.parents
+    # When it is shown (repr, the Jupyter card), Then it says it was not read, and nothing is asked
+    assert repr(parent) == f"<Job {TRAIN} (not read)>"
+    card = parent._repr_html_()
+    assert ">not read</span>" in card and TRAIN in card and "None" not in card
+    assert httpserver.log == []
+    # And once read it shows the job
+    httpserver.expect_request(f"/jobs/{TRAIN}").respond_with_json(job(jobId=TRAIN, name="train"))
+    parent.refresh()
+    assert repr(parent) == f"<Job {TRAIN} 'train' Succeeded Basic1x8 credits=1.0>"

@@ -224,7 +224,7 @@ def test_wait_follows_the_build_log_as_it_comes_then_returns_when_ready(httpserv
     statuses = [line for line in printed if line.startswith("environment ml")]
     assert len(statuses) == 2  # a line a change of status, off a terminal
     assert statuses[0].startswith("environment ml Building") and "(Python 3.12, 1 requirement)" in statuses[0]
-    assert statuses[1].startswith("environment ml Ready") and "1 package, 0.9 MiB" in statuses[1]
+    assert statuses[1].startswith("environment ml Ready") and "1 package, 964.5 KiB" in statuses[1]
     assert printed[-1] == statuses[1]
     assert build.log_requests[0] == {}  # from the start, then since the last line seen
     assert {"since": "2026-12-01T10:00:02.500000Z"} in build.log_requests
@@ -516,7 +516,7 @@ def test_env_create_wait_follows_the_build_and_exits_0_when_ready(httpserver, ap
     assert [line for line in done.stderr.splitlines() if line.startswith("line ")] == [
         f"line {n}" for n in range(6)
     ]
-    assert done.stdout.strip() == "environment ml Ready: Python 3.12, 1 requirement, 1 package, 0.9 MiB"
+    assert done.stdout.strip() == "environment ml Ready: Python 3.12, 1 requirement, 1 package, 964.5 KiB"
 
 
 def test_env_create_wait_exits_2_with_the_reason_when_the_build_fails(httpserver, api):
@@ -606,7 +606,7 @@ def test_env_list_table_and_json(httpserver, api):
 
     assert table.exit_code == 0, table.output
     rows = {line.split()[0]: line.split() for line in table.stdout.splitlines() if line.strip()}
-    assert rows["ml"][1:6] == ["3.12", "Ready", HASH[:12], "0.9", "MiB"]
+    assert rows["ml"][1:6] == ["3.12", "Ready", HASH[:12], "964.5", "KiB"]
     assert rows["broken"][1:4] == ["3.12", "Failed", "-"] and "Environment ml failed" in table.stdout
     assert [r.path for r, _ in httpserver.log] == ["/environments", "/environments"]  # no read a row
     assert json.loads(as_json.stdout) == listing["environments"]
@@ -631,6 +631,41 @@ def test_env_log_follows_until_the_build_is_over(httpserver, api):
 
     assert once.stdout == "line 0\nline 1\n"  # what the first step wrote
     assert followed.stdout == "".join(f"line {n}\n" for n in range(6))
+
+
+def test_env_log_follow_says_so_when_the_environment_is_deleted_meanwhile(httpserver, api):
+    # Given a building environment that is deleted after its first read (the next one is 404)
+    reads = Recorder(ok(BUILDING), error(404, "NotFound", "No environment ml."))
+    httpserver.expect_request("/environments/ml", method="GET").respond_with_handler(reads)
+    httpserver.expect_request("/environments/ml/log").respond_with_json(
+        {"name": "ml", "events": [{"timestamp": FakeBuild.STAMPS[0], "message": "line 0"}], "nextToken": None}
+    )
+
+    # When its log is followed
+    done = CliRunner().invoke(app, ["env", "log", "ml", "--follow"])
+
+    # Then what was written is printed, then one line saying it was deleted, exit 1
+    assert done.stdout == "line 0\n"
+    assert done.stderr.strip() == "Error: Environment ml was deleted"
+    assert done.exit_code == 1 and reads.count == 2
+
+
+def test_env_list_shows_sizes_in_the_unit_that_reads_best(httpserver, api):
+    # Given environments Ready at a few hundred bytes, some KiB, some GiB, and one still building
+    sizes = {"tiny": 812, "small": 48_000, "big": 5 * 2**30}
+    listing = [summary(name=name, sizeBytes=size) for name, size in sizes.items()]
+    listing.append(summary(**{**BUILDING, "name": "wip"}))
+    httpserver.expect_request("/environments").respond_with_json({"environments": listing, "nextToken": None})
+
+    done = CliRunner().invoke(app, ["env", "list"], terminal_width=200)
+
+    # Then each size is in bytes, KiB or GiB (no "0.0 MiB"), and a build's is not known yet
+    assert done.exit_code == 0, done.output
+    rows = {line.split()[0]: line.split() for line in done.stdout.splitlines() if line.strip()}
+    assert rows["tiny"][4:6] == ["812", "bytes"]
+    assert rows["small"][4:6] == ["46.9", "KiB"]
+    assert rows["big"][4:6] == ["5.0", "GiB"]
+    assert rows["wip"][2:5] == ["Building", "-", "-"]
 
 
 def test_env_delete(httpserver, api):

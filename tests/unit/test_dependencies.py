@@ -119,6 +119,8 @@ def test_a_duplicate_parent_is_refused_on_its_position() -> None:
         ([InputsFrom("job-a", ("/etc/passwd",))], "inputsFrom[0].files[0]"),
         ([InputsFrom("job-a", ("a/../../b",))], "inputsFrom[0].files[0]"),
         ([InputsFrom("job-a", ("",))], "inputsFrom[0].files[0]"),
+        ([InputsFrom("job-a", ("model/*", "a\x1b[31m"))], "inputsFrom[0].files[1]"),
+        ([InputsFrom("job-a", ("a\u202eb",))], "inputsFrom[0].files[0]"),
         ([InputsFrom("job-a", ("*",) * 21)], "inputsFrom[0].files"),
     ],
 )

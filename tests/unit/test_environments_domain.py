@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime
 
 import pytest
@@ -61,6 +62,14 @@ def test_a_good_spec_passes_unchanged() -> None:
         (EnvironmentSpec("3.12", ("six==1.16.0\u202e",)), "requirements[0]"),
         (EnvironmentSpec("3.12", index_url="https://pypi.example.com/\x1b[31m/simple"), "indexUrl"),
         (EnvironmentSpec("3.12", extra_index_urls=("https://pypi.example.com/a b",)), "extraIndexUrls[0]"),
+        # A direct reference is fetched from the network only: no file of the builder's machine.
+        (EnvironmentSpec("3.12", ("six @ file:///opt/pypi/six-1.17.0-py3-none-any.whl",)), "requirements[0]"),
+        (EnvironmentSpec("3.12", ("x @ file:///etc/passwd",)), "requirements[0]"),
+        (EnvironmentSpec("3.12", ("six @ git+https://github.com/benjaminp/six",)), "requirements[0]"),
+        (
+            EnvironmentSpec("3.12", ("six @ http://example.com/six-1.16.0-py3-none-any.whl",)),
+            "requirements[0]",
+        ),
         (EnvironmentSpec("3.12", image="Not An Image"), "image"),
         (EnvironmentSpec("3.12", image="repo:tag:again"), "image"),
     ],
@@ -74,6 +83,10 @@ def test_each_bad_field_is_a_400_naming_it(spec: EnvironmentSpec, field: str) ->
 def test_http_indexes_pass_only_where_allowed() -> None:
     spec = EnvironmentSpec("3.12", index_url="http://127.0.0.1:3141/simple")
     assert check_spec(spec, RUNTIME, allow_http=True) is spec
+    direct = EnvironmentSpec(
+        "3.12", ("six @ https://files.pythonhosted.org/six-1.16.0-py2.py3-none-any.whl",)
+    )
+    assert check_spec(direct, RUNTIME) is direct
 
 
 @pytest.mark.parametrize("name", ["m", "1ml", "ml/x", "a" * 65, "ml env"])
@@ -108,11 +121,16 @@ def test_the_build_hash_is_python_lock_and_platform() -> None:
     )
 
 
-def test_a_second_put_is_the_same_or_a_conflict() -> None:
+def test_a_second_put_is_the_same_or_a_conflict_naming_what_differs() -> None:
     environment = new_environment("acct", "ml", EnvironmentSpec("3.12", ("six==1.16.0",)), NOW)
-    assert same_or_conflict(environment, EnvironmentSpec("3.12", ("six == 1.16.0",))) is environment
-    with pytest.raises(Conflict):
-        same_or_conflict(environment, EnvironmentSpec("3.12", ("six==1.17.0",)))
+    for same in ("six == 1.16.0", "SIX==1.16.0", "Six_==1.16.0".replace("_", "")):
+        assert same_or_conflict(environment, EnvironmentSpec("3.12", (same,))) is environment
+    # A record stored with an older normalization's hash is compared as the hash sees it now.
+    stale = replace(environment, spec_hash="0" * 64)
+    assert same_or_conflict(stale, EnvironmentSpec("3.12", ("Six==1.16.0",))) is stale
+    with pytest.raises(Conflict) as caught:
+        same_or_conflict(environment, EnvironmentSpec("3.13", ("six==1.17.0",)))
+    assert "(python, requirements differ)" in caught.value.message
 
 
 def test_a_build_ends_ready_or_failed_once() -> None:

@@ -274,3 +274,16 @@ def test_first_error_line_and_parse_lock() -> None:
     assert first_error_line("") == "the build ended without output"
     lock = "numpy==2.1.3\nsix==1.16.0 ; python_version >= '3'\n# comment\n"
     assert [(p.name, p.version) for p in parse_lock(lock)] == [("numpy", "2.1.3"), ("six", "1.16.0")]
+    # A direct reference (``six @ https://...whl``) is a package too, its version the wheel's
+    direct = (
+        "six @ https://files.pythonhosted.org/packages/d9/5a/six-1.16.0-py2.py3-none-any.whl\n"
+        "requests[socks] @ https://example.com/requests-2.31.0-1-py3-none-any.whl ; python_version >= '3'\n"
+        "odd @ https://example.com/odd.tar.gz\n"
+        "idna==3.4  # via requests\n"
+    )
+    assert [(p.name, p.version) for p in parse_lock(direct)] == [
+        ("six", "1.16.0"),
+        ("requests", "2.31.0"),
+        ("odd", ""),
+        ("idna", "3.4"),
+    ]

@@ -29,7 +29,7 @@ from functions.domain.environments import (
     Package,
     unnamed_expires_at,
 )
-from functions.domain.errors import UnreadableRecord, ValidationFailed
+from functions.domain.errors import ConditionFailed, UnreadableRecord, ValidationFailed
 from functions.domain.timefmt import from_sortable, to_sortable
 
 if TYPE_CHECKING:  # the stubs are a dev dependency; the Lambda runtime has no need of them
@@ -37,6 +37,9 @@ if TYPE_CHECKING:  # the stubs are a dev dependency; the Lambda runtime has no n
     from mypy_boto3_dynamodb.type_defs import TransactWriteItemTypeDef
 
 _BUILDING_ENTRY = "environments#building"
+#: A build still counted among the account's builds after its environment was deleted, until its report
+#: (``retire_build``): ``retired-build#<the build's log stream name>``.
+_RETIRED_PREFIX = "retired-build#"
 _UNNAMED_PREFIX = "unnamed-environment#"
 #: The attributes of a page key of the account's environments (the table's key).
 _PAGE_KEY = frozenset({"accountId", "entry"})
@@ -248,9 +251,11 @@ class DynamoEnvironmentStore:
             self._db.transact_write_items(TransactItems=items)
         return stored
 
-    def delete_environment(self, before: Environment) -> None:
-        """Delete the environment at ``before.version`` (uncounting it when Building), in one
-        transaction. Raises ``ConditionFailed`` on a lost race."""
+    def delete_environment(self, before: Environment, now: datetime, *, build_started: bool = True) -> None:
+        """Delete the environment at ``before.version``, in one transaction; one Building leaves its
+        build counted until the build reports (``retire_build``): a ``retired-build#<log stream>``
+        item dated ``now``; with ``build_started`` False (its build never began) it is uncounted at
+        once. Raises ``ConditionFailed`` on a lost race."""
         items: list[TransactWriteItemTypeDef] = [
             {
                 "Delete": {
@@ -262,7 +267,56 @@ class DynamoEnvironmentStore:
                 }
             }
         ]
-        if before.status is EnvironmentStatus.BUILDING:
+        if before.status is EnvironmentStatus.BUILDING and not build_started:
             items.append(self._counter(before.account_id, -1))
+        elif before.status is EnvironmentStatus.BUILDING:
+            retired = {
+                "accountId": before.account_id,
+                "entry": f"{_RETIRED_PREFIX}{before.log_stream_name}",
+                "retiredAt": to_sortable(now),
+            }
+            items.append({"Put": {"TableName": self._table, "Item": serialize_item(retired)}})
         with store_errors("TransactWriteItems"):
             self._db.transact_write_items(TransactItems=items)
+
+    def retire_build(self, account_id: str, log_stream_name: str) -> bool:
+        """Uncount the build of a deleted environment (its ``retired-build#`` item deleted and the
+        account's count lowered, in one transaction, once). Returns False when there was none (never
+        deleted while Building, or retired already)."""
+        items: list[TransactWriteItemTypeDef] = [
+            {
+                "Delete": {
+                    "TableName": self._table,
+                    "Key": serialize_item(
+                        {"accountId": account_id, "entry": f"{_RETIRED_PREFIX}{log_stream_name}"}
+                    ),
+                    "ConditionExpression": "attribute_exists(accountId)",
+                }
+            },
+            self._counter(account_id, -1),
+        ]
+        try:
+            with store_errors("TransactWriteItems"):
+                self._db.transact_write_items(TransactItems=items)
+        except ConditionFailed:
+            return False
+        return True
+
+    def retired_builds(self, account_id: str, before: datetime) -> list[str]:
+        """The log stream names of the account's deleted environments' builds still counted, retired
+        before ``before`` (one Query of the account's ``retired-build#`` items)."""
+        names: list[str] = []
+        query: dict[str, Any] = {
+            "TableName": self._table,
+            "KeyConditionExpression": "accountId = :a AND begins_with(#e, :p)",
+            "ExpressionAttributeNames": {"#e": "entry"},
+            "ExpressionAttributeValues": serialize_item({":a": account_id, ":p": _RETIRED_PREFIX}),
+            "ConsistentRead": True,
+        }
+        with store_errors("Query"):
+            for page in self._db.get_paginator("query").paginate(**query):
+                for item in page.get("Items", []):
+                    plain = deserialize_item(item)
+                    if from_sortable(plain["retiredAt"]) < before:
+                        names.append(str(plain["entry"]).removeprefix(_RETIRED_PREFIX))
+        return names
