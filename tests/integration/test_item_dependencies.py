@@ -80,6 +80,7 @@ def test_each_item_goes_once_its_parent_item_succeeded_and_a_failed_parent_item_
     assert shown["dependsOn"] == [{"jobId": parent, "condition": "Succeeded", "mode": "perItem"}]
     assert _children_of(stack, child, seen)[0] == {}
     assert basic_us_line(stack) == (4, 0)  # the waiting items hold nothing
+    assert stack.api("GET", f"/jobs/{parent}")[1]["childrenWaiting"] == [child]
 
     # When parent item 3 succeeds first
     _run(stack, parents[3])

@@ -372,7 +372,8 @@ class JobView(ApiModel):
         default_factory=list,
         description="Extension: while the job is not final, the ids of the jobs submitted depending on "
         "it (they wait for it, unless aborted or ended by another parent since), oldest first, at most "
-        "1,000. Empty once the job is final.",
+        "1,000, then the arrays depending on an array per item (at most 1,000 more). Empty once the job "
+        "is final.",
     )
 
 
@@ -435,7 +436,7 @@ def job_view(job: Job) -> JobView:
         ],
         inputsFrom=[InputsFromBody(jobId=i.job_id, files=list(i.files)) for i in job.inputs_from],
         waitingFor=[p.id for p in job.waiting_for] if job.is_waiting else [],
-        childrenWaiting=[] if job.is_final else list(job.dependents),
+        childrenWaiting=[] if job.is_final else [*job.dependents, *job.item_dependents],
         notificationLog=[
             NotificationRecordView.model_validate(
                 {
