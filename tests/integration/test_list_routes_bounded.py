@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from functions.domain.dependencies import MAX_PARENTS, MAX_PATTERNS
+from functions.domain.dependencies import MAX_DEPENDENTS, MAX_PARENTS, MAX_PATTERNS
 from functions.domain.environments import MAX_EXTRA_INDEXES, MAX_PACKAGES, MAX_REQUIREMENTS
 from functions.domain.notifications import MAX_RULES
 from functions.domain.roles import MAX_MEMBERS
@@ -44,6 +44,10 @@ BOUNDED = {
         "/jobs/{jobId}",
         "waitingFor",
     ): f"the job's prerequisites: its environment and at most {MAX_PARENTS} parents",
+    (
+        "/jobs/{jobId}",
+        "childrenWaiting",
+    ): f"at most MAX_DEPENDENTS ({MAX_DEPENDENTS}) jobs wait for one job",
     ("/jobs/{jobId}", "notifications"): f"at most MAX_RULES ({MAX_RULES}) rules",
     ("/jobs/{jobId}", "notificationLog"): "the store keeps the last NOTIFICATION_LOG_LIMIT records",
     ("/jobs/{jobId}", "warnings"): "the service's own warnings about the submit",
