@@ -11,6 +11,8 @@ import botocore.session
 import pytest
 from hypothesis import settings
 
+from tests import moto_keys
+
 # Speed is measured by benchmarks, not asserted by tests (DEVELOPERS.md): hypothesis' per-example deadline
 # (200 ms) is a timed assertion that fails on a loaded machine, so it is off; the example counts still
 # bound each property test's run.
@@ -63,6 +65,10 @@ def _shared_loader(search_path_string: str | None = None) -> botocore.loaders.Lo
 
 
 botocore.session.create_loader = _shared_loader
+
+# moto's serializer remembers, per shape, which keys of a dict it tries (tests/moto_keys.py): about a
+# third of a moto-bound test's time, spent finding the same keys again for every attribute value.
+moto_keys.install()
 
 
 @pytest.fixture
