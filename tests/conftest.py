@@ -11,6 +11,7 @@ import botocore.session
 import pytest
 from hypothesis import settings
 
+from remote_batch_local import moto_transactions
 from tests import moto_keys
 
 # Speed is measured by benchmarks, not asserted by tests (DEVELOPERS.md): hypothesis' per-example deadline
@@ -69,6 +70,13 @@ botocore.session.create_loader = _shared_loader
 # moto's serializer remembers, per shape, which keys of a dict it tries (tests/moto_keys.py): about a
 # third of a moto-bound test's time, spent finding the same keys again for every attribute value.
 moto_keys.install()
+
+# TransactWriteItems without moto's rollback copy of each whole table it touches: the local stack's own
+# method (remote_batch_local/moto_transactions.py, the same results and errors as moto's, proven by
+# tests/integration/test_local_moto_transactions.py, which picks either per test). A transaction cost
+# time in the size of its tables: 300 held jobs were 300 copies of a growing jobs table. A test process
+# that starts a local stack in-process installed it anyway, from then on; now every test runs on it.
+moto_transactions.install()
 
 
 @pytest.fixture
