@@ -11,8 +11,7 @@ import botocore.session
 import pytest
 from hypothesis import settings
 
-from remote_batch_local import moto_transactions
-from tests import moto_keys
+from remote_batch_local import moto_keys, moto_transactions
 
 # Speed is measured by benchmarks, not asserted by tests (DEVELOPERS.md): hypothesis' per-example deadline
 # (200 ms) is a timed assertion that fails on a loaded machine, so it is off; the example counts still
@@ -67,8 +66,9 @@ def _shared_loader(search_path_string: str | None = None) -> botocore.loaders.Lo
 
 botocore.session.create_loader = _shared_loader
 
-# moto's serializer remembers, per shape, which keys of a dict it tries (tests/moto_keys.py): about a
-# third of a moto-bound test's time, spent finding the same keys again for every attribute value.
+# moto's serializer remembers, per shape, which keys of a dict it tries (remote_batch_local/moto_keys.py,
+# as the local stack's moto does): finding the same keys again for every attribute value was about a
+# third of a moto-bound test's time.
 moto_keys.install()
 
 # TransactWriteItems without moto's rollback copy of each whole table it touches: the local stack's own

@@ -1,4 +1,5 @@
-"""tests/moto_keys.py: moto's serializer with the keys it tries on a dict remembered answers as moto's own."""
+"""remote_batch_local/moto_keys.py: moto's serializer, remembering the keys it tries on a dict, answers as
+moto's own does."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 from moto import mock_aws
 from moto.core import serialize
 
-from tests import moto_keys
+from remote_batch_local import moto_keys
 
 ITEM: dict[str, Any] = {
     "pk": {"S": "job#1"},

@@ -1,5 +1,6 @@
-"""moto's response serializer, with the keys it tries on a dict remembered per shape (installed by
-``tests/conftest.py`` in every test process; the local stack's own moto is left as it is).
+"""moto's response serializer, with the keys it tries on a dict remembered per shape: installed by the
+local stack's moto server (``remote_batch_local.resources``) and by ``tests/conftest.py`` in every test
+process.
 
 moto 5.2 serializes a response by walking its botocore output shape and, for each member of each
 structure, asking six alias providers which keys of the result object to try (``AttributePicker``).
@@ -8,13 +9,19 @@ time: every attribute value is a structure of ten members, each asked of all six
 plain dict the providers' answers depend only on the member's name, its shape and the structure it is
 a member of (a dict has no ``Meta``; its class name is always "dict"), so they are computed once and
 kept on the shape, which botocore's model caches for the process. The keys tried, in their order, and
-so the value picked and every response, are the same.
+so the value picked and every response, are the same (``tests/integration/test_moto_keys.py``).
+
+``install`` replaces ``AttributePicker.__call__`` (process-wide) when ``moto.__version__`` is the
+version this was written against (``COPIED_FROM``); on another it leaves moto's own in place and logs
+a warning once. Only the local stack and the tests install it; ``functions/`` never sees moto.
 """
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
+import moto
 from moto.core import serialize
 from moto.core.constants import MISSING
 from moto.core.utils import get_value
@@ -24,6 +31,10 @@ _original_call = _Picker.__call__
 # The providers known to answer from the key and the shape alone when the object is a plain dict.
 _KNOWN_PROVIDERS = frozenset(serialize.DEFAULT_ALIAS_PROVIDERS)
 _CACHE = "_remote_batch_possible_keys"
+logger = logging.getLogger(__name__)
+
+COPIED_FROM = "5.2.5"
+"""The moto version whose ``AttributePicker.__call__`` ``_picked`` follows line for line."""
 
 
 def _picked(self: Any, context: Any) -> Any:
@@ -55,6 +66,17 @@ def _picked(self: Any, context: Any) -> Any:
     return value
 
 
-def install() -> None:
-    """Put the remembering picker in place of ``AttributePicker.__call__`` (its subclass inherits it)."""
+def install() -> bool:
+    """Put the remembering picker in place of ``AttributePicker.__call__`` (its subclass inherits it;
+    idempotent). Returns True when installed; False (moto's own stays, a warning is logged once) when
+    ``moto.__version__`` differs from ``COPIED_FROM``."""
+    if moto.__version__ != COPIED_FROM:
+        logger.warning(
+            "moto %s is not %s: its serializer looks up every key again (slower); "
+            "update remote_batch_local/moto_keys.py",
+            moto.__version__,
+            COPIED_FROM,
+        )
+        return False
     _Picker.__call__ = _picked  # type: ignore[method-assign]
+    return True
