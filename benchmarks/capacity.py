@@ -271,10 +271,12 @@ class RequestRecorder:
     To know a write's old and new images it reads the item before and after with a consistent
     ``GetItem`` of its own (not counted), and the table's indexes with ``DescribeTable`` (not counted).
     Thread-safe; the images of concurrent writes to one item may interleave (use it single-threaded
-    when the units matter).
+    when the units matter). ``units=False`` counts the requests only.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, units: bool = True) -> None:
+        # units False: count the requests only (no images read, no units computed: faster).
+        self._units = units
         self.usage = Usage()
         self._lock = threading.Lock()
         self._local = threading.local()
@@ -340,7 +342,7 @@ class RequestRecorder:
         service = client.meta.service_model.service_name
         with self._lock:
             self.usage.requests[f"{service}:{operation}"] += 1
-        if service != "dynamodb":
+        if service != "dynamodb" or not self._units:
             return call()
         writes = _writes(operation, params, lambda table, item: self._schema(client, table).key_of(item))
         before = [self._image(client, w.table, w.key) for w in writes]

@@ -325,7 +325,8 @@ class JobRepository(Protocol):
     # -- jobs waiting for prerequisites (``functions.logic.waits``) ---------------------------------
     def create_waiting_job(self, job: Job) -> None:
         """Create a job ``Waiting`` for ``job.waiting_for`` (holding no quota) and one wait item per
-        prerequisite. Raises ``ConditionFailed`` when the id exists (nothing written)."""
+        prerequisite that is no parent (a parent lists its children itself). Raises
+        ``ConditionFailed`` when the id exists (nothing written)."""
 
     def list_waiters(self, prerequisite: Prerequisite) -> Iterable[str]:
         """The ids of the jobs with a wait item for ``prerequisite`` (some may no longer wait)."""
@@ -338,12 +339,18 @@ class JobRepository(Protocol):
         ``Admitted`` on a dedicated compute), only while it still waits: False, nothing written, when
         another writer released or ended it first."""
 
-    def set_wait_reason(self, job_id: str, reason: str) -> None:
-        """Set a waiting job's ``statusReason`` (no-op once it no longer waits)."""
+    def set_wait_reason(self, job_id: str, reason: str, *, settled: frozenset[str] = frozenset()) -> None:
+        """Set a waiting job's ``statusReason`` and add ``settled`` to its ``settled_parents`` (no-op
+        once it no longer waits)."""
 
-    def mark_has_dependents(self, parent_id: str, account_id: str) -> Job | None:
-        """Mark job ``parent_id`` of ``account_id`` as some child's parent (``hasDependents``) unless
-        it is final; the job as it stands either way, None when the account has no such live job."""
+    def mark_has_dependents(self, parent_id: str, account_id: str, child_id: str) -> Job | None:
+        """Append ``child_id`` to the ``dependents`` of job ``parent_id`` of ``account_id`` unless it is
+        final, or holds ``MAX_DEPENDENTS`` ids, or holds it already; the job as it stands either way,
+        None when the account has no such live job."""
+
+    def parent_settled(self, child_id: str, parent_id: str) -> Job | None:
+        """Count parent ``parent_id``'s settlement on the waiting job ``child_id`` (once: its
+        ``settled_parents``); the job either way, None when it is gone or no longer waits."""
 
     def list_waiting_job_ids(self, machine_class: str, geo_zone: GeoZone) -> tuple[list[str], list[str]]:
         """(single jobs still ``Queued``, unfinished arrays) of ``machine_class`` in ``geo_zone``: their
@@ -393,6 +400,10 @@ class BlobStore(Protocol):
 
     def delete_prefix(self, prefix: str) -> int:
         """Delete every object under ``prefix``; returns how many."""
+
+    def copy(self, copies: Sequence[tuple[str, str]]) -> tuple[str, ...]:
+        """Copy each ``(source, target)`` key within the bucket (each object up to 5 GiB; a target is
+        overwritten); returns the sources that do not exist, in order. Raises ``DependencyFailed``."""
 
     def presigned_get(self, key: str, expires_seconds: int) -> str:
         """A presigned GET URL for ``key``, valid ``expires_seconds``."""

@@ -155,11 +155,13 @@ class Settings(BaseModel):
     ``REMOTE_BATCH_EMAIL_TOPIC_KEY`` (the KMS key those topics are encrypted with; optional: none locally),
     ``REMOTE_BATCH_SMS_PER_ACCOUNT_PER_HOUR`` (optional, default 30), ``REMOTE_BATCH_ARRAY_SPAN_SIZE``
     (optional, default 10000: most children per AWS Batch array job), ``REMOTE_BATCH_ZONES`` (JSON:
-    ``{"UnitedStates": {"region", "bucket", "logGroup", "routes": {"Basic1x8": {"jobQueue",
-    "jobDefinition"}, ...}, "build": {"jobQueue", "jobDefinition"}}, ...}``; ``build`` optional: the
-    zone's environment build queue), ``REMOTE_BATCH_ALLOW_HTTP_WEBHOOKS`` (optional ``true``/``false``,
-    default false), ``REMOTE_BATCH_PYTHON_VERSIONS`` (optional, the ``major.minor`` versions jobs run
-    on, comma-separated, default ``3.11,3.12,3.13``: one worker image each), ``REMOTE_BATCH_DEFAULT_PYTHON``
+    ``{"UnitedStates": {"region", "bucket", "logGroup", "routePrefix", "build": {"jobQueue",
+    "jobDefinition"}}, ...}``: ``ZoneSettings`` derives each class's job queue and job definition
+    from ``routePrefix``; ``routes`` ``{"Basic1x8": {"jobQueue", "jobDefinition"}, ...}`` may name
+    them instead; ``build`` optional: the zone's environment build queue),
+    ``REMOTE_BATCH_ALLOW_HTTP_WEBHOOKS`` (optional ``true``/``false``, default false),
+    ``REMOTE_BATCH_PYTHON_VERSIONS`` (optional, the ``major.minor`` versions jobs run on,
+    comma-separated, default ``3.11,3.12,3.13``: one worker image each), ``REMOTE_BATCH_DEFAULT_PYTHON``
     (optional, what a job naming none runs, default 3.12), ``REMOTE_BATCH_PYTHON_INTERPRETERS``
     (optional JSON ``{"3.12": "CPython 3.12.1 (/path)"}``, the local stack's interpreters, shown by
     ``GET /runtime``), ``REMOTE_BATCH_IMAGES`` (optional JSON ``{"account", "repositoryPrefix",

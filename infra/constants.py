@@ -202,6 +202,8 @@ BUILD_POOL = "General"
 BUILD_QUEUE_PRIORITY = 10
 BUILD_QUEUE_SUFFIX = "build"
 # The host folder each instance unpacks environments into (keyed by build hash), mounted into every
-# job container at the same path; made at instance boot, owned by the worker image's user.
+# job container at the same path; made at instance boot, root's (0755): the job's supervisor runs as
+# root and unpacks there, the user's code runs as the worker image's user and only reads it.
 ENVIRONMENT_CACHE_PATH = "/var/cache/remote-batch/environments"
+# The worker image's unprivileged user (worker/Dockerfile), which environment builds run as.
 WORKER_UID = 10001

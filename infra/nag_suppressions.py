@@ -43,6 +43,11 @@ _ARRAY_RESULTS = (
     "PutObject under outputs/ only: an array's result document, outputs/<arrayId>/result.json, assembled "
     "from its children's results when the array ends; the array id is known only at submit time."
 )
+_INPUT_COPIES = (
+    "PutObject under inputs/ only: a released child's copies of its parents' outputs "
+    "(inputs/<childId>/from/<parentId>/...) and their manifests, made within the bucket by CopyObject; "
+    "the child id is known only at submit time."
+)
 _JOB_ARNS = (
     "batch:SubmitJob, batch:TagResource (tag on create, only the service's tag keys) and "
     "batch:TerminateJob are authorized on the job's ARN, which exists only after SubmitJob; scoped to "
@@ -336,6 +341,10 @@ def _acknowledge_functions(scopes: ControlPlaneFindings) -> None:
         (f"AwsSolutions-IAM5[Resource::arn:{partition}:s3:::{zone.bucket_name}/outputs/*]", _ARRAY_RESULTS)
         for zone in zones
     ]
+    input_copies = [
+        (f"AwsSolutions-IAM5[Resource::arn:{partition}:s3:::{zone.bucket_name}/inputs/*]", _INPUT_COPIES)
+        for zone in zones
+    ]
 
     dedicated = [
         (
@@ -399,6 +408,7 @@ def _acknowledge_functions(scopes: ControlPlaneFindings) -> None:
         *jobs,
         *bucket_objects,
         *array_results,
+        *input_copies,
         *table_indexes,
     )
     _acknowledge(
@@ -409,6 +419,7 @@ def _acknowledge_functions(scopes: ControlPlaneFindings) -> None:
         *jobs,
         *bucket_objects,
         *array_results,
+        *input_copies,
         *table_indexes,
         *dedicated,
     )

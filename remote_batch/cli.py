@@ -3,7 +3,8 @@
 Every read command takes ``--json`` (the API's JSON, for scripts). Errors print the API's message
 and field (``Error: ValidationError: ... (field: machineClass)``) and exit 1, never a traceback;
 ``submit --wait`` and ``wait`` exit 2 when the job ends Terminated, ``env create --wait`` when the build
-fails; a bad option value (a requirements file's bad line) is a usage error, exit 2. Text a job or
+fails; a bad option value (a requirements file's bad line) is a usage error, exit 2 too (typer's code),
+before any request. Text a job or
 another user controls is printed through ``remote_batch.terminal`` (control characters escaped),
 except the log ``logs`` prints to a pipe or with ``--raw``. Piped into a reader that stops early
 (``| head``), a command ends quietly with status 141, as coreutils' do when SIGPIPE ends them.
@@ -28,7 +29,12 @@ from rich.table import Table
 
 import remote_batch as rb
 from remote_batch import auth, config
-from remote_batch.cli_environments import env_app
+from remote_batch.cli_environments import (
+    checked_name,
+    checked_python,
+    env_app,
+    inline_requirements,
+)
 from remote_batch.cli_output import (
     EXIT_TERMINATED,
     Group,
@@ -147,6 +153,8 @@ def _show_job(job: Job) -> None:
         table.add_row("dependsOn", cell(f"{parent.get('jobId')} ({parent.get('condition')})"))
     for waited in data.get("waitingFor") or []:
         table.add_row("waitingFor", cell(waited))
+    for child in data.get("childrenWaiting") or []:
+        table.add_row("childrenWaiting", cell(child))
     if data.get("pythonVersion") is not None:
         table.add_row("pythonVersion", cell(data["pythonVersion"]))
     environment = job.environment
@@ -212,7 +220,39 @@ def submit(  # noqa: PLR0917 (typer maps each parameter to an option)
     name: Annotated[str | None, typer.Option("--name", "-n")] = None,
     env: Annotated[
         str | None,
-        typer.Option("--env", help="Run in this environment (`env list`): its packages, its Python."),
+        typer.Option(
+            "--env",
+            help="Run in this environment (`env list`): its packages, its Python.",
+            callback=checked_name,
+        ),
+    ] = None,
+    with_requirements: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--with",
+            "-R",
+            metavar="REQUIREMENT",
+            help="Run in an unnamed environment with this requirement (PEP 508); repeatable.",
+        ),
+    ] = None,
+    requirement_files: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--requirement",
+            "-r",
+            metavar="FILE",
+            help="Run in an unnamed environment with a pip requirements file's requirements (no index "
+            "URLs: those take `env create`); repeatable.",
+        ),
+    ] = None,
+    python: Annotated[
+        str | None,
+        typer.Option(
+            "--python",
+            help="The job's Python (major.minor); with --with/-r the environment's too (default: this "
+            "interpreter's there, the service's for code and commands).",
+            callback=checked_python,
+        ),
     ] = None,
     wait: Annotated[
         bool, typer.Option("--wait", "-w", help="Wait until it is final; exit 2 if Terminated.")
@@ -231,7 +271,49 @@ def submit(  # noqa: PLR0917 (typer maps each parameter to an option)
     ] = None,
     json_output: JsonOption = False,
 ) -> None:
-    """Submit a job: --code CODE, a FILE.py (its code), or -- CMD ARGS... (a command)."""
+    """Submit a job: --code CODE, a FILE.py (its code), or -- CMD ARGS... (a command).
+
+    It runs with the worker image's packages, an environment's (--env), or inline ones (--with, -r).
+    """
+    payload = _payload(file, command, code)
+    rules: Any = notifications
+    if notifications is not None and notifications.lstrip().startswith("["):
+        try:
+            rules = json.loads(notifications)
+        except ValueError as exc:
+            raise typer.BadParameter(f"--notifications is not valid JSON: {exc}") from None
+    environment = _environment(env, list(with_requirements or []), list(requirement_files or []))
+    job = rb.submit(
+        payload,
+        machine_class=machine_class,
+        geo_zone=geo_zone,
+        credit_constraint=_credits(credit_constraint, "--credit-constraint")
+        if credit_constraint is not None
+        else None,
+        time_constraint=time_constraint,
+        notifications=rules,
+        name=name,
+        depends_on=[_parent_and(value) for value in after or []] or None,
+        inputs_from=_inputs_from(inputs_from or []) or None,
+        python_version=python,
+        environment=environment,
+    )
+    if json_output and not wait:
+        print_json(job.data)
+        return
+    err.print(cell(f"submitted {job.id}"))
+    if not wait:
+        out.print(cell(job.id))
+        return
+    code_ = _wait(job, follow, None)
+    if json_output:
+        print_json(job.data)
+    raise typer.Exit(code_)
+
+
+def _payload(file: str | None, command: list[str] | None, code: str | None) -> Any:
+    """What ``submit`` runs: the ``--code``, a ``FILE.py``'s source, or the command's words;
+    ``typer.BadParameter`` for none or several of them, an empty one, or a directory."""
     words = ([file] if file is not None else []) + list(command or [])
     is_code_file = len(words) == 1 and words[0].endswith(".py")
     if (code is not None) == bool(words):
@@ -246,44 +328,24 @@ def submit(  # noqa: PLR0917 (typer maps each parameter to an option)
             f"{words[0]!r} is a directory, not a FILE.py or a program: give --code CODE, FILE.py, "
             "or -- CMD ARGS..."
         )
-    payload: Any
     if code is not None:
-        payload = code
-    elif is_code_file:
-        payload = _read_source(Path(words[0]))
-    else:
-        payload = words
-    rules: Any = notifications
-    if notifications is not None and notifications.lstrip().startswith("["):
-        try:
-            rules = json.loads(notifications)
-        except ValueError as exc:
-            raise typer.BadParameter(f"--notifications is not valid JSON: {exc}") from None
-    job = rb.submit(
-        payload,
-        machine_class=machine_class,
-        geo_zone=geo_zone,
-        credit_constraint=_credits(credit_constraint, "--credit-constraint")
-        if credit_constraint is not None
-        else None,
-        time_constraint=time_constraint,
-        notifications=rules,
-        name=name,
-        depends_on=[_parent_and(value) for value in after or []] or None,
-        inputs_from=_inputs_from(inputs_from or []) or None,
-        environment=env,
-    )
-    if json_output and not wait:
-        print_json(job.data)
-        return
-    err.print(cell(f"submitted {job.id}"))
-    if not wait:
-        out.print(cell(job.id))
-        return
-    code_ = _wait(job, follow, None)
-    if json_output:
-        print_json(job.data)
-    raise typer.Exit(code_)
+        return code
+    if is_code_file:
+        return _read_source(Path(words[0]))
+    return words
+
+
+def _environment(env: str | None, lines: list[str], files: list[Path]) -> str | list[str] | None:
+    """``submit``'s environment: the ``--env`` name, the inline requirements of ``--with`` and ``-r``
+    (``inline_requirements``), or None; ``typer.BadParameter`` for a name and requirements both."""
+    if not (lines or files):
+        return env
+    if env is not None:
+        raise typer.BadParameter(
+            f"{env!r} names an environment: give --env NAME or inline requirements (--with, -r), not both",
+            param_hint="'--env'",
+        )
+    return inline_requirements(lines, files)
 
 
 def _parent_and(value: str) -> tuple[str, str]:

@@ -1,10 +1,13 @@
 """``remote-batch env``: the account's environments (``create``, ``list``, ``show``, ``log``, ``delete``).
 
 ``env create NAME -r requirements.txt`` reads the file as pip does (``remote_batch.requirements_file``);
-a line that cannot be sent is refused naming its file and line (exit 2, as every usage error), and a
-requirement the service refuses is reported with the file and line it came from. ``--wait`` follows the
-build log and exits 2 when the build ends Failed. Every text the service returns (names, reasons, the
-build log on a terminal) goes through ``remote_batch.terminal``.
+a line that cannot be sent is refused in one line naming its file and line (exit 2, as every usage
+error), and a requirement the service refuses is reported with the file and line it came from. A name
+that is no environment name, a ``--python`` that is no ``3.N`` and an empty index URL are usage errors
+naming the option and the value, before any request. ``--wait`` follows the build log and exits 2 when
+the build ends Failed. Every text the service returns (names, reasons, the build log on a terminal)
+goes through ``remote_batch.terminal``. ``submit --with/-r`` builds its inline environment here too
+(``inline_requirements``).
 """
 
 from __future__ import annotations
@@ -29,7 +32,9 @@ from remote_batch.cli_output import (
     out,
     print_json,
     stdout_is_terminal,
+    usage_error,
 )
+from remote_batch.environments import check_name, check_python
 from remote_batch.jobs import LogTail
 from remote_batch.requirements_file import Requirements, RequirementsFileError, read_requirements
 from remote_batch.terminal import cell, visible
@@ -44,9 +49,90 @@ env_app = typer.Typer(
     no_args_is_help=True,
 )
 
+
+def checked_name(name: str | None) -> str | None:
+    """An environment's name as the command line gives it (``NAME``, ``--env``), if it is one
+    (``environments.check_name``); else ``typer.BadParameter`` naming it, before any request."""
+    if name is None:
+        return None
+    try:
+        return check_name(name)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+
+
+def checked_python(version: str | None) -> str | None:
+    """``--python``'s value if it is a Python version (``3.N``); else ``typer.BadParameter`` naming it
+    (an empty one too: leaving the option out is what means this interpreter's)."""
+    if version is None:
+        return None
+    try:
+        return check_python(version)
+    except ValueError:
+        raise typer.BadParameter(
+            f"{version[:80]!r} is not a Python version jobs can run on: give major.minor, 3.N, such as 3.12 "
+            "(leave --python out for this interpreter's)"
+        ) from None
+
+
+def checked_index_url(url: str | None) -> str | None:
+    """``--index-url``'s value unless it is empty (``typer.BadParameter``: an empty one is no index;
+    leaving the option out means PyPI, or the requirements file's)."""
+    if url is not None and not url.strip():
+        raise typer.BadParameter(f"{url!r} is empty: give the https URL of a package index, or leave it out")
+    return url
+
+
+def checked_index_urls(urls: list[str] | None) -> list[str] | None:
+    """``--extra-index-url``'s values unless one is empty (``typer.BadParameter`` naming it)."""
+    for url in urls or []:
+        if not url.strip():
+            raise typer.BadParameter(f"{url!r} is empty: give the https URL of a package index")
+    return urls
+
+
 EnvName = Annotated[
-    str, typer.Argument(help="The environment's name (a letter, then letters, digits, . _ -).")
+    str,
+    typer.Argument(
+        help="The environment's name (a letter, then letters, digits, . _ -).", callback=checked_name
+    ),
 ]
+
+
+def _read_files(files: list[Path]) -> Requirements:
+    """The requirements files' requirements (in order) and index URLs; a file that cannot be sent is a
+    usage error, printed as one line naming its file and line."""
+    gathered = Requirements()
+    for path in files:
+        try:
+            found = read_requirements(path)
+        except RequirementsFileError as exc:
+            raise usage_error(f"-r {path}: {exc}" if exc.path != path else str(exc)) from None
+        gathered.requirements += found.requirements
+        gathered.origins += found.origins
+        gathered.index_url = found.index_url or gathered.index_url
+        gathered.extra_index_urls += found.extra_index_urls
+    return gathered
+
+
+def inline_requirements(lines: list[str], files: list[Path]) -> list[str]:
+    """``submit``'s inline environment: the requirements files' lines (in order), then the ``--with``
+    ones. Usage errors (exit 2): an empty ``--with``, a bad file (its file and line), and a file's index
+    URL lines (an inline spec from here takes none: ``env create NAME -r FILE`` takes them, then
+    ``submit --env NAME``)."""
+    for line in lines:
+        if not line.strip():
+            raise typer.BadParameter(
+                f"{line!r} is empty: give a requirement (PEP 508)", param_hint="'--with'"
+            )
+    gathered = _read_files(files)
+    if gathered.index_url is not None or gathered.extra_index_urls:
+        raise usage_error(
+            "submit's inline requirements take no index URLs (the files name "
+            f"{', '.join(filter(None, [gathered.index_url, *gathered.extra_index_urls]))}): create a named "
+            "environment with them (remote-batch env create NAME -r FILE) and submit --env NAME"
+        )
+    return gathered.requirements + lines
 
 
 def _gathered(
@@ -54,16 +140,7 @@ def _gathered(
 ) -> Requirements:
     """The requirements of the command line: the files' (in order), then the REQUIREMENT arguments; the
     files' index URLs, overridden by ``--index-url``, and every extra index once."""
-    gathered = Requirements()
-    for path in files:
-        try:
-            found = read_requirements(path)
-        except RequirementsFileError as exc:
-            raise typer.BadParameter(str(exc), param_hint="'-r' / '--requirement'") from None
-        gathered.requirements += found.requirements
-        gathered.origins += found.origins
-        gathered.index_url = found.index_url or gathered.index_url
-        gathered.extra_index_urls += found.extra_index_urls
+    gathered = _read_files(files)
     for position, line in enumerate(lines, start=1):
         gathered.requirements.append(line)
         gathered.origins.append(f"argument {position} ({line!r})")
@@ -118,16 +195,25 @@ def create(  # noqa: PLR0917 (typer maps each parameter to an option)
     ] = None,
     python: Annotated[
         str | None,
-        typer.Option(help="The Python (major.minor, one the service runs); default: this interpreter's."),
+        typer.Option(
+            help="The Python (major.minor, one the service runs); default: this interpreter's.",
+            callback=checked_python,
+        ),
     ] = None,
     index_url: Annotated[
         str | None,
         typer.Option(
-            "--index-url", "-i", help="An https package index instead of PyPI (wins over a file's)."
+            "--index-url",
+            "-i",
+            help="An https package index instead of PyPI (wins over a file's).",
+            callback=checked_index_url,
         ),
     ] = None,
     extra_index_urls: Annotated[
-        list[str] | None, typer.Option("--extra-index-url", help="Another https index; repeatable.")
+        list[str] | None,
+        typer.Option(
+            "--extra-index-url", help="Another https index; repeatable.", callback=checked_index_urls
+        ),
     ] = None,
     image: Annotated[
         str | None, typer.Option(help="A container image to run in instead of the worker image.")
@@ -201,7 +287,7 @@ def show(name: EnvName, json_output: JsonOption = False) -> None:
         return
     table = Table(show_header=False, box=None)
     for key in ("name", "python", "status", "statusReason", "hash", "indexUrl", "extraIndexUrls", "image",
-                "sizeBytes", "createdAt", "readyAt"):  # fmt: skip
+                "sizeBytes", "createdAt", "readyAt", "failedAt"):  # fmt: skip
         value = data.get(key)
         if value not in (None, []):
             shown = ", ".join(map(str, value)) if isinstance(value, list) else value

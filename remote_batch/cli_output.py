@@ -14,15 +14,25 @@ from remote_batch.errors import ApiError, RemoteBatchError
 from remote_batch.json_codec import to_json_number
 from remote_batch.terminal import PipeConsole, cell, end_on_broken_pipe, json_text
 
-#: Exit codes: 1 an error (the API's, a connection); 2 the job ended Terminated (or the build Failed).
-#: A usage error (typer.BadParameter: a bad option value) exits 2 too, as click makes it.
+#: Exit codes (README's "CLI"): 0 done; 1 an error (the API's, a connection); 2 the job ended Terminated
+#: (or the build Failed). A usage error (a bad option, argument or requirements file, refused before
+#: any request) exits 2 too, the code typer's usage errors exit with.
 EXIT_ERROR = 1
 EXIT_TERMINATED = 2
+EXIT_USAGE = typer.BadParameter.exit_code
 
 #: Off a terminal (a pipe, a file) tables are not squeezed into 80 columns (scripts should use --json).
 PIPE_WIDTH = 160
 out = PipeConsole(highlight=False, width=None if sys.stdout.isatty() else PIPE_WIDTH)
 err = PipeConsole(stderr=True, highlight=False)
+
+
+def usage_error(message: str) -> typer.Exit:
+    """Print ``message`` as one line (``Error: ...``, terminal-safe) on stderr; the ``typer.Exit`` of a
+    usage error to raise (``EXIT_USAGE``). For bad input whose message names its own place (a
+    requirements file and line), which typer's usage box would wrap over several lines."""
+    err.print(cell(f"Error: {message}"), soft_wrap=True)
+    return typer.Exit(EXIT_USAGE)
 
 
 def error_text(exc: BaseException) -> str:

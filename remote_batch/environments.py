@@ -13,6 +13,7 @@ idempotent (the same spec again answers the existing environment); another spec 
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -36,6 +37,43 @@ BUILDING = "Building"
 FOLLOW_SECONDS = 1.0
 #: What ``GET /environments`` leaves out of each environment (``GET /environments/{name}`` has them).
 SUMMARY_OMITS = ("requirements", "indexUrl", "extraIndexUrls", "packages")
+#: An environment's name as the contract states it (docs/http-api.md, ``PUT /environments/{name}``, and
+#: docs/openapi.json's ``name`` parameter): a letter, then letters, digits, ``.``, ``_`` or ``-``; 2 to 64
+#: characters. The service checks the same pattern; the SDK checks it first, so that a name that is no
+#: name reaches no route (``a/b``) and no request is sent for it.
+NAME_PATTERN = r"^[A-Za-z][A-Za-z0-9._-]{1,63}$"
+#: A Python version as the contract states it (docs/openapi.json's ``pythonVersion``): ``3.N``. Which
+#: of them the service runs is its answer (``rb.runtime()["pythonVersions"]``, a 400 naming them).
+PYTHON_PATTERN = r"^3\.[0-9]{1,2}$"
+
+
+def check_name(name: str) -> str:
+    """``name`` if it is an environment name (:data:`NAME_PATTERN`, matched whole).
+
+    Raises ``ValueError`` naming it otherwise (``TypeError`` for what is not a string)."""
+    if not isinstance(name, str):
+        raise TypeError(f"an environment name is a string, not {type(name).__name__}")
+    if re.fullmatch(NAME_PATTERN, name) is None:
+        raise ValueError(
+            f"environment name {name[:80]!r} is not a name: 2 to 64 letters, digits, '.', '_' or '-', "
+            "starting with a letter"
+        )
+    return name
+
+
+def check_python(version: str) -> str:
+    """``version`` if it is a Python version, ``3.N`` (:data:`PYTHON_PATTERN`, matched whole).
+
+    Raises ``ValueError`` naming it otherwise (``TypeError`` for what is not a string)."""
+    if not isinstance(version, str):
+        raise TypeError(f"python is a string such as '3.12', not {type(version).__name__}")
+    if re.fullmatch(PYTHON_PATTERN, version) is None:
+        raise ValueError(
+            f"python {version[:80]!r} is not a Python version jobs can run on: give major.minor, 3.N, such "
+            "as '3.12' (rb.runtime()['pythonVersions'] lists those the service runs), or None for this "
+            "interpreter's"
+        )
+    return version
 
 
 @dataclass(frozen=True)
@@ -52,7 +90,7 @@ class Environment:
     Parameters
     ----------
     name : str
-        2 to 64 letters, digits, ``.``, ``_`` or ``-``, starting with a letter (the service checks it).
+        2 to 64 letters, digits, ``.``, ``_`` or ``-``, starting with a letter (:data:`NAME_PATTERN`).
     python : str | None
         ``major.minor``, one of ``rb.runtime()["pythonVersions"]``; None: this interpreter's, so that a
         function pickled here loads in it.
@@ -69,8 +107,12 @@ class Environment:
         The connection; None: the process's default (``rb.connect``).
 
     Nothing is sent until ``create()`` (or ``refresh()``, which reads the stored one). ``status``,
-    ``status_reason``, ``hash``, ``packages``, ``size_bytes`` and ``ready_at`` read the environment
-    again while it is ``Building``, as a job's ``status`` does while it is not final.
+    ``status_reason``, ``hash``, ``packages``, ``size_bytes``, ``ready_at`` and ``failed_at`` read the
+    environment again while it is ``Building``, as a job's ``status`` does while it is not final (and
+    not after ``delete()``).
+
+    Raises ``ValueError`` naming ``name`` or ``python`` when it is no name (``a/b``, ``..``) or no
+    Python version (``""``, ``3``), before anything is sent.
     """
 
     def __init__(
@@ -87,18 +129,29 @@ class Environment:
         if isinstance(requirements, str) or isinstance(extra_index_urls, str):
             which = "requirements" if isinstance(requirements, str) else "extra_index_urls"
             raise TypeError(f"{which} is a list of strings, not one string")
-        self.name = name
-        self.python = python or python_version()
+        self._hold(check_name(name), python_version() if python is None else check_python(python), client)
         self.image = image
         self._requirements = tuple(requirements)
         self._index_url = index_url
         self._extra_index_urls = tuple(extra_index_urls)
+
+    def _hold(self, name: str, python: str, client: Client | None) -> None:
+        """Its name and Python, and nothing else known yet (``__init__`` checks them first; an API
+        answer's are the service's own)."""
+        self.name = name
+        self.python = python
+        self.image = None
+        self._requirements = ()
+        self._index_url = None
+        self._extra_index_urls = ()
         #: The API's last answer about it (``GET``/``PUT /environments/{name}``); None before any.
         self.data: dict[str, Any] | None = None
         # Made from a summary of ``GET /environments``: the fields it leaves out are read on first use.
         self._summary = False
         #: Whether ``create()`` made it (201) rather than finding it with this spec (200).
         self.created = False
+        #: Whether ``delete()`` deleted it: ``data`` is then its last view, and is not read again.
+        self.deleted = False
         self._client = client
 
     @classmethod
@@ -128,8 +181,10 @@ class Environment:
 
     @classmethod
     def from_data(cls, client: Client, data: dict[str, Any]) -> Environment:
-        """The environment an API answer describes."""
-        environment = cls(str(data["name"]), str(data["python"]), client=client)
+        """The environment an API answer describes (its name and Python taken as the service gives
+        them, unchecked)."""
+        environment = cls.__new__(cls)
+        environment._hold(str(data["name"]), str(data["python"]), client)
         environment._load(data)
         return environment
 
@@ -157,7 +212,7 @@ class Environment:
         self._summary = any(key not in data for key in SUMMARY_OMITS)
 
     def _whole(self) -> None:
-        if self._summary:
+        if self._summary and not self.deleted:
             self.refresh()
 
     @property
@@ -213,6 +268,7 @@ class Environment:
             raise Conflict(exc.status, exc.code, self._conflict_message(spec), "name") from exc
         self._load(decode(response))
         self.created = response.status_code == 201
+        self.deleted = False
         return self
 
     def _conflict_message(self, asked: dict[str, Any]) -> str:
@@ -237,13 +293,19 @@ class Environment:
 
     def delete(self) -> Environment:
         """``DELETE /environments/{name}``: the name is free again; jobs already submitted in it keep
-        its build. Returns itself as it was. Raises ``NotFound``."""
+        its build (jobs still waiting for a build end Terminated).
+
+        Returns itself as the service held it when deleted (``data``, ``status`` ``Building`` too),
+        with ``deleted`` True: its attributes are that last view and nothing is read again
+        (``refresh()`` would raise ``NotFound``). Raises ``NotFound`` when there is no such environment.
+        """
         self._load(decode(self._api().request("DELETE", self._path())))
+        self.deleted = True
         return self
 
     # -- state ---------------------------------------------------------------------------------------
     def _live(self) -> dict[str, Any]:
-        if self.data is None or self.data.get("status") == BUILDING:
+        if self.data is None or (self.data.get("status") == BUILDING and not self.deleted):
             self.refresh()
         assert self.data is not None
         return self.data
@@ -283,6 +345,11 @@ class Environment:
     def ready_at(self) -> datetime | None:
         """When its build was Ready (UTC), or None."""
         return parse_time(self._live().get("readyAt"))
+
+    @property
+    def failed_at(self) -> datetime | None:
+        """When its build Failed (UTC), or None."""
+        return parse_time(self._live().get("failedAt"))
 
     # -- the build log and waiting ----------------------------------------------------------------
     def log_events(self, since: datetime | None = None) -> Iterator[tuple[datetime, str]]:
@@ -349,6 +416,8 @@ class Environment:
     # -- display ---------------------------------------------------------------------------------
     def __repr__(self) -> str:
         status = self.data.get("status") if self.data else "not created"
+        if self.deleted:
+            status = f"deleted ({status})"
         count = len(self._requirements)
         listed = "" if self._summary else f", {count} requirement{'' if count == 1 else 's'}"
         return f"<Environment {self.name!r} Python {self.python}{listed}, {status}>"
@@ -370,10 +439,11 @@ def job_environment(choice: EnvironmentChoice, python: str | None, client: Clien
     A name goes as it is; an ``Environment`` by its name, created first (``create()``, idempotent)
     when this process has not read or created it yet; a list of requirement lines as an inline spec
     ``{"python": python or this interpreter's, "requirements": [...]}`` (an unnamed environment, known by
-    its hash). Raises ``TypeError`` for anything else.
+    its hash). Raises ``ValueError`` for a name that is no name or a ``python`` that is no version
+    (``check_name``, ``check_python``), ``TypeError`` for anything else.
     """
     if isinstance(choice, str):
-        return choice
+        return check_name(choice)
     if isinstance(choice, Environment):
         if choice.data is None:
             if choice._client is None:
@@ -381,7 +451,8 @@ def job_environment(choice: EnvironmentChoice, python: str | None, client: Clien
             choice.create()
         return choice.name
     if isinstance(choice, list | tuple) and all(isinstance(line, str) for line in choice):
-        return {"python": python or python_version(), "requirements": list(choice)}
+        spec_python = python_version() if python is None else check_python(python)
+        return {"python": spec_python, "requirements": list(choice)}
     raise TypeError(
         "environment is a name, an rb.Environment or a list of requirement lines, "
         f"not {type(choice).__name__}"
@@ -398,6 +469,8 @@ def environments(*, client: Client | None = None) -> list[Environment]:
 
 
 def environment(name: str, *, client: Client | None = None) -> Environment:
-    """The account's environment ``name``. Raises ``NotFound`` (also for another account's)."""
+    """The account's environment ``name``. Raises ``NotFound`` (also for another account's), and
+    ``ValueError`` naming a name that is no name (``check_name``) before any request."""
     api = resolve(client)
-    return Environment.from_data(api, api.get(f"/environments/{path_segment(name, 'environment name')}"))
+    segment = path_segment(check_name(name), "environment name")
+    return Environment.from_data(api, api.get(f"/environments/{segment}"))

@@ -228,6 +228,13 @@ class Job:
         return [Job(self._client, {"jobId": d["jobId"]}) for d in self.data.get("dependsOn") or []]
 
     @property
+    def children_waiting(self) -> list[Job]:
+        """The jobs waiting for this one (``childrenWaiting``: those submitted depending on it while it
+        runs, unless aborted or ended by another parent since), read again while it is not final;
+        empty once it is. Each is fetched when its fields are read."""
+        return [Job(self._client, {"jobId": str(i)}) for i in self._live().get("childrenWaiting") or []]
+
+    @property
     def waiting_for(self) -> list[str]:
         """What a job waiting ``Queued`` waits for (``job|job-...``, ``environment|...``); empty once
         released."""

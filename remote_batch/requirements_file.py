@@ -30,12 +30,18 @@ if TYPE_CHECKING:
 
 #: pip's environment variable references (``pip._internal.req.req_file.ENV_VAR_RE``).
 _ENV_VARIABLE = re.compile(r"\$\{[A-Z0-9_]+\}")
-#: What each refused pip option is, for the message.
+#: The pip options refused with their own advice: (what it is, what to do instead).
 _REFUSED_OPTIONS = {
-    "constraints": "a constraints file (-c); put its pins in the requirements instead",
-    "find_links": "--find-links; the service cannot read this machine's folders: serve the wheels from an "
-    "index (--extra-index-url)",
+    "constraints": ("a constraints file", "put its pins in the requirements instead"),
+    "find_links": (
+        "--find-links",
+        "the service cannot read this machine's folders; serve the wheels from an index (--extra-index-url)",
+    ),
 }
+#: What every other refused option's message says environments take instead.
+_TAKEN = "they take requirement lines, -r, --index-url and --extra-index-url"
+#: pip-requirements-parser's prefix of a line that is no requirement (``Invalid requirement: : ...``).
+_INVALID_PREFIX = re.compile(r"^Invalid requirement:[\s:]*")
 
 
 class RequirementsFileError(ValueError):
@@ -114,7 +120,7 @@ def _read(path: Path, including: tuple[Path, ...], found: Requirements) -> None:
                 "of the account; write the value itself (an index that needs no secret)",
             )
         if isinstance(item, InvalidRequirementLine):
-            raise RequirementsFileError(path, number, _first_line(item.error_message))
+            raise RequirementsFileError(path, number, _not_a_requirement(item.line, item.error_message))
         if isinstance(item, OptionLine):
             _take_options(path, number, item.options, (*including, resolved), found)
         elif isinstance(item, InstallRequirement):
@@ -122,9 +128,13 @@ def _read(path: Path, including: tuple[Path, ...], found: Requirements) -> None:
             found.origins.append(f"{path}, line {number}")
 
 
-def _first_line(message: str | None) -> str:
-    lines = [line.strip() for line in (message or "not a requirement").splitlines() if line.strip()]
-    return lines[0] if lines else "not a requirement"
+def _not_a_requirement(line: str | None, message: str | None) -> str:
+    """``'six==' is not a requirement (PEP 508): Expected ...``: the parser's first line without its
+    prefix (the lines after it repeat the line with a caret)."""
+    lines = [text.strip() for text in (message or "").splitlines() if text.strip()]
+    why = _INVALID_PREFIX.sub("", lines[0]) if lines else ""
+    shown = (line or "").strip()[:200]
+    return f"{shown!r} is not a requirement (PEP 508)" + (f": {why}" if why else "")
 
 
 def _take_options(
@@ -142,13 +152,10 @@ def _take_options(
             found.extra_index_urls += [str(url) for url in value]
         else:
             flag = OPT_BY_OPTIONS_DEST.get(name, f"--{name.replace('_', '-')}")
-            what = _REFUSED_OPTIONS.get(name, f"the pip option {flag}")
-            raise RequirementsFileError(
-                path,
-                number,
-                f"{what} is not taken by environments (they take requirement lines, -r, --index-url and "
-                "--extra-index-url)",
-            )
+            what, instead = _REFUSED_OPTIONS.get(name, (f"the pip option {flag}", _TAKEN))
+            if name == "constraints":  # the files it names, which are not read
+                what = f"a constraints file (-c {' '.join(map(str, value))})"
+            raise RequirementsFileError(path, number, f"{what} is not taken by environments: {instead}")
 
 
 def _requirement(path: Path, number: int, item: InstallRequirement) -> str:

@@ -2,8 +2,11 @@
 environment's requirements to a lock with uv (``uv pip compile``) for the interpreter of its Python,
 and installs the lock (``uv pip install --target``) into a content-addressed folder under the stack's
 home, ``environments/<hash>/site``, where ``hash`` is ``functions.domain.environments.build_hash`` of
-(python, lock, platform). A second environment (any name, any account) whose lock is the same reuses
-the folder: its log says so and nothing is installed again. Folders are kept across restarts.
+(python, lock, platform). Wheels only (``--no-build``), as the cloud's build (``worker.build``): a
+source distribution's build code would run here outside every job's sandbox, as the stack's user,
+and a spec that builds locally must build in the cloud. A second environment (any name, any
+account) whose lock is the same reuses the folder: its log says so and nothing is installed again.
+Folders are kept across restarts.
 
 Each build runs in a thread of a small pool; its output goes to the home zone's log group (stream
 ``BuildRequest.log_stream_name``) and its outcome to ``report``
@@ -219,6 +222,7 @@ class LocalEnvironmentBuilder:
                 interpreter,
                 "--no-header",
                 "--no-annotate",
+                "--no-build",
                 *_index_arguments(spec),
                 "-",
             ],
@@ -262,6 +266,7 @@ class LocalEnvironmentBuilder:
                     "--target",
                     str(partial / "site"),
                     "--no-deps",
+                    "--no-build",
                     *_index_arguments(spec),
                     "-r",
                     str(partial / "requirements.lock"),

@@ -36,7 +36,6 @@ from botocore.credentials import Credentials
 from botocore.exceptions import ClientError
 
 from functions.domain.job_policy import job_policy_document
-from functions.logic.batch_submission import INPUT_JOBS_VARIABLE
 from functions.ports import BatchSubmission
 
 logger = logging.getLogger(__name__)
@@ -301,8 +300,7 @@ class JobCredentials:
             bucket, job_id = environment.get("REMOTE_BATCH_BUCKET"), environment.get("REMOTE_BATCH_JOB_ID")
             if bucket and job_id:
                 account_id = (submission.tags or {}).get(ACCOUNT_TAG)
-                parents = tuple(p for p in environment.get(INPUT_JOBS_VARIABLE, "").split(",") if p)
-                document = job_policy_document(f"arn:aws:s3:::{bucket}", job_id, account_id, parents)
+                document = job_policy_document(f"arn:aws:s3:::{bucket}", job_id, account_id)
                 self._iam.put_user_policy(
                     UserName=user, PolicyName=JOB_POLICY_NAME, PolicyDocument=json.dumps(document)
                 )

@@ -154,7 +154,8 @@ class Journal:
     """Append-only, fsync-ed segments of journal records under ``directory``.
 
     Opening reads every segment (the records are kept for ``replay``), cuts a torn last line off,
-    and appends after the last record.
+    and appends after the last record. Sequence numbers never go back, across restarts too: the
+    snapshot files name the last record they cover, so a reused number would be taken as covered.
 
     Parameters
     ----------
@@ -192,6 +193,9 @@ class Journal:
         paths = sorted(self._dir.glob("*.jsonl"))
         for index, path in enumerate(paths):
             segment = _Segment(path, int(path.stem))
+            # A segment is named after the number its first record takes: an empty newest one (every
+            # record before it covered by a snapshot and discarded) still says where numbering is.
+            self._next_seq = max(self._next_seq, segment.first_seq)
             data = path.read_bytes()
             good = 0
             for line in data.splitlines(keepends=True):
@@ -235,6 +239,13 @@ class Journal:
         """The sequence number of the last queued record (0 when none)."""
         with self._cond:
             return self._queued_seq
+
+    def number_after(self, seq: int) -> None:
+        """Number the next record after ``seq`` at least (a restored snapshot's cut: records it
+        covers must not be numbered again, even when the segments that held them are gone)."""
+        with self._cond:
+            if self._queued_seq < seq:
+                self._queued_seq = self._durable_seq = seq
 
     def last_seq_of(self, service: str) -> int:
         """The sequence number of ``service``'s last record in any segment (0 when none)."""

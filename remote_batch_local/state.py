@@ -263,6 +263,7 @@ class StateSnapshots:
                 objects = self._restore_objects()
                 subscriptions = self._restore_subscriptions()
             replayed = replay(self._journal.records(), self._moto_app, self._covered)
+            self._journal.number_after(max(self._covered.values(), default=0))
             self._abort_uploads()
             if self._tables is not None:
                 # The first copy reads the tables whole: here, before anything is served.

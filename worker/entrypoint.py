@@ -2,7 +2,9 @@
 
 This is the supervisor (``worker.job_side`` describes the split): it runs in the service's Python and
 hands the job to the job side (``worker.supervisor.run_in_job_python``), which runs it in the job's; in
-an environment's own image, to the job container (``worker.job_container.run_in_job_container``).
+an environment's own image, to the job container (``worker.job_container.run_in_job_container``). In
+the worker image it runs as root and the job side as the image's user (``worker.job_user`` says who
+owns which folder then); elsewhere (the local stack, tests) both run as the caller.
 
 What the user sees of the worker's own failures is one line in the job log (``remote-batch worker:
 ...``) and, when the job's bucket can be written, ``outcome.json`` with an ``error`` whose ``reason``
@@ -30,10 +32,12 @@ from botocore.exceptions import ClientError
 
 from worker.environments import ENVIRONMENT_HASH_VARIABLE, cache_folder, environment_site
 from worker.errors import InputNotFound, InvalidJobInput, StorageError, WorkerError
-from worker.inputs import InputSource, fetch_inputs, input_sources
-from worker.job_container import exchange_of, run_in_job_container
+from worker.inputs import INPUTS_FOLDER, InputSource, fetch_inputs, input_sources
+from worker.job_container import exchange_of, run_in_job_container, share_tree
 from worker.job_container import output_dir as container_output_dir
+from worker.job_container import work_dir as container_work_dir
 from worker.job_side import SITE_VARIABLE
+from worker.job_user import job_user, share_read_only
 from worker.layout import failure_outcome, outcome_objects
 from worker.runner import JobError, JobInput, parse_job_input, payload_key
 from worker.settings import JOB_ID, WorkerSettings
@@ -100,23 +104,34 @@ def main(environ: Mapping[str, str] | None = None, s3_client: S3Client | None = 
 
 
 def _run(settings: WorkerSettings, storage: JobStorage, environ: Mapping[str, str]) -> int:
+    # Root in the worker image: the job side runs as the image's user (worker.job_user), else as this.
+    user = job_user(settings.job_uid)
+    exchange = exchange_of(environ)
+    # The folder the job's code starts in: this one, or an image job's in the shared volume.
+    work = Path.cwd() if exchange is None else container_work_dir(exchange)
     try:
         job, sources = read_job(storage, settings.input_key, settings.array_index)
         # A child's inputs from its parents, in the working directory, before its code starts.
-        fetch_inputs(storage, sources, Path.cwd())
+        fetch_inputs(storage, sources, work)
+        if sources and exchange is not None:
+            share_tree(work / INPUTS_FOLDER)  # the image's user may be any uid
+        elif user is not None and sources:
+            user.give(work / INPUTS_FOLDER)  # the job's to change, as the rest of its folder
     except WorkerError as exc:
         reason = rejection_reason(exc)
         _tell_user(f"{reason} ({exc})" if isinstance(exc, InputNotFound) else reason)
         _tell_operator(environ, storage, settings, reason, exc)
         _record_failure(storage, settings, type(exc).__name__, reason)
         return EXIT_WORKER_ERROR
-    exchange = exchange_of(environ)
     with (
         tempfile.TemporaryDirectory(prefix="remote-batch-output-", ignore_cleanup_errors=True) as tmp,
         tempfile.TemporaryDirectory(prefix="remote-batch-environment-", ignore_cleanup_errors=True) as own,
     ):
         if exchange is None:
             output_dir = Path(tmp)
+            if user is not None:
+                user.own_folder(output_dir)
+                share_read_only(Path(own))  # a build unpacked here is read as the cache's is
             try:
                 environ = with_environment_site(storage, environ, Path(own))
             except WorkerError as exc:
@@ -126,7 +141,7 @@ def _run(settings: WorkerSettings, storage: JobStorage, environ: Mapping[str, st
                 _record_failure(storage, settings, type(exc).__name__, reason)
                 return EXIT_WORKER_ERROR
             run = run_in_job_python(
-                job, output_dir=output_dir, memory_gib=settings.memory_gib, environ=environ
+                job, output_dir=output_dir, memory_gib=settings.memory_gib, environ=environ, user=user
             )
         else:  # an environment's own image: the job side runs in the job container (worker.job_container)
             output_dir = container_output_dir(exchange)
@@ -194,7 +209,7 @@ def read_job(
     one read of its input object. Raises what ``read_job_input`` raises."""
     raw = storage.read(key)
     try:
-        sources = input_sources(json.loads(raw))
+        sources = input_sources(json.loads(raw), key)
     except ValueError:
         sources = []  # parse_job_input says what is wrong with it
     if array_index is not None:

@@ -11,7 +11,9 @@ the build hash, SHA-256 of (python, lock, platform), the same as
 A job naming a build (``REMOTE_BATCH_ENVIRONMENT_HASH``, set at SubmitJob) gets its site from
 :func:`environment_site`: ``<cache>/<hash>/site`` on the instance (the job definitions mount the
 host folder ``REMOTE_BATCH_ENVIRONMENT_CACHE`` names), fetched and unpacked by the first job on that
-host and reused by the next ones. Concurrent first fetches on one host each unpack into a folder of
+host and reused by the next ones. In the worker image the supervisor unpacks as root and the job
+side runs as another uid (``worker.job_user``): the builds are root's, read only to it
+(:func:`read_only_member`). Concurrent first fetches on one host each unpack into a folder of
 their own and rename it into place: the first rename wins, the others find the build there and drop
 theirs, so no job ever sees a half-unpacked build.
 """
@@ -24,6 +26,7 @@ import os
 import platform
 import re
 import shutil
+import stat
 import sys
 import tarfile
 import tempfile
@@ -44,6 +47,9 @@ ENVIRONMENTS_PREFIX = "environments/"
 #: Where the wheels run: the machine's OS and architecture (``linux-x86_64``), part of the build hash.
 PLATFORM = f"{sys.platform}-{platform.machine()}"
 SITE_FOLDER = "site"
+#: Modes of what a build unpacks to: folders (and executables) and other files, no write but the owner's.
+READ_ONLY_FOLDER = 0o755
+READ_ONLY_FILE = 0o644
 _HASH = re.compile(r"^[0-9a-f]{64}$")
 
 
@@ -73,9 +79,23 @@ def pack(site: Path, archive: Path) -> int:
     return archive.stat().st_size
 
 
+def read_only_member(member: tarfile.TarInfo, dest_path: str) -> tarfile.TarInfo:
+    """tarfile's ``data`` filter (no absolute paths, no links leaving the target, no device files, no
+    owner taken from the archive), then modes every user may read but only the unpacker may write:
+    folders 0755, files 0644 or, executable, 0755; never setuid, setgid or sticky. Unpacked by a root
+    supervisor, a build is root's, and the job side (another uid: ``worker.job_user``) imports it but
+    cannot change it. Raises what the ``data`` filter raises (``tarfile.FilterError``)."""
+    member = tarfile.data_filter(member, dest_path)
+    if member.isdir():
+        return member.replace(mode=READ_ONLY_FOLDER, deep=False)
+    if member.isreg():
+        executable = (member.mode or 0) & stat.S_IXUSR
+        return member.replace(mode=READ_ONLY_FOLDER if executable else READ_ONLY_FILE, deep=False)
+    return member
+
+
 def unpack(archive: Path, target: Path) -> None:
-    """Extract ``archive`` into ``target`` with tarfile's ``data`` filter (no absolute paths, no links
-    leaving ``target``, no device files, no setuid bits).
+    """Extract ``archive`` into ``target`` through :func:`read_only_member`.
 
     Raises
     ------
@@ -84,7 +104,7 @@ def unpack(archive: Path, target: Path) -> None:
     """
     try:
         with tarfile.open(archive, "r:gz") as tar:
-            tar.extractall(target, filter="data")
+            tar.extractall(target, filter=read_only_member)  # noqa: S202 - the data filter, then modes
     except (tarfile.TarError, OSError, EOFError) as exc:
         raise StorageError(f"the environment's archive could not be unpacked: {exc}") from exc
 
@@ -100,7 +120,10 @@ def environment_site(storage: JobStorage, digest: str, cache: Path | None, scrat
     digest : str
         The build hash: 64 hex digits.
     cache : Path or None
-        The host's cache folder (``REMOTE_BATCH_ENVIRONMENT_CACHE``); None or not writable: ``scratch``.
+        The host's cache folder (``REMOTE_BATCH_ENVIRONMENT_CACHE``); None, not writable or, for a root
+        supervisor, not root's alone (owned by another uid, or writable by group or others, as an
+        instance booted before builds were root's left it: its builds may have been changed):
+        ``scratch``.
     scratch : Path
         A folder of this job's, removed with it.
 
@@ -120,7 +143,7 @@ def environment_site(storage: JobStorage, digest: str, cache: Path | None, scrat
     """
     if not _HASH.fullmatch(digest):
         raise InvalidJobInput(f"{ENVIRONMENT_HASH_VARIABLE} must be 64 hex digits")
-    root = cache if cache is not None and _writable(cache) else scratch
+    root = cache if cache is not None and _usable_cache(cache) else scratch
     final = root / digest
     if (final / SITE_FOLDER).is_dir():
         return final / SITE_FOLDER
@@ -129,7 +152,8 @@ def environment_site(storage: JobStorage, digest: str, cache: Path | None, scrat
         archive = work / "archive.tar.gz"
         storage.download(archive_key(digest), archive)
         unpacked = work / "build"
-        unpacked.mkdir()
+        unpacked.mkdir(mode=READ_ONLY_FOLDER)
+        unpacked.chmod(READ_ONLY_FOLDER)  # whatever the umask: <hash>/ as its site folder
         unpack(archive, unpacked)
         archive.unlink()
         if not (unpacked / SITE_FOLDER).is_dir():
@@ -144,8 +168,15 @@ def environment_site(storage: JobStorage, digest: str, cache: Path | None, scrat
     return final / SITE_FOLDER
 
 
-def _writable(folder: Path) -> bool:
-    return folder.is_dir() and os.access(folder, os.W_OK | os.X_OK)
+def _usable_cache(folder: Path) -> bool:
+    """Whether the builds in ``folder`` can be used and added to: a folder this process may write;
+    for root, one that only root may write (so only root ever made what is in it)."""
+    if not (folder.is_dir() and os.access(folder, os.W_OK | os.X_OK)):
+        return False
+    if os.geteuid() != 0:
+        return True
+    status = folder.stat()
+    return status.st_uid == 0 and not status.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
 
 
 def cache_folder(environ: Mapping[str, str]) -> Path | None:

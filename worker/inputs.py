@@ -2,90 +2,114 @@
 starts, each parent's matching outputs and its result land in the working directory under
 ``inputs/<parent id>/``.
 
-The input document lists them (``{"inputsFrom": [{"jobId", "files", "prefix"}]}``: the parent's id,
-fnmatch patterns over its output names (empty: all) and its output prefix, ``outputs/<id>/``, in this
-job's bucket). Layout read (``worker.layout``): ``<prefix>files/<name>`` per output (an array's children
-under ``<prefix><index>/files/<name>``, which land as ``<index>/<name>``), ``outcome.json`` with the
-result inline or naming ``result.json`` / ``result.pickle``. Everything is read within the zone's
-bucket, with the job's own credentials (which may read these parents' outputs and nothing more).
+The input document lists the parents (``{"inputsFrom": [{"jobId", "files"}]}``). The job's role reads
+no other job's outputs: the service copied what the child takes (the ``files`` patterns applied) when
+it released the child, within the zone's bucket, under the child's own input folder (layout
+``remote-batch.inputs/1``, ``functions.domain.parent_inputs``): ``inputs/<child>/from/<parent>/`` holds
+each copied object under its key below the parent's output prefix (``worker.layout``:
+``files/<name>``; an array's children's ``<index>/files/<name>``, which land as ``<index>/<name>``;
+``outcome.json`` with the result inline or naming ``result.json`` / ``result.pickle``) and
+``manifest.json``, the list of them (the job role may list nothing). Everything is read with the job's
+own credentials.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
-import fnmatch
 import json
 import re
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from worker.errors import InputNotFound, InvalidJobInput
+from worker.errors import InvalidJobInput
 from worker.storage import JobStorage
 
 #: The folder, under the working directory, that holds the parents' files.
 INPUTS_FOLDER = "inputs"
+#: The folder, under the job's input folder (``inputs/<jobId>/``), of its parents' copies.
+COPIES_FOLDER = "from"
+#: The list of one parent's copies, under its copy prefix.
+MANIFEST_OBJECT = "manifest.json"
+MANIFEST_FORMAT = "remote-batch.inputs/1"
 _JOB_ID = re.compile(r"^job-[0-9A-HJKMNP-TV-Z]{26}$")
 _CHILD_FILE = re.compile(r"^(\d+)/files/(.+)$")
 
 
 @dataclass(frozen=True)
 class InputSource:
-    """One parent the job takes inputs from: its id, its output prefix and the patterns."""
+    """One parent the job takes inputs from: its id and where the service copied them
+    (``inputs/<child>/from/<parent>/``)."""
 
     job_id: str
     prefix: str
-    files: tuple[str, ...] = ()
-
-    def wants(self, name: str) -> bool:
-        """Whether output ``name`` matches one of the patterns (every name without patterns)."""
-        return not self.files or any(fnmatch.fnmatchcase(name, pattern) for pattern in self.files)
 
 
-def input_sources(document: Any) -> list[InputSource]:
-    """The ``inputsFrom`` of an input document, checked. Raises ``InvalidJobInput``."""
+def input_sources(document: Any, input_key: str) -> list[InputSource]:
+    """The ``inputsFrom`` of the input document stored at ``input_key`` (``inputs/<jobId>/input.json``),
+    checked, each with its copy prefix in that folder. A ``prefix`` an older document gives (the
+    parent's outputs) is not read. Raises ``InvalidJobInput``."""
     entries = document.get("inputsFrom") if isinstance(document, dict) else None
     if entries is None:
         return []
     if not isinstance(entries, list):
         raise InvalidJobInput("'inputsFrom' must be a list")
+    folder = input_key.rpartition("/")[0]
     sources = []
     for entry in entries:
         job_id = entry.get("jobId") if isinstance(entry, dict) else None
-        prefix = entry.get("prefix") if isinstance(entry, dict) else None
-        files = entry.get("files", []) if isinstance(entry, dict) else None
         if not (isinstance(job_id, str) and _JOB_ID.match(job_id)):
             raise InvalidJobInput("'inputsFrom' names a job id that is not one")
-        if not (isinstance(prefix, str) and prefix == f"outputs/{job_id}/"):
-            raise InvalidJobInput(f"'inputsFrom' gives no output prefix for {job_id}")
-        if not (isinstance(files, list) and all(isinstance(f, str) for f in files)):
-            raise InvalidJobInput("'inputsFrom' files must be a list of patterns")
-        sources.append(InputSource(job_id, prefix, tuple(files)))
+        sources.append(InputSource(job_id, f"{folder}/{COPIES_FOLDER}/{job_id}/"))
     return sources
 
 
 def fetch_inputs(storage: JobStorage, sources: list[InputSource], workdir: Path) -> list[Path]:
-    """Download each parent's matching outputs and its result under ``workdir/inputs/<id>/``.
+    """Download each parent's copied outputs and its result under ``workdir/inputs/<id>/``.
 
-    Returns the files written. Raises ``InputNotFound`` (a parent's outputs are gone: expired or
-    deleted) or ``StorageError``.
+    Returns the files written. Raises ``InputNotFound`` (a copy or its manifest is missing: the
+    service did not copy it, or it expired), ``InvalidJobInput`` (a malformed manifest) or
+    ``StorageError``.
     """
     written: list[Path] = []
     for source in sources:
         folder = workdir / INPUTS_FOLDER / source.job_id
         folder.mkdir(parents=True, exist_ok=True)
-        for key in storage.list_keys(source.prefix):
-            name = _output_name(key[len(source.prefix) :])
-            if name is None or not source.wants(name):
+        copied = _manifest(storage, source)
+        for relative in sorted(copied):
+            name = _output_name(relative)
+            if name is None:
                 continue
             path = _inside(folder, name)
             path.parent.mkdir(parents=True, exist_ok=True)
-            storage.download(key, path)
+            storage.download(source.prefix + relative, path)
             written.append(path)
         # Last: an output file named result.json or result.pickle does not hide the result.
-        written += _result(storage, source, folder)
+        written += _result(storage, source, folder, copied)
     return written
+
+
+def _manifest(storage: JobStorage, source: InputSource) -> frozenset[str]:
+    """The keys (below ``source.prefix``) the manifest lists. Raises ``InputNotFound``,
+    ``InvalidJobInput``."""
+    try:
+        document = json.loads(storage.read(source.prefix + MANIFEST_OBJECT))
+    except ValueError as exc:
+        raise InvalidJobInput(
+            f"the copy of {source.job_id}'s outputs has a manifest that is not JSON"
+        ) from exc
+    objects = document.get("objects") if isinstance(document, dict) else None
+    if (
+        not isinstance(document, dict)
+        or document.get("format") != MANIFEST_FORMAT
+        or not isinstance(objects, list)
+        or not all(isinstance(o, str) for o in objects)
+    ):
+        raise InvalidJobInput(
+            f"the copy of {source.job_id}'s outputs has a manifest not of {MANIFEST_FORMAT}"
+        )
+    return frozenset(objects)
 
 
 def _output_name(relative: str) -> str | None:
@@ -105,18 +129,18 @@ def _inside(folder: Path, name: str) -> Path:
     return folder.joinpath(*parts)
 
 
-def _result(storage: JobStorage, source: InputSource, folder: Path) -> list[Path]:
+def _result(storage: JobStorage, source: InputSource, folder: Path, copied: frozenset[str]) -> list[Path]:
     """The parent's ``result.json`` (``{"result", "resultRepr"}``) and ``result.pickle``, written from
     its ``outcome.json`` (inline) or copied from the objects it names; nothing when it has no result."""
-    try:
-        outcome = json.loads(storage.read(source.prefix + "outcome.json"))
-    except InputNotFound:
-        outcome = None
-    except ValueError as exc:
-        raise InvalidJobInput(f"{source.job_id}'s outcome is not JSON") from exc
+    outcome: Any = None
+    if "outcome.json" in copied:
+        try:
+            outcome = json.loads(storage.read(source.prefix + "outcome.json"))
+        except ValueError as exc:
+            raise InvalidJobInput(f"{source.job_id}'s outcome is not JSON") from exc
     if not isinstance(outcome, dict):
         # An array (its result document is the service's) or the layout before outcome.json.
-        return _copy_if_present(storage, source, folder, ("result.json", "result.pickle"))
+        return _download_copied(storage, source, folder, copied, ("result.json", "result.pickle"))
     written: list[Path] = []
     if "result" in outcome:
         path = folder / "result.json"
@@ -124,7 +148,7 @@ def _result(storage: JobStorage, source: InputSource, folder: Path) -> list[Path
         path.write_text(json.dumps(document), encoding="utf-8")
         written.append(path)
     elif outcome.get("resultObject"):
-        written += _copy_if_present(storage, source, folder, ("result.json",))
+        written += _download_copied(storage, source, folder, copied, ("result.json",))
     if isinstance(outcome.get("pickle"), str):
         path = folder / "result.pickle"
         try:
@@ -133,18 +157,16 @@ def _result(storage: JobStorage, source: InputSource, folder: Path) -> list[Path
             raise InvalidJobInput(f"{source.job_id}'s result pickle is not base64") from exc
         written.append(path)
     elif outcome.get("pickleObject"):
-        written += _copy_if_present(storage, source, folder, ("result.pickle",))
+        written += _download_copied(storage, source, folder, copied, ("result.pickle",))
     return written
 
 
-def _copy_if_present(
-    storage: JobStorage, source: InputSource, folder: Path, names: tuple[str, ...]
+def _download_copied(
+    storage: JobStorage, source: InputSource, folder: Path, copied: frozenset[str], names: tuple[str, ...]
 ) -> list[Path]:
     written = []
     for name in names:
-        try:
+        if name in copied:
             storage.download(source.prefix + name, folder / name)
-        except InputNotFound:
-            continue
-        written.append(folder / name)
+            written.append(folder / name)
     return written

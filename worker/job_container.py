@@ -31,6 +31,7 @@ from typing import Any, BinaryIO
 
 from worker import job_side
 from worker.runner import JobError, JobInput
+from worker.settings import JOB_UID
 from worker.supervisor import JobRun, _end_as_terminated, _ended_without_outcome, _report, job_side_root
 
 #: The supervisor's variable naming the exchange folder (``functions.domain.images.EXCHANGE_VARIABLE``).
@@ -57,9 +58,27 @@ def output_dir(exchange: Path) -> Path:
     return exchange / "outputs"
 
 
+def work_dir(exchange: Path) -> Path:
+    """The working folder an image job's code starts in (``exchange/work``, made here, writable by
+    the job container's user): the supervisor puts the parents' ``inputs/`` in it first."""
+    return _shared(exchange / job_side.WORK_FOLDER)
+
+
+def share_tree(folder: Path) -> None:
+    """Make what the supervisor wrote under ``folder`` (the parents' inputs) the job container's to
+    change, whichever user its image runs as: folders 0777, files 0666, links left as they are."""
+    for path in [folder, *folder.rglob("*")]:
+        if path.is_symlink():
+            continue
+        path.chmod(0o777 if path.is_dir() else 0o666)
+
+
 def _shared(folder: Path) -> Path:
-    """Make ``folder`` (and its parents up to the exchange) writable by the job container's user,
-    whichever the image runs as (the supervisor runs as root in its own image)."""
+    """Make ``folder`` writable by the job container's user, whichever the image runs as (the
+    supervisor runs as root in its own image): 0777, as the console file is 0666. The exchange is this
+    job's own task volume, shared with no other job and no host folder; ``lib/`` stays root's (0755,
+    read only unless the image runs as root), and the supervisor reads what the job container writes
+    there (``console``, ``exit.json``, ``job/outcome/``) following no link (``job_side.open_regular``)."""
     folder.mkdir(parents=True, exist_ok=True)
     folder.chmod(0o777)
     return folder
@@ -78,7 +97,7 @@ def prepare(exchange: Path, job: JobInput, *, memory_gib: int | None, environ: M
     variables = {
         k: v
         for k, v in environ.items()
-        if k.startswith(("REMOTE_BATCH_", "AWS_BATCH_")) and k != EXCHANGE_VARIABLE
+        if k.startswith(("REMOTE_BATCH_", "AWS_BATCH_")) and k not in (EXCHANGE_VARIABLE, JOB_UID)
     }
     variables["REMOTE_BATCH_OUTPUT_DIR"] = str(outputs)
     args = {
@@ -164,7 +183,7 @@ def run_in_job_container(
     out = sink or sys.stdout.buffer
     prepare(exchange, job, memory_gib=memory_gib, environ=environ)
     stopped: int | None = None
-    with _dying_of_termination(), open(exchange / job_side.CONSOLE_FILE, "rb") as console:
+    with _dying_of_termination(), job_side.open_regular(exchange / job_side.CONSOLE_FILE) as console:
         while True:
             relay(console, out)
             returncode = job_side.read_exit(exchange)

@@ -40,12 +40,14 @@ This module runs on Python 3.9 to 3.13: no ``match``, no ``X | Y`` outside annot
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
+import stat
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from worker.encoding import EncodedResult, encode_result
 from worker.runner import (
@@ -72,10 +74,12 @@ PREVIEW_PNG = "preview.png"
 #: Where the shared volume is mounted in both containers.
 EXCHANGE_PATH = "/remote-batch/exchange"
 #: Files of that folder: the supervisor's ``ready`` mark, ``args.json``, the job's folder (``job/``:
-#: input and outcome), the job's console, and the launcher's ``exit.json``.
+#: input and outcome), the working folder its code starts in (``work/``: the parents' ``inputs/``),
+#: the job's console, and the launcher's ``exit.json``.
 READY_FILE = "ready"
 ARGS_FILE = "args.json"
 JOB_FOLDER = "job"
+WORK_FOLDER = "work"
 CONSOLE_FILE = "console"
 EXIT_FILE = "exit.json"
 #: The signals the launcher passes on to the job side (AWS Batch's terminate is SIGTERM to every
@@ -162,25 +166,52 @@ def write_outcome(folder: Path, outcome: Outcome) -> None:
     partial.replace(target / OUTCOME_DOCUMENT)
 
 
+def open_regular(path: Path) -> BinaryIO:
+    """``path`` opened for reading if it is a regular file, following no link and waiting on no
+    pipe: the job's user owns the folders the supervisor reads this way (its outcome, an image job's
+    exchange) and the supervisor may be root (``worker.job_user``).
+
+    Raises ``FileNotFoundError`` when it is missing, ``OSError`` when it is a link or no regular file.
+    """
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+    file = open(os.open(path, flags), "rb")  # noqa: SIM115 - returned open
+    if not stat.S_ISREG(os.fstat(file.fileno()).st_mode):
+        file.close()
+        raise OSError(errno.EINVAL, "not a regular file", str(path))
+    return file
+
+
+def read_regular(path: Path) -> bytes:
+    """The bytes of ``path``, opened by :func:`open_regular` (which says what it raises)."""
+    with open_regular(path) as file:
+        return file.read()
+
+
+def _read_if_present(path: Path) -> bytes | None:
+    try:
+        return read_regular(path)
+    except FileNotFoundError:
+        return None
+
+
 def read_outcome(folder: Path) -> JobSideOutcome | None:
     """What :func:`write_outcome` wrote, or None when the job side ended before writing it.
 
-    Raises ``ValueError`` (or ``OSError``) when the files are damaged.
+    Raises ``ValueError`` (or ``OSError``) when the files are damaged (or are links, pipes...).
     """
     source = folder / OUTCOME_DIR
     try:
-        document = json.loads((source / OUTCOME_DOCUMENT).read_bytes())
+        document = json.loads(read_regular(source / OUTCOME_DOCUMENT))
     except FileNotFoundError:
         return None
-    pickle_file, preview_file = source / RESULT_PICKLE, source / PREVIEW_PNG
     error = document["error"]
     return JobSideOutcome(
         messages=[str(message) for message in document["messages"]],
         error=None if error is None else JobError(**error),
         result=EncodedResult(
-            result_json=(source / RESULT_JSON).read_bytes(),
-            result_pickle=pickle_file.read_bytes() if pickle_file.exists() else None,
-            preview_png=preview_file.read_bytes() if preview_file.exists() else None,
+            result_json=read_regular(source / RESULT_JSON),
+            result_pickle=_read_if_present(source / RESULT_PICKLE),
+            preview_png=_read_if_present(source / PREVIEW_PNG),
             preview_kind=document["previewKind"],
             result_repr=str(document["resultRepr"]),
             messages=[str(message) for message in document["encodingMessages"]],
@@ -212,8 +243,9 @@ def container_main(exchange: str) -> None:
     interpreter (the image's python3, with the image's own site-packages) as a child process whose
     console goes to ``exchange/console``; forward SIGTERM, SIGINT and SIGHUP to it; write
     ``exchange/exit.json`` (``{"returncode": N}``, negative for a signal) when it ends; exit with its
-    code. A Python other than the environment's (``args.json`` ``python``) records an outcome saying
-    so instead (a pickled call only loads in the version that made it)."""
+    code. The job side starts in ``exchange/work`` (the image's working directory when the supervisor
+    made none). A Python other than the environment's (``args.json`` ``python``) records an outcome
+    saying so instead (a pickled call only loads in the version that made it)."""
     import signal
     import subprocess
 
@@ -245,7 +277,14 @@ def container_main(exchange: str) -> None:
         str(args["outputDir"]),
     ]
     with open(folder / CONSOLE_FILE, "ab", buffering=0) as console:
-        process = subprocess.Popen([*argv, memory], env=environ, stdout=console, stderr=console)  # noqa: S603
+        work = folder / WORK_FOLDER
+        process = subprocess.Popen(  # noqa: S603
+            [*argv, memory],
+            env=environ,
+            stdout=console,
+            stderr=console,
+            cwd=str(work) if work.is_dir() else None,
+        )
 
         def forward(signum: int, _frame: Any) -> None:
             with contextlib.suppress(OSError):
@@ -267,6 +306,6 @@ def _write_exit(folder: Path, returncode: int) -> None:
 def read_exit(exchange: Path) -> int | None:
     """The job side's return code :func:`container_main` wrote, or None while it has not."""
     try:
-        return int(json.loads((exchange / EXIT_FILE).read_text(encoding="utf-8"))["returncode"])
+        return int(json.loads(read_regular(exchange / EXIT_FILE).decode("utf-8"))["returncode"])
     except FileNotFoundError:
         return None

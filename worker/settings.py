@@ -16,6 +16,9 @@ MEMORY_GIB = "REMOTE_BATCH_MEMORY_GIB"
 #: Batch for an array job's children; absent for a span of one item, which is its index 0).
 ARRAY_OFFSET = "REMOTE_BATCH_ARRAY_OFFSET"
 BATCH_ARRAY_INDEX = "AWS_BATCH_JOB_ARRAY_INDEX"
+#: The uid the job side runs as when the supervisor is root (``worker.job_user``): the worker images
+#: set it to their ``worker`` user's, 10001; unset, the job side runs as the supervisor does.
+JOB_UID = "REMOTE_BATCH_JOB_UID"
 REQUIRED = (JOB_ID, BUCKET, INPUT_KEY, OUTPUT_PREFIX)
 
 
@@ -38,6 +41,9 @@ class WorkerSettings:
     array_index : int or None
         An array child's index in the whole array (``REMOTE_BATCH_ARRAY_OFFSET`` plus
         ``AWS_BATCH_JOB_ARRAY_INDEX``); None for a job that is no array child.
+    job_uid : int or None
+        ``REMOTE_BATCH_JOB_UID``: the uid (>= 1) the job side runs as when the supervisor is root;
+        None when unset.
     """
 
     job_id: str
@@ -46,6 +52,7 @@ class WorkerSettings:
     output_prefix: str
     memory_gib: int | None
     array_index: int | None = None
+    job_uid: int | None = None
 
     @property
     def job_output_prefix(self) -> str:
@@ -73,7 +80,7 @@ class WorkerSettings:
         ConfigError
             A required variable is missing or empty, the output prefix does not end with ``/``, or
             ``REMOTE_BATCH_MEMORY_GIB`` is not a positive integer, or the array variables are not
-            integers >= 0.
+            integers >= 0, or ``REMOTE_BATCH_JOB_UID`` is not an integer >= 1.
         """
         missing = [name for name in REQUIRED if not environ.get(name)]
         if missing:
@@ -88,6 +95,7 @@ class WorkerSettings:
             output_prefix=output_prefix,
             memory_gib=_memory_gib(environ.get(MEMORY_GIB)),
             array_index=_array_index(environ.get(ARRAY_OFFSET), environ.get(BATCH_ARRAY_INDEX)),
+            job_uid=_job_uid(environ.get(JOB_UID)),
         )
 
 
@@ -114,3 +122,12 @@ def _array_index(offset: str | None, index: str | None) -> int | None:
     if offset is None or offset == "":
         return None
     return _whole_number(ARRAY_OFFSET, offset) + (_whole_number(BATCH_ARRAY_INDEX, index) if index else 0)
+
+
+def _job_uid(text: str | None) -> int | None:
+    """The job side's uid, or None when unset; root (0) is refused: it would share the supervisor's."""
+    if text is None or text == "":
+        return None
+    if not (text.isascii() and text.isdigit()) or int(text) == 0:
+        raise ConfigError(f"{JOB_UID} must be a uid >= 1 (the job's user, not root), got {text!r}")
+    return int(text)

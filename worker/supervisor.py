@@ -6,7 +6,9 @@ site-packages), its input, its process (the job's interpreter, isolated: ``-I``,
 ``PYTHONPATH``, user site or working directory on its path; ``-S`` too when ``REMOTE_BATCH_JOB_SITE``
 names the site folders it gets instead of the interpreter's own), the signals forwarded to it, and
 what the job ended with when it died before writing its outcome (a signal, the memory limit, the
-user's ``os._exit``).
+user's ``os._exit``); and, when the supervisor is root in the worker image, the job side's own user
+(``worker.job_user``: its uid and group, no other group, its ``HOME``), with its folder arranged so
+it reads its modules and input and writes only its outcome.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import cloudpickle
 
 from worker import job_side
 from worker.encoding import EncodedOutputs, EncodedResult, encode_outcome, encode_result
+from worker.job_user import JobUser, share_read_only
 from worker.runner import (
     EXIT_USER_ERROR,
     JobError,
@@ -39,11 +42,12 @@ from worker.runner import (
     oom_kill_count,
     parent_death_signal_hook,
 )
+from worker.settings import JOB_UID
 
 #: The interpreter the job side runs in (the job's ``pythonVersion``); this one when unset.
 JOB_PYTHON_VARIABLE = "REMOTE_BATCH_JOB_PYTHON"
-#: What the supervisor keeps out of the job side's environment: its own import path.
-_SERVICE_ONLY_VARIABLES = ("PYTHONPATH", "PYTHONHOME", JOB_PYTHON_VARIABLE)
+#: What the supervisor keeps out of the job side's environment: its own import path and settings.
+_SERVICE_ONLY_VARIABLES = ("PYTHONPATH", "PYTHONHOME", JOB_PYTHON_VARIABLE, JOB_UID)
 #: The signals passed on to the job side (AWS Batch's terminate is SIGTERM, then SIGKILL).
 _FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
@@ -95,15 +99,33 @@ def job_side_command(
     return [python, *flags, "-c", job_side.BOOTSTRAP, str(root), str(folder), str(output_dir), memory]
 
 
-def job_side_environment(environ: Mapping[str, str], output_dir: Path) -> dict[str, str]:
-    """The job side's environment: the job's, without the supervisor's own import settings."""
+def job_side_environment(
+    environ: Mapping[str, str], output_dir: Path, user: JobUser | None = None
+) -> dict[str, str]:
+    """The job side's environment: the job's, without the supervisor's own settings; ``HOME`` the
+    home of the job side's own ``user`` when it has one."""
     env = {k: v for k, v in environ.items() if k not in _SERVICE_ONLY_VARIABLES}
     env["REMOTE_BATCH_OUTPUT_DIR"] = str(output_dir)
+    if user is not None:
+        env["HOME"] = user.home
     return env
 
 
+def prepare_job_folder(folder: Path, user: JobUser) -> None:
+    """Arrange the job side's ``folder`` (its modules and input written) for a job side running as
+    ``user``: the folder, ``lib/`` and ``input/`` root's and read only (folders 0755, files 0644),
+    ``outcome/`` the user's alone (0700), the one place it writes (``worker.job_user``)."""
+    share_read_only(folder)
+    user.own_folder(folder / job_side.OUTCOME_DIR)
+
+
 def run_in_job_python(
-    job: JobInput, *, output_dir: Path, memory_gib: int | None, environ: Mapping[str, str]
+    job: JobInput,
+    *,
+    output_dir: Path,
+    memory_gib: int | None,
+    environ: Mapping[str, str],
+    user: JobUser | None = None,
 ) -> JobRun:
     """Run ``job`` in the job side and return what it recorded.
 
@@ -118,6 +140,9 @@ def run_in_job_python(
     environ : Mapping[str, str]
         The job's environment; ``REMOTE_BATCH_JOB_PYTHON`` names the interpreter (this one when
         unset), ``REMOTE_BATCH_JOB_SITE`` the site folders it gets instead of its own.
+    user : JobUser or None
+        The job side's own user (``worker.job_user.job_user``; ``output_dir`` must be its); None:
+        the supervisor's.
 
     Returns
     -------
@@ -135,6 +160,8 @@ def run_in_job_python(
         folder = Path(tmp)
         root = job_side_root(folder / "lib")
         job_side.write_input(folder, job)
+        if user is not None:
+            prepare_job_folder(folder, user)
         argv = job_side_command(
             python, root, folder, output_dir, memory_gib, own_site=not environ.get(job_side.SITE_VARIABLE)
         )
@@ -142,11 +169,13 @@ def run_in_job_python(
         for stream in (sys.stdout, sys.stderr):  # the supervisor's lines stay in order with the job's
             with contextlib.suppress(ValueError, OSError):
                 stream.flush()
-        # It dies with the supervisor (SIGKILL, Linux), as a command the runner starts dies with it.
+        # It dies with the supervisor (SIGKILL, Linux), as a command the runner starts dies with it;
+        # as its own user, the uid and groups are set before that hook runs (it survives them).
         process = subprocess.Popen(  # noqa: S603 - the job's interpreter on the job side's bootstrap
             argv,
-            env=job_side_environment(environ, output_dir),
+            env=job_side_environment(environ, output_dir, user),
             preexec_fn=parent_death_signal_hook(),  # noqa: PLW1509 - prctl only, between fork and exec
+            **(user.process_options() if user is not None else {}),
         )
         with _forwarding_signals(process) as received:
             returncode = process.wait()

@@ -25,6 +25,9 @@ from functions.domain.status import JobStatus
 
 #: The most parents one job may name (AWS Batch allows 20).
 MAX_PARENTS = 100
+#: The most jobs that may wait for one job (its ``dependents``, kept on its record: 1,000 ids are
+#: about 31 KB of the item's 400 KB).
+MAX_DEPENDENTS = 1000
 #: The most glob patterns one ``inputsFrom`` entry may give, and the longest one (characters).
 MAX_PATTERNS = 20
 MAX_PATTERN_LENGTH = 256
@@ -75,6 +78,23 @@ def waiting_reason(parent_id: str, status: JobStatus) -> str:
 def unmet_reason(parent_id: str, status: JobStatus, condition: Condition) -> str:
     """Why a child ends when its parent ended the other way."""
     return f"Dependency {parent_id} ended {status.value}; this job needed {condition.value}"
+
+
+def settled_reason(waiting_for: Sequence[Prerequisite], settled: frozenset[str]) -> str:
+    """A waiting job's ``statusReason`` once parents of its settled since it was last judged (their
+    settlements count them without reading the others, ``functions.logic.waits.parent_settled``):
+    ``Waiting for job-Y and N more``, job-Y its first prerequisite not settled; a build first:
+    ``Waiting for its environment's build and N more``."""
+    pending = [p for p in waiting_for if not (p.kind is PrerequisiteKind.JOB and p.key in settled)]
+    if not pending:
+        return "Waiting for its dependencies"
+    first = pending[0]
+    reason = (
+        f"Waiting for {first.key}"
+        if first.kind is PrerequisiteKind.JOB
+        else "Waiting for its environment's build"
+    )
+    return f"{reason} and {len(pending) - 1} more" if len(pending) > 1 else reason
 
 
 def gone_reason(parent_id: str) -> str:

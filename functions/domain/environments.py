@@ -32,6 +32,7 @@ from functions.domain.errors import Conflict, ValidationFailed
 from functions.domain.images import image_hash, parse_image
 from functions.domain.prerequisites import Prerequisite, PrerequisiteKind, PrerequisiteState, Standing
 from functions.domain.runtime import PythonRuntime
+from functions.domain.text import LABEL_PATTERN, URL_CHARS_PATTERN, full_match
 
 #: An environment's name: a letter, then letters, digits, ``-``, ``_`` or ``.``; 2 to 64 characters.
 NAME_PATTERN = r"^[A-Za-z][A-Za-z0-9._-]{1,63}$"
@@ -179,6 +180,12 @@ def check_name(name: str, field_name: str = "name") -> str:
 
 
 def _check_index(url: str, field_name: str, allow_http: bool) -> str:
+    if not full_match(URL_CHARS_PATTERN, url):
+        raise ValidationFailed(
+            f"{field_name} must be a URL of visible ASCII characters (hosts in their xn-- form), "
+            f"not {url[:200]!a}.",
+            field_name,
+        )
     parts = urlsplit(url)
     schemes = ("https", "http") if allow_http else ("https",)
     if len(url) > MAX_URL_CHARS or parts.scheme not in schemes or not parts.hostname:
@@ -224,9 +231,11 @@ def check_spec(spec: EnvironmentSpec, runtime: PythonRuntime, *, allow_http: boo
     ------
     ValidationFailed
         ``python``; ``requirements`` (over :data:`MAX_REQUIREMENTS`); ``requirements[i]`` (a line
-        ``packaging`` cannot parse, or over :data:`MAX_REQUIREMENT_CHARS`); ``indexUrl``;
-        ``extraIndexUrls[i]``; ``image``; ``requirements`` with an ``image`` (an image environment
-        runs the image's own packages: requirements on top of an image are not built yet);
+        ``packaging`` cannot parse, over :data:`MAX_REQUIREMENT_CHARS`, or holding a character
+        ``functions.domain.text.LABEL_PATTERN`` refuses, such as ESC in a marker); ``indexUrl`` and
+        ``extraIndexUrls[i]`` (visible ASCII, https or allowed http, a host, no password);
+        ``image``; ``requirements`` with an ``image`` (an image environment runs the image's own
+        packages: requirements on top of an image are not built yet);
         ``repositoryCredentials`` without an ``image``.
     """
     if spec.python not in runtime.versions:
@@ -244,6 +253,12 @@ def check_spec(spec: EnvironmentSpec, runtime: PythonRuntime, *, allow_http: boo
         where = f"requirements[{index}]"
         if len(line) > MAX_REQUIREMENT_CHARS:
             raise ValidationFailed(f"{where} is over {MAX_REQUIREMENT_CHARS} characters.", field=where)
+        if not full_match(LABEL_PATTERN, line):
+            raise ValidationFailed(
+                f"{where} {line[:200]!a} holds a control, line-break or bidirectional formatting "
+                "character, or only spaces.",
+                field=where,
+            )
         try:
             Requirement(line)
         except InvalidRequirement as exc:
@@ -322,8 +337,8 @@ class Environment:
     image_digest : str | None
         The digest (``sha256:...``) the spec's ``image`` resolved to (None without an image, or when
         it did not resolve); jobs run in ``repository@digest``.
-    created_at, ready_at : datetime, datetime | None
-        When it was asked for; when it became Ready or Failed.
+    created_at, ready_at, failed_at : datetime, datetime | None, datetime | None
+        When it was asked for; when it became Ready; when it became Failed.
     log_stream_name : str
         The build log's stream in the home zone's log group.
     version : int
@@ -342,6 +357,7 @@ class Environment:
     packages: tuple[Package, ...] = field(default_factory=tuple)
     size_bytes: int = 0
     ready_at: datetime | None = None
+    failed_at: datetime | None = None
     version: int = 0
     image_digest: str | None = None
 
@@ -499,7 +515,7 @@ def reusable(environment: Environment, now: datetime) -> bool:
         return True
     if now >= unnamed_expires_at(environment):
         return False
-    failed_at = environment.ready_at or environment.created_at
+    failed_at = environment.failed_at or environment.created_at
     return environment.status is not EnvironmentStatus.FAILED or now < failed_at + UNNAMED_RETRY_AFTER
 
 
@@ -534,7 +550,7 @@ def finish(environment: Environment, outcome: BuildOutcome, now: datetime) -> En
             status=EnvironmentStatus.FAILED,
             status_reason=f"{what} failed: {outcome.error}",
             hash=outcome.hash,
-            ready_at=now,
+            failed_at=now,
         )
     return replace(
         environment,
@@ -560,7 +576,7 @@ def image_environment(
             environment,
             status=EnvironmentStatus.FAILED,
             status_reason=f"Environment {name} failed: {reason}",
-            ready_at=now,
+            failed_at=now,
         )
     resolved = replace(environment, image_digest=digest)
     pinned = resolved.pinned_image

@@ -2,11 +2,12 @@
 
 A job reads its input and writes its outputs, nothing else: ``s3:GetObject`` under ``inputs/`` and the
 put actions of CDK's ``Bucket.grant_put`` (``s3:PutObject*`` and ``s3:Abort*``, to abort its own failed
-multipart uploads) under ``outputs/``; a job with ``inputsFrom`` also reads and lists its parents'
-outputs (``outputs/<parent>/*``). No other ``s3:List*`` (a job never needs to see which other jobs
-exist), no DynamoDB, no SNS. In the cloud the job role is fixed at deploy time, so its resources are
-the whole prefixes; the local stack gives each job a user whose policy narrows them to
-``inputs/<jobId>/*`` and ``outputs/<jobId>/*``, and moto's IAM enforces it.
+multipart uploads) under ``outputs/``. A job with ``inputsFrom`` reads no parent's outputs: the service
+copies them under its own inputs when it releases the job (``functions.domain.parent_inputs``). No
+``s3:List*`` (a job never needs to see which other jobs exist), no DynamoDB, no SNS. In the cloud the
+job role is fixed at deploy time, so its resources are the whole prefixes; the local stack gives each
+job a user whose policy narrows them to ``inputs/<jobId>/*`` and ``outputs/<jobId>/*``, and moto's IAM
+enforces it.
 """
 
 from __future__ import annotations
@@ -33,7 +34,6 @@ def job_policy_statements(
     bucket_arn: str,
     job_id: str | None = None,
     account_id: str | None = None,
-    parents: tuple[str, ...] = (),
 ) -> list[dict[str, Any]]:
     """The IAM policy statements of a job's role, as JSON-shaped dicts.
 
@@ -47,10 +47,6 @@ def job_policy_statements(
     account_id : str | None
         With ``job_id``: the job's account, whose uploads (``inputs/uploads/<accountId>/*``, which a
         job's input may name, ``POST /jobs/uploads``) it may read too.
-    parents : tuple[str, ...]
-        With ``job_id``: the parents it takes inputs from (``inputsFrom``), whose outputs it may list
-        and read (``outputs/<parent>/*``). The shared cloud role gets no such right: reading any
-        job's outputs would break tenant isolation (a per-job session policy is what it needs).
 
     Returns
     -------
@@ -65,34 +61,14 @@ def job_policy_statements(
         if account_id:
             inputs.append(f"{bucket_arn}/{UPLOADS_PREFIX}{account_id}/*")
         outputs = f"{bucket_arn}/{OUTPUTS_PREFIX}{job_id}/*"
-    statements: list[dict[str, Any]] = [
+    return [
         {"Effect": "Allow", "Action": list(JOB_INPUT_ACTIONS), "Resource": inputs},
         {"Effect": "Allow", "Action": list(JOB_OUTPUT_ACTIONS), "Resource": outputs},
-    ]
-    if job_id is None or not parents:
-        return statements
-    readable = [f"{OUTPUTS_PREFIX}{p}/*" for p in parents]
-    return [
-        *statements,
-        {
-            "Effect": "Allow",
-            "Action": list(JOB_INPUT_ACTIONS),
-            "Resource": [f"{bucket_arn}/{prefix}" for prefix in readable],
-        },
-        {
-            "Effect": "Allow",
-            "Action": ["s3:ListBucket"],
-            "Resource": bucket_arn,
-            "Condition": {"StringLike": {"s3:prefix": readable}},
-        },
     ]
 
 
 def job_policy_document(
-    bucket_arn: str, job_id: str | None = None, account_id: str | None = None, parents: tuple[str, ...] = ()
+    bucket_arn: str, job_id: str | None = None, account_id: str | None = None
 ) -> dict[str, Any]:
     """``job_policy_statements`` as a whole policy document (``{"Version": "2012-10-17", ...}``)."""
-    return {
-        "Version": "2012-10-17",
-        "Statement": job_policy_statements(bucket_arn, job_id, account_id, parents),
-    }
+    return {"Version": "2012-10-17", "Statement": job_policy_statements(bucket_arn, job_id, account_id)}

@@ -222,8 +222,15 @@ class Job:
     inputs_from : tuple[InputsFrom, ...]
         The parents whose outputs the job starts with, and which of them (patterns).
     has_dependents : bool
-        Some job was submitted depending on this one (set on it before that child is written): its
-        ending settles its children (``functions.logic.dependencies``).
+        Some job was submitted depending on this one and registered by a wait item (records from
+        before ``dependents``): its ending Queries its waiters (``functions.logic.waits``).
+    dependents : tuple[str, ...]
+        The ids of the jobs submitted depending on this one while it was not final (appended before
+        each child is written, at most ``dependencies.MAX_DEPENDENTS``): its ending settles each.
+    settled_parents : frozenset[str]
+        While the job waits: the parents whose final status it has taken account of (each counted
+        once, ``functions.logic.waits.parent_settled``); it is judged against all of them once this
+        holds every parent.
     """
 
     job_id: str
@@ -282,6 +289,8 @@ class Job:
     depends_on: tuple[Dependency, ...] = ()
     inputs_from: tuple[InputsFrom, ...] = ()
     has_dependents: bool = False
+    dependents: tuple[str, ...] = ()
+    settled_parents: frozenset[str] = frozenset()
 
     @property
     def is_waiting(self) -> bool:

@@ -24,6 +24,7 @@ from functions.domain.arrays import span_ids
 from functions.domain.errors import BatchRefused, DependencyFailed
 from functions.domain.jobs import ABORTED_BY_USER, DispatchState, Job, QueuedSpan
 from functions.logic import dispatch_rules as rules
+from functions.logic import waits
 from functions.logic.batch_submission import span_submission
 from functions.logic.dispatch_requests import enqueue, request_admission
 from functions.logic.dispatch_rules import DispatchOutcome, Pacer
@@ -150,7 +151,11 @@ def refuse(services: Services, parent_id: str, offset: int, reason: str) -> Job 
     parent = services.store.get_job(parent_id)
     if parent is None:
         return None
-    return withdraw_unsent(services, parent, reason, services.clock(), claimed_offset=offset)
+    now = services.clock()
+    after = withdraw_unsent(services, parent, reason, now, claimed_offset=offset)
+    # An array that ended here settles the jobs waiting for it now, not at the meter's backstop.
+    waits.settle_dependents(services, after, now)
+    return after
 
 
 def nudge_array(services: Services, parent: Job, now: datetime) -> None:

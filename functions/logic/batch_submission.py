@@ -28,8 +28,6 @@ CREDIT_TIMEOUT_MARGIN_SECONDS = 120
 IMAGE_PYTHON_VARIABLE = "REMOTE_BATCH_IMAGE_PYTHON"
 #: Environment variable of a span's container: the global index of the span's first item.
 ARRAY_OFFSET_VARIABLE = "REMOTE_BATCH_ARRAY_OFFSET"
-#: The parents a job takes inputs from (``inputsFrom``), comma-separated.
-INPUT_JOBS_VARIABLE = "REMOTE_BATCH_INPUT_JOBS"
 
 
 def input_key(job_id: str) -> str:
@@ -96,9 +94,6 @@ def batch_submission(
             "REMOTE_BATCH_OUTPUT_PREFIX": output_prefix(job.job_id),
             "REMOTE_BATCH_MEMORY_GIB": str(machine.memory_gib),
             **build,
-            # The parents whose outputs it reads (``inputsFrom``): the local stack's job credentials
-            # allow reading those parents' outputs, and no others'.
-            **({INPUT_JOBS_VARIABLE: ",".join(i.job_id for i in job.inputs_from)} if job.inputs_from else {}),
             **(environment or {}),
         },
         timeout_seconds=batch_timeout(machine, job.credit_constraint, job.time_constraint),

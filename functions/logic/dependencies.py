@@ -6,9 +6,11 @@ every parent ended as its condition asks."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 
 from functions.domain.dependencies import (
+    MAX_DEPENDENTS,
     Dependency,
     ParentStanding,
     parent_prerequisite,
@@ -21,22 +23,32 @@ from functions.domain.text import JOB_ID_PATTERN, full_match
 from functions.ports import Services
 
 
+@dataclass(frozen=True, slots=True)
+class MarkedParents:
+    """What marking a submit's parents found: the child's prerequisites on them (in order), the reason
+    it waits with (the first parent not final: ``Waiting for job-X (Running)``, and how many more;
+    None when every parent is final already: the submit's settle releases or ends the child at once),
+    and the parents final already (they settle nothing more for it: its ``settled_parents``)."""
+
+    prerequisites: tuple[Prerequisite, ...]
+    reason: str | None
+    settled: frozenset[str]
+
+
 def mark_parents(
     services: Services,
     account_id: str,
+    child_id: str,
     zone: GeoZone,
     dependencies: Sequence[Dependency],
     *,
     takes_outputs: frozenset[str],
     now: datetime,
-) -> tuple[tuple[Prerequisite, ...], str | None]:
-    """Check each parent of a submit and mark it as a parent (``JobRepository.mark_has_dependents``:
-    one conditional UpdateItem each, which also reads it), before the child is written, so a parent's
-    ending always finds its children (``waits.settle_dependents``).
-
-    Returns the child's prerequisites on its parents, in order, and the reason it waits with (the
-    first parent not final: ``Waiting for job-X (Running)``, and how many more), None when every
-    parent is final already (the submit's settle releases or ends the child at once).
+) -> MarkedParents:
+    """Check each parent of a submit and append the child ``child_id`` to its ``dependents``
+    (``JobRepository.mark_has_dependents``: one conditional UpdateItem each, which also reads it),
+    before the child is written, so a parent's ending always finds its children
+    (``waits.settle_dependents``).
 
     Raises
     ------
@@ -44,9 +56,11 @@ def mark_parents(
         A parent that is not a job of ``account_id`` (unknown, another account's, past its record TTL).
     ValidationFailed
         ``dependsOn[i].jobId``: an array's child (depend on its array), a parent in another geo zone,
-        or one whose data expired or was deleted while the child takes its outputs.
+        one whose data expired or was deleted while the child takes its outputs, or one that
+        ``MAX_DEPENDENTS`` jobs wait for already.
     """
     states: list[PrerequisiteState] = []
+    settled: set[str] = set()
     for index, dependency in enumerate(dependencies):
         field = f"dependsOn[{index}].jobId"
         if ":" in dependency.job_id:
@@ -54,7 +68,7 @@ def mark_parents(
                 f"{dependency.job_id} is an array's child; depend on its array instead.", field=field
             )
         parent = (
-            services.store.mark_has_dependents(dependency.job_id, account_id)
+            services.store.mark_has_dependents(dependency.job_id, account_id, child_id)
             if full_match(JOB_ID_PATTERN, dependency.job_id)
             else None
         )
@@ -64,6 +78,14 @@ def mark_parents(
             raise ValidationFailed(
                 f"{dependency.job_id} runs in {parent.geo_zone.value}; a job depends only on jobs of its own "
                 f"geo zone ({zone.value}).",
+                field=field,
+            )
+        if parent.is_final:
+            settled.add(parent.job_id)
+        elif child_id not in parent.dependents:
+            raise ValidationFailed(
+                f"{MAX_DEPENDENTS} jobs wait for {dependency.job_id} already; at most {MAX_DEPENDENTS} may "
+                "wait for one job (map one job over many items with an array instead).",
                 field=field,
             )
         state = parent_state(
@@ -85,4 +107,6 @@ def mark_parents(
         states.append(state)
     judgement = judge(states)
     reason = judgement.reason if judgement.verdict is Verdict.WAIT else None
-    return tuple(parent_prerequisite(d.job_id) for d in dependencies), reason
+    return MarkedParents(
+        tuple(parent_prerequisite(d.job_id) for d in dependencies), reason, frozenset(settled)
+    )

@@ -28,6 +28,7 @@ from functions.domain.arrays import parse_span_dispatch_id
 from functions.domain.errors import BatchRefused, DependencyFailed, RecordMissing
 from functions.domain.jobs import ABORTED_BY_USER, DispatchState, Job
 from functions.logic import dispatch_rules as rules
+from functions.logic import waits
 from functions.logic.array_dispatch import dispatch_span
 from functions.logic.batch_submission import job_submission
 from functions.logic.computes import note_job_submitted
@@ -126,8 +127,7 @@ def _dispatch(
             if _parked(services, claimed, fresh=True):
                 return DispatchOutcome.PARKED, None
             logger.warning("batch refused the job", job_id=job_id, error=exc.message)
-            ended = end_undispatched(services, claimed, rules.REFUSED_REASON, services.clock())
-            return DispatchOutcome.ENDED, ended
+            return DispatchOutcome.ENDED, _end(services, claimed, rules.REFUSED_REASON)
         except DependencyFailed:
             logger.info("batch busy; backing off", job_id=job_id, attempt=attempt + 1)
             if attempt + 1 < rules.SUBMIT_ATTEMPTS:
@@ -135,8 +135,7 @@ def _dispatch(
     if batch_job_id is None:
         if receive_count >= rules.MAX_RECEIVES:
             reason = rules.NOT_ACCEPTED_REASON.format(attempts=receive_count * rules.SUBMIT_ATTEMPTS)
-            ended = end_undispatched(services, claimed, reason, services.clock())
-            return DispatchOutcome.ENDED, ended
+            return DispatchOutcome.ENDED, _end(services, claimed, reason)
         services.store.release_dispatch(job_id)
         return DispatchOutcome.RETRY, None
     recorded = services.store.record_dispatch(
@@ -249,10 +248,20 @@ def _settle_stranded(services: Services, job: Job, now: datetime) -> ClaimRecove
         _after_submit(services, job, recorded, batch_job_id)
         return ClaimRecovery.RECORDED
     if job.termination_reason:
-        end_undispatched(services, job, job.termination_reason, now)
+        _end(services, job, job.termination_reason, now)
         return ClaimRecovery.ENDED
     if not services.store.release_dispatch(job.job_id):
         return ClaimRecovery.SKIPPED
     logger.warning("stranded claim released", job_id=job.job_id)
     enqueue(services, [job.job_id])
     return ClaimRecovery.REQUEUED
+
+
+def _end(services: Services, job: Job, reason: str, now: datetime | None = None) -> Job:
+    """End a job AWS Batch never ran (``endings.end_undispatched``) and settle the children waiting
+    for it at once (``waits.settle_dependents``: nothing for a job nobody depends on), rather than
+    at the meter's backstop. Returns the job as stored after."""
+    now = now or services.clock()
+    ended = end_undispatched(services, job, reason, now)
+    waits.settle_dependents(services, ended, now)
+    return ended

@@ -48,5 +48,6 @@ class ParentChecker:
         return states
 
     def give(self, job: Job, state: PrerequisiteState) -> Job:
-        """Nothing: the worker fetches the parents' outputs itself (``inputsFrom``)."""
+        """Nothing: the outputs a child takes (``inputsFrom``) are copied before its release, all
+        parents at once (``logic.parent_inputs``, whose limits are per child)."""
         return job

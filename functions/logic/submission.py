@@ -58,7 +58,6 @@ from functions.logic.computes import compute_for_job
 from functions.logic.dispatch_requests import enqueue_one, request_admission
 from functions.logic.endings import terminate
 from functions.logic.fleet import ensure_class_available
-from functions.logic.job_outcomes import output_key
 from functions.logic.uploads import uploaded_input
 from functions.ports import Services
 
@@ -118,13 +117,11 @@ def new_job_id(now_ms: int | None = None) -> str:
 def _input_document(request: JobRequest, kind: PayloadKind) -> dict[str, Any]:
     """The input object the worker reads (``worker.runner.parse_job_input``): the payload inline,
     or ``payloadKey``, the key of an uploaded object that is the payload (source text, pickle bytes);
-    with ``inputsFrom``, the parents whose outputs it fetches first (``[{"jobId", "files"}]``)."""
+    with ``inputsFrom``, the parents whose outputs it starts with (``[{"jobId", "files"}]``: the
+    service copies them under the job's inputs at its release, ``logic.parent_inputs``)."""
     document = _payload_document(request, kind)
     if request.inputs_from:
-        document["inputsFrom"] = [
-            {"jobId": i.job_id, "files": list(i.files), "prefix": output_key(i.job_id, "")}
-            for i in request.inputs_from
-        ]
+        document["inputsFrom"] = [{"jobId": i.job_id, "files": list(i.files)} for i in request.inputs_from]
     return document
 
 
@@ -151,6 +148,8 @@ class PreparedSubmission:
     rules: tuple[NotificationRule, ...]
     kind: PayloadKind
     document: dict[str, Any]
+    # The new job's id (``new_job_id``), chosen first: its parents list it before it is written.
+    job_id: str
     # On a dedicated compute: its name and its job queue (else None: the class's shared queue).
     compute: str | None = None
     job_queue: str | None = None
@@ -164,6 +163,8 @@ class PreparedSubmission:
     # what it says meanwhile.
     waiting_for: tuple[Prerequisite, ...] = ()
     waiting_reason: str | None = None
+    # The parents final already when the submit marked them (``Job.settled_parents``).
+    settled_parents: frozenset[str] = frozenset()
     # An inline spec whose unnamed environment is still to be asked for (``with_inline_environment``,
     # once every other check passed, so a refused job starts no build).
     inline_spec: EnvironmentSpec | None = None
@@ -215,17 +216,21 @@ def prepare_submission(services: Services, account_id: str, request: JobRequest)
         and environment.hash is None
         else None
     )
+    job_id = new_job_id()
+    settled_parents: frozenset[str] = frozenset()
     if request.depends_on:
-        parents, parents_reason = dependencies.mark_parents(
+        marked = dependencies.mark_parents(
             services,
             account_id,
+            job_id,
             zone,
             request.depends_on,
             takes_outputs=frozenset(i.job_id for i in request.inputs_from),
             now=now,
         )
-        waiting_for += parents
-        waiting_reason = waiting_reason or parents_reason or "Waiting for its dependencies"
+        waiting_for += marked.prerequisites
+        waiting_reason = waiting_reason or marked.reason or "Waiting for its dependencies"
+        settled_parents = marked.settled
     python_version = environment.python if environment else services.python.choose(request.python_version)
     document = _input_document(request, kind)
     ensure_class_available(services, machine.name, zone)
@@ -240,6 +245,7 @@ def prepare_submission(services: Services, account_id: str, request: JobRequest)
         rules=rules,
         kind=kind,
         document=document,
+        job_id=job_id,
         compute=compute,
         job_queue=job_queue,
         limits=limits,
@@ -247,6 +253,7 @@ def prepare_submission(services: Services, account_id: str, request: JobRequest)
         environment=environment,
         waiting_for=waiting_for,
         waiting_reason=waiting_reason,
+        settled_parents=settled_parents,
         inline_spec=inline_spec,
     )
 
@@ -320,10 +327,10 @@ def new_job(
     *,
     array_size: int | None = None,
 ) -> Job:
-    """The Queued job a checked request makes (a fresh id, submitted at ``now``): a ``Single`` job, or
-    with ``array_size`` an ``Array`` parent whose children all count as Queued."""
+    """The Queued job a checked request makes (its id ``prepared.job_id``, submitted at ``now``): a
+    ``Single`` job, or with ``array_size`` an ``Array`` parent whose children all count as Queued."""
     return Job(
-        job_id=new_job_id(),
+        job_id=prepared.job_id,
         account_id=account_id,
         name=request.name,
         type=JobType.SINGLE if array_size is None else JobType.ARRAY,
@@ -343,6 +350,7 @@ def new_job(
         waiting_for=prepared.waiting_for,
         depends_on=request.depends_on,
         inputs_from=request.inputs_from,
+        settled_parents=prepared.settled_parents,
     )
 
 

@@ -273,12 +273,12 @@ class BatchCompute(Construct):
         # The root volume holds the images and every job's container layer on the instance: sized
         # per pool (a CUDA image alone is several GB), encrypted, deleted with the instance.
         # At boot, the host folder jobs unpack environments into (AWS Batch takes a launch
-        # template's user data in MIME multi-part form only).
+        # template's user data in MIME multi-part form only): root's, 0755, as the supervisor (root)
+        # requires of a cache it uses; the user's code (the image's worker user) only reads it.
         user_data = ec2.MultipartUserData()
         commands = ec2.UserData.for_linux()
         user_data.add_user_data_part(commands, ec2.MultipartBody.SHELL_SCRIPT, True)
-        uid = constants.WORKER_UID
-        user_data.add_commands(f"install -d -m 0755 -o {uid} -g {uid} {constants.ENVIRONMENT_CACHE_PATH}")
+        user_data.add_commands(f"install -d -m 0755 -o 0 -g 0 {constants.ENVIRONMENT_CACHE_PATH}")
         return ec2.LaunchTemplate(
             self,
             f"{pool.name}LaunchTemplate",
@@ -601,6 +601,8 @@ class BatchCompute(Construct):
             memory=Size.mebibytes(BUILD_MEMORY_MIB),
             command=BUILD_COMMAND,
             environment={"AWS_REGION": region, "AWS_DEFAULT_REGION": region},
+            # The image's unprivileged user: its default one, root, is the job supervisor's.
+            user=str(constants.WORKER_UID),
             privileged=False,
             job_role=self.build_role,
             execution_role=self.execution_role,
@@ -642,7 +644,9 @@ class BatchCompute(Construct):
                 "AWS_DEFAULT_REGION": region,
                 ENVIRONMENT_CACHE_VARIABLE: constants.ENVIRONMENT_CACHE_PATH,
             },
-            # The instance's cache of unpacked environments, shared by the jobs on it.
+            # The instance's cache of unpacked environments, shared by the jobs on it: read-write for
+            # the supervisor (root, in the image), which starts the user's code as the image's
+            # worker user, for whom the cache's builds are read only (worker/job_user.py).
             volumes=[
                 batch.EcsVolume.host(
                     name="environments",

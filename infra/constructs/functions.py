@@ -293,7 +293,8 @@ class Functions(Construct):
 
     def _grant_batch_events(self, role: iam.IRole) -> None:
         """Apply status changes, settle charges (giving quota back), admit held jobs onto the dispatch
-        queue, roll arrays up (and stop one at its cap), notify, discard a capped job's output; record an
+        queue, release a parent's waiting children (copying the outputs they take under their inputs),
+        roll arrays up (and stop one at its cap), notify, discard a capped job's output; record an
         environment's build (its record and the account's Building count, on the Computes table; the
         build's outcome document read with the other objects)."""
         for table in self._state_tables():
@@ -302,6 +303,7 @@ class Functions(Construct):
         self._dispatch.queue.grant_send_messages(role)
         self._grant_objects(role, write=False)
         self._grant_array_results(role)
+        self._grant_input_copies(role)
         self._grant_notify(role)
         # An array whose children's settled charges reach its creditConstraint is terminated at once,
         # by the child event that reached it (the meter would only see it at its next tick).
@@ -311,12 +313,14 @@ class Functions(Construct):
 
     def _grant_meter(self, role: iam.IRole) -> None:
         """Meter running jobs, terminate those over their caps, reconcile lost events, notify, resend
-        admitted jobs' dispatch messages and recover a dead dispatcher's claims (the backstop)."""
+        admitted jobs' dispatch messages, recover a dead dispatcher's claims and settle waiting jobs
+        whose release was lost, copying their parents' outputs as batch_events would (the backstop)."""
         for table in self._state_tables():
             table.grant_read_write_data(role)
         self._dispatch.queue.grant_send_messages(role)
         self._grant_objects(role, write=False)
         self._grant_array_results(role)
+        self._grant_input_copies(role)
         self._grant_notify(role)
         self._grant_batch(role, submit=False)
         # A claim whose dispatcher died is looked up in AWS Batch by name (ListJobs with a JOB_NAME
@@ -451,6 +455,15 @@ class Functions(Construct):
         for bucket in self._buckets.values():
             role.add_to_principal_policy(
                 iam.PolicyStatement(actions=["s3:PutObject"], resources=[bucket.arn_for_objects("outputs/*")])
+            )
+
+    def _grant_input_copies(self, role: iam.IRole) -> None:
+        """PutObject under ``inputs/`` only: a released child's copies of its parents' outputs and
+        their manifests (``functions.logic.parent_inputs``). CopyObject is authorized as GetObject on
+        the source (``outputs/*``, in ``_grant_objects``) and PutObject on the target."""
+        for bucket in self._buckets.values():
+            role.add_to_principal_policy(
+                iam.PolicyStatement(actions=["s3:PutObject"], resources=[bucket.arn_for_objects("inputs/*")])
             )
 
     def _grant_objects(self, role: iam.IRole, *, write: bool) -> None:

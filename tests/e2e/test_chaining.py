@@ -14,7 +14,8 @@ from remote_batch import connection
 from tests.e2e.conftest import LocalStackProcess
 
 TRAIN = """
-import json, os, pathlib
+import json, os, pathlib, time
+time.sleep(2)  # still running when its children are submitted, however fast the machine
 out = pathlib.Path(os.environ["REMOTE_BATCH_OUTPUT_DIR"])
 (out / "model").mkdir()
 (out / "model" / "weights.json").write_text(json.dumps({"w": 3, "b": 1}))
@@ -58,6 +59,8 @@ def test_the_seeds_chain_train_predict_report(dev_sdk: rb.Client) -> None:
         f"Waiting for {train.id}"
     )
     assert [p.id for p in report_job.parents] == [train.id, predict_job.id]
+    # The prediction (it cannot end before the training did) lists the report as waiting for it
+    assert [c.id for c in predict_job.children_waiting] == [report_job.id]
 
     report_job.wait(timeout=180, progress=False)
     for job in (train, predict_job):

@@ -76,3 +76,45 @@ def test_crash_runs_the_running_job_again_at_next_start(stack: LocalStackProcess
     assert Decimal(str(done["creditsSpent"])) == Decimal("1")
     assert dev.balance() == balance - Decimal("1")
     assert not worker_processes(job["jobId"])
+
+
+def test_a_chain_killed_in_the_middle_finishes_after_the_restart_each_job_charged_once(
+    stack: LocalStackProcess, dev: Client
+) -> None:
+    # Given a chain A -> B -> C (B takes A's output file) with A running and B, C waiting when the
+    # stack dies without a chance to clean up
+    balance = dev.balance()
+    a = dev.submit(
+        {
+            "code": "import os, time\ntime.sleep(4)\n"
+            "open(os.path.join(os.environ['REMOTE_BATCH_OUTPUT_DIR'], 'n.txt'), 'w').write('20')\n1"
+        }
+    )
+    b = dev.submit(
+        {
+            "code": f"int(open('inputs/{a['jobId']}/n.txt').read()) + 1",
+            "dependsOn": [{"jobId": a["jobId"]}],
+            "inputsFrom": [{"jobId": a["jobId"], "files": ["n.txt"]}],
+        }
+    )
+    c = dev.submit({"code": "'done'", "dependsOn": [{"jobId": b["jobId"]}]})
+    dev.wait_status(a["jobId"], ("Running",), timeout=30)
+    wait_for(lambda: _snapshot_status(stack, a["jobId"]) == "Running", 10, "a snapshot of the running job")
+    assert dev.job(c["jobId"])["status"] == "Queued"
+    stack.stop(signal.SIGKILL)
+
+    # When it starts again
+    stack.start()
+
+    # Then A runs again as a new attempt, and the chain finishes in order with B reading A's file
+    done = {job["jobId"]: dev.wait_status(job["jobId"], timeout=90) for job in (a, b, c)}
+    assert [(done[j["jobId"]]["status"], done[j["jobId"]]["statusReason"]) for j in (a, b, c)] == [
+        ("Succeeded", None)
+    ] * 3, done
+    assert dev.get(f"/jobs/{b['jobId']}/result").json()["result"] == 21
+    assert dev.get(f"/jobs/{c['jobId']}/result").json()["result"] == "done"
+    # each job is charged once: the 60 s minimum of the attempt that finished, 1 credit each
+    assert [Decimal(str(done[j["jobId"]]["creditsSpent"])) for j in (a, b, c)] == [Decimal("1")] * 3
+    assert dev.balance() == balance - Decimal("3")
+    assert done[b["jobId"]]["startedAt"] >= done[a["jobId"]]["completedAt"]
+    assert done[c["jobId"]]["startedAt"] >= done[b["jobId"]]["completedAt"]

@@ -94,6 +94,17 @@ def _s3(operation: str, region: str, params: Mapping[str, Any]) -> list[Authoriz
         return [AuthorizationRequest("s3:GetObject", obj)]
     if operation in ("PutObject", "CreateMultipartUpload", "UploadPart", "CompleteMultipartUpload"):
         return [AuthorizationRequest("s3:PutObject", obj)]
+    if operation == "CopyObject":
+        # GetObject on the source, PutObject on the target (Amazon S3 API reference, CopyObject).
+        source = params["CopySource"]
+        if isinstance(source, str):
+            source_bucket, _, source_key = source.lstrip("/").partition("/")
+        else:
+            source_bucket, source_key = source["Bucket"], source["Key"]
+        return [
+            AuthorizationRequest("s3:GetObject", f"arn:aws:s3:::{source_bucket}/{source_key}"),
+            AuthorizationRequest("s3:PutObject", obj),
+        ]
     if operation == "DeleteObject":
         return [AuthorizationRequest("s3:DeleteObject", obj)]
     if operation == "DeleteObjects":

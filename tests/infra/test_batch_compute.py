@@ -198,6 +198,9 @@ def test_job_definitions_run_unprivileged_with_retries_for_host_failures_only(co
         container = definition["ContainerProperties"]
         assert container["Privileged"] is False, name
         assert container["JobRoleArn"] == (build_role if name in builds else job_role), name
+        # A build runs as the image's worker user; a job's supervisor as the image's root, which
+        # starts the user's code as that worker user (worker/job_user.py).
+        assert container.get("User") == ("10001" if name in builds else None), name
         assert definition["RetryStrategy"] == {
             "Attempts": 3,
             "EvaluateOnExit": [
@@ -262,15 +265,20 @@ def test_gpu_dockerfile_starts_from_the_cuda_runtime(worker_image_dir: Path) -> 
     *_stages, base = [line for line in dockerfile.splitlines() if line.startswith("FROM ")]
 
     assert base.startswith("FROM nvidia/cuda:12.") and "-runtime-" in base
-    # The same worker as the CPU image: its code, its packages, its entrypoint, unprivileged.
+    # The same worker as the CPU image: its code, its packages, its entrypoint; the supervisor as
+    # root (no USER), the user's code as the unprivileged worker user (REMOTE_BATCH_JOB_UID).
     cpu = (worker_image_dir / "Dockerfile").read_text()
     for line in (
         "ARG PYTHON_VERSION=3.12",
         "COPY . /opt/remote-batch/worker/",
         'ENTRYPOINT ["/opt/remote-batch/venv/bin/python", "-m", "worker"]',
-        "USER worker",
+        "RUN useradd --create-home --uid 10001 --user-group worker",
+        "ENV REMOTE_BATCH_JOB_UID=10001",
+        "WORKDIR /home/worker",
     ):
         assert line in dockerfile and line in cpu
+    for text in (cpu, dockerfile):
+        assert not [line for line in text.splitlines() if line.startswith("USER ")]
     assert "-r requirements.txt" in (worker_image_dir / "requirements-gpu.txt").read_text()
     # The service's side (boto3) has its own venv; the user's interpreter gets the image's packages.
     assert "boto3==" in (worker_image_dir / "requirements-service.txt").read_text()
@@ -484,4 +492,5 @@ def test_every_job_definition_mounts_the_hosts_environment_cache_made_at_boot(co
     for template in compute.resources("AWS::EC2::LaunchTemplate").values():
         user_data = json.dumps(template["Properties"]["LaunchTemplateData"]["UserData"])
         assert "multipart/mixed" in user_data
-        assert f"install -d -m 0755 -o 10001 -g 10001 {path}" in user_data
+        # Root's, 0755: the supervisor (root) unpacks there; the user's code (uid 10001) only reads.
+        assert f"install -d -m 0755 -o 0 -g 0 {path}" in user_data

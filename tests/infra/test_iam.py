@@ -132,8 +132,9 @@ def test_functions_reach_both_zone_buckets_by_name(synth: Synth, name: str) -> N
         for resource in _listed(statement["Resource"])
     ]
 
-    # batch_events and the meter also write an array's result document, under outputs/ only.
-    paths = ("", "/*", "/outputs/*") if name in ("batch_events", "meter") else ("", "/*")
+    # batch_events and the meter also write an array's result document, under outputs/ only, and a
+    # released child's copies of its parents' outputs, under inputs/ only.
+    paths = ("", "/*", "/outputs/*", "/inputs/*") if name in ("batch_events", "meter") else ("", "/*")
     expected = [
         {
             "Fn::Join": [

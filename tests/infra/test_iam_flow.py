@@ -1187,3 +1187,238 @@ def test_the_execution_role_pulls_only_the_deployments_image_repositories_and_re
     assert is_allowed(documents, AuthorizationRequest("ecr:GetAuthorizationToken", "*"))
     assert is_allowed(documents, AuthorizationRequest("secretsmanager:GetSecretValue", secret))
     assert not is_allowed(documents, AuthorizationRequest("secretsmanager:GetSecretValue", other_secret))
+
+
+# -- a chain in the cloud: a child's inputs copied at its release, read under the job role ------------
+
+
+def _run_worker(
+    workers: dict[str, dict[str, str]],
+    enforcer: IamEnforcer,
+    store: DynamoJobStore,
+    job_id: str,
+    folder: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> int:
+    """The job's worker, in its container (``folder`` its working directory), with the job role's
+    credentials and the environment its SubmitJob gave it."""
+    from worker.entrypoint import main as worker_main
+
+    with unenforced(enforcer):
+        stored = store.get_job(job_id)
+        assert stored is not None and stored.batch_job_id, job_id
+        submitted = _described("us-east-1", stored.batch_job_id)
+    job_env = {e["name"]: e["value"] for e in submitted["container"]["environment"]}
+    folder.mkdir()
+    monkeypatch.chdir(folder)
+    enforcer.function = "job"
+    try:
+        return worker_main(
+            {**job_env, "REMOTE_BATCH_ENVIRONMENT_CACHE": str(folder / "cache"), "PATH": os.environ["PATH"]},
+            _worker_clients(workers["job"])("s3", "us-east-1"),
+        )
+    finally:
+        enforcer.function = "setup"
+
+
+def _ended(lambdas: Lambdas, enforcer: IamEnforcer, store: DynamoJobStore, job_id: str) -> None:
+    """Batch's events of the job's one attempt, delivered to batch_events."""
+    with unenforced(enforcer):
+        stored = store.get_job(job_id)
+    assert stored is not None and stored.batch_job_id
+    now = int(time.time() * 1000)
+    for event in job_lifecycle(
+        job_id, stored.batch_job_id, created_at=now - 9_000, started_at=now - 8_000, stopped_at=now - 1_000
+    ):
+        lambdas.deliver(event)
+
+
+PARENT_CODE = (
+    "import os, pathlib\n"
+    "out = pathlib.Path(os.environ['REMOTE_BATCH_OUTPUT_DIR'])\n"
+    "(out / 'model').mkdir()\n"
+    "(out / 'model' / 'weights.txt').write_text('w=3')\n"
+    "(out / 'notes.txt').write_text('not taken')\n"
+    "{'accuracy': 0.9}"
+)
+
+
+def _child_code(parent_id: str) -> str:
+    return (
+        "import json, os\n"
+        f"weights = open('inputs/{parent_id}/model/weights.txt').read()\n"
+        f"result = json.load(open('inputs/{parent_id}/result.json'))['result']\n"
+        f"[weights, result, os.path.exists('inputs/{parent_id}/notes.txt')]"
+    )
+
+
+def test_a_chain_runs_in_the_cloud_its_inputs_copied_at_release_under_each_roles_policies(
+    deployment: Deployment, worker_roles: WorkerRoles, monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    """A parent runs under the job role and leaves outputs → its child, waiting with ``inputsFrom``, is
+    released by batch_events, which copies the matching outputs under the child's inputs (CopyObject
+    under its own role) → the child's worker, under the job role (no read of any job's outputs),
+    starts with them. Then the backstop: a second parent's final event whose release is lost; the
+    meter's tick releases its child and copies, and that child runs the same; and a child submitted
+    after its parent succeeded, released and copied for by the api."""
+    from moto import mock_aws, settings
+
+    from functions.logic import waits
+
+    env = {**deployment.functions["api"].environment, "AWS_REGION": "us-east-1"}
+    enforcer = IamEnforcer(deployment.topic_keys, _revision_of)
+    statuses: dict[str, Any] = {}
+    with mock_aws(config={"batch": {"use_docker": False}}):
+        create_resources(env, deployment.zone_roles)
+        credentials = {name: create_role(function) for name, function in deployment.functions.items()}
+        workers = {"job": create_role(worker_roles.roles["job"])}
+        store = DynamoJobStore(
+            _admin("dynamodb", "us-east-1"),
+            env["REMOTE_BATCH_JOBS_TABLE"],
+            env["REMOTE_BATCH_ACCOUNTS_TABLE"],
+            env["REMOTE_BATCH_LEDGER_TABLE"],
+        )
+        store.create_account(Account(account_id=ACCOUNT, credit_balance=Decimal("0")), datetime.now(UTC))
+        us = json.loads(env["REMOTE_BATCH_ZONES"])["UnitedStates"]
+        monkeypatch.setattr(settings, "INITIAL_NO_AUTH_ACTION_COUNT", 0)
+        lambdas = Lambdas(deployment, credentials, enforcer, monkeypatch)
+        children: dict[str, tuple[str, str]] = {}
+        with enforcer.installed():
+            statuses["grant credits"], _ = lambdas.api(
+                "POST",
+                f"/admin/accounts/{ACCOUNT}/credits",
+                body={"credits": 5000, "reason": "iam"},
+                groups="admin",
+            )
+            for path in ("event", "backstop"):
+                job = {"geoZone": "UnitedStates", "notifications": "None"}
+                statuses[f"{path} submit parent"], parent = lambdas.api(
+                    "POST", "/jobs", body={**job, "code": PARENT_CODE}
+                )
+                parent_id = parent["jobId"]
+                statuses[f"{path} submit child"], child = lambdas.api(
+                    "POST",
+                    "/jobs",
+                    body={
+                        **job,
+                        "code": _child_code(parent_id),
+                        "dependsOn": [{"jobId": parent_id}],
+                        "inputsFrom": [{"jobId": parent_id, "files": ["model/*"]}],
+                    },
+                )
+                children[path] = (parent_id, child["jobId"])
+                lambdas.dispatch()
+                statuses[f"{path} parent exit"] = _run_worker(
+                    workers, enforcer, store, parent_id, tmp_path / f"{path}-parent", monkeypatch
+                )
+                if path == "event":
+                    # The parent's final event: batch_events releases the child and copies its inputs.
+                    _ended(lambdas, enforcer, store, parent_id)
+                else:
+                    # The parent's final event lands but its children are never settled (a crash).
+                    with monkeypatch.context() as lost:
+                        lost.setattr(waits, "settle_dependents", lambda *args, **kwargs: 0)
+                        _ended(lambdas, enforcer, store, parent_id)
+                    statuses["backstop waiting before the tick"] = _view(lambdas, child["jobId"])
+                    # Eleven minutes on, the meter's backstop settles it.
+                    lambdas.tick(later_seconds=660)
+                statuses[f"{path} child released"] = _view(lambdas, child["jobId"])
+                # The release asks for the account's admission (one message), which sends the child (another).
+                lambdas.dispatch()
+                lambdas.dispatch()
+                statuses[f"{path} child exit"] = _run_worker(
+                    workers, enforcer, store, child["jobId"], tmp_path / f"{path}-child", monkeypatch
+                )
+            # A child submitted once its parent had succeeded: the api releases it and copies at once.
+            parent_id = children["event"][0]
+            statuses["submit submit child"], child = lambdas.api(
+                "POST",
+                "/jobs",
+                body={
+                    **job,
+                    "code": _child_code(parent_id),
+                    "dependsOn": [{"jobId": parent_id}],
+                    "inputsFrom": [{"jobId": parent_id, "files": ["model/*"]}],
+                },
+            )
+            children["submit"] = (parent_id, child["jobId"])
+            statuses["submit child released"] = (child["status"], child.get("statusReason"))
+            lambdas.dispatch()
+            lambdas.dispatch()
+            statuses["submit child exit"] = _run_worker(
+                workers, enforcer, store, child["jobId"], tmp_path / "submit-child", monkeypatch
+            )
+            with unenforced(enforcer):
+                s3 = _admin("s3", "us-east-1")
+                outcomes = {
+                    path: json.loads(
+                        s3.get_object(Bucket=us["bucket"], Key=f"outputs/{child_id}/outcome.json")[
+                            "Body"
+                        ].read()
+                    )
+                    for path, (_, child_id) in children.items()
+                }
+                copies = {
+                    path: sorted(
+                        o["Key"]
+                        for o in s3.list_objects_v2(
+                            Bucket=us["bucket"], Prefix=f"inputs/{child_id}/from/"
+                        ).get("Contents", [])
+                    )
+                    for path, (_, child_id) in children.items()
+                }
+
+    denied = enforcer.denials()
+    print(f"\n{_report(enforcer)}\nstatuses: {statuses}\n{len(denied)} AccessDenied")
+    assert enforcer.unmapped == []
+    assert [f"{c.function} {c.operation} {c.denied} {c.message}" for c in denied] == []
+    for path, (parent_id, child_id) in children.items():
+        assert statuses.get(f"{path} submit parent", 202) == statuses[f"{path} submit child"] == 202
+        assert statuses.get(f"{path} parent exit", 0) == 0, statuses
+        assert statuses[f"{path} child exit"] == 0, outcomes[path]
+        assert statuses[f"{path} child released"] == ("Queued", None)
+        # The child's code read the copied file and result, and not the output it did not take
+        assert outcomes[path]["result"] == ["w=3", {"accuracy": 0.9}, False], outcomes[path]
+        base = f"inputs/{child_id}/from/{parent_id}/"
+        assert copies[path] == [
+            f"{base}files/model/weights.txt",
+            f"{base}manifest.json",
+            f"{base}outcome.json",
+        ]
+    # The lost release left the second child waiting as its submit had written it, until the tick
+    assert statuses["backstop waiting before the tick"] == (
+        "Queued",
+        f"Waiting for {children['backstop'][0]} (Queued)",
+    )
+    operations = {(c.function, c.operation) for c in enforcer.calls}
+    for expected in [
+        ("batch_events", "s3:CopyObject"),
+        ("batch_events", "s3:PutObject"),
+        ("meter", "s3:CopyObject"),
+        ("api", "s3:CopyObject"),
+        ("meter", "s3:PutObject"),
+        ("job", "s3:GetObject"),
+        ("job", "s3:PutObject"),
+    ]:
+        assert expected in operations, expected
+    # The job role read only inputs/ (its own input, its copies) and never listed the bucket
+    reads = {r.resource for c in enforcer.calls if c.function == "job" for r in c.requests}
+    bucket = f"arn:aws:s3:::{us['bucket']}/"
+    assert all(r.startswith((f"{bucket}inputs/", f"{bucket}outputs/")) for r in reads), reads
+    assert not [c for c in enforcer.calls if c.function == "job" and c.operation == "s3:ListObjectsV2"]
+    job_gets = {
+        r.resource
+        for c in enforcer.calls
+        if c.function == "job" and c.operation == "s3:GetObject"
+        for r in c.requests
+    }
+    assert not [r for r in job_gets if r.startswith(f"{bucket}outputs/")], job_gets
+    from tests.infra.iam_authorizer import aws_data_mismatches
+
+    assert aws_data_mismatches([r for c in enforcer.calls if c.function != "setup" for r in c.requests]) == []
+
+
+def _view(lambdas: Lambdas, job_id: str) -> tuple[str, str | None]:
+    status, job = lambdas.api("GET", f"/jobs/{job_id}")
+    assert status == 200, job
+    return job["status"], job.get("statusReason")

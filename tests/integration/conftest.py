@@ -314,6 +314,18 @@ def computes(stack: Stack) -> FakeComputeEnvironments:
     return fake
 
 
+def limit_basic_us(stack: Stack, limit: int) -> None:
+    """Set the dev account's Basic quota in UnitedStates to ``limit`` vCPUs (as an admin)."""
+    status, body = stack.api(
+        "PUT",
+        "/admin/accounts/dev/quotas",
+        body={"quotas": [{"family": "Basic", "geoZone": "UnitedStates", "limit": limit}]},
+        account_id="admin",
+        groups="admin",
+    )
+    assert status == 200, body
+
+
 def finish(stack: Stack, job_id: str) -> None:
     """Deliver the SUCCEEDED event of a job sent to AWS Batch (1 s of running time)."""
     stored = stack.services.store.get_job(job_id)

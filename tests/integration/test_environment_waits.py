@@ -21,7 +21,7 @@ from functions.domain.machine_classes import GeoZone
 from functions.logic import environments
 from functions.ports import BuildRequest
 from tests.fakes import RecordingEnvironmentBuilder
-from tests.integration.conftest import Stack, finish
+from tests.integration.conftest import Stack, finish, limit_basic_us
 
 SPEC = {"python": "3.12", "requirements": ["six==1.16.0", "numpy==2.1.*"]}
 BUILDING = "Building environment ml (Python 3.12, 2 packages)"
@@ -217,14 +217,7 @@ def test_a_released_job_waits_for_quota_like_any_other(
     stack: Stack, builder: RecordingEnvironmentBuilder
 ) -> None:
     # Given a Basic quota of one job's vCPUs, taken by a job AWS Batch runs
-    status, body = stack.api(
-        "PUT",
-        "/admin/accounts/dev/quotas",
-        body={"quotas": [{"family": "Basic", "geoZone": "UnitedStates", "limit": 1}]},
-        account_id="admin",
-        groups="admin",
-    )
-    assert status == 200, body
+    limit_basic_us(stack, 1)
     running = _submit(stack)
     stack.api("PUT", "/environments/ml", body=SPEC)
     waiting = _submit(stack, environment="ml")

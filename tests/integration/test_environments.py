@@ -68,7 +68,7 @@ def test_a_build_report_makes_it_ready_with_its_lock(
     assert status == 200
     assert (ready["status"], ready["hash"], ready["sizeBytes"]) == ("Ready", "a" * 64, 987_654)
     assert ready["packages"] == [{"name": "six", "version": "1.16.0"}]
-    assert ready["readyAt"] is not None and ready["statusReason"] is None
+    assert ready["readyAt"] is not None and ready["statusReason"] is None and ready["failedAt"] is None
 
 
 def test_a_failed_build_says_why(stack: Stack, builder: RecordingEnvironmentBuilder) -> None:
@@ -79,6 +79,10 @@ def test_a_failed_build_says_why(stack: Stack, builder: RecordingEnvironmentBuil
     failed = stack.api("GET", "/environments/ml")[1]
     assert failed["status"] == "Failed"
     assert failed["statusReason"] == "Environment ml failed: No solution found when resolving dependencies"
+    # It never became Ready: the time it failed is failedAt, here and in the list.
+    assert failed["readyAt"] is None and failed["failedAt"] is not None
+    listed = stack.api("GET", "/environments")[1]["environments"][0]
+    assert (listed["readyAt"], listed["failedAt"]) == (None, failed["failedAt"])
 
 
 @pytest.mark.parametrize(
@@ -144,7 +148,7 @@ def test_the_list_is_paged_by_name_without_the_lists(
     first = stack.api("GET", "/environments", query={"limit": "1"})[1]
     assert set(first["environments"][0]) == {
         "name", "python", "image", "imageDigest", "status", "statusReason", "hash", "sizeBytes",
-        "createdAt", "readyAt",
+        "createdAt", "readyAt", "failedAt",
     }  # fmt: skip
     # A token is the caller's own: another account's use of it, or a forged one, is a 400.
     for account, forged in (("other", first["nextToken"]), ("acct", "bm90LWEta2V5"), ("acct", "!")):

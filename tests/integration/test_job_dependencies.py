@@ -6,6 +6,7 @@ backstop settles what a lost release missed; bad input is a 400 on its field."""
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from datetime import timedelta
 from decimal import Decimal
@@ -16,10 +17,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from benchmarks.capacity import RequestRecorder
+from functions.domain.dependencies import data_gone_reason
+from functions.domain.errors import BatchRefused
 from functions.domain.jobs import DispatchState
 from functions.domain.machine_classes import GeoZone
+from functions.logic import waits
+from functions.logic.dispatch_rules import REFUSED_REASON
+from functions.ports import BatchSubmission
 from tests.events import batch_event
-from tests.integration.conftest import Stack, finish
+from tests.integration.conftest import Stack, finish, limit_basic_us
 
 NEEDED = "Dependency {parent} ended {ended}; this job needed {needed}"
 
@@ -157,14 +163,18 @@ def test_a_diamond_releases_its_last_job_once_after_both_of_its_parents(stack: S
     finish(stack, a)
     assert _sent(stack) == [a, b, c]
     finish(stack, b)
-    assert _job(stack, d)["statusReason"] == f"Waiting for {c} (Queued)"
+    # (b's settlement counted itself on d without reading c: the reason names c, its status unread)
+    assert _job(stack, d)["statusReason"] == f"Waiting for {c}"
     finish(stack, b)  # delivered again: nothing more
     finish(stack, c)
     finish(stack, c)
     assert _sent(stack) == [a, b, c, d]
 
 
-def test_a_hundred_parents_release_their_child_once_the_last_one_succeeded(stack: Stack) -> None:
+def test_a_hundred_parents_release_their_child_once_the_last_one_succeeded_at_two_requests_an_edge(
+    stack: Stack,
+) -> None:
+    # Given a child of 100 parents (a quota that admits them all)
     status, body = stack.api(
         "PUT",
         "/admin/accounts/dev/quotas",
@@ -173,27 +183,59 @@ def test_a_hundred_parents_release_their_child_once_the_last_one_succeeded(stack
         groups="admin",
     )
     assert status == 200, body
-    parents = [_submit(stack)["jobId"] for _ in range(100)]
-    child = _submit(stack, dependsOn=_after(*parents))
-    assert child["statusReason"] == f"Waiting for {parents[0]} (Queued) and 99 more"
-    assert len(child["waitingFor"]) == 100
-    # 98 parents end without their events reaching the child (written straight to the table: what
-    # the child reads of them is their status), then the last two by their events
-    table = stack.settings.jobs_table
-    for parent in parents[:98]:
-        stack.services.store._db.update_item(  # type: ignore[attr-defined]
-            TableName=table,
+    parents = [_submit(stack, notifications="None")["jobId"] for _ in range(100)]
+    submitted: list[dict[str, Any]] = []
+    at_submit = _dynamodb_requests(
+        lambda: submitted.append(_submit(stack, dependsOn=_after(*parents), notifications="None"))
+    )
+    child = submitted[0]["jobId"]
+    assert submitted[0]["statusReason"] == f"Waiting for {parents[0]} (Queued) and 99 more"
+    assert len(submitted[0]["waitingFor"]) == 100
+    # (its 100 parents' marks, one UpdateItem each; and the submit's own reads: the caller's, and the
+    # waiting job's judgement, one BatchGetItem of all 100)
+    assert at_submit["UpdateItem"] == 100 and at_submit["BatchGetItem"] == 2
+    assert "BatchWriteItem" not in at_submit  # no wait items: each parent lists its children
+    # When 99 of them end (written final straight to the table, then their settlement of their
+    # children, in reverse order)
+    store = stack.services.store
+    for parent in parents[1:]:
+        store._db.update_item(  # type: ignore[attr-defined]
+            TableName=stack.settings.jobs_table,
             Key={"jobId": {"S": parent}},
             UpdateExpression="SET #s = :s",
             ExpressionAttributeNames={"#s": "status"},
             ExpressionAttributeValues={":s": {"S": "Succeeded"}},
         )
-    finish(stack, parents[98])
-    assert child["jobId"] not in _sent(stack)
-    assert _job(stack, child["jobId"])["statusReason"] == f"Waiting for {parents[99]} (Queued)"
-    finish(stack, parents[99])
-    finish(stack, parents[99])
-    assert _sent(stack).count(child["jobId"]) == 1
+    finals = [store.get_job(p) for p in reversed(parents[1:])]
+
+    def settle_all() -> None:
+        for final in finals:
+            assert final is not None
+            waits.settle_dependents(stack.services, final, stack.clock())
+
+    settled = _dynamodb_requests(settle_all)
+    # Then each settlement was one UpdateItem on the child (no Query, no read of the other parents),
+    # and the child waits for the last one
+    assert settled == Counter({"UpdateItem": 99})
+    assert child not in _sent(stack)
+    assert _job(stack, child)["statusReason"] == f"Waiting for {parents[0]}"
+    # When the last parent ends by its event (delivered twice), against a parent without children
+    lone = _submit(stack, notifications="None")["jobId"]
+    lone_end = _dynamodb_requests(lambda: finish(stack, lone))
+    last = _dynamodb_requests(lambda: finish(stack, parents[0]))
+    finish(stack, parents[0])
+    # Then the child is released once; its edge's settlement is one UpdateItem; the rest is the
+    # child's own: its judgement (one BatchGetItem of its 100 parents), its release into the quota
+    # (the quota's read, the release's transaction), its admission (the held queue's Queries, the
+    # admitting transaction) and dispatch: what any held job costs
+    assert _sent(stack).count(child) == 1
+    assert last - lone_end == Counter(
+        {"UpdateItem": 3, "BatchGetItem": 2, "TransactWriteItems": 2, "Query": 3, "GetItem": 1}
+    )
+    assert "Query" not in lone_end
+    # Over the child's life its 100 edges cost 200 requests: a mark and a settlement each
+    edges = at_submit["UpdateItem"] + settled["UpdateItem"] + 1
+    assert edges == 200
 
 
 def test_an_array_parent_counts_once_the_whole_array_is_final(stack: Stack) -> None:
@@ -220,14 +262,7 @@ def test_an_array_parent_counts_once_the_whole_array_is_final(stack: Stack) -> N
 
 def test_aborting_a_queued_parent_ends_its_waiting_children_by_their_condition(stack: Stack) -> None:
     # Given a parent held for quota (AWS Batch never had it)
-    status, body = stack.api(
-        "PUT",
-        "/admin/accounts/dev/quotas",
-        body={"quotas": [{"family": "Basic", "geoZone": "UnitedStates", "limit": 1}]},
-        account_id="admin",
-        groups="admin",
-    )
-    assert status == 200, body
+    limit_basic_us(stack, 1)
     _submit(stack)
     parent = _submit(stack)["jobId"]
     child = _submit(stack, dependsOn=_after(parent))["jobId"]
@@ -239,6 +274,36 @@ def test_aborting_a_queued_parent_ends_its_waiting_children_by_their_condition(s
     # The cleanup child is released into the quota's admission (held behind the running job)
     stored = stack.services.store.get_job(cleanup)
     assert stored is not None and stored.dispatch_state is DispatchState.HELD
+
+
+@pytest.mark.parametrize("parent_body", [{}, {"arrayItems": [1, 2]}], ids=["single", "array"])
+def test_a_parent_aws_batch_refuses_ends_its_children_at_once_not_at_the_backstop(
+    stack: Stack, monkeypatch: pytest.MonkeyPatch, parent_body: dict[str, Any]
+) -> None:
+    # Given a parent held for quota behind a running job, and a child waiting for it
+    limit_basic_us(stack, 1)
+    running = _submit(stack)["jobId"]
+    parent = _submit(stack, **parent_body)["jobId"]
+    child = _submit(stack, dependsOn=_after(parent))["jobId"]
+
+    # When the running job ends and AWS Batch refuses the parent the admission sends
+    def refuse(submission: BatchSubmission) -> str:
+        raise BatchRefused("AWS Batch refused to accept the job")
+
+    monkeypatch.setattr(stack.batch[GeoZone.UNITED_STATES], "submit_job", refuse)
+    finish(stack, running)
+
+    # Then the dispatcher's ending settles the child in the same call: Terminated, free, saying why
+    ended_parent = _job(stack, parent)
+    assert ended_parent["status"] == "Terminated"
+    if not parent_body:
+        assert ended_parent["statusReason"] == REFUSED_REASON
+    ended = _job(stack, child)
+    assert (ended["status"], ended["statusReason"]) == (
+        "Terminated",
+        NEEDED.format(parent=parent, ended="Terminated", needed="Succeeded"),
+    )
+    assert Decimal(str(ended["creditsSpent"])) == Decimal("0") and _job_entries(stack, child) == []
 
 
 def test_aborting_a_waiting_child_ends_it_and_its_parents_end_leaves_it(stack: Stack) -> None:
@@ -270,13 +335,15 @@ def test_the_meter_backstop_releases_a_child_whose_release_was_lost(
     assert _sent(stack).count(child) == 1
 
 
+@pytest.mark.parametrize("children_before", [0, 1])
 def test_a_parent_that_settles_as_a_child_marks_it_is_settled_again_and_finds_the_child(
-    stack: Stack, monkeypatch: pytest.MonkeyPatch
+    stack: Stack, monkeypatch: pytest.MonkeyPatch, children_before: int
 ) -> None:
+    # Given a parent with no child or one already (the settlement then holds on its list's size)
     parent = _submit(stack)["jobId"]
     store = stack.services.store
     read = store.get_job
-    child: list[str] = []
+    child: list[str] = [_submit(stack, dependsOn=_after(parent))["jobId"] for _ in range(children_before)]
     started: list[bool] = []
 
     def read_then_submit(job_id: str) -> Any:
@@ -291,10 +358,67 @@ def test_a_parent_that_settles_as_a_child_marks_it_is_settled_again_and_finds_th
     monkeypatch.setattr(store, "get_job", read_then_submit)
     finish(stack, parent)
     monkeypatch.undo()
-    # The settlement lost its condition to the mark, was computed again, and released the child.
+    # The settlement lost its condition to the mark, was computed again, and released every child.
     after = store.get_job(parent)
-    assert after is not None and after.status.value == "Succeeded" and after.has_dependents
-    assert _sent(stack).count(child[0]) == 1
+    assert after is not None and after.status.value == "Succeeded" and after.dependents == tuple(child)
+    assert len(child) == children_before + 1
+    assert [_sent(stack).count(c) for c in child] == [1] * len(child)
+
+
+def test_children_waiting_lists_the_jobs_submitted_on_a_running_parent_until_it_ends(stack: Stack) -> None:
+    # Given a parent and two children submitted on it
+    parent = _submit(stack)["jobId"]
+    children = [_submit(stack, dependsOn=_after(parent))["jobId"] for _ in range(2)]
+    # Then the parent lists them while it runs, and none once it ended (they were released)
+    assert _job(stack, parent)["childrenWaiting"] == children
+    assert _job(stack, children[0])["childrenWaiting"] == []
+    finish(stack, parent)
+    assert _job(stack, parent)["childrenWaiting"] == []
+    assert [_sent(stack).count(c) for c in children] == [1, 1]
+
+
+def test_a_settlement_a_crash_cut_short_is_judged_again_when_its_event_comes_again(
+    stack: Stack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from functions.domain.errors import DependencyFailed
+
+    # Given a child whose parent's settlement was counted on it, then DynamoDB failed before its release
+    parent = _submit(stack)["jobId"]
+    child = _submit(stack, dependsOn=_after(parent))["jobId"]
+
+    def failing(*args: Any, **kwargs: Any) -> Any:
+        raise DependencyFailed("DynamoDB is unavailable")
+
+    monkeypatch.setattr(waits, "settle", failing)
+    finish(stack, parent)
+    monkeypatch.undo()
+    stored = stack.services.store.get_job(child)
+    assert stored is not None and stored.is_waiting and stored.settled_parents == {parent}
+    # When the parent's final event is delivered again
+    finish(stack, parent)
+    # Then the child (already counted) is judged again and released, once
+    assert _sent(stack).count(child) == 1
+    finish(stack, parent)
+    assert _sent(stack).count(child) == 1
+
+
+def test_a_parent_that_the_most_jobs_wait_for_already_is_a_400_on_its_field(
+    stack: Stack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from functions.adapters.dynamodb import dependencies as records
+
+    # Given a parent two jobs wait for, the most allowed (lowered from 1,000 for the test)
+    monkeypatch.setattr(records, "MAX_DEPENDENTS", 2)
+    parent = _submit(stack)["jobId"]
+    for _ in range(2):
+        _submit(stack, dependsOn=_after(parent))
+    # When a third is submitted on it
+    status, refused = stack.api("POST", "/jobs", body={"code": "1", "dependsOn": _after(parent)})
+    # Then it is refused on its field and nothing of it is written
+    assert status == 400, refused
+    assert refused["error"]["field"] == "dependsOn[0].jobId"
+    assert len(_job(stack, parent)["childrenWaiting"]) == 2
+    assert len(stack.api("GET", "/jobs")[1]["jobs"]) == 3
 
 
 @pytest.mark.parametrize(
@@ -368,7 +492,7 @@ def test_replayed_duplicated_and_reversed_events_release_every_child_once(
 
 
 def _dynamodb_requests(call: Any) -> Counter[str]:
-    with RequestRecorder() as recorder:
+    with RequestRecorder(units=False) as recorder:
         call()
     return Counter(
         {k.split(":", 1)[1]: v for k, v in recorder.usage.requests.items() if k.startswith("dynamodb:")}
@@ -382,24 +506,140 @@ def test_the_requests_an_edge_costs_at_the_childs_submit_and_at_its_parents_end(
     assert "Query" not in alone
     assert alone == Counter({"GetItem": 3, "TransactWriteItems": 1})
     parent = _submit(stack, notifications="None")["jobId"]
-    # At the child's submit, the edge costs the parent's mark (1 UpdateItem), the wait item (in the
-    # BatchWriteItem of the child's wait items) and the child's judgement (1 BatchGetItem)
+    # At the child's submit, the edge costs the parent's mark (1 UpdateItem, which lists the child on
+    # the parent: no wait item) and the child's judgement (1 BatchGetItem, the child's own)
     counts = _dynamodb_requests(lambda: _submit(stack, dependsOn=_after(parent), notifications="None"))
     # (the rest: the account and quota read, the caller's read, the waiting job's transaction)
-    assert counts == Counter(
-        {"UpdateItem": 1, "BatchWriteItem": 1, "BatchGetItem": 2, "GetItem": 1, "TransactWriteItems": 1}
-    )
-    # At the parent's end, over a lone parent's: the edge's 1 Query of waiters, 1 GetItem of the
-    # child, 1 BatchGetItem judging it and 1 BatchWriteItem deleting its wait item; the rest is the
-    # child's own release and admission into the quota and its dispatch (what any submit costs).
+    assert counts == Counter({"UpdateItem": 1, "BatchGetItem": 2, "GetItem": 1, "TransactWriteItems": 1})
+    # At the parent's end, over a lone parent's: the edge's 1 UpdateItem counting the parent on the
+    # child (which answers the child: no Query of waiters, no GetItem of it, no wait item to delete);
+    # the rest is the child's own judgement (1 BatchGetItem), release and admission into the quota
+    # and its dispatch (what any held job costs).
     ended = _dynamodb_requests(lambda: finish(stack, parent))
     assert ended == Counter(
-        {
-            "GetItem": 5,
-            "TransactWriteItems": 3,
-            "Query": 4,
-            "BatchGetItem": 2,
-            "UpdateItem": 2,
-            "BatchWriteItem": 1,
-        }
+        {"GetItem": 4, "TransactWriteItems": 3, "Query": 3, "BatchGetItem": 2, "UpdateItem": 3}
     )
+
+
+def _outputs(stack: Stack, job_id: str, objects: dict[str, bytes]) -> None:
+    """What a parent's worker left in its zone's bucket."""
+    blobs = stack.services.zones[GeoZone.UNITED_STATES].blobs
+    for name, body in objects.items():
+        blobs.put(f"outputs/{job_id}/{name}", body, "application/octet-stream")
+
+
+def _inputs(stack: Stack, job_id: str) -> dict[str, bytes]:
+    blobs = stack.services.zones[GeoZone.UNITED_STATES].blobs
+    prefix = f"inputs/{job_id}/"
+    return {o.key.removeprefix(prefix): blobs.get(o.key) or b"" for o in blobs.list(prefix)}
+
+
+def test_a_childs_release_copies_its_parents_matching_outputs_under_its_own_inputs(stack: Stack) -> None:
+    # Given a running parent and a child taking its *.csv outputs
+    parent = _submit(stack, notifications="None")["jobId"]
+    child = _submit(
+        stack,
+        dependsOn=_after(parent),
+        inputsFrom=[{"jobId": parent, "files": ["*.csv"]}],
+        notifications="None",
+    )["jobId"]
+    outcome = b'{"format": "remote-batch.outcome/1", "result": 4}'
+    _outputs(stack, parent, {"files/a.csv": b"x,y", "files/notes.txt": b"no", "outcome.json": outcome})
+    # Then nothing is copied while it waits, and its input document names the parent, no prefix
+    assert set(_inputs(stack, child)) == {"input.json"}
+    document = json.loads(_inputs(stack, child)["input.json"])
+    assert document["inputsFrom"] == [{"jobId": parent, "files": ["*.csv"]}]
+
+    # When the parent succeeds (batch_events releases the child)
+    finish(stack, parent)
+
+    # Then the matching output and the outcome were copied, with the manifest, before its dispatch
+    assert _sent(stack).count(child) == 1
+    copied = _inputs(stack, child)
+    base = f"from/{parent}/"
+    assert sorted(copied) == [
+        f"{base}files/a.csv",
+        f"{base}manifest.json",
+        f"{base}outcome.json",
+        "input.json",
+    ]
+    assert (copied[f"{base}files/a.csv"], copied[f"{base}outcome.json"]) == (b"x,y", outcome)
+    assert json.loads(copied[f"{base}manifest.json"])["objects"] == ["files/a.csv", "outcome.json"]
+    # And a replayed final event of the parent neither copies into a released child nor sends it again
+    finish(stack, parent)
+    assert _inputs(stack, child) == copied and _sent(stack).count(child) == 1
+
+
+def test_a_child_over_the_copy_limit_ends_terminated_free_naming_the_limit(
+    stack: Stack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from functions.domain import parent_inputs as layout
+    from functions.logic import parent_inputs
+
+    # Given a limit of 1 object a child copies, and a parent that leaves 2 matching outputs
+    monkeypatch.setattr(layout, "MAX_INPUT_OBJECTS", 1)
+    monkeypatch.setattr(parent_inputs, "MAX_INPUT_OBJECTS", 1)
+    parent = _submit(stack, notifications="None")["jobId"]
+    child = _submit(stack, dependsOn=_after(parent), inputsFrom=[{"jobId": parent}], notifications="None")
+    _outputs(stack, parent, {"files/a": b"1", "files/b": b"2"})
+
+    # When the parent succeeds
+    finish(stack, parent)
+
+    # Then the child ends Terminated, free, saying which limit, never sent, nothing copied
+    ended = _job(stack, child["jobId"])
+    assert (ended["status"], ended["statusReason"]) == (
+        "Terminated",
+        "The inputs from this job's dependencies are more than 1 objects (the most a job copies); "
+        "narrow inputsFrom's files patterns",
+    )
+    assert Decimal(ended["creditsSpent"]) == Decimal("0") and _job_entries(stack, child["jobId"]) == []
+    assert child["jobId"] not in _sent(stack)
+    assert set(_inputs(stack, child["jobId"])) == {"input.json"}
+
+
+def test_a_child_whose_parents_data_was_deleted_while_it_waited_ends_terminated_free_saying_so(
+    stack: Stack,
+) -> None:
+    # Given a child taking the outputs of a parent, and waiting for a second one
+    parent, other = (_submit(stack, notifications="None")["jobId"] for _ in range(2))
+    child = _submit(
+        stack, dependsOn=_after(parent, other), inputsFrom=[{"jobId": parent}], notifications="None"
+    )["jobId"]
+    _outputs(stack, parent, {"files/a": b"1"})
+    # And the first parent succeeded, then its owner deleted its data
+    finish(stack, parent)
+    status, _ = stack.api("DELETE", f"/jobs/{parent}")
+    assert status == 204
+
+    # When the second parent succeeds
+    finish(stack, other)
+
+    # Then the child ends Terminated, free, saying the parent's outputs are gone, nothing copied
+    ended = _job(stack, child)
+    assert (ended["status"], ended["statusReason"]) == ("Terminated", data_gone_reason(parent))
+    assert Decimal(ended["creditsSpent"]) == Decimal("0") and child not in _sent(stack)
+    assert set(_inputs(stack, child)) == {"input.json"}
+
+
+def test_the_meter_backstop_copies_the_inputs_of_a_child_whose_release_was_lost(
+    stack: Stack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from functions.logic import waits
+
+    # Given a child taking a parent's outputs, whose release at the parent's end was lost
+    parent = _submit(stack, notifications="None")["jobId"]
+    child = _submit(stack, dependsOn=_after(parent), inputsFrom=[{"jobId": parent}], notifications="None")
+    _outputs(stack, parent, {"files/model.pt": b"w"})
+    monkeypatch.setattr(waits, "settle_dependents", lambda *args, **kwargs: 0)
+    finish(stack, parent)
+    monkeypatch.undo()
+    assert set(_inputs(stack, child["jobId"])) == {"input.json"}
+
+    # When the meter's backstop runs a while later
+    stack.clock.advance(timedelta(minutes=11).total_seconds())
+    stack.tick()
+
+    # Then it copied the outputs and released the child, once
+    assert _inputs(stack, child["jobId"])[f"from/{parent}/files/model.pt"] == b"w"
+    assert _sent(stack).count(child["jobId"]) == 1

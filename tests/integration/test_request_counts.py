@@ -15,7 +15,7 @@ from functions.domain.quotas import Family, QuotaKey, QuotaLimits
 from functions.domain.status import JobStatus
 from remote_batch_local.bus import matches_rule
 from tests.events import batch_event, job_lifecycle
-from tests.integration.conftest import finish
+from tests.integration.conftest import finish, limit_basic_us
 
 
 def _dynamodb(call: Callable[[], Any]) -> tuple[Any, Counter[str]]:
@@ -217,17 +217,6 @@ def test_the_list_shows_each_job_as_get_does_from_the_slim_index(stack) -> None:
     assert listed["jobs"][1]["status"] == "Succeeded"
 
 
-def _set_basic_us(stack, limit: int) -> None:
-    status, body = stack.api(
-        "PUT",
-        "/admin/accounts/dev/quotas",
-        body={"quotas": [{"family": "Basic", "geoZone": "UnitedStates", "limit": limit}]},
-        account_id="admin",
-        groups="admin",
-    )
-    assert status == 200, body
-
-
 def _usage(stack) -> tuple[int, int]:
     """(units in use, units queued) of Basic in UnitedStates."""
     usage = stack.services.store.get_quota_usage("dev")
@@ -262,7 +251,7 @@ def test_a_submit_that_fits_is_written_admitted_in_one_transaction_then_claimed_
 
 
 def test_a_submit_behind_a_held_job_of_its_family_is_held_never_admitted_past_it(stack) -> None:
-    _set_basic_us(stack, 1)
+    limit_basic_us(stack, 1)
     first = stack.api("POST", "/jobs", body=BASIC_US_JOB)[1]["jobId"]
     second = stack.api("POST", "/jobs", body=BASIC_US_JOB)[1]["jobId"]
     assert stack.services.store.get_job(second).dispatch_state == DispatchState.HELD
@@ -282,7 +271,7 @@ def test_a_submit_behind_a_held_job_of_its_family_is_held_never_admitted_past_it
 
 
 def test_an_ending_while_a_job_is_held_writes_its_release_again_and_admits_the_held_job(stack) -> None:
-    _set_basic_us(stack, 1)
+    limit_basic_us(stack, 1)
     first = stack.api("POST", "/jobs", body=BASIC_US_JOB)[1]["jobId"]
     second = stack.api("POST", "/jobs", body=BASIC_US_JOB)[1]["jobId"]
     assert _usage(stack) == (1, 1)

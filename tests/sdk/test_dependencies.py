@@ -59,6 +59,39 @@ def test_job_parents_are_its_depends_on(api: rb.Client) -> None:
     assert [p.id for p in child.parents] == [TRAIN]
 
 
+def test_children_waiting_are_the_jobs_the_server_lists_read_again_while_the_job_runs(
+    httpserver: HTTPServer, api: rb.Client
+) -> None:
+    # Given a running parent the server says two jobs wait for
+    httpserver.expect_request(f"/jobs/{TRAIN}", method="GET").respond_with_json(
+        job(jobId=TRAIN, status="Running", childrenWaiting=["job-c", "job-d"])
+    )
+    parent = rb.Job(api, {"jobId": TRAIN, "status": "Running"})
+    # Then they are its children_waiting, each a Job
+    assert [c.id for c in parent.children_waiting] == ["job-c", "job-d"]
+    # And a final job has none, without asking the server
+    assert rb.Job(api, {"jobId": "job-f", "status": "Succeeded"}).children_waiting == []
+
+
+def test_cli_status_shows_what_a_job_waits_for_and_the_jobs_that_wait_for_it(
+    httpserver: HTTPServer, api: rb.Client
+) -> None:
+    httpserver.expect_request("/jobs/job-b", method="GET").respond_with_json(
+        job(
+            jobId="job-b",
+            status="Queued",
+            waitingFor=[f"job|{TRAIN}"],
+            childrenWaiting=["job-c"],
+            dependsOn=[{"jobId": TRAIN, "condition": "Succeeded"}],
+        )
+    )
+    done = CliRunner().invoke(app, ["status", "job-b"], env={**os.environ, "COLUMNS": "200"})
+    assert done.exit_code == 0, done.output
+    rows = [line.split() for line in done.output.splitlines()]
+    assert ["waitingFor", f"job|{TRAIN}"] in rows
+    assert ["childrenWaiting", "job-c"] in rows
+
+
 def test_cli_submit_after_and_inputs_from(httpserver: HTTPServer, api: rb.Client) -> None:
     recorder = Recorder(ok(job(), 202))
     httpserver.expect_request("/jobs", method="POST").respond_with_handler(recorder)

@@ -38,10 +38,11 @@ ENV: dict[str, Any] = {
     "sizeBytes": 987654,
     "createdAt": "2026-12-01T10:00:00Z",
     "readyAt": "2026-12-01T10:00:41Z",
+    "failedAt": None,
 }
 BUILDING = {**ENV, "status": "Building", "hash": None, "packages": [], "sizeBytes": 0, "readyAt": None}
 FAILED_REASON = "Environment ml failed: No solution found when resolving dependencies: six==9 is unavailable"
-FAILED = {**BUILDING, "status": "Failed", "statusReason": FAILED_REASON}
+FAILED = {**BUILDING, "status": "Failed", "statusReason": FAILED_REASON, "failedAt": "2026-12-01T10:00:09Z"}
 
 
 def environment(**changes: Any) -> dict[str, Any]:
@@ -173,13 +174,13 @@ def test_a_409_names_the_environment_and_what_differs(httpserver, api):
 
 def test_a_bad_field_is_the_services_validation_error_naming_it(httpserver, api):
     httpserver.expect_request("/environments/ml", method="PUT").respond_with_response(
-        error(400, "ValidationError", "Environments here run Python 3.11, 3.12, 3.13, not '2.7'.", "python")
+        error(400, "ValidationError", "Environments here run Python 3.11, 3.12, 3.13, not '3.10'.", "python")
     )
 
     with pytest.raises(rb.ValidationError) as caught:
-        rb.Environment("ml", python="2.7").create()
+        rb.Environment("ml", python="3.10").create()  # a version, not one the service runs
 
-    assert caught.value.field == "python" and "'2.7'" in caught.value.message
+    assert caught.value.field == "python" and "'3.10'" in caught.value.message
 
 
 def test_a_deployment_without_builds_answers_not_supported(httpserver, api):
@@ -205,6 +206,7 @@ def test_attributes_read_again_while_building_and_not_once_ready(httpserver, api
     assert env.status_reason is None
     assert env.created_at == datetime(2026, 12, 1, 10, 0, tzinfo=UTC)
     assert env.ready_at == datetime(2026, 12, 1, 10, 0, 41, tzinfo=UTC)
+    assert env.failed_at is None
     assert recorder.count == 2  # Ready: nothing changes any more, nothing read again
     assert env.refresh() is env and recorder.count == 3
 
@@ -260,6 +262,8 @@ def test_wait_raises_on_failed_with_the_first_error_line(httpserver, api, capsys
     assert caught.value.reason == FAILED_REASON
     assert str(caught.value) == FAILED_REASON
     assert caught.value.environment.status == "Failed"
+    assert caught.value.environment.failed_at == datetime(2026, 12, 1, 10, 0, 9, tzinfo=UTC)
+    assert caught.value.environment.ready_at is None
     assert capsys.readouterr().err == ""  # progress=False: silent
 
 
@@ -287,6 +291,40 @@ def test_delete_answers_the_environment_as_it_was(httpserver, api):
     assert recorder.count == 1 and deleted.data == ENV and deleted.requirements == ("six==1.16.0",)
 
 
+def test_delete_while_building_answers_the_last_view_and_reads_nothing_again(httpserver, api):
+    # Given an environment still Building, which the service forgets once deleted
+    deletes = Recorder(ok(BUILDING))
+    httpserver.expect_request("/environments/ml", method="DELETE").respond_with_handler(deletes)
+    reads = Recorder(error(404, "NotFound", "No environment ml in this account."))
+    httpserver.expect_request("/environments/ml", method="GET").respond_with_handler(reads)
+
+    # When it is deleted
+    deleted = rb.Environment("ml", python="3.12").delete()
+
+    # Then its attributes are the view the delete answered, and none of them asks the service again
+    assert deleted.deleted is True and deleted.data == BUILDING
+    assert deleted.status == "Building" and deleted.hash is None and deleted.packages == []
+    assert deleted.requirements == ("six==1.16.0",) and deleted.size_bytes == 0
+    assert repr(deleted) == "<Environment 'ml' Python 3.12, 1 requirement, deleted (Building)>"
+    assert deletes.count == 1 and reads.count == 0
+    with pytest.raises(rb.NotFound):  # asked for explicitly, the service says it is gone
+        deleted.refresh()
+
+
+def test_create_after_delete_follows_the_new_environment_again(httpserver, api):
+    httpserver.expect_request("/environments/ml", method="DELETE").respond_with_json(ENV)
+    httpserver.expect_request("/environments/ml", method="PUT").respond_with_json(BUILDING, status=201)
+    reads = Recorder(ok(ENV))
+    httpserver.expect_request("/environments/ml", method="GET").respond_with_handler(reads)
+
+    env = rb.Environment("ml", python="3.12", requirements=["six==1.16.0"])
+    env.delete()
+    env.create()
+
+    assert env.deleted is False and env.created is True
+    assert env.status == "Ready" and reads.count == 1  # Building: read again, as before any delete
+
+
 def test_environments_reads_every_page_and_each_ones_lists_when_asked(httpserver, api):
     recorder = Recorder(
         ok({"environments": [summary(name="a")], "nextToken": "t1"}),
@@ -310,20 +348,26 @@ def test_environments_reads_every_page_and_each_ones_lists_when_asked(httpserver
     assert whole.count == 1
 
 
-def test_a_name_is_one_path_segment(httpserver, api):
+def test_a_name_is_one_path_segment_of_each_request(httpserver, api):
+    name = "Ml.v2_x-1"  # every kind of character a name holds
     uris: list[str] = []
 
     def answer(request: Request) -> Response:
         uris.append(str(request.environ.get("REQUEST_URI")))
-        return error(404, "NotFound", "No environment a/b in this account.")
+        return ok({**ENV, "name": name})
 
-    httpserver.expect_request("/environments/a/b", method="GET").respond_with_handler(answer)
+    httpserver.expect_request(f"/environments/{name}").respond_with_handler(answer)
+    httpserver.expect_request(f"/environments/{name}/log").respond_with_json(
+        {"events": [], "nextToken": None}
+    )
 
-    with pytest.raises(rb.NotFound):
-        rb.environment("a/b")
-    assert uris == ["/environments/a%2Fb"]
-    with pytest.raises(ValueError, match=r"environment name '\.\.' is not an id"):
-        rb.environment("..")
+    found = rb.environment(name)
+    found.refresh().delete()
+    assert found.log() == ""
+
+    assert uris == [f"/environments/{name}"] * 3
+    with pytest.raises(ValueError, match=r"environment name 'a/b' is not a name"):
+        rb.environment("a/b")  # refused before any request (tests/sdk/test_environments_input.py)
 
 
 @pytest.mark.parametrize(
@@ -488,7 +532,7 @@ def test_env_create_wait_exits_2_with_the_reason_when_the_build_fails(httpserver
 @pytest.mark.parametrize(
     ("text", "says"),
     [
-        ("six\nnot a requirement\n", "requirements.txt, line 2: Invalid requirement"),
+        ("six\nnot a requirement\n", "requirements.txt, line 2: 'not a requirement' is not a requirement"),
         ("-e ./mine\n", "requirements.txt, line 1: an editable (-e) requirement"),
         ("-r missing.txt\n", "missing.txt: no such file"),
     ],
@@ -606,6 +650,23 @@ def test_submit_env_sends_the_environments_name(api, jobs_recorder):
     assert body(jobs_recorder)["environment"] == "ml"
 
 
+def test_submit_with_requirements_sends_an_inline_spec(api, jobs_recorder, tmp_path):
+    requirements = write(tmp_path / "requirements.txt", "# pinned\nsix==1.16.0\n")
+
+    done = CliRunner().invoke(app, ["submit", "-r", str(requirements), "--with", "attrs>=24", "--code", "1"])
+    on_313 = CliRunner().invoke(app, ["submit", "-R", "six", "--python", "3.13", "--", "python", "-V"])
+
+    assert done.exit_code == 0, done.output
+    assert body(jobs_recorder, 0)["environment"] == {
+        "python": interpreter.python_version(),
+        "requirements": ["six==1.16.0", "attrs>=24"],  # the files', then --with's
+    }
+    assert "pythonVersion" not in body(jobs_recorder, 0)  # the job takes its environment's
+    assert on_313.exit_code == 0, on_313.output
+    assert body(jobs_recorder, 1)["environment"] == {"python": "3.13", "requirements": ["six"]}
+    assert body(jobs_recorder, 1)["pythonVersion"] == "3.13"
+
+
 def test_an_environment_from_a_requirements_file(httpserver, api, tmp_path):
     requirements = write(tmp_path / "requirements.txt", "--extra-index-url https://x.example/simple\nsix\n")
     recorder = Recorder(ok(BUILDING, 201))
@@ -629,7 +690,7 @@ def test_an_environment_from_a_requirements_file(httpserver, api, tmp_path):
 @pytest.mark.parametrize(
     ("args", "field", "message"),
     [
-        (["--python", "2.7"], "python", "Environments here run Python 3.11, 3.12, 3.13, not '2.7'."),
+        (["--python", "3.10"], "python", "Environments here run Python 3.11, 3.12, 3.13, not '3.10'."),
         (
             ["-i", "ftp://mirror.example"],
             "indexUrl",

@@ -84,14 +84,23 @@ def test_urls_go_as_pep_508_name_at_url(tmp_path):
 @pytest.mark.parametrize(
     ("text", "line", "says"),
     [
-        ("six\nnot a requirement at all\n", 2, "Invalid requirement"),
-        ("-c constraints.txt\n", 1, "a constraints file (-c)"),
+        (
+            "six\nnot a requirement at all\n",
+            2,
+            "'not a requirement at all' is not a requirement (PEP 508): Expected semicolon",
+        ),
+        (
+            "-c constraints.txt\n",
+            1,
+            "a constraints file (-c constraints.txt) is not taken by environments: put its pins in the "
+            "requirements instead",
+        ),
         ("-e git+https://example.com/x.git#egg=x\n", 1, "an editable (-e) requirement is not taken"),
         ("./packages/mine/\n", 1, "is not on a package index"),
         ("mine @ file:///home/me/mine-1.0-py3-none-any.whl\n", 1, "is not on a package index"),
         ("--find-links ./wheels\nsix\n", 1, "--find-links"),
         ("six==1.16.0 --hash=sha256:" + "0" * 64 + "\n", 1, "per-requirement options (--hash"),
-        ("--pre\nsix\n", 1, "the pip option --pre is not taken"),
+        ("--pre\nsix\n", 1, "the pip option --pre is not taken by environments: they take requirement"),
         ("--trusted-host mirror.example\n", 1, "the pip option --trusted-host is not taken"),
         ("six\n--index-url https://${TOKEN}@mirror.example/simple\n", 2, "${VARIABLE} references"),
     ],

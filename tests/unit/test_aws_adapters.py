@@ -97,6 +97,37 @@ def test_get_of_an_object_over_the_limit_is_refused_unread(s3_stub: Any, blobs: 
         blobs.get(KEY, max_bytes=2)
 
 
+def test_copy_is_a_copy_object_within_the_bucket_and_a_missing_source_is_returned(
+    s3_stub: Any, blobs: S3BlobStore
+) -> None:
+    # Given S3 copying the first object and finding no second one
+    copied = {
+        "Bucket": BUCKET,
+        "Key": "inputs/c/from/p/files/a",
+        "CopySource": {"Bucket": BUCKET, "Key": "outputs/p/files/a"},
+    }
+    s3_stub.add_response("copy_object", {"CopyObjectResult": {"ETag": '"x"'}}, copied)
+    gone = {
+        "Bucket": BUCKET,
+        "Key": "inputs/c/from/p/files/b",
+        "CopySource": {"Bucket": BUCKET, "Key": "outputs/p/files/b"},
+    }
+    s3_stub.add_client_error(
+        "copy_object", service_error_code="NoSuchKey", http_status_code=404, expected_params=gone
+    )
+    s3_stub.add_client_error(
+        "copy_object", service_error_code="AccessDenied", http_status_code=403, expected_params=copied
+    )
+
+    # Then (one pair a call, so the stub's order holds) a copy answers nothing missing, a missing
+    # source is named, and a refusal is a dependency failure
+    assert blobs.copy([("outputs/p/files/a", "inputs/c/from/p/files/a")]) == ()
+    assert blobs.copy([("outputs/p/files/b", "inputs/c/from/p/files/b")]) == ("outputs/p/files/b",)
+    with pytest.raises(DependencyFailed, match=r"^The job's data could not be copied; try again shortly.$"):
+        blobs.copy([("outputs/p/files/a", "inputs/c/from/p/files/a")])
+    assert blobs.copy([]) == ()
+
+
 @pytest.mark.parametrize("code", ["AccessDenied", "SlowDown", "InternalError"])
 def test_get_that_s3_refuses_is_a_dependency_failure(s3_stub: Any, blobs: S3BlobStore, code: str) -> None:
     s3_stub.add_client_error("get_object", service_error_code=code, http_status_code=403)

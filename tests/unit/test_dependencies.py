@@ -15,9 +15,10 @@ from functions.domain.dependencies import (
     check_inputs_from,
     parent_prerequisite,
     parent_state,
+    settled_reason,
 )
 from functions.domain.errors import ValidationFailed
-from functions.domain.prerequisites import PrerequisiteKind, Standing, Verdict, judge
+from functions.domain.prerequisites import Prerequisite, PrerequisiteKind, Standing, Verdict, judge
 from functions.domain.status import JobStatus
 
 PARENT = "job-01JAAAAAAAAAAAAAAAAAAAAAAA"
@@ -128,3 +129,17 @@ def test_bad_inputs_from_is_refused_on_its_field(inputs: list[InputsFrom], field
 def test_inputs_from_parents_with_relative_globs_is_kept() -> None:
     inputs = [InputsFrom("job-a", ("model/*", "*.json")), InputsFrom("job-b")]
     assert check_inputs_from(inputs, [Dependency("job-a"), Dependency("job-b")]) == tuple(inputs)
+
+
+def test_a_reason_after_settlements_names_the_first_parent_not_settled_and_counts_the_rest() -> None:
+    # Given a job waiting for an environment's build and three parents, the first two settled
+    build = Prerequisite(PrerequisiteKind.ENVIRONMENT, "dev/ml/abc")
+    a, b, c = (parent_prerequisite(f"job-{n}") for n in "abc")
+    # Then it waits for the third parent alone, or the build and it, or (all settled) its dependencies
+    assert settled_reason([a, b, c], frozenset({"job-a", "job-b"})) == "Waiting for job-c"
+    assert settled_reason([a, b, c], frozenset({"job-b"})) == "Waiting for job-a and 1 more"
+    assert (
+        settled_reason([build, a, b, c], frozenset({"job-a", "job-b"}))
+        == "Waiting for its environment's build and 1 more"
+    )
+    assert settled_reason([a, b], frozenset({"job-a", "job-b"})) == "Waiting for its dependencies"

@@ -145,8 +145,13 @@ SETTLEMENT = {
                 ),
                 # A settlement of a job no child marked also holds only while none marks it
                 # (issue 25: its ending then settles that child).
-                "ConditionExpression": JOB_ROW_CONDITION + " AND attribute_not_exists(#hasDependents)",
-                "ExpressionAttributeNames": {**SETTLED_NAMES, "#hasDependents": "hasDependents"},
+                "ConditionExpression": JOB_ROW_CONDITION
+                + " AND attribute_not_exists(#hasDependents) AND attribute_not_exists(#dependents)",
+                "ExpressionAttributeNames": {
+                    **SETTLED_NAMES,
+                    "#hasDependents": "hasDependents",
+                    "#dependents": "dependents",
+                },
                 "ExpressionAttributeValues": {
                     ":batchJobId": {"S": f"batch-{JOB_ID}"},
                     ":before": {"N": "4"},

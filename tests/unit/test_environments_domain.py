@@ -56,6 +56,11 @@ def test_a_good_spec_passes_unchanged() -> None:
             EnvironmentSpec("3.12", extra_index_urls=("https://ok.example", "file:///etc")),
             "extraIndexUrls[1]",
         ),
+        # Text a terminal or a log would act on is refused, wherever in the spec it hides.
+        (EnvironmentSpec("3.12", ("six; python_version > '\x1b[2J'",)), "requirements[0]"),
+        (EnvironmentSpec("3.12", ("six==1.16.0\u202e",)), "requirements[0]"),
+        (EnvironmentSpec("3.12", index_url="https://pypi.example.com/\x1b[31m/simple"), "indexUrl"),
+        (EnvironmentSpec("3.12", extra_index_urls=("https://pypi.example.com/a b",)), "extraIndexUrls[0]"),
         (EnvironmentSpec("3.12", image="Not An Image"), "image"),
         (EnvironmentSpec("3.12", image="repo:tag:again"), "image"),
     ],
@@ -125,3 +130,4 @@ def test_a_build_ends_ready_or_failed_once() -> None:
     failed = finish(environment, BuildOutcome(None, error="No solution found when resolving"), NOW)
     assert failed.status is EnvironmentStatus.FAILED
     assert failed.status_reason == "Environment ml failed: No solution found when resolving"
+    assert (failed.ready_at, failed.failed_at, ready.failed_at) == (None, NOW, None)

@@ -133,3 +133,29 @@ def test_the_job_in_the_job_container_cannot_import_the_job_sides_modules(tmp_pa
     assert run.error is None, run.messages
     assert run.outputs is not None and json.loads(run.outputs.result_json)["result"] == [[], False]
     assert launcher_code == 0
+
+
+def test_the_job_starts_in_the_shared_work_folder_with_its_parents_inputs_its_own(tmp_path: Path) -> None:
+    # Given a parent's file put in the work folder by the supervisor (root there) before the job starts
+    work = job_container.work_dir(tmp_path)
+    inputs = work / "inputs" / "job-P"
+    inputs.mkdir(parents=True)
+    (inputs / "n.txt").write_text("20")
+    (inputs / "n.txt").chmod(0o600)
+    job_container.share_tree(work / "inputs")
+
+    # When the job reads it by the relative path the docs give and changes it
+    source = (
+        "import os\n"
+        "n = int(open('inputs/job-P/n.txt').read())\n"
+        "open('inputs/job-P/n.txt', 'w').write('changed')\n"
+        "(os.getcwd(), n + 1)\n"
+    )
+    run, _, launcher_code = _run(tmp_path, source, {IMAGE_PYTHON_VARIABLE: RUNNING})
+
+    # Then it ran in the work folder, read the input and could write it (any image user may)
+    assert run.error is None and launcher_code == 0, run.messages
+    assert run.outputs is not None and json.loads(run.outputs.result_json)["result"] == [str(work), 21]
+    assert (inputs / "n.txt").read_text() == "changed"
+    assert {oct(p.stat().st_mode & 0o777) for p in (work / "inputs", inputs)} == {"0o777"}
+    assert oct((inputs / "n.txt").stat().st_mode & 0o777) == "0o666"

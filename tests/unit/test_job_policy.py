@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import fnmatch
+
 from functions.domain.job_policy import JOB_OUTPUT_ACTIONS, job_policy_document, job_policy_statements
+from functions.domain.parent_inputs import copy_prefix
 
 BUCKET = "arn:aws:s3:::data"
 
@@ -26,17 +29,15 @@ def test_a_local_job_gets_its_own_keys_and_its_accounts_uploads():
     assert job_policy_statements(BUCKET, "job-1")[0]["Resource"] == ["arn:aws:s3:::data/inputs/job-1/*"]
 
 
-def test_a_local_job_with_inputs_from_reads_and_lists_its_parents_outputs_only():
-    statements = job_policy_statements("arn:aws:s3:::b", "job-c", "acct", parents=("job-p",))
+def test_a_child_reads_its_parents_copies_under_its_own_inputs_and_no_job_outputs():
+    # Given a local child job's policy (the cloud role's narrowed to its keys)
+    statements = job_policy_statements(BUCKET, "job-c", "acct")
+
+    # Then it reads only its inputs, where the service copied its parents' outputs, and no outputs
     reads = [s for s in statements if s["Action"] == ["s3:GetObject"]]
     assert [r["Resource"] for r in reads] == [
-        ["arn:aws:s3:::b/inputs/job-c/*", "arn:aws:s3:::b/inputs/uploads/acct/*"],
-        ["arn:aws:s3:::b/outputs/job-p/*"],
+        ["arn:aws:s3:::data/inputs/job-c/*", "arn:aws:s3:::data/inputs/uploads/acct/*"]
     ]
-    [listing] = [s for s in statements if s["Action"] == ["s3:ListBucket"]]
-    assert listing["Resource"] == "arn:aws:s3:::b"
-    assert listing["Condition"] == {"StringLike": {"s3:prefix": ["outputs/job-p/*"]}}
-    # The shared cloud role is unchanged by parents: it reads no job's outputs.
-    assert job_policy_statements("arn:aws:s3:::b", parents=("job-p",)) == job_policy_statements(
-        "arn:aws:s3:::b"
-    )
+    copied = f"arn:aws:s3:::data/{copy_prefix('job-c', 'job-p')}files/model.pt"
+    assert fnmatch.fnmatchcase(copied, reads[0]["Resource"][0])
+    assert not any("s3:ListBucket" in s["Action"] for s in statements)

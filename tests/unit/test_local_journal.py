@@ -91,6 +91,25 @@ def test_reopened_journal_numbers_after_the_last_record(tmp_path: Path) -> None:
     assert again.append(_record()) == 4
 
 
+def test_numbers_never_go_back_after_every_record_was_discarded(tmp_path: Path) -> None:
+    # Given a journal whose records a snapshot covered (a clean stop: rotate, discard), so only its
+    # empty newest segment is left on disk
+    journal = Journal(tmp_path)
+    for service in ("dynamodb", "s3", "s3"):
+        journal.wait_durable(journal.append(_record(service)))
+    journal.rotate()
+    assert journal.discard({"dynamodb": 3, "s3": 3}) == 1
+    journal.close()
+    assert _lines(tmp_path) == []
+
+    # When it is opened again
+    again = Journal(tmp_path)
+
+    # Then the next record is numbered past the covered ones: a snapshot's cut (3) must not cover it
+    assert again.last_seq() == 3
+    assert again.append(_record("s3")) == 4
+
+
 def _environ(method: str, body: bytes, **headers: str) -> dict[str, Any]:
     environ = {
         "REQUEST_METHOD": method,
@@ -159,3 +178,17 @@ def test_middleware_journals_successful_writes_only_once_enabled(tmp_path: Path)
     assert base64.b64decode(records[0]["body"]) == subscribe
     assert base64.b64decode(records[0]["response"]) == moto.answer
     assert records[0]["headers"]["Authorization"] == auth
+
+
+def test_numbering_continues_after_a_restored_snapshots_cut_when_no_segment_is_left(tmp_path: Path) -> None:
+    # Given a new journal (its folder emptied) and a snapshot that covers records up to 7
+    journal = Journal(tmp_path)
+
+    # When the restore tells it the cut
+    journal.number_after(7)
+
+    # Then its records are numbered after it, and a lower cut changes nothing
+    journal.number_after(2)
+    assert journal.append(_record()) == 8
+    journal.wait_durable(8)
+    assert [r["seq"] for r in _lines(tmp_path)] == [8]

@@ -266,11 +266,19 @@ class StoreBase:
         values[":terminated"] = serialize_value(JobStatus.TERMINATED.value)
         values[":liveNow"] = serialize_value(self._now_epoch())
         condition = f"{LIVE_JOB} AND #eventPosition = :before AND NOT #status IN (:succeeded, :terminated)"
-        if after.is_final and not transition.before.has_dependents:
+        if after.is_final:
             # A child marked the job its parent since it was read: the settlement is computed again
             # from the job as it is, so its ending settles that child (``dependencies``).
-            condition += " AND attribute_not_exists(#hasDependents)"
-            names["#hasDependents"] = "hasDependents"
+            before = transition.before
+            if not before.has_dependents:
+                condition += " AND attribute_not_exists(#hasDependents)"
+                names["#hasDependents"] = "hasDependents"
+            names["#dependents"] = "dependents"
+            if before.dependents:
+                condition += " AND size(#dependents) = :dependents"
+                values[":dependents"] = serialize_value(len(before.dependents))
+            else:
+                condition += " AND attribute_not_exists(#dependents)"
         return {
             "TableName": self._jobs,
             "Key": serialize_item({"jobId": after.job_id}),

@@ -81,6 +81,7 @@ def environment_to_item(environment: Environment) -> dict[str, Any]:
         "imageDigest": environment.image_digest,
         "createdAt": to_sortable(environment.created_at),
         "readyAt": to_sortable(environment.ready_at) if environment.ready_at else None,
+        "failedAt": to_sortable(environment.failed_at) if environment.failed_at else None,
         "logStreamName": environment.log_stream_name,
         "version": environment.version,
         # An unnamed environment goes with DynamoDB's TTL once past its retention (the table's TTL
@@ -93,7 +94,12 @@ def environment_from_item(item: dict[str, Any]) -> Environment:
     """The environment of a plain item. Raises ``UnreadableRecord`` for an item that is not a whole one."""
     try:
         spec = json.loads(item["spec"])
+        status = EnvironmentStatus(item["status"])
         ready_at: datetime | None = from_sortable(item["readyAt"]) if item.get("readyAt") else None
+        failed_at: datetime | None = from_sortable(item["failedAt"]) if item.get("failedAt") else None
+        if status is EnvironmentStatus.FAILED and failed_at is None:
+            # Records written before failedAt kept the failure's time in readyAt.
+            ready_at, failed_at = None, ready_at
         return Environment(
             account_id=item["accountId"],
             name=item.get("name"),
@@ -106,7 +112,7 @@ def environment_from_item(item: dict[str, Any]) -> Environment:
                 repository_credentials=spec.get("repositoryCredentials"),
             ),
             spec_hash=item["specHash"],
-            status=EnvironmentStatus(item["status"]),
+            status=status,
             status_reason=item.get("statusReason"),
             hash=item.get("hash"),
             packages=tuple(Package(name, version) for name, version in json.loads(item["packages"])),
@@ -114,6 +120,7 @@ def environment_from_item(item: dict[str, Any]) -> Environment:
             image_digest=item.get("imageDigest"),
             created_at=from_sortable(item["createdAt"]),
             ready_at=ready_at,
+            failed_at=failed_at,
             log_stream_name=item["logStreamName"],
             version=int(item["version"]),
         )

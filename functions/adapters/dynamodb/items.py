@@ -11,7 +11,7 @@ from typing import Any
 from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 
 from functions.domain.credits import quantize_credits
-from functions.domain.dependencies import Condition, Dependency, InputsFrom
+from functions.domain.dependencies import Condition, Dependency, InputsFrom, settled_reason
 from functions.domain.environments import JobEnvironment
 from functions.domain.errors import UnreadableRecord
 from functions.domain.jobs import (
@@ -139,6 +139,8 @@ def job_to_item(job: Job) -> dict[str, Any]:
         "dependsOn": [{"jobId": d.job_id, "condition": d.condition.value} for d in job.depends_on] or None,
         "inputsFrom": [{"jobId": i.job_id, "files": list(i.files)} for i in job.inputs_from] or None,
         "hasDependents": True if job.has_dependents else None,
+        "dependents": list(job.dependents) or None,
+        "settledParents": set(job.settled_parents) or None,
         "ttl": int((job.record_expires_at or job.submitted_at + RECORD_TTL).timestamp()),
     }
     values.update(_array_values(job))
@@ -211,7 +213,6 @@ def _job_from_item(item: dict[str, Any]) -> Job:
         notifications=rules_from_json(json.loads(item["notifications"])),
         submitted_at=from_sortable(item["submittedAt"]),
         status=JobStatus(item["status"]),
-        status_reason=item.get("statusReason"),
         status_history=tuple(JobStatus(s) for s in item.get("statusHistory", ["Queued"])),
         event_position=int(item.get("eventPosition", -1)),
         termination_reason=item.get("terminationReason"),
@@ -259,7 +260,24 @@ def _job_from_item(item: dict[str, Any]) -> Job:
             for i in item.get("inputsFrom", [])
         ),
         has_dependents=bool(item.get("hasDependents", False)),
+        dependents=tuple(str(d) for d in item.get("dependents", [])),
+        settled_parents=frozenset(str(p) for p in item.get("settledParents", set())),
+        status_reason=_status_reason(item),
     )
+
+
+def _status_reason(item: dict[str, Any]) -> str | None:
+    """The stored ``statusReason``; of a waiting job whose parents' settlements removed it (they count
+    themselves without reading its other parents), the one its record says
+    (``dependencies.settled_reason``)."""
+    reason = item.get("statusReason")
+    if reason is not None or item.get("dispatchState") != DispatchState.WAITING.value:
+        return reason
+    settled = item.get("settledParents")
+    if not settled:
+        return None
+    waiting_for = [Prerequisite.parse(str(p)) for p in item.get("waitingFor", [])]
+    return settled_reason(waiting_for, frozenset(str(p) for p in settled))
 
 
 def span_queue_entry(span: QueuedSpan) -> dict[str, Any]:

@@ -6,7 +6,8 @@ A job that waits is three kinds of item:
 - its guard ``waiting#<jobId>`` in the account's held partition (``quotas.held_partition``), written
   with the job; its release (into ``Held``) and its ending each delete it conditionally in their own
   transaction, so exactly one of them happens, whatever races;
-- one wait item per prerequisite, partition ``wait|<prerequisite id>``, sort key the job id: the
+- one wait item per prerequisite that is no parent (a parent lists its children on its own record,
+  ``dependencies``), partition ``wait|<prerequisite id>``, sort key the job id: the
   prerequisite's waiters are one Query of its partition (strongly consistent), however many
   accounts' jobs wait for it. They are an index only: written after the job, deleted after its
   release or end (and whenever a Query finds one whose job no longer waits), so one left behind by a
@@ -22,7 +23,7 @@ from functions.adapters.dynamodb.base import LIVE_JOB, store_errors
 from functions.adapters.dynamodb.items import job_to_item, serialize_item, serialize_value
 from functions.adapters.dynamodb.quotas import QuotaRecords, held_partition, waiting_entry
 from functions.domain.jobs import DispatchState, Job
-from functions.domain.prerequisites import Prerequisite
+from functions.domain.prerequisites import Prerequisite, PrerequisiteKind
 from functions.domain.status import JobStatus
 
 if TYPE_CHECKING:  # the stubs are a dev dependency; the Lambda runtime has no need of them
@@ -81,6 +82,7 @@ class WaitRecords(QuotaRecords):
                     }
                 }
                 for p in job.waiting_for
+                if p.kind is not PrerequisiteKind.JOB
             ]
         )
 
@@ -140,15 +142,15 @@ class WaitRecords(QuotaRecords):
             items += self.hold_items(released)
         return self._transact_if(items)
 
-    def set_wait_reason(self, job_id: str, reason: str) -> None:
-        """Set a waiting job's ``statusReason`` (no-op once it no longer waits). ``RecordMissing`` when
-        the job is gone."""
-        self._update_job(
-            job_id,
-            "SET statusReason = :r",
-            condition="dispatchState = :waiting",
-            values={":r": reason, ":waiting": DispatchState.WAITING.value},
-        )
+    def set_wait_reason(self, job_id: str, reason: str, *, settled: frozenset[str] = frozenset()) -> None:
+        """Set a waiting job's ``statusReason`` and add ``settled`` to its ``settledParents`` (no-op once
+        it no longer waits), in one UpdateItem. ``RecordMissing`` when the job is gone."""
+        update = "SET statusReason = :r"
+        values: dict[str, Any] = {":r": reason, ":waiting": DispatchState.WAITING.value}
+        if settled:
+            update += " ADD settledParents :settled"
+            values[":settled"] = set(settled)
+        self._update_job(job_id, update, condition="dispatchState = :waiting", values=values)
 
     # -- the wait items -----------------------------------------------------------------------------
     def _wait_key(self, prerequisite: Prerequisite, job_id: str) -> dict[str, Any]:

@@ -106,7 +106,8 @@ class EnvironmentView(ApiModel):
     packages: list[PackageView] = Field(description="The resolved lock (empty until Ready).")
     sizeBytes: int = Field(description="What the installed files take, unpacked (bytes; 0 until Ready).")
     createdAt: str
-    readyAt: str | None
+    readyAt: str | None = Field(description="When it became Ready; null otherwise.")
+    failedAt: str | None = Field(description="When it became Failed; null otherwise.")
 
 
 class EnvironmentSummaryView(ApiModel):
@@ -123,6 +124,7 @@ class EnvironmentSummaryView(ApiModel):
     sizeBytes: int
     createdAt: str
     readyAt: str | None
+    failedAt: str | None
 
 
 class EnvironmentListView(ApiModel):
@@ -160,6 +162,7 @@ def environment_view(environment: Environment) -> EnvironmentView:
         sizeBytes=environment.size_bytes,
         createdAt=to_api_time(environment.created_at) or "",
         readyAt=to_api_time(environment.ready_at) if environment.ready_at else None,
+        failedAt=to_api_time(environment.failed_at) if environment.failed_at else None,
     )
 
 
@@ -176,4 +179,5 @@ def environment_summary_view(environment: Environment) -> EnvironmentSummaryView
         sizeBytes=environment.size_bytes,
         createdAt=to_api_time(environment.created_at) or "",
         readyAt=to_api_time(environment.ready_at) if environment.ready_at else None,
+        failedAt=to_api_time(environment.failed_at) if environment.failed_at else None,
     )

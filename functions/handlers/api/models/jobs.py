@@ -21,6 +21,7 @@ from functions.domain.environments import NAME_PATTERN as ENVIRONMENT_NAME_PATTE
 from functions.domain.jobs import Job, JobType
 from functions.domain.limits import MAX_UPLOAD_BYTES
 from functions.domain.notifications import notifications_json_schema, rules_to_json
+from functions.domain.parent_inputs import MAX_INPUT_BYTES, MAX_INPUT_OBJECTS
 from functions.domain.runtime import PYTHON_VERSION_PATTERN
 from functions.domain.text import (
     BASE64_PATTERN,
@@ -150,8 +151,10 @@ class SubmitJobBody(ApiModel):
         default=None,
         max_length=MAX_PARENTS,
         description="Extension: parents (each also in dependsOn) whose outputs the job starts with, "
-        "under inputs/<jobId>/ in its working folder. A parent whose data expired (14 days) or was "
-        "deleted ends the job Terminated, free.",
+        "under inputs/<jobId>/ in its working folder, copied within the zone's bucket when the job is "
+        f"released: at most {MAX_INPUT_OBJECTS} objects and {MAX_INPUT_BYTES // 1024**3} GiB from all its "
+        "parents. A parent whose data expired (14 "
+        "days) or was deleted, or inputs past a limit, end the job Terminated, free.",
     )
     arrayItems: list[Any] | None = Field(
         default=None,
@@ -359,6 +362,12 @@ class JobView(ApiModel):
         description="Extension: while the job waits Queued, what it waits for ('job|job-...' for a "
         "parent, 'environment|...' for a build); its statusReason names the first. Empty once released.",
     )
+    childrenWaiting: list[str] = Field(
+        default_factory=list,
+        description="Extension: while the job is not final, the ids of the jobs submitted depending on "
+        "it (they wait for it, unless aborted or ended by another parent since), oldest first, at most "
+        "1,000. Empty once the job is final.",
+    )
 
 
 class JobListView(ApiModel):
@@ -417,6 +426,7 @@ def job_view(job: Job) -> JobView:
         dependsOn=[DependsOnBody(jobId=d.job_id, condition=d.condition.value) for d in job.depends_on],
         inputsFrom=[InputsFromBody(jobId=i.job_id, files=list(i.files)) for i in job.inputs_from],
         waitingFor=[p.id for p in job.waiting_for] if job.is_waiting else [],
+        childrenWaiting=[] if job.is_final else list(job.dependents),
         notificationLog=[
             NotificationRecordView.model_validate(
                 {
