@@ -23,16 +23,26 @@ $(LAMBDA_CONSTRAINTS): functions/requirements.lock infra/lambda_bundle.py
 # (editable), the local stack's distribution, the dependency groups, and a .pth that puts this checkout on the
 # venv's path (functions/, worker/, infra/ are deployment assets, imported from here, never installed).
 # pip bootstraps uv, which installs the rest: the same resolution as pip's (highest versions under the same
-# constraints), downloaded in parallel, in about a third of pip's time. --compile-bytecode writes the .pyc
-# files pip would: jobs import the venv's packages read-only in their sandbox, where none could be written.
+# constraints), downloaded in parallel, in about a third of pip's time. No .pyc are compiled here: the stack
+# and the tests write those of what they import when they first import it (aws-cdk-lib alone is 180 MB of
+# sources, of which the app imports 77); $(COMPILED) writes those jobs need.
 $(STAMP): pyproject.toml remote_batch_local/pyproject.toml $(LAMBDA_CONSTRAINTS)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip uv
-	$(BIN)/uv pip install --python $(BIN)/python --quiet --compile-bytecode -e '.[client]' -e ./remote_batch_local \
+	$(BIN)/uv pip install --python $(BIN)/python --quiet -e '.[client]' -e ./remote_batch_local \
 	  --group service --group worker --group infra --group dev -c $(LAMBDA_CONSTRAINTS)
 	$(BIN)/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))' \
 	  | xargs -I{} sh -c 'echo "$(CURDIR)" > {}/remote-batch-repository.pth'
 	touch $(STAMP)
+
+# The .pyc of the worker image's packages (worker/requirements.txt and what they need: the job side's
+# site, remote_batch_local.job_pythons), on every core: a job's sandbox mounts them read-only, where a
+# job could write none, so each job would compile again every module it imports. `make test` runs it
+# beside lint and the other installs.
+COMPILED := $(VENV)/.compiled
+$(COMPILED): $(STAMP) worker/requirements.txt remote_batch_local/job_pythons.py
+	$(BIN)/python -m remote_batch_local.job_pythons
+	touch $(COMPILED)
 
 ## Build the Lambda layer (build/lambda/layer.zip) from the lock: wheels for the deployed runtime, from PyPI.
 lambda-bundle: $(LAMBDA_BUNDLE)
@@ -74,7 +84,7 @@ sandbox-tools:
 	  fi; }
 
 ## Start the whole service on this machine (moto + local Batch executor) at 127.0.0.1:8787.
-dev: $(STAMP) sandbox-tools
+dev: $(STAMP) $(COMPILED) sandbox-tools
 	$(BIN)/python -m remote_batch_local
 
 # `make test` and `make check` run pytest on every core (pytest-xdist; `make test PYTEST_WORKERS=1` runs
@@ -90,13 +100,13 @@ SIDE_BY_SIDE := $(MAKE) --no-print-directory -j4
 ## Lint and type-check beside every test tier: unit, sdk, integration (moto), infra (CDK), e2e (local stack).
 test: $(STAMP) sandbox-tools
 	$(SIDE_BY_SIDE) lint test-tiers
-test-tiers: node_modules/.installed $(LAMBDA_BUNDLE) $(CHECKOV) | $(STAMP)
+test-tiers: node_modules/.installed $(LAMBDA_BUNDLE) $(CHECKOV) $(COMPILED) | $(STAMP)
 	$(BIN)/python -m pytest tests $(PARALLEL)
 
 ## The inner loop, in under 5 minutes: lint beside the unit, sdk and integration tests but the slow ones.
 check: $(STAMP) sandbox-tools
 	$(SIDE_BY_SIDE) lint check-tiers
-check-tiers: | $(STAMP)
+check-tiers: $(COMPILED) | $(STAMP)
 	$(BIN)/python -m pytest tests/unit tests/sdk tests/integration -m "not slow" $(PARALLEL)
 
 lint: $(STAMP)
@@ -111,7 +121,7 @@ format: $(STAMP)
 
 unit: $(STAMP)
 	$(BIN)/python -m pytest tests/unit
-integration: $(STAMP) sandbox-tools
+integration: $(STAMP) $(COMPILED) sandbox-tools
 	$(BIN)/python -m pytest tests/integration
 ## The SDK and CLI against a fake HTTP server (no stack needed).
 sdk: $(STAMP)
@@ -121,7 +131,7 @@ infra: $(STAMP) node_modules/.installed $(LAMBDA_BUNDLE) $(CHECKOV)
 ## The deployed-bundle tests alone (each handler run on the synthesized assets in a fresh interpreter).
 bundle: $(STAMP) node_modules/.installed $(LAMBDA_BUNDLE)
 	$(BIN)/python -m pytest tests/infra -m bundle -v
-e2e: $(STAMP) sandbox-tools
+e2e: $(STAMP) $(COMPILED) sandbox-tools
 	$(BIN)/python -m pytest tests/e2e
 
 ## Mutation run over the money code (mutmut, [tool.mutmut] in pyproject.toml; not part of `make test`):
@@ -151,7 +161,9 @@ synth: $(STAMP) node_modules/.installed $(LAMBDA_BUNDLE)
 ## measures that revision in the same run (before/after); `make bench ALL=1` then runs the other benchmarks
 ## (meter scaling, email topics, journal latency, the array meter tick and the 2,000-item array map). Not
 ## part of `make test`.
+# The cold imports run the venv's packages with PYTHONDONTWRITEBYTECODE: every one's .pyc is written first.
 bench: $(STAMP)
+	$(BIN)/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))' | xargs $(BIN)/python -m compileall -q -j0
 	$(BIN)/python -m benchmarks $(if $(BASELINE),--baseline $(BASELINE)) $(if $(ALL),--all)
 
 clean:

@@ -20,11 +20,14 @@ The executor resolves a job's definition to its Python by the definition's ``-py
 
 from __future__ import annotations
 
+import compileall
+import importlib.util
 import re
 import shutil
 import sys
+import sysconfig
 from collections.abc import Iterable, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
@@ -38,6 +41,8 @@ from worker.supervisor import JOB_PYTHON_VARIABLE
 IMAGE_REQUIREMENTS = Path(__file__).resolve().parent.parent / "worker" / "requirements.txt"
 _DEFINITION_VERSION = re.compile(r"-py3(\d{1,2})(?::\d+)?$")
 _REQUIREMENT_NAME = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)")
+# The modules a .pth line imports: each `import name` and `__import__('name')` in it.
+_PTH_IMPORT = re.compile(r"\bimport\s+([A-Za-z_]\w*)|__import__\(['\"]([A-Za-z_]\w*)['\"]\)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,18 +170,75 @@ def image_distributions(requirements: Path = IMAGE_REQUIREMENTS) -> list[metadat
     return list(seen.values())
 
 
-def image_site(target: Path, requirements: Path = IMAGE_REQUIREMENTS) -> Path:
-    """Build ``target``: a folder of links to the top-level packages, modules and ``.dist-info`` of
-    :func:`image_distributions` in this environment's site-packages, and nothing else. Rebuilt at
-    every start (a package upgraded since is linked anew). Returns ``target``."""
-    shutil.rmtree(target, ignore_errors=True)
-    target.mkdir(parents=True)
+def image_entries(requirements: Path = IMAGE_REQUIREMENTS) -> list[Path]:
+    """The top-level packages, modules and ``.dist-info`` folders of :func:`image_distributions` in
+    this environment's site-packages (absolute paths, sorted; scripts outside it and ``.pth`` files
+    left out)."""
+    entries: set[Path] = set()
     for distribution in image_distributions(requirements):
         root = Path(str(distribution.locate_file("")))
         for entry in {Path(str(file)).parts[0] for file in distribution.files or [] if str(file)}:
             if entry in ("..", "__pycache__") or entry.endswith(".pth"):
                 continue
-            link, source = target / entry, root / entry
-            if source.exists() and not link.exists():
-                link.symlink_to(source)
+            if (root / entry).exists():
+                entries.add(root / entry)
+    return sorted(entries)
+
+
+def image_site(target: Path, requirements: Path = IMAGE_REQUIREMENTS) -> Path:
+    """Build ``target``: a folder of links to :func:`image_entries`, and nothing else. Rebuilt at
+    every start (a package upgraded since is linked anew). Returns ``target``."""
+    shutil.rmtree(target, ignore_errors=True)
+    target.mkdir(parents=True)
+    for source in image_entries(requirements):
+        link = target / source.name
+        if not link.exists():
+            link.symlink_to(source)
     return target
+
+
+def startup_modules(site_packages: Path) -> list[Path]:
+    """The modules and packages of ``site_packages`` that its ``.pth`` files import, which every start
+    of this environment's Python runs (editable installs' finders, setuptools' ``_distutils_hack``)."""
+    found: set[Path] = set()
+    for pth in sorted(site_packages.glob("*.pth")):
+        for line in pth.read_text().splitlines():
+            if not line.startswith(("import ", "import\t")):
+                continue
+            for names in _PTH_IMPORT.findall(line):
+                spec = importlib.util.find_spec(next(name for name in names if name))
+                paths = [*(spec.submodule_search_locations or [])] if spec else []
+                if spec and spec.origin and not paths:
+                    paths = [spec.origin]
+                found.update(Path(path) for path in paths if Path(path).parent == site_packages)
+    return sorted(found)
+
+
+def compile_image_packages(requirements: Path = IMAGE_REQUIREMENTS) -> int:
+    """Write the ``.pyc`` of every module of :func:`image_entries` and :func:`startup_modules`, on
+    every core (``make`` runs it after installing the venv). A job's sandbox mounts them read-only, so
+    a module without its ``.pyc`` would be compiled again at each job's import; the venv's other
+    packages get theirs when the stack or a test first imports them. Returns how many modules did not
+    compile (their errors printed)."""
+    site_packages = Path(sysconfig.get_path("purelib"))
+    entries = [*image_entries(requirements), *startup_modules(site_packages)]
+    sources = sorted(
+        {
+            str(path)
+            for entry in entries
+            for path in ([entry] if entry.is_file() else entry.rglob("*.py"))
+            if path.suffix == ".py"
+        }
+    )
+    with ProcessPoolExecutor() as pool:
+        compiled = list(pool.map(_compile, sources, chunksize=64))
+    return compiled.count(False)
+
+
+def _compile(source: str) -> bool:
+    """``compileall.compile_file`` of one module, its errors printed."""
+    return bool(compileall.compile_file(source, quiet=1))
+
+
+if __name__ == "__main__":
+    sys.exit(1 if compile_image_packages() else 0)

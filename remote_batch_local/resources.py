@@ -262,10 +262,11 @@ class MotoServer:
         os.environ["MOTO_ACCOUNT_ID"] = LOCAL_ACCOUNT_ID
         from moto.moto_server.werkzeug_app import create_backend_app
 
-        from remote_batch_local import moto_transactions
+        from remote_batch_local import moto_keys, moto_transactions
         from remote_batch_local.moto_dispatch import RememberingDispatcher
 
         moto_transactions.install()
+        moto_keys.install()
         self.moto_app = RememberingDispatcher(create_backend_app)
         self.access = MotoAccess(self.moto_app, LOCAL_ACCOUNT_ID, HOME_REGION)
         self.journaling = JournalingApp(self.access, self._journal, self._disk)

@@ -11,6 +11,8 @@ import botocore.session
 import pytest
 from hypothesis import settings
 
+from remote_batch_local import moto_keys, moto_transactions
+
 # Speed is measured by benchmarks, not asserted by tests (DEVELOPERS.md): hypothesis' per-example deadline
 # (200 ms) is a timed assertion that fails on a loaded machine, so it is off; the example counts still
 # bound each property test's run.
@@ -63,6 +65,18 @@ def _shared_loader(search_path_string: str | None = None) -> botocore.loaders.Lo
 
 
 botocore.session.create_loader = _shared_loader
+
+# moto's serializer remembers, per shape, which keys of a dict it tries (remote_batch_local/moto_keys.py,
+# as the local stack's moto does): finding the same keys again for every attribute value was about a
+# third of a moto-bound test's time.
+moto_keys.install()
+
+# TransactWriteItems without moto's rollback copy of each whole table it touches: the local stack's own
+# method (remote_batch_local/moto_transactions.py, the same results and errors as moto's, proven by
+# tests/integration/test_local_moto_transactions.py, which picks either per test). A transaction cost
+# time in the size of its tables: 300 held jobs were 300 copies of a growing jobs table. A test process
+# that starts a local stack in-process installed it anyway, from then on; now every test runs on it.
+moto_transactions.install()
 
 
 @pytest.fixture

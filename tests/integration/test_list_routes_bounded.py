@@ -47,7 +47,7 @@ BOUNDED = {
     (
         "/jobs/{jobId}",
         "childrenWaiting",
-    ): f"its dependents and its perItem dependents, at most MAX_DEPENDENTS ({MAX_DEPENDENTS}) each",
+    ): f"at most MAX_DEPENDENTS ({MAX_DEPENDENTS}) jobs wait for one job, and as many arrays per item",
     ("/jobs/{jobId}", "notifications"): f"at most MAX_RULES ({MAX_RULES}) rules",
     ("/jobs/{jobId}", "notificationLog"): "the store keeps the last NOTIFICATION_LOG_LIMIT records",
     ("/jobs/{jobId}", "warnings"): "the service's own warnings about the submit",

@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 
 from remote_batch_local.interpreters import Interpreter, running_version
-from remote_batch_local.job_pythons import LocalPython, LocalPythons, image_site
+from remote_batch_local.job_pythons import (
+    LocalPython,
+    LocalPythons,
+    compile_image_packages,
+    image_entries,
+    image_site,
+    startup_modules,
+)
 
 
 def _python(version: str, prefix: str) -> LocalPython:
@@ -70,3 +79,23 @@ def test_the_image_site_holds_the_worker_images_packages_and_none_of_the_service
     base = getattr(sys, "_base_executable", sys.executable)
     done = subprocess.run([base, "-I", "-S", "-c", probe], capture_output=True, text=True, check=True)
     assert done.stdout.split() == ["True", "True", "True"]
+
+
+def test_the_image_packages_and_what_every_start_imports_are_compiled_and_nothing_else() -> None:
+    # Given this venv (make wrote the .pyc of the image's packages), its .pth files and a module outside
+    site_packages = Path(sysconfig.get_path("purelib"))
+    startup = startup_modules(site_packages)
+    entries = image_entries()
+
+    # When they are compiled (again: what is up to date is left as it is)
+    failures = compile_image_packages()
+
+    # Then every module compiled, the editable installs' finders among what every start imports,
+    # each image module has its .pyc, and no service package is among those compiled
+    assert failures == 0
+    names = {path.name for path in startup}
+    assert "_distutils_hack" in names and any(name.startswith("__editable___remote_batch_") for name in names)
+    numpy = next(entry for entry in entries if entry.name == "numpy")
+    for module in (numpy / "__init__.py", *startup[:1]):
+        assert Path(importlib.util.cache_from_source(str(module))).is_file()
+    assert not {"moto", "aws_cdk", "pydantic"} & {entry.name for entry in entries + startup}

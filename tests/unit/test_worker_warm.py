@@ -69,7 +69,16 @@ def test_becoming_the_job_takes_its_environment_and_a_session_of_its_own(monkeyp
     monkeypatch.setattr(resource, "setrlimit", lambda which, limits: calls.append(("as", limits)))
     monkeypatch.setattr(os, "dup2", lambda fd, to: calls.append(("dup2", to)))
     monkeypatch.setattr(boto3, "DEFAULT_SESSION", None)
+    # (not over this process's own environment block: libc's environ still points into it, so every
+    # later subprocess of the test run would inherit the job's strings; the warm-worker integration
+    # tests check /proc/<pid>/environ in a worker of their own)
     calls: list[tuple[str, object]] = []
+
+    def show(shown: dict[str, str]) -> bool:
+        calls.append(("shown", dict(shown)))
+        return True
+
+    monkeypatch.setattr(warm, "show_environment", show)
     os.environ["WARM_ONLY"] = "1"
 
     # When it becomes a job
@@ -83,7 +92,7 @@ def test_becoming_the_job_takes_its_environment_and_a_session_of_its_own(monkeyp
 
     # Then it has the job's limits, exactly the job's environment, stdin from /dev/null, and a default
     # session that reads the job's credentials and region
-    assert calls == [("cpus", [1]), ("as", (2**30, 2**30)), ("dup2", 0)]
+    assert calls == [("cpus", [1]), ("as", (2**30, 2**30)), ("dup2", 0), ("shown", environ)]
     assert dict(os.environ) == environ
     session = boto3.DEFAULT_SESSION
     assert session is not None
