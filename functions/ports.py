@@ -67,6 +67,10 @@ class JobRepository(Protocol):
         Raises ``ValidationFailed`` (``field="nextToken"``) for a token this store did not issue.
         """
 
+    def list_token_after(self, job: Job) -> str:
+        """The ``list_jobs`` token of the page that starts after ``job`` (one of the account's
+        top-level jobs): a page cut short by its size goes on from there."""
+
     def set_batch_job_id(self, job_id: str, batch_job_id: str) -> None:
         """Record the AWS Batch job id returned by SubmitJob (no-op if an event recorded it first)."""
 

@@ -229,6 +229,34 @@ def test_list_is_newest_first_paginated_and_filtered(stack):
     assert status == 400 and error["error"]["field"] == "nextToken"
 
 
+def test_a_page_of_large_jobs_ends_at_the_response_budget_and_goes_on_after_its_last_job(stack, monkeypatch):
+    from functions.handlers.api import jobs as jobs_routes
+
+    # Given five jobs and a budget (lowered for the test) that holds two of their views
+    ids = []
+    for _ in range(5):
+        ids.append(stack.api("POST", "/jobs", body={"code": "1", "name": "x" * 100})[1]["jobId"])
+        stack.clock.advance(1)
+    one_view = len(json.dumps(json.dumps(stack.api("GET", f"/jobs/{ids[0]}")[1], default=str)))
+    monkeypatch.setattr(jobs_routes, "RESPONSE_BUDGET_BYTES", one_view * 2 + one_view // 2)
+
+    # When the list is followed page by page, asking for up to 100 a page
+    seen, pages, token = [], 0, None
+    while True:
+        query = {"limit": "100", **({"nextToken": token} if token else {})}
+        status, page = stack.api("GET", "/jobs", query=query)
+        assert status == 200, page
+        assert len(page["jobs"]) <= 2
+        seen += [j["jobId"] for j in page["jobs"]]
+        pages += 1
+        token = page["nextToken"]
+        if token is None:
+            break
+
+    # Then every job came once, newest first, two a page
+    assert seen == ids[::-1] and pages == 3
+
+
 def test_machine_classes_account_and_openapi(stack):
     status, body = stack.api("GET", "/machine-classes")
     assert status == 200

@@ -148,12 +148,17 @@ def job_to_item(job: Job) -> dict[str, Any]:
     }
     values.update(_array_values(job))
     if job.type != JobType.ARRAY_CHILD:
-        values["listKey"] = f"{to_sortable(job.submitted_at)}#{job.job_id}"
+        values["listKey"] = list_key(job)
     if job.status in METERED_STATUSES:
         values["meterPartition"] = METER_PARTITION
     if not job.is_final:
         values["openPartition"] = OPEN_PARTITION
     return values
+
+
+def list_key(job: Job) -> str:
+    """The ``byAccount`` index's sort key of a top-level job: newest first by submission, then id."""
+    return f"{to_sortable(job.submitted_at)}#{job.job_id}"
 
 
 def _environment_item(environment: JobEnvironment | None) -> dict[str, str | None] | None:

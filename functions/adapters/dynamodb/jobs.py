@@ -18,6 +18,7 @@ from functions.adapters.dynamodb.items import (
     deserialize_item,
     job_from_item,
     job_to_item,
+    list_key,
     serialize_item,
     serialize_value,
 )
@@ -97,6 +98,10 @@ class JobRecords(StoreBase):
                 break
             start_key = last_key
         return jobs, encode_token(deserialize_item(last_key)) if last_key else None
+
+    def list_token_after(self, job: Job) -> str:
+        """The ``list_jobs`` token that goes on after ``job`` (its key in the ``byAccount`` index)."""
+        return encode_token({"jobId": job.job_id, "accountId": job.account_id, "listKey": list_key(job)})
 
     def set_batch_job_id(self, job_id: str, batch_job_id: str) -> None:
         """Record the Batch job id unless an event already did; ``RecordMissing`` if the job is gone."""

@@ -30,6 +30,7 @@ from functions.domain.dependencies import (
 from functions.domain.environments import EnvironmentSpec
 from functions.domain.errors import ValidationFailed
 from functions.domain.jobs import PayloadKind
+from functions.domain.limits import RESPONSE_BUDGET_BYTES, wire_bytes
 from functions.domain.machine_classes import machine_class, resolve_geo_zone
 from functions.domain.notifications import normalize_notifications, rules_to_json
 from functions.domain.status import JobStatus
@@ -266,7 +267,8 @@ def create_upload(
     description=(
         "A page holds at most `limit` jobs and may hold fewer, even none, while `nextToken` is set: "
         "jobs past their record retention (400 days) and, with `status`, jobs in other statuses are "
-        "left out after the index is read. Follow `nextToken` until it is null."
+        "left out after the index is read, and a page ends before its views pass 4 MiB. Follow "
+        "`nextToken` until it is null."
     ),
     responses=_responses(200, _json(JobListView), 400),
 )
@@ -278,7 +280,15 @@ def list_jobs(
     nextToken: Annotated[str | None, Query()] = None,
 ) -> JobListView:
     jobs, token = services.store.list_jobs(caller.account_id, status, limit, nextToken)
-    return JobListView(jobs=[job_view(j) for j in jobs], nextToken=token)
+    views = [job_view(j) for j in jobs]
+    # A page stays under the response budget whatever its jobs hold (a job view is at most about
+    # 600 KB: 100 parents with 20 patterns each): past it the page ends and its token goes on after.
+    spent = 0
+    for index, view in enumerate(views):
+        spent += wire_bytes(view.model_dump_json()) + 1
+        if spent > RESPONSE_BUDGET_BYTES and index > 0:
+            return JobListView(jobs=views[:index], nextToken=services.store.list_token_after(jobs[index - 1]))
+    return JobListView(jobs=views, nextToken=token)
 
 
 @router.get("/jobs/<jobId>", summary="One job", responses=_responses(200, _json(JobView), 404))
