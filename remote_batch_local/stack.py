@@ -135,6 +135,7 @@ class LocalStack:
         # The home's lock (``HOME_LOCK_FILE``), held from start to stop (the kernel drops it if the
         # process dies): one stack a home.
         self._home_lock: int | None = None
+        self._reserved_port: socket.socket | None = None
 
     @property
     def _stopped_at_path(self) -> Path:
@@ -158,11 +159,22 @@ class LocalStack:
         """
         with self._disk.writing():
             self._disk.check()
-            return self._start()
+            # Held until the gateway binds it: moto takes a free port of its own meanwhile, which must
+            # not be this one (a restart on the port of a stack that had just died found moto on it).
+            self._reserved_port = _reserve_port(self._config.host, self._config.port)
+            try:
+                return self._start()
+            finally:
+                self._release_port()
+
+    def _release_port(self) -> None:
+        """Let go of the HTTP port held while starting (the gateway binds it next)."""
+        if self._reserved_port is not None:
+            self._reserved_port.close()
+            self._reserved_port = None
 
     def _start(self) -> Started:
         config = self._config
-        _ensure_port_free(config.host, config.port)
         self._home_lock = _lock_home(config.home)
         config.state_dir.mkdir(exist_ok=True)
 
@@ -284,6 +296,7 @@ class LocalStack:
         )
         # Binding listens at once, but nothing is answered before serve_forever: a request that
         # arrives meanwhile waits, and credentials.json names the bound port before the first answer.
+        self._release_port()
         server = make_server(
             config.host, config.port, gateway, threaded=True, request_handler=JsonErrorRequestHandler
         )
@@ -501,18 +514,23 @@ def _lock_home(home: Path) -> int:
     return fd
 
 
-def _ensure_port_free(host: str, port: int) -> None:
-    """Fail before any work when ``port`` cannot be bound (0 always can)."""
+def _reserve_port(host: str, port: int) -> socket.socket | None:
+    """Hold ``port`` (listening, so nothing else may bind it, not even moto's own free-port choice
+    while the stack starts) until the gateway binds it; fail before any work when it cannot be bound.
+    None for port 0 (any free port)."""
     if port == 0:
-        return
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind((host, port))
-        except OSError as exc:
-            raise PortInUse(
-                f"{host}:{port} is in use (another local stack?); set REMOTE_BATCH_PORT to another port"
-            ) from exc
+        return None
+    reserved = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    reserved.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        reserved.bind((host, port))
+        reserved.listen(1)
+    except OSError as exc:
+        reserved.close()
+        raise PortInUse(
+            f"{host}:{port} is in use (another local stack?); set REMOTE_BATCH_PORT to another port"
+        ) from exc
+    return reserved
 
 
 def _recover(

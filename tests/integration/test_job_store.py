@@ -151,6 +151,8 @@ UPDATES = {
     "claim_span": lambda s, job, now: s.claim_span(job.job_id, 0, now),
     "release_span": lambda s, job, now: s.release_span(job.job_id, 0),
     "record_span": lambda s, job, now: s.record_span(job.job_id, 0, "batch-1"),
+    # A perItem array's items ended with their parent's (functions/adapters/dynamodb/array_spans.py).
+    "end_items": lambda s, job, now: s.end_items(replace(job, type=JobType.ARRAY, array_size=2), [0], now),
 }
 
 
