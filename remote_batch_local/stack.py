@@ -515,16 +515,17 @@ def _lock_home(home: Path) -> int:
 
 
 def _reserve_port(host: str, port: int) -> socket.socket | None:
-    """Hold ``port`` (listening, so nothing else may bind it, not even moto's own free-port choice
-    while the stack starts) until the gateway binds it; fail before any work when it cannot be bound.
-    None for port 0 (any free port)."""
+    """Hold ``port`` bound (not listening: a client polling it meanwhile is refused at once rather
+    than left unanswered) until the gateway binds it, so the kernel's choice of a free port for moto
+    never takes it; fail before any work when it cannot be bound (a server listens on it). None for
+    port 0 (any free port). ``SO_REUSEADDR``: a port whose last stack's connections linger in
+    TIME_WAIT is free."""
     if port == 0:
         return None
     reserved = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     reserved.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         reserved.bind((host, port))
-        reserved.listen(1)
     except OSError as exc:
         reserved.close()
         raise PortInUse(
