@@ -87,11 +87,10 @@ sandbox-tools:
 dev: $(STAMP) $(COMPILED) sandbox-tools
 	$(BIN)/python -m remote_batch_local
 
-# `make test` and `make check` run pytest on one worker more than the machine has cores (pytest-xdist;
-# `make test PYTEST_WORKERS=1` runs serially): the e2e tests spend much of their time waiting on their
-# stacks' jobs, so a third worker on 2 cores keeps both busy (docs/testing.md). --dist loadgroup keeps the
-# tests that must share a worker together (tests/conftest.py).
-PYTEST_WORKERS ?= $(shell echo $$(( $$(nproc) + 1 )))
+# `make test` and `make check` run pytest on every core (pytest-xdist; `make test PYTEST_WORKERS=1` runs
+# serially; a worker more than the cores was slower: docs/testing.md). --dist loadgroup keeps the tests
+# that must share a worker together (tests/conftest.py).
+PYTEST_WORKERS ?= auto
 PARALLEL := -n $(PYTEST_WORKERS) --dist loadgroup
 
 # Lint runs beside the tests (make -j): mypy's minute of one core fits in the time the e2e tests spend
