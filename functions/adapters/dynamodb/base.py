@@ -60,6 +60,17 @@ def cancelled_by(exc: ConditionFailed) -> set[int]:
     return {i for i, code in enumerate(cancellation_reasons(cause)) if code == "ConditionalCheckFailed"}
 
 
+def transact_if(db: DynamoDBClient, items: list[TransactWriteItemTypeDef]) -> bool:
+    """``TransactWriteItems`` of ``items``; False (nothing written) when a condition failed. Raises
+    ``DependencyFailed`` as ``store_errors`` does for any other failure."""
+    try:
+        with store_errors("TransactWriteItems"):
+            db.transact_write_items(TransactItems=items)
+    except ConditionFailed:
+        return False
+    return True
+
+
 class StoreBase:
     """What every part of ``DynamoJobStore`` shares (its parameters are ``DynamoJobStore``'s)."""
 
@@ -119,12 +130,7 @@ class StoreBase:
 
     def _transact_if(self, items: list[TransactWriteItemTypeDef]) -> bool:
         """``TransactWriteItems`` of ``items``; False (nothing written) when a condition failed."""
-        try:
-            with store_errors("TransactWriteItems"):
-                self._db.transact_write_items(TransactItems=items)
-        except ConditionFailed:
-            return False
-        return True
+        return transact_if(self._db, items)
 
     def _query(self, **kwargs: Any) -> Iterator[dict[str, Any]]:
         """Every item a Query returns, page after page, as plain Python values."""

@@ -19,7 +19,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from functions.adapters.dynamodb.base import store_errors
+from functions.adapters.dynamodb.base import store_errors, transact_if
 from functions.adapters.dynamodb.items import deserialize_item, serialize_item, serialize_value
 from functions.adapters.dynamodb.page_tokens import decode_token, encode_token
 from functions.domain.environments import (
@@ -29,7 +29,7 @@ from functions.domain.environments import (
     Package,
     unnamed_expires_at,
 )
-from functions.domain.errors import ConditionFailed, UnreadableRecord, ValidationFailed
+from functions.domain.errors import UnreadableRecord, ValidationFailed
 from functions.domain.timefmt import from_sortable, to_sortable
 
 if TYPE_CHECKING:  # the stubs are a dev dependency; the Lambda runtime has no need of them
@@ -295,12 +295,7 @@ class DynamoEnvironmentStore:
             },
             self._counter(account_id, -1),
         ]
-        try:
-            with store_errors("TransactWriteItems"):
-                self._db.transact_write_items(TransactItems=items)
-        except ConditionFailed:
-            return False
-        return True
+        return transact_if(self._db, items)
 
     def retired_builds(self, account_id: str, before: datetime) -> list[str]:
         """The log stream names of the account's deleted environments' builds still counted, retired
