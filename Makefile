@@ -13,7 +13,7 @@ LAMBDA_LOCKS := functions/requirements.lock functions/runtime.lock
 LAMBDA_CONSTRAINTS := build/lambda/constraints.txt
 LAMBDA_BUNDLE := build/lambda/.built
 
-.PHONY: dev venv test test-tiers check check-tiers lint unit integration sdk infra bundle e2e synth format clean bench lock lambda-bundle instance-offerings sandbox-tools mutation openapi checkov console console-test
+.PHONY: dev venv test test-tiers check check-tiers lint unit integration sdk infra bundle e2e synth format clean bench lock lambda-bundle instance-offerings sandbox-tools mutation openapi checkov console console-test browser-tools
 
 # The lock's pins without hashes, for `pip install -c` (stdlib-only script: runs before the venv exists).
 $(LAMBDA_CONSTRAINTS): functions/requirements.lock infra/lambda_bundle.py
@@ -99,6 +99,18 @@ sandbox-tools:
 	      "Install it (Debian/Ubuntu: sudo apt-get install bubblewrap; Fedora: sudo dnf install bubblewrap)." >&2; \
 	  fi; }
 
+## The console's browser tests (tests/e2e/test_console.py) drive Debian's Chromium with Playwright (no
+## browser download of Playwright's own): install chromium where it is missing, as sandbox-tools does
+## bubblewrap; elsewhere the test is skipped, and this says so.
+browser-tools:
+	@command -v chromium >/dev/null || command -v chromium-browser >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	  else \
+	    echo "WARNING: chromium is missing: the console's browser tests will be skipped." \
+	      "Install it (Debian/Ubuntu: sudo apt-get install chromium)." >&2; \
+	  fi; }
+
 ## Start the whole service on this machine (moto + local Batch executor) at 127.0.0.1:8787.
 dev: $(STAMP) $(COMPILED) $(CONSOLE) sandbox-tools
 	$(BIN)/python -m remote_batch_local
@@ -115,7 +127,7 @@ PARALLEL := -n $(PYTEST_WORKERS) --dist loadgroup
 SIDE_BY_SIDE := $(MAKE) --no-print-directory -j4
 
 ## Lint and type-check beside every test tier: unit, sdk, integration (moto), infra (CDK), e2e (local stack).
-test: $(STAMP) sandbox-tools
+test: $(STAMP) sandbox-tools browser-tools
 	$(SIDE_BY_SIDE) lint test-tiers
 test-tiers: node_modules/.installed $(LAMBDA_BUNDLE) $(CHECKOV) $(COMPILED) $(CONSOLE) console-test | $(STAMP)
 	$(BIN)/python -m pytest tests $(PARALLEL)
@@ -148,7 +160,7 @@ infra: $(STAMP) node_modules/.installed $(LAMBDA_BUNDLE) $(CHECKOV)
 ## The deployed-bundle tests alone (each handler run on the synthesized assets in a fresh interpreter).
 bundle: $(STAMP) node_modules/.installed $(LAMBDA_BUNDLE)
 	$(BIN)/python -m pytest tests/infra -m bundle -v
-e2e: $(STAMP) $(COMPILED) $(CONSOLE) sandbox-tools
+e2e: $(STAMP) $(COMPILED) $(CONSOLE) sandbox-tools browser-tools
 	$(BIN)/python -m pytest tests/e2e
 
 ## Mutation run over the money code (mutmut, [tool.mutmut] in pyproject.toml; not part of `make test`):

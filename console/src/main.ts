@@ -34,7 +34,6 @@ function renderNav(): void {
     h("a", { href: "#/jobs" }, "Jobs"),
     h("a", { href: "#/submit" }, "Submit"),
     h("a", { href: "#/credits" }, "Credits"),
-    h("a", { href: "/docs" }, "API docs"),
     h("a", { href: "#/signin", onclick: () => signOut() }, "Sign out"),
   );
 }
@@ -143,7 +142,7 @@ async function jobsPage(params: URLSearchParams): Promise<void> {
 async function jobPage(jobId: string): Promise<void> {
   const path = `/jobs/${encodeURIComponent(jobId)}`;
   const statusSection = h("section", { "aria-labelledby": "status-h" });
-  const logPre = h("pre", { id: "log", tabindex: 0, "aria-label": "Log text" });
+  const logPre = h("pre", { id: "log", role: "log", tabindex: 0, "aria-label": "Log text" });
   const withTimes = h("input", { type: "checkbox", id: "log-times" });
   const resultSection = h("div");
   const outputsSection = h("div");
