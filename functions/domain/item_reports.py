@@ -32,8 +32,9 @@ from typing import Any
 
 from functions.domain.credits import CREDIT_QUANTUM, ZERO
 
-#: A report bigger than this is refused unread (a real one is ~200 bytes).
-MAX_REPORT_BYTES = 4096
+#: A report bigger than this is refused unread (a real one is ~200 bytes; a 1,024-character reason
+#: escaped as JSON stays under it).
+MAX_REPORT_BYTES = 8192
 #: Longest ``reason`` kept (longer is cut, as ``statusReason`` is elsewhere).
 MAX_REASON_CHARS = 1024
 #: Largest log position or count taken (a container's console is far shorter).

@@ -63,7 +63,7 @@ def test_a_failed_items_reason_is_kept_on_one_line_and_cut() -> None:
     [
         b"\xff",
         b"[]",
-        b"{" + b" " * 5000 + b"}",
+        b"{" + b" " * 9000 + b"}",
         _report(index=10),
         _report(index=-1),
         _report(index=True),
