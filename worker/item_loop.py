@@ -245,12 +245,12 @@ class ItemLoop:
             try:
                 run = self.run_item(index, output_dir)
             except WorkerError as exc:
-                reason = " ".join(f"The item's input was rejected: {exc}".split())
-                print(f"remote-batch worker: {reason}", file=sys.stderr, flush=True)
-                self._report(index, started, 2, reason, segment)
+                rejected = " ".join(f"The item's input was rejected: {exc}".split())
+                print(f"remote-batch worker: {rejected}", file=sys.stderr, flush=True)
+                self._report(index, started, 2, rejected, segment)
                 return
             self.publish(f"{self.output_prefix}{index}/", run, output_dir)
-        reason = None
+        reason: str | None = None
         if run.error is not None:
             # The error line as ``functions.domain.outcomes.error_summary`` words it without a signal
             # (the service words a signal's death itself, from the item's ``outcome.json``).

@@ -178,3 +178,104 @@ def split_charge(charge: Decimal, weights_ms: Sequence[int]) -> list[Decimal]:
     return [
         (CREDIT_QUANTUM * share).quantize(CREDIT_QUANTUM, rounding=ROUND_FLOOR) + ZERO for share in floors
     ]
+
+
+@dataclass(frozen=True, slots=True)
+class ItemSettlement:
+    """What one item of a container ended with: its status, reason, times (ms), console lines and
+    its part of the container's charge."""
+
+    index: int
+    succeeded: bool
+    reason: str | None
+    started_at_ms: int
+    stopped_at_ms: int
+    log_first: int
+    log_count: int
+    credits: Decimal
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerSettlement:
+    """A container's items (index order) and how many of its reports were refused (bad or repeated)."""
+
+    items: tuple[ItemSettlement, ...]
+    rejected: int
+
+
+def settle_container(
+    reports: Sequence[bytes],
+    held: Sequence[int],
+    *,
+    array_size: int,
+    started_ms: int,
+    stopped_ms: int,
+    charge: Decimal,
+    end_reason: str,
+) -> ContainerSettlement:
+    """Turn an ended container's reports into its items' outcomes and charges.
+
+    Parameters
+    ----------
+    reports : Sequence[bytes]
+        The bodies under the container's report prefix (untrusted: ``parse_item_report``); a report
+        refused, or a second report of an index, is counted in ``rejected`` and changes nothing.
+    held : Sequence[int]
+        Items this container claimed and never reported (it died running them): each fails with
+        ``end_reason``, its time running from the last reported stop to the container's stop, its
+        lines from the last reported item's to the console's end (``log_count`` ``MAX_LOG_LINES``).
+    array_size : int
+        The array's items.
+    started_ms, stopped_ms : int
+        The container's life from its AWS Batch events (trusted).
+    charge : Decimal
+        The container's own charge (its Batch running time, the 60-second minimum once), split over
+        its items by ``split_charge``; a container with no item keeps it whole (``items`` empty:
+        the caller charges it to the array).
+    end_reason : str
+        Why the container ended when it did not succeed (its ``statusReason``).
+
+    Returns
+    -------
+    ContainerSettlement
+        Items in index order; their credits sum to ``charge`` whenever there is at least one item.
+    """
+    seen: dict[int, ItemReport] = {}
+    rejected = 0
+    for raw in reports:
+        try:
+            report = parse_item_report(
+                raw, array_size=array_size, container_started_ms=started_ms, container_stopped_ms=stopped_ms
+            )
+        except ReportRejected:
+            rejected += 1
+            continue
+        if report.index in seen:
+            rejected += 1
+            continue
+        seen[report.index] = report
+    last_stop = max((r.stopped_at_ms for r in seen.values()), default=started_ms)
+    end = max(started_ms, stopped_ms)  # every reported stop is clamped at or before it
+    # A held item's lines: the console from the last reported item's lines to its end.
+    after = max((r.log_first + r.log_count for r in seen.values()), default=0)
+    for index in held:
+        if index not in seen and 0 <= index < array_size:
+            seen[index] = ItemReport(index, last_stop, end, 0, False, end_reason, after, MAX_LOG_LINES)
+    ordered = [seen[i] for i in sorted(seen)]
+    if not ordered:
+        return ContainerSettlement((), rejected)
+    parts = split_charge(charge, [r.ran_ms for r in ordered])
+    items = tuple(
+        ItemSettlement(
+            r.index,
+            r.succeeded,
+            r.reason,
+            r.started_at_ms,
+            r.stopped_at_ms,
+            r.log_first,
+            r.log_count,
+            part,
+        )
+        for r, part in zip(ordered, parts, strict=True)
+    )
+    return ContainerSettlement(items, rejected)

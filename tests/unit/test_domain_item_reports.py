@@ -8,9 +8,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from functions.domain.item_reports import (
+    MAX_LOG_LINES,
     MAX_REASON_CHARS,
     ReportRejected,
     parse_item_report,
+    settle_container,
     split_charge,
 )
 
@@ -119,3 +121,53 @@ def test_the_parts_sum_to_the_charge_exactly(charge: Decimal, weights: list[int]
     for part, weight in zip(parts, weights if sum(weights) else [1] * len(weights), strict=True):
         # Each part is within one quantum of its exact proportional share
         assert abs(part - charge * weight / total) < Decimal("0.0001")
+
+
+def test_a_dead_containers_held_item_fails_with_its_reason_and_shares_the_charge() -> None:
+    # Given a container that reported items 0 and 2, then died (memory) holding item 4
+    reports = [
+        _report(index=0, startedAt=START, stoppedAt=START + 1_000, logFirst=0, logCount=1),
+        _report(index=2, startedAt=START + 1_000, stoppedAt=START + 2_000, logFirst=1, logCount=1),
+        _report(index=2, startedAt=START, stoppedAt=STOP),  # a second report of item 2: refused
+        b"not json",
+    ]
+    settled = settle_container(
+        reports,
+        [4],
+        array_size=10,
+        started_ms=START,
+        stopped_ms=START + 4_000,
+        charge=Decimal("1.0000"),
+        end_reason="Memory limit of 8 GiB exceeded",
+    )
+    # Then the held item failed with the container's reason and ran from the last report to its end
+    assert [(i.index, i.succeeded, i.reason) for i in settled.items] == [
+        (0, True, None),
+        (2, True, None),
+        (4, False, "Memory limit of 8 GiB exceeded"),
+    ]
+    assert [i.credits for i in settled.items] == [Decimal("0.2500"), Decimal("0.2500"), Decimal("0.5000")]
+    assert settled.rejected == 2
+    assert (settled.items[2].log_first, settled.items[2].log_count) == (2, MAX_LOG_LINES)
+
+
+def test_forged_times_cannot_change_the_containers_total() -> None:
+    reports = [_report(index=i, startedAt=0, stoppedAt=2**53) for i in range(3)]
+    settled = settle_container(
+        reports,
+        [],
+        array_size=10,
+        started_ms=START,
+        stopped_ms=STOP,
+        charge=Decimal("2.0000"),
+        end_reason="x",
+    )
+    assert sum(i.credits for i in settled.items) == Decimal("2.0000")
+    assert all(i.stopped_at_ms - i.started_at_ms == STOP - START for i in settled.items)
+
+
+def test_a_container_that_ran_nothing_settles_no_item() -> None:
+    settled = settle_container(
+        [], [], array_size=3, started_ms=START, stopped_ms=STOP, charge=Decimal("1.0000"), end_reason="x"
+    )
+    assert settled.items == ()
