@@ -7,12 +7,15 @@ import json
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from functions.adapters.s3 import S3BlobStore
 from functions.domain.item_reports import parse_item_report
+from functions.logic.container_reports import read_container
 from tests.integration.test_worker import BUCKET
 from tests.integration.test_worker_arrays import array_job, bucket, child_output
 from worker.entrypoint import main
@@ -203,3 +206,51 @@ def test_bad_container_settings_are_refused(changes: dict[str, str], message: st
     }
     with pytest.raises(ConfigError, match=message):
         WorkerSettings.from_environ(env)
+
+
+def test_the_service_reads_what_a_container_ran_and_what_a_dead_one_held(bucket, capfd):
+    # Given an array of 6 items on 2 containers: container 0 ran items 0..4 (an item that raises among
+    # them), container 1 claimed item 5 and died before reporting it
+    job = array_job(bucket, {"kind": "code", "code": "1 / (item - 3)"}, list(range(6)), offset=0, index="0")
+    bucket.put_object(Bucket=BUCKET, Key=f"{job.output_prefix}claims/5", Body=b"span-b:1")
+    env = {**job.env, "REMOTE_BATCH_ARRAY_CONTAINERS": "2", "AWS_BATCH_JOB_ID": "span-b:0"}
+    assert main(env, bucket) == 0
+    # and item 4's report overwritten by a forged one, too big to be a report
+    bucket.put_object(Bucket=BUCKET, Key=f"{job.output_prefix}containers/span-b:0/4.json", Body=b" " * 9000)
+    blobs = S3BlobStore(bucket, BUCKET)
+    life = {"array_size": 6, "started_ms": 0, "stopped_ms": 2**53}
+
+    # When the service reads each container's end
+    ran = read_container(
+        blobs,
+        job.job_id,
+        "span-b:0",
+        charge=Decimal("1.0000"),
+        end_reason="The item's report was refused",
+        **life,
+    )
+    dead = read_container(
+        blobs,
+        job.job_id,
+        "span-b:1",
+        charge=Decimal("1.0000"),
+        end_reason="Memory limit of 8 GiB exceeded",
+        **life,
+    )
+
+    # Then container 0's items are its 5, item 4 failed (its report refused), sharing its charge exactly
+    assert [(i.index, i.succeeded) for i in ran.items] == [
+        (0, True),
+        (1, True),
+        (2, True),
+        (3, False),
+        (4, False),
+    ]
+    assert ran.items[4].reason == "The item's report was refused"
+    assert ran.items[3].reason == "ZeroDivisionError: division by zero"
+    assert ran.rejected == 1
+    assert sum(i.credits for i in ran.items) == Decimal("1.0000")
+    # and the item the dead container held fails with its reason, charged its whole charge
+    assert [(i.index, i.succeeded, i.reason, i.credits) for i in dead.items] == [
+        (5, False, "Memory limit of 8 GiB exceeded", Decimal("1.0000"))
+    ]
