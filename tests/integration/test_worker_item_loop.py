@@ -19,7 +19,7 @@ from functions.logic.container_reports import read_container
 from tests.integration.test_worker import BUCKET
 from tests.integration.test_worker_arrays import array_job, bucket, child_output
 from worker.entrypoint import main
-from worker.errors import ConfigError
+from worker.errors import ConfigError, InvalidJobInput
 from worker.item_loop import Console, ItemLoop, Segment, claim_order
 from worker.settings import WorkerSettings
 from worker.storage import JobStorage
@@ -254,3 +254,35 @@ def test_the_service_reads_what_a_container_ran_and_what_a_dead_one_held(bucket,
     assert [(i.index, i.succeeded, i.reason, i.credits) for i in dead.items] == [
         (5, False, "Memory limit of 8 GiB exceeded", Decimal("1.0000"))
     ]
+
+
+def test_an_item_whose_input_is_refused_fails_alone(bucket) -> None:
+    # Given a container of 3 items whose item 1 cannot be read
+    storage = JobStorage(bucket, BUCKET)
+
+    def run_item(index: int, output_dir: Path) -> JobRun:
+        if index == 1:
+            raise InvalidJobInput("item 1 is not JSON")
+        return JobRun([], None, None, 0)
+
+    loop = ItemLoop(
+        storage=storage,
+        output_prefix="outputs/job-y/",
+        batch_job_id="span:0",
+        container=0,
+        containers=1,
+        size=3,
+        run_item=run_item,
+        publish=lambda prefix, run, folder: None,
+        console=QuietConsole(),
+    )
+
+    # When it runs, Then it goes on past item 1, whose report says why with the worker's exit code
+    assert loop.run() == [0, 1, 2]
+    report = json.loads(bucket.get_object(Bucket=BUCKET, Key=loop.report_key(1))["Body"].read())
+    assert (report["status"], report["exitCode"]) == ("Failed", 2)
+    assert report["reason"] == "The item's input was rejected: item 1 is not JSON"
+    assert (
+        json.loads(bucket.get_object(Bucket=BUCKET, Key=loop.report_key(2))["Body"].read())["status"]
+        == "Succeeded"
+    )
