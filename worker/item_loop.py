@@ -110,7 +110,9 @@ class Console:
     def segment(self) -> Iterator[Segment]:
         """Send fds 1 and 2 (this process's and every child's it starts meanwhile) through the
         counting relay; at the end, the segment holds its lines' sequence numbers. A last line
-        without a newline is ended with one, so the next segment starts on its own line."""
+        without a newline is ended with one, so the next segment starts on its own line. When a
+        process the item left behind still holds the console ``DRAIN_SECONDS`` after the end, what
+        it writes from then on (and such an unended line) is dropped, never counted elsewhere."""
         segment = Segment()
         _flush()
         read_end, write_end = os.pipe()

@@ -4,7 +4,10 @@ with their item, each item's console lines, its outputs where a one-item child's
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from decimal import Decimal
@@ -286,3 +289,28 @@ def test_an_item_whose_input_is_refused_fails_alone(bucket) -> None:
         json.loads(bucket.get_object(Bucket=BUCKET, Key=loop.report_key(2))["Body"].read())["status"]
         == "Succeeded"
     )
+
+
+@pytest.mark.slow
+def test_a_straggler_of_an_item_never_writes_into_the_next_items_lines(capfd) -> None:
+    # Given the container's console (what the job side writes to fds 1 and 2)
+    console = Console(os.dup(1))
+    capfd.readouterr()
+    with console.segment() as first:
+        os.write(1, b"first item\n")
+        os.write(2, b"unfinished")  # a line without its newline
+    with console.segment() as second:
+        os.write(1, b"second item\n")
+        # an item that leaves a process behind, which prints after the item ended
+        straggler = subprocess.Popen(["sh", "-c", "sleep 2.5; echo straggler"])
+    with console.segment() as third:
+        os.write(1, b"third item\n")
+        time.sleep(1.5)  # the straggler prints while this item runs
+    straggler.wait()
+    lines = capfd.readouterr().out.splitlines()
+
+    # Then each item's lines are its own, the unfinished line ended at its boundary, the straggler dropped
+    assert lines[first.first : first.first + first.count] == ["first item", "unfinished"]
+    assert lines[second.first : second.first + second.count] == ["second item"]
+    assert lines[third.first : third.first + third.count] == ["third item"]
+    assert lines == ["first item", "unfinished", "second item", "third item"]
