@@ -13,7 +13,7 @@ LAMBDA_LOCKS := functions/requirements.lock functions/runtime.lock
 LAMBDA_CONSTRAINTS := build/lambda/constraints.txt
 LAMBDA_BUNDLE := build/lambda/.built
 
-.PHONY: dev venv test test-tiers check check-tiers lint unit integration sdk infra bundle e2e synth format clean bench lock lambda-bundle instance-offerings sandbox-tools mutation openapi checkov console console-test browser-tools
+.PHONY: dev venv test test-tiers check check-tiers lint unit integration sdk infra bundle e2e synth format clean bench lock lambda-bundle instance-offerings sandbox-tools mutation openapi checkov deploy-console console console-test browser-tools
 
 # The lock's pins without hashes, for `pip install -c` (stdlib-only script: runs before the venv exists).
 $(LAMBDA_CONSTRAINTS): functions/requirements.lock infra/lambda_bundle.py
@@ -69,9 +69,9 @@ node_modules/.installed: package.json
 	touch node_modules/.installed
 
 ## The web console (console/: TypeScript, bundled by Vite, pinned by console/package-lock.json) built into
-## console/dist, which the local stack serves at /console/ (docs/console.md); `make console-test` runs its
+## build/console (what deploy-console uploads), which the local stack serves at /console/ (docs/console.md); `make console-test` runs its
 ## unit tests (Vitest, in jsdom), part of `make test`.
-CONSOLE := console/dist/.built
+CONSOLE := build/.console-built
 CONSOLE_NPM := console/node_modules/.installed
 CONSOLE_SOURCES := $(wildcard console/src/*) console/index.html console/vite.config.ts console/tsconfig.json
 console: $(CONSOLE)
@@ -182,6 +182,11 @@ openapi: $(STAMP)
 	  sys.stdout.write(json.dumps(json.loads(openapi_json()), indent=2, sort_keys=True, ensure_ascii=False) + "\n")' \
 	  > docs/openapi.json.tmp && mv docs/openapi.json.tmp docs/openapi.json
 
+## After `cdk deploy`: upload the built web console (build/console) to the console bucket with its sign-in
+## config, and invalidate the distribution's /console/* (infra/console_upload.py; `STACK=` another stack).
+deploy-console: $(STAMP) $(CONSOLE)
+	$(BIN)/python -m infra.console_upload $(if $(STACK),--stack $(STACK))
+
 ## Synthesize the CDK app offline into cdk.out/.
 synth: $(STAMP) node_modules/.installed $(LAMBDA_BUNDLE)
 	PATH=$(abspath $(BIN)):$$PATH npx cdk synth --quiet
@@ -196,7 +201,7 @@ bench: $(STAMP)
 	$(BIN)/python -m benchmarks $(if $(BASELINE),--baseline $(BASELINE)) $(if $(ALL),--all)
 
 clean:
-	rm -rf $(VENV) node_modules console/node_modules console/dist cdk.out build .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) node_modules console/node_modules cdk.out build .pytest_cache .mypy_cache .ruff_cache
 
 ## Regenerate infra/instance_offerings.json (which region offers the compute pools' instance types)
 ## from moto's EC2 instance-type offerings, after changing a pool in infra/constants.py.

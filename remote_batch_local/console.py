@@ -1,6 +1,6 @@
 """The web console's files at ``/console/`` (same origin as the API), as CloudFront serves them deployed.
 
-The files are ``make console``'s build (``console/dist``: ``index.html`` and hashed ``assets/``);
+The files are ``make console``'s build (``build/console``: ``index.html`` and hashed ``assets/``);
 ``/docs/assets/`` serves Swagger UI's bundle and stylesheet (from the ``swagger-ui-dist`` npm package,
 copied there by the build) for the api's ``GET /docs``. No token is needed for these files: they hold
 no account data; every call the console makes carries the token. Every answer carries the console's
@@ -19,7 +19,8 @@ from werkzeug.wrappers import Request, Response
 CONSOLE_PREFIX = "/console/"
 # The Swagger UI assets the api's GET /docs page links to (functions.handlers.api.meta, enable_swagger).
 SWAGGER_ASSETS_PREFIX = "/docs/assets/"
-CONSOLE_DIST = Path(__file__).resolve().parent.parent / "console" / "dist"
+# `make console`'s output, infra.constants.DEFAULT_CONSOLE_ASSETS_DIR (what `make deploy-console` uploads).
+CONSOLE_DIST = Path(__file__).resolve().parent.parent / "build" / "console"
 CONTENT_SECURITY_POLICY = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
     "font-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
@@ -44,7 +45,7 @@ class ConsoleFiles:
     Parameters
     ----------
     root : Path
-        The build folder (``console/dist``); missing: every path answers 503 with ``NOT_BUILT_MESSAGE``.
+        The build folder (``build/console``); missing: every path answers 503 with ``NOT_BUILT_MESSAGE``.
     """
 
     def __init__(self, root: Path = CONSOLE_DIST) -> None:

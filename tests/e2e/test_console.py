@@ -20,7 +20,7 @@ sync_api = pytest.importorskip("playwright.sync_api", reason="make test installs
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 AXE = REPO_ROOT / "console" / "node_modules" / "axe-core" / "axe.min.js"
-CONSOLE_INDEX = REPO_ROOT / "console" / "dist" / "index.html"
+CONSOLE_INDEX = REPO_ROOT / "build" / "console" / "index.html"
 XSS = "<img src=x onerror=alert(1)>"
 XSS_CODE = f"""import os, pathlib
 text = {XSS!r}
