@@ -16,8 +16,9 @@ Each row is a ratio or a figure measured in this run, beside the issue's target:
    array of 100 items submitted through the api handler, each child's Batch events (STARTING, RUNNING,
    SUCCEEDED, as the tree's EventBridge rule delivers them) with the child's ``result.json`` written as
    its worker writes it, one meter tick while they run, the settlement of the last, the parent's result
-   read: all its DynamoDB requests / 100. Target ≤ 3. This models AWS Batch's array (one container per
-   item); when the service runs many items per container, the events are the containers'.
+   read: all its DynamoDB requests / 100. Target ≤ 3. This drives AWS Batch's array model (one
+   container per item) and refuses to measure (``RuntimeError``) an array submitted on fewer containers
+   than items, whose life is the containers' events and their item reports.
 4. **The burst** (``benchmarks.performance.run_burst`` on the stack of 1): 200 concurrent ``2 + 2``
    submits (``notifications: "None"``), wall time until every one is final, submit p99. Targets ≤ 30 s
    wall, p99 ≤ 1 s.
@@ -196,6 +197,14 @@ def part_requests(items: int) -> dict[str, Any]:
             created = int(stack.clock().timestamp() * 1000)
             if len(parent.array_spans) != 1:
                 raise RuntimeError(f"{items} items ran as {len(parent.array_spans)} spans: use fewer items")
+            [submission] = stack.batch[parent.geo_zone].submissions
+            if submission.array_size != items:
+                # Containers that take many items end with per-item reports the worker writes: the
+                # events of one container per item, as below, would not be that array's life.
+                raise RuntimeError(
+                    f"the array's {items} items run on {submission.array_size} containers: this part drives"
+                    " one AWS Batch child per item and needs the containers' item reports to measure that"
+                )
             events: list[list[dict[str, Any]]] = [
                 array_child_lifecycle(
                     parent.job_id,
