@@ -91,15 +91,17 @@ def _children(stack: _Local, job_id: str) -> list[dict[str, Any]]:
 
 
 def _today_rule(children: list[dict[str, Any]]) -> Decimal:
-    """Every child charged for its own Running time with the 60-second minimum (``credits.running_cost``)."""
+    """Every child charged for its own Running time with the 60-second minimum (``credits.running_cost``)
+    at its machine class's ``credits_per_hour``."""
     from functions.domain.credits import running_cost
+    from functions.domain.machine_classes import machine_class
 
     total = Decimal(0)
     for child in children:
         if child.get("startedAt") and child.get("completedAt"):
             started = datetime.fromisoformat(child["startedAt"])
             running_ms = int((datetime.fromisoformat(child["completedAt"]) - started).total_seconds() * 1000)
-            total += running_cost(running_ms, Decimal(str(child["creditsPerHour"])))
+            total += running_cost(running_ms, machine_class(child["machineClass"]).credits_per_hour)
     return total
 
 
@@ -337,21 +339,28 @@ def main(argv: Sequence[str] | None = None) -> None:
     ).stdout.strip()
     figures: dict[str, Any] = {"startedAt": datetime.now(UTC).isoformat(timespec="seconds"), "commit": commit}
     parts = [p for p in args.parts.split(",") if p]
+    args.out.mkdir(parents=True, exist_ok=True)
+
+    def save() -> None:
+        """Every part's figures as soon as it ends: a later part that fails loses nothing measured."""
+        (args.out / "maps.json").write_text(json.dumps(figures, indent=2) + "\n")
+
     if "requests" in parts:
         print("== DynamoDB requests per item (moto in-process)", flush=True)
         # The handlers' EMF metrics and logs go to stdout: the figures come back in the table.
         with open(os.devnull, "w") as quiet, contextlib.redirect_stdout(quiet), warnings.catch_warnings():
             warnings.simplefilter("ignore")
             figures["requests"] = part_requests(args.request_items)
+        save()
     if "local" in parts:
         print(f"== local stack: {args.items}-item map, round trips, {args.burst}-job burst", flush=True)
         figures["local"] = part_local(args.items, args.burst)
+        save()
     if args.all:
         print(f"== local stack: {args.big_items}-item map (at most {args.big_timeout:.0f} s)", flush=True)
         figures["big"] = part_big(args.big_items, args.big_timeout)
     figures["finishedAt"] = datetime.now(UTC).isoformat(timespec="seconds")
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "maps.json").write_text(json.dumps(figures, indent=2) + "\n")
+    save()
     summary = markdown(figures)
     (args.out / "maps.md").write_text(summary)
     print(summary, flush=True)
