@@ -249,6 +249,11 @@ class WarmPool:
         token = f"{WARM_ID_PREFIX}{uuid.uuid4()}"
         workdir = new_workdir()
         env = dict(self._settings.worker_environment)
+        # The default Python's interpreter and site: the warm worker starts its zygote (worker.warm).
+        pythons = self._settings.pythons
+        default = pythons.default()
+        if default is not None:
+            env.update(pythons.by_version[default].environment())
         env[JOB_MARKER_VARIABLE] = token
         env = self._launcher.box_environment(env, workdir)
         env[WARM_ROOM_VARIABLE] = "." * WARM_ROOM_BYTES
