@@ -33,11 +33,12 @@ from botocore.exceptions import ClientError
 from worker.environments import ENVIRONMENT_HASH_VARIABLE, cache_folder, environment_site
 from worker.errors import InputNotFound, InvalidJobInput, StorageError, WorkerError
 from worker.inputs import INPUTS_FOLDER, InputSource, fetch_inputs, input_sources
+from worker.item_loop import Console, ItemLoop
 from worker.job_container import exchange_of, run_in_job_container, share_tree
 from worker.job_container import output_dir as container_output_dir
 from worker.job_container import work_dir as container_work_dir
 from worker.job_side import SITE_VARIABLE
-from worker.job_user import job_user, share_read_only
+from worker.job_user import JobUser, job_user, share_read_only
 from worker.layout import failure_outcome, outcome_objects
 from worker.runner import JobError, JobInput, parse_job_input, payload_key
 from worker.settings import JOB_ID, WorkerSettings
@@ -109,6 +110,8 @@ def _run(settings: WorkerSettings, storage: JobStorage, environ: Mapping[str, st
     exchange = exchange_of(environ)
     # The folder the job's code starts in: this one, or an image job's in the shared volume.
     work = Path.cwd() if exchange is None else container_work_dir(exchange)
+    if settings.containers is not None:
+        return _run_items(settings, storage, environ, user, exchange is not None)
     try:
         job, sources = read_job(storage, settings.input_key, settings.array_index)
         # A child's inputs from its parents, in the working directory, before its code starts.
@@ -155,6 +158,83 @@ def _run(settings: WorkerSettings, storage: JobStorage, environ: Mapping[str, st
             _tell_operator(environ, storage, settings, "outputs not stored", exc)
             return EXIT_WORKER_ERROR
     return run.exit_code
+
+
+def _run_items(
+    settings: WorkerSettings,
+    storage: JobStorage,
+    environ: Mapping[str, str],
+    user: JobUser | None,
+    in_image: bool,
+) -> int:
+    """A container that takes many items (``worker.item_loop``): the array's input, its parents'
+    inputs, its payload and its environment's site are had once; then each item it claims runs in
+    its own job side. Returns 0 when no item is left (each item's failure is in its report), 2 when
+    the container could not start on its items (its reason in ``outcome.json`` under its prefix)."""
+    try:
+        if in_image:
+            raise InvalidJobInput("an array whose containers take many items runs in the worker image")
+        raw = storage.read(settings.input_key)
+        document = json.loads(raw)
+        size = document.get("arraySize") if isinstance(document, dict) else None
+        if not isinstance(size, int) or size < 1:
+            raise InvalidJobInput("an array's input must give its 'arraySize'")
+        sources = input_sources(document, settings.input_key)
+        fetch_inputs(storage, sources, Path.cwd())
+        if user is not None and sources:
+            user.give(Path.cwd() / INPUTS_FOLDER)
+        payload = _payload(storage, raw)
+    except (WorkerError, ValueError) as exc:
+        error = exc if isinstance(exc, WorkerError) else InvalidJobInput(f"the input is not JSON ({exc})")
+        reason = rejection_reason(error)
+        _tell_user(reason)
+        _tell_operator(environ, storage, settings, reason, exc)
+        _record_failure(storage, settings, type(error).__name__, reason)
+        return EXIT_WORKER_ERROR
+    with tempfile.TemporaryDirectory(prefix="remote-batch-environment-", ignore_cleanup_errors=True) as own:
+        if user is not None:
+            share_read_only(Path(own))
+        try:
+            environ = with_environment_site(storage, environ, Path(own))
+        except WorkerError as exc:
+            reason = environment_reason(exc)
+            _tell_user(reason)
+            _tell_operator(environ, storage, settings, reason, exc)
+            _record_failure(storage, settings, type(exc).__name__, reason)
+            return EXIT_WORKER_ERROR
+        job_environ = environ
+
+        def run_item(index: int, output_dir: Path) -> JobRun:
+            job = parse_job_input(with_array_item(storage, raw, index), payload)
+            return run_in_job_python(
+                job, output_dir=output_dir, memory_gib=settings.memory_gib, environ=job_environ, user=user
+            )
+
+        loop = ItemLoop(
+            storage=storage,
+            output_prefix=settings.output_prefix,
+            batch_job_id=settings.batch_job_id or "",
+            container=settings.array_index or 0,
+            containers=settings.containers or 1,
+            size=size,
+            run_item=run_item,
+            publish=lambda prefix, run, folder: publish(storage, prefix, run, folder),
+            console=Console(os.dup(1)),
+            prepare_output_dir=(lambda _f: None) if user is None else user.own_folder,
+        )
+        loop.run()
+    return 0
+
+
+def _payload(storage: JobStorage, raw: bytes) -> bytes | None:
+    """The array's uploaded payload (``payloadKey``), read once for all its items, or None."""
+    upload = payload_key(raw)
+    if upload is None:
+        return None
+    with tempfile.TemporaryDirectory(prefix="remote-batch-input-", ignore_cleanup_errors=True) as tmp:
+        path = Path(tmp, "payload")
+        storage.download(upload, path)
+        return path.read_bytes()
 
 
 def with_environment_site(

@@ -169,6 +169,36 @@ class JobStorage:
         except (ClientError, BotoCoreError, Boto3Error) as exc:
             raise StorageError(f"cannot write s3://{self._bucket}/{key}: {exc}") from exc
 
+    def write_once(self, key: str, body: bytes) -> bool:
+        """Create an object unless one is at ``key`` already: S3's conditional write (PutObject with
+        ``If-None-Match: *``), which exactly one of concurrent writers wins.
+
+        Returns
+        -------
+        bool
+            True when this call created it; False when it existed (412 PreconditionFailed), or
+            another conditional write of it was in flight and won (409 ConditionalRequestConflict,
+            asked again once: S3 answers the loser 412 then).
+
+        Raises
+        ------
+        StorageError
+            Any other S3 or network failure.
+        """
+        for attempt in range(2):
+            try:
+                self._client.put_object(Bucket=self._bucket, Key=key, Body=body, IfNoneMatch="*")
+                return True
+            except ClientError as exc:
+                code = exc.response.get("Error", {}).get("Code")
+                if code in ("PreconditionFailed", "412"):
+                    return False
+                if code not in ("ConditionalRequestConflict", "409") or attempt == 1:
+                    raise StorageError(f"cannot create s3://{self._bucket}/{key}: {exc}") from exc
+            except BotoCoreError as exc:
+                raise StorageError(f"cannot create s3://{self._bucket}/{key}: {exc}") from exc
+        return False
+
     def exists(self, key: str) -> bool:
         """Whether the object exists, by listing its key as a prefix (``s3:ListBucket`` narrowed by
         ``s3:prefix``: a role without ``s3:ListBucket`` on the whole bucket is answered 403, not 404,

@@ -21,7 +21,7 @@ import pytest
 from tests.e2e.conftest import Client, LocalStackProcess, _free_port, wait_for
 
 FULL_SCALE = os.environ.get("REMOTE_BATCH_E2E_FULL") == "1"
-BURST_JOBS, BURST_THREADS, GATEWAY_TPS = (2000, 50, 50) if FULL_SCALE else (60, 4, 20)
+BURST_JOBS, BURST_THREADS, GATEWAY_TPS = (2000, 50, 50) if FULL_SCALE else (40, 4, 20)
 SLEEPING = {
     "code": "import time\ntime.sleep(2)\n'slept'",
     "machineClass": "Basic1x8",

@@ -3,6 +3,7 @@ gateway (moto cannot emit Batch events) and a settable clock."""
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import threading
@@ -183,9 +184,44 @@ def make_settings() -> Settings:
     )
 
 
+class ReusedClients(boto3.Session):
+    """A boto3 session that makes each client (service, region, config) once per test process.
+
+    A botocore client is about 10 ms to make and holds no AWS state of its own (moto's stubber, a
+    built-in handler, answers it whenever a mock is on), while every ``moto_stack`` made the same six
+    to nine again: about half of an integration test's set-up. ``fresh_events`` gives each client back
+    the event handlers it was made with, so a test that registers one (a request counter) leaves
+    nothing behind for the next.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._clients: dict[tuple[str, str | None, object], tuple[Any, Any]] = {}
+
+    def client(  # type: ignore[override]
+        self, service_name: str, region_name: str | None = None, config: Any = None, **kwargs: Any
+    ) -> Any:
+        if kwargs:
+            return super().client(service_name, region_name=region_name, config=config, **kwargs)  # type: ignore[call-overload]
+        key = (service_name, region_name, config)
+        made = self._clients.get(key)
+        if made is None:
+            client = super().client(service_name, region_name=region_name, config=config)  # type: ignore[call-overload]
+            made = self._clients[key] = (client, copy.copy(client.meta.events))
+        return made[0]
+
+    def fresh_events(self) -> None:
+        """Each client's event handlers as they were when it was made."""
+        for client, events in self._clients.values():
+            client.meta.events = copy.copy(events)
+
+
+CLIENTS = ReusedClients()
+
+
 def create_resources(settings: Settings) -> None:
     """Tables, buckets and log groups on moto, as the CDK app / local stack make them."""
-    dynamodb = boto3.client("dynamodb", region_name=settings.home_region)
+    dynamodb = CLIENTS.client("dynamodb", region_name=settings.home_region)
     names = {
         "Jobs": settings.jobs_table,
         "Accounts": settings.accounts_table,
@@ -198,15 +234,15 @@ def create_resources(settings: Settings) -> None:
     for spec in ALL_TABLES:
         dynamodb.create_table(**create_table_request(spec, names[spec.logical_name]))
     for zone_settings in settings.zones.values():
-        s3 = boto3.client("s3", region_name=zone_settings.region)
+        s3 = CLIENTS.client("s3", region_name=zone_settings.region)
         if zone_settings.region == "us-east-1":
             s3.create_bucket(Bucket=zone_settings.bucket)
         else:
             s3.create_bucket(
                 Bucket=zone_settings.bucket,
-                CreateBucketConfiguration={"LocationConstraint": zone_settings.region},  # type: ignore[typeddict-item]
+                CreateBucketConfiguration={"LocationConstraint": zone_settings.region},
             )
-        boto3.client("logs", region_name=zone_settings.region).create_log_group(
+        CLIENTS.client("logs", region_name=zone_settings.region).create_log_group(
             logGroupName=zone_settings.log_group
         )
 
@@ -216,13 +252,19 @@ def moto_stack() -> Iterator[Stack]:
     """The service on in-process moto with dev (10000 credits, email) installed as the handlers'
     services, its settings in the environment (the ``stack`` fixture; the benchmarks use it too)."""
     with mock_aws():
+        CLIENTS.fresh_events()
         settings = make_settings()
         create_resources(settings)
         clock = Clock()
         gateways = {zone: RecordingBatchGateway() for zone in ZONE_REGIONS}
         notifier = RecordingNotifier()
         services = bootstrap.build_services(
-            settings, batch_gateways=gateways, notifier=notifier, clock=clock, resolver=FakeResolver()
+            settings,
+            batch_gateways=gateways,
+            notifier=notifier,
+            clock=clock,
+            resolver=FakeResolver(),
+            session=CLIENTS,
         )
         bootstrap.install(services)
         for var, value in settings.to_environment().items():
