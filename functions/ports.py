@@ -241,6 +241,28 @@ class JobRepository(Protocol):
         parent is gone.
         """
 
+    def save_container_items(
+        self,
+        parent_id: str,
+        items: Sequence[Job],
+        *,
+        credits: Decimal,
+        entry: LedgerEntry | None,
+        release: Job | None,
+        settled_at_most: Decimal | None,
+        now: datetime,
+    ) -> None:
+        """Store final item records of an array whose containers take many items (each put only
+        if absent), move the parent's ``childStatusCounts`` from ``Queued`` by them, add
+        ``credits`` to its ``creditsSettled`` and write the container's ledger entry and balance
+        change (``entry``) and give back ``release``'s quota units (the container, a template
+        child holding them), in ONE transaction (at most ``MAX_CONTAINER_ITEMS`` items).
+
+        Raises ``ConditionFailed`` when any condition failed (an item already stored, the entry
+        already written: a replay; the balance or cap moved: a race), ``RecordMissing`` when the
+        parent is gone, ``ValueError`` for more items than a transaction takes.
+        """
+
     def start_array(
         self, job_id: str, started_at: datetime, now: datetime, *, keep_reason: bool = False
     ) -> bool:

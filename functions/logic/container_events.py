@@ -1,0 +1,235 @@
+"""An ended container of an array whose containers take many items: its items' records and charge.
+
+A container (an AWS Batch array child running ``worker.item_loop``) that ended (its SUCCEEDED or
+FAILED event) ran some of its array's items. ``settle_container_end`` reads what it left
+(``container_reports.read_container``: its reports, untrusted, and the item it died holding),
+charges the container ONCE (its Batch running time at the array's machine class, the 60-second
+minimum once per container, cut to what the array's ``creditConstraint`` leaves and to the balance:
+``domain.credits.settle_charge``), splits that charge over its items by their reported times
+(``domain.item_reports.split_charge``) and writes them in transactions of up to
+``MAX_CONTAINER_ITEMS`` items (``JobRepository.save_container_items``): the first carries the
+container's one ledger entry (``charge#<parent>#<batch job id>``), the balance change, the whole
+charge in the parent's ``creditsSettled`` and the container's quota units given back; each moves the
+parent's ``childStatusCounts`` by its items. Then the array is finished once every item is
+(``array_results.finish_array``), as a child's event does.
+
+Replays: a transaction whose items are already stored (or, with no item, whose entry is) was
+applied before and is skipped, so a replayed end event changes nothing. DynamoDB requests for a
+container of k items (k ≤ 90): the parent and the account read, one transaction, the parent read
+again and ``finish_array``'s reads: about 4 + k/100, well under 3 an item for k ≥ 3.
+
+The control plane does not route events here yet: no array is submitted with containers that take
+many items (``docs/architecture.md``, "Containers that take many items").
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import UTC, datetime
+from decimal import Decimal
+
+from aws_lambda_powertools import Logger
+
+from functions.domain.arrays import child_template, remaining_cap
+from functions.domain.credits import Charge, settle_charge
+from functions.domain.errors import ConditionFailed, DependencyFailed, RecordMissing
+from functions.domain.item_reports import MAX_CONTAINER_ITEMS, ItemSettlement
+from functions.domain.jobs import BatchJobState, Job, LedgerEntry, LedgerKind, job_rate
+from functions.domain.status import JobStatus
+from functions.logic import waits
+from functions.logic.array_results import finish_array
+from functions.logic.container_reports import read_container
+from functions.ports import Services
+
+logger = Logger(child=True)
+
+MAX_WRITE_ATTEMPTS = 25
+#: Why an item a container held ends when the container's event gives no reason.
+CONTAINER_ENDED = "The container running this item ended before it reported"
+
+
+def container_entry_id(parent_job_id: str, batch_job_id: str) -> str:
+    """The deterministic ledger id of a container's charge: ``charge#<parent>#<batch job id>``."""
+    return f"charge#{parent_job_id}#{batch_job_id}"
+
+
+def _ms(moment: int) -> datetime:
+    return datetime.fromtimestamp(moment / 1000, tz=UTC)
+
+
+def item_record(parent: Job, state: BatchJobState, item: ItemSettlement) -> Job:
+    """The final ``ArrayChild`` record of one item a container ran (``child_template`` with its
+    outcome, times, container and part of the charge). A failed item is ``Terminated``."""
+    status = JobStatus.SUCCEEDED if item.succeeded else JobStatus.TERMINATED
+    return replace(
+        child_template(parent, item.index),
+        status=status,
+        status_reason=item.reason,
+        status_history=(JobStatus.QUEUED, JobStatus.STARTING, JobStatus.RUNNING, status),
+        exit_code=item.exit_code,
+        started_at=_ms(item.started_at_ms),
+        completed_at=_ms(item.stopped_at_ms),
+        batch_job_id=state.batch_job_id,
+        log_stream_name=state.log_stream_name,
+        credits_spent=item.credits,
+    )
+
+
+def _container_charge(
+    services: Services, parent: Job, state: BatchJobState, now: datetime
+) -> tuple[Charge, Decimal]:
+    """The container's charge (its Batch running time, the 60-s minimum once, cut to the array's
+    remaining cap and the balance) and the account's balance it was computed from."""
+    account = services.store.get_account(parent.account_id)
+    if account is None:
+        raise DependencyFailed(f"account {parent.account_id} of job {parent.job_id} is missing")
+    started, stopped = state.started_at_ms, state.stopped_at_ms
+    running_ms = None if started is None else max(0, (stopped or started) - started)
+    cap = remaining_cap(parent.credit_constraint, parent.credits_settled)
+    charge = settle_charge(running_ms, job_rate(parent), cap, account.credit_balance)
+    return charge, account.credit_balance
+
+
+def _applied(services: Services, parent: Job, items: list[Job], entry: LedgerEntry | None) -> bool:
+    """True when a transaction that failed its conditions had been applied before (a replay): its
+    items are stored, or, with none, its ledger entry is."""
+    if items:
+        return len(services.store.get_jobs([i.job_id for i in items])) == len(items)
+    if entry is None:
+        return True
+    return any(
+        e.entry_id == entry.entry_id for e in services.store.list_ledger(parent.account_id, entry.at, None)
+    )
+
+
+def settle_container_end(services: Services, parent: Job, state: BatchJobState, now: datetime) -> Job:
+    """Record the items an ended container ran and its one charge; then finish the array if every
+    item is final.
+
+    Parameters
+    ----------
+    parent : Job
+        The ``Array`` job.
+    state : BatchJobState
+        The container's SUCCEEDED or FAILED event (``batch_job_id`` ``<span id>:<c>``, its
+        ``startedAt``/``stoppedAt``: trusted).
+
+    Returns
+    -------
+    Job
+        The parent after (finished when every item is final).
+
+    Raises
+    ------
+    DependencyFailed
+        DynamoDB or S3 failed, or a write kept losing races (the event is delivered again; every
+        step is idempotent).
+    """
+    started = state.started_at_ms or state.stopped_at_ms or 0
+    stopped = state.stopped_at_ms or started
+    for _ in range(MAX_WRITE_ATTEMPTS):
+        current = services.store.get_job(parent.job_id)
+        if current is None:
+            logger.warning("container end for a gone array ignored", job_id=parent.job_id)
+            return parent
+        charge, balance = _container_charge(services, current, state, now)
+        settled = read_container(
+            services.zones[current.geo_zone].blobs,
+            current.job_id,
+            state.batch_job_id,
+            array_size=current.array_size or 0,
+            started_ms=started,
+            stopped_ms=stopped,
+            charge=charge.credits,
+            end_reason=state.status_reason or CONTAINER_ENDED,
+        )
+        records = [item_record(current, state, item) for item in settled.items]
+        entry = None
+        if charge.credits > 0 or charge.unbilled > 0:
+            entry = LedgerEntry(
+                entry_id=container_entry_id(current.job_id, state.batch_job_id),
+                account_id=current.account_id,
+                at=_ms(stopped),
+                kind=LedgerKind.CHARGE,
+                credits=charge.credits,
+                balance_after=balance - charge.credits,
+                job_id=current.job_id,
+                unbilled=charge.unbilled,
+            )
+        most = None
+        if current.credit_constraint is not None and charge.credits > 0:
+            most = current.credit_constraint - charge.credits
+        # The container held quota as one child does; its units go back with its first write, when
+        # that write is guarded (an item put only if absent, or the entry): never twice on a replay.
+        guarded = bool(records) or entry is not None
+        release = child_template(current, 0) if current.dispatch_state is not None and guarded else None
+        chunks = [records[i : i + MAX_CONTAINER_ITEMS] for i in range(0, len(records), MAX_CONTAINER_ITEMS)]
+        try:
+            _write(
+                services,
+                current,
+                chunks or [[]],
+                charge=charge,
+                entry=entry,
+                release=release,
+                most=most,
+                now=now,
+            )
+        except RecordMissing:
+            logger.warning("container end for a gone array ignored", job_id=parent.job_id)
+            return parent
+        except ConditionFailed:
+            continue  # the balance or the cap moved: charge again from what is stored now
+        if charge.credits > 0:
+            services.events.count("CreditsCharged", float(charge.credits), amount=True)
+        logger.info(
+            "container settled",
+            job_id=current.job_id,
+            batch_job_id=state.batch_job_id,
+            items=len(records),
+            credits=str(charge.credits),
+        )
+        break
+    else:
+        raise DependencyFailed(f"job {parent.job_id} kept changing; the container's end will be retried")
+    fresh = services.store.get_job(parent.job_id) or parent
+    if fresh.status == JobStatus.QUEUED and records:
+        services.store.start_array(fresh.job_id, min(r.started_at for r in records if r.started_at), now)
+        fresh = services.store.get_job(parent.job_id) or fresh
+    finished = finish_array(services, fresh, now)
+    waits.settle_dependents(services, finished, now)
+    return finished
+
+
+def _write(
+    services: Services,
+    parent: Job,
+    chunks: list[list[Job]],
+    *,
+    charge: Charge,
+    entry: LedgerEntry | None,
+    release: Job | None,
+    most: Decimal | None,
+    now: datetime,
+) -> None:
+    """Write the container's chunks, the first with its charge; a chunk already stored is skipped.
+    Raises ``ConditionFailed`` when the first chunk lost a race (the caller charges again)."""
+    for position, chunk in enumerate(chunks):
+        first = position == 0
+        try:
+            services.store.save_container_items(
+                parent.job_id,
+                chunk,
+                credits=charge.credits if first else Decimal(0),
+                entry=entry if first else None,
+                release=release if first else None,
+                settled_at_most=most if first else None,
+                now=now,
+            )
+        except ConditionFailed:
+            if _applied(services, parent, chunk, entry if first else None):
+                logger.info("container chunk already stored", job_id=parent.job_id, chunk=position)
+                continue
+            if first:
+                raise
+            raise DependencyFailed(f"items of job {parent.job_id} could not be stored; retried") from None

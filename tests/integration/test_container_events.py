@@ -1,0 +1,195 @@
+"""Ended containers of an array whose containers take many items, on moto (issue 26): their items'
+records, ONE charge per container split exactly over its items, replays, a container that died
+holding an item, the result in order, and the DynamoDB requests per item."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import Any
+
+import pytest
+
+from benchmarks.capacity import RequestRecorder
+from functions.domain.jobs import BatchJobState, Job, PayloadKind
+from functions.domain.machine_classes import GeoZone
+from functions.domain.status import JobStatus
+from functions.logic import arrays, queries
+from functions.logic.container_events import container_entry_id, settle_container_end
+from functions.logic.submission import JobRequest
+
+US = GeoZone.UNITED_STATES
+T0 = 1_764_436_800_000  # 2025-11-29T17:20:00Z
+OOM = "OutOfMemoryError: Container killed due to memory usage"
+
+
+@pytest.fixture(autouse=True)
+def _submitted_before_the_events(stack: Any) -> None:
+    """Jobs are submitted at T0, before the times their events carry (a charge lies in the job's life)."""
+    stack.clock.now = datetime(2025, 11, 29, 17, 20, tzinfo=UTC)
+
+
+def submit(stack: Any, size: int) -> Job:
+    request = JobRequest(payload_kind=PayloadKind.CODE, payload="item + 1", array_items=list(range(size)))
+    return arrays.submit(stack.services, "dev", request, stack.clock())
+
+
+def put(stack: Any, key: str, body: bytes) -> None:
+    stack.services.zones[US].blobs.put(key, body, "application/json")
+
+
+def ran(
+    stack: Any, parent: Job, container: str, index: int, start_s: int, seconds: int, **outcome: Any
+) -> None:
+    """What ``worker.item_loop`` leaves for one item: its claim, its result and its report."""
+    put(stack, f"outputs/{parent.job_id}/claims/{index}", container.encode())
+    put(stack, f"outputs/{parent.job_id}/{index}/result.json", json.dumps({"result": index + 1}).encode())
+    report = {
+        "index": index,
+        "startedAt": T0 + start_s * 1000,
+        "stoppedAt": T0 + (start_s + seconds) * 1000,
+        "exitCode": outcome.get("exit_code", 0),
+        "status": outcome.get("status", "Succeeded"),
+        "reason": outcome.get("reason"),
+        "logFirst": index * 10,
+        "logCount": 10,
+    }
+    put(stack, f"outputs/{parent.job_id}/containers/{container}/{index}.json", json.dumps(report).encode())
+
+
+def ended(container: str, start_s: int, stop_s: int, *, reason: str | None = None) -> BatchJobState:
+    """A container's SUCCEEDED (or, with ``reason``, FAILED) event as the service reads it."""
+    return BatchJobState(
+        batch_job_id=container,
+        job_name="span",
+        status="FAILED" if reason else "SUCCEEDED",
+        status_reason=reason,
+        created_at_ms=T0,
+        started_at_ms=T0 + start_s * 1000,
+        stopped_at_ms=T0 + stop_s * 1000,
+        exit_code=137 if reason else 0,
+        log_stream_name=f"remote-batch/default/{container}",
+        attempt_count=1,
+        array_index=int(container.rsplit(":", 1)[1]),
+    )
+
+
+def settle(stack: Any, parent: Job, state: BatchJobState) -> Job:
+    return settle_container_end(stack.services, parent, state, stack.clock())
+
+
+def charges(stack: Any) -> dict[str, Decimal]:
+    return {
+        e.entry_id: e.credits
+        for e in stack.services.store.list_ledger("dev", None, None)
+        if e.kind.value == "charge"
+    }
+
+
+def item(stack: Any, parent: Job, index: int) -> Job:
+    stored = stack.services.store.get_job(f"{parent.job_id}:{index}")
+    assert stored is not None
+    return stored
+
+
+def test_five_items_on_two_containers_one_exact_charge_each_and_the_result_in_order(stack):
+    parent = submit(stack, 5)
+    a, b = f"{parent.array_spans[0]}:0", f"{parent.array_spans[0]}:1"
+    for index, start, seconds in ((0, 10, 10), (2, 20, 20), (4, 40, 10)):
+        ran(stack, parent, a, index, start, seconds)
+    for index, start, seconds in ((1, 10, 5), (3, 15, 5)):
+        ran(stack, parent, b, index, start, seconds)
+
+    after = settle(stack, parent, ended(a, 10, 100))  # 90 s: 1.5 credits, split 10:20:10
+    assert after.status == JobStatus.RUNNING
+    assert after.child_status_counts == {"Queued": 2, "Succeeded": 3}
+    assert [item(stack, parent, i).credits_spent for i in (0, 2, 4)] == [
+        Decimal("0.3750"),
+        Decimal("0.7500"),
+        Decimal("0.3750"),
+    ]
+    first = item(stack, parent, 2)
+    assert (first.status, first.exit_code, first.batch_job_id) == (JobStatus.SUCCEEDED, 0, a)
+    assert (first.started_at, first.completed_at) == (
+        datetime.fromtimestamp((T0 + 20_000) / 1000, tz=UTC),
+        datetime.fromtimestamp((T0 + 40_000) / 1000, tz=UTC),
+    )
+
+    done = settle(stack, parent, ended(b, 10, 40))  # 30 s: the 60-s minimum, 1 credit, split 5:5
+    assert (done.status, done.status_reason) == (JobStatus.SUCCEEDED, None)
+    assert [item(stack, parent, i).credits_spent for i in (1, 3)] == [Decimal("0.5000"), Decimal("0.5000")]
+    assert charges(stack) == {
+        container_entry_id(parent.job_id, a): Decimal("1.5000"),
+        container_entry_id(parent.job_id, b): Decimal("1.0000"),
+    }
+    assert (done.credits_spent, done.credits_settled) == (Decimal("2.5000"), Decimal("2.5000"))
+    assert stack.balance("dev") == Decimal("9997.5000")
+    result = queries.get_result(stack.services, "dev", parent.job_id, stack.clock(), as_pickle=False)
+    assert result.result == [1, 2, 3, 4, 5]
+
+
+def test_a_replayed_container_end_changes_nothing(stack):
+    parent = submit(stack, 3)
+    a = f"{parent.array_spans[0]}:0"
+    for index in range(2):
+        ran(stack, parent, a, index, 10 + index * 10, 10)
+    settle(stack, parent, ended(a, 10, 130))
+    before = (charges(stack), stack.balance("dev"), stack.services.store.get_job(parent.job_id))
+
+    settle(stack, parent, ended(a, 10, 130))
+    settle(stack, parent, ended(a, 10, 130))
+
+    stored = stack.services.store.get_job(parent.job_id)
+    assert (charges(stack), stack.balance("dev")) == before[:2]
+    assert charges(stack) == {container_entry_id(parent.job_id, a): Decimal("2.0000")}
+    assert (stored.child_status_counts, stored.credits_settled) == (
+        before[2].child_status_counts,
+        before[2].credits_settled,
+    )
+    assert stored.child_status_counts["Queued"] == 1
+    assert stored.credits_settled == Decimal("2.0000")
+
+
+def test_a_container_that_dies_fails_only_the_item_it_held_which_takes_the_rest_of_its_time(stack):
+    parent = submit(stack, 3)
+    a, b = f"{parent.array_spans[0]}:0", f"{parent.array_spans[0]}:1"
+    ran(stack, parent, a, 0, 10, 30)  # reported; then item 1 claimed and the container killed
+    put(stack, f"outputs/{parent.job_id}/claims/1", a.encode())
+    ran(stack, parent, b, 2, 10, 20, status="Failed", exit_code=1, reason="ValueError: boom")
+
+    settle(stack, parent, ended(a, 10, 130, reason=OOM))  # 120 s: 2 credits, split 30:90
+    held = item(stack, parent, 1)
+    assert (held.status, held.status_reason, held.exit_code) == (JobStatus.TERMINATED, OOM, None)
+    assert [item(stack, parent, i).credits_spent for i in (0, 1)] == [Decimal("0.5000"), Decimal("1.5000")]
+    assert item(stack, parent, 0).status == JobStatus.SUCCEEDED
+
+    done = settle(stack, parent, ended(b, 10, 40))
+    raised = item(stack, parent, 2)
+    assert (raised.status, raised.status_reason, raised.exit_code) == (
+        JobStatus.TERMINATED,
+        "ValueError: boom",
+        1,
+    )
+    assert done.status == JobStatus.TERMINATED
+    assert done.credits_spent == Decimal("3.0000")
+    assert stack.balance("dev") == Decimal("9997.0000")
+
+
+def test_a_container_of_ten_items_costs_under_three_dynamodb_requests_an_item(stack):
+    parent = submit(stack, 10)
+    a = f"{parent.array_spans[0]}:0"
+    for index in range(10):
+        ran(stack, parent, a, index, 10 + index * 6, 6)
+    with RequestRecorder() as recorder:
+        done = settle(stack, parent, ended(a, 10, 70))
+    counts = Counter(
+        {k.split(":", 1)[1]: v for k, v in recorder.usage.requests.items() if k.startswith("dynamodb:")}
+    )
+    assert done.status == JobStatus.SUCCEEDED
+    assert [item(stack, parent, i).credits_spent for i in range(10)] == [Decimal("0.1000")] * 10
+    # The parent and account reads, ONE transaction for the ten items, their roll-up and the charge,
+    # then the array's start and finish (each a conditional write, its reads and its result).
+    assert counts == Counter({"GetItem": 6, "UpdateItem": 6, "TransactWriteItems": 1, "BatchGetItem": 1})
+    assert sum(counts.values()) < 3 * 10
