@@ -185,6 +185,9 @@ class JobRepository(Protocol):
     def list_ledger(self, account_id: str, start: datetime | None, end: datetime | None) -> list[LedgerEntry]:
         """An account's ledger entries in ``[start, end)``, newest first."""
 
+    def get_ledger_entry(self, account_id: str, entry_id: str) -> LedgerEntry | None:
+        """One ledger entry by its deterministic id, read strongly consistent, or None."""
+
     def list_ledger_page(
         self,
         account_id: str,

@@ -13,10 +13,12 @@ charge in the parent's ``creditsSettled`` and the container's quota units given 
 parent's ``childStatusCounts`` by its items. Then the array is finished once every item is
 (``array_results.finish_array``), as a child's event does.
 
-Replays: a transaction whose items are already stored (or, with no item, whose entry is) was
-applied before and is skipped, so a replayed end event changes nothing. DynamoDB requests for a
-container of k items (k ≤ 90): the parent and the account read, one transaction, the parent read
-again and ``finish_array``'s reads: about 4 + k/100, well under 3 an item for k ≥ 3.
+Replays: the container's entry, once stored, fixes its charge (a replay, or a settlement cut short
+between its transactions, splits the same charge again, whatever the array's cap has left since),
+and a transaction whose items are already stored (or, with no item, whose entry is) was applied
+before and is skipped, so a replayed end event changes nothing. DynamoDB requests for a container
+of k items: the parent, its entry and the account read, one transaction per 90 items, then the
+array's start and finish (``finish_array`` reads its items 100 a request): well under 3 an item.
 
 The control plane does not route events here yet: no array is submitted with containers that take
 many items (``docs/architecture.md``, "Containers that take many items").
@@ -76,30 +78,41 @@ def item_record(parent: Job, state: BatchJobState, item: ItemSettlement) -> Job:
 
 
 def _container_charge(
-    services: Services, parent: Job, state: BatchJobState, now: datetime
-) -> tuple[Charge, Decimal]:
-    """The container's charge (its Batch running time, the 60-s minimum once, cut to the array's
-    remaining cap and the balance) and the account's balance it was computed from."""
+    services: Services, parent: Job, state: BatchJobState
+) -> tuple[Charge, LedgerEntry | None, Decimal]:
+    """The container's charge, the entry already stored for it (a replay, or a settlement cut short
+    between its transactions: its charge is kept, so every item's part comes from the same split)
+    and the account's balance.
+
+    A new charge is the container's Batch running time at the array's machine class, the 60-s
+    minimum once, cut to what the array's cap leaves and to the balance (``settle_charge``).
+    """
+    stored = services.store.get_ledger_entry(
+        parent.account_id, container_entry_id(parent.job_id, state.batch_job_id)
+    )
     account = services.store.get_account(parent.account_id)
     if account is None:
         raise DependencyFailed(f"account {parent.account_id} of job {parent.job_id} is missing")
+    if stored is not None:
+        cost = stored.credits + stored.unbilled
+        return (
+            Charge(credits=stored.credits, cost=cost, unbilled=stored.unbilled),
+            stored,
+            account.credit_balance,
+        )
     started, stopped = state.started_at_ms, state.stopped_at_ms
     running_ms = None if started is None else max(0, (stopped or started) - started)
     cap = remaining_cap(parent.credit_constraint, parent.credits_settled)
     charge = settle_charge(running_ms, job_rate(parent), cap, account.credit_balance)
-    return charge, account.credit_balance
+    return charge, None, account.credit_balance
 
 
-def _applied(services: Services, parent: Job, items: list[Job], entry: LedgerEntry | None) -> bool:
+def _applied(services: Services, items: list[Job], entry: LedgerEntry | None) -> bool:
     """True when a transaction that failed its conditions had been applied before (a replay): its
     items are stored, or, with none, its ledger entry is."""
     if items:
         return len(services.store.get_jobs([i.job_id for i in items])) == len(items)
-    if entry is None:
-        return True
-    return any(
-        e.entry_id == entry.entry_id for e in services.store.list_ledger(parent.account_id, entry.at, None)
-    )
+    return entry is None or services.store.get_ledger_entry(entry.account_id, entry.entry_id) is not None
 
 
 def settle_container_end(services: Services, parent: Job, state: BatchJobState, now: datetime) -> Job:
@@ -132,7 +145,8 @@ def settle_container_end(services: Services, parent: Job, state: BatchJobState, 
         if current is None:
             logger.warning("container end for a gone array ignored", job_id=parent.job_id)
             return parent
-        charge, balance = _container_charge(services, current, state, now)
+        charge, entry, balance = _container_charge(services, current, state)
+        charged_before = entry is not None
         settled = read_container(
             services.zones[current.geo_zone].blobs,
             current.job_id,
@@ -144,8 +158,7 @@ def settle_container_end(services: Services, parent: Job, state: BatchJobState, 
             end_reason=state.status_reason or CONTAINER_ENDED,
         )
         records = [item_record(current, state, item) for item in settled.items]
-        entry = None
-        if charge.credits > 0 or charge.unbilled > 0:
+        if entry is None and (charge.credits > 0 or charge.unbilled > 0):
             entry = LedgerEntry(
                 entry_id=container_entry_id(current.job_id, state.batch_job_id),
                 account_id=current.account_id,
@@ -180,7 +193,7 @@ def settle_container_end(services: Services, parent: Job, state: BatchJobState, 
             return parent
         except ConditionFailed:
             continue  # the balance or the cap moved: charge again from what is stored now
-        if charge.credits > 0:
+        if charge.credits > 0 and not charged_before:
             services.events.count("CreditsCharged", float(charge.credits), amount=True)
         logger.info(
             "container settled",
@@ -227,7 +240,7 @@ def _write(
                 now=now,
             )
         except ConditionFailed:
-            if _applied(services, parent, chunk, entry if first else None):
+            if _applied(services, chunk, entry if first else None):
                 logger.info("container chunk already stored", job_id=parent.job_id, chunk=position)
                 continue
             if first:

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from benchmarks.capacity import RequestRecorder
+from functions.domain.errors import DependencyFailed
 from functions.domain.jobs import BatchJobState, Job, PayloadKind
 from functions.domain.machine_classes import GeoZone
 from functions.domain.status import JobStatus
@@ -31,8 +32,10 @@ def _submitted_before_the_events(stack: Any) -> None:
     stack.clock.now = datetime(2025, 11, 29, 17, 20, tzinfo=UTC)
 
 
-def submit(stack: Any, size: int) -> Job:
-    request = JobRequest(payload_kind=PayloadKind.CODE, payload="item + 1", array_items=list(range(size)))
+def submit(stack: Any, size: int, **fields: Any) -> Job:
+    request = JobRequest(
+        payload_kind=PayloadKind.CODE, payload="item + 1", array_items=list(range(size)), **fields
+    )
     return arrays.submit(stack.services, "dev", request, stack.clock())
 
 
@@ -189,7 +192,42 @@ def test_a_container_of_ten_items_costs_under_three_dynamodb_requests_an_item(st
     )
     assert done.status == JobStatus.SUCCEEDED
     assert [item(stack, parent, i).credits_spent for i in range(10)] == [Decimal("0.1000")] * 10
-    # The parent and account reads, ONE transaction for the ten items, their roll-up and the charge,
-    # then the array's start and finish (each a conditional write, its reads and its result).
-    assert counts == Counter({"GetItem": 6, "UpdateItem": 6, "TransactWriteItems": 1, "BatchGetItem": 1})
+    # The parent, container's entry and account reads, ONE transaction for the ten items, their
+    # roll-up and the charge, then the array's start and finish (conditional writes and their reads).
+    assert counts == Counter({"GetItem": 7, "UpdateItem": 6, "TransactWriteItems": 1, "BatchGetItem": 1})
     assert sum(counts.values()) < 3 * 10
+
+
+def test_a_settlement_cut_short_between_transactions_splits_the_same_charge_when_replayed(stack, monkeypatch):
+    # Under a cap of 4 credits: charged again from what the cap leaves, the replay would split 0.8333.
+    parent = submit(stack, 100, credit_constraint=Decimal(4))
+    a = f"{parent.array_spans[0]}:0"
+    for index in range(95):  # two transactions: 90 items with the charge, then 5
+        ran(stack, parent, a, index, 10, 1)
+    store = stack.services.store
+    real = type(store).save_container_items
+    calls: list[int] = []
+
+    def cut_short(self: Any, parent_id: str, items: Any, **kwargs: Any) -> None:
+        calls.append(len(items))
+        if len(calls) == 2:
+            raise DependencyFailed("DynamoDB failed")
+        real(self, parent_id, items, **kwargs)
+
+    monkeypatch.setattr(type(store), "save_container_items", cut_short)
+    with pytest.raises(DependencyFailed):
+        settle(stack, parent, ended(a, 10, 200))  # 190 s: 3.1667 credits
+    monkeypatch.setattr(type(store), "save_container_items", real)
+    assert store.get_job(f"{parent.job_id}:94") is None
+    stored = store.get_job(parent.job_id)
+    assert (stored.child_status_counts, stored.credits_settled) == (
+        {"Queued": 10, "Succeeded": 90},
+        Decimal("3.1667"),
+    )
+
+    settle(stack, parent, ended(a, 10, 200))
+    parts = [item(stack, parent, i).credits_spent for i in range(95)]
+    assert sum(parts) == Decimal("3.1667")
+    assert charges(stack) == {container_entry_id(parent.job_id, a): Decimal("3.1667")}
+    assert store.get_job(parent.job_id).child_status_counts == {"Queued": 5, "Succeeded": 95}
+    assert stack.balance("dev") == Decimal("9996.8333")
