@@ -10,8 +10,9 @@ minimum once per container, cut to what the array's ``creditConstraint`` leaves 
 ``MAX_CONTAINER_ITEMS`` items (``JobRepository.save_container_items``): the first carries the
 container's one ledger entry (``charge#<parent>#<batch job id>``), the balance change, the whole
 charge in the parent's ``creditsSettled`` and the container's quota units given back; each moves the
-parent's ``childStatusCounts`` by its items. Then the array is finished once every item is
-(``array_results.finish_array``), as a child's event does.
+parent's ``childStatusCounts`` by its items. Then, as after a child's event, the array is terminated
+at its ``creditConstraint`` (``array_events.stop_at_cap``), started if it was ``Queued`` and finished
+once every item is (``array_results.finish_array``).
 
 Replays: the container's entry, once stored, fixes its charge (a replay, or a settlement cut short
 between its transactions, splits the same charge again, whatever the array's cap has left since),
@@ -39,6 +40,7 @@ from functions.domain.item_reports import MAX_CONTAINER_ITEMS, ItemSettlement
 from functions.domain.jobs import BatchJobState, Job, LedgerEntry, LedgerKind, job_rate
 from functions.domain.status import JobStatus
 from functions.logic import waits
+from functions.logic.array_events import stop_at_cap
 from functions.logic.array_results import finish_array
 from functions.logic.container_reports import read_container
 from functions.ports import Services
@@ -206,6 +208,8 @@ def settle_container_end(services: Services, parent: Job, state: BatchJobState, 
     else:
         raise DependencyFailed(f"job {parent.job_id} kept changing; the container's end will be retried")
     fresh = services.store.get_job(parent.job_id) or parent
+    # An array whose settled charges reached its cap stops (its other containers would run for nothing).
+    stop_at_cap(services, fresh, now)
     if fresh.status == JobStatus.QUEUED and records:
         services.store.start_array(fresh.job_id, min(r.started_at for r in records if r.started_at), now)
         fresh = services.store.get_job(parent.job_id) or fresh

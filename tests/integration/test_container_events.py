@@ -14,12 +14,12 @@ import pytest
 
 from benchmarks.capacity import RequestRecorder
 from functions.domain.errors import DependencyFailed
-from functions.domain.jobs import BatchJobState, Job, PayloadKind
+from functions.domain.jobs import ABORTED_BY_USER, BatchJobState, Job, PayloadKind
 from functions.domain.machine_classes import GeoZone
 from functions.domain.status import JobStatus
 from functions.logic import arrays, queries
 from functions.logic.container_events import container_entry_id, settle_container_end
-from functions.logic.submission import JobRequest
+from functions.logic.submission import JobRequest, abort_job
 
 US = GeoZone.UNITED_STATES
 T0 = 1_764_436_800_000  # 2025-11-29T17:20:00Z
@@ -231,3 +231,51 @@ def test_a_settlement_cut_short_between_transactions_splits_the_same_charge_when
     assert charges(stack) == {container_entry_id(parent.job_id, a): Decimal("3.1667")}
     assert store.get_job(parent.job_id).child_status_counts == {"Queued": 5, "Succeeded": 95}
     assert stack.balance("dev") == Decimal("9996.8333")
+
+
+def test_an_abort_in_the_middle_fails_the_item_each_container_held_and_keeps_what_they_reported(stack):
+    parent = submit(stack, 4)
+    span = parent.array_spans[0]
+    a, b = f"{span}:0", f"{span}:1"
+    ran(stack, parent, a, 0, 10, 20)
+    ran(stack, parent, b, 1, 10, 20)
+    put(stack, f"outputs/{parent.job_id}/claims/2", a.encode())  # running when the abort came
+    settle(stack, parent, ended(b, 10, 40))  # b ran out of its run before the abort
+
+    abort_job(stack.services, "dev", parent.job_id)
+    assert [t[0] for t in stack.batch[US].terminations] == [span]
+    settle(stack, parent, ended(a, 10, 100, reason=ABORTED_BY_USER))  # 90 s: 1.5 credits, 20:70
+
+    assert [(item(stack, parent, i).status, item(stack, parent, i).status_reason) for i in (0, 1, 2)] == [
+        (JobStatus.SUCCEEDED, None),
+        (JobStatus.SUCCEEDED, None),
+        (JobStatus.TERMINATED, ABORTED_BY_USER),
+    ]
+    assert [item(stack, parent, i).credits_spent for i in (0, 2)] == [Decimal("0.3333"), Decimal("1.1667")]
+    assert (
+        store_of(stack).get_job(f"{parent.job_id}:3") is None
+    )  # never claimed: nothing ran, nothing charged
+    assert charges(stack) == {
+        container_entry_id(parent.job_id, a): Decimal("1.5000"),
+        container_entry_id(parent.job_id, b): Decimal("1.0000"),
+    }
+    assert stack.balance("dev") == Decimal("9997.5000")
+
+
+def test_a_container_whose_charge_reaches_the_arrays_cap_is_cut_to_it_and_stops_the_array(stack):
+    parent = submit(stack, 3, credit_constraint=Decimal(2))
+    span = parent.array_spans[0]
+    a = f"{span}:0"
+    ran(stack, parent, a, 0, 10, 50)
+    ran(stack, parent, a, 1, 60, 100)
+
+    after = settle(stack, parent, ended(a, 10, 160))  # 150 s: 2.5 credits, cut to the cap's 2
+
+    assert charges(stack) == {container_entry_id(parent.job_id, a): Decimal("2.0000")}
+    assert [item(stack, parent, i).credits_spent for i in (0, 1)] == [Decimal("0.6667"), Decimal("1.3333")]
+    assert after.credits_settled == Decimal("2.0000")
+    assert stack.batch[US].terminations == [(span, "CreditConstraint of 2 credits reached")]
+
+
+def store_of(stack: Any) -> Any:
+    return stack.services.store
