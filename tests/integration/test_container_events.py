@@ -92,7 +92,7 @@ def charges(stack: Any) -> dict[str, Decimal]:
 
 
 def item(stack: Any, parent: Job, index: int) -> Job:
-    stored = stack.services.store.get_job(f"{parent.job_id}:{index}")
+    stored: Job | None = stack.services.store.get_job(f"{parent.job_id}:{index}")
     assert stored is not None
     return stored
 
