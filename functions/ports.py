@@ -249,6 +249,7 @@ class JobRepository(Protocol):
         parent_id: str,
         items: Sequence[Job],
         *,
+        container: int | None,
         credits: Decimal,
         entry: LedgerEntry | None,
         release: Job | None,
@@ -256,14 +257,17 @@ class JobRepository(Protocol):
         now: datetime,
     ) -> None:
         """Store final item records of an array whose containers take many items (each put only
-        if absent), move the parent's ``childStatusCounts`` from ``Queued`` by them, add
-        ``credits`` to its ``creditsSettled`` and write the container's ledger entry and balance
-        change (``entry``) and give back ``release``'s quota units (the container, a template
-        child holding them), in ONE transaction (at most ``MAX_CONTAINER_ITEMS`` items).
+        if absent) and move the parent's ``childStatusCounts`` from ``Queued`` by them, in ONE
+        transaction (at most ``MAX_CONTAINER_ITEMS`` items). With ``container`` (its global
+        array-child index; the container's first write) the same transaction adds it to the
+        parent's ``arrayContainersSettled`` (only if absent: a container is settled once), adds
+        ``credits`` to its ``creditsSettled``, writes the container's ledger entry and balance
+        change (``entry``) and gives back ``release``'s quota units (the container, a template
+        child holding them).
 
-        Raises ``ConditionFailed`` when any condition failed (an item already stored, the entry
-        already written: a replay; the balance or cap moved: a race), ``RecordMissing`` when the
-        parent is gone, ``ValueError`` for more items than a transaction takes.
+        Raises ``ConditionFailed`` when any condition failed (an item already stored, the
+        container already settled: a replay; the balance or cap moved: a race), ``RecordMissing``
+        when the parent is gone, ``ValueError`` for more items than a transaction takes.
         """
 
     def start_array(

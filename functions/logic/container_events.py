@@ -7,19 +7,21 @@ charges the container ONCE (its Batch running time at the array's machine class,
 minimum once per container, cut to what the array's ``creditConstraint`` leaves and to the balance:
 ``domain.credits.settle_charge``), splits that charge over its items by their reported times
 (``domain.item_reports.split_charge``) and writes them in transactions of up to
-``MAX_CONTAINER_ITEMS`` items (``JobRepository.save_container_items``): the first carries the
-container's one ledger entry (``charge#<parent>#<batch job id>``), the balance change, the whole
-charge in the parent's ``creditsSettled`` and the container's quota units given back; each moves the
-parent's ``childStatusCounts`` by its items. Then, as after a child's event, the array is terminated
-at its ``creditConstraint`` (``array_events.stop_at_cap``), started if it was ``Queued`` and finished
-once every item is (``array_results.finish_array``).
+``MAX_CONTAINER_ITEMS`` items (``JobRepository.save_container_items``): the first records the
+container as settled and carries its one ledger entry (``charge#<parent>#<batch job id>``), the
+balance change, the whole charge in the parent's ``creditsSettled`` and the container's quota units
+given back; each moves the parent's ``childStatusCounts`` by its items. Then, as after a child's
+event, the array is terminated at its ``creditConstraint`` (``array_events.stop_at_cap``), started
+if it was ``Queued`` and finished once every item is (``array_results.finish_array``).
 
-Replays: the container's entry, once stored, fixes its charge (a replay, or a settlement cut short
-between its transactions, splits the same charge again, whatever the array's cap has left since),
-and a transaction whose items are already stored (or, with no item, whose entry is) was applied
-before and is skipped, so a replayed end event changes nothing. DynamoDB requests for a container
-of k items: the parent, its entry and the account read, one transaction per 90 items, then the
-array's start and finish (``finish_array`` reads its items 100 a request): well under 3 an item.
+Replays: the first transaction adds the container (its global array-child index) to the parent's
+``arrayContainersSettled`` only if absent, so its charge and quota release happen once; a container
+already settled keeps its stored charge (a replay, or a settlement cut short between its
+transactions, splits the same charge again whatever the array's cap has left since), and a later
+transaction whose items are already stored is skipped, so a replayed end event changes nothing.
+DynamoDB requests for a container of k items: the parent and the account read, one transaction per
+90 items, then the array's start and finish (``finish_array`` reads its items 100 a request): well
+under 3 an item.
 
 The control plane does not route events here yet: no array is submitted with containers that take
 many items (``docs/architecture.md``, "Containers that take many items").
@@ -34,7 +36,7 @@ from decimal import Decimal
 from aws_lambda_powertools import Logger
 
 from functions.domain.arrays import child_template, remaining_cap
-from functions.domain.credits import Charge, settle_charge
+from functions.domain.credits import ZERO, Charge, settle_charge
 from functions.domain.errors import ConditionFailed, DependencyFailed, RecordMissing
 from functions.domain.item_reports import MAX_CONTAINER_ITEMS, ItemSettlement
 from functions.domain.jobs import BatchJobState, Job, LedgerEntry, LedgerKind, job_rate
@@ -80,28 +82,28 @@ def item_record(parent: Job, state: BatchJobState, item: ItemSettlement) -> Job:
 
 
 def _container_charge(
-    services: Services, parent: Job, state: BatchJobState
+    services: Services, parent: Job, state: BatchJobState, container: int
 ) -> tuple[Charge, LedgerEntry | None, Decimal]:
-    """The container's charge, the entry already stored for it (a replay, or a settlement cut short
-    between its transactions: its charge is kept, so every item's part comes from the same split)
-    and the account's balance.
+    """The container's charge, its ledger entry when already stored, and the account's balance.
 
-    A new charge is the container's Batch running time at the array's machine class, the 60-s
-    minimum once, cut to what the array's cap leaves and to the balance (``settle_charge``).
+    A container already settled (in the parent's ``arrayContainersSettled``: a replay, or a
+    settlement cut short between its transactions) keeps its stored charge (its entry's; none: 0),
+    so every item's part comes from the same split whatever the array's cap has left since. A new
+    charge is the container's Batch running time at the array's machine class, the 60-s minimum
+    once, cut to what the array's cap leaves and to the balance (``settle_charge``).
     """
-    stored = services.store.get_ledger_entry(
-        parent.account_id, container_entry_id(parent.job_id, state.batch_job_id)
-    )
     account = services.store.get_account(parent.account_id)
     if account is None:
         raise DependencyFailed(f"account {parent.account_id} of job {parent.job_id} is missing")
-    if stored is not None:
-        cost = stored.credits + stored.unbilled
-        return (
-            Charge(credits=stored.credits, cost=cost, unbilled=stored.unbilled),
-            stored,
-            account.credit_balance,
+    if container in parent.array_containers_settled:
+        stored = services.store.get_ledger_entry(
+            parent.account_id, container_entry_id(parent.job_id, state.batch_job_id)
         )
+        if stored is None:
+            return Charge(credits=ZERO, cost=ZERO, unbilled=ZERO), None, account.credit_balance
+        cost = stored.credits + stored.unbilled
+        charge = Charge(credits=stored.credits, cost=cost, unbilled=stored.unbilled)
+        return charge, stored, account.credit_balance
     started, stopped = state.started_at_ms, state.stopped_at_ms
     running_ms = None if started is None else max(0, (stopped or started) - started)
     cap = remaining_cap(parent.credit_constraint, parent.credits_settled)
@@ -109,15 +111,9 @@ def _container_charge(
     return charge, None, account.credit_balance
 
 
-def _applied(services: Services, items: list[Job], entry: LedgerEntry | None) -> bool:
-    """True when a transaction that failed its conditions had been applied before (a replay): its
-    items are stored, or, with none, its ledger entry is."""
-    if items:
-        return len(services.store.get_jobs([i.job_id for i in items])) == len(items)
-    return entry is None or services.store.get_ledger_entry(entry.account_id, entry.entry_id) is not None
-
-
-def settle_container_end(services: Services, parent: Job, state: BatchJobState, now: datetime) -> Job:
+def settle_container_end(
+    services: Services, parent: Job, state: BatchJobState, container: int, now: datetime
+) -> Job:
     """Record the items an ended container ran and its one charge; then finish the array if every
     item is final.
 
@@ -128,6 +124,9 @@ def settle_container_end(services: Services, parent: Job, state: BatchJobState, 
     state : BatchJobState
         The container's SUCCEEDED or FAILED event (``batch_job_id`` ``<span id>:<c>``, its
         ``startedAt``/``stoppedAt``: trusted).
+    container : int
+        The container's global array-child index (its span's offset + its index in the span): the
+        parent records each container it settled, so its charge and quota release happen once.
 
     Returns
     -------
@@ -147,8 +146,8 @@ def settle_container_end(services: Services, parent: Job, state: BatchJobState, 
         if current is None:
             logger.warning("container end for a gone array ignored", job_id=parent.job_id)
             return parent
-        charge, entry, balance = _container_charge(services, current, state)
-        charged_before = entry is not None
+        already = container in current.array_containers_settled
+        charge, entry, balance = _container_charge(services, current, state, container)
         settled = read_container(
             services.zones[current.geo_zone].blobs,
             current.job_id,
@@ -160,7 +159,7 @@ def settle_container_end(services: Services, parent: Job, state: BatchJobState, 
             end_reason=state.status_reason or CONTAINER_ENDED,
         )
         records = [item_record(current, state, item) for item in settled.items]
-        if entry is None and (charge.credits > 0 or charge.unbilled > 0):
+        if not already and (charge.credits > 0 or charge.unbilled > 0):
             entry = LedgerEntry(
                 entry_id=container_entry_id(current.job_id, state.batch_job_id),
                 account_id=current.account_id,
@@ -174,28 +173,30 @@ def settle_container_end(services: Services, parent: Job, state: BatchJobState, 
         most = None
         if current.credit_constraint is not None and charge.credits > 0:
             most = current.credit_constraint - charge.credits
-        # The container held quota as one child does; its units go back with its first write, when
-        # that write is guarded (an item put only if absent, or the entry): never twice on a replay.
-        guarded = bool(records) or entry is not None
-        release = child_template(current, 0) if current.dispatch_state is not None and guarded else None
+        # The container held quota as one child does; its units go back with its first write.
+        release = child_template(current, 0) if current.dispatch_state is not None else None
         chunks = [records[i : i + MAX_CONTAINER_ITEMS] for i in range(0, len(records), MAX_CONTAINER_ITEMS)]
         try:
-            _write(
-                services,
-                current,
-                chunks or [[]],
-                charge=charge,
-                entry=entry,
-                release=release,
-                most=most,
-                now=now,
-            )
+            for position, chunk in enumerate(chunks or [[]]):
+                if position == 0 and already:
+                    continue
+                _write_chunk(
+                    services,
+                    current,
+                    chunk,
+                    container=container if position == 0 else None,
+                    charge=charge,
+                    entry=entry,
+                    release=release,
+                    most=most,
+                    now=now,
+                )
         except RecordMissing:
             logger.warning("container end for a gone array ignored", job_id=parent.job_id)
             return parent
         except ConditionFailed:
-            continue  # the balance or the cap moved: charge again from what is stored now
-        if charge.credits > 0 and not charged_before:
+            continue  # the balance or the cap moved, or another writer settled it: read again
+        if charge.credits > 0 and not already:
             services.events.count("CreditsCharged", float(charge.credits), amount=True)
         logger.info(
             "container settled",
@@ -218,35 +219,38 @@ def settle_container_end(services: Services, parent: Job, state: BatchJobState, 
     return finished
 
 
-def _write(
+def _write_chunk(
     services: Services,
     parent: Job,
-    chunks: list[list[Job]],
+    chunk: list[Job],
     *,
+    container: int | None,
     charge: Charge,
     entry: LedgerEntry | None,
     release: Job | None,
     most: Decimal | None,
     now: datetime,
 ) -> None:
-    """Write the container's chunks, the first with its charge; a chunk already stored is skipped.
-    Raises ``ConditionFailed`` when the first chunk lost a race (the caller charges again)."""
-    for position, chunk in enumerate(chunks):
-        first = position == 0
-        try:
-            services.store.save_container_items(
-                parent.job_id,
-                chunk,
-                credits=charge.credits if first else Decimal(0),
-                entry=entry if first else None,
-                release=release if first else None,
-                settled_at_most=most if first else None,
-                now=now,
-            )
-        except ConditionFailed:
-            if _applied(services, chunk, entry if first else None):
-                logger.info("container chunk already stored", job_id=parent.job_id, chunk=position)
-                continue
-            if first:
-                raise
-            raise DependencyFailed(f"items of job {parent.job_id} could not be stored; retried") from None
+    """Write one chunk of the container's items; the first (``container`` given) with its charge,
+    entry, quota release and the parent's record of the container. A later chunk already stored
+    (its items put before a cut-short settlement) is skipped. Raises ``ConditionFailed`` when the
+    first chunk lost a race or was written by another writer (the caller reads again)."""
+    first = container is not None
+    try:
+        services.store.save_container_items(
+            parent.job_id,
+            chunk,
+            container=container,
+            credits=charge.credits if first else ZERO,
+            entry=entry if first else None,
+            release=release if first else None,
+            settled_at_most=most if first else None,
+            now=now,
+        )
+    except ConditionFailed:
+        if first:
+            raise
+        if len(services.store.get_jobs([i.job_id for i in chunk])) == len(chunk):
+            logger.info("container items already stored", job_id=parent.job_id, first=chunk[0].array_index)
+            return
+        raise DependencyFailed(f"items of job {parent.job_id} could not be stored; retried") from None

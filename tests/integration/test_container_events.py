@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from dataclasses import replace
 from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
@@ -16,6 +17,7 @@ from benchmarks.capacity import RequestRecorder
 from functions.domain.errors import DependencyFailed
 from functions.domain.jobs import ABORTED_BY_USER, BatchJobState, Job, PayloadKind
 from functions.domain.machine_classes import GeoZone
+from functions.domain.quotas import Family, QuotaKey
 from functions.domain.status import JobStatus
 from functions.logic import arrays, queries
 from functions.logic.container_events import container_entry_id, settle_container_end
@@ -80,7 +82,9 @@ def ended(container: str, start_s: int, stop_s: int, *, reason: str | None = Non
 
 
 def settle(stack: Any, parent: Job, state: BatchJobState) -> Job:
-    return settle_container_end(stack.services, parent, state, stack.clock())
+    """Settle a container of the array's first span (its global index is its index in the span)."""
+    container = int(state.batch_job_id.rsplit(":", 1)[1])
+    return settle_container_end(stack.services, parent, state, container, stack.clock())
 
 
 def charges(stack: Any) -> dict[str, Decimal]:
@@ -192,9 +196,9 @@ def test_a_container_of_ten_items_costs_under_three_dynamodb_requests_an_item(st
     )
     assert done.status == JobStatus.SUCCEEDED
     assert [item(stack, parent, i).credits_spent for i in range(10)] == [Decimal("0.1000")] * 10
-    # The parent, container's entry and account reads, ONE transaction for the ten items, their
+    # The parent and account reads, ONE transaction for the ten items, their
     # roll-up and the charge, then the array's start and finish (conditional writes and their reads).
-    assert counts == Counter({"GetItem": 7, "UpdateItem": 6, "TransactWriteItems": 1, "BatchGetItem": 1})
+    assert counts == Counter({"GetItem": 6, "UpdateItem": 6, "TransactWriteItems": 1, "BatchGetItem": 1})
     assert sum(counts.values()) < 3 * 10
 
 
@@ -279,3 +283,21 @@ def test_a_container_whose_charge_reaches_the_arrays_cap_is_cut_to_it_and_stops_
 
 def store_of(stack: Any) -> Any:
     return stack.services.store
+
+
+def test_a_container_that_never_ran_gives_its_quota_back_once_and_costs_nothing(stack):
+    parent = submit(stack, 3)
+    b = f"{parent.array_spans[0]}:1"
+    key = QuotaKey(Family.BASIC, US)
+    before = store_of(stack).get_quota_usage("dev").used(key)
+    assert before > 0  # the array's span holds units
+    never_ran = replace(ended(b, 0, 0, reason=ABORTED_BY_USER), started_at_ms=None)
+
+    for _ in range(3):  # the event and two replays
+        settle(stack, parent, never_ran)
+
+    assert store_of(stack).get_quota_usage("dev").used(key) == before - 1
+    stored = store_of(stack).get_job(parent.job_id)
+    assert (stored.array_containers_settled, stored.child_status_counts) == (frozenset({1}), {"Queued": 3})
+    assert charges(stack) == {}
+    assert stack.balance("dev") == Decimal("10000.0000")

@@ -107,6 +107,7 @@ class ArrayRecords(AccountsAndLedger):
         parent_id: str,
         items: Sequence[Job],
         *,
+        container: int | None,
         credits: Decimal,
         entry: LedgerEntry | None,
         release: Job | None,
@@ -118,8 +119,9 @@ class ArrayRecords(AccountsAndLedger):
 
         Each item is put only if absent; the parent's counters move with
         ``SET #c.Queued = #c.Queued - :n, #c.#to = if_not_exists(#c.#to, :zero) + :k`` per final
-        status (no read of the parent), its ``creditsSettled`` grows by ``credits`` (at most
-        ``settled_at_most`` before it, with a cap).
+        status (no read of the parent); with ``container``, ``ADD arrayContainersSettled`` under
+        ``NOT contains(...)`` (the guard that makes the charge and the quota release happen once)
+        and ``creditsSettled`` grows by ``credits`` (at most ``settled_at_most`` before it, with a cap).
         """
         if len(items) > MAX_CONTAINER_ITEMS:
             raise ValueError(f"at most {MAX_CONTAINER_ITEMS} items a transaction, not {len(items)}")
@@ -146,6 +148,11 @@ class ArrayRecords(AccountsAndLedger):
                 values[f":to{position}"] = count
                 sets.append(f"#c.#to{position} = if_not_exists(#c.#to{position}, :zero) + :to{position}")
         condition = LIVE_JOB
+        adds = ""
+        if container is not None:
+            condition += " AND NOT contains(arrayContainersSettled, :container)"
+            values.update({":container": container, ":containers": {container}})
+            adds = " ADD arrayContainersSettled :containers"
         if credits > 0:
             sets.append("creditsSettled = if_not_exists(creditsSettled, :none) + :credits")
             values.update({":none": Decimal(0), ":credits": credits})
@@ -156,7 +163,7 @@ class ArrayRecords(AccountsAndLedger):
             "Update": {
                 "TableName": self._jobs,
                 "Key": serialize_item({"jobId": parent_id}),
-                "UpdateExpression": "SET " + ", ".join(sets),
+                "UpdateExpression": "SET " + ", ".join(sets) + adds,
                 "ConditionExpression": condition,
                 "ExpressionAttributeNames": names,
                 "ExpressionAttributeValues": {k: serialize_value(v) for k, v in values.items()},
