@@ -3,7 +3,8 @@
 A container (an AWS Batch array child running ``worker.item_loop``) that ended (its SUCCEEDED or
 FAILED event) ran some of its array's items. ``settle_container_end`` reads what it left
 (``container_reports.read_container``: its reports, untrusted, and the item it died holding),
-charges the container ONCE (its Batch running time at the array's machine class, the 60-second
+charges the container ONCE (its Batch running time, clamped into the array's life as every
+charge's time is by ``domain.charged_time``, at the array's machine class, the 60-second
 minimum once per container, cut to what the array's ``creditConstraint`` leaves and to the balance:
 ``domain.credits.settle_charge``), splits that charge over its items by their reported times
 (``domain.item_reports.split_charge``) and writes them in transactions of up to
@@ -36,6 +37,7 @@ from decimal import Decimal
 from aws_lambda_powertools import Logger
 
 from functions.domain.arrays import child_template, remaining_cap
+from functions.domain.charged_time import AttemptTimes, Window, epoch_ms, final_attempt_times
 from functions.domain.credits import ZERO, Charge, settle_charge
 from functions.domain.errors import ConditionFailed, DependencyFailed, RecordMissing
 from functions.domain.item_reports import MAX_CONTAINER_ITEMS, ItemSettlement
@@ -82,7 +84,7 @@ def item_record(parent: Job, state: BatchJobState, item: ItemSettlement) -> Job:
 
 
 def _container_charge(
-    services: Services, parent: Job, state: BatchJobState, container: int
+    services: Services, parent: Job, state: BatchJobState, container: int, life: AttemptTimes
 ) -> tuple[Charge, LedgerEntry | None, Decimal]:
     """The container's charge, its ledger entry when already stored, and the account's balance.
 
@@ -90,7 +92,8 @@ def _container_charge(
     settlement cut short between its transactions) keeps its stored charge (its entry's; none: 0),
     so every item's part comes from the same split whatever the array's cap has left since. A new
     charge is the container's Batch running time at the array's machine class, the 60-s minimum
-    once, cut to what the array's cap leaves and to the balance (``settle_charge``).
+    once, cut to what the array's cap leaves and to the balance (``settle_charge``); ``life`` is
+    its Batch-reported start and stop as ``charged_time`` corrected them.
     """
     account = services.store.get_account(parent.account_id)
     if account is None:
@@ -104,10 +107,8 @@ def _container_charge(
         cost = stored.credits + stored.unbilled
         charge = Charge(credits=stored.credits, cost=cost, unbilled=stored.unbilled)
         return charge, stored, account.credit_balance
-    started, stopped = state.started_at_ms, state.stopped_at_ms
-    running_ms = None if started is None else max(0, (stopped or started) - started)
     cap = remaining_cap(parent.credit_constraint, parent.credits_settled)
-    charge = settle_charge(running_ms, job_rate(parent), cap, account.credit_balance)
+    charge = settle_charge(life.running_ms, job_rate(parent), cap, account.credit_balance)
     return charge, None, account.credit_balance
 
 
@@ -139,15 +140,25 @@ def settle_container_end(
         DynamoDB or S3 failed, or a write kept losing races (the event is delivered again; every
         step is idempotent).
     """
-    started = state.started_at_ms or state.stopped_at_ms or 0
-    stopped = state.stopped_at_ms or started
+    # The container's life as every charge's time is taken: inside [the array's submission, now].
+    life = final_attempt_times(
+        Window.of(parent.submitted_at, now),
+        state.started_at_ms,
+        state.stopped_at_ms,
+        observed_ms=state.observed_at_ms,
+    )
+    for correction in life.corrections:
+        logger.warning("container time corrected", job_id=parent.job_id, correction=str(correction))
+    # A container that never ran has no life: its reports (if any were forged) clamp to its stop.
+    stopped = life.stopped_ms if life.stopped_ms is not None else epoch_ms(now)
+    started = life.started_ms if life.started_ms is not None else stopped
     for _ in range(MAX_WRITE_ATTEMPTS):
         current = services.store.get_job(parent.job_id)
         if current is None:
             logger.warning("container end for a gone array ignored", job_id=parent.job_id)
             return parent
         already = container in current.array_containers_settled
-        charge, entry, balance = _container_charge(services, current, state, container)
+        charge, entry, balance = _container_charge(services, current, state, container, life)
         settled = read_container(
             services.zones[current.geo_zone].blobs,
             current.job_id,

@@ -84,6 +84,8 @@ def ended(container: str, start_s: int, stop_s: int, *, reason: str | None = Non
 def settle(stack: Any, parent: Job, state: BatchJobState) -> Job:
     """Settle a container of the array's first span (its global index is its index in the span)."""
     container = int(state.batch_job_id.rsplit(":", 1)[1])
+    # The event arrives after the times it carries (a charge's time lies inside the array's life).
+    stack.clock.now = max(stack.clock.now, datetime(2025, 11, 29, 17, 30, tzinfo=UTC))
     return settle_container_end(stack.services, parent, state, container, stack.clock())
 
 
@@ -301,3 +303,16 @@ def test_a_container_that_never_ran_gives_its_quota_back_once_and_costs_nothing(
     assert (stored.array_containers_settled, stored.child_status_counts) == (frozenset({1}), {"Queued": 3})
     assert charges(stack) == {}
     assert stack.balance("dev") == Decimal("10000.0000")
+
+
+def test_a_containers_time_past_the_events_arrival_is_not_charged(stack):
+    parent = submit(stack, 2)
+    a = f"{parent.array_spans[0]}:0"
+    ran(stack, parent, a, 0, 10, 10)
+    ran(stack, parent, a, 1, 20, 10_000)  # a report as late as the container's clock says
+
+    settle(stack, parent, ended(a, 10, 10_000))  # arrives at T0 + 600 s: 590 s are charged
+
+    assert charges(stack) == {container_entry_id(parent.job_id, a): Decimal("9.8333")}
+    # Item 1's report is clamped to the container's corrected life too: 10 s against 580 s.
+    assert [item(stack, parent, i).credits_spent for i in (0, 1)] == [Decimal("0.1667"), Decimal("9.6666")]
