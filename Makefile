@@ -13,7 +13,7 @@ LAMBDA_LOCKS := functions/requirements.lock functions/runtime.lock
 LAMBDA_CONSTRAINTS := build/lambda/constraints.txt
 LAMBDA_BUNDLE := build/lambda/.built
 
-.PHONY: dev venv test test-tiers check check-tiers lint unit integration sdk infra bundle e2e synth format clean bench lock lambda-bundle instance-offerings sandbox-tools mutation openapi checkov
+.PHONY: dev venv test test-tiers check check-tiers lint unit integration sdk infra bundle e2e synth format clean bench lock lambda-bundle instance-offerings sandbox-tools mutation openapi checkov deploy-console
 
 # The lock's pins without hashes, for `pip install -c` (stdlib-only script: runs before the venv exists).
 $(LAMBDA_CONSTRAINTS): functions/requirements.lock infra/lambda_bundle.py
@@ -153,6 +153,11 @@ openapi: $(STAMP)
 	$(BIN)/python -c 'import json, sys; from functions.handlers.api import openapi_json; \
 	  sys.stdout.write(json.dumps(json.loads(openapi_json()), indent=2, sort_keys=True, ensure_ascii=False) + "\n")' \
 	  > docs/openapi.json.tmp && mv docs/openapi.json.tmp docs/openapi.json
+
+## After `cdk deploy`: upload the built web console (build/console) to the console bucket with its sign-in
+## config, and invalidate the distribution's /console/* (infra/console_upload.py; `STACK=` another stack).
+deploy-console: $(STAMP)
+	$(BIN)/python -m infra.console_upload $(if $(STACK),--stack $(STACK))
 
 ## Synthesize the CDK app offline into cdk.out/.
 synth: $(STAMP) node_modules/.installed $(LAMBDA_BUNDLE)

@@ -68,6 +68,7 @@ def build_app(outdir: str | None = None, context: dict[str, Any] | None = None) 
         app,
         config.control_plane_stack_name,
         zones=zones,
+        console_domain_prefix=config.console_domain_prefix,
         env=Environment(region=config.home_region),
         description=f"{constants.SERVICE_NAME} ({config.stage}): API, functions, tables, events",
     )

@@ -9,6 +9,8 @@ Context keys:
 - ``availabilityZones``: ``{"us-east-1": ["us-east-1a", ...], ...}``: explicit, so synth needs no
   account lookup.
 - ``workerImageDir``: the worker image's build context, relative to the repo (``worker``).
+- ``consoleDomainPrefix`` (optional): the Cognito sign-in domain's prefix, unique in the home region
+  (default ``remote-batch-<stage>-<account id>``); lowercase letters, digits and hyphens.
 - ``instancePools`` (optional): ``{"<region>": {"<pool>": ["<type or family>", ...]}}`` gives a
   compute pool (``infra/constants.py`` ``COMPUTE_POOLS``) other instance types in one region.
   Every zone region's pools are checked against ``infra/instance_offerings.json``: a region that
@@ -38,6 +40,11 @@ ContextReader = Callable[[str], Any]
 """``app.node.try_get_context``: a key's value, or None."""
 
 
+# Cognito's rule for a domain prefix (CreateUserPoolDomain): lowercase letters, digits and hyphens,
+# not at either end, and none of the reserved words.
+_DOMAIN_PREFIX = r"(?!.*(?:aws|amazon|cognito))[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?"
+
+
 class ConfigError(ValueError):
     """The CDK context does not describe a deployable service."""
 
@@ -52,6 +59,7 @@ class DeploymentConfig:
     zone_regions: dict[str, str]
     availability_zones: dict[str, tuple[str, ...]]
     worker_image_dir: Path
+    console_domain_prefix: str
     instance_pools: dict[str, dict[str, constants.ComputePool]]
     """Every zone region → its compute pools (``COMPUTE_POOLS`` with the ``instancePools`` overrides)."""
 
@@ -85,15 +93,26 @@ class DeploymentConfig:
             str(context(constants.CONTEXT_WORKER_IMAGE_DIR) or constants.DEFAULT_WORKER_IMAGE_DIR)
         )
         instance_pools = _instance_pools(context, list(zone_regions.values()))
+        stack_name_prefix = str(context(constants.CONTEXT_STACK_NAME_PREFIX) or constants.STACK_NAME_PREFIX)
+        domain_prefix = str(
+            context(constants.CONTEXT_CONSOLE_DOMAIN_PREFIX)
+            or f"{constants.SERVICE_NAME}-{stage}-{Aws.ACCOUNT_ID}"
+        )
+        if context(constants.CONTEXT_CONSOLE_DOMAIN_PREFIX) and not re.fullmatch(
+            _DOMAIN_PREFIX, domain_prefix
+        ):
+            raise ConfigError(
+                f"context consoleDomainPrefix={domain_prefix!r} must be 1 to 63 lowercase letters, digits "
+                "or hyphens, neither starting nor ending with a hyphen, without 'aws', 'amazon' or 'cognito'"
+            )
         return cls(
             stage=stage,
-            stack_name_prefix=str(
-                context(constants.CONTEXT_STACK_NAME_PREFIX) or constants.STACK_NAME_PREFIX
-            ),
+            stack_name_prefix=stack_name_prefix,
             home_region=home_region,
             zone_regions=zone_regions,
             availability_zones={region: tuple(azs[region]) for region in zone_regions.values()},
             worker_image_dir=worker_dir if worker_dir.is_absolute() else constants.REPO_ROOT / worker_dir,
+            console_domain_prefix=domain_prefix,
             instance_pools=instance_pools,
         )
 

@@ -22,7 +22,10 @@ CONTEXT_GEO_ZONE_REGIONS = "geoZoneRegions"
 CONTEXT_AVAILABILITY_ZONES = "availabilityZones"
 CONTEXT_WORKER_IMAGE_DIR = "workerImageDir"
 CONTEXT_INSTANCE_POOLS = "instancePools"
+CONTEXT_CONSOLE_DOMAIN_PREFIX = "consoleDomainPrefix"
 DEFAULT_WORKER_IMAGE_DIR = "worker"
+# The built web console (`make console`), uploaded to the console bucket by `make deploy-console`.
+DEFAULT_CONSOLE_ASSETS_DIR = "build/console"
 # The stage is part of S3 bucket, queue and log group names: lowercase, no hyphen (so one stage's
 # queue-name prefix never matches another's), short enough for S3's 63-character bucket names.
 STAGE_PATTERN = r"^[a-z][a-z0-9]{0,11}$"

@@ -123,11 +123,14 @@ class ControlPlaneFindings:
     dead_letter_queue: IConstruct
     rest_api: IConstruct
     health_method: IConstruct
+    console_distribution: IConstruct
+    console_log_bucket: IConstruct
 
 
 def acknowledge_control_plane(scopes: ControlPlaneFindings) -> None:
     """Attach the accepted findings to the control plane stack's constructs."""
     _acknowledge_auth(scopes.user_pool)
+    _acknowledge_console(scopes)
     _acknowledge_functions(scopes)
     _acknowledge_dead_letter_queue(scopes.dead_letter_queue)
     _acknowledge_api(scopes.rest_api, scopes.health_method)
@@ -254,6 +257,37 @@ def _acknowledge_auth(user_pool: IConstruct) -> None:
             "AwsSolutions-COG2",
             "MFA is optional (TOTP) rather than required: accounts are created by an administrator and "
             "the SDK/CLI sign in non-interactively; the Cognito issue revisits requiring it.",
+        ),
+    )
+
+
+def _acknowledge_console(scopes: ControlPlaneFindings) -> None:
+    _acknowledge(
+        scopes.console_distribution,
+        (
+            "AwsSolutions-CFR1",
+            "No geo restriction: the service is offered wherever its accounts are; the geo zones decide "
+            "where a job's data lives, not where its owner may sign in.",
+        ),
+        (
+            "AwsSolutions-CFR2",
+            "The API behind the distribution has its own WAF web ACL on the stage (body size, per-caller "
+            "rate: infra/constructs/api.py), which every request CloudFront forwards passes; the console's "
+            "own paths are static files. A CLOUDFRONT-scope ACL would have to live in us-east-1.",
+        ),
+        (
+            "AwsSolutions-CFR4",
+            "The distribution uses CloudFront's default certificate (*.cloudfront.net), whose security "
+            "policy CloudFront fixes at TLSv1; a custom domain with its own certificate would set "
+            "TLSv1.2_2021.",
+        ),
+    )
+    _acknowledge(
+        scopes.console_log_bucket,
+        (
+            "AwsSolutions-S1",
+            "The log bucket of the console's distribution and bucket: its own access would be logged "
+            "into itself.",
         ),
     )
 

@@ -22,7 +22,7 @@ class Auth(Construct):
     user_pool : cognito.UserPool
     client : cognito.UserPoolClient
         Public client (no secret): SRP, password (``aws cognito-idp initiate-auth``) and refresh-token
-        flows.
+        flows; no OAuth grants (the web console's client, ``infra.constructs.console``, has those).
     admin_group : cognito.UserPoolGroup
         Members get the ``admin`` role (docs/http-api.md "Admin").
     """
@@ -64,6 +64,9 @@ class Auth(Construct):
             # SRP for SDKs; USER_PASSWORD_AUTH so an operator or a script can get a token with the
             # AWS CLI (`initiate-auth`), the password going to Cognito over TLS only.
             auth_flows=cognito.AuthFlow(user_srp=True, user_password=True),
+            # No OAuth: CDK's default would allow the implicit and code grants to https://example.com on
+            # the pool's sign-in domain (the console has a client of its own for that).
+            disable_o_auth=True,
             prevent_user_existence_errors=True,
         )
 

@@ -85,7 +85,7 @@ class Functions(Construct):
         self._buckets = {zone.zone: self._import_bucket(zone) for zone in self._zones}
         self._job_log_groups = {zone.zone: self._import_job_log_group(zone) for zone in self._zones}
         self._code = lambda_.Code.from_asset(str(lambda_bundle.build_code_asset()))
-        self._dependencies = self._build_dependencies_layer()
+        self.dependencies = self._build_dependencies_layer()
         self.environment = self._build_environment()
 
         self.api = self._build_function("api", "Api")
@@ -219,7 +219,7 @@ class Functions(Construct):
             architecture=ARCHITECTURE,
             handler=constants.LAMBDA_HANDLERS[name],
             code=self._code,
-            layers=[self._dependencies],
+            layers=[self.dependencies],
             memory_size=constants.LAMBDA_MEMORY_MIB[name],
             timeout=Duration.seconds(constants.LAMBDA_TIMEOUT_SECONDS[name]),
             environment=self.environment,

@@ -12,6 +12,7 @@ from constructs import Construct
 from infra import constants, nag_suppressions
 from infra.constructs.api import Api
 from infra.constructs.auth import Auth
+from infra.constructs.console import Console
 from infra.constructs.data import Data
 from infra.constructs.dispatch import DispatchQueue
 from infra.constructs.events import Events
@@ -28,12 +29,20 @@ class ControlPlaneStack(Stack):
     ----------
     zones : Sequence[ZoneNames]
         Every geo zone's resource names (their compute stacks create the resources).
+    console_domain_prefix : str
+        The prefix of the console's Cognito sign-in domain.
     **kwargs
         Passed to ``Stack`` (description, env, …).
     """
 
     def __init__(
-        self, scope: Construct, construct_id: str, *, zones: Sequence[ZoneNames], **kwargs: Any
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        zones: Sequence[ZoneNames],
+        console_domain_prefix: str,
+        **kwargs: Any,
     ) -> None:
         super().__init__(scope, construct_id, **kwargs)
         self.zones = list(zones)
@@ -60,6 +69,13 @@ class ControlPlaneStack(Stack):
             job_queue_arn_prefixes=[self.job_queue_arn_prefix(zone) for zone in self.zones],
         )
         self.api = Api(self, "Api", handler=self.functions.api, user_pool=self.auth.user_pool)
+        self.console = Console(
+            self,
+            "Console",
+            rest_api=self.api.rest_api,
+            user_pool=self.auth.user_pool,
+            domain_prefix=console_domain_prefix,
+        )
         self.monitoring = Monitoring(
             self,
             "Monitoring",
@@ -100,6 +116,8 @@ class ControlPlaneStack(Stack):
                 dead_letter_queue=self.events.dead_letter_queue,
                 rest_api=self.api.rest_api,
                 health_method=self.api.health_method,
+                console_distribution=self.console.distribution,
+                console_log_bucket=self.console.log_bucket,
             )
         )
 
@@ -113,6 +131,11 @@ class ControlPlaneStack(Stack):
         CfnOutput(self, "ApiUrl", value=self.api.url, description="The API's base URL")
         CfnOutput(self, "UserPoolId", value=self.auth.user_pool.user_pool_id)
         CfnOutput(self, "UserPoolClientId", value=self.auth.client.user_pool_client_id)
+        CfnOutput(self, "ConsoleUrl", value=self.console.url, description="The web console (and the API)")
+        CfnOutput(self, "ConsoleBucketName", value=self.console.bucket.bucket_name)
+        CfnOutput(self, "ConsoleDistributionId", value=self.console.distribution.distribution_id)
+        CfnOutput(self, "ConsoleClientId", value=self.console.client.user_pool_client_id)
+        CfnOutput(self, "ConsoleSignInUrl", value=self.console.domain.base_url())
         CfnOutput(self, "DeadLetterQueueUrl", value=self.events.dead_letter_queue.queue_url)
         CfnOutput(
             self,

@@ -303,6 +303,8 @@ _REF: dict[str, _Getter] = {
     "AWS::Batch::JobQueue": lambda r, i: r.arn("batch", f"job-queue/{r.physical_name(i)}"),
     "AWS::Batch::JobDefinition": lambda r, i: r.arn("batch", f"job-definition/{r.physical_name(i)}:1"),
     "AWS::Events::Rule": _name,
+    # A distribution's id: E and 13 capitals or digits.
+    "AWS::CloudFront::Distribution": lambda r, i: "E" + r.key_id(i).replace("-", "").upper()[:13],
 }
 
 _GET_ATT: dict[tuple[str, str], _Getter] = {
@@ -319,6 +321,9 @@ _GET_ATT: dict[tuple[str, str], _Getter] = {
     ("AWS::Lambda::Function", "Arn"): lambda r, i: r.arn("lambda", f"function:{r.physical_name(i)}"),
     ("AWS::Events::Rule", "Arn"): lambda r, i: r.arn("events", f"rule/{r.physical_name(i)}"),
     ("AWS::Batch::JobQueue", "JobQueueArn"): lambda r, i: r.arn("batch", f"job-queue/{r.physical_name(i)}"),
+    ("AWS::CloudFront::Distribution", "DomainName"): lambda r, i: (
+        "d" + r.key_id(i).replace("-", "")[:13] + ".cloudfront.net"
+    ),
     # The default security group of a VPC: an id like CloudFormation's (sg- and 17 hex digits).
     ("AWS::EC2::VPC", "DefaultSecurityGroup"): lambda r, i: "sg-" + r.key_id(i).replace("-", "")[:17],
 }

@@ -61,7 +61,7 @@ def test_admin_group_exists(synth: Synth) -> None:
 
 
 def test_client_signs_in_with_srp_or_password_without_a_secret(synth: Synth) -> None:
-    (client,) = synth.resources("AWS::Cognito::UserPoolClient").values()
+    client = synth.template_json["Resources"][synth.logical_id(synth.stack.auth.client)]
 
     assert client["Properties"]["GenerateSecret"] is False
     assert set(client["Properties"]["ExplicitAuthFlows"]) == {
@@ -69,6 +69,7 @@ def test_client_signs_in_with_srp_or_password_without_a_secret(synth: Synth) -> 
         "ALLOW_USER_PASSWORD_AUTH",
         "ALLOW_REFRESH_TOKEN_AUTH",
     }
+    assert "AllowedOAuthFlows" not in client["Properties"]  # no grant on the sign-in domain
 
 
 @pytest.mark.parametrize(

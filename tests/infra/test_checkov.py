@@ -128,7 +128,7 @@ def test_no_unacknowledged_finding(scan: Scan) -> None:
 
     unacknowledged = [str(finding) for finding in scan.findings if not acknowledged_by(finding, entries)]
 
-    assert unacknowledged == []
+    assert unacknowledged == [], "\n".join(unacknowledged)
 
 
 def test_every_acknowledgment_has_a_reason_and_still_applies(scan: Scan) -> None:

@@ -62,7 +62,7 @@ def _asset_dir(synth: Synth, s3_key: str) -> Path:
 
 def _layer_asset(synth: Synth) -> Path:
     """The layer's zip in the cloud assembly: the file CDK uploads as is."""
-    (layer,) = synth.resources("AWS::Lambda::LayerVersion").values()
+    layer = synth.template_json["Resources"][synth.logical_id(synth.stack.functions.dependencies)]
     s3_key = layer["Properties"]["Content"]["S3Key"]
     asset = synth.outdir / f"asset.{s3_key}"
     assert asset.is_file(), f"{asset} is not in the cloud assembly"

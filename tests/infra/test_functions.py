@@ -88,12 +88,11 @@ def test_function_runtime_and_handler(synth: Synth, name: str) -> None:
     assert props["TracingConfig"] == {"Mode": "Active"}
     # One layer, built in this app from functions/requirements.lock: no public layer.
     (layer,) = props["Layers"]
-    (layer_id,) = synth.resources("AWS::Lambda::LayerVersion")
-    assert layer == {"Ref": layer_id}
+    assert layer == {"Ref": synth.logical_id(synth.stack.functions.dependencies)}
 
 
 def test_dependencies_layer_is_built_for_the_function_runtime(synth: Synth) -> None:
-    (layer,) = synth.resources("AWS::Lambda::LayerVersion").values()
+    layer = synth.template_json["Resources"][synth.logical_id(synth.stack.functions.dependencies)]
 
     assert layer["Properties"]["CompatibleRuntimes"] == ["python3.13"]
     assert layer["Properties"]["CompatibleArchitectures"] == ["x86_64"]

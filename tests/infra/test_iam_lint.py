@@ -137,7 +137,7 @@ def test_no_unexplained_finding(findings: list[Finding]) -> None:
 
     unexplained = [str(finding) for finding in findings if not acknowledged_by(finding, entries)]
 
-    assert unexplained == []
+    assert unexplained == [], "\n".join(map(str, unexplained))
 
 
 def test_every_acknowledgment_has_a_reason_and_still_applies(findings: list[Finding]) -> None:
