@@ -699,6 +699,63 @@ def _quantile(values: Sequence[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, round(q * len(ordered)) - 1))]
 
 
+def run_burst(stack: _Local, jobs: int, timeout: float = 900.0) -> dict[str, Any]:
+    """``jobs`` concurrent ``POST /jobs`` of ``2 + 2`` (one thread each, released at once), then polled
+    until every accepted job is final or ``timeout`` seconds passed since the release: wall time, submit
+    latency p50/p99, HTTP statuses, 5xx to clients and 5xx moto answered to the stack."""
+    before_burst = stack.counts()
+    latencies: list[float] = []
+    statuses: Counter[int] = Counter()
+    job_ids: list[str] = []
+    lock = threading.Lock()
+    go = threading.Event()
+
+    def client() -> None:
+        go.wait()
+        job, elapsed, status = stack.submit("2 + 2")
+        with lock:
+            latencies.append(elapsed)
+            statuses[status] += 1
+            if job:
+                job_ids.append(job)
+
+    threads = [threading.Thread(target=client) for _ in range(jobs)]
+    for thread in threads:
+        thread.start()
+    started = time.perf_counter()
+    go.set()
+    for thread in threads:
+        thread.join()
+    pending = set(job_ids)
+    poll_errors = 0
+    while pending and time.perf_counter() - started < timeout:
+        for job in list(pending):
+            response = stack.call("GET", f"/jobs/{job}")
+            if response.status_code >= 500:
+                poll_errors += 1
+            elif response.json().get("status") in FINAL_STATUSES:
+                pending.discard(job)
+            else:
+                break  # the rest are queued behind this one: look again shortly
+        time.sleep(0.25)
+    wall = time.perf_counter() - started
+    after_burst = stack.counts()
+    moto_errors = _delta(after_burst["errors"], before_burst["errors"])
+    server_errors = sum(v for k, v in statuses.items() if k >= 500) + poll_errors
+    return {
+        "jobs": jobs,
+        "accepted": len(job_ids),
+        "unfinished": len(pending),
+        "wallSeconds": wall,
+        "submitP50Seconds": _quantile(latencies, 0.5),
+        "submitP99Seconds": _quantile(latencies, 0.99),
+        "httpStatuses": {str(k): v for k, v in sorted(statuses.items())},
+        "serverErrorsToClients": server_errors,
+        "motoServerErrors": moto_errors,
+        "serverErrors": server_errors + sum(moto_errors.values()),
+    }
+
+
 def part_local(tree: Path, burst: int) -> dict[str, Any]:
     """Round trip, S3 PUTs of a ``4`` job, and the burst, on one local stack of ``tree``."""
     with tempfile.TemporaryDirectory(prefix="rb-bench-") as home:
@@ -716,47 +773,9 @@ def part_local(tree: Path, burst: int) -> dict[str, Any]:
             assert result.get("result") == 4, result
             after = stack.counts()
             puts = {k: v for k, v in _delta(after["s3Writes"], before["s3Writes"]).items() if job_id in k}
-            before_burst = stack.counts()
-            latencies: list[float] = []
-            statuses: Counter[int] = Counter()
-            job_ids: list[str] = []
-            lock = threading.Lock()
-            go = threading.Event()
-
-            def client() -> None:
-                go.wait()
-                job, elapsed, status = stack.submit("2 + 2")
-                with lock:
-                    latencies.append(elapsed)
-                    statuses[status] += 1
-                    if job:
-                        job_ids.append(job)
-
-            threads = [threading.Thread(target=client) for _ in range(burst)]
-            for thread in threads:
-                thread.start()
-            started = time.perf_counter()
-            go.set()
-            for thread in threads:
-                thread.join()
-            pending = set(job_ids)
-            poll_errors = 0
-            while pending and time.perf_counter() - started < 900:
-                for job in list(pending):
-                    response = stack.call("GET", f"/jobs/{job}")
-                    if response.status_code >= 500:
-                        poll_errors += 1
-                    elif response.json().get("status") in FINAL_STATUSES:
-                        pending.discard(job)
-                    else:
-                        break  # the rest are queued behind this one: look again shortly
-                time.sleep(0.25)
-            wall = time.perf_counter() - started
-            after_burst = stack.counts()
+            burst_figures = run_burst(stack, burst)
         finally:
             stack.stop()
-    moto_errors = _delta(after_burst["errors"], before_burst["errors"])
-    server_errors = sum(v for k, v in statuses.items() if k >= 500) + poll_errors
     return {
         "roundTrip": {
             "medianSeconds": statistics.median(trips),
@@ -765,18 +784,7 @@ def part_local(tree: Path, burst: int) -> dict[str, Any]:
             "ratio": statistics.median(trips) / bare,
         },
         "s3PutsFourJob": {"count": sum(puts.values()), "requests": puts},
-        "burst": {
-            "jobs": burst,
-            "accepted": len(job_ids),
-            "unfinished": len(pending),
-            "wallSeconds": wall,
-            "submitP50Seconds": _quantile(latencies, 0.5),
-            "submitP99Seconds": _quantile(latencies, 0.99),
-            "httpStatuses": {str(k): v for k, v in sorted(statuses.items())},
-            "serverErrorsToClients": server_errors,
-            "motoServerErrors": moto_errors,
-            "serverErrors": server_errors + sum(moto_errors.values()),
-        },
+        "burst": burst_figures,
     }
 
 

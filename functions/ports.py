@@ -185,6 +185,9 @@ class JobRepository(Protocol):
     def list_ledger(self, account_id: str, start: datetime | None, end: datetime | None) -> list[LedgerEntry]:
         """An account's ledger entries in ``[start, end)``, newest first."""
 
+    def get_ledger_entry(self, account_id: str, entry_id: str) -> LedgerEntry | None:
+        """One ledger entry by its deterministic id, read strongly consistent, or None."""
+
     def list_ledger_page(
         self,
         account_id: str,
@@ -239,6 +242,32 @@ class JobRepository(Protocol):
 
         Raises ``ConditionFailed`` on any lost race (re-read, retry); ``RecordMissing`` when the
         parent is gone.
+        """
+
+    def save_container_items(
+        self,
+        parent_id: str,
+        items: Sequence[Job],
+        *,
+        container: int | None,
+        credits: Decimal,
+        entry: LedgerEntry | None,
+        release: Job | None,
+        settled_at_most: Decimal | None,
+        now: datetime,
+    ) -> None:
+        """Store final item records of an array whose containers take many items (each put only
+        if absent) and move the parent's ``childStatusCounts`` from ``Queued`` by them, in ONE
+        transaction (at most ``MAX_CONTAINER_ITEMS`` items). With ``container`` (its global
+        array-child index; the container's first write) the same transaction adds it to the
+        parent's ``arrayContainersSettled`` (only if absent: a container is settled once), adds
+        ``credits`` to its ``creditsSettled``, writes the container's ledger entry and balance
+        change (``entry``) and gives back ``release``'s quota units (the container, a template
+        child holding them).
+
+        Raises ``ConditionFailed`` when any condition failed (an item already stored, the
+        container already settled: a replay; the balance or cap moved: a race), ``RecordMissing``
+        when the parent is gone, ``ValueError`` for more items than a transaction takes.
         """
 
     def start_array(

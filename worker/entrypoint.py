@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 import boto3
 from botocore.exceptions import ClientError
 
+from worker import fork_server
 from worker.environments import ENVIRONMENT_HASH_VARIABLE, cache_folder, environment_site
 from worker.errors import InputNotFound, InvalidJobInput, StorageError, WorkerError
 from worker.inputs import INPUTS_FOLDER, InputSource, fetch_inputs, input_sources
@@ -169,8 +170,9 @@ def _run_items(
 ) -> int:
     """A container that takes many items (``worker.item_loop``): the array's input, its parents'
     inputs, its payload and its environment's site are had once; then each item it claims runs in
-    its own job side. Returns 0 when no item is left (each item's failure is in its report), 2 when
-    the container could not start on its items (its reason in ``outcome.json`` under its prefix)."""
+    its own job side, forked from one zygote of the job's Python (``worker.fork_server``). Returns 0
+    when no item is left (each item's failure is in its report), 2 when the container could not
+    start on its items (its reason in ``outcome.json`` under its prefix)."""
     try:
         if in_image:
             raise InvalidJobInput("an array whose containers take many items runs in the worker image")
@@ -222,7 +224,12 @@ def _run_items(
             console=Console(os.dup(1)),
             prepare_output_dir=(lambda _f: None) if user is None else user.own_folder,
         )
-        loop.run()
+        # Every item's job side is forked from one zygote (worker.fork_server), started for the first.
+        fork_server.enable()
+        try:
+            loop.run()
+        finally:
+            fork_server.shut_down()
     return 0
 
 

@@ -9,9 +9,9 @@ An array of N items runs on P containers (AWS Batch array children, ``REMOTE_BAT
   exactly one container wins each item, so an item never runs twice to completion. Container c
   starts at item c and steps by P (its own run), then takes what is left of the other containers'
   runs from their ends, so containers meet at most once per run.
-- **Running** one item is ``ItemRunner``: today the supervisor's job side
-  (``worker.supervisor.run_in_job_python``: one job-side process per item, which dies with it), the
-  one function a pre-forked job side can replace. An item that raises, exits non-zero, segfaults or
+- **Running** one item is ``ItemRunner``: the supervisor's job side
+  (``worker.supervisor.run_in_job_python``: one job-side process per item, which dies with it, forked
+  from the container's one zygote: ``worker.fork_server``). An item that raises, exits non-zero, segfaults or
   exceeds memory ends its job side alone: the supervisor records the reason as for a single job and
   the container goes on to the next item.
 - **Recording**: the item's outputs go where a one-item child's go (``<output prefix><index>/``,

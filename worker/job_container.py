@@ -30,9 +30,10 @@ from types import FrameType
 from typing import Any, BinaryIO
 
 from worker import job_side
+from worker.fork_server import job_side_root
 from worker.runner import JobError, JobInput
 from worker.settings import JOB_UID
-from worker.supervisor import JobRun, _end_as_terminated, _ended_without_outcome, _report, job_side_root
+from worker.supervisor import JobRun, _end_as_terminated, _ended_without_outcome, _report
 
 #: The supervisor's variable naming the exchange folder (``functions.domain.images.EXCHANGE_VARIABLE``).
 EXCHANGE_VARIABLE = "REMOTE_BATCH_EXCHANGE_DIR"

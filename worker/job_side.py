@@ -61,7 +61,7 @@ from worker.runner import (
 )
 
 #: The files of the ``worker`` package the job side imports (copied with cloudpickle's package).
-MODULES = ("__init__.py", "errors.py", "runner.py", "encoding.py", "job_side.py")
+MODULES = ("__init__.py", "errors.py", "runner.py", "encoding.py", "job_side.py", "zygote.py")
 INPUT_DIR = "input"
 INPUT_DOCUMENT = "input.json"
 INPUT_PAYLOAD = "payload"

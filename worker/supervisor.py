@@ -15,20 +15,17 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import signal
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
-import cloudpickle
-
-from worker import job_side
+from worker import fork_server, job_side
 from worker.encoding import EncodedOutputs, EncodedResult, encode_outcome, encode_result
 from worker.job_user import JobUser, share_read_only
 from worker.runner import (
@@ -73,23 +70,6 @@ class JobRun:
         return self.outputs.with_messages([*self.messages, *notes], self.error)
 
 
-def job_side_root(target: Path) -> Path:
-    """Fill ``target`` with what the job side imports: ``worker/`` (``job_side.MODULES`` only) and a
-    copy of cloudpickle's package. Returns ``target``."""
-    package = target / "worker"
-    package.mkdir(parents=True, exist_ok=True)
-    here = Path(__file__).resolve().parent
-    for name in job_side.MODULES:
-        shutil.copyfile(here / name, package / name)
-    shutil.copytree(
-        Path(cloudpickle.__file__).resolve().parent,
-        target / "cloudpickle",
-        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"),
-        dirs_exist_ok=True,
-    )
-    return target
-
-
 def job_side_command(
     python: str, root: Path, folder: Path, output_dir: Path, memory_gib: int | None, *, own_site: bool
 ) -> list[str]:
@@ -126,8 +106,14 @@ def run_in_job_python(
     memory_gib: int | None,
     environ: Mapping[str, str],
     user: JobUser | None = None,
+    work_dir: Path | None = None,
 ) -> JobRun:
     """Run ``job`` in the job side and return what it recorded.
+
+    The job side is a process forked from this process's zygote when the fork server is enabled
+    (``worker.fork_server.enable``; a zygote that is gone before the job starts is replaced by a fresh
+    interpreter for this job), else a fresh interpreter; either way its own process, limits, working
+    folder and environment, and the same outcome.
 
     Parameters
     ----------
@@ -143,6 +129,8 @@ def run_in_job_python(
     user : JobUser or None
         The job side's own user (``worker.job_user.job_user``; ``output_dir`` must be its); None:
         the supervisor's.
+    work_dir : Path or None
+        The folder the job's code starts in; this process's working folder when None.
 
     Returns
     -------
@@ -156,29 +144,45 @@ def run_in_job_python(
         The job's interpreter could not be started.
     """
     python = environ.get(JOB_PYTHON_VARIABLE) or sys.executable
+    env = job_side_environment(environ, output_dir, user)
+    cwd = work_dir if work_dir is not None else Path.cwd()
+    server = fork_server.server_for(python, env, user)
     with tempfile.TemporaryDirectory(prefix="remote-batch-job-side-", ignore_cleanup_errors=True) as tmp:
         folder = Path(tmp)
-        root = job_side_root(folder / "lib")
         job_side.write_input(folder, job)
         if user is not None:
             prepare_job_folder(folder, user)
-        argv = job_side_command(
-            python, root, folder, output_dir, memory_gib, own_site=not environ.get(job_side.SITE_VARIABLE)
-        )
         oom_kills_before = oom_kill_count()
         for stream in (sys.stdout, sys.stderr):  # the supervisor's lines stay in order with the job's
             with contextlib.suppress(ValueError, OSError):
                 stream.flush()
-        # It dies with the supervisor (SIGKILL, Linux), as a command the runner starts dies with it;
-        # as its own user, the uid and groups are set before that hook runs (it survives them).
-        process = subprocess.Popen(  # noqa: S603 - the job's interpreter on the job side's bootstrap
-            argv,
-            env=job_side_environment(environ, output_dir, user),
-            preexec_fn=parent_death_signal_hook(),  # noqa: PLW1509 - prctl only, between fork and exec
-            **(user.process_options() if user is not None else {}),
-        )
-        with _forwarding_signals(process) as received:
-            returncode = process.wait()
+        returncode: int | None = None
+        received: list[int] = []
+        if server is not None:
+            try:
+                returncode = _run_forked(
+                    server,
+                    folder,
+                    output_dir=output_dir,
+                    memory_gib=memory_gib,
+                    env=env,
+                    cwd=cwd,
+                    received=received,
+                )
+            except fork_server.ForkServerGone:
+                returncode = None
+        if returncode is None:
+            returncode = _run_fresh(
+                python,
+                folder,
+                output_dir=output_dir,
+                memory_gib=memory_gib,
+                environ=environ,
+                env=env,
+                cwd=cwd,
+                user=user,
+                received=received,
+            )
         if received:
             _end_as_terminated(received[0])
         recorded = job_side.read_outcome(folder)
@@ -186,6 +190,61 @@ def run_in_job_python(
         return JobRun(recorded.messages, recorded.error, recorded.result, recorded.exit_code)
     oom_killed = (oom_kill_count() or 0) > (oom_kills_before or 0)
     return _ended_without_outcome(returncode, memory_gib, oom_killed=oom_killed)
+
+
+def _run_forked(
+    server: fork_server.ForkServer,
+    folder: Path,
+    *,
+    output_dir: Path,
+    memory_gib: int | None,
+    env: Mapping[str, str],
+    cwd: Path,
+    received: list[int],
+) -> int:
+    """The job side of ``folder`` forked from ``server``; its return code. The signals this process
+    gets meanwhile are forwarded and appended to ``received``. Raises ``ForkServerGone``."""
+    with contextlib.ExitStack() as stack:
+
+        def on_started(send_signal: Callable[[int], None]) -> None:
+            stack.enter_context(_forwarding_signals(send_signal, received))
+
+        return server.run(
+            folder, output_dir=output_dir, memory_gib=memory_gib, environ=env, cwd=cwd, on_started=on_started
+        )
+
+
+def _run_fresh(
+    python: str,
+    folder: Path,
+    *,
+    output_dir: Path,
+    memory_gib: int | None,
+    environ: Mapping[str, str],
+    env: Mapping[str, str],
+    cwd: Path,
+    user: JobUser | None,
+    received: list[int],
+) -> int:
+    """The job side of ``folder`` in a fresh interpreter ``python``; its return code (the signals as
+    ``_run_forked``). Raises ``OSError`` when it cannot be started."""
+    root = fork_server.job_side_root(folder / "lib")
+    if user is not None:
+        share_read_only(folder / "lib")
+    argv = job_side_command(
+        python, root, folder, output_dir, memory_gib, own_site=not environ.get(job_side.SITE_VARIABLE)
+    )
+    # It dies with the supervisor (SIGKILL, Linux), as a command the runner starts dies with it;
+    # as its own user, the uid and groups are set before that hook runs (it survives them).
+    process = subprocess.Popen(  # noqa: S603 - the job's interpreter on the job side's bootstrap
+        argv,
+        env=dict(env),
+        cwd=str(cwd),
+        preexec_fn=parent_death_signal_hook(),  # noqa: PLW1509 - prctl only, between fork and exec
+        **(user.process_options() if user is not None else {}),
+    )
+    with _forwarding_signals(process.send_signal, received):
+        return process.wait()
 
 
 def _ended_without_outcome(returncode: int, memory_gib: int | None, *, oom_killed: bool) -> JobRun:
@@ -225,15 +284,15 @@ def _end_as_terminated(signum: int) -> None:
 
 
 @contextmanager
-def _forwarding_signals(process: subprocess.Popen[bytes]) -> Iterator[list[int]]:
-    """While the job side runs, a SIGTERM, SIGINT or SIGHUP to the supervisor goes to it (the user's
-    code may clean up); yields the signals received, in order (empty: the job side ended by itself)."""
-    received: list[int] = []
+def _forwarding_signals(send_signal: Callable[[int], None], received: list[int]) -> Iterator[list[int]]:
+    """While the job side runs, a SIGTERM, SIGINT or SIGHUP to the supervisor goes to it through
+    ``send_signal`` (the user's code may clean up); each is appended to ``received`` (yielded), in
+    order (it stays empty when the job side ended by itself)."""
 
     def forward(signum: int, _frame: FrameType | None) -> None:
         received.append(signum)
         with contextlib.suppress(OSError):
-            process.send_signal(signum)
+            send_signal(signum)
 
     previous = {}
     for signum in _FORWARDED:

@@ -14,9 +14,11 @@ array index...), in ``os.environ`` and in what ``/proc/<pid>/environ`` shows (``
 points stdin at ``/dev/null`` and runs ``worker.entrypoint.main`` exactly as
 ``python -m worker`` does, with a boto3 default session that shares the loaded models (the job's own
 credentials and region come from ``environ``; a session built before them would keep the wrong ones).
-It runs one job and exits with its exit code: a warm worker is never reused. What is warm is the
-supervisor (``worker.job_side``): the job side, in the interpreter of the job's Python version (named
-by the assignment's environment), starts with the job, so one pool serves every version.
+It runs one job and exits with its exit code: a warm worker is never reused. The job side is warm too:
+before the assignment the worker starts the zygote of the stack's default Python (``worker.fork_server``:
+its ``REMOTE_BATCH_JOB_PYTHON`` and site are in the warm worker's environment), which imports the job
+side while the worker waits and forks the job's process when it comes; a job of another Python version
+(named by the assignment's environment) gets a zygote started for it, so one pool serves every version.
 
 End of file without an assignment (the pool let it go) exits 0 without output. An assignment that
 cannot be read is a worker error: exit code 2, one line on stderr. Nothing before the assignment
@@ -33,6 +35,7 @@ import resource
 import sys
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 import boto3
@@ -40,7 +43,9 @@ import botocore.session
 from botocore.awsrequest import AWSPreparedRequest, AWSResponse
 from botocore.compat import HTTPHeaders
 
+from worker import fork_server
 from worker.entrypoint import EXIT_WORKER_ERROR, main
+from worker.supervisor import JOB_PYTHON_VARIABLE, job_side_environment
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -180,6 +185,12 @@ def _report(sentence: str) -> None:
 def run() -> int:
     """Preload, wait for the assignment, run the job; returns its exit code (0 when dismissed)."""
     loader = preload()
+    # The zygote of the stack's default Python (its variables are in this process's environment):
+    # it imports while the worker waits; a job of another Python gets a zygote of its own.
+    with contextlib.suppress(OSError):
+        environ = dict(os.environ)
+        env = job_side_environment(environ, Path.cwd())
+        fork_server.prestart(environ.get(JOB_PYTHON_VARIABLE), env)
     try:
         assignment = read_assignment(sys.stdin.buffer)
     except (OSError, ValueError) as exc:
@@ -196,7 +207,10 @@ def run() -> int:
         reconfigure = getattr(stream, "reconfigure", None)
         if reconfigure is not None:
             reconfigure(line_buffering=True)
-    return main()
+    try:
+        return main()
+    finally:
+        fork_server.shut_down()
 
 
 if __name__ == "__main__":

@@ -43,6 +43,10 @@ MAX_LOG_LINES = 10**9
 MAX_EXIT_CODE = 255
 SUCCEEDED = "Succeeded"
 FAILED = "Failed"
+#: Item records written in one transaction: DynamoDB's TransactWriteItems takes 100 actions
+#: (DynamoDB API reference), less the parent's roll-up, the ledger entry, the balance and two
+#: quota counters, with room to spare.
+MAX_CONTAINER_ITEMS = 90
 _KEYS = frozenset({"index", "startedAt", "stoppedAt", "exitCode", "status", "reason", "logFirst", "logCount"})
 
 
@@ -182,11 +186,12 @@ def split_charge(charge: Decimal, weights_ms: Sequence[int]) -> list[Decimal]:
 
 @dataclass(frozen=True, slots=True)
 class ItemSettlement:
-    """What one item of a container ended with: its status, reason, times (ms), console lines and
-    its part of the container's charge."""
+    """What one item of a container ended with: its status, exit code (None for an item the
+    container died holding), reason, times (ms), console lines and its part of the container's charge."""
 
     index: int
     succeeded: bool
+    exit_code: int | None
     reason: str | None
     started_at_ms: int
     stopped_at_ms: int
@@ -258,8 +263,10 @@ def settle_container(
     end = max(started_ms, stopped_ms)  # every reported stop is clamped at or before it
     # A held item's lines: the console from the last reported item's lines to its end.
     after = max((r.log_first + r.log_count for r in seen.values()), default=0)
+    held_only: set[int] = set()
     for index in held:
         if index not in seen and 0 <= index < array_size:
+            held_only.add(index)
             seen[index] = ItemReport(index, last_stop, end, 0, False, end_reason, after, MAX_LOG_LINES)
     ordered = [seen[i] for i in sorted(seen)]
     if not ordered:
@@ -269,6 +276,7 @@ def settle_container(
         ItemSettlement(
             r.index,
             r.succeeded,
+            r.exit_code if r.index not in held_only else None,
             r.reason,
             r.started_at_ms,
             r.stopped_at_ms,

@@ -237,6 +237,9 @@ class Job:
     array_ended_items : frozenset[int]
         Such an array's items ended because their parent's item did not succeed (each also in
         ``array_withdrawn``).
+    array_containers_settled : frozenset[int]
+        An array whose containers take many items: the containers (global array-child indexes)
+        whose end was settled (``functions.logic.container_events``), each once.
     settled_parents : frozenset[str]
         While the job waits: the parents whose final status it has taken account of (each counted
         once, ``functions.logic.waits.parent_settled``); it is judged against all of them once this
@@ -304,6 +307,7 @@ class Job:
     item_dependents: tuple[str, ...] = ()
     array_released: tuple[int, ...] = ()
     array_ended_items: frozenset[int] = frozenset()
+    array_containers_settled: frozenset[int] = frozenset()
 
     @property
     def per_item_parent(self) -> str | None:

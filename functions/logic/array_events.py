@@ -180,7 +180,7 @@ def _advance_parent(services: Services, parent: Job, child: Job, now: datetime) 
         # The same item of each array depending on this one per item goes, or ends (once).
         for ended in item_dependencies.item_ended(services, fresh, child.array_index, child.status, now):
             waits.settle_dependents(services, ended, now)
-    _stop_at_cap(services, fresh, now)
+    stop_at_cap(services, fresh, now)
     if fresh.status == JobStatus.QUEUED and (
         child.started_at is not None or child.status in (JobStatus.STARTING, JobStatus.RUNNING)
     ):
@@ -199,7 +199,7 @@ def _finish(services: Services, parent: Job, now: datetime) -> Job:
     return finished
 
 
-def _stop_at_cap(services: Services, parent: Job, now: datetime) -> None:
+def stop_at_cap(services: Services, parent: Job, now: datetime) -> None:
     """Terminate an array whose settled children's charges reached its ``creditConstraint`` (its
     other children would run for nothing: no charge is left under the cap). The meter does the same
     for running children's spend; this stops it without waiting for its tick."""

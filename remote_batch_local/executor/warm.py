@@ -2,23 +2,28 @@
 
 A job's worker spends most of its short life starting: a fresh interpreter imports boto3, cloudpickle
 and the runner and builds an S3 client (about 0.4 s of a 0.8 s ``2 + 2`` round trip, 1-2 s a child of
-an array under load). The pool starts that work before a job needs it.
+an array under load), then the job side starts the job's own interpreter (docs/local-stack.md "Warm
+workers" has the figures). The pool starts both before a job needs them.
 
-Why this design (and not a fork server): a job's box is made as its process starts. bubblewrap binds the
-job's own folder and nothing else of the stack's, makes a PID namespace whose init takes every process
-of the job down with it, and starts a new session. A fork server outside the box would hand out
-processes that are in no box; one inside a shared box would put jobs in one namespace, able to see and
-signal each other and each other's folders. So each warm worker is what a job's process is today,
-started early: its own sandbox (``Sandbox.command``) over a fresh working directory, its own session (so
-its own process group), dying with the executor (``PR_SET_PDEATHSIG``), running ``python -u -m
-worker.warm``, which imports the worker, loads the S3 models and then blocks reading its assignment on
+Why a box per worker, and a fork server inside it: a job's box is made as its process starts.
+bubblewrap binds the job's own folder and nothing else of the stack's, makes a PID namespace whose init
+takes every process of the job down with it, and starts a new session. A fork server outside the box
+would hand out processes that are in no box; one shared by several boxes would put jobs in one
+namespace, able to see and signal each other and each other's folders. So each warm worker is what a
+job's process is today, started early: its own sandbox (``Sandbox.command``) over a fresh working
+directory, its own session (so its own process group), dying with the executor (``PR_SET_PDEATHSIG``),
+running ``python -u -m worker.warm``, which imports the worker, loads the S3 models and starts, inside
+its box, the fork server of the job side (``worker.fork_server``: a zygote in the stack's default job
+Python that has imported the job side and forks the job's process when the job comes, so the job's
+interpreter start is paid before the job), then blocks reading its assignment on
 stdin. When a job starts, ``WarmPool.take_locked`` takes an idle warm worker, writes the job's
 environment (its ``AWS_BATCH_JOB_ID``, array index, credentials, region...), CPU ids and address space
 limit to that pipe and closes it; the worker applies the limits to itself, replaces its environment
 (also what ``/proc/<pid>/environ`` shows, written over the room its start left for it: process searches by
-``AWS_BATCH_JOB_ID`` find it), and runs the job as ``python -m worker`` would (``worker.warm``). The
+``AWS_BATCH_JOB_ID`` find it), and runs the job as ``python -m worker`` would (``worker.warm``), its
+job side forked from the zygote with the worker's limits and the job's environment. The
 job's working directory is the one the worker's box was made over. A warm worker runs one job and exits:
-it is never reused, so nothing of one job reaches the next.
+it is never reused, so nothing of one job reaches the next (the zygote never runs user code either).
 
 What a job gets is unchanged: its own process, process group and PID namespace (terminate, timeout
 and shutdown kill it through them as before), its limits (set by the worker before any of the job's
@@ -249,6 +254,11 @@ class WarmPool:
         token = f"{WARM_ID_PREFIX}{uuid.uuid4()}"
         workdir = new_workdir()
         env = dict(self._settings.worker_environment)
+        # The default Python's interpreter and site: the warm worker starts its zygote (worker.warm).
+        pythons = self._settings.pythons
+        default = pythons.default()
+        if default is not None:
+            env.update(pythons.by_version[default].environment())
         env[JOB_MARKER_VARIABLE] = token
         env = self._launcher.box_environment(env, workdir)
         env[WARM_ROOM_VARIABLE] = "." * WARM_ROOM_BYTES

@@ -29,7 +29,7 @@ from moto.server import ThreadedMotoServer
 from functions.ports import BatchSubmission
 from remote_batch_local.executor import LocalBatchExecutor
 from remote_batch_local.recovery import remove_leftover_jobs
-from remote_batch_local.sandbox import ProcessRegistry, SandboxKind, namespace_members
+from remote_batch_local.sandbox import ProcessRegistry, namespace_members
 
 REGION = "eu-central-1"
 LOG_GROUP = "/remote-batch/warm-jobs"
@@ -41,10 +41,16 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 FACTS = textwrap.dedent(
     """
     import json, os, resource
+    # The worker's supervisor: the job's code runs in its job side, a child (worker/job_side.py), or a
+    # child of the supervisor's zygote (worker/zygote.py) when it forks its job sides.
+    parent = open(f"/proc/{os.getppid()}/cmdline").read().split("\\0")
+    forked = any("worker.zygote" in part for part in parent)
+    with open(f"/proc/{os.getppid()}/stat") as stat:
+        supervisor = int(stat.read().rsplit(")", 1)[1].split()[1]) if forked else os.getppid()
     print("facts " + json.dumps({
         "cmdline": open("/proc/self/cmdline").read().split("\\0"),
-        # The worker's supervisor: the job's code runs in its job side, a child (worker/job_side.py).
-        "supervisor": open(f"/proc/{os.getppid()}/cmdline").read().split("\\0"),
+        "forked": forked,
+        "supervisor": open(f"/proc/{supervisor}/cmdline").read().split("\\0"),
         "ppid": os.getppid(),
         "pid": os.getpid(), "pgid": os.getpgid(0), "sid": os.getsid(0),
         "namespace": os.readlink("/proc/self/ns/pid"),
@@ -259,11 +265,9 @@ def test_a_job_in_a_warm_worker_has_its_own_session_environment_folder_and_limit
     # Then it ran in a warm worker started before it, in that worker's folder
     assert _ran_warm(facts)
     assert facts["cwd"] in warm_folders
-    # in a session and process group of its own: in a box, the one its namespace's init leads (pid 1)
-    if stack.executor.sandbox.kind is SandboxKind.NONE:
-        assert facts["ppid"] == facts["pgid"] == facts["sid"]
-    else:
-        assert facts["pgid"] == facts["sid"] == 1
+    # forked from the warm worker's zygote, in a session and process group of its own (in its box)
+    assert facts["forked"] is True
+    assert facts["pgid"] == facts["sid"] == facts["pid"]
     # and, seen from here, each box is a process group of its own, not this process's
     boxes = [p for p in psutil.Process().children() if "worker.warm" in p.cmdline()]
     assert boxes
@@ -384,6 +388,7 @@ def test_a_job_that_changes_how_python_starts_gets_a_fresh_worker(make_stack):
 
     # Then it ran in a worker started for it, which saw the variable as it started
     assert facts["supervisor"][1:4] == ["-u", "-m", "worker"]
+    assert facts["forked"] is False  # python -m worker starts its one job side fresh
     assert facts["env"]["PYTHONHASHSEED"] == "123"
     assert len(stack.idle_warm_records()) == 2  # the warm ones were left for others
 

@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 
 from tests.integration.test_worker import BUCKET, Job, s3  # noqa: F401 - the fixture
+from worker import fork_server
 from worker.entrypoint import main
 from worker.environments import archive_key, environment_site, pack
 from worker.inputs import COPIES_FOLDER, MANIFEST_FORMAT, MANIFEST_OBJECT
@@ -67,6 +68,7 @@ with open(f'inputs/{PARENT}/data.txt', 'a') as parents:
     'rename the build': attempt(lambda: site.parent.rename(site.parent.with_name('moved'))),
     'add a build': attempt(lambda: (site.parent.parent / ('b' * 64)).mkdir()),
     'parent death signal': signal.value,
+    'parent uid': os.stat(f'/proc/{os.getppid()}').st_uid,
 }
 """.replace("{PARENT}", PARENT)
 
@@ -128,12 +130,24 @@ def _parent_output(s3: Any, job: Job) -> dict[str, Any]:  # noqa: F811
     return {"jobId": PARENT, "files": []}
 
 
+@pytest.fixture(params=[False, True], ids=["fresh job side", "forked from a zygote"])
+def forked(request: pytest.FixtureRequest) -> Iterator[bool]:
+    """Whether the job side is forked from a zygote (``worker.fork_server``), which then runs as the
+    job's user, or started fresh."""
+    if request.param:
+        fork_server.enable()
+    yield bool(request.param)
+    fork_server.shut_down()
+
+
 def test_the_job_runs_as_its_own_user_and_reads_but_cannot_change_the_hosts_builds(
     s3: Any,  # noqa: F811
     base: Path,
     monkeypatch: pytest.MonkeyPatch,
+    forked: bool,
 ) -> None:
-    # Given a root supervisor told to run the job side as nobody, a host cache of root's (0755), a
+    # Given a root supervisor told to run the job side as nobody (a fresh one, or forked from a
+    # zygote of nobody's), a host cache of root's (0755), a
     # working folder of nobody's, a build in the bucket and a parent's output to start with
     python = _python_for(NOBODY)
     if python is None:
@@ -174,6 +188,8 @@ def test_the_job_runs_as_its_own_user_and_reads_but_cannot_change_the_hosts_buil
     assert report["rename the build"] == report["add a build"] == "PermissionError"
     # It still dies with the supervisor (the hook runs after the switch, which would clear it)
     assert report["parent death signal"] == 9
+    # Forked, its parent is the zygote, which runs as nobody too; fresh, the root supervisor
+    assert report["parent uid"] == (NOBODY if forked else 0)
     # The build is root's: folders 0755, files without group or other write, no setuid
     site = cache / DIGEST / "site"
     assert (site / "six.py").read_text() == 'VERSION = "1.16.0"\n'

@@ -3,7 +3,8 @@ event rolled into its parent in one transaction, the parent's start and finish, 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import datetime
 from decimal import Decimal
@@ -23,6 +24,7 @@ from functions.adapters.dynamodb.items import (
 from functions.adapters.dynamodb.ledger import AccountsAndLedger
 from functions.domain.credits import Charge
 from functions.domain.errors import ConditionFailed
+from functions.domain.item_reports import MAX_CONTAINER_ITEMS
 from functions.domain.jobs import Job, LedgerEntry, Transition
 from functions.domain.status import JobStatus
 from functions.domain.timefmt import to_sortable
@@ -100,6 +102,89 @@ class ArrayRecords(AccountsAndLedger):
             items += child_release_items(self._quotas, child)
         self._transact(items, parent_id, self._parent_missing)
 
+    def save_container_items(
+        self,
+        parent_id: str,
+        items: Sequence[Job],
+        *,
+        container: int | None,
+        credits: Decimal,
+        entry: LedgerEntry | None,
+        release: Job | None,
+        settled_at_most: Decimal | None,
+        now: datetime,
+    ) -> None:
+        """Items of an ended container, their parent's roll-up, the container's charge and quota
+        release in one ``TransactWriteItems`` (see ``JobRepository.save_container_items``).
+
+        Each item is put only if absent; the parent's counters move with
+        ``SET #c.Queued = #c.Queued - :n, #c.#to = if_not_exists(#c.#to, :zero) + :k`` per final
+        status (no read of the parent); with ``container``, ``ADD arrayContainersSettled`` under
+        ``NOT contains(...)`` (the guard that makes the charge and the quota release happen once)
+        and ``creditsSettled`` grows by ``credits`` (at most ``settled_at_most`` before it, with a cap).
+        """
+        if len(items) > MAX_CONTAINER_ITEMS:
+            raise ValueError(f"at most {MAX_CONTAINER_ITEMS} items a transaction, not {len(items)}")
+        writes: list[TransactWriteItemTypeDef] = [
+            {
+                "Put": {
+                    "TableName": self._jobs,
+                    "Item": serialize_item(job_to_item(replace(item, last_event_at=now))),
+                    "ConditionExpression": "attribute_not_exists(jobId)",
+                }
+            }
+            for item in items
+        ]
+        sets = ["lastEventAt = :now"]
+        names: dict[str, str] = {"#ttl": "ttl"}
+        values: dict[str, Any] = {":now": to_sortable(now), ":liveNow": self._now_epoch()}
+        moved = Counter(item.status.value for item in items)
+        if moved:
+            names.update({"#c": "childStatusCounts", "#from": JobStatus.QUEUED.value})
+            values.update({":moved": len(items), ":zero": 0})
+            sets.append("#c.#from = #c.#from - :moved")
+            for position, (status, count) in enumerate(sorted(moved.items())):
+                names[f"#to{position}"] = status
+                values[f":to{position}"] = count
+                sets.append(f"#c.#to{position} = if_not_exists(#c.#to{position}, :zero) + :to{position}")
+        condition = LIVE_JOB
+        adds = ""
+        if container is not None:
+            condition += " AND NOT contains(arrayContainersSettled, :container)"
+            values.update({":container": container, ":containers": {container}})
+            adds = " ADD arrayContainersSettled :containers"
+        if credits > 0:
+            sets.append("creditsSettled = if_not_exists(creditsSettled, :none) + :credits")
+            values.update({":none": Decimal(0), ":credits": credits})
+            if settled_at_most is not None:
+                condition += " AND creditsSettled <= :most"
+                values[":most"] = settled_at_most
+        parent: TransactWriteItemTypeDef = {
+            "Update": {
+                "TableName": self._jobs,
+                "Key": serialize_item({"jobId": parent_id}),
+                "UpdateExpression": "SET " + ", ".join(sets) + adds,
+                "ConditionExpression": condition,
+                "ExpressionAttributeNames": names,
+                "ExpressionAttributeValues": {k: serialize_value(v) for k, v in values.items()},
+                "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+            }
+        }
+        # The parent second, as in ``save_child_event``: ``_parent_missing`` reads its cancellation.
+        writes.insert(min(1, len(writes)), parent)
+        if entry is not None:
+            writes += self._charge_items(entry)
+        if release is not None and self._quotas:
+            writes += child_release_items(self._quotas, release)
+        self._transact(writes, parent_id, self._container_parent_missing(len(items)))
+
+    def _container_parent_missing(self, items: int) -> Callable[[ConditionFailed], bool]:
+        """``_parent_missing`` for ``save_container_items``: the parent is its first action when it
+        writes no item, else its second."""
+        if items:
+            return self._parent_missing
+        return lambda exc: self._parent_missing(exc, position=0)
+
     def _parent_rollup(
         self, transition: Transition, charge: Charge | None, settled_at_most: Decimal | None, now: datetime
     ) -> UpdateTypeDef:
@@ -129,17 +214,17 @@ class ArrayRecords(AccountsAndLedger):
             "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
         }
 
-    def _parent_missing(self, exc: ConditionFailed) -> bool:
-        """True when ``save_child_event`` failed because the parent (its second item) is absent or
-        past its TTL."""
+    def _parent_missing(self, exc: ConditionFailed, position: int = 1) -> bool:
+        """True when ``save_child_event`` failed because the parent (the transaction's action at
+        ``position``: its second) is absent or past its TTL."""
         cause = exc.__cause__
         if not isinstance(cause, ClientError):
             return False
         response: dict[str, Any] = dict(cause.response)
         reasons: list[Any] = list(response.get("CancellationReasons") or [])
-        if len(reasons) < 2 or reasons[1].get("Code") != "ConditionalCheckFailed":
+        if len(reasons) <= position or reasons[position].get("Code") != "ConditionalCheckFailed":
             return False
-        old = reasons[1].get("Item")
+        old = reasons[position].get("Item")
         if not old:
             return True
         ttl = deserialize_item(dict(old)).get("ttl")

@@ -144,6 +144,7 @@ def job_to_item(job: Job) -> dict[str, Any]:
         "itemDependents": list(job.item_dependents) or None,
         "arrayReleased": list(job.array_released) or None,
         "arrayEndedItems": set(job.array_ended_items) or None,
+        "arrayContainersSettled": set(job.array_containers_settled) or None,
         "ttl": int((job.record_expires_at or job.submitted_at + RECORD_TTL).timestamp()),
     }
     values.update(_array_values(job))
@@ -276,6 +277,7 @@ def _job_from_item(item: dict[str, Any]) -> Job:
         item_dependents=tuple(str(d) for d in item.get("itemDependents", [])),
         array_released=tuple(int(i) for i in item.get("arrayReleased", [])),
         array_ended_items=frozenset(int(i) for i in item.get("arrayEndedItems", set())),
+        array_containers_settled=frozenset(int(i) for i in item.get("arrayContainersSettled", set())),
         status_reason=_status_reason(item),
     )
 

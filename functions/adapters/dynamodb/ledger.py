@@ -303,6 +303,17 @@ class AccountsAndLedger(StoreBase):
             raise DependencyFailed("The account vanished during the grant.")
         return stored
 
+    def get_ledger_entry(self, account_id: str, entry_id: str) -> LedgerEntry | None:
+        """The entry ``entry_id`` of the account (one GetItem, strongly consistent), or None."""
+        with store_errors("GetItem"):
+            response = self._db.get_item(
+                TableName=self._ledger,
+                Key=serialize_item({"accountId": account_id, "entryId": entry_id}),
+                ConsistentRead=True,
+            )
+        item = response.get("Item")
+        return entry_from_item(deserialize_item(item)) if item else None
+
     def list_ledger(self, account_id: str, start: datetime | None, end: datetime | None) -> list[LedgerEntry]:
         """Entries with ``start <= at < end``, newest first, through the ``byTime`` index."""
         entries = [
