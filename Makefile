@@ -127,9 +127,9 @@ PARALLEL := -n $(PYTEST_WORKERS) --dist loadgroup
 SIDE_BY_SIDE := $(MAKE) --no-print-directory -j4
 
 ## Lint and type-check beside every test tier: unit, sdk, integration (moto), infra (CDK), e2e (local stack).
-test: $(STAMP) sandbox-tools browser-tools
+test: $(STAMP) sandbox-tools
 	$(SIDE_BY_SIDE) lint test-tiers
-test-tiers: node_modules/.installed $(LAMBDA_BUNDLE) $(CHECKOV) $(COMPILED) $(CONSOLE) console-test | $(STAMP)
+test-tiers: node_modules/.installed $(LAMBDA_BUNDLE) $(CHECKOV) $(COMPILED) $(CONSOLE) console-test browser-tools | $(STAMP)
 	$(BIN)/python -m pytest tests $(PARALLEL)
 
 ## The inner loop, in under 5 minutes: lint beside the unit, sdk and integration tests but the slow ones.
