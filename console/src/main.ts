@@ -5,10 +5,13 @@ import "./style.css";
 import { ApiError, call, FINAL, type Job, query, signIn, signOut, token } from "./api";
 import { h, replace } from "./dom";
 import { childCounts, logText, optionalNumber, resultText, timeline } from "./format";
+import { finishSignIn, loadSignInConfig, type SignInConfig, startSignIn } from "./signin";
 
 const main = document.getElementById("main") as HTMLElement;
 const nav = document.getElementById("nav") as HTMLElement;
 let stopPolling: (() => void) | null = null;
+let signInConfig: SignInConfig = { signIn: "token" };
+let signInFailure: unknown = null;
 
 function errorText(error: unknown): string {
   if (error instanceof ApiError) return `${error.code}: ${error.message}`;
@@ -40,6 +43,16 @@ function renderNav(): void {
 
 // -- sign in ---------------------------------------------------------------------------------------------
 function signInPage(): void {
+  if (signInConfig.signIn === "cognito") {
+    const button = h(
+      "button",
+      { type: "button", onclick: () => void startSignIn(signInConfig, (url) => window.location.assign(url)) },
+      "Sign in",
+    );
+    page("Sign in", h("p", {}, "Sign in with your remote-batch account."), h("p", {}, button));
+    if (signInFailure) showError(main, signInFailure);
+    return;
+  }
   const tokenField = h("input", { id: "token", type: "password", autocomplete: "off", required: true });
   const accountField = h("input", { id: "account", type: "text", autocomplete: "off" });
   const form = h(
@@ -373,5 +386,22 @@ async function route(): Promise<void> {
   return jobsPage(params);
 }
 
-window.addEventListener("hashchange", () => void route());
-void route();
+// In the cloud the managed login comes back to /console/?code=...&state=...: exchanged once, then the query
+// leaves the address bar (a reload must not replay a spent code).
+async function start(): Promise<void> {
+  try {
+    signInConfig = await loadSignInConfig();
+    if (signInConfig.signIn === "cognito" && window.location.search) {
+      const idToken = await finishSignIn(signInConfig, window.location.search);
+      if (idToken) signIn(idToken, "");
+      window.history.replaceState(null, "", `${window.location.pathname}#/jobs`);
+    }
+  } catch (error) {
+    signInFailure = error;
+    window.history.replaceState(null, "", `${window.location.pathname}#/signin`);
+  }
+  window.addEventListener("hashchange", () => void route());
+  await route();
+}
+
+void start();
