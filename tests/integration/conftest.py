@@ -185,7 +185,8 @@ def make_settings() -> Settings:
 
 
 class ReusedClients(boto3.Session):
-    """A boto3 session that makes each client (service, region, config) once per test process.
+    """A boto3 session that makes each client (service, region, config, ``AWS_*`` environment) once per
+    test process.
 
     A botocore client is about 10 ms to make and holds no AWS state of its own (moto's stubber, a
     built-in handler, answers it whenever a mock is on), while every ``moto_stack`` made the same six
@@ -196,14 +197,17 @@ class ReusedClients(boto3.Session):
 
     def __init__(self) -> None:
         super().__init__()
-        self._clients: dict[tuple[str, str | None, object], tuple[Any, Any]] = {}
+        self._clients: dict[tuple[str, str | None, object, tuple[tuple[str, str], ...]], tuple[Any, Any]] = {}
 
     def client(  # type: ignore[override]
         self, service_name: str, region_name: str | None = None, config: Any = None, **kwargs: Any
     ) -> Any:
         if kwargs:
             return super().client(service_name, region_name=region_name, config=config, **kwargs)  # type: ignore[call-overload]
-        key = (service_name, region_name, config)
+        # A client takes its endpoint, credentials and region from the environment when it is made: a test
+        # that points AWS_ENDPOINT_URL at a local stack must not leave a client that calls it.
+        aws_environment = tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("AWS_")))
+        key = (service_name, region_name, config, aws_environment)
         made = self._clients.get(key)
         if made is None:
             client = super().client(service_name, region_name=region_name, config=config)  # type: ignore[call-overload]
