@@ -120,7 +120,7 @@ def queued_spans(parent: Job, span_size: int) -> tuple[QueuedSpan, ...]:
     """Every span of an array that takes no quota (on a dedicated compute), ``Admitted``, in order."""
     return tuple(
         QueuedSpan(span.offset, span.count, DispatchState.ADMITTED)
-        for span in plan_spans(parent.array_size or 0, span_size)
+        for span in plan_spans(parent.array_children, span_size)
     )
 
 
