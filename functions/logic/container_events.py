@@ -48,6 +48,7 @@ from functions.logic import waits
 from functions.logic.array_events import stop_at_cap
 from functions.logic.array_results import finish_array
 from functions.logic.container_reports import read_container
+from functions.logic.unclaimed_items import end_unclaimed
 from functions.ports import Services
 
 logger = Logger(child=True)
@@ -252,11 +253,19 @@ def settle_container_end(
         break
     else:
         raise DependencyFailed(f"job {parent.job_id} kept changing; the container's end will be retried")
+    return _after_settlement(services, parent, records, now)
+
+
+def _after_settlement(services: Services, parent: Job, records: list[Job], now: datetime) -> Job:
+    """After a container's items were written: stop the array at its cap (its other containers
+    would run for nothing), start it if ``Queued``, end the items no container claimed once every
+    container was settled (``unclaimed_items.end_unclaimed``), finish it when every item is final."""
     fresh = services.store.get_job(parent.job_id) or parent
-    # An array whose settled charges reached its cap stops (its other containers would run for nothing).
     stop_at_cap(services, fresh, now)
     if fresh.status == JobStatus.QUEUED and records:
         services.store.start_array(fresh.job_id, min(r.started_at for r in records if r.started_at), now)
+        fresh = services.store.get_job(parent.job_id) or fresh
+    if end_unclaimed(services, fresh, now):
         fresh = services.store.get_job(parent.job_id) or fresh
     finished = finish_array(services, fresh, now)
     waits.settle_dependents(services, finished, now)

@@ -14,16 +14,19 @@ import pytest
 
 from functions.domain.arrays import visible_counts
 from functions.domain.errors import ValidationFailed
-from functions.domain.jobs import BatchJobState, Job, PayloadKind
+from functions.domain.jobs import ABORTED_BY_USER, BatchJobState, Job, PayloadKind
 from functions.domain.machine_classes import GeoZone
+from functions.domain.quotas import Family, QuotaKey, QuotaLimits
 from functions.domain.status import JobStatus
 from functions.logic import arrays, queries
 from functions.logic.container_events import container_entry_id
-from functions.logic.submission import JobRequest
+from functions.logic.submission import JobRequest, abort_job
+from functions.logic.unclaimed_items import NO_CONTAINER_LEFT
 from tests.events import batch_event
 
 US = GeoZone.UNITED_STATES
 T0 = 1_764_436_800_000  # 2025-11-29T17:20:00Z
+OOM = "OutOfMemoryError: Container killed due to memory usage"
 
 
 @pytest.fixture(autouse=True)
@@ -194,3 +197,115 @@ def test_a_parallelism_above_the_items_runs_a_container_per_item(stack):
     assert parent.array_containers == 3
     [submission] = stack.batch[US].submissions
     assert (submission.array_size, submission.environment["REMOTE_BATCH_ARRAY_CONTAINERS"]) == (3, "3")
+
+
+def failed_event(parent: Job, container: str, start_s: int, stop_s: int, reason: str) -> Any:
+    """A container's FAILED event (killed: exit 137) with ``reason``."""
+    return batch_event(
+        parent.job_id,
+        container,
+        "FAILED",
+        created_at=T0,
+        started_at=T0 + start_s * 1000,
+        stopped_at=T0 + stop_s * 1000,
+        exit_code=137,
+        status_reason=reason,
+        log_stream_name=f"remote-batch/default/{container}",
+        array_index=int(container.rsplit(":", 1)[1]),
+    )
+
+
+def item_outcomes(stack: Any, parent: Job) -> list[tuple[JobStatus, str | None]]:
+    items = stack.services.store.get_jobs([f"{parent.job_id}:{i}" for i in range(parent.array_size or 0)])
+    return [(i.status, i.status_reason) for i in sorted(items, key=lambda i: i.array_index)]
+
+
+def test_items_no_container_claimed_end_once_every_container_ended_and_the_array_finishes(stack):
+    parent = submit(stack, 5, parallelism=2)
+    a, b = f"{parent.array_spans[0]}:0", f"{parent.array_spans[0]}:1"
+    ran(stack, parent, a, 0, 10, 10)
+    stack.deliver(container_event(parent, a, "SUCCEEDED", 10, 30))
+    ran(stack, parent, b, 1, 10, 10)
+    claim = f"outputs/{parent.job_id}/claims/3"
+    stack.services.zones[US].blobs.put(claim, b.encode(), "application/json")  # b died holding item 3
+    stack.deliver(failed_event(parent, b, 10, 50, OOM))
+    stack.deliver(failed_event(parent, b, 10, 50, OOM))  # a replay changes nothing
+
+    done = stack.services.store.get_job(parent.job_id)
+    assert done.status == JobStatus.TERMINATED
+    assert visible_counts(done.child_status_counts) == {"Succeeded": 2, "Terminated": 3}
+    assert item_outcomes(stack, parent) == [
+        (JobStatus.SUCCEEDED, None),
+        (JobStatus.SUCCEEDED, None),
+        (JobStatus.TERMINATED, NO_CONTAINER_LEFT),
+        (JobStatus.TERMINATED, OOM),
+        (JobStatus.TERMINATED, NO_CONTAINER_LEFT),
+    ]
+    assert charges(stack) == {
+        container_entry_id(parent.job_id, a): Decimal("1.0000"),
+        container_entry_id(parent.job_id, b): Decimal("1.0000"),
+    }
+    # Only the items that ran share the containers' charges; the unclaimed ones cost nothing.
+    assert item_credits(stack, parent) == [Decimal(c) for c in ("1.0000", "0.2500", "0", "0.7500", "0")]
+    assert done.credits_spent == Decimal("2.0000")
+
+
+def test_an_abort_in_the_middle_ends_the_held_and_the_unclaimed_items_with_its_reason(stack):
+    parent = submit(stack, 4, parallelism=2)
+    span = parent.array_spans[0]
+    a, b = f"{span}:0", f"{span}:1"
+    stack.deliver(container_event(parent, a, "RUNNING", 10))
+    ran(stack, parent, a, 0, 10, 20)
+    ran(stack, parent, b, 1, 10, 20)
+    stack.services.zones[US].blobs.put(f"outputs/{parent.job_id}/claims/2", a.encode(), "application/json")
+
+    abort_job(stack.services, "dev", parent.job_id)
+    assert [t[0] for t in stack.batch[US].terminations] == [span]
+    stack.deliver(failed_event(parent, a, 10, 100, ABORTED_BY_USER))  # 90 s: 1.5 credits, 20:70
+    stack.deliver(failed_event(parent, b, 10, 40, ABORTED_BY_USER))  # 30 s: the 60-s minimum, 1
+
+    done = stack.services.store.get_job(parent.job_id)
+    assert (done.status, done.status_reason) == (JobStatus.TERMINATED, ABORTED_BY_USER)
+    assert item_outcomes(stack, parent) == [
+        (JobStatus.SUCCEEDED, None),
+        (JobStatus.SUCCEEDED, None),
+        (JobStatus.TERMINATED, ABORTED_BY_USER),
+        (JobStatus.TERMINATED, ABORTED_BY_USER),
+    ]
+    assert item_credits(stack, parent) == [Decimal(c) for c in ("0.3333", "1.0000", "1.1667", "0")]
+    assert done.credits_spent == Decimal("2.5000") == sum(charges(stack).values())
+    assert stack.balance("dev") == Decimal("9997.5000")
+
+
+def test_aborting_with_containers_held_for_quota_withdraws_them_and_ends_every_unclaimed_item(stack):
+    key = QuotaKey(Family.BASIC, US)
+    stack.services.store.put_quota_limits("dev", QuotaLimits({key: 2}))
+    parent = submit(stack, 8, parallelism=4)
+    [submission] = stack.batch[US].submissions
+    assert (submission.array_size, submission.environment["REMOTE_BATCH_ARRAY_CONTAINERS"]) == (2, "4")
+    span = parent.array_spans[0]
+    a, b = f"{span}:0", f"{span}:1"
+    ran(stack, parent, a, 0, 10, 20)
+    stack.services.zones[US].blobs.put(f"outputs/{parent.job_id}/claims/1", b.encode(), "application/json")
+
+    abort_job(stack.services, "dev", parent.job_id)
+    withdrawn = stack.services.store.get_job(parent.job_id)
+    # The two held containers are withdrawn; no item ends while a and b may still claim one.
+    assert withdrawn.array_containers_settled == frozenset({2, 3})
+    assert visible_counts(withdrawn.child_status_counts) == {"Queued": 8}
+    assert stack.services.store.list_held_jobs("dev") == []
+    stack.deliver(failed_event(parent, a, 10, 40, ABORTED_BY_USER))
+    stack.deliver(failed_event(parent, b, 10, 40, ABORTED_BY_USER))
+
+    done = stack.services.store.get_job(parent.job_id)
+    assert (done.status, done.status_reason) == (JobStatus.TERMINATED, ABORTED_BY_USER)
+    assert (
+        item_outcomes(stack, parent)
+        == [(JobStatus.SUCCEEDED, None)] + [(JobStatus.TERMINATED, ABORTED_BY_USER)] * 7
+    )
+    assert stack.services.store.get_quota_usage("dev").used(key) == 0
+    assert charges(stack) == {
+        container_entry_id(parent.job_id, a): Decimal("1.0000"),
+        container_entry_id(parent.job_id, b): Decimal("1.0000"),
+    }
+    assert done.credits_spent == Decimal("2.0000") == sum(item_credits(stack, parent))
