@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from functions.domain.arrays import visible_counts
+from functions.domain.dependencies import Dependency, DependencyMode
 from functions.domain.errors import ValidationFailed
 from functions.domain.jobs import ABORTED_BY_USER, BatchJobState, Job, PayloadKind
 from functions.domain.machine_classes import GeoZone
@@ -309,3 +310,36 @@ def test_aborting_with_containers_held_for_quota_withdraws_them_and_ends_every_u
         container_entry_id(parent.job_id, b): Decimal("1.0000"),
     }
     assert done.credits_spent == Decimal("2.0000") == sum(item_credits(stack, parent))
+
+
+def test_parallelism_and_a_per_item_dependency_are_refused_either_way_round(stack):
+    whole = submit(stack, 3, parallelism=None)
+    per_item = (Dependency(whole.job_id, mode=DependencyMode.PER_ITEM),)
+    with pytest.raises(ValidationFailed) as on_child:
+        arrays.submit(
+            stack.services,
+            "dev",
+            JobRequest(
+                payload_kind=PayloadKind.CODE,
+                payload="item",
+                array_items=[1, 2, 3],
+                parallelism=2,
+                depends_on=per_item,
+            ),
+            stack.clock(),
+        )
+    assert on_child.value.field == "parallelism"
+    containers = submit(stack, 3, parallelism=2)
+    with pytest.raises(ValidationFailed) as on_parent:
+        arrays.submit(
+            stack.services,
+            "dev",
+            JobRequest(
+                payload_kind=PayloadKind.CODE,
+                payload="item",
+                array_items=[1, 2, 3],
+                depends_on=(Dependency(containers.job_id, mode=DependencyMode.PER_ITEM),),
+            ),
+            stack.clock(),
+        )
+    assert "parallelism" in on_parent.value.message
