@@ -13,7 +13,7 @@ LAMBDA_LOCKS := functions/requirements.lock functions/runtime.lock
 LAMBDA_CONSTRAINTS := build/lambda/constraints.txt
 LAMBDA_BUNDLE := build/lambda/.built
 
-.PHONY: dev venv test test-tiers check check-tiers lint unit integration sdk infra bundle e2e synth format clean bench lock lambda-bundle instance-offerings sandbox-tools mutation openapi checkov deploy-console
+.PHONY: dev venv test test-tiers check check-tiers lint unit integration sdk infra bundle e2e synth format clean bench lock lambda-bundle instance-offerings sandbox-tools mutation openapi checkov deploy-console console console-test browser-tools
 
 # The lock's pins without hashes, for `pip install -c` (stdlib-only script: runs before the venv exists).
 $(LAMBDA_CONSTRAINTS): functions/requirements.lock infra/lambda_bundle.py
@@ -68,6 +68,22 @@ node_modules/.installed: package.json
 	npm install --no-audit --no-fund --silent
 	touch node_modules/.installed
 
+## The web console (console/: TypeScript, bundled by Vite, pinned by console/package-lock.json) built into
+## build/console (what deploy-console uploads), which the local stack serves at /console/ (docs/console.md); `make console-test` runs its
+## unit tests (Vitest, in jsdom), part of `make test`.
+CONSOLE := build/.console-built
+CONSOLE_NPM := console/node_modules/.installed
+CONSOLE_SOURCES := $(wildcard console/src/*) console/index.html console/vite.config.ts console/tsconfig.json
+console: $(CONSOLE)
+$(CONSOLE_NPM): console/package.json console/package-lock.json
+	cd console && npm ci --no-audit --no-fund --silent
+	touch $(CONSOLE_NPM)
+$(CONSOLE): $(CONSOLE_NPM) $(CONSOLE_SOURCES)
+	cd console && npm run --silent build
+	touch $(CONSOLE)
+console-test: $(CONSOLE_NPM)
+	cd console && npx vitest run
+
 ## What `cdk deploy` needs, and nothing else runs: .venv (the CDK app, cdk-nag), node_modules (the CDK CLI)
 ## and the Lambda layer built from the lock.
 venv: $(STAMP) node_modules/.installed $(LAMBDA_BUNDLE)
@@ -83,8 +99,20 @@ sandbox-tools:
 	      "Install it (Debian/Ubuntu: sudo apt-get install bubblewrap; Fedora: sudo dnf install bubblewrap)." >&2; \
 	  fi; }
 
+## The console's browser tests (tests/e2e/test_console.py) drive Debian's Chromium with Playwright (no
+## browser download of Playwright's own): install chromium where it is missing, as sandbox-tools does
+## bubblewrap; elsewhere the test is skipped, and this says so.
+browser-tools:
+	@command -v chromium >/dev/null || command -v chromium-browser >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	  else \
+	    echo "WARNING: chromium is missing: the console's browser tests will be skipped." \
+	      "Install it (Debian/Ubuntu: sudo apt-get install chromium)." >&2; \
+	  fi; }
+
 ## Start the whole service on this machine (moto + local Batch executor) at 127.0.0.1:8787.
-dev: $(STAMP) $(COMPILED) sandbox-tools
+dev: $(STAMP) $(COMPILED) $(CONSOLE) sandbox-tools
 	$(BIN)/python -m remote_batch_local
 
 # `make test` and `make check` run pytest on every core (pytest-xdist; `make test PYTEST_WORKERS=1` runs
@@ -101,7 +129,7 @@ SIDE_BY_SIDE := $(MAKE) --no-print-directory -j4
 ## Lint and type-check beside every test tier: unit, sdk, integration (moto), infra (CDK), e2e (local stack).
 test: $(STAMP) sandbox-tools
 	$(SIDE_BY_SIDE) lint test-tiers
-test-tiers: node_modules/.installed $(LAMBDA_BUNDLE) $(CHECKOV) $(COMPILED) | $(STAMP)
+test-tiers: node_modules/.installed $(LAMBDA_BUNDLE) $(CHECKOV) $(COMPILED) $(CONSOLE) console-test browser-tools | $(STAMP)
 	$(BIN)/python -m pytest tests $(PARALLEL)
 
 ## The inner loop, in under 5 minutes: lint beside the unit, sdk and integration tests but the slow ones.
@@ -132,7 +160,7 @@ infra: $(STAMP) node_modules/.installed $(LAMBDA_BUNDLE) $(CHECKOV)
 ## The deployed-bundle tests alone (each handler run on the synthesized assets in a fresh interpreter).
 bundle: $(STAMP) node_modules/.installed $(LAMBDA_BUNDLE)
 	$(BIN)/python -m pytest tests/infra -m bundle -v
-e2e: $(STAMP) $(COMPILED) sandbox-tools
+e2e: $(STAMP) $(COMPILED) $(CONSOLE) sandbox-tools browser-tools
 	$(BIN)/python -m pytest tests/e2e
 
 ## Mutation run over the money code (mutmut, [tool.mutmut] in pyproject.toml; not part of `make test`):
@@ -156,7 +184,7 @@ openapi: $(STAMP)
 
 ## After `cdk deploy`: upload the built web console (build/console) to the console bucket with its sign-in
 ## config, and invalidate the distribution's /console/* (infra/console_upload.py; `STACK=` another stack).
-deploy-console: $(STAMP)
+deploy-console: $(STAMP) $(CONSOLE)
 	$(BIN)/python -m infra.console_upload $(if $(STACK),--stack $(STACK))
 
 ## Synthesize the CDK app offline into cdk.out/.
@@ -173,7 +201,7 @@ bench: $(STAMP)
 	$(BIN)/python -m benchmarks $(if $(BASELINE),--baseline $(BASELINE)) $(if $(ALL),--all)
 
 clean:
-	rm -rf $(VENV) node_modules cdk.out build .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) node_modules console/node_modules cdk.out build .pytest_cache .mypy_cache .ruff_cache
 
 ## Regenerate infra/instance_offerings.json (which region offers the compute pools' instance types)
 ## from moto's EC2 instance-type offerings, after changing a pool in infra/constants.py.

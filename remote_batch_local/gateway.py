@@ -31,6 +31,7 @@ from functions.domain.limits import BODY_TOO_LARGE_MESSAGE, BODY_WITHOUT_LENGTH_
 from functions.domain.rate_limits import RATE_LIMITED_CODE, RATE_LIMITED_MESSAGE, retry_after_header
 from functions.domain.roles import Role, denial_message, holds
 from remote_batch_local.accounts import LocalAccounts, parse_new_account
+from remote_batch_local.console import ConsoleFiles
 from remote_batch_local.http_errors import HEADER_LINES
 from remote_batch_local.lambda_context import LOCAL_ACCOUNT_ID
 from remote_batch_local.rate_limit import AccountRateLimiter
@@ -186,6 +187,8 @@ class ApiGateway:
         Each account's request rate (429 ``RateLimited`` with ``Retry-After`` past it); None: no limit.
     dispatch_stats : Callable[[], dict] | None
         The dispatch queue's and the Batch gateway's SubmitJob numbers (``GET /local/dispatch``).
+    console : ConsoleFiles | None
+        The web console's files (``/console/``, ``/docs/assets/``), served without a token; None: not served.
     disk : StateDisk | None
         The home's filesystem. While it refuses writes (full, read-only), a request that may write
         (any method but GET, HEAD, OPTIONS) is answered 503 ``ServiceUnavailable`` before anything is
@@ -205,7 +208,9 @@ class ApiGateway:
         limiter: AccountRateLimiter | None = None,
         dispatch_stats: Callable[[], dict[str, Any]] | None = None,
         disk: StateDisk | None = None,
+        console: ConsoleFiles | None = None,
     ) -> None:
+        self._console = console
         self._dispatch_stats = dispatch_stats
         self._disk = disk
         self._tokens = tokens
@@ -278,6 +283,8 @@ class ApiGateway:
 
     # -- API Gateway's part --------------------------------------------------------------------------
     def _handle(self, request: Request) -> Response:
+        if self._console is not None and self._console.serves(request.path):
+            return self._console.answer(request)
         if request.path == HEALTH_PATH and self._disk is not None:
             status = self._disk.status()
             if status is not None:

@@ -37,6 +37,7 @@ from functions.settings import Settings
 from remote_batch_local.accounts import LocalAccounts
 from remote_batch_local.bus import DELIVERY_WORKERS, EventBus, matches_rule
 from remote_batch_local.config import LocalConfig
+from remote_batch_local.console import ConsoleFiles
 from remote_batch_local.dispatch_queue import LocalDispatchQueue
 from remote_batch_local.environments import LocalEnvironmentBuilder
 from remote_batch_local.executor import AcceptedJobs, LocalBatchExecutor, LocalBatchGateway
@@ -293,6 +294,7 @@ class LocalStack:
             limiter=AccountRateLimiter(config.rate_limit, config.rate_burst),
             dispatch_stats=self._dispatch_numbers,
             disk=self._disk,
+            console=ConsoleFiles(),
         )
         # Binding listens at once, but nothing is answered before serve_forever: a request that
         # arrives meanwhile waits, and credentials.json names the bound port before the first answer.
