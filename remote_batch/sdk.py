@@ -367,23 +367,27 @@ def map(
     fn_or_code: Callable[..., Any] | str,
     items: Iterable[Any],
     *,
+    parallelism: int | None = None,
     client: Client | None = None,
     **options: Unpack[JobOptions],
 ) -> Job:
     """One array job with a child per item (docs/http-api.md ``arrayItems``); ``job.result()`` is the list of
-    the
-    children's results in ``items``' order.
+    the children's results in ``items``' order.
 
     ``fn_or_code`` is a function (called as ``fn(item)``) or code (run with the name ``item`` bound).
     Items are JSON values. Up to 10,000 (and a body under 5 MiB) go inline; more go as a JSON Lines
-    upload (``POST /jobs/uploads``, then ``arrayItemsKey``), up to 100,000. Options and errors as
-    ``submit``; ``ValueError`` for no items.
+    upload (``POST /jobs/uploads``, then ``arrayItemsKey``), up to 100,000. ``parallelism``
+    (1..10,000) runs the items on that many containers that each take items until none is left
+    (``parallelism`` in docs/http-api.md: charged per container); None, a container per item.
+    Options and errors as ``submit``; ``ValueError`` for no items.
     """
     values = list(items)
     if not values:
         raise ValueError("map needs at least one item")
     api = _client(client)
     body = _job_body(api, fn_or_code, (), None, options)
+    if parallelism is not None:
+        body["parallelism"] = parallelism
     inline = json.dumps(values, default=to_json_number).encode()
     if (
         len(values) <= INLINE_ARRAY_ITEMS

@@ -120,7 +120,7 @@ def queued_spans(parent: Job, span_size: int) -> tuple[QueuedSpan, ...]:
     """Every span of an array that takes no quota (on a dedicated compute), ``Admitted``, in order."""
     return tuple(
         QueuedSpan(span.offset, span.count, DispatchState.ADMITTED)
-        for span in plan_spans(parent.array_size or 0, span_size)
+        for span in plan_spans(parent.array_children, span_size)
     )
 
 
@@ -136,7 +136,11 @@ def span_ids(parent: Job) -> list[str]:
 def withdrawn_reason(parent: Job, index: int) -> str | None:
     """The reason a child of ``parent`` ended without ever reaching AWS Batch (``Job.array_withdrawn``:
     an abort, a cap, a span AWS Batch refused; ``Job.array_ended_items``: its ``perItem`` parent's
-    item did not succeed), or None when it was not withdrawn."""
+    item did not succeed), or None when it was not withdrawn. An array whose containers take many
+    items withdraws containers, not items (its items each get a record: ``logic.unclaimed_items``):
+    None."""
+    if parent.array_containers is not None:
+        return None
     if index in parent.array_ended_items and parent.per_item_parent is not None:
         return item_unmet_reason(child_job_id(parent.per_item_parent, index), JobStatus.TERMINATED)
     for withdrawn in parent.array_withdrawn:
@@ -149,7 +153,7 @@ def unsent_runs(parent: Job) -> list[tuple[int, int]]:
     """(offset, count) runs of the children of ``parent`` not in a span yet, in order: from
     ``array_admitted`` on for an array admitted from the front; for a ``perItem`` array every item
     neither admitted (the first ``array_admitted`` of ``array_released``) nor ended."""
-    size = parent.array_size or 0
+    size = parent.array_children
     if parent.per_item_parent is None:
         return [(parent.array_admitted, size - parent.array_admitted)] if parent.array_admitted < size else []
     sent = set(parent.array_released[: parent.array_admitted]) | parent.array_ended_items

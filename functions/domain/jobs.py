@@ -237,6 +237,10 @@ class Job:
     array_ended_items : frozenset[int]
         Such an array's items ended because their parent's item did not succeed (each also in
         ``array_withdrawn``).
+    array_containers : int | None
+        An ``Array`` whose containers take many items (``parallelism``): how many containers (AWS
+        Batch array children, 1..``array_size``) run its items (``worker.item_loop``); its spans, its
+        admission and its quota count containers (``array_children``). None: one item per container.
     array_containers_settled : frozenset[int]
         An array whose containers take many items: the containers (global array-child indexes)
         whose end was settled (``functions.logic.container_events``), each once.
@@ -307,12 +311,20 @@ class Job:
     item_dependents: tuple[str, ...] = ()
     array_released: tuple[int, ...] = ()
     array_ended_items: frozenset[int] = frozenset()
+    array_containers: int | None = None
     array_containers_settled: frozenset[int] = frozenset()
 
     @property
     def per_item_parent(self) -> str | None:
         """The array whose items release this array's items one by one (``dependsOn`` ``perItem``)."""
         return next((d.job_id for d in self.depends_on if d.mode is DependencyMode.PER_ITEM), None)
+
+    @property
+    def array_children(self) -> int:
+        """An ``Array``'s AWS Batch array children: its containers (``array_containers``) when they
+        take many items, else its items (``array_size``); 0 for a job that is no array. What its
+        spans, admission and quota count."""
+        return self.array_containers or self.array_size or 0
 
     @property
     def is_waiting(self) -> bool:

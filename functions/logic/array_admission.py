@@ -87,7 +87,7 @@ def admit_spans(  # noqa: PLR0911 - one return per SpanAdmission outcome and pat
         return SpanAdmission.RACED
     if parent.per_item_parent is not None:
         return _admit_items(services, account_id, held, parent, plan, limits, admitted, refresh_reason)
-    size = parent.array_size or 0
+    size = parent.array_children
     if size - parent.array_admitted != held.children:
         return SpanAdmission.RACED  # read before another writer's span
     current = held

@@ -124,7 +124,9 @@ def _children(services: Services, parent: Job) -> list[Job]:
         c.array_index: c
         for c in services.store.get_jobs([child_job_id(parent.job_id, i) for i in range(size)])
     }
-    for withdrawn in parent.array_withdrawn:
+    # An array whose containers take many items withdraws containers: its items all have records.
+    withdrawn_items = () if parent.array_containers is not None else parent.array_withdrawn
+    for withdrawn in withdrawn_items:
         for index in range(withdrawn.offset, withdrawn.offset + withdrawn.count):
             stored.setdefault(index, child_template(parent, index))
     for index in parent.array_ended_items:

@@ -54,6 +54,9 @@ from functions.ports import Services
 
 logger = Logger(child=True)
 
+#: Most containers an array's items run on (``parallelism``): AWS Batch's largest array job.
+MAX_PARALLELISM = 10_000
+
 #: Children read per ``GET /jobs/{jobId}/children`` request at most (10 consistent BatchGetItem calls).
 MAX_CHILDREN_SCANNED = 1_000
 
@@ -112,13 +115,16 @@ def submit_array(services: Services, account_id: str, request: JobRequest, now: 
     zone = prepared.zone
     if prepared.per_item_size is not None:
         _check_per_item(request, prepared, size)
+    containers = _containers(request, prepared, size)
     quota = None
     if prepared.compute is None:
         # One child's demand: an array is admitted a span at a time, so only a child that could never
         # fit is refused.
         quota = quotas.check_submit(services, account_id, prepared.machine, zone)
     prepared = with_inline_environment(services, account_id, prepared, now)
-    parent = new_job(account_id, request, prepared, now, array_size=size)
+    parent = replace(
+        new_job(account_id, request, prepared, now, array_size=size), array_containers=containers
+    )
     zone_services = services.zones[zone]
     inputs = f"inputs/{parent.job_id}/"
     items_data, index_data = encode_items(items)
@@ -172,7 +178,10 @@ def _store_array(
     if quota is None:
         spans = queued_spans(parent, services.array_span_size)
         admitted = replace(
-            parent, dispatch_state=DispatchState.ADMITTED, array_admitted=size, array_queue=spans
+            parent,
+            dispatch_state=DispatchState.ADMITTED,
+            array_admitted=parent.array_children,
+            array_queue=spans,
         )
         services.store.create_job(admitted)
         return admitted
@@ -207,6 +216,27 @@ def _go_on(
         # Stored and held (or queued): the account's next release or submit, or the meter's backstop
         # (``array_dispatch.nudge_array``), goes on with it.
         logger.exception("array admission deferred", job_id=parent.job_id)
+
+
+def _containers(request: JobRequest, prepared: PreparedSubmission, size: int) -> int | None:
+    """The containers an array of ``size`` items runs on: ``parallelism``, never more than its items;
+    None without it (a container per item).
+
+    Raises ``ValidationFailed`` (``field="parallelism"``): not in 1..``MAX_PARALLELISM``, or given
+    to an array depending on another per item (each of its items goes alone as its parent's ends).
+    """
+    if request.parallelism is None:
+        return None
+    if not 1 <= request.parallelism <= MAX_PARALLELISM:
+        raise ValidationFailed(
+            f"parallelism takes 1..{MAX_PARALLELISM} containers, not {request.parallelism}.",
+            field="parallelism",
+        )
+    if prepared.per_item_size is not None:
+        raise ValidationFailed(
+            "parallelism cannot be given to an array that depends on another per item.", field="parallelism"
+        )
+    return min(request.parallelism, size)
 
 
 def _check_per_item(request: JobRequest, prepared: PreparedSubmission, size: int) -> None:

@@ -28,6 +28,9 @@ CREDIT_TIMEOUT_MARGIN_SECONDS = 120
 IMAGE_PYTHON_VARIABLE = "REMOTE_BATCH_IMAGE_PYTHON"
 #: Environment variable of a span's container: the global index of the span's first item.
 ARRAY_OFFSET_VARIABLE = "REMOTE_BATCH_ARRAY_OFFSET"
+#: Environment variable of a span's container when the array's containers take many items
+#: (``Job.array_containers``): how many containers the array runs on (``worker.item_loop``).
+ARRAY_CONTAINERS_VARIABLE = "REMOTE_BATCH_ARRAY_CONTAINERS"
 
 
 def input_key(job_id: str) -> str:
@@ -130,14 +133,19 @@ def job_submission(services: Services, job: Job) -> BatchSubmission:
 
 def span_submission(services: Services, parent: Job, span: QueuedSpan) -> BatchSubmission:
     """The span's SubmitJob: an array job of ``span.count`` children (a plain job for one), named
-    ``span_job_name``, with ``REMOTE_BATCH_ARRAY_OFFSET``; a dedicated compute's job queue for an array
+    ``span_job_name``, with ``REMOTE_BATCH_ARRAY_OFFSET`` (and, for an array whose containers take
+    many items, ``REMOTE_BATCH_ARRAY_CONTAINERS``: then a child is a container and ``span.offset``
+    the global index of the span's first container); a dedicated compute's job queue for an array
     on one."""
+    environment = {ARRAY_OFFSET_VARIABLE: str(span.offset)}
+    if parent.array_containers is not None:
+        environment[ARRAY_CONTAINERS_VARIABLE] = str(parent.array_containers)
     return batch_submission(
         parent,
         machine_class(parent.machine_class),
         services.zones[parent.geo_zone],
         job_name=span_job_name(parent.job_id, span.offset),
-        environment={ARRAY_OFFSET_VARIABLE: str(span.offset)},
+        environment=environment,
         array_size=span.count if span.count >= 2 else None,
         job_queue=compute_job_queue(services, parent),
     )

@@ -24,8 +24,9 @@ DynamoDB requests for a container of k items: the parent and the account read, o
 90 items, then the array's start and finish (``finish_array`` reads its items 100 a request): well
 under 3 an item.
 
-The control plane does not route events here yet: no array is submitted with containers that take
-many items (``docs/architecture.md``, "Containers that take many items").
+Routing: ``apply_container_event`` takes every Batch event of such an array (``Job.array_containers``
+set; ``job_events`` sends it here instead of ``array_events.apply_array_event``, the meter's
+reconciliation too): a container's RUNNING starts the array, its end is settled here.
 """
 
 from __future__ import annotations
@@ -36,17 +37,18 @@ from decimal import Decimal
 
 from aws_lambda_powertools import Logger
 
-from functions.domain.arrays import child_template, remaining_cap
+from functions.domain.arrays import child_template, locate_array_event, remaining_cap
 from functions.domain.charged_time import AttemptTimes, Window, epoch_ms, final_attempt_times
 from functions.domain.credits import ZERO, Charge, settle_charge
 from functions.domain.errors import ConditionFailed, DependencyFailed, RecordMissing
 from functions.domain.item_reports import MAX_CONTAINER_ITEMS, ItemSettlement
-from functions.domain.jobs import BatchJobState, Job, LedgerEntry, LedgerKind, job_rate
+from functions.domain.jobs import BatchJobState, DispatchState, Job, LedgerEntry, LedgerKind, job_rate
 from functions.domain.status import JobStatus
 from functions.logic import waits
 from functions.logic.array_events import stop_at_cap
 from functions.logic.array_results import finish_array
 from functions.logic.container_reports import read_container
+from functions.logic.unclaimed_items import end_unclaimed
 from functions.ports import Services
 
 logger = Logger(child=True)
@@ -110,6 +112,38 @@ def _container_charge(
     cap = remaining_cap(parent.credit_constraint, parent.credits_settled)
     charge = settle_charge(life.running_ms, job_rate(parent), cap, account.credit_balance)
     return charge, None, account.credit_balance
+
+
+def apply_container_event(services: Services, parent: Job, state: BatchJobState, now: datetime) -> Job:
+    """Apply one Batch event of an array whose containers take many items (``parent.array_containers``).
+
+    A container's (``<span id>:<index>``; global index: its span's offset + its index in the span)
+    SUCCEEDED or FAILED is settled (``settle_container_end``); its RUNNING starts a ``Queued`` array
+    (``JobRepository.start_array``, conditional: a replay changes nothing); its earlier states record
+    nothing (its items have no record until it ended). A span's own event, and every event, ends
+    with the array finished when every item is final (``finish_array``).
+
+    Returns the parent after. Raises ``DependencyFailed`` (DynamoDB or S3 failed; the event is
+    delivered again).
+    """
+    located = locate_array_event(state.batch_job_id, state.job_name, state.array_index, state.array_size)
+    container = None if located is None else located.index
+    if container is not None and not 0 <= container < (parent.array_containers or 0):
+        logger.warning(
+            "event for a container outside its array ignored", job_id=parent.job_id, index=container
+        )
+        return parent
+    if container is not None and state.status in ("SUCCEEDED", "FAILED"):
+        return settle_container_end(services, parent, state, container, now)
+    if container is not None and state.status == "RUNNING" and parent.status == JobStatus.QUEUED:
+        started = _ms(state.started_at_ms) if state.started_at_ms is not None else now
+        # An array with containers still held keeps its quota reason while it runs.
+        held = parent.dispatch_state == DispatchState.HELD
+        services.store.start_array(parent.job_id, max(started, parent.submitted_at), now, keep_reason=held)
+    fresh = services.store.get_job(parent.job_id) or parent
+    finished = finish_array(services, fresh, now)
+    waits.settle_dependents(services, finished, now)
+    return finished
 
 
 def settle_container_end(
@@ -219,11 +253,19 @@ def settle_container_end(
         break
     else:
         raise DependencyFailed(f"job {parent.job_id} kept changing; the container's end will be retried")
+    return _after_settlement(services, parent, records, now)
+
+
+def _after_settlement(services: Services, parent: Job, records: list[Job], now: datetime) -> Job:
+    """After a container's items were written: stop the array at its cap (its other containers
+    would run for nothing), start it if ``Queued``, end the items no container claimed once every
+    container was settled (``unclaimed_items.end_unclaimed``), finish it when every item is final."""
     fresh = services.store.get_job(parent.job_id) or parent
-    # An array whose settled charges reached its cap stops (its other containers would run for nothing).
     stop_at_cap(services, fresh, now)
     if fresh.status == JobStatus.QUEUED and records:
         services.store.start_array(fresh.job_id, min(r.started_at for r in records if r.started_at), now)
+        fresh = services.store.get_job(parent.job_id) or fresh
+    if end_unclaimed(services, fresh, now):
         fresh = services.store.get_job(parent.job_id) or fresh
     finished = finish_array(services, fresh, now)
     waits.settle_dependents(services, finished, now)

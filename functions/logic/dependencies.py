@@ -95,6 +95,12 @@ def mark_parents(
             check_per_item_parent(
                 index, dependency.job_id, parent.array_size if parent.type is JobType.ARRAY else None
             )
+            if parent.array_containers is not None:
+                # Its items end a container at a time (``container_events``), not one event each.
+                raise ValidationFailed(
+                    f"{dependency.job_id} runs its items with parallelism; depend on it whole, not perItem.",
+                    field=field,
+                )
             per_item_size = parent.array_size
         elif parent.is_final:
             settled.add(parent.job_id)

@@ -32,6 +32,7 @@ from functions.logic.array_results import finish_array
 from functions.logic.dispatch_requests import request_admission
 from functions.logic.job_outcomes import final_charge
 from functions.logic.notifying import deliver_due_notifications
+from functions.logic.unclaimed_items import end_unclaimed
 from functions.ports import Services
 
 logger = Logger(child=True)
@@ -258,4 +259,7 @@ def withdraw_unsent(
     fresh = store.get_job(parent.job_id)
     if fresh is None:
         return parent
+    # Containers that take many items: once none is left to run, the items none claimed end.
+    if end_unclaimed(services, fresh, now):
+        fresh = store.get_job(parent.job_id) or fresh
     return finish_array(services, fresh, now)

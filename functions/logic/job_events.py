@@ -35,6 +35,7 @@ from functions.domain.presumed import presume_transition
 from functions.domain.status import FINAL_BATCH_STATUSES, is_known_batch_status
 from functions.logic import waits
 from functions.logic.array_events import apply_array_event
+from functions.logic.container_events import apply_container_event
 from functions.logic.dispatch_requests import admit_after_end
 from functions.logic.job_outcomes import discard_outputs, final_charge, final_outcome, log_corrections
 from functions.logic.notifying import deliver_due_notifications, status_claims
@@ -175,6 +176,8 @@ def _apply_from_read(
         known = None  # a lost race reads the job (and the account) again
         if job is None:
             return None
+        if job.type == JobType.ARRAY and job.array_containers is not None:
+            return apply_container_event(services, job, state, now)
         if job.type == JobType.ARRAY:
             return apply_array_event(services, job, state, now)
         if job_id != state.job_name or (job.batch_job_id and job.batch_job_id != state.batch_job_id):

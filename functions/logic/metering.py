@@ -390,6 +390,16 @@ def _reconcile(services: Services, job: Job, state: BatchJobState, now: datetime
     return applied
 
 
+def _reported_children(services: Services, parent: Job, offset: int, count: int) -> set[int | None]:
+    """The span's children (global indexes ``offset`` .. ``offset + count - 1``) whose events were
+    applied: an item's record each, or, for an array whose containers take many items, each container
+    settled (``Job.array_containers_settled``; a running one is asked again, which starts nothing twice)."""
+    if parent.array_containers is not None:
+        return {c for c in parent.array_containers_settled if offset <= c < offset + count}
+    children = services.store.get_jobs([child_job_id(parent.job_id, offset + i) for i in range(count)])
+    return {c.array_index for c in children}
+
+
 def _reconcile_array(services: Services, parent: Job, now: datetime) -> None:
     """A quiet array: children with a record are reconciled as jobs of their own (they are in the
     same index); here, the children that never had an event. Each span is described; a missing
@@ -408,10 +418,7 @@ def _reconcile_array(services: Services, parent: Job, now: datetime) -> None:
         located = parse_span_job_name(span.job_name)
         offset = located[1] if located else 0
         count = span.array_size or 1
-        seen = {
-            c.array_index
-            for c in services.store.get_jobs([child_job_id(parent.job_id, offset + i) for i in range(count)])
-        }
+        seen = _reported_children(services, parent, offset, count)
         missing = [i for i in range(count) if offset + i not in seen]
         ids = {f"{span_id}:{i}" if span.array_size else span_id: i for i in missing}
         found = {s.batch_job_id: s for s in batch.describe_jobs(list(ids), observed_ms)} if ids else {}

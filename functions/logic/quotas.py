@@ -149,7 +149,7 @@ def release_into_hold(services: Services, job: Job) -> Job | None:
         released = replace(job, dispatch_state=DispatchState.ADMITTED, status_reason=None, waiting_for=())
         if job.type == JobType.ARRAY:
             spans = queued_spans(released, services.array_span_size)
-            released = replace(released, array_admitted=job.array_size or 0, array_queue=spans)
+            released = replace(released, array_admitted=job.array_children, array_queue=spans)
         if not store.release_waiting_job(released):
             return None
         enqueue(services, span_ids(released) if job.type == JobType.ARRAY else [job.job_id])

@@ -73,7 +73,8 @@ class JobRequest:
     and ``payload_kind`` is None until submit reads it.
     ``time_constraint`` is seconds of Running time; ``credit_constraint`` credits. ``array_items``
     (inline) or ``array_items_key`` (an upload of JSON Lines) make it an array job
-    (``functions.logic.arrays``).
+    (``functions.logic.arrays``); ``parallelism`` (1..10,000, an array's only) runs its items on that
+    many containers that each take many items (``Job.array_containers``), None: a container per item.
     """
 
     payload_kind: PayloadKind | None
@@ -92,6 +93,7 @@ class JobRequest:
     environment: str | EnvironmentSpec | None = None
     array_items: list[Any] | None = None
     array_items_key: str | None = None
+    parallelism: int | None = None
     # The caller's dedicated compute to run on (``functions.logic.computes.compute_for_job``), and
     # whether ``machine_class`` was asked for (else the compute's class is the job's).
     compute: str | None = None

@@ -143,6 +143,31 @@ def test_a_map_of_item_squared_succeeds_and_charges_each_child_once(
     assert [j["jobId"] for j in listed] == [job["jobId"]], "GET /jobs lists parents only"
 
 
+def test_a_map_with_parallelism_2_runs_its_items_on_two_containers_charged_once_each(
+    array_stack: LocalStackProcess, array_admin: Client
+) -> None:
+    client = _account(array_stack, array_admin)
+    before = client.balance()
+    items = list(range(6))
+
+    job = client.submit({"code": "item + 1", "arrayItems": items, "parallelism": 2})
+    done = client.wait_status(job["jobId"], timeout=300)
+
+    assert done["status"] == "Succeeded", done
+    assert done["childStatusCounts"] == {"Succeeded": 6}, done
+    assert _result(client, job["jobId"])["result"] == [i + 1 for i in items]
+    children = _children(client, job["jobId"])
+    assert {c["status"] for c in children} == {"Succeeded"}
+    # One ledger entry per container that ran (the array's id on it): fewer Batch jobs than items.
+    charges = [credits for job_id, credits in _charges(client) if job_id == job["jobId"]]
+    assert 1 <= len(charges) <= 2 < len(items)
+    assert [job_id for job_id, _ in _charges(client)] == [job["jobId"]] * len(charges)
+    assert (
+        sum(_credits(c["creditsSpent"]) for c in children) == sum(charges) == _credits(done["creditsSpent"])
+    )
+    assert client.balance() == before - sum(charges)
+
+
 def test_a_child_that_raises_terminates_the_array_naming_its_index(
     array_stack: LocalStackProcess, array_admin: Client
 ) -> None:

@@ -115,6 +115,17 @@ def test_map_sends_items_inline_up_to_ten_thousand(httpserver: HTTPServer, api: 
     }
 
 
+def test_map_sends_its_parallelism(httpserver: HTTPServer, api: rb.Client) -> None:
+    recorder = Recorder(ok(job(type="Array", status="Queued", arraySize=3), 202))
+    httpserver.expect_request("/jobs", method="POST").respond_with_handler(recorder)
+    rb.map("item + 1", [1, 2, 3], parallelism=2)
+    assert json.loads(recorder.requests[0]["body"]) == {
+        "code": "item + 1",
+        "arrayItems": [1, 2, 3],
+        "parallelism": 2,
+    }
+
+
 def test_map_uploads_more_than_ten_thousand_items_as_json_lines(
     httpserver: HTTPServer, api: rb.Client
 ) -> None:

@@ -222,7 +222,7 @@ class ArraySpanRecords(QuotaRecords):
         Returns False, changing nothing, when the parent moved since it was read (the caller re-reads).
         ``RecordMissing`` is not raised: a gone parent is False too.
         """
-        size = parent.array_size or 0
+        size = parent.array_children
         unsent = unsent_runs(parent)
         ranges: list[dict[str, Any]] = [
             {"offset": s.offset, "count": s.count, "reason": reason} for s in spans
@@ -266,14 +266,27 @@ class ArraySpanRecords(QuotaRecords):
             values[f":st{i}"] = span.state.value
             conditions.append(f"arrayQueue.#o{i}.#state = :st{i}")
             removes.append(f"arrayQueue.#o{i}")
+        counts = "#c.#queued = #c.#queued - :ended, "
+        counts += "#c.#terminated = if_not_exists(#c.#terminated, :zero) + :ended, "
+        adds = ""
+        if parent.array_containers is not None:
+            # Containers that take many items: the withdrawn ones count as settled (they never run);
+            # the items they would have claimed end once every container is (``logic.unclaimed_items``).
+            counts = ""
+            del names["#queued"], names["#terminated"], names["#c"], values[":ended"], values[":zero"]
+            values[":containers"] = {
+                o + i for r in ranges for o in [int(r["offset"])] for i in range(int(r["count"]))
+            }
+            adds = " ADD arrayContainersSettled :containers"
         parent_update: dict[str, Any] = {
             "TableName": self._jobs,
             "Key": serialize_item({"jobId": parent.job_id}),
             "UpdateExpression": "SET arrayAdmitted = :size, "
             "arrayWithdrawn = list_append(if_not_exists(arrayWithdrawn, :none), :ranges), "
-            "#c.#queued = #c.#queued - :ended, "
-            "#c.#terminated = if_not_exists(#c.#terminated, :zero) + :ended, "
-            "dispatchState = :admitted, lastEventAt = :now REMOVE " + ", ".join(removes),
+            + counts
+            + "dispatchState = :admitted, lastEventAt = :now REMOVE "
+            + ", ".join(removes)
+            + adds,
             "ConditionExpression": " AND ".join(conditions),
             "ExpressionAttributeNames": names,
             "ExpressionAttributeValues": {k: serialize_value(v) for k, v in values.items()},

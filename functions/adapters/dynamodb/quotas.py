@@ -146,7 +146,7 @@ def limits_put(table: str, account_id: str, limits: QuotaLimits) -> TransactWrit
 
 def job_demand(job: Job) -> Demand:
     """What ``job`` holds while admitted (``quotas.demand_of`` of its class, zone and array size)."""
-    return demand_of(machine_class(job.machine_class), job.geo_zone, job.array_size)
+    return demand_of(machine_class(job.machine_class), job.geo_zone, job.array_children or None)
 
 
 def usage_counter_update(

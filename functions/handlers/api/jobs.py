@@ -105,6 +105,7 @@ def _job_request(body: SubmitJobBody, submitted_by: str | None = None) -> submis
         environment=_environment(body.environment),
         array_items=body.arrayItems,
         array_items_key=body.arrayItemsKey,
+        parallelism=body.parallelism,
         compute=body.compute,
         machine_class_given="machineClass" in body.model_fields_set,
         submitted_by=submitted_by,

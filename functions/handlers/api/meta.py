@@ -86,7 +86,8 @@ def estimate(
     for field in ("arrayItems", "arrayItemsKey"):
         if getattr(body, field) is not None:
             raise ValidationFailed(
-                "Estimate one child's run (without arrayItems): each child is charged as one job.",
+                "Estimate one charge of an array (without arrayItems): each item is charged as one job; "
+                "with parallelism each container is, once, for the items it ran one after another.",
                 field=field,
             )
     machine = machine_class(body.machineClass)

@@ -170,6 +170,16 @@ class SubmitJobBody(ApiModel):
         "`arrayIndex`, a pickle gets the item as its first argument, a command REMOTE_BATCH_ITEM_FILE "
         "and AWS_BATCH_JOB_ARRAY_INDEX.",
     )
+    parallelism: int | None = Field(
+        default=None,
+        ge=1,
+        le=10_000,
+        description="An array job: run its items on this many containers (at most one per item), each "
+        "taking the next unclaimed item until none is left, instead of a container per item. Each "
+        "container is charged once (its running time, the 60-second minimum once), split over the items "
+        "it ran by their own running time; an item whose container died holding it fails with that "
+        "reason; items no container claimed end Terminated, free.",
+    )
     compute: str | None = Field(
         default=None,
         min_length=2,

@@ -97,6 +97,12 @@ class EstimateBody(ApiModel):
     pythonVersion: Any = Field(default=None, description=_IGNORED)
     name: Any = Field(default=None, description=_IGNORED)
     notifications: Any = Field(default=None, description=_IGNORED)
+    parallelism: Any = Field(
+        default=None,
+        description="Ignored: an array is estimated a charge at a time. Without parallelism each item is "
+        "one charge (price one item's seconds); with it each container is one charge (price one "
+        "container's seconds: the items it runs one after another), split over its items.",
+    )
     arrayItems: Annotated[Any, WithJsonSchema(_NULL_ONLY)] = Field(default=None)
     arrayItemsKey: Annotated[Any, WithJsonSchema(_NULL_ONLY)] = Field(default=None)
 
