@@ -63,9 +63,14 @@ MAX_CHILDREN_SCANNED = 1_000
 
 def submit(services: Services, account_id: str, request: JobRequest, now: datetime) -> Job:
     """``POST /jobs``: an array job when the request has items (``submit_array``), else a single
-    job (``submission.submit_job``). Raises what those raise."""
+    job (``submission.submit_job``). Raises what those raise, and ``ValidationFailed``
+    (``field="parallelism"``) for ``parallelism`` without items."""
     if request.is_array:
         return submit_array(services, account_id, request, now)
+    if request.parallelism is not None:
+        raise ValidationFailed(
+            "parallelism is an array job's: give arrayItems or arrayItemsKey with it.", field="parallelism"
+        )
     return submit_job(services, account_id, request, now)
 
 

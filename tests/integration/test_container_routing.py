@@ -193,6 +193,31 @@ def test_a_parallelism_outside_one_to_ten_thousand_is_refused_and_nothing_is_sen
     assert stack.batch[US].submissions == []
 
 
+@pytest.mark.parametrize("parallelism", ["2", " 3 ", "2.0", True, 1.5, [2]])
+def test_a_parallelism_that_is_not_a_json_whole_number_is_a_400_naming_it(stack, parallelism):
+    status, body = stack.api(
+        "POST", "/jobs", body={"code": "item", "arrayItems": [1, 2, 3], "parallelism": parallelism}
+    )
+    assert status == 400, body
+    assert body["error"]["field"] == "parallelism"
+    assert stack.count_items("test-jobs") == 0
+
+
+def test_a_whole_float_parallelism_is_that_number_as_json_has_one_number_type(stack):
+    status, body = stack.api(
+        "POST", "/jobs", body={"code": "item", "arrayItems": [1, 2, 3], "parallelism": 2.0}
+    )
+    assert status == 202, body
+
+
+def test_parallelism_on_a_single_job_is_a_400_and_writes_nothing(stack):
+    status, body = stack.api("POST", "/jobs", body={"code": "1", "parallelism": 2})
+    assert (status, body["error"]["field"]) == (400, "parallelism"), body
+    assert "arrayItems" in body["error"]["message"]
+    assert stack.count_items("test-jobs") == 0
+    assert stack.batch[US].submissions == []
+
+
 def test_a_parallelism_above_the_items_runs_a_container_per_item(stack):
     parent = submit(stack, 3, parallelism=50)
     assert parent.array_containers == 3

@@ -170,7 +170,7 @@ class SubmitJobBody(ApiModel):
         "`arrayIndex`, a pickle gets the item as its first argument, a command REMOTE_BATCH_ITEM_FILE "
         "and AWS_BATCH_JOB_ARRAY_INDEX.",
     )
-    parallelism: int | None = Field(
+    parallelism: Annotated[int, BeforeValidator(_json_integer)] | None = Field(
         default=None,
         ge=1,
         le=10_000,
