@@ -1,19 +1,19 @@
 """An ended container of an array whose containers take many items: its items' records and charge.
 
-A container (an AWS Batch array child running ``worker.item_loop``) that ended (its SUCCEEDED or
-FAILED event) ran some of its array's items. ``settle_container_end`` reads what it left
-(``container_reports.read_container``: its reports, untrusted, and the item it died holding),
-charges the container ONCE (its Batch running time, clamped into the array's life as every
-charge's time is by ``domain.charged_time``, at the array's machine class, the 60-second
-minimum once per container, cut to what the array's ``creditConstraint`` leaves and to the balance:
-``domain.credits.settle_charge``), splits that charge over its items by their reported times
-(``domain.item_reports.split_charge``) and writes them in transactions of up to
-``MAX_CONTAINER_ITEMS`` items (``JobRepository.save_container_items``): the first records the
-container as settled and carries its one ledger entry (``charge#<parent>#<batch job id>``), the
-balance change, the whole charge in the parent's ``creditsSettled`` and the container's quota units
-given back; each moves the parent's ``childStatusCounts`` by its items. Then, as after a child's
-event, the array is terminated at its ``creditConstraint`` (``array_events.stop_at_cap``), started
-if it was ``Queued`` and finished once every item is (``array_results.finish_array``).
+A container (an AWS Batch array child running ``worker.item_loop``) that ended (its SUCCEEDED or FAILED
+event) ran some of its array's items. ``settle_container_end`` reads what it left
+(``container_reports.read_container``: its reports, untrusted, and the item it died holding), charges
+the container ONCE (its Batch running time, clamped into the array's life as every charge's time is by
+``domain.charged_time``, at the array's machine class, the 60-second minimum once per container, cut to
+what the array's ``creditConstraint`` leaves and to the balance: ``domain.credits.settle_charge``; a
+container that claimed no item costs nothing), splits that charge over its items by their reported times
+(``domain.item_reports.split_charge``) and writes them in transactions of up to ``MAX_CONTAINER_ITEMS``
+items (``JobRepository.save_container_items``): the first records the container as settled and carries
+its one ledger entry (``charge#<parent>#<batch job id>``), the balance change, the whole charge in the
+parent's ``creditsSettled`` and the container's quota units given back; each moves the parent's
+``childStatusCounts`` by its items. Then, as after a child's event, the array is terminated at its
+``creditConstraint`` (``array_events.stop_at_cap``), started if it was ``Queued`` and finished once
+every item is (``array_results.finish_array``).
 
 Replays: the first transaction adds the container (its global array-child index) to the parent's
 ``arrayContainersSettled`` only if absent, so its charge and quota release happen once; a container
@@ -203,6 +203,11 @@ def settle_container_end(
             charge=charge.credits,
             end_reason=state.status_reason or CONTAINER_ENDED,
         )
+        if not already and not settled.items:
+            # A container that claimed no item (the others had taken them all) is not charged: its
+            # time bought none of the account's work, and the array's ``creditsSpent`` is its items'
+            # sum, so a charge here would be credits no item accounts for.
+            charge = Charge(credits=ZERO, cost=ZERO, unbilled=ZERO)
         records = [item_record(current, state, item) for item in settled.items]
         if not already and (charge.credits > 0 or charge.unbilled > 0):
             entry = LedgerEntry(

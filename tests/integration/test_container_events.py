@@ -305,6 +305,29 @@ def test_a_container_that_never_ran_gives_its_quota_back_once_and_costs_nothing(
     assert stack.balance("dev") == Decimal("10000.0000")
 
 
+def test_a_container_that_claimed_no_item_costs_nothing_so_the_items_sum_is_what_the_array_spent(stack):
+    parent = submit(stack, 3)
+    a, b = f"{parent.array_spans[0]}:0", f"{parent.array_spans[0]}:1"
+    key = QuotaKey(Family.BASIC, US)
+    before = store_of(stack).get_quota_usage("dev").used(key)
+    for index in range(3):  # container a took every item before b started
+        ran(stack, parent, a, index, 10 + index * 10, 10)
+
+    settle(stack, parent, ended(b, 20, 50))  # ran 30 s, found every item claimed
+    settle(stack, parent, ended(b, 20, 50))  # a replay
+    done = settle(stack, parent, ended(a, 10, 100))  # 90 s: 1.5 credits over three items
+
+    assert charges(stack) == {container_entry_id(parent.job_id, a): Decimal("1.5000")}
+    assert [item(stack, parent, i).credits_spent for i in range(3)] == [Decimal("0.5000")] * 3
+    assert (done.status, done.credits_spent, done.credits_settled) == (
+        JobStatus.SUCCEEDED,
+        Decimal("1.5000"),
+        Decimal("1.5000"),
+    )
+    assert stack.balance("dev") == Decimal("9998.5000")
+    assert store_of(stack).get_quota_usage("dev").used(key) == before - 2
+
+
 def test_a_containers_time_past_the_events_arrival_is_not_charged(stack):
     parent = submit(stack, 2)
     a = f"{parent.array_spans[0]}:0"
